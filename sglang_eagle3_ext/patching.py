@@ -1,0 +1,103 @@
+"""wrapt mechanics for the patch table: idempotent apply, exact revert, a list of what is active."""
+from __future__ import annotations
+
+import importlib
+import threading
+
+from ._log import logger
+from .patch_table import PATCHES, PatchSpec, features_from_env
+
+_MARK = "_self_sge3_patch"
+_lock = threading.RLock()
+# name -> (owner, attr, original, original_was_own_attr)
+_active: dict[str, tuple[object, str, object, bool]] = {}
+
+
+class PatchTargetMissing(RuntimeError):
+    pass
+
+
+def _import_string(path: str):
+    mod, _, qual = path.partition(":")
+    obj = importlib.import_module(mod)
+    for part in qual.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _sglang_version() -> str:
+    from .versions import installed_version
+    return installed_version() or "<not installed>"
+
+
+def resolve_target(spec: PatchSpec) -> tuple[object, str]:
+    """(owner, attribute) of a target, or PatchTargetMissing naming the target and the release."""
+    mod_name, _, qual = spec.target.partition(":")
+    *owner_path, attr = qual.split(".")
+    try:
+        owner = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise PatchTargetMissing(
+            f"patch {spec.name}: module {mod_name} not importable in sglang {_sglang_version()} ({e}); "
+            f"run `python -m sglang_eagle3_ext.compat` to see which targets moved") from e
+    for part in owner_path:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            break
+    if owner is None or not hasattr(owner, attr):
+        raise PatchTargetMissing(
+            f"patch {spec.name}: target {spec.target} not found in sglang {_sglang_version()}; "
+            f"this release moved it — run `python -m sglang_eagle3_ext.compat` or pin sglang to a supported release")
+    return owner, attr
+
+
+def apply_spec(spec: PatchSpec) -> bool:
+    """Apply one patch; False if it was already active (a second apply is a no-op)."""
+    import wrapt
+
+    with _lock:
+        owner, attr = resolve_target(spec)
+        current = owner.__dict__.get(attr, getattr(owner, attr))
+        if getattr(current, _MARK, None) == spec.name:
+            return False
+        wrapper = _import_string(spec.wrapper)
+        fw = wrapt.FunctionWrapper(current, wrapper)
+        setattr(fw, _MARK, spec.name)
+        _active[spec.name] = (owner, attr, current, attr in owner.__dict__)
+        setattr(owner, attr, fw)
+        logger.debug("patched %s (%s)", spec.target, spec.name)
+        return True
+
+
+def revert_spec(name: str) -> bool:
+    with _lock:
+        entry = _active.pop(name, None)
+        if entry is None:
+            return False
+        owner, attr, original, was_own = entry
+        if was_own:
+            setattr(owner, attr, original)
+        else:
+            delattr(owner, attr)
+        return True
+
+
+def selected(features=None, module: str | None = None) -> list[PatchSpec]:
+    from .versions import capabilities
+    feats = features_from_env() if features is None else frozenset(features)
+    caps = None
+    out = []
+    for spec in PATCHES:
+        if spec.feature not in feats or (module and spec.module != module):
+            continue
+        if spec.requires:
+            caps = caps or capabilities()
+            if not getattr(caps, spec.requires):
+                continue
+        out.append(spec)
+    return out
+
+
+def active() -> list[str]:
+    with _lock:
+        return [n for n in _active]

@@ -1,0 +1,65 @@
+"""The built-in tiny target: a small random DeepSeek-V3 that SGLang serves, made on first use.
+
+Same shape as the GPU host's reference model (4 layers, hidden 1024, MLA, 16 routed experts),
+written with transformers' own `DeepseekV3ForCausalLM` so it is also the hidden-state reference.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+# Keys SGLang's deepseek_v2 reads that transformers does not write.
+SGLANG_EXTRA_KEYS = {"moe_layer_freq": 1, "topk_method": "noaux_tc", "scoring_func": "sigmoid", "ep_size": 1,
+                     "norm_topk_prob": True, "num_nextn_predict_layers": 0, "aux_loss_alpha": 0.001,
+                     "seq_aux": True}
+TINY_CONFIG = dict(
+    vocab_size=4096, hidden_size=1024, intermediate_size=2048, moe_intermediate_size=256,
+    num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8,
+    n_shared_experts=1, n_routed_experts=16, num_experts_per_tok=4, n_group=1, topk_group=1,
+    routed_scaling_factor=1.0, kv_lora_rank=512, q_lora_rank=256, qk_rope_head_dim=64,
+    v_head_dim=128, qk_nope_head_dim=128, first_k_dense_replace=1, max_position_embeddings=4096,
+    rope_theta=10000.0, tie_word_embeddings=False,
+)
+
+
+def default_dir() -> Path:
+    base = os.environ.get("SGLANG_EAGLE3_EXT_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "sglang_eagle3_ext")
+    return Path(base) / "tiny-deepseek-v3"
+
+
+def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, **overrides) -> Path:
+    """Write the tiny model to `out` (default: the cache) unless a complete copy is there."""
+    out = Path(out) if out else default_dir()
+    done = out / ".complete"
+    if done.exists():
+        return out
+    import torch
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    from ._log import log_once
+
+    log_once("tiny", "making the tiny DeepSeek-V3 target in %s (first use, ~20 s)", out)
+    cfg = DeepseekV3Config(**{**TINY_CONFIG, **overrides})
+    torch.manual_seed(seed)
+    model = DeepseekV3ForCausalLM(cfg).to(torch.bfloat16)
+    tmp = out.with_name(out.name + ".tmp")
+    model.save_pretrained(tmp, safe_serialization=True)
+    p = tmp / "config.json"
+    c = json.loads(p.read_text())
+    c.update(SGLANG_EXTRA_KEYS)
+    c["torch_dtype"] = "bfloat16"
+    p.write_text(json.dumps(c, indent=2))
+    if out.exists():
+        import shutil
+        shutil.rmtree(out)
+    tmp.rename(out)
+    done.touch()
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(ensure_tiny_target(sys.argv[1] if len(sys.argv) > 1 else None))

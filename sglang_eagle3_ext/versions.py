@@ -1,0 +1,112 @@
+"""The supported SGLang range (declared once) and capability flags of the installed release.
+
+Flags are read from the installed SGLang's files (source probes, no import of SGLang), so a
+backported or patched build gets the flags of what it actually contains; the version number
+only decides whether we agree to run at all.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.metadata
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+SUPPORTED_MIN = "0.5.10"
+SUPPORTED_MAX = "0.5.23"
+FORCE_ENV = "SGLANG_EAGLE3_EXT_FORCE_VERSION"
+
+
+class UnsupportedSGLang(RuntimeError):
+    pass
+
+
+def parse(v: str) -> tuple[int, ...]:
+    """'0.5.16.post2' -> (0, 5, 16); enough for release numbers."""
+    return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
+
+
+def installed_version() -> str | None:
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def in_range(version: str) -> bool:
+    return parse(SUPPORTED_MIN) <= parse(version) <= parse(SUPPORTED_MAX)
+
+
+def check_supported(version: str | None = None) -> str:
+    """Return the installed version or raise a one-line refusal naming the range."""
+    version = version or installed_version()
+    if version is None:
+        raise UnsupportedSGLang("sglang is not installed (pip install 'sglang-eagle3-ext[sglang]')")
+    if not in_range(version) and os.environ.get(FORCE_ENV, "") in ("", "0"):
+        raise UnsupportedSGLang(
+            f"sglang {version} is outside the supported range {SUPPORTED_MIN}..{SUPPORTED_MAX}; "
+            f"run `python -m sglang_eagle3_ext.compat` to see what moved, or set {FORCE_ENV}=1 to try anyway"
+        )
+    return version
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    version: str
+    HAS_MIDLAYER: bool          # draft layer is `self.midlayer` (<=0.5.10) ...
+    HAS_LAYERS_LIST: bool       # ... or `self.layers = ModuleList` (>=0.5.14)
+    HAS_FC_NORM: bool           # per-aux RMSNorm before fc (`fc_norm`)
+    HAS_INPUT_NORM: bool        # `norm_before_fc` / `input_norm` (0.5.18+)
+    HAS_PLUGINS: bool           # entry-point group `sglang.srt.plugins`
+    HAS_EXTERNAL_MODEL_PACKAGE: bool
+    AUX_PACKED: bool            # aux states arrive as one [T, K*H] tensor, not a list
+    CAPTURE_ALWAYS_PLUS_ONE: bool  # set_eagle3_layers_to_capture adds 1 to every id
+    HAS_RUNTIME_CONTEXT: bool   # global server args replaced by runtime_context (0.5.22+)
+    HAS_FORWARD_BATCH_RIDS: bool
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _sglang_root() -> Path | None:
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _read(root: Path, rel: str) -> str:
+    p = root / rel
+    return p.read_text(errors="replace") if p.exists() else ""
+
+
+def capabilities_from_source(root: Path, version: str) -> Capabilities:
+    """Probe a SGLang source tree (installed package dir, or an unpacked wheel's `sglang/`)."""
+    eagle = _read(root, "srt/models/llama_eagle3.py")
+    ds = _read(root, "srt/models/deepseek_v2.py")
+    fb = _read(root, "srt/model_executor/forward_batch_info.py")
+    return Capabilities(
+        version=version,
+        HAS_MIDLAYER="self.midlayer" in eagle,
+        HAS_LAYERS_LIST=bool(re.search(r"self\.layers\s*=\s*nn\.ModuleList", eagle)),
+        HAS_FC_NORM="fc_norm" in eagle,
+        HAS_INPUT_NORM="input_norm" in eagle or "norm_before_fc" in eagle,
+        HAS_PLUGINS=(root / "srt/plugins/__init__.py").exists(),
+        HAS_EXTERNAL_MODEL_PACKAGE="SGLANG_EXTERNAL_MODEL_PACKAGE" in _read(root, "srt/models/registry.py"),
+        AUX_PACKED="AuxHiddenStatePacker" in ds,
+        CAPTURE_ALWAYS_PLUS_ONE=bool(re.search(r"layers_to_capture = \[val \+ 1 for val in layer_ids\]\n(?!\s*else)", ds))
+        and "layer_ids[0] == 1" not in ds,
+        HAS_RUNTIME_CONTEXT=(root / "srt/runtime_context.py").exists(),
+        HAS_FORWARD_BATCH_RIDS=bool(re.search(r"^\s+rids:", fb, re.M)),
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def capabilities() -> Capabilities:
+    """Flags of the installed SGLang (cached; cheap: reads a few source files)."""
+    version = check_supported()
+    root = _sglang_root()
+    assert root is not None
+    return capabilities_from_source(root, version)

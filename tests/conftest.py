@@ -1,0 +1,92 @@
+"""Shared fixtures.
+
+`sglang_cpu` builds SGLang's distributed/parallel state for one CPU process with the real
+release installed in the test environment (see .ci/setup_venv.sh); tests that need it are
+marked `sglang` and skipped when SGLang is not installed.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+
+import pytest
+
+HAVE_SGLANG = importlib.util.find_spec("sglang") is not None
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    have_cuda = torch.cuda.is_available()
+    for item in items:
+        if "gpu" in item.keywords and not have_cuda:
+            item.add_marker(pytest.mark.skip(reason="GPU test: no CUDA device here (run tests/gpu/run.sh on the GPU host)"))
+        if "sglang" in item.keywords and not HAVE_SGLANG:
+            item.add_marker(pytest.mark.skip(reason="sglang not installed (run .ci/setup_venv.sh)"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SGLangCPU:
+    """Handle on the real SGLang release set up for one CPU process."""
+
+    def __init__(self, version: str, caps):
+        self.version = version
+        self.caps = caps
+
+    def server_args(self, model_path: str, **kw):
+        from sglang.srt.server_args import ServerArgs
+
+        return ServerArgs(model_path=model_path, device="cpu", skip_tokenizer_init=True, **kw)
+
+    def publish(self, sa) -> None:
+        """Make `sa` the process's server args (API differs by release)."""
+        try:  # 0.5.22+: runtime context replaces the global server args
+            from sglang.srt.runtime_context import SpawnRanks, publish
+
+            publish(sa, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0))
+        except ImportError:
+            from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+            set_global_server_args_for_scheduler(sa)
+
+    def draft_class(self):
+        from sglang.srt.models.registry import ModelRegistry
+
+        return ModelRegistry.resolve_model_cls(["LlamaForCausalLMEagle3"])[0]
+
+
+@pytest.fixture(scope="session")
+def sglang_cpu(tmp_path_factory):
+    """Real SGLang (installed release) with a 1-process gloo world: TP=1, PP=1, CPU."""
+    if not HAVE_SGLANG:
+        pytest.skip("sglang not installed")
+    from sglang_eagle3_ext.versions import capabilities
+
+    caps = capabilities()
+    h = SGLangCPU(caps.version, caps)
+    from sglang.srt.distributed import parallel_state as ps
+    from transformers import LlamaConfig
+
+    d = tmp_path_factory.mktemp("bootstrap_cfg")
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=128, max_position_embeddings=256,
+                      tie_word_embeddings=False)
+    cfg.architectures = ["LlamaForCausalLMEagle3"]
+    cfg.save_pretrained(d)
+    h.publish(h.server_args(str(d)))
+    if not ps.model_parallel_is_initialized():
+        ps.init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
+                                        distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+        kw = {} if caps.HAS_RUNTIME_CONTEXT else {"tensor_model_parallel_size": 1}
+        ps.initialize_model_parallel(**kw)
+    import sglang.srt.layers.rotary_embedding.base as rb
+
+    rb._is_cpu = True  # else rotary embedding imports vllm's CUDA ops
+    os.environ.setdefault("SGLANG_EAGLE3_EXT_TEST", "1")
+    return h
