@@ -70,7 +70,7 @@ def startup() -> None:
 
 def plugin_entry() -> None:
     """`sglang.srt.plugins` entry point (0.5.14+): same hooks as the .pth, opt-in by the same variable."""
-    if os.environ.get(ENV_ENABLE, "") in ("", "0"):
+    if os.environ.get(ENV_ENABLE, "").strip().lower() in ("", "0", "false", "off", "no"):
         return
     startup()
 

@@ -59,11 +59,12 @@ class Capabilities:
     HAS_LAYERS_LIST: bool       # ... or `self.layers = ModuleList` (>=0.5.14)
     HAS_FC_NORM: bool           # per-aux RMSNorm before fc (`fc_norm`)
     HAS_INPUT_NORM: bool        # `norm_before_fc` / `input_norm` (0.5.18+)
+    HAS_NORM_OUTPUT: bool       # draft config `norm_output` honoured (0.5.14+)
     HAS_PLUGINS: bool           # entry-point group `sglang.srt.plugins`
     HAS_EXTERNAL_MODEL_PACKAGE: bool
     AUX_PACKED: bool            # aux states arrive as one [T, K*H] tensor, not a list
     CAPTURE_ALWAYS_PLUS_ONE: bool  # set_eagle3_layers_to_capture adds 1 to every id
-    HAS_RUNTIME_CONTEXT: bool   # global server args replaced by runtime_context (0.5.22+)
+    HAS_RUNTIME_CONTEXT: bool   # server args published via runtime_context.publish (0.5.22+), no global setter
     HAS_FORWARD_BATCH_RIDS: bool
 
     def as_dict(self) -> dict:
@@ -93,12 +94,13 @@ def capabilities_from_source(root: Path, version: str) -> Capabilities:
         HAS_LAYERS_LIST=bool(re.search(r"self\.layers\s*=\s*nn\.ModuleList", eagle)),
         HAS_FC_NORM="fc_norm" in eagle,
         HAS_INPUT_NORM="input_norm" in eagle or "norm_before_fc" in eagle,
+        HAS_NORM_OUTPUT="norm_output" in eagle,
         HAS_PLUGINS=(root / "srt/plugins/__init__.py").exists(),
         HAS_EXTERNAL_MODEL_PACKAGE="SGLANG_EXTERNAL_MODEL_PACKAGE" in _read(root, "srt/models/registry.py"),
         AUX_PACKED="AuxHiddenStatePacker" in ds,
         CAPTURE_ALWAYS_PLUS_ONE=bool(re.search(r"layers_to_capture = \[val \+ 1 for val in layer_ids\]\n(?!\s*else)", ds))
         and "layer_ids[0] == 1" not in ds,
-        HAS_RUNTIME_CONTEXT=(root / "srt/runtime_context.py").exists(),
+        HAS_RUNTIME_CONTEXT="SpawnRanks" in _read(root, "srt/runtime_context.py"),
         HAS_FORWARD_BATCH_RIDS=bool(re.search(r"^\s+rids:", fb, re.M)),
     )
 

@@ -45,12 +45,12 @@ class SGLangCPU:
         return ServerArgs(model_path=model_path, device="cpu", skip_tokenizer_init=True, **kw)
 
     def publish(self, sa) -> None:
-        """Make `sa` the process's server args (API differs by release)."""
-        try:  # 0.5.22+: runtime context replaces the global server args
+        """Make `sa` the process's server args (0.5.22+: runtime context; before: a global)."""
+        if self.caps.HAS_RUNTIME_CONTEXT:
             from sglang.srt.runtime_context import SpawnRanks, publish
 
             publish(sa, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0))
-        except ImportError:
+        else:
             from sglang.srt.server_args import set_global_server_args_for_scheduler
 
             set_global_server_args_for_scheduler(sa)
