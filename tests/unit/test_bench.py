@@ -16,7 +16,7 @@ def serve(tokens_per_verify: float | None, shift: int = 0):
             pass
 
         def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
             if self.path == "/generate":
                 n = body["sampling_params"]["max_new_tokens"]
                 meta = {"completion_tokens": n}
@@ -33,6 +33,8 @@ def serve(tokens_per_verify: float | None, shift: int = 0):
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        do_GET = do_POST  # /get_server_info is a GET in SGLang
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
