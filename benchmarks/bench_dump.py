@@ -1,0 +1,110 @@
+"""GPU benchmark: cost of dumping on prefill, and how close the writer gets to the disk.
+
+    python benchmarks/bench_dump.py [--model DIR] [--dump-dir DIR] [--prompts 64] [--len 2048]
+
+Runs the same server twice (dump off, dump on; --disable-radix-cache both times), sends --prompts
+prompts of --len tokens with max_new_tokens=1 at --concurrency, and prints
+  prefill_ratio = prefill tokens/s with dump ÷ without
+  writer_ratio  = writer bytes/s (manifest bytes / time until the last sample is listed) ÷ the disk's
+                  sequential write bytes/s (1 GiB, fsynced, in the dump dir, measured in this run).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "gpu"))
+
+
+def _port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def disk_write_bps(d: Path, total=1 << 30, block=64 << 20) -> float:
+    buf = os.urandom(block)
+    p = d / ".bench_seq_write"
+    t0 = time.perf_counter()
+    with open(p, "wb") as fh:
+        for _ in range(total // block):
+            fh.write(buf)
+        fh.flush()
+        os.fsync(fh.fileno())
+    dt = time.perf_counter() - t0
+    p.unlink()
+    return total / dt
+
+
+def drive(base, prompts, concurrency, rid_prefix):
+    from conftest import http_json
+
+    def one(i):
+        http_json(base + "/generate", {"input_ids": prompts[i], "rid": f"{rid_prefix}{i}",
+                                       "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
+    one(0)  # warm-up (Triton JIT)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as ex:
+        list(ex.map(one, range(1, len(prompts))))
+    return t0, time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model")
+    ap.add_argument("--dump-dir")
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--len", type=int, default=2048)
+    ap.add_argument("--concurrency", type=int, default=8)
+    a = ap.parse_args()
+    import torch
+    from conftest import BASE_ARGS, sglang_server
+    from test_dump_gpu import _activation_env
+
+    from sglang_eagle3_ext.dump.manifest import read_manifest
+    from sglang_eagle3_ext.tiny import ensure_tiny_target
+
+    model = a.model or str(ensure_tiny_target())
+    dump = Path(a.dump_dir or tempfile.mkdtemp(prefix="sge3_bench_dump_"))
+    dump.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(10, 4000, (a.len,), generator=g).tolist() for _ in range(a.prompts)]
+    args = ["--model-path", model, *BASE_ARGS, "--disable-radix-cache", "--context-length", str(a.len + 64)]
+    res = {}
+    tmp = Path(tempfile.mkdtemp())
+    off_env = {k: v for k, v in _activation_env(tmp, dump).items() if not k.startswith("SGLANG_EAGLE3_EXT_DUMP")}
+    with sglang_server(args, name="bench_dump_off", port=_port(), env=off_env, launcher="sglang.launch_server") as (b, _, _p):
+        _, dt = drive(b, prompts, a.concurrency, "off-")
+    res["prefill_tok_s_off"] = (len(prompts) - 1) * a.len / dt
+    with sglang_server(args, name="bench_dump_on", port=_port(), env=_activation_env(tmp, dump),
+                       launcher="sglang.launch_server") as (b, _, _p):
+        t0, dt = drive(b, prompts, a.concurrency, "on-")
+        want = {f"on-{i}" for i in range(1, len(prompts))}
+        while not want <= set(read_manifest(dump)):
+            if time.perf_counter() - t0 > 600:
+                raise SystemExit("writer did not finish in 600 s")
+            time.sleep(0.05)
+        t_write = time.perf_counter() - t0
+    man = read_manifest(dump)
+    res["prefill_tok_s_on"] = (len(prompts) - 1) * a.len / dt
+    res["writer_bytes_s"] = sum(man[k]["bytes"] for k in want) / t_write
+    res["disk_seq_write_bytes_s"] = disk_write_bps(dump)
+    res["prefill_ratio_on_over_off"] = res["prefill_tok_s_on"] / res["prefill_tok_s_off"]
+    res["writer_over_disk_ratio"] = res["writer_bytes_s"] / res["disk_seq_write_bytes_s"]
+    print(json.dumps(res, indent=2))
+    out = os.environ.get("OUT")
+    if out:
+        Path(out, "bench_dump.json").write_text(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""Host-side stitching of prefill chunks into complete samples (pure logic, no threads, no CUDA).
+
+Each EXTEND batch covers, per request, the token range [prefix, prefix + extend) of its prompt.
+A request is complete when its stitched length reaches the full prompt length SGLang records
+(`ForwardBatch.orig_seq_lens` = max(extend end, len(origin_input_ids))). A first chunk that starts
+at prefix > 0 means the radix cache served the head of the prompt: those states were never
+computed here, so the request is refused (never written as if complete).
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+from .fmt import T_AUX, T_IDS, T_POST, T_PRE
+from .manifest import sanitize_id
+from .config import NODUMP_RID_PREFIX
+
+
+class ChunkBatch:
+    """Host copies of one EXTEND batch (rows [0, T) of every tensor), plus the event that says the
+    asynchronous device->host copies have landed."""
+
+    def __init__(self, rids, prefix_lens, extend_lens, orig_lens, ids, aux, aux_layout: str,
+                 pre=None, post=None, event=None, nbytes: int = 0, norm=None):
+        self.rids = list(rids)
+        self.prefix_lens = [int(x) for x in prefix_lens]
+        self.extend_lens = [int(x) for x in extend_lens]
+        self.orig_lens = orig_lens          # host tensor or list, read only after wait()
+        self.ids, self.aux, self.aux_layout = ids, aux, aux_layout   # layout: "list" [K,T,H] | "packed" [T,K*H]
+        self.pre, self.post = pre, post
+        self.event = event
+        self.nbytes = nbytes
+        self.norm = norm                    # (weight [H] host, eps) once per process, else None
+        self.refs = 0
+        self.released = False
+        self._lock = threading.Lock()
+
+    def wait(self) -> None:
+        if self.event is not None:
+            self.event.synchronize()
+
+    def aux_rows(self, a: int, b: int):
+        """[b-a, K, H] view of the aux states of rows [a, b)."""
+        if self.aux_layout == "list":
+            return self.aux[:, a:b].transpose(0, 1)
+        k_h = self.aux.shape[1]
+        return self.aux[a:b].view(b - a, -1, k_h)  # caller reshapes with K
+
+    def add_ref(self) -> None:
+        with self._lock:
+            self.refs += 1
+
+    def drop_ref(self) -> bool:
+        """True when the last holder let go (the caller releases `nbytes`)."""
+        with self._lock:
+            self.refs -= 1
+            if self.refs <= 0 and not self.released:
+                self.released = True
+                return True
+            return False
+
+
+@dataclasses.dataclass
+class Piece:
+    batch: ChunkBatch
+    start: int
+    end: int
+
+
+@dataclasses.dataclass
+class Sample:
+    rid: str
+    sample_id: str
+    pieces: list
+    length: int = 0
+
+    def materialize(self, num_aux: int) -> dict:
+        """Contiguous tensors of the whole prompt: {input_ids, aux_hidden_states [L, K*H], finals}."""
+        import torch
+
+        def cat(xs):
+            return xs[0] if len(xs) == 1 else torch.cat(xs, 0)
+
+        out = {T_IDS: cat([p.batch.ids[p.start:p.end] for p in self.pieces]).to(torch.int64)}
+        auxs = []
+        for p in self.pieces:
+            rows = p.batch.aux_rows(p.start, p.end)
+            auxs.append(rows.reshape(p.end - p.start, -1))
+        out[T_AUX] = cat(auxs).contiguous()
+        if out[T_AUX].shape[1] % num_aux:
+            raise ValueError(f"aux width {out[T_AUX].shape[1]} is not a multiple of {num_aux} layers")
+        first = self.pieces[0].batch
+        if first.pre is not None:
+            out[T_PRE] = cat([p.batch.pre[p.start:p.end] for p in self.pieces]).contiguous()
+        if first.post is not None:
+            out[T_POST] = cat([p.batch.post[p.start:p.end] for p in self.pieces]).contiguous()
+        return out
+
+
+@dataclasses.dataclass
+class Refusal:
+    rid: str
+    reason: str
+    kind: str      # "prefix_cache" | "gap" | "overrun"
+
+
+class Assembler:
+    """Feeds batches in forward order; returns (complete samples, refusals). Holds partial samples."""
+
+    def __init__(self, is_done, release):
+        self.is_done = is_done          # callable(sample_id) -> bool
+        self.release = release          # callable(ChunkBatch): its host memory is no longer held
+        self.partials: dict[str, Sample] = {}
+
+    def feed(self, batch: ChunkBatch) -> tuple[list[Sample], list[Refusal]]:
+        done, refused = [], []
+        orig = batch.orig_lens.tolist() if hasattr(batch.orig_lens, "tolist") else list(batch.orig_lens)
+        row = 0
+        for i, rid in enumerate(batch.rids):
+            p, n = batch.prefix_lens[i], batch.extend_lens[i]
+            a, b = row, row + n
+            row = b
+            if rid.startswith(NODUMP_RID_PREFIX):
+                continue
+            sid = sanitize_id(rid)
+            if self.is_done(sid):
+                self._drop(rid)
+                continue
+            part = self.partials.get(rid)
+            if p == 0:
+                if part is not None:        # re-prefilled from scratch (retraction): start over
+                    self._drop(rid)
+                part = self.partials[rid] = Sample(rid, sid, [])
+            elif part is None:
+                refused.append(Refusal(rid, f"first prefill chunk starts at token {p}: the prefix cache served "
+                                            f"{p} tokens whose states were not computed; launch with "
+                                            f"--disable-radix-cache", "prefix_cache"))
+                continue
+            elif part.length != p:
+                self._drop(rid)
+                refused.append(Refusal(rid, f"chunk starts at {p} but {part.length} tokens were stitched", "gap"))
+                continue
+            batch.add_ref()
+            part.pieces.append(Piece(batch, a, b))
+            part.length += n
+            total = int(orig[i])
+            if part.length == total:
+                done.append(self.partials.pop(rid))
+            elif part.length > total:
+                self._drop(rid)
+                refused.append(Refusal(rid, f"stitched {part.length} tokens > prompt length {total}", "overrun"))
+        if batch.refs == 0:             # nothing of this batch is kept
+            batch.add_ref()
+            self._unref(batch)
+        return done, refused
+
+    def finish(self, sample: Sample) -> None:
+        """The sample was written (or discarded): let go of its pieces."""
+        for pc in sample.pieces:
+            self._unref(pc.batch)
+        sample.pieces = []
+
+    def _unref(self, batch: ChunkBatch) -> None:
+        if batch.drop_ref():
+            self.release(batch)
+
+    def _drop(self, rid: str) -> None:
+        part = self.partials.pop(rid, None)
+        if part is not None:
+            self.finish(part)
+
+    def drop_all(self) -> None:
+        for rid in list(self.partials):
+            self._drop(rid)

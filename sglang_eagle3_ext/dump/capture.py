@@ -1,0 +1,316 @@
+"""The server side of the dump: switch aux capture on for the target and hand each pure-EXTEND
+batch's states to the writer.
+
+Where the data comes from (0.5.10 .. 0.5.23; signatures read from each release):
+- aux states: `LogitsProcessor.forward(input_ids, hidden_states, lm_head, logits_metadata,
+  aux_hidden_states, ...)`, arg 4: a list of K [T, H] (<= 0.5.16) or one packed [T, K*H] (0.5.18+);
+  produced by DeepseekV2Model's loop at `layers_to_capture` (loop index i = input of layer i = HF i).
+- final post-norm: arg 1 `hidden_states` (DeepseekV2Model applies self.norm before returning).
+- final pre-norm: a forward hook on `model.model.norm` (called as norm(x, residual) -> (normed,
+  x + residual), or norm(x) -> normed with x the pre-norm state); the loop cannot capture index n.
+- tokens / layout: arg 3 `logits_metadata` is the ForwardBatch: forward_mode, input_ids (always read
+  from here: Kimi-K2.5 passes input_ids=None), rids, extend_prefix_lens_cpu, extend_seq_lens_cpu,
+  orig_seq_lens (full prompt length, device tensor: read on the writer thread after the copy event).
+All ranks capture identically (the capture path may communicate); only attention-TP rank 0 of each
+DP group writes.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import weakref
+
+from .._log import log_once, logger
+from .config import NODUMP_RID_PREFIX, CONVENTION, DumpConfig, DumpConfigError, from_env
+from .manifest import sanitize_id
+
+ATTR = "_sge3_dump_target"            # on the target's LogitsProcessor instance
+TARGET_CLASSES = frozenset({"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM"})
+# Not targets: MTP/NextN and EAGLE drafts built on the same classes.
+
+_writer = None                         # one per process (one DP group's attention-TP rank 0)
+
+
+def _ranks() -> dict:
+    """Parallel layout of this process; every field best-effort (missing -> default)."""
+    out = dict(tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=0, dp_size=1, dp_rank=0, pp_size=1, pp_rank=0)
+    try:
+        from sglang.srt.runtime_context import get_parallel
+
+        par = get_parallel()
+        for k, attr in (("tp_size", "tp_size"), ("tp_rank", "tp_rank"), ("attn_tp_size", "attn_tp_size"),
+                        ("attn_tp_rank", "attn_tp_rank"), ("dp_size", "attn_dp_size"), ("dp_rank", "attn_dp_rank"),
+                        ("pp_size", "pp_size"), ("pp_rank", "pp_rank")):
+            try:
+                out[k] = int(getattr(par, attr))
+            except Exception:  # noqa: BLE001 - not initialised in this layout
+                pass
+        return out
+    except ImportError:
+        pass
+    try:
+        from sglang.srt.layers import dp_attention as dpa
+        from sglang.srt.distributed import parallel_state as ps
+
+        for k, fn in (("attn_tp_size", "get_attention_tp_size"), ("attn_tp_rank", "get_attention_tp_rank"),
+                      ("dp_size", "get_attention_dp_size"), ("dp_rank", "get_attention_dp_rank")):
+            try:
+                out[k] = int(getattr(dpa, fn)())
+            except Exception:  # noqa: BLE001
+                pass
+        for k, fn in (("tp_size", "get_tensor_model_parallel_world_size"),
+                      ("tp_rank", "get_tensor_model_parallel_rank"),
+                      ("pp_size", "get_pipeline_model_parallel_world_size"),
+                      ("pp_rank", "get_pipeline_model_parallel_rank")):
+            try:
+                out[k] = int(getattr(ps, fn)())
+            except Exception:  # noqa: BLE001
+                pass
+    except ImportError:
+        pass
+    return out
+
+
+def _server_args():
+    for mod, fn in (("sglang.srt.runtime_context", "get_server_args"),
+                    ("sglang.srt.server_args", "get_global_server_args")):
+        try:
+            return getattr(__import__(mod, fromlist=[fn]), fn)()
+        except Exception:  # noqa: BLE001
+            continue
+    return None
+
+
+def build_meta(model, cfg: DumpConfig, layers: list[int], ranks: dict) -> dict:
+    from .. import __version__
+    from ..versions import installed_version
+
+    config = model.config
+    sa = _server_args()
+    dtype = None
+    try:
+        dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    except Exception:  # noqa: BLE001
+        pass
+    return {
+        "format": "sge3_dump", "format_version": 1,
+        "layer_indices_hf": list(layers), "layer_convention": CONVENTION,
+        "final": cfg.final,
+        "final_states": {"final_prenorm": "output of the last decoder layer before model.norm "
+                                          "(speculators' last hidden_states slot)",
+                         "final_postnorm": "after model.norm = HF hidden_states[n] (SpecForge hidden_state)"},
+        "hidden_size": int(config.hidden_size), "num_hidden_layers": int(config.num_hidden_layers),
+        "architecture": (getattr(config, "architectures", None) or [type(model).__name__])[0],
+        "model_class": type(model).__name__,
+        "model_path": getattr(sa, "model_path", None), "served_model_name": getattr(sa, "served_model_name", None),
+        "dtype": dtype or str(getattr(sa, "dtype", "")),
+        "sglang_version": installed_version(), "ext_version": __version__,
+        "tp_size": ranks["tp_size"], "dp_size": ranks["dp_size"], "attn_tp_size": ranks["attn_tp_size"],
+        "pp_size": ranks["pp_size"],
+        "chunked_prefill_size": getattr(sa, "chunked_prefill_size", None),
+        "disable_radix_cache": getattr(sa, "disable_radix_cache", None),
+    }
+
+
+def get_writer():
+    return _writer
+
+
+def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
+    """Turn capture on for `model` (called right after its __init__) and start this process's writer.
+    Raises DumpConfigError/DumpStartupError; the patch wrapper logs and disables."""
+    global _writer
+    if type(model).__name__ not in TARGET_CLASSES:
+        return None
+    cfg = cfg or from_env()
+    if cfg is None:
+        return None
+    n = int(model.config.num_hidden_layers)
+    layers = cfg.resolve_layers(n)
+    ranks = _ranks()
+    if ranks["pp_rank"] != ranks["pp_size"] - 1:
+        log_once("dump.pp", "dump: pipeline rank %d is not the last: no capture here", ranks["pp_rank"])
+        return None
+    # Set the two attributes ourselves: set_eagle3_layers_to_capture adds +1 by a release-specific rule.
+    model.capture_aux_hidden_states = True
+    model.model.layers_to_capture = list(layers)
+    writes = ranks["attn_tp_rank"] == 0
+    if writes and _writer is None:
+        from .writer import DumpWriter
+
+        meta = build_meta(model, cfg, layers, ranks)
+        _writer = DumpWriter(cfg, meta, name=f"dp{ranks['dp_rank']}")
+        sa = _server_args()
+        if sa is not None and not getattr(sa, "disable_radix_cache", False):
+            log_once("dump.radix", "dump: the radix cache is on: requests whose prompt head is cached are refused "
+                     "(launch with --disable-radix-cache to dump every request)", level=logging.WARNING)
+    target = DumpTarget(model, cfg, layers, _writer if writes else None)
+    setattr(model.logits_processor, ATTR, target)
+    logger.info("dump: capturing HF hidden_states %s + final (%s) of %s; %s", layers, cfg.final,
+                type(model).__name__, f"writing to {cfg.dump_dir}" if writes else "not the writer rank")
+    return target
+
+
+def _arg(args, kwargs, i: int, name: str):
+    if len(args) > i:
+        return args[i]
+    return kwargs.get(name)
+
+
+class DumpTarget:
+    """Per-target-model state: the configured layers, the pre-norm stash, the writer (None off rank 0)."""
+
+    def __init__(self, model, cfg: DumpConfig, layers: list[int], writer):
+        self.model_ref = weakref.ref(model)
+        self.cfg, self.layers, self.writer = cfg, list(layers), writer
+        self.hidden = int(model.config.hidden_size)
+        self.disabled: str | None = None
+        self._prenorm = None
+        self._norm_sent = False
+        self.norm = getattr(model.model, "norm", None)
+        if cfg.want_prenorm:
+            if self.norm is None:
+                raise DumpConfigError("dump: model.model.norm not found; set SGLANG_EAGLE3_EXT_DUMP_FINAL=postnorm")
+            self.norm.register_forward_hook(self._stash_prenorm)
+
+    # forward hook on the final norm: keep a reference (no copy) to the pre-norm state of this forward
+    def _stash_prenorm(self, module, inputs, output):
+        if isinstance(output, tuple) and len(output) >= 2 and len(inputs) >= 2 and inputs[1] is not None:
+            self._prenorm = output[1]          # fused add-norm returns (normed, x + residual)
+        elif inputs:
+            self._prenorm = inputs[0]
+
+    def refuse(self, key: str, msg: str, *a) -> None:
+        log_once(f"dump.skip.{key}", "dump: skipping batches: " + msg, *a, level=logging.WARNING)
+
+    def on_logits(self, args, kwargs) -> None:
+        pre, self._prenorm = self._prenorm, None
+        w = self.writer
+        if w is None or not w.accepting or self.disabled:
+            return
+        fb = _arg(args, kwargs, 3, "logits_metadata")
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+        if getattr(fb, "forward_mode", None) != ForwardMode.EXTEND:   # not verify/mixed/draft/decode
+            return
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            return
+        rids = getattr(fb, "rids", None)
+        ext = getattr(fb, "extend_seq_lens_cpu", None)
+        pfx = getattr(fb, "extend_prefix_lens_cpu", None)
+        if rids is None or ext is None or pfx is None:
+            return self.refuse("fields", "ForwardBatch has no rids/extend_seq_lens_cpu/extend_prefix_lens_cpu")
+        if not any(not r.startswith(NODUMP_RID_PREFIX) and not w.is_done(sanitize_id(r)) for r in rids):
+            return
+        model = self.model_ref()
+        if model is None or list(model.model.layers_to_capture) != self.layers \
+                or not model.capture_aux_hidden_states:
+            return self.refuse("layers", "the target's layers_to_capture changed to %s (speculative decoding "
+                               "set its own?); configured %s", getattr(model.model, "layers_to_capture", None)
+                               if model else None, self.layers)
+        T = int(sum(ext))
+        ids = getattr(fb, "input_ids", None)
+        hidden = _arg(args, kwargs, 1, "hidden_states")
+        aux = _arg(args, kwargs, 4, "aux_hidden_states")
+        orig = getattr(fb, "orig_seq_lens", None)
+        K, H = len(self.layers), self.hidden
+        if orig is None:
+            return self.refuse("orig", "ForwardBatch.orig_seq_lens is missing: cannot tell when a chunked prompt "
+                               "is complete in this release")
+        if ids is None or ids.shape[0] < T or hidden is None or hidden.shape[0] < T:
+            return self.refuse("rows", "batch rows (ids %s, hidden %s) < %d extend tokens (scattered/padded "
+                               "layout?)", None if ids is None else tuple(ids.shape),
+                               None if hidden is None else tuple(hidden.shape), T)
+        if aux is None:
+            return self.refuse("aux", "no aux hidden states reached the logits processor")
+        if isinstance(aux, torch.Tensor):
+            layout = "packed"
+            if aux.dim() != 2 or aux.shape[0] < T or aux.shape[1] != K * H:
+                return self.refuse("auxshape", "packed aux shape %s, expected [>=%d, %d]", tuple(aux.shape), T, K * H)
+        else:
+            layout = "list"
+            aux = list(aux)
+            if len(aux) != K or any(a.shape[0] < T or a.shape[-1] != H for a in aux):
+                return self.refuse("auxshape", "aux list of %d x %s, expected %d x [>=%d, %d]", len(aux),
+                                   [tuple(a.shape) for a in aux[:2]], K, T, H)
+        if self.cfg.want_prenorm and (pre is None or pre.shape[0] < T):
+            return self.refuse("prenorm", "the final norm's hook did not see this forward (compiled/graph "
+                               "prefill?): disable prefill CUDA graphs or set SGLANG_EAGLE3_EXT_DUMP_FINAL=postnorm")
+        self._copy_and_submit(w, fb, rids, pfx, ext, orig, ids, aux, layout, pre, hidden, T, K, H)
+
+    def _copy_and_submit(self, w, fb, rids, pfx, ext, orig, ids, aux, layout, pre, hidden, T, K, H) -> None:
+        import torch
+
+        from .assemble import ChunkBatch
+
+        bs = len(rids)
+        item = hidden.element_size()
+        nbytes = T * ids.element_size() + T * K * H * item + bs * 8
+        nbytes += T * H * item * (int(self.cfg.want_prenorm) + int(self.cfg.want_postnorm))
+        w.reserve(nbytes)   # backpressure: may block this (forward) thread, never drops
+        try:
+            cuda = hidden.is_cuda
+
+            def host(t):
+                if not cuda:
+                    return t.detach().clone()
+                h = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+                h.copy_(t, non_blocking=True)
+                return h
+
+            ids_h = host(ids[:T])
+            if layout == "list":
+                aux_h = torch.empty((K, T, H), dtype=aux[0].dtype, pin_memory=cuda)
+                for k, a in enumerate(aux):
+                    aux_h[k].copy_(a[:T], non_blocking=cuda)
+            else:
+                aux_h = host(aux[:T])
+            pre_h = host(pre[:T]) if self.cfg.want_prenorm else None
+            post_h = host(hidden[:T]) if self.cfg.want_postnorm else None
+            orig_h = host(orig[:bs]) if hasattr(orig, "shape") else list(orig)[:bs]
+            norm = None
+            if self.cfg.want_prenorm and not self._norm_sent and self.norm is not None:
+                norm = (host(self.norm.weight.data), float(getattr(self.norm, "variance_epsilon",
+                                                                    getattr(self.norm, "eps", 1e-6))))
+                self._norm_sent = True
+            event = None
+            if cuda:
+                event = torch.cuda.Event()
+                event.record(torch.cuda.current_stream())
+            batch = ChunkBatch(rids, pfx, ext, orig_h, ids_h, aux_h, layout, pre_h, post_h, event, nbytes, norm)
+        except BaseException:
+            w.unreserve(nbytes)
+            raise
+        w.submit(batch)
+
+
+def dump_prefill_hook(instance, args, kwargs) -> None:
+    """Called by targets/logits_processor.py before the original forward; never raises."""
+    target = getattr(instance, ATTR, None)
+    if target is None:
+        return
+    try:
+        target.on_logits(args, kwargs)
+    except Exception as e:  # noqa: BLE001 - serving must go on
+        target.disabled = f"{type(e).__name__}: {e}"
+        logger.exception("dump: disabled after an error in the prefill hook: %s", target.disabled)
+
+
+def install_from_init(instance) -> None:
+    """Called by targets/deepseek_v2.py after DeepseekV2ForCausalLM.__init__.
+
+    The user asked for a dump: a bad configuration (missing/unwritable dir, layer out of range, a
+    dump dir made with other settings) stops the server at start-up with the fix in the message,
+    rather than serving for hours and writing nothing. Anything unexpected only disables dumping.
+    """
+    from .config import DumpConfigError
+    from .writer import DumpStartupError
+
+    try:
+        attach(instance)
+    except (DumpConfigError, DumpStartupError) as e:
+        raise DumpStartupError(f"sglang_eagle3_ext dump: {e}") from e
+    except Exception as e:  # noqa: BLE001 - not a user error: keep serving without the dump
+        logger.error("dump: DISABLED in this process (pid %d): %s: %s", os.getpid(), type(e).__name__, e)

@@ -1,0 +1,120 @@
+"""Dump configuration: every environment variable name lives here (the launch wrapper maps its
+preset keys to exactly these), plus validation that turns a bad setting into one clear message.
+
+Layer indices use transformers' `output_hidden_states` convention: index i is the residual stream
+*entering* decoder layer i (= output of layer i-1; 0 = embeddings). SGLang's DeepseekV2Model loop
+index i captures exactly that, so `layers_to_capture = hf_indices` with no +1 anywhere.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from ..patch_table import ENV_DUMP_DIR
+
+ENV_DIR = ENV_DUMP_DIR                                   # set: dumping on (one definition: patch_table)
+ENV_LAYERS = "SGLANG_EAGLE3_EXT_DUMP_LAYERS"             # "2,30,58": HF hidden_states indices
+ENV_FORMAT = "SGLANG_EAGLE3_EXT_DUMP_FORMAT"             # "safetensors" (the only native format)
+ENV_FINAL = "SGLANG_EAGLE3_EXT_DUMP_FINAL"               # prenorm | postnorm | both
+ENV_MAX_PENDING_MB = "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB"  # host memory for in-flight samples
+ENV_IO_THREADS = "SGLANG_EAGLE3_EXT_DUMP_IO_THREADS"
+
+ALL_ENV = (ENV_DIR, ENV_LAYERS, ENV_FORMAT, ENV_FINAL, ENV_MAX_PENDING_MB, ENV_IO_THREADS)
+
+NODUMP_RID_PREFIX = "nodump-"      # requests whose rid starts with this are served, never dumped
+FORMATS = ("safetensors",)
+FINAL_MODES = ("prenorm", "postnorm", "both")
+CONVENTION = ("hf_output_hidden_states: index i = input of decoder layer i = output of layer i-1 "
+              "(0 = embeddings); final states are stored separately")
+
+# Files in a dump directory.
+META_FILE = "dump_meta.json"
+STATUS_FILE = "dump_status.json"
+NORM_FILE = "final_norm.safetensors"
+MANIFEST_DIR = "manifests"
+SAMPLES_DIR = "samples"
+
+
+class DumpConfigError(ValueError):
+    pass
+
+
+def default_layers(num_layers: int) -> list[int]:
+    """[2, n//2, n-3] as HF indices ([2, 30, 58] for 61 layers): SGLang's own EAGLE-3 default
+    (its loop indices equal HF indices) and speculators' default. Models too shallow for three distinct
+    increasing ids (n < 8, e.g. test models) get [1, n//2, n-1] instead."""
+    ids = [2, num_layers // 2, num_layers - 3]
+    if not ids[0] < ids[1] < ids[2]:
+        ids = [1, num_layers // 2, num_layers - 1]
+    return ids
+
+
+@dataclasses.dataclass(frozen=True)
+class DumpConfig:
+    dump_dir: str
+    layers: tuple[int, ...] | None   # None: default_layers(n) once n is known
+    fmt: str = "safetensors"
+    final: str = "prenorm"
+    max_pending_bytes: int = 4 << 30
+    io_threads: int = 2
+
+    @property
+    def want_prenorm(self) -> bool:
+        return self.final in ("prenorm", "both")
+
+    @property
+    def want_postnorm(self) -> bool:
+        return self.final in ("postnorm", "both")
+
+    def resolve_layers(self, num_layers: int) -> list[int]:
+        """Validated HF indices for a model of `num_layers` decoder layers."""
+        layers = list(self.layers) if self.layers is not None else default_layers(num_layers)
+        for i in layers:
+            if i == num_layers:
+                raise DumpConfigError(
+                    f"{ENV_LAYERS}: index {i} is the final hidden state (after the last of {num_layers} layers); "
+                    f"it is always dumped separately ({ENV_FINAL}); aux indices must be 0..{num_layers - 1}")
+            if not 0 <= i < num_layers:
+                raise DumpConfigError(f"{ENV_LAYERS}: index {i} out of range 0..{num_layers - 1} "
+                                      f"for a model with {num_layers} decoder layers")
+        if len(set(layers)) != len(layers) or layers != sorted(layers):
+            raise DumpConfigError(f"{ENV_LAYERS}: indices must be strictly increasing, got {layers}")
+        return layers
+
+
+def parse_layers(text: str) -> tuple[int, ...] | None:
+    text = (text or "").strip()
+    if not text:
+        return None
+    try:
+        out = tuple(int(x) for x in text.replace(" ", "").split(",") if x != "")
+    except ValueError:
+        raise DumpConfigError(f"{ENV_LAYERS}={text!r}: expected comma-separated integers, e.g. 2,30,58") from None
+    if not out:
+        raise DumpConfigError(f"{ENV_LAYERS}={text!r}: no indices")
+    return out
+
+
+def from_env(env=None) -> DumpConfig | None:
+    """The dump config, None when dumping is off; DumpConfigError on a bad value (directory checks are
+    the writer's, at start-up)."""
+    env = os.environ if env is None else env
+    d = env.get(ENV_DIR, "")
+    if not d:
+        return None
+    fmt = env.get(ENV_FORMAT, "") or "safetensors"
+    if fmt not in FORMATS:
+        raise DumpConfigError(f"{ENV_FORMAT}={fmt!r}: supported {FORMATS} (convert with "
+                              f"`python -m sglang_eagle3_ext.dump export --to speculators|specforge`)")
+    final = env.get(ENV_FINAL, "") or "prenorm"
+    if final not in FINAL_MODES:
+        raise DumpConfigError(f"{ENV_FINAL}={final!r}: expected one of {FINAL_MODES}")
+    try:
+        mb = int(env.get(ENV_MAX_PENDING_MB, "") or 4096)
+        io = int(env.get(ENV_IO_THREADS, "") or 2)
+    except ValueError as e:
+        raise DumpConfigError(f"{ENV_MAX_PENDING_MB}/{ENV_IO_THREADS}: {e}") from None
+    if mb <= 0 or io <= 0:
+        raise DumpConfigError(f"{ENV_MAX_PENDING_MB} and {ENV_IO_THREADS} must be positive")
+    return DumpConfig(dump_dir=os.path.abspath(d), layers=parse_layers(env.get(ENV_LAYERS, "")),
+                      fmt=fmt, final=final, max_pending_bytes=mb << 20, io_threads=io)

@@ -1,0 +1,136 @@
+"""Convert a native dump into the layouts training tools read.
+
+speculators: <out>/hidden_states/hs_{i}.safetensors  {token_ids [L] int64, hidden_states [L, K+1, H]},
+             the last slot = final state BEFORE the last norm; plus an Arrow dataset at <out>
+             (input_ids, loss_mask, seq_len; speculators' ArrowDataset(datapath=<out>)) and index.jsonl.
+SpecForge:   <out>/rows_{g}-{g+2000}/data_{i}.ckpt  torch.save({input_ids [L], loss_mask [L],
+             hidden_state [1, L, H] AFTER the last norm, aux_hidden_state [1, L, K*H]})
+Sample i is the i-th id in `order` (e.g. the dataset's line order), else sorted ids.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .config import META_FILE, NORM_FILE
+from .fmt import T_AUX, T_IDS, T_POST, T_PRE, atomic_write, read_sample, rms_norm
+from .manifest import read_manifest
+
+SPECFORGE_GROUP = 2000
+
+
+class ExportError(RuntimeError):
+    pass
+
+
+def _load_norm(dump_dir):
+    p = Path(dump_dir) / NORM_FILE
+    if not p.exists():
+        return None
+    from safetensors import safe_open
+
+    with safe_open(str(p), framework="pt") as f:
+        meta = json.loads((f.metadata() or {}).get("sge3_norm", "{}"))
+        return f.get_tensor("weight"), float(meta["eps"])
+
+
+def ordered_records(dump_dir, order: list[str] | None = None) -> list[dict]:
+    man = read_manifest(dump_dir)
+    if order is None:
+        return [man[k] for k in sorted(man)]
+    missing = [k for k in order if k not in man]
+    if missing:
+        raise ExportError(f"{len(missing)} ids of the given order are not in the manifest (e.g. {missing[:3]}); "
+                          f"re-run the dump client to complete them, or export without --data")
+    return [man[k] for k in order]
+
+
+def _finals(t: dict, norm, path) -> tuple:
+    pre = t.get(T_PRE)
+    post = t.get(T_POST)
+    if post is None and pre is not None:
+        if norm is None:
+            raise ExportError(f"{path}: no post-norm state and no {NORM_FILE} to derive it")
+        post = rms_norm(pre, norm[0], norm[1])
+    return pre, post
+
+
+def export_speculators(dump_dir, out, order=None, loss_masks: dict | None = None, arrow: bool = True) -> int:
+    dump_dir, out = Path(dump_dir), Path(out)
+    recs = ordered_records(dump_dir, order)
+    hs_dir = out / "hidden_states"
+    hs_dir.mkdir(parents=True, exist_ok=True)
+    from safetensors.torch import save_file
+
+    rows = {"input_ids": [], "loss_mask": [], "seq_len": []}
+    index = []
+    for i, rec in enumerate(recs):
+        t, meta = read_sample(dump_dir / rec["file"])
+        if T_PRE not in t:
+            raise ExportError(f"{rec['file']}: speculators needs the final state before the norm; this dump was "
+                              f"made with SGLANG_EAGLE3_EXT_DUMP_FINAL=postnorm")
+        L, KH = t[T_AUX].shape
+        H = t[T_PRE].shape[1]
+        hs = __import__("torch").cat([t[T_AUX].view(L, KH // H, H), t[T_PRE].view(L, 1, H)], 1).contiguous()
+        ids = t[T_IDS].long().contiguous()
+        atomic_write(hs_dir / f"hs_{i}.safetensors", lambda p: save_file({"token_ids": ids, "hidden_states": hs}, p))
+        lm = (loss_masks or {}).get(rec["id"]) or [1] * L
+        if len(lm) != L:
+            raise ExportError(f"loss_mask of {rec['id']} has {len(lm)} entries, sample has {L} tokens")
+        rows["input_ids"].append(ids.tolist())
+        rows["loss_mask"].append([int(x) for x in lm])
+        rows["seq_len"].append(L)
+        index.append({"i": i, "id": rec["id"], "num_tokens": L})
+    _write_index(out, index, dump_dir)
+    if arrow:
+        import datasets
+
+        ds = datasets.Dataset.from_dict(rows)
+        ds = ds.with_format("torch")
+        ds.save_to_disk(str(out / "_arrow_tmp"))
+        for f in (out / "_arrow_tmp").iterdir():   # speculators wants the Arrow files and hidden_states/ side by side
+            os.replace(f, out / f.name)
+        (out / "_arrow_tmp").rmdir()
+    return len(recs)
+
+
+def export_specforge(dump_dir, out, order=None, loss_masks: dict | None = None) -> int:
+    import torch
+
+    dump_dir, out = Path(dump_dir), Path(out)
+    recs = ordered_records(dump_dir, order)
+    norm = _load_norm(dump_dir)
+    index = []
+    for i, rec in enumerate(recs):
+        t, meta = read_sample(dump_dir / rec["file"])
+        _, post = _finals(t, norm, rec["file"])
+        L = t[T_IDS].shape[0]
+        lm = (loss_masks or {}).get(rec["id"]) or [1] * L
+        if len(lm) != L:
+            raise ExportError(f"loss_mask of {rec['id']} has {len(lm)} entries, sample has {L} tokens")
+        record = {"input_ids": t[T_IDS].long().clone(), "loss_mask": torch.tensor(lm, dtype=torch.long),
+                  "hidden_state": post.unsqueeze(0).contiguous(), "aux_hidden_state": t[T_AUX].unsqueeze(0).contiguous()}
+        g = i // SPECFORGE_GROUP * SPECFORGE_GROUP
+        path = out / f"rows_{g}-{g + SPECFORGE_GROUP}" / f"data_{i}.ckpt"
+        atomic_write(path, lambda p: torch.save(record, p))
+        index.append({"i": i, "id": rec["id"], "num_tokens": L})
+    _write_index(out, index, dump_dir)
+    return len(recs)
+
+
+def _write_index(out: Path, index: list, dump_dir: Path) -> None:
+    data = "".join(json.dumps(r) + "\n" for r in index).encode()
+
+    def w(p):
+        with open(p, "wb") as fh:
+            fh.write(data)
+    atomic_write(out / "index.jsonl", w)
+    meta = dump_dir / META_FILE
+    if meta.exists():
+        src = meta.read_bytes()
+
+        def wm(p):
+            with open(p, "wb") as fh:
+                fh.write(src)
+        atomic_write(out / "sge3_dump_meta.json", wm)

@@ -1,0 +1,107 @@
+"""Sample identity on disk and the manifest of complete samples.
+
+A sample id comes from the request id (the dump client sets rid = sample id). Ids are sanitised
+so that no request id can name a path outside the dump directory: only [A-Za-z0-9._-], no leading
+dot, bounded length; anything rewritten gets a hash suffix so distinct ids stay distinct.
+
+The manifest is append-only JSONL, one line per *complete* sample, written (and fsynced) only after
+the sample file is fsynced and renamed into place. One manifest per writer (DP group) so concurrent
+writers never interleave lines; readers take the union. A torn last line (crash mid-append) is ignored.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+from pathlib import Path
+
+from .config import MANIFEST_DIR, SAMPLES_DIR
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+MAX_ID_LEN = 120
+
+
+def sanitize_id(raw: str) -> str:
+    """A file-name-safe id; identical to `raw` when `raw` is already safe."""
+    raw = str(raw)
+    safe = _SAFE.sub("_", raw).lstrip(".")
+    if safe != raw or len(safe) > MAX_ID_LEN or not safe:
+        digest = hashlib.sha1(raw.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        safe = f"{safe[:MAX_ID_LEN - 13]}-{digest}" if safe else f"id-{digest}"
+    return safe
+
+
+def sample_relpath(sample_id: str) -> str:
+    """samples/<2 hex>/<id>.safetensors (sharded so no directory holds millions of files)."""
+    sid = sanitize_id(sample_id)
+    shard = hashlib.sha1(sid.encode()).hexdigest()[:2]
+    return f"{SAMPLES_DIR}/{shard}/{sid}.safetensors"
+
+
+def sample_path(dump_dir: str | os.PathLike, sample_id: str) -> Path:
+    root = Path(dump_dir).resolve()
+    p = (root / sample_relpath(sample_id)).resolve()
+    if root not in p.parents:   # defence in depth: sanitize_id already makes this impossible
+        raise ValueError(f"sample id {sample_id!r} resolves outside the dump dir")
+    return p
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_manifest(dump_dir: str | os.PathLike) -> dict[str, dict]:
+    """id -> record for every complete sample (union over all writers' manifests)."""
+    out: dict[str, dict] = {}
+    mdir = Path(dump_dir) / MANIFEST_DIR
+    if not mdir.is_dir():
+        return out
+    for f in sorted(mdir.glob("*.jsonl")):
+        with open(f, "rb") as fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # torn line from a crash mid-append: that sample is not complete
+                if isinstance(rec, dict) and "id" in rec and "file" in rec:
+                    out.setdefault(rec["id"], rec)
+    return out
+
+
+class ManifestWriter:
+    """Appends one fsynced JSON line per complete sample to manifests/<name>.jsonl."""
+
+    def __init__(self, dump_dir: str | os.PathLike, name: str):
+        mdir = Path(dump_dir) / MANIFEST_DIR
+        mdir.mkdir(parents=True, exist_ok=True)
+        self.path = mdir / f"{name}.jsonl"
+        self._lock = threading.Lock()
+        fresh = not self.path.exists()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if fresh:
+            fsync_dir(mdir)
+        elif self.path.stat().st_size:
+            with open(self.path, "rb") as fh:   # a torn last line must not swallow the next record
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    os.write(self._fd, b"\n")
+
+    def append(self, record: dict) -> None:
+        line = (json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n").encode()
+        with self._lock:
+            n = os.write(self._fd, line)
+            if n != len(line):
+                raise OSError(f"short write to {self.path} ({n}/{len(line)} bytes)")
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1

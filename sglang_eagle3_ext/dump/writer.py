@@ -1,0 +1,280 @@
+"""The dump writer: everything after the device->host copy happens here, off the scheduler thread.
+
+forward thread:  reserve(bytes) [blocks when the host budget is used up: backpressure, never a drop]
+                 -> async copies -> submit(batch)
+assembler thread: wait for the copy event, stitch chunks per request (assemble.py)
+io threads:       check finite, write the safetensors file atomically, then append to the manifest
+
+Any OSError while writing (disk full, quota, read-only, I/O error) stops dumping for the rest of the
+process: serving continues, the manifest stays consistent (it only lists renamed, fsynced files).
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .._log import log_once, logger
+from .assemble import Assembler, ChunkBatch, Sample
+from .config import MANIFEST_DIR, META_FILE, NORM_FILE, SAMPLES_DIR, DumpConfig
+from .fmt import T_IDS, atomic_write, write_json_atomic, write_sample
+from .manifest import ManifestWriter, read_manifest, sample_path, sample_relpath
+
+STATUS_DIR = "status"
+# Fields of dump_meta.json that must match when a run appends to an existing dump dir.
+IDENTITY_KEYS = ("layer_indices_hf", "hidden_size", "num_hidden_layers", "architecture", "final", "dtype")
+
+
+class DumpStartupError(RuntimeError):
+    pass
+
+
+class Budget:
+    """Bytes of host memory held by in-flight batches. acquire() waits while that would exceed the cap
+    *and* waiting can help (some held bytes belong to work that will finish); bytes parked in
+    half-stitched requests cannot be freed by waiting, so then it overshoots (logged) instead of deadlocking."""
+
+    def __init__(self, cap: int, progress_possible):
+        self.cap, self.used = cap, 0
+        self._progress_possible = progress_possible
+        self._cond = threading.Condition()
+        self.waited_s = 0.0
+
+    def acquire(self, n: int) -> None:
+        with self._cond:
+            t0 = None
+            while self.used and self.used + n > self.cap and self._progress_possible():
+                if t0 is None:
+                    t0 = time.monotonic()
+                    log_once("dump.backpressure", "dump writer is behind: the forward pass waits for the writer "
+                             "(host budget %d MB full); raise SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB or use faster "
+                             "storage", self.cap >> 20, level=logging.WARNING)
+                self._cond.wait(0.5)
+            if t0 is not None:
+                self.waited_s += time.monotonic() - t0
+            if self.used + n > self.cap and self.used:
+                log_once("dump.overshoot", "dump host budget exceeded by partially stitched requests "
+                         "(%d + %d > %d bytes); continuing rather than deadlocking", self.used, n, self.cap,
+                         level=logging.WARNING)
+            self.used += n
+
+    def release(self, n: int) -> None:
+        with self._cond:
+            self.used -= n
+            self._cond.notify_all()
+
+    def poke(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+
+def check_dump_dir(path: str) -> Path:
+    """The dump dir must exist and be writable: a typo must not silently create a new tree."""
+    p = Path(path)
+    if not p.is_dir():
+        raise DumpStartupError(f"dump dir {path} does not exist (create it first; it is not created for you)")
+    probe = p / f".write_probe.{os.getpid()}"
+    try:
+        with open(probe, "wb") as fh:
+            fh.write(b"ok")
+            fh.flush()
+            os.fsync(fh.fileno())
+        probe.unlink()
+    except OSError as e:
+        raise DumpStartupError(f"dump dir {path} is not writable: {e}") from e
+    return p
+
+
+class DumpWriter:
+    def __init__(self, cfg: DumpConfig, meta: dict, name: str = "dp0"):
+        self.cfg, self.meta, self.name = cfg, dict(meta), name
+        self.root = check_dump_dir(cfg.dump_dir)
+        for sub in (SAMPLES_DIR, MANIFEST_DIR, STATUS_DIR):
+            (self.root / sub).mkdir(exist_ok=True)
+        self._check_or_write_meta()
+        self._clean_own_tmp()
+        self.done_ids: set[str] = set(read_manifest(self.root))
+        self.manifest = ManifestWriter(self.root, name)
+        self.num_aux = len(meta["layer_indices_hf"])
+        self.stats = dict(written=0, tokens=0, bytes=0, nonfinite=0, refused_prefix_cache=0, refused_other=0,
+                          already_done=0, batches=0)
+        self.accepting = True
+        self.stop_reason: str | None = None
+        self._queue: queue.Queue = queue.Queue()
+        self._queued = 0          # batches submitted, not yet assembled
+        self._io_pending = 0      # samples handed to io, not yet finished
+        self._count_lock = threading.Lock()
+        self.budget = Budget(cfg.max_pending_bytes, lambda: (self._queued + self._io_pending) > 0)
+        self._asm = Assembler(lambda sid: sid in self.done_ids, lambda b: self.budget.release(b.nbytes))
+        self._io = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix="sge3-dump-io")
+        self._norm_written = (self.root / NORM_FILE).exists()
+        self._thread = threading.Thread(target=self._assemble_loop, name="sge3-dump-assembler", daemon=True)
+        self._thread.start()
+        self._write_status("dumping")
+
+    # ---- start-up ---------------------------------------------------------------------------------
+    def _check_or_write_meta(self) -> None:
+        path = self.root / META_FILE
+        if path.exists():
+            import json
+
+            try:
+                old = json.loads(path.read_text())
+            except ValueError as e:
+                raise DumpStartupError(f"{path} is unreadable ({e}); use a fresh dump dir") from e
+            diff = {k: (old.get(k), self.meta.get(k)) for k in IDENTITY_KEYS if old.get(k) != self.meta.get(k)}
+            if diff:
+                raise DumpStartupError(f"dump dir {self.root} holds a dump with different settings {diff} "
+                                       f"(existing, now); use a fresh dump dir")
+            return
+        write_json_atomic(path, self.meta)
+
+    def _clean_own_tmp(self) -> None:
+        """Temporary files a killed run of this writer left behind (never listed in a manifest)."""
+        tag = f".tmp{self.name}."
+        for p in (self.root / SAMPLES_DIR).rglob(".*"):
+            if tag in p.name:
+                try:
+                    p.unlink()
+                except OSError:
+                    pass
+
+    def _write_status(self, state: str, error: str | None = None) -> None:
+        try:
+            write_json_atomic(self.root / STATUS_DIR / f"{self.name}.json",
+                              {"state": state, "error": error, "pid": os.getpid(), "time": time.time(),
+                               "stats": dict(self.stats)})
+        except OSError:
+            pass  # the disk may be the problem; the log line says it
+
+    # ---- forward-thread API -----------------------------------------------------------------------
+    def is_done(self, sample_id: str) -> bool:
+        return sample_id in self.done_ids
+
+    def reserve(self, nbytes: int) -> None:
+        self.budget.acquire(nbytes)
+
+    def unreserve(self, nbytes: int) -> None:
+        self.budget.release(nbytes)
+
+    def submit(self, batch: ChunkBatch) -> None:
+        with self._count_lock:
+            self._queued += 1
+        self._queue.put(batch)
+
+    # ---- background -------------------------------------------------------------------------------
+    def _assemble_loop(self) -> None:
+        while True:
+            batch = self._queue.get()
+            if batch is None:
+                return
+            try:
+                if not self.accepting:
+                    self._asm.drop_all()
+                    batch.add_ref()
+                    self._asm._unref(batch)
+                    continue
+                batch.wait()
+                self._inc("batches")
+                if batch.norm is not None and not self._norm_written:
+                    self._write_norm(*batch.norm)
+                done, refused = self._asm.feed(batch)
+                for r in refused:
+                    self._inc("refused_prefix_cache" if r.kind == "prefix_cache" else "refused_other")
+                    log_once(f"dump.refuse.{r.kind}", "dump: not writing request %s: %s (said once per kind; "
+                             "counted in status/%s.json)", r.rid, r.reason, self.name, level=logging.WARNING)
+                for s in done:
+                    with self._count_lock:
+                        self._io_pending += 1
+                    self._io.submit(self._write_one, s)
+            except Exception as e:  # noqa: BLE001 - never kill the thread silently
+                self._stop(e)
+            finally:
+                with self._count_lock:
+                    self._queued -= 1
+                self.budget.poke()
+
+    def _write_norm(self, weight, eps: float) -> None:
+        from safetensors.torch import save_file
+        import json
+
+        meta = {"eps": repr(float(eps)), "note": "model.norm (final RMSNorm) weight: postnorm = rms_norm(prenorm)"}
+        try:
+            atomic_write(self.root / NORM_FILE, lambda p: save_file({"weight": weight.contiguous()}, p,
+                                                                    metadata={"sge3_norm": json.dumps(meta)}))
+            self._norm_written = True
+        except OSError as e:
+            self._stop(e)
+
+    def _write_one(self, s: Sample) -> None:
+        try:
+            if not self.accepting or s.sample_id in self.done_ids:
+                if s.sample_id in self.done_ids:
+                    self._inc("already_done")
+                return
+            tensors = s.materialize(self.num_aux)
+            if not all(bool(t.isfinite().all()) for k, t in tensors.items() if k != T_IDS):
+                self._inc("nonfinite")
+                log_once("dump.nonfinite", "dump: skipping request %s: NaN/Inf in its hidden states (counted in "
+                         "status/%s.json)", s.rid, self.name, level=logging.WARNING)
+                return
+            n = int(tensors[T_IDS].shape[0])
+            meta = {**self.meta, "sample_id": s.sample_id, "rid": s.rid, "num_tokens": n,
+                    "tensors": {k: list(v.shape) for k, v in tensors.items()}}
+            size = write_sample(sample_path(self.root, s.sample_id), tensors, meta, tmp_tag=self.name)
+            self.manifest.append({"id": s.sample_id, "rid": s.rid, "file": sample_relpath(s.sample_id),
+                                  "num_tokens": n, "bytes": size, "writer": self.name, "t": round(time.time(), 3)})
+            self.done_ids.add(s.sample_id)
+            self._inc("written")
+            self._inc("tokens", n)
+            self._inc("bytes", size)
+        except OSError as e:
+            self._stop(e)
+        except Exception as e:  # noqa: BLE001
+            log_once("dump.write_error", "dump: failed to write request %s: %s", s.rid, e, level=logging.ERROR)
+            self._inc("refused_other")
+        finally:
+            self._asm.finish(s)
+            with self._count_lock:
+                self._io_pending -= 1
+            self.budget.poke()
+
+    def _inc(self, key: str, n: int = 1) -> None:
+        with self._count_lock:
+            self.stats[key] += n
+
+    def _stop(self, exc: BaseException) -> None:
+        if not self.accepting:
+            return
+        self.accepting = False
+        kind = errno.errorcode.get(getattr(exc, "errno", None) or -1, type(exc).__name__)
+        self.stop_reason = f"{kind}: {exc}"
+        logger.error("dump: STOPPED writing (%s); serving continues; the manifest lists only complete samples. "
+                     "Fix the cause and re-run the dump client to resume.", self.stop_reason)
+        self._write_status("stopped", self.stop_reason)
+
+    # ---- tests / shutdown -------------------------------------------------------------------------
+    def flush(self, timeout: float = 60.0) -> bool:
+        """Wait until every submitted batch is assembled and every complete sample written."""
+        t_end = time.monotonic() + timeout
+        while time.monotonic() < t_end:
+            with self._count_lock:
+                if self._queued == 0 and self._io_pending == 0:
+                    return True
+            time.sleep(0.01)
+        return False
+
+    def close(self, timeout: float = 60.0) -> None:
+        self.flush(timeout)
+        self._queue.put(None)
+        self._thread.join(timeout)
+        self._io.shutdown(wait=True)
+        self._asm.drop_all()
+        self.manifest.close()
+        if self.accepting:
+            self._write_status("closed")

@@ -1,0 +1,131 @@
+"""The capture hook against real SGLang objects on CPU: a real ForwardBatch with the real ForwardMode
+enum, SGLang's RMSNorm and LogitsProcessor, the patch-table wrappers applied through wrapt."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sglang_eagle3_ext.dump import capture
+from sglang_eagle3_ext.dump import config as C
+from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, read_sample, rms_norm
+from sglang_eagle3_ext.dump.manifest import read_manifest
+from sglang_eagle3_ext.targets.logits_processor import dump_prefill
+
+pytestmark = pytest.mark.sglang
+H, N = 16, 6
+
+
+def _model(sglang_cpu):
+    from transformers import PretrainedConfig
+    from sglang.srt.layers.layernorm import RMSNorm
+    from sglang.srt.layers.logits_processor import LogitsProcessor
+
+    cfg = PretrainedConfig(hidden_size=H, num_hidden_layers=N, vocab_size=32, architectures=["DeepseekV3ForCausalLM"])
+
+    class Inner(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = RMSNorm(H, eps=1e-6)
+            self.norm.weight.data = torch.rand(H) + 0.5
+            self.layers_to_capture = []
+
+    # Named like the target class: attach() only accepts the real targets' class names.
+    DeepseekV3ForCausalLM = type("DeepseekV3ForCausalLM", (torch.nn.Module,), {})
+    m = DeepseekV3ForCausalLM()
+    m.config, m.model = cfg, Inner()
+    m.capture_aux_hidden_states = False
+    m.logits_processor = LogitsProcessor(cfg)
+    return m
+
+
+def _fb(mode, rids, prefix, ext, orig, ids):
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+    bs = len(rids)
+    return ForwardBatch(forward_mode=mode, batch_size=bs, input_ids=ids, req_pool_indices=torch.arange(bs),
+                        seq_lens=torch.tensor([p + e for p, e in zip(prefix, ext)]), out_cache_loc=torch.arange(len(ids)),
+                        seq_lens_sum=sum(p + e for p, e in zip(prefix, ext)), orig_seq_lens=torch.tensor(orig, dtype=torch.int32),
+                        rids=list(rids), extend_prefix_lens_cpu=list(prefix), extend_seq_lens_cpu=list(ext))
+
+
+def _forward(m, fb, packed, layers):
+    """What DeepseekV2ForCausalLM.forward hands LogitsProcessor.forward: run the real norm (its hook
+    stashes the pre-norm state), then call our wrapper with a stand-in for the logits computation."""
+    T = fb.input_ids.shape[0]
+    residual = torch.randn(T, H)
+    x = torch.randn(T, H)
+    prenorm = x + residual
+    post, _ = m.model.norm(x.clone(), residual.clone())
+    aux = [torch.randn(T, H) for _ in layers]
+    aux_arg = torch.cat(aux, -1) if packed else aux
+    seen = []
+    dump_prefill(lambda *a, **k: seen.append(a) or "logits", m.logits_processor,
+                 (None, post, None, fb, aux_arg), {})          # Kimi-K2.5 passes input_ids=None
+    assert seen, "the original forward must always run"
+    return prenorm, post, torch.cat(aux, -1)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkeypatch, packed):
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    monkeypatch.setattr(capture, "_writer", None)
+    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "0,2,5", C.ENV_FINAL: "both"})
+    m = _model(sglang_cpu)
+    target = capture.attach(m, cfg)
+    assert m.capture_aux_hidden_states and m.model.layers_to_capture == [0, 2, 5]   # HF indices, no +1
+    w = capture.get_writer()
+    # chunk 1: "p1" tokens 0..3 of 6, plus a nodump- request; chunk 2: p1 tokens 4..5 and p2 (3 tokens)
+    fb1 = _fb(ForwardMode.EXTEND, ["p1", "nodump-g"], [0, 0], [4, 2], [6, 2], torch.arange(6))
+    r1 = _forward(m, fb1, packed, [0, 2, 5])
+    fb2 = _fb(ForwardMode.EXTEND, ["p1", "p2"], [4, 0], [2, 3], [6, 3], torch.arange(100, 105))
+    r2 = _forward(m, fb2, packed, [0, 2, 5])
+    # not pure EXTEND: never dumped, even with dumpable rids
+    for mode in (ForwardMode.MIXED, ForwardMode.TARGET_VERIFY, ForwardMode.DECODE, ForwardMode.DRAFT_EXTEND_V2):
+        _forward(m, _fb(mode, ["p3"], [0], [2], [2], torch.arange(2)), packed, [0, 2, 5])
+    assert w.flush(30)
+    man = read_manifest(tmp_path)
+    assert set(man) == {"p1", "p2"}
+    t, meta = read_sample(tmp_path / man["p1"]["file"])
+    assert t[T_IDS].tolist() == [0, 1, 2, 3, 100, 101]
+    assert torch.equal(t[T_AUX], torch.cat([r1[2][:4], r2[2][:2]]))
+    assert torch.equal(t[T_PRE], torch.cat([r1[0][:4], r2[0][:2]]))
+    assert torch.equal(t[T_POST], torch.cat([r1[1][:4], r2[1][:2]]))
+    # SGLang's own RMSNorm output = our re-derivation from the pre-norm state (used by the SpecForge export)
+    assert torch.allclose(rms_norm(t[T_PRE], m.model.norm.weight.data, 1e-6), t[T_POST], atol=1e-5)
+    assert meta["layer_indices_hf"] == [0, 2, 5] and meta["hidden_size"] == H and meta["sglang_version"]
+    assert meta["tp_size"] == 1 and meta["dp_size"] == 1
+    w.close()
+
+
+def test_hook_refuses_prefix_cache_hit_and_changed_layers(sglang_cpu, tmp_path, monkeypatch):
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    monkeypatch.setattr(capture, "_writer", None)
+    m = _model(sglang_cpu)
+    capture.attach(m, C.from_env({C.ENV_DIR: str(tmp_path)}))
+    assert m.model.layers_to_capture == C.default_layers(N) == [1, 3, 5]
+    w = capture.get_writer()
+    _forward(m, _fb(ForwardMode.EXTEND, ["hit"], [3], [2], [5], torch.arange(2)), False, C.default_layers(N))
+    assert w.flush(30) and w.stats["refused_prefix_cache"] == 1
+    m.model.layers_to_capture = [3, 4, 5]      # e.g. speculative decoding re-set the layers
+    _forward(m, _fb(ForwardMode.EXTEND, ["x"], [0], [2], [2], torch.arange(2)), False, [3, 4, 5])
+    assert w.flush(30) and read_manifest(tmp_path) == {}
+    w.close()
+
+
+def test_bad_config_stops_start_up_with_the_fix(sglang_cpu, tmp_path, monkeypatch):
+    from sglang_eagle3_ext.dump.writer import DumpStartupError
+
+    monkeypatch.setattr(capture, "_writer", None)
+    monkeypatch.setenv(C.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(C.ENV_LAYERS, "1,99")
+    m = _model(sglang_cpu)
+    with pytest.raises(DumpStartupError, match="out of range"):
+        capture.install_from_init(m)                 # the server refuses to start, naming the variable
+    assert capture.get_writer() is None
+    monkeypatch.setenv(C.ENV_LAYERS, "1,2,3")
+    monkeypatch.setenv(C.ENV_DIR, str(tmp_path / "missing"))
+    with pytest.raises(DumpStartupError, match="does not exist"):
+        capture.install_from_init(m)
+    assert capture.get_writer() is None

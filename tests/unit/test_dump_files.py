@@ -1,0 +1,221 @@
+"""Dump ids, manifest, atomic writes, writer failure handling, config: pure CPU, no SGLang."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from sglang_eagle3_ext.dump import config as C
+from sglang_eagle3_ext.dump.assemble import ChunkBatch
+from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, read_sample, write_sample
+from sglang_eagle3_ext.dump.manifest import ManifestWriter, read_manifest, sample_path, sanitize_id
+from sglang_eagle3_ext.dump.writer import DumpStartupError, DumpWriter
+
+H, K = 8, 3
+
+
+@pytest.mark.parametrize("raw", ["../../etc/passwd", "/etc/passwd", "..", ".", "a/../../b", "\x00evil", "..\\..\\x",
+                                 "~root", "a" * 500, "", "ünï/cødé", ".hidden", "C:\\Windows\\x"])
+def test_ids_never_leave_dump_dir(tmp_path, raw):
+    p = sample_path(tmp_path, raw)
+    assert tmp_path.resolve() in p.parents
+    assert "/" not in sanitize_id(raw) and "\\" not in sanitize_id(raw)
+    assert not sanitize_id(raw).startswith(".") and len(sanitize_id(raw)) <= 120
+
+
+def test_ids_stable_and_distinct():
+    assert sanitize_id("sample-0001.v2_x") == "sample-0001.v2_x"    # safe ids unchanged (client and server agree)
+    assert sanitize_id("a/b") != sanitize_id("a_b")                 # rewriting never merges two ids
+    assert sanitize_id("a/b") == sanitize_id("a/b")
+
+
+def test_config_env(tmp_path):
+    assert C.from_env({}) is None
+    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "1, 5,9"})
+    assert cfg.layers == (1, 5, 9) and cfg.final == "prenorm"
+    assert C.from_env({C.ENV_DIR: str(tmp_path)}).resolve_layers(61) == [2, 30, 58]
+    assert C.default_layers(4) == [1, 2, 3] and C.default_layers(8) == [2, 4, 5]
+    with pytest.raises(C.DumpConfigError, match="out of range"):
+        cfg.resolve_layers(4)
+    with pytest.raises(C.DumpConfigError, match="final hidden state"):
+        C.from_env({C.ENV_DIR: "x", C.ENV_LAYERS: "1,4"}).resolve_layers(4)
+    with pytest.raises(C.DumpConfigError, match="integers"):
+        C.from_env({C.ENV_DIR: "x", C.ENV_LAYERS: "1,two"})
+    with pytest.raises(C.DumpConfigError, match="supported"):
+        C.from_env({C.ENV_DIR: "x", C.ENV_FORMAT: "pickle"})
+    with pytest.raises(C.DumpConfigError, match="increasing"):
+        C.from_env({C.ENV_DIR: "x", C.ENV_LAYERS: "3,1"}).resolve_layers(10)
+    from sglang_eagle3_ext.patch_table import ENV_DUMP_DIR, features_from_env
+    assert C.ENV_DIR == ENV_DUMP_DIR and "dump" in features_from_env({C.ENV_DIR: "/x"})
+
+
+def test_manifest_torn_line_and_append(tmp_path):
+    m = ManifestWriter(tmp_path, "dp0")
+    m.append({"id": "a", "file": "samples/x/a.safetensors"})
+    m.close()
+    with open(tmp_path / "manifests" / "dp0.jsonl", "ab") as fh:
+        fh.write(b'{"id": "b", "fi')             # crash mid-append
+    assert set(read_manifest(tmp_path)) == {"a"}
+    m = ManifestWriter(tmp_path, "dp0")           # reopening must not glue the next record to the torn one
+    m.append({"id": "c", "file": "samples/x/c.safetensors"})
+    m.close()
+    ManifestWriter(tmp_path, "dp1").append({"id": "d", "file": "f"})
+    assert set(read_manifest(tmp_path)) == {"a", "c", "d"}
+
+
+def test_atomic_write_failure_leaves_nothing(tmp_path, monkeypatch):
+    target = tmp_path / "s" / "x.safetensors"
+
+    def boom(src, dst):
+        raise OSError(errno.EIO, "injected")
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError):
+        write_sample(target, {"a": torch.ones(3)}, {"k": 1})
+    assert not target.exists() and list(target.parent.iterdir()) == []
+
+
+def test_sample_roundtrip_metadata(tmp_path):
+    t = {T_IDS: torch.arange(5), T_AUX: torch.randn(5, K * H).bfloat16()}
+    write_sample(tmp_path / "a.safetensors", t, {"layer_indices_hf": [1, 2, 3]})
+    got, meta = read_sample(tmp_path / "a.safetensors")
+    assert meta["layer_indices_hf"] == [1, 2, 3] and torch.equal(got[T_AUX], t[T_AUX])
+    with open(tmp_path / "a.safetensors", "rb") as fh:     # safetensors: JSON header, never a pickle
+        n = int.from_bytes(fh.read(8), "little")
+        assert json.loads(fh.read(n))["__metadata__"]["sge3_dump"]
+
+
+# ---- writer ---------------------------------------------------------------------------------------
+def _meta():
+    return {"layer_indices_hf": [1, 2, 3], "hidden_size": H, "num_hidden_layers": 4, "architecture": "DeepseekV3ForCausalLM",
+            "final": "both", "dtype": "float32"}
+
+
+def _batch(rids, prefix, ext, orig, seed=0, packed=False, nan=False):
+    T = sum(ext)
+    g = torch.Generator().manual_seed(seed)
+    aux = torch.randn(T, K * H, generator=g) if packed else torch.randn(K, T, H, generator=g)
+    post = torch.randn(T, H, generator=g)
+    if nan:
+        post[0, 0] = float("nan")
+    ids = torch.cat([torch.arange(p, p + n) for p, n in zip(prefix, ext)])
+    return ChunkBatch(rids, prefix, ext, torch.tensor(orig), ids, aux, "packed" if packed else "list",
+                      pre=torch.randn(T, H, generator=g), post=post, nbytes=1000)
+
+
+def _submit(w, *batches):
+    for b in batches:               # as the capture hook does: reserve host memory, then hand over
+        w.reserve(b.nbytes)
+        w.submit(b)
+
+
+def _writer(tmp_path, **kw):
+    cfg = C.DumpConfig(dump_dir=str(tmp_path), layers=(1, 2, 3), final="both", **kw)
+    return DumpWriter(cfg, _meta(), name="dp0")
+
+
+def test_writer_startup_errors(tmp_path):
+    with pytest.raises(DumpStartupError, match="does not exist"):
+        DumpWriter(C.DumpConfig(str(tmp_path / "missing"), None), _meta())
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        unwritable = "/proc" if os.access(ro, os.W_OK) else str(ro)   # root ignores mode bits; /proc refuses files
+        with pytest.raises(DumpStartupError, match="not writable"):
+            DumpWriter(C.DumpConfig(unwritable, None), _meta())
+    finally:
+        ro.chmod(0o700)
+    w = _writer(tmp_path)
+    w.close()
+    other = {**_meta(), "layer_indices_hf": [0, 1, 2]}
+    with pytest.raises(DumpStartupError, match="different settings"):
+        DumpWriter(C.DumpConfig(str(tmp_path), None), other)
+
+
+def test_writer_stitches_chunks_and_resumes(tmp_path):
+    w = _writer(tmp_path)
+    # r1: 10 tokens in chunks 4+6; r2: 3 tokens in one go; nodump-: never written
+    b1 = _batch(["r1", "nodump-x"], [0, 0], [4, 2], [10, 2], seed=1)
+    b2 = _batch(["r1", "r2"], [4, 0], [6, 3], [10, 3], seed=2, packed=True)
+    _submit(w, b1, b2)
+    assert w.flush(30)
+    man = read_manifest(tmp_path)
+    assert set(man) == {"r1", "r2"}
+    t, meta = read_sample(tmp_path / man["r1"]["file"])
+    assert t[T_IDS].tolist() == list(range(10)) and meta["num_tokens"] == 10
+    exp_aux = torch.cat([b1.aux[:, 0:4].transpose(0, 1).reshape(4, -1), b2.aux[0:6]])
+    assert torch.equal(t[T_AUX], exp_aux)
+    assert torch.equal(t[T_POST], torch.cat([b1.post[:4], b2.post[:6]]))
+    assert torch.equal(t[T_PRE], torch.cat([b1.pre[:4], b2.pre[:6]]))
+    assert w.budget.used == 0                       # every host buffer released
+    w.close()
+    w2 = _writer(tmp_path)                           # restart: manifest ids are done, not rewritten
+    assert w2.is_done("r1")
+    _submit(w2, _batch(["r1"], [0], [10], [10], seed=9))
+    assert w2.flush(30) and w2.stats["written"] == 0
+    assert torch.equal(read_sample(tmp_path / man["r1"]["file"])[0][T_POST], t[T_POST])
+    w2.close()
+
+
+def test_writer_refuses_prefix_cache_and_nan(tmp_path):
+    w = _writer(tmp_path)
+    _submit(w, _batch(["cached"], [5], [3], [8]))      # head served by the radix cache
+    _submit(w, _batch(["bad"], [0], [4], [4], nan=True))
+    assert w.flush(30)
+    assert read_manifest(tmp_path) == {}
+    assert w.stats["refused_prefix_cache"] == 1 and w.stats["nonfinite"] == 1 and w.budget.used == 0
+    assert not list((tmp_path / "samples").rglob("*.safetensors"))
+    w.close()
+
+
+def test_writer_disk_full_stops_and_keeps_manifest_consistent(tmp_path, monkeypatch):
+    import sglang_eagle3_ext.dump.writer as W
+
+    w = _writer(tmp_path)
+    _submit(w, _batch(["ok"], [0], [3], [3]))
+    assert w.flush(30)
+    real = W.write_sample
+    calls = []
+
+    def full(path, *a, **k):
+        calls.append(path)
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(W, "write_sample", full)
+    _submit(w, _batch(["x1"], [0], [3], [3]))
+    assert w.flush(30)
+    assert not w.accepting and "ENOSPC" in w.stop_reason
+    monkeypatch.setattr(W, "write_sample", real)
+    _submit(w, _batch(["x2"], [0], [3], [3]))            # after stopping: accepted by nobody, memory released
+    assert w.flush(30) and w.budget.used == 0
+    assert set(read_manifest(tmp_path)) == {"ok"}
+    status = json.loads((tmp_path / "status" / "dp0.json").read_text())
+    assert status["state"] == "stopped" and "ENOSPC" in status["error"]
+    w.close()
+
+
+def test_budget_backpressure_blocks_not_drops(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    import sglang_eagle3_ext.dump.writer as W
+
+    gate = threading.Event()
+    real = W.write_sample
+
+    def slow(*a, **k):
+        gate.wait(10)
+        return real(*a, **k)
+    monkeypatch.setattr(W, "write_sample", slow)
+    w = _writer(tmp_path, max_pending_bytes=1500)
+    _submit(w, _batch(["a"], [0], [3], [3]))           # 1000 bytes held until the gate opens
+    t0 = time.monotonic()
+    threading.Timer(0.5, gate.set).start()
+    _submit(w, _batch(["b"], [0], [3], [3]))           # its reserve must wait for "a" to be written
+    assert time.monotonic() - t0 >= 0.4
+    assert w.flush(30) and set(read_manifest(tmp_path)) == {"a", "b"} and w.budget.used == 0
+    assert w.budget.waited_s >= 0.4
+    w.close()
