@@ -2,8 +2,19 @@
 
 
 def explicit_capture_layers(wrapped, instance, args, kwargs):
-    return wrapped(*args, **kwargs)
+    """set_eagle3_layers_to_capture: capture exactly the HF indices the draft records (see draft/capture.py)."""
+    from ..draft.capture import set_capture_layers
+
+    return set_capture_layers(wrapped, instance, args, kwargs)
 
 
 def enable_dump_capture(wrapped, instance, args, kwargs):
-    return wrapped(*args, **kwargs)
+    """After DeepseekV2ForCausalLM.__init__ (so before weights load and any CUDA-graph capture): set
+    layers_to_capture = the dump's HF indices and capture_aux_hidden_states on the target, start the
+    writer. Subclasses that are drafts (NextN/MTP) are skipped by exact class name; errors are logged."""
+    result = wrapped(*args, **kwargs)
+    if instance is not None:
+        from ..dump.capture import install_from_init
+
+        install_from_init(instance)
+    return result

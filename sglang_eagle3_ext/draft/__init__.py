@@ -1,0 +1,13 @@
+"""EAGLE-3 draft checkpoints: one set of rules shared by the loader, `check` and `convert`.
+
+    keys.py            key names per SGLang release (renames, what each release can hold)
+    safetensors_io.py  header-only reading of .safetensors files (no SGLang, no torch needed)
+    rules.py           config, shape and value rules -> Problems
+    errors.py          Problem codes and the exceptions people see
+    loader.py          strict accounting around SGLang's own load_weights
+    guard.py           fc input-width check at forward time
+    capture.py         which target hidden states the draft was trained on
+    check.py, convert.py   the CLIs
+
+Nothing heavy is imported here.
+"""

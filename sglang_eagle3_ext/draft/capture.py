@@ -1,0 +1,63 @@
+"""Which target hidden states the draft was trained on, and making SGLang capture exactly those.
+
+Convention: HF index i = output_hidden_states[i] = output of decoder layer i-1 = input of layer i.
+DeepseekV2Model's loop index i captures the input of layer i, so `layers_to_capture = hf_indices`
+captures exactly the recorded states, whatever the release's +1 rule (0.5.10: always +1;
+0.5.14+: +1 only when ids[0] == 1).
+"""
+from __future__ import annotations
+
+from .._log import log_once
+from . import errors as E
+from .errors import DraftLoadError, Problem
+from .keys import HF_INDICES_FIELD
+
+
+def draft_k(cfg: dict) -> int | None:
+    ec = cfg.get("eagle_config") or {}
+    ids = ec.get("eagle_aux_hidden_state_layer_ids")
+    return cfg.get("num_aux_hidden_states") or (len(ids) if ids else None)
+
+
+def set_capture_layers(wrapped, instance, args, kwargs):
+    from .context import draft_dir_and_config
+
+    result = wrapped(*args, **kwargs)
+    if instance is None:  # called through the class: Cls.set_eagle3_layers_to_capture(model, ids)
+        instance, args = args[0], args[1:]
+    layer_ids = args[0] if args else kwargs.get("layer_ids")
+    pp = getattr(instance, "pp_group", None)
+    if pp is not None and not pp.is_last_rank:
+        return result
+    n = instance.config.num_hidden_layers
+    release_choice = list(instance.model.layers_to_capture)
+    path, cfg = draft_dir_and_config()
+    cfg = cfg or {}
+    hf = (cfg.get("eagle_config") or {}).get(HF_INDICES_FIELD)
+    k = draft_k(cfg)
+    where = f"draft {path}" if path else "draft"
+    if hf is not None:
+        bad = [i for i in hf if not (isinstance(i, int) and 0 <= i < n)]
+        if bad:
+            raise DraftLoadError([Problem(E.LAYER_INDEX, f"{where}: {HF_INDICES_FIELD}={hf} but the target has {n} "
+                                                         f"layers (capturable HF hidden_states[0..{n - 1}])")],
+                                 "EAGLE-3 capture layers do not fit the target:")
+        if k is not None and len(hf) != k:
+            raise DraftLoadError([Problem(E.AUX_COUNT, f"{where}: {HF_INDICES_FIELD}={hf} has {len(hf)} entries, the "
+                                                       f"draft's fc takes K={k} aux states")],
+                                 "EAGLE-3 capture layers do not match the draft:")
+        instance.model.layers_to_capture = list(hf)
+        instance.capture_aux_hidden_states = True
+        log_once("capture-explicit", "EAGLE-3 target captures HF hidden_states%s as recorded in %s (%s); the "
+                 "release's rule on ids %s would have captured %s", list(hf), where, HF_INDICES_FIELD,
+                 layer_ids, release_choice)
+    else:
+        if k is not None and layer_ids is not None and len(release_choice) != k:
+            raise DraftLoadError([Problem(E.AUX_COUNT, f"{where}: target will capture {len(release_choice)} layers "
+                                                       f"{release_choice} but the draft's fc takes K={k}")],
+                                 "EAGLE-3 capture layers do not match the draft:")
+        log_once("capture-release-rule", "EAGLE-3 draft records no %s; SGLang's rule on ids %s captures HF "
+                 "hidden_states%s (loop index = HF index) — record the trained indices with "
+                 "`python -m sglang_eagle3_ext.convert` to make this explicit", HF_INDICES_FIELD, layer_ids,
+                 release_choice)
+    return result

@@ -1,0 +1,49 @@
+"""What the running SGLang process knows: server args (API moved across releases), model configs."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .._log import logger
+
+
+def server_args():
+    """The process's ServerArgs, or None (never raises)."""
+    try:  # runtime context: 0.5.16+ (the only route from 0.5.22)
+        from sglang.srt.runtime_context import get_server_args
+
+        sa = get_server_args()
+        if sa is not None:
+            return sa
+    except Exception:  # noqa: BLE001 - absent, or not published yet
+        pass
+    try:
+        from sglang.srt.server_args import get_global_server_args
+
+        return get_global_server_args()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def read_config(path) -> dict | None:
+    """config.json of a local model dir, else None (hub ids are not fetched here)."""
+    if not path:
+        return None
+    p = Path(os.path.expanduser(str(path))) / "config.json"
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        logger.debug("no readable config at %s: %s", p, e)
+        return None
+
+
+def draft_dir_and_config() -> tuple[str | None, dict | None]:
+    sa = server_args()
+    path = getattr(sa, "speculative_draft_model_path", None) if sa is not None else None
+    return path, read_config(path)
+
+
+def target_config() -> dict | None:
+    sa = server_args()
+    return read_config(getattr(sa, "model_path", None)) if sa is not None else None

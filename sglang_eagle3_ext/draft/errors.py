@@ -1,0 +1,68 @@
+"""Problem codes and the exceptions people see.
+
+Every rule produces `Problem`s with a stable code (tests and scripts match on it) and a message
+written for a person: which file, which key, expected vs actual, and the fix.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+# One code per distinct failure; `check` and the loader use the same ones.
+MISSING_WEIGHT = "missing-weight"
+UNEXPECTED_WEIGHT = "unexpected-weight"
+SHAPE = "shape-mismatch"
+FC_UNFUSED = "fc-unfused"                  # fc is 1xH wide: takes a single target layer
+AUX_COUNT = "aux-count-mismatch"           # fc width says K aux layers, config says another K
+D2T_LENGTH = "d2t-length"
+D2T_RANGE = "d2t-range"
+NON_FINITE = "non-finite"
+BAD_FILE = "bad-safetensors"               # truncated / corrupt header
+PICKLE_ONLY = "pickle-checkpoint"
+NO_WEIGHTS = "no-weights"
+CONFIG_MISSING = "config-missing-field"
+CONFIG_INVALID = "config-invalid"
+UNSUPPORTED_OPTION = "unsupported-option"  # trained with something SGLang cannot reproduce
+UNSUPPORTED_BY_RELEASE = "unsupported-by-release"  # key/option this SGLang release would ignore
+TARGET_MISMATCH = "target-mismatch"        # hidden/vocab differ from the target model
+LAYER_INDEX = "capture-layer-index"
+FC_WIDTH = "fc-width"                      # target sends hidden states the fc cannot take
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    code: str
+    message: str
+    key: str | None = None
+    warning: bool = False       # reported, never fatal
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+
+class DraftError(RuntimeError):
+    """Base: carries the list of problems; `codes` for programs, str() for people."""
+
+    def __init__(self, problems: list[Problem], header: str):
+        self.problems = [p for p in problems if not p.warning]
+        self.header = header
+        super().__init__(self._render())
+
+    @property
+    def codes(self) -> list[str]:
+        return [p.code for p in self.problems]
+
+    def _render(self) -> str:
+        lines = [self.header] + [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+class DraftLoadError(DraftError):
+    """The draft checkpoint cannot be served correctly by this SGLang release."""
+
+
+class DraftWidthError(DraftError):
+    """The target feeds the draft hidden states whose width the draft's fc cannot take."""
+
+
+class ConversionRefused(DraftError):
+    """`convert` will not produce a checkpoint it cannot make faithful."""

@@ -1,0 +1,242 @@
+"""Strict accounting around the release's own LlamaForCausalLMEagle3.load_weights.
+
+SGLang's load_weights drops any key that matches no parameter, in every release. We keep the
+release's loading code (stacking, TP sharding, d2t -> hot_token_id) and instead:
+  1. check the draft's files and config with the same rules as `check` (before anything loads);
+  2. feed it names normalised for the installed release, validating each tensor's shape/values;
+  3. record which checkpoint tensor reached which parameter shard by instrumenting each
+     parameter's weight_loader for the duration of the call (the release looks it up per param);
+  4. refuse unless every tensor was used or is on the ignore list and every parameter that needs
+     trained values got one.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import sys
+from pathlib import Path
+
+from .._log import log_once
+from . import errors as E
+from . import keys, rules
+from .errors import DraftLoadError, Problem
+
+DEFER_WIDTH_ENV = "SGLANG_EAGLE3_EXT_DEFER_WIDTH_CHECK"  # 1: leave fc-width problems to the forward guard
+VALUE_SCAN_ENV = "SGLANG_EAGLE3_EXT_VALUE_SCAN"          # 0: skip the NaN/Inf scan (one read pass per weight)
+
+
+class _Feed:
+    """Iterable handed to the release: normalised names, each tensor checked; remembers the current one."""
+
+    def __init__(self, weights, layout, spec, where):
+        self.weights, self.layout, self.spec, self.where = weights, layout, spec, where
+        self.shapes = rules.expected_shapes(spec)
+        self.current: str | None = None
+        self.seen: dict[str, str] = {}          # canonical -> name in the checkpoint
+        self.ignored: dict[str, str] = {}       # canonical -> why
+        self.problems: list[Problem] = []
+        self.renames: collections.Counter = collections.Counter()
+        self.d2t = None
+        self.scan_values = os.environ.get(VALUE_SCAN_ENV, "1") != "0"
+
+    def __iter__(self):
+        for name, tensor in self.weights:
+            canon, notes = keys.canonical(name)
+            self.renames.update(notes)
+            if canon in self.seen:
+                self.problems.append(Problem(E.UNEXPECTED_WEIGHT, f"{self.where}: {name} and {self.seen[canon]} are the "
+                                                                  f"same tensor ({canon}) twice", key=canon))
+                continue
+            self.seen[canon] = name
+            why = keys.ignored_reason(canon, self.spec.embed_from_target)
+            if why is not None:
+                self.ignored[canon] = why
+                if canon == "t2d" and tuple(tensor.shape) != self.shapes["t2d"]:
+                    self.problems += rules.tensor_problems(canon, tuple(tensor.shape), self.spec, self.shapes, self.where)
+                continue
+            bad = rules.tensor_problems(canon, tuple(tensor.shape), self.spec, self.shapes, self.where)
+            target, refused = keys.to_release(canon, self.layout)
+            if refused is not None:
+                bad.append(refused)
+            if canon == "d2t" and not bad:
+                bad += rules.d2t_problems(tensor.cpu().numpy(), self.spec, self.where)
+                self.d2t = tensor
+            if bad:
+                self.problems += bad
+                continue
+            if target != canon:
+                self.renames[f"{canon.split('.')[0]}.* -> {target.split('.')[0]}.* (SGLang {self.layout.release})"] += 1
+            self.current = canon
+            yield target, tensor
+        self.current = None
+
+
+class _Recorder:
+    """Instruments every parameter's weight_loader: (canonical key, param name, shard id) per call."""
+
+    def __init__(self, model, feed, default_loader):
+        self.model, self.feed, self.default = model, feed, default_loader
+        self.hits: list[tuple[str | None, str, object]] = []
+        self._undo = []
+
+    def _wrap(self, pname, orig):
+        hits, feed = self.hits, self.feed
+
+        def loader(param, loaded, *args, **kwargs):
+            shard = args[0] if args else kwargs.get("shard_id", kwargs.get("loaded_shard_id"))
+            hits.append((feed.current, pname, shard))
+            return orig(param, loaded, *args, **kwargs)
+        return loader
+
+    def __enter__(self):
+        for pname, p in self.model.named_parameters():
+            if isinstance(getattr(type(p), "weight_loader", None), property):  # BasevLLMParameter-style
+                orig = p._weight_loader
+                p._weight_loader = self._wrap(pname, orig)
+                self._undo.append(lambda p=p, o=orig: setattr(p, "_weight_loader", o))
+            elif "weight_loader" in p.__dict__:
+                orig = p.__dict__["weight_loader"]
+                p.weight_loader = self._wrap(pname, orig)
+                self._undo.append(lambda p=p, o=orig: setattr(p, "weight_loader", o))
+            else:
+                p.weight_loader = self._wrap(pname, self.default)
+                self._undo.append(lambda p=p: delattr(p, "weight_loader"))
+        return self
+
+    def __exit__(self, *exc):
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
+        return False
+
+
+def _config_dict(config) -> dict:
+    d = config.to_dict() if hasattr(config, "to_dict") else dict(vars(config))
+    # to_dict() may drop attrs equal to class defaults; read the ones rules depend on directly
+    for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size",
+              "num_hidden_layers", "draft_vocab_size", "target_hidden_size", "tie_word_embeddings", "head_dim"):
+        if hasattr(config, k):
+            d[k] = getattr(config, k)
+    return d
+
+
+def _draft_dir(config) -> Path | None:
+    for cand in (getattr(config, "_name_or_path", None), getattr(config, "name_or_path", None)):
+        if cand and os.path.isdir(cand):
+            return Path(cand)
+    from .context import draft_dir_and_config
+
+    path, _ = draft_dir_and_config()
+    return Path(path) if path and os.path.isdir(path) else None
+
+
+def pre_load_problems(model, layout) -> tuple[rules.DraftSpec | None, list[Problem], str]:
+    """Files, config and target checks: everything decidable before a tensor is read."""
+    from .context import target_config
+    from .safetensors_io import scan_headers
+
+    d = _draft_dir(model.config)
+    where = str(d) if d else "draft"
+    problems: list[Problem] = []
+    if d is not None:
+        _, fp = scan_headers(d)
+        problems += fp
+    spec, cp = rules.spec_from_config(_config_dict(model.config), layout, where=f"{where}/config.json")
+    problems += cp
+    tc = target_config()
+    if spec is not None and tc is not None:
+        problems += rules.target_problems(spec, tc, where=f"{where} vs target")
+    if os.environ.get(DEFER_WIDTH_ENV, "") not in ("", "0"):
+        problems = [p for p in problems if p.code != E.FC_WIDTH]
+    return spec, problems, where
+
+
+def strict_load(wrapped, model, weights):
+    layout = keys.installed_layout()
+    spec, problems, where = pre_load_problems(model, layout)
+    fatal = [p for p in problems if not p.warning]
+    if spec is None or fatal:
+        raise DraftLoadError(problems, f"EAGLE-3 draft {where} cannot be served by SGLang {layout.release}:")
+    feed = _Feed(weights, layout, spec, where)
+    default_loader = getattr(sys.modules[type(model).__module__], "default_weight_loader", None)
+    if default_loader is None:
+        from sglang.srt.model_loader.weight_utils import default_weight_loader as default_loader
+    recorder = _Recorder(model, feed, default_loader)
+    try:
+        with recorder:
+            result = wrapped(feed)
+    except DraftLoadError:
+        raise
+    except Exception as e:  # the release's own loaders assert shapes; say which tensor
+        raise DraftLoadError(feed.problems + [Problem(E.SHAPE, f"{where}: loading {feed.current}: {e}", key=feed.current)],
+                             f"EAGLE-3 draft {where} failed to load in SGLang {layout.release}:") from e
+    problems = feed.problems + _accounting(model, feed, recorder, spec, layout, where)
+    if feed.scan_values:
+        problems += _non_finite(model, recorder, where)
+    if problems:
+        raise DraftLoadError(problems, f"EAGLE-3 draft {where} is not fully accounted for in SGLang {layout.release} "
+                                       f"(SGLang alone would have loaded it silently):")
+    loaded = len({c for c, _, _ in recorder.hits if c})
+    log_once("draft-load-summary",
+             "EAGLE-3 draft %s: %d tensors loaded, %d ignored (%s), renames: %s; fc %dx%d (K=%d), SGLang %s",
+             where, loaded + (feed.d2t is not None), len(feed.ignored), ", ".join(sorted(feed.ignored)) or "none",
+             keys.summarize_renames({k: v for k, v in feed.renames.items() if v}), model.model.fc.out_features,
+             model.model.fc.in_features, spec.k, layout.release)
+    return result
+
+
+def _non_finite(model, recorder, where) -> list[Problem]:
+    """NaN/Inf in any parameter filled from the checkpoint. Runs on the parameters' device after
+    loading, a single host sync. amax/amin propagate NaN and expose +-Inf, and are one vectorised
+    pass in the weights' own dtype (an fp32 sum or isfinite() costs several times the load on CPU)."""
+    import torch
+
+    sources = collections.defaultdict(list)
+    for canon, pname, _ in recorder.hits:
+        if canon and canon not in sources[pname]:
+            sources[pname].append(canon)
+    params = dict(model.named_parameters())
+    names = [n for n in sources if params[n].is_floating_point()]
+    if not names:
+        return []
+    ext = torch.stack([torch.stack([params[n].detach().amax(), params[n].detach().amin()]).float()
+                       for n in names])
+    finite = torch.isfinite(ext).all(dim=1)
+    if bool(finite.all()):
+        return []
+    out = []
+    for n, ok in zip(names, finite.tolist()):
+        if not ok:
+            p = params[n].detach()
+            bad = int((~torch.isfinite(p)).sum())
+            if bad:
+                src = sources[n][0] if len(sources[n]) == 1 else f"{n} (from {', '.join(sources[n])})"
+                out.append(rules.non_finite_problem(src, bad, p.numel(), where))
+    return out
+
+
+def _accounting(model, feed, recorder, spec, layout, where) -> list[Problem]:
+    used = {c for c, _, _ in recorder.hits if c}
+    filled = collections.defaultdict(set)
+    for _, pname, shard in recorder.hits:
+        filled[pname].add(shard)
+    P = []
+    fed_bad = {p.key for p in feed.problems}
+    for canon, name in feed.seen.items():
+        if canon in used or canon in feed.ignored or canon in fed_bad:
+            continue
+        if canon == "d2t" and getattr(model, "hot_token_id", None) is not None:
+            continue
+        P.append(Problem(E.UNEXPECTED_WEIGHT, f"{where}: {name} reached no parameter of SGLang {layout.release}'s "
+                                              f"draft — {rules._likely_cause(canon, spec)}", key=canon))
+    required = rules.required_keys(spec)
+    missing = set()
+    for pname, _ in model.named_parameters():
+        canon = keys.release_to_canonical_param(pname)
+        for shard, key in keys.expected_shards(canon).items():
+            if key in required and shard not in filled.get(pname, set()):
+                missing.add(key)
+    if spec.needs_d2t and getattr(model, "hot_token_id", None) is None:
+        missing.add("d2t")
+    missing -= fed_bad  # already reported with a precise reason
+    return P + rules.missing_problems(required - missing, spec, where)

@@ -1,0 +1,311 @@
+"""`python -m sglang_eagle3_ext.launch_server [ours] <any SGLang argument>`: SGLang's launcher with
+presets, topology-aware NCCL settings, an optional all-reduce preflight, and our patches active in
+every SGLang process.
+
+    python -m sglang_eagle3_ext.launch_server --preset tiny-dump             # serve the tiny model, dumping
+    python -m sglang_eagle3_ext.launch_server --preset tiny-dump --dry-run   # show the plan, start nothing
+
+Order of precedence: command line > preset/config > SGLang defaults; environment variables and
+SGLang arguments the user set are never overridden (each automatic choice is printed with its reason).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shlex
+import sys
+
+from .launch import nccl
+from .launch.topology import Topology
+from .patch_table import ENV_ENABLE
+
+LAUNCH_MODULE = "sglang.launch_server"
+
+
+def our_parser() -> argparse.ArgumentParser:
+    # allow_abbrev=False: never swallow an abbreviated SGLang option (e.g. --pre... / --config-...)
+    p = argparse.ArgumentParser(
+        prog="python -m sglang_eagle3_ext.launch_server", add_help=False, allow_abbrev=False,
+        description="SGLang launcher with EAGLE-3 patches, presets, NCCL settings from the GPU topology, and a "
+                    "preflight all-reduce check. Every other argument goes to SGLang unchanged.")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--preset", metavar="NAME", help="a server_configs/NAME.yaml preset (see --list-presets)")
+    src.add_argument("--config", metavar="FILE", help="a preset-format YAML file (SGLang --config files work too)")
+    p.add_argument("--list-presets", action="store_true", help="print the shipped presets and exit")
+    p.add_argument("--nccl-profile", choices=nccl.PROFILES, default=None,
+                   help="auto (default): from the detected topology; pcie/nvlink: force; off: set nothing")
+    p.add_argument("--preflight", action="store_true",
+                   help="all-reduce check across the TP group's GPUs before starting SGLang")
+    p.add_argument("--preflight-timeout", type=float, default=120.0, metavar="S",
+                   help="seconds per preflight attempt (default 120; a hang is retried once with NCCL_P2P_DISABLE=1)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print topology, decisions and the SGLang command; start nothing (works without GPUs)")
+    p.add_argument("--topology-file", metavar="F", help="read the topology from JSON instead of NVML")
+    p.add_argument("--dump-topology", action="store_true", help="print the detected topology as JSON and exit")
+    p.add_argument("-h", "--help", action="store_true", help="this help, then SGLang's")
+    return p
+
+
+class LaunchError(SystemExit):
+    """A refusal with an actionable message (exit code 2)."""
+
+    def __init__(self, msg: str):
+        super().__init__(f"sglang_eagle3_ext.launch_server: error: {msg}")
+
+
+@dataclasses.dataclass
+class Plan:
+    sglang_args: list[str]
+    env_updates: dict[str, str]        # what we add to the environment of SGLang and its children
+    decisions: list[nccl.Decision]
+    topology: Topology                 # the TP group's view
+    tp_size: int
+    profile: str
+    preset_note: str
+    model_note: str
+    sglang_note: str
+    tiny_dir: str | None = None        # built-in tiny model to make before launching
+    dump_dir: str | None = None
+
+    @property
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", LAUNCH_MODULE, *self.sglang_args]
+
+    def render(self) -> str:
+        envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env_updates.items())
+        return "\n".join([
+            self.sglang_note, self.preset_note, self.model_note,
+            self.topology.summary(),
+            f"decisions (nccl profile {self.profile}, tp {self.tp_size}):",
+            nccl.table(self.decisions),
+            "SGLang command:",
+            "  " + (envs + " \\\n  " if envs else "") + shlex.join(self.command),
+        ])
+
+
+def _env_decision(env, name: str, value: str, reason: str) -> nccl.Decision:
+    if name in env:
+        return nccl.Decision(name, env[name], f"user set it (we would set {value}: {reason})", action="user")
+    return nccl.Decision(name, value, reason)
+
+
+def _resolve_builtin(args: list[str], dry_run: bool) -> tuple[list[str], str, str | None]:
+    """Replace builtin:NAME model paths by the real folder; (args, note, folder to make)."""
+    from . import tiny
+    from .launch import presets
+
+    out, note, make = [], "model: as given", None
+    for tok in args:
+        flag, eq, val = tok.partition("=") if tok.startswith("--") else ("", "", tok)
+        name = presets.builtin_model_name(val) if (eq or not flag) else None
+        if name:
+            path = str(tiny.default_dir())
+            exists = (tiny.default_dir() / ".complete").exists()
+            note = (f"model: {val} -> {path} "
+                    + ("(exists)" if exists else "(would be created on first use)" if dry_run else "(creating now)"))
+            make = path
+            tok = f"{flag}={path}" if eq else path
+        out.append(tok)
+    return out, note, make
+
+
+def _load_sglang(dry_run: bool):
+    """(parser, field names, version, note); parser None when SGLang can't be imported (dry-run only)."""
+    from .launch import presets
+
+    try:
+        fields, version = presets.server_args_fields()
+        return presets.sglang_parser(), fields, version, f"sglang: {version}"
+    except Exception as e:  # noqa: BLE001 - ImportError or a broken install: say which
+        if not dry_run:
+            raise LaunchError(f"cannot import SGLang ({type(e).__name__}: {e}); "
+                              f"pip install 'sglang-eagle3-ext[sglang]'") from e
+        return None, None, None, f"sglang: NOT importable ({type(e).__name__}: {e}); preset not validated"
+
+
+def _crude_dests(argv: list[str]) -> set[str]:
+    return {t[2:].split("=", 1)[0].replace("-", "_") for t in argv if t.startswith("--")}
+
+
+def _value(ns, preset_args: dict, rest: list[str], dest: str, default):
+    if ns is not None:
+        return getattr(ns, dest, default)
+    flag, found = "--" + dest.replace("_", "-"), None
+    for i, t in enumerate(rest):  # no parser (dry-run without SGLang): last occurrence wins
+        if t == flag and i + 1 < len(rest):
+            found = rest[i + 1]
+        elif t.startswith(flag + "="):
+            found = t.split("=", 1)[1]
+    return found if found is not None else preset_args.get(dest, default)
+
+
+def build_plan(ours: argparse.Namespace, rest: list[str], env=None) -> Plan:
+    from .launch import presets, topology
+
+    env = os.environ if env is None else env
+    try:
+        preset = presets.load(ours.preset) if ours.preset else presets.load(path=ours.config) if ours.config else None
+    except presets.PresetError as e:
+        raise LaunchError(str(e)) from None
+    parser, fields, version, sglang_note = _load_sglang(ours.dry_run)
+    preset_args = dict(preset.server_args) if preset else {}
+    ext = dict(preset.ext) if preset else {}
+    try:
+        if preset and fields is not None:
+            presets.validate(preset, fields, version)
+        elif preset:
+            presets.validate(dataclasses.replace(preset, server_args={}), [], version or "?")
+    except presets.PresetError as e:
+        raise LaunchError(str(e)) from None
+
+    user = presets.user_dests(parser, rest) if parser else _crude_dests(rest)
+    try:
+        from_preset = presets.to_cli_args({k: v for k, v in preset_args.items() if k not in user}, parser,
+                                          where=f"preset {preset.name}" if preset else "preset")
+    except presets.PresetError as e:
+        raise LaunchError(str(e)) from None
+    try:
+        args, model_note, tiny_dir = _resolve_builtin(from_preset + list(rest), ours.dry_run)
+    except presets.PresetError as e:
+        raise LaunchError(str(e)) from None
+    ns = presets.quiet_parse(parser, args) if parser else None
+    tp = int(_value(ns, preset_args, rest, "tp_size", 1) or 1)
+    nnodes = int(_value(ns, preset_args, rest, "nnodes", 1) or 1)
+    base_gpu = int(_value(ns, preset_args, rest, "base_gpu_id", 0) or 0)
+
+    if ours.topology_file:
+        try:
+            full = topology.Topology.load(ours.topology_file)
+        except (OSError, ValueError, TypeError) as e:
+            raise LaunchError(f"--topology-file {ours.topology_file}: {e}") from None
+    else:
+        full = topology.detect()
+    group = topology.group_of(full, tp, base_gpu, env) if full.gpus else full
+    profile = ours.nccl_profile or ext.get("nccl_profile") or "auto"
+    if profile not in nccl.PROFILES:
+        raise LaunchError(f"nccl_profile {profile!r} in preset: choose one of {', '.join(nccl.PROFILES)}")
+
+    decisions = [_env_decision(env, ENV_ENABLE, "1", "our patches in every SGLang process (the installed .pth)")]
+    dump_env = presets.ext_env(ext, base_dir=None)
+    for var, val in dump_env.items():
+        decisions.append(_env_decision(env, var, val, f"preset {preset.name}: {EXT_REASON.get(var, 'ours')}"))
+    if full.gpus and len(group.gpus) < tp:
+        decisions.append(nccl.Decision("GPUs", str(len(group.gpus)), f"TP={tp} but only {len(group.gpus)} GPU(s) "
+                                       f"visible from base_gpu_id {base_gpu}: SGLang will fail", kind="check",
+                                       action="warn"))
+    available = {a.dest for a in parser._actions} if parser else None
+    user_flags = set(user) | set(preset_args)
+    enabled = {d for d in user_flags if (getattr(ns, d, None) if ns is not None else preset_args.get(d, True))}
+    decisions += nccl.decide(group, profile=profile, tp_size=tp, nnodes=nnodes, env=env, user_flags=user_flags,
+                             available_flags=available, enabled_flags=enabled)
+    env_updates = {d.name: d.value for d in decisions if d.kind == "env" and d.applies}
+    args += nccl.extra_args(decisions)
+    if parser:
+        presets.quiet_parse(parser, args)  # the final command must parse: fail here, not in SGLang's child
+    preset_note = (f"preset: {preset.name} ({preset.path})" if preset else "preset: none")
+    dump_dir = env.get(presets.ENV_DUMP_DIR) or env_updates.get(presets.ENV_DUMP_DIR)
+    return Plan(args, env_updates, decisions, group, tp, profile, preset_note, model_note, sglang_note,
+                tiny_dir=tiny_dir, dump_dir=dump_dir)
+
+
+EXT_REASON = {
+    "SGLANG_EAGLE3_EXT_DUMP_DIR": "prefill hidden-state dumps go here (turns the dump patches on)",
+    "SGLANG_EAGLE3_EXT_DUMP_LAYERS": "HF hidden_states indices to dump",
+    "SGLANG_EAGLE3_EXT_DUMP_FORMAT": "dump file format",
+}
+
+
+def _print_help(parser: argparse.ArgumentParser) -> None:
+    parser.print_help()
+    print("\n" + "=" * 30 + " SGLang's own arguments (passed through unchanged) " + "=" * 30)
+    try:
+        from .launch import presets
+
+        presets.sglang_parser().print_help()
+    except Exception as e:  # noqa: BLE001
+        print(f"(SGLang not importable here: {type(e).__name__}: {e})")
+
+
+def _run_preflight(plan: Plan, ours, child_env: dict) -> None:
+    from .launch import preflight
+
+    n = plan.tp_size
+    if n < 2 or len(plan.topology.gpus) < n:
+        print(f"preflight: skipped ({'TP=1: nothing to all-reduce' if n < 2 else f'{len(plan.topology.gpus)} GPU(s) seen, TP={n}'})",
+              file=sys.stderr)
+        return
+    hints = [msg for _, msg in nccl.host_warnings(plan.topology)]
+    res = preflight.run_preflight(n, env=child_env, timeout=ours.preflight_timeout, host_hints=hints)
+    print(res.report(), file=sys.stderr)
+    if not res.ok:
+        raise LaunchError(res.message)
+    for d in res.decisions:
+        print(f"[sglang_eagle3_ext] {d.name}={d.value}: {d.reason}", file=sys.stderr)
+        plan.decisions.append(d)
+        plan.env_updates[d.name] = d.value
+
+
+def launch(plan: Plan, ours) -> None:
+    """Run SGLang's own `python -m sglang.launch_server` in this process.
+
+    Why runpy and not exec: it executes exactly the installed release's `__main__` block
+    (0.5.10: prepare_server_args -> run_server; 0.5.14+: load_plugins() first; 0.5.23: resolve_once),
+    so nothing here depends on that release's internals, while our apply() patches stay active in
+    this process (the HTTP/tokenizer side); the spawned scheduler processes get them through
+    SGLANG_EAGLE3_EXT=1 and the installed .pth. alter_sys=True makes sys.argv[0]/__main__ look
+    like `python -m sglang.launch_server`, which is what multiprocessing's spawn re-imports.
+    """
+    import runpy
+
+    from . import apply
+
+    child_env = {**os.environ, **plan.env_updates}
+    if ours.preflight:
+        _run_preflight(plan, ours, child_env)
+    if plan.tiny_dir:
+        from .tiny import ensure_tiny_target
+
+        ensure_tiny_target(plan.tiny_dir)
+    if plan.dump_dir:
+        os.makedirs(plan.dump_dir, exist_ok=True)  # fail now on an unwritable path, not in a scheduler
+    os.environ.update(plan.env_updates)
+    apply()
+    sys.argv = [LAUNCH_MODULE, *plan.sglang_args]
+    runpy.run_module(LAUNCH_MODULE, run_name="__main__", alter_sys=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = our_parser()
+    ours, rest = parser.parse_known_args(argv)
+    if ours.help:
+        _print_help(parser)
+        return 0
+    if ours.list_presets:
+        from .launch import presets
+
+        for name in presets.available_presets():
+            print(name)
+        return 0
+    if ours.dump_topology:
+        from .launch import topology
+
+        print(topology.detect().to_json())
+        return 0
+    plan = build_plan(ours, rest)
+    if ours.dry_run:
+        print(plan.render())
+        if ours.preflight:
+            from .launch.preflight import DEFAULT_SIZES, _size
+
+            print(f"preflight: would all-reduce {' and '.join(map(_size, DEFAULT_SIZES))} across {plan.tp_size} "
+                  f"GPU(s), {ours.preflight_timeout:.0f}s per attempt, retried once with NCCL_P2P_DISABLE=1")
+        return 0
+    print(plan.render(), file=sys.stderr)  # the decisions, said once, before SGLang's own log starts
+    launch(plan, ours)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

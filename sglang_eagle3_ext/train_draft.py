@@ -1,0 +1,518 @@
+"""Train a small EAGLE-3 draft with the speculators library from offline hidden-state files.
+
+    python -m sglang_eagle3_ext.train_draft --data DIR --target TARGET_DIR --out OUT \\
+        [--epochs N] [--steps N] [--lr LR] [--device cuda|cpu] [--layer-ids 1,2,3] \\
+        [--draft-vocab-size N] [--total-seq-len N] [--ttt-steps N] [--optimizer muon|adamw]
+
+How it trains: with speculators' **own trainer**.  ``speculators.train.cli.main`` (what
+``speculators train`` runs) is called with a ``TrainConfig`` resolved from its own flag parser,
+so model construction (``Eagle3DraftModel.from_training_args`` + ``load_verifier_weights``),
+the vocab mapping (``parse_vocab_mappings`` -> ``build_vocab_mappings_from_distribution``), the
+data pipeline (``ArrowDataset`` + ``FileTransfer`` + ``shift_batch`` + multipack sampler), the
+losses (``speculators.losses``) and the ``Trainer`` loop are all speculators' code.  It runs
+offline on one GPU without vLLM: the hidden states already exist as files, and
+``--on-missing raise`` means no sample ever triggers on-demand generation.
+
+What speculators needs besides the ``hs_{i}.safetensors`` files, and how this module supplies it:
+
+* an Arrow dataset (``datasets.load_from_disk(data_path)``) with ``input_ids``, ``loss_mask``
+  and ``seq_len`` whose row i matches ``hs_i`` (it checks the token ids).  Built here from
+  the files' ``token_ids`` in ``OUT/_speculators_run/data``; the loss mask is taken from an
+  Arrow dataset already in DIR (as ``python -m sglang_eagle3_ext.dump`` exports it) when its
+  token ids match, else all ones.  ``--hidden-states-path`` points at the files in place.
+* the verifier (``--verifier-name-or-path`` = TARGET_DIR): its config (vocab, hidden size,
+  layer count) and three tensors ``embed_tokens.weight``, ``lm_head.weight``,
+  ``model.norm.weight`` (speculators reads them by suffix; the target's last-slot state is
+  normed with ``model.norm`` and projected with ``lm_head`` to get the teacher distribution).
+  No tokenizer is needed because ``--mask-token-id 0`` is passed (EAGLE-3 does not use it).
+* for ``--draft-vocab-size`` < the target vocab: a token-frequency file ``token_freq.pt``
+  (counted here over the loss-masked ``token_ids``); speculators' own ``_generate_vocab_mappings``
+  turns it into ``d2t``/``t2d`` (top-N most frequent tokens).  With the full vocab speculators
+  stores no ``d2t``/``t2d`` at all (``use_draft_vocab`` is False): the converter must treat a
+  missing mapping as the identity.
+* the layer ids (``eagle_aux_hidden_state_layer_ids``, HF ``output_hidden_states`` indices):
+  ``--layer-ids``, else a metadata json in DIR (``metadata.json``/``sge3_dump_meta.json``/
+  ``dump_meta.json``, keys ``hf_hidden_state_indices``/``layer_indices_hf``/...), else
+  speculators' default ``[2, n//2, n-3]``; checked against the files' slot count.
+
+Two small adaptations, both outside the math:
+
+* ``Trainer.setup_model`` does ``model.to(local_rank)`` (an int -> an accelerator), which fails
+  on a CPU-only torch; the subclass below places the model on the chosen device first.  The
+  same subclass prints progress (speculators' metric logger records are read, not changed),
+  maps ``--steps`` onto whole epochs (the stock loop with ``max_steps`` still runs one extra
+  step per remaining epoch) and saves the final model to OUT with speculators'
+  ``save_pretrained`` (bf16, like its checkpointer).
+* The draft decoder config is written here (``--draft-config``) instead of being synthesized by
+  speculators from the verifier: the synthesized one copies DeepSeek's MoE/YaRN settings and
+  makes every layer sliding-window (2048), which SGLang's Llama EAGLE-3 draft does not have.
+  Ours: Llama, hidden = target hidden, 1 layer, full attention, head_dim 128 (64 if it does
+  not divide), plain RoPE with the target's ``rope_theta``, ``max_position_embeddings`` =
+  max(target's, 8192) (a 2048 clamp is a known acceptance collapse).  The draft options that
+  SGLang lacks or only some releases have are off: ``norm_before_residual`` (SGLang never has
+  it), ``norm_before_fc``, ``fc_norm``, ``norm_output`` -- a classic EAGLE-3 head every
+  supported release serves.
+
+CPU runs (tests): fp32 hidden states (autocast is CUDA-only), SDPA attention (flex attention
+and the Triton fused loss are GPU paths), eager loss.  GPU defaults: bf16, speculators'
+``simple_flex_attention``, fused (Triton) loss, ``torch.compile`` of the forward (speculators
+does that itself whenever CUDA is available).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+RUN_DIR = "_speculators_run"
+META_FILES = ("metadata.json", "sge3_dump_meta.json", "dump_meta.json")
+META_KEYS = ("hf_hidden_state_indices", "layer_indices_hf", "eagle_aux_hidden_state_layer_ids",
+             "aux_hidden_state_layer_ids", "target_layer_ids", "layer_ids")
+_HS_RE = re.compile(r"^hs_(\d+)\.safetensors$")
+
+log = logging.getLogger("sglang_eagle3_ext.train_draft")
+
+
+class TrainDraftError(RuntimeError):
+    pass
+
+
+def _say(msg: str) -> None:
+    print(f"[train_draft] {msg}", flush=True)
+
+
+# ----------------------------------------------------------------------------- data preparation
+
+def find_hs_dir(data: Path) -> Path:
+    for d in (data / "hidden_states", data):
+        if d.is_dir() and any(_HS_RE.match(p.name) for p in d.iterdir()):
+            return d
+    raise TrainDraftError(f"no hs_{{i}}.safetensors files in {data} or {data / 'hidden_states'}")
+
+
+def list_hs_files(hs_dir: Path) -> list[Path]:
+    """hs_0..hs_{N-1} in index order; speculators maps dataset row i to hs_i, so gaps are refused."""
+    idx = sorted(int(m.group(1)) for p in hs_dir.iterdir() if (m := _HS_RE.match(p.name)))
+    if idx != list(range(len(idx))):
+        missing = sorted(set(range(idx[-1] + 1)) - set(idx))[:5]
+        raise TrainDraftError(f"{hs_dir}: hs files are not contiguous from hs_0 (missing e.g. {missing}); "
+                              f"speculators reads row i from hs_i")
+    return [hs_dir / f"hs_{i}.safetensors" for i in idx]
+
+
+def read_layer_ids_from_metadata(data: Path) -> tuple[list[int] | None, str | None]:
+    for d in (data, data / "hidden_states"):
+        for name in META_FILES:
+            p = d / name
+            if not p.is_file():
+                continue
+            try:
+                meta = json.loads(p.read_text())
+            except (OSError, ValueError):
+                continue
+            for holder in (meta, meta.get("eagle_config") or {}):
+                for k in META_KEYS:
+                    if holder.get(k):
+                        return [int(x) for x in holder[k]], f"{p.name}:{k}"
+    return None, None
+
+
+def parse_layer_ids(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    return [int(x) for x in re.split(r"[,\s]+", text.strip()) if x]
+
+
+def _existing_loss_masks(data: Path, n: int):
+    """Row-aligned loss masks from an Arrow dataset already in DIR (the dump exporter writes one)."""
+    if not (data / "state.json").exists() and not (data / "dataset_info.json").exists():
+        return None
+    try:
+        import datasets
+
+        ds = datasets.load_from_disk(str(data))
+        if len(ds) != n or "loss_mask" not in ds.column_names or "input_ids" not in ds.column_names:
+            return None
+        return ds.with_format(None)
+    except Exception as e:  # noqa: BLE001 - an unreadable optional side file must not stop training
+        log.warning("ignoring the Arrow dataset in %s: %s", data, e)
+        return None
+
+
+def prepare_data(data: Path, hs_files: list[Path], prep: Path, n_slots_expected: int | None,
+                 vocab_size: int) -> dict:
+    """Write speculators' Arrow dataset (input_ids, loss_mask, seq_len) + token_freq.pt into `prep`."""
+    import datasets
+    import torch
+    from safetensors import safe_open
+
+    existing = _existing_loss_masks(data, len(hs_files))
+    rows = {"input_ids": [], "loss_mask": [], "seq_len": []}
+    freq = torch.zeros(vocab_size, dtype=torch.long)
+    n_slots = hidden = None
+    used_existing = 0
+    for i, p in enumerate(hs_files):
+        with safe_open(str(p), framework="pt") as f:
+            keys = set(f.keys())
+            if not {"token_ids", "hidden_states"} <= keys:
+                raise TrainDraftError(f"{p.name}: needs keys token_ids and hidden_states, has {sorted(keys)}")
+            ids = f.get_tensor("token_ids").long()
+            shape = f.get_slice("hidden_states").get_shape()
+        if len(shape) != 3 or shape[0] != ids.shape[0]:
+            raise TrainDraftError(f"{p.name}: hidden_states {shape} does not match token_ids [{ids.shape[0]}] "
+                                  f"(expected [L, n_layers, H])")
+        if n_slots is None:
+            n_slots, hidden = shape[1], shape[2]
+        elif (shape[1], shape[2]) != (n_slots, hidden):
+            raise TrainDraftError(f"{p.name}: hidden_states {shape} differs from hs_0's [L, {n_slots}, {hidden}]")
+        if int(ids.max()) >= vocab_size or int(ids.min()) < 0:
+            raise TrainDraftError(f"{p.name}: token id out of the target vocab [0, {vocab_size})")
+        L = int(ids.shape[0])
+        mask = [1] * L
+        if existing is not None:
+            row = existing[i]
+            if list(row["input_ids"]) == ids.tolist() and len(row["loss_mask"]) == L:
+                mask = [int(x) for x in row["loss_mask"]]
+                used_existing += 1
+        rows["input_ids"].append(ids.tolist())
+        rows["loss_mask"].append(mask)
+        rows["seq_len"].append(L)
+        m = torch.tensor(mask, dtype=torch.bool)
+        freq += torch.bincount(ids[m], minlength=vocab_size)
+    if n_slots_expected is not None and n_slots != n_slots_expected:
+        raise TrainDraftError(f"hs files carry {n_slots} slots per token but {n_slots_expected - 1} aux layer ids "
+                              f"+ the final state were given: layer ids and the dump disagree")
+    if prep.exists():
+        shutil.rmtree(prep)
+    prep.mkdir(parents=True)
+    ds = datasets.Dataset.from_dict(rows).with_format("torch")
+    ds.save_to_disk(str(prep))
+    token_freq = {int(t): int(c) for t, c in enumerate(freq.tolist()) if c}
+    torch.save(token_freq, prep / "token_freq.pt")
+    return {"n_samples": len(hs_files), "n_tokens": sum(rows["seq_len"]), "n_slots": n_slots,
+            "hidden_size": hidden, "loss_mask_from_dataset": used_existing,
+            "n_loss_tokens": int(freq.sum())}
+
+
+# ----------------------------------------------------------------------------- draft config
+
+def draft_layer_config(target_cfg: dict, *, num_layers: int = 1, intermediate_size: int | None = None,
+                       head_dim: int | None = None, num_kv_heads: int | None = None,
+                       max_position_embeddings: int | None = None) -> dict:
+    """A plain Llama decoder config for the draft (see the module docstring for the choices)."""
+    hidden = int(target_cfg["hidden_size"])
+    if head_dim is None:
+        head_dim = next((d for d in (128, 64) if hidden % d == 0), None)
+        if head_dim is None:
+            heads = int(target_cfg.get("num_attention_heads") or 1)
+            head_dim = hidden // heads
+    if hidden % head_dim:
+        raise TrainDraftError(f"head_dim {head_dim} does not divide hidden_size {hidden}")
+    heads = hidden // head_dim
+    kv = num_kv_heads or heads
+    if heads % kv:
+        raise TrainDraftError(f"num_key_value_heads {kv} does not divide num_attention_heads {heads}")
+    inter = intermediate_size or int(target_cfg.get("intermediate_size") or 3 * hidden)
+    rope_theta = float(target_cfg.get("rope_theta")
+                       or (target_cfg.get("rope_parameters") or {}).get("rope_theta") or 10000.0)
+    mpe = max_position_embeddings or max(int(target_cfg.get("max_position_embeddings") or 0), 8192)
+    return {
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"],
+        "vocab_size": int(target_cfg["vocab_size"]), "hidden_size": hidden, "intermediate_size": inter,
+        "num_hidden_layers": num_layers, "num_attention_heads": heads, "num_key_value_heads": kv,
+        "head_dim": head_dim, "hidden_act": "silu", "max_position_embeddings": mpe,
+        "initializer_range": float(target_cfg.get("initializer_range") or 0.02),
+        "rms_norm_eps": float(target_cfg.get("rms_norm_eps") or 1e-6),
+        "rope_theta": rope_theta, "rope_parameters": {"rope_type": "default", "rope_theta": rope_theta},
+        "rope_scaling": None, "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
+        "use_sliding_window": False, "sliding_window": None, "layer_types": ["full_attention"] * num_layers,
+        "pad_token_id": None,
+    }
+
+
+# ----------------------------------------------------------------------------- training
+
+class _Progress(logging.Handler):
+    """Reads speculators' metric records (dicts on the `speculators.metrics` logger) and prints them."""
+
+    def __init__(self, every: int, ttt_steps: int, total_steps: int | None):
+        super().__init__(level=logging.INFO)
+        self.every = max(1, every)
+        self.ttt = ttt_steps
+        self.total = total_steps
+        self.history: list[dict] = []
+        self.val: list[dict] = []
+        self.t0 = time.perf_counter()
+        self.tokens = 0
+
+    def emit(self, record):
+        msg = record.msg
+        if not isinstance(msg, dict):
+            return
+        if "train" in msg:
+            m = dict(msg["train"])
+            prof = msg.get("profile") or {}
+            step = int(msg.get("global_step", len(self.history))) + 1
+            ntok = prof.get("tokens_per_s", 0.0) * prof.get("step_ms", 0.0) / 1000.0
+            self.tokens += ntok
+            m.update(step=step, tokens=ntok, tokens_per_s=prof.get("tokens_per_s", 0.0),
+                     epoch=msg.get("epoch"), lr=msg.get("lr"))
+            self.history.append(m)
+            if step == 1 or step % self.every == 0 or (self.total and step >= self.total):
+                accs = " ".join(f"acc{k}={m.get(f'full_acc_{k}', float('nan')):.3f}" for k in range(self.ttt))
+                tot = f"/{self.total}" if self.total else ""
+                lr = msg.get("lr")
+                lr = next(iter(lr.values())) if isinstance(lr, dict) else lr
+                _say(f"step {step}{tot} epoch {msg.get('epoch')} loss={m.get('loss', float('nan')):.4f} {accs} "
+                     f"tok/s={m['tokens_per_s']:.0f} lr={lr:.2e} elapsed={time.perf_counter() - self.t0:.1f}s")
+        elif "val" in msg:
+            v = dict(msg["val"])
+            self.val.append(v)
+            accs = " ".join(f"acc{k}={v.get(f'full_acc_{k}_epoch', float('nan')):.3f}" for k in range(self.ttt))
+            _say(f"val epoch {msg.get('epoch')} loss={v.get('loss_epoch', float('nan')):.4f} {accs}")
+
+
+def _make_trainer_class(base, *, device: str, out: Path, steps: int | None, epochs_given: bool,
+                        progress: _Progress, result: dict):
+    import torch
+
+    class DraftTrainer(base):
+        def __init__(self, model, config, train_loader, val_loader=None):
+            n = len(train_loader)
+            if n == 0:
+                raise TrainDraftError("the training split has no batches")
+            if steps is not None:
+                need = math.ceil(steps / n)
+                config = config._replace(num_epochs=min(config.num_epochs, need) if epochs_given else need)
+            result["steps_per_epoch"] = n
+            result["epochs"] = config.num_epochs
+            progress.total = steps if steps is not None else config.num_epochs * n
+            _say(f"{n} batches/epoch, {config.num_epochs} epoch(s), {progress.total} steps")
+            logging.getLogger("speculators.metrics").addHandler(progress)
+            super().__init__(model, config, train_loader, val_loader)
+
+        def setup_model(self):
+            # stock code: model.to(local_rank) with local_rank an int, i.e. an accelerator
+            self.local_rank = torch.device(device) if device == "cpu" else self.local_rank
+            super().setup_model()
+
+        def run_training(self):
+            t0 = time.perf_counter()
+            super().run_training()
+            result["train_seconds"] = time.perf_counter() - t0
+            from speculators.train.checkpointer import convert_float_dtype, patch_config_dtype
+
+            out.mkdir(parents=True, exist_ok=True)
+            sd = convert_float_dtype(self.model.state_dict(), torch.bfloat16)
+            self.model.save_pretrained(out, state_dict=sd)
+            patch_config_dtype(out / "config.json", torch.bfloat16)
+            result["saved"] = str(out)
+
+    return DraftTrainer
+
+
+def build_argv(a, *, prep: Path, hs_dir: Path, run: Path, layer_ids: list[int], draft_cfg_path: Path,
+               draft_vocab_size: int | None, device: str, max_steps: int | None) -> list[str]:
+    cpu = device == "cpu"
+    argv = [
+        "--speculator-type", "eagle3",
+        "--verifier-name-or-path", str(a.target),
+        "--data-path", str(prep),
+        "--hidden-states-path", str(hs_dir),
+        "--hidden-states-backend", "file",
+        "--on-missing", "raise",
+        "--save-path", str(run / "checkpoints"),
+        "--log-dir", str(run / "logs"),
+        "--draft-config", str(draft_cfg_path),
+        "--target-layer-ids", *[str(x) for x in layer_ids],
+        "--mask-token-id", "0",
+        "--no-norm-before-residual", "--no-norm-before-fc", "--no-norm-output",
+        "--ttt-steps", str(a.ttt_steps),
+        "--total-seq-len", str(a.total_seq_len),
+        "--train-data-ratio", str(a.train_ratio),
+        "--epochs", str(a.epochs or 1),
+        "--lr", str(a.lr),
+        "--optimizer", a.optimizer,
+        "--scheduler-type", a.scheduler,
+        "--num-workers", str(a.num_workers),
+        "--seed", str(a.seed),
+        "--log-freq", "1",
+        "--no-resume-from-checkpoint",
+        "--hidden-states-dtype", "float32" if cpu else "bfloat16",
+        "--draft-attn-impl", "sdpa" if cpu else a.attn_impl,
+        "--loss-implementation", "eager" if cpu else a.loss_impl,
+    ]
+    if a.loss_fn:
+        argv += ["--loss-fn", a.loss_fn]
+    if draft_vocab_size is not None:
+        argv += ["--draft-vocab-size", str(draft_vocab_size), "--token-freq-path", str(prep / "token_freq.pt")]
+    if max_steps is not None:
+        argv += ["--max-steps", str(max_steps)]
+    if a.warmup_steps is not None:
+        argv += ["--scheduler-warmup-steps", str(a.warmup_steps)]
+    return argv
+
+
+def train(a) -> dict:
+    try:
+        import speculators  # noqa: F401
+        from speculators.train import cli as spec_cli
+        from speculators.train.config import TrainConfig
+    except ImportError as e:  # pragma: no cover - environment problem
+        raise TrainDraftError(f"the speculators library is needed (pip install speculators): {e}") from e
+    import torch
+
+    data, target, out = Path(a.data), Path(a.target), Path(a.out)
+    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise TrainDraftError("--device cuda but torch sees no CUDA device")
+    if device == "cpu" and torch.cuda.is_available():
+        _say("note: --device cpu on a CUDA host: speculators still compiles its forward for CUDA hosts")
+    target_cfg = json.loads((target / "config.json").read_text())
+    vocab = int(target_cfg["vocab_size"])
+    n_target_layers = int(target_cfg["num_hidden_layers"])
+
+    hs_dir = find_hs_dir(data)
+    hs_files = list_hs_files(hs_dir)
+    layer_ids, src = parse_layer_ids(a.layer_ids), "--layer-ids"
+    if layer_ids is None:
+        layer_ids, src = read_layer_ids_from_metadata(data)
+    if layer_ids is None:
+        from speculators.models.utils import resolve_target_layer_ids
+
+        layer_ids, src = resolve_target_layer_ids(None, str(target)), "speculators default [2, n//2, n-3]"
+    if len(set(layer_ids)) != len(layer_ids) or min(layer_ids) < 0 or max(layer_ids) > n_target_layers:
+        raise TrainDraftError(f"layer ids {layer_ids} ({src}) must be distinct HF hidden_states indices in "
+                              f"[0, {n_target_layers}]")
+    dvs = a.draft_vocab_size
+    if dvs is not None and (dvs <= 0 or dvs > vocab):
+        raise TrainDraftError(f"--draft-vocab-size {dvs} must be in [1, {vocab}]")
+    if dvs == vocab:
+        dvs = None   # full vocab: speculators keeps no mapping
+
+    run = out / RUN_DIR
+    if run.exists():
+        shutil.rmtree(run)
+    prep = run / "data"
+    t0 = time.perf_counter()
+    info = prepare_data(data, hs_files, prep, len(layer_ids) + 1, vocab)
+    if info["hidden_size"] != int(target_cfg["hidden_size"]):
+        raise TrainDraftError(f"hs files have hidden {info['hidden_size']}, target has {target_cfg['hidden_size']}")
+    if info["n_samples"] < 2:
+        raise TrainDraftError("need at least 2 samples (speculators holds out a validation split)")
+    _say(f"data: {info['n_samples']} samples, {info['n_tokens']} tokens ({info['n_loss_tokens']} in the loss), "
+         f"{info['n_slots'] - 1} aux layers {layer_ids} ({src}) + final; "
+         f"prepared in {time.perf_counter() - t0:.1f}s")
+    cfg_path = run / "draft_config.json"
+    dcfg = draft_layer_config(target_cfg, num_layers=a.num_layers, intermediate_size=a.intermediate_size,
+                              head_dim=a.head_dim, max_position_embeddings=a.max_position_embeddings)
+    cfg_path.write_text(json.dumps(dcfg, indent=2))
+
+    steps = a.steps
+    argv = build_argv(a, prep=prep, hs_dir=hs_dir, run=run, layer_ids=layer_ids, draft_cfg_path=cfg_path,
+                      draft_vocab_size=dvs, device=device, max_steps=steps)
+    if a.epochs is None and steps is None:
+        argv[argv.index("--epochs") + 1] = str(DEFAULT_EPOCHS)
+    cfg = TrainConfig.resolve(argv)
+
+    progress = _Progress(a.log_every, a.ttt_steps, None)
+    result: dict = {"device": device, "layer_ids": layer_ids, "draft_vocab_size": dvs or vocab, **info}
+    trainer_cls = _make_trainer_class(spec_cli.Trainer, device=device, out=out, steps=steps,
+                                      epochs_given=a.epochs is not None, progress=progress, result=result)
+    orig = spec_cli.Trainer
+    orig_sync = torch.accelerator.synchronize
+    spec_cli.Trainer = trainer_cls
+    if torch.accelerator.current_accelerator() is None:
+        # the step timer calls torch.accelerator.synchronize(), which raises on a CPU-only torch
+        torch.accelerator.synchronize = lambda *args, **kw: None
+    try:
+        spec_cli.main(cfg)
+    finally:
+        spec_cli.Trainer = orig
+        torch.accelerator.synchronize = orig_sync
+        logging.getLogger("speculators.metrics").removeHandler(progress)
+    if "saved" not in result:
+        raise TrainDraftError("speculators' trainer returned without training (see its log above)")
+    if not a.keep_checkpoints:
+        shutil.rmtree(run / "checkpoints", ignore_errors=True)
+
+    hist = progress.history
+    tail = hist[-max(1, len(hist) // 10):]
+    def mean(key, rows):
+        vals = [r[key] for r in rows if key in r]
+        return sum(vals) / len(vals) if vals else float("nan")
+    result.update(
+        steps=len(hist), first_loss=hist[0].get("loss") if hist else None,
+        final_loss=mean("loss", tail), train_acc=mean("full_acc_0", tail),
+        train_acc_by_step=[mean(f"full_acc_{k}", tail) for k in range(a.ttt_steps)],
+        val=progress.val[-1] if progress.val else None,
+        tokens_per_s=(sum(r["tokens"] for r in hist) / result.get("train_seconds", 1.0)) if hist else 0.0,
+        history=[{k: r.get(k) for k in ("step", "loss", "full_acc_0", "tokens_per_s")} for r in hist],
+    )
+    (run / "summary.json").write_text(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2,
+                                                 default=str))
+    va = result["val"] or {}
+    _say(f"DONE steps={result['steps']} train_acc={result['train_acc']:.4f} "
+         f"(ttt accs {' '.join(f'{x:.3f}' for x in result['train_acc_by_step'])}, mean of last {len(tail)} steps) "
+         f"loss {result['first_loss']:.4f}->{result['final_loss']:.4f} "
+         f"val_acc={va.get('full_acc_0_epoch', float('nan')):.4f} "
+         f"tok/s={result['tokens_per_s']:.0f} time={result.get('train_seconds', 0):.1f}s out={out}")
+    return result
+
+
+DEFAULT_EPOCHS = 4
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.train_draft", description=__doc__.split("\n")[0])
+    p.add_argument("--data", required=True, help="dir with hs_{i}.safetensors (or DIR/hidden_states/ with them)")
+    p.add_argument("--target", required=True, help="the target's local HF directory (config + safetensors)")
+    p.add_argument("--out", required=True, help="where the speculators Eagle3 checkpoint is written")
+    p.add_argument("--epochs", type=int, default=None, help=f"default {DEFAULT_EPOCHS} (or as many as --steps needs)")
+    p.add_argument("--steps", type=int, default=None, help="stop after this many optimizer steps")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--optimizer", choices=("muon", "adamw"), default="adamw")
+    p.add_argument("--scheduler", choices=("linear", "cosine", "none"), default="cosine")
+    p.add_argument("--warmup-steps", type=int, default=None)
+    p.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available")
+    p.add_argument("--layer-ids", default=None,
+                   help="aux HF hidden_states indices, e.g. 1,2,3 (default: DIR metadata, else speculators' default)")
+    p.add_argument("--draft-vocab-size", type=int, default=None, help="default: the target's full vocab")
+    p.add_argument("--num-layers", type=int, default=1)
+    p.add_argument("--intermediate-size", type=int, default=None, help="default: the target's intermediate_size")
+    p.add_argument("--head-dim", type=int, default=None, help="default: 128 (64 if 128 does not divide hidden)")
+    p.add_argument("--max-position-embeddings", type=int, default=None, help="default: max(target's, 8192)")
+    p.add_argument("--ttt-steps", type=int, default=3)
+    p.add_argument("--total-seq-len", type=int, default=8192, help="tokens per packed batch")
+    p.add_argument("--train-ratio", type=float, default=0.95, help="the rest is speculators' validation split")
+    p.add_argument("--loss-fn", default=None, help="speculators loss spec (default: its kl_div)")
+    p.add_argument("--loss-impl", choices=("fused", "eager"), default="fused", help="GPU only; CPU uses eager")
+    p.add_argument("--attn-impl", choices=("simple_flex_attention", "sdpa", "eager"),
+                   default="simple_flex_attention", help="GPU only; CPU uses sdpa")
+    p.add_argument("--num-workers", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--keep-checkpoints", action="store_true",
+                   help=f"keep speculators' per-epoch checkpoints under OUT/{RUN_DIR}/checkpoints")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    try:
+        train(a)
+    except TrainDraftError as e:
+        print(f"train_draft: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""EAGLE-3 draft on a real SGLang server (GPU host; run by tests/gpu/run.sh with SGLang 0.5.16 / 0.5.14).
+
+- a draft built and saved with speculators for the tiny DeepSeek-V3 target (hidden 1024, vocab 4096,
+  K=3 aux layers), converted, served with EAGLE3 steps 3 / topk 1 / 4 draft tokens: answers, and the
+  log shows our strict loader and explicit capture layers ran;
+- the target sending un-fused states (draft eagle_config.use_aux_hidden_state=false: SGLang then never
+  calls set_eagle3_layers_to_capture) fails loudly with the fc-width message, at start-up and, with the
+  start-up check deferred, from the forward guard itself — instead of serving at accept length 1.00.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from conftest import BASE_ARGS, generate, sglang_server
+
+pytestmark = pytest.mark.gpu
+REPO = Path(__file__).resolve().parents[2]
+HF_INDICES = (1, 2, 3)  # HF hidden_states of the 4-layer tiny target
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launcher() -> str:
+    return "sglang_eagle3_ext.launch_server" if importlib.util.find_spec("sglang_eagle3_ext.launch_server") else "sglang.launch_server"
+
+
+def _env(tmp: Path, **extra) -> dict:
+    """SGLANG_EAGLE3_EXT=1 reaches every SGLang process; without our .pth in site-packages, a
+    sitecustomize on PYTHONPATH runs the same start-up hook in each (spawned) interpreter."""
+    paths = [str(REPO)]
+    if not (Path(sysconfig.get_paths()["purelib"]) / "sglang_eagle3_ext.pth").exists():
+        sc = tmp / "sitecustomize_dir"
+        sc.mkdir(exist_ok=True)
+        (sc / "sitecustomize.py").write_text("import sglang_eagle3_ext._startup_hook  # noqa: F401\n")
+        paths.insert(0, str(sc))
+    old = os.environ.get("PYTHONPATH")
+    return {"SGLANG_EAGLE3_EXT": "1", "PYTHONPATH": os.pathsep.join(paths + ([old] if old else [])), **extra}
+
+
+@pytest.fixture(scope="module")
+def draft(tiny_target, tmp_path_factory):
+    import torch
+
+    from sglang_eagle3_ext.draft.convert import convert
+    from sglang_eagle3_ext.draft.tiny import make_speculators_draft
+
+    cfg = json.loads((Path(tiny_target) / "config.json").read_text())
+    root = tmp_path_factory.mktemp("draft")
+    src = make_speculators_draft(root / "spec", hidden=cfg["hidden_size"], vocab=cfg["vocab_size"], draft_vocab=1024,
+                                 aux_ids=HF_INDICES, heads=8, kv_heads=2, intermediate=2048,
+                                 max_position_embeddings=cfg["max_position_embeddings"], dtype=torch.bfloat16)
+    return convert(src, root / "sglang", log=print)
+
+
+def _args(target, draft_dir):
+    return ["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
+            "--speculative-draft-model-path", str(draft_dir), "--speculative-num-steps", "3",
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", *BASE_ARGS]
+
+
+def _no_aux_draft(draft, tmp_path) -> Path:
+    d = tmp_path / "no_aux"
+    shutil.copytree(draft, d)
+    c = json.loads((d / "config.json").read_text())
+    c["eagle_config"]["use_aux_hidden_state"] = False
+    (d / "config.json").write_text(json.dumps(c, indent=2))
+    return d
+
+
+def test_speculators_draft_serves(tiny_target, draft, tmp_path):
+    with sglang_server(_args(tiny_target, draft), name="draft_eagle3", port=_port(), env=_env(tmp_path),
+                       launcher=_launcher()) as (base, log, _):
+        out = generate(base, list(range(10, 42)), max_new_tokens=32)
+        assert len(out["output_ids"]) == 32
+        assert out["meta_info"].get("spec_verify_ct", 0) > 0  # speculative decoding actually ran
+    text = log.read_text()
+    assert "EAGLE-3 draft" in text and "tensors loaded" in text, "strict loader did not run"
+    assert f"captures HF hidden_states{list(HF_INDICES)}" in text, "explicit capture layers did not run"
+
+
+def _run_expect_width_failure(tiny_target, draft_dir, tmp_path, name, **env):
+    log_text = ""
+    try:
+        with sglang_server(_args(tiny_target, draft_dir), name=name, port=_port(), env=_env(tmp_path, **env),
+                           launcher=_launcher(), timeout=300) as (base, log, _):
+            try:  # the warm-up request normally trips it already; if not, a real request must
+                generate(base, list(range(10, 42)), max_new_tokens=8)
+            except Exception:  # noqa: BLE001
+                pass
+            log_text = log.read_text()
+    except (RuntimeError, TimeoutError) as e:
+        log_text = str(e)
+    from conftest import LOG_DIR
+    log_text += (LOG_DIR / f"{name}.log").read_text()
+    return log_text
+
+
+def test_target_not_capturing_fails_at_startup(tiny_target, draft, tmp_path):
+    text = _run_expect_width_failure(tiny_target, _no_aux_draft(draft, tmp_path), tmp_path, "draft_no_aux_startup")
+    assert "[fc-width]" in text and "not capturing aux hidden states" in text, text[-3000:]
+    assert "accept len: 1.00" not in text
+
+
+def test_target_not_capturing_caught_by_forward_guard(tiny_target, draft, tmp_path):
+    from sglang_eagle3_ext.draft.loader import DEFER_WIDTH_ENV
+
+    text = _run_expect_width_failure(tiny_target, _no_aux_draft(draft, tmp_path), tmp_path, "draft_no_aux_guard",
+                                     **{DEFER_WIDTH_ENV: "1"})
+    assert "[fc-width]" in text and "batch): the target sends 1024-wide hidden states" in text, text[-3000:]
+    assert "accept len: 1.00" not in text
