@@ -1,23 +1,9 @@
-"""GPU fixtures: the tiny target and a real SGLang server started as a subprocess.
-
-Logs go to $OUT (the device tool's folder) or a temp dir, one file per server.
-"""
+"""GPU fixtures (helpers live in gpu_helpers.py, imported by the tests as a plain module)."""
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
-
-LOG_DIR = Path(os.environ.get("OUT") or os.environ.get("SGE3_LOG_DIR") or "/tmp/sge3_logs")
-BASE_ARGS = ["--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-backend", "pytorch",
-             "--grammar-backend", "none", "--disable-cuda-graph", "--mem-fraction-static", "0.3"]
 
 
 @pytest.fixture(scope="session")
@@ -25,53 +11,3 @@ def tiny_target(tmp_path_factory):
     from sglang_eagle3_ext.tiny import ensure_tiny_target
 
     return ensure_tiny_target(os.environ.get("SGE3_TINY_DIR") or tmp_path_factory.mktemp("tiny"))
-
-
-def http_json(url: str, payload=None, timeout: float = 600):
-    data = None if payload is None else json.dumps(payload).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
-@contextlib.contextmanager
-def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = None,
-                  launcher: str = "sglang_eagle3_ext.launch_server", timeout: float = 600):
-    """Start `python -m launcher args`, wait for /health, yield (base_url, log_path); always stop it."""
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    log = LOG_DIR / f"{name}.log"
-    full_env = {**os.environ, **(env or {})}
-    cmd = [sys.executable, "-m", launcher, *args, "--port", str(port)]
-    with open(log, "w") as f:
-        f.write("$ " + " ".join(cmd) + "\n")
-        f.flush()
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        t0 = time.time()
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server {name} exited with {proc.returncode}; see {log}:\n" + log.read_text()[-4000:])
-            try:
-                urllib.request.urlopen(base + "/health", timeout=5)
-                break
-            except Exception:
-                if time.time() - t0 > timeout:
-                    raise TimeoutError(f"server {name} not healthy after {timeout}s; see {log}")
-                time.sleep(2)
-        yield base, log, proc
-    finally:
-        import signal
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def generate(base: str, input_ids, max_new_tokens: int = 32, **extra):
-    payload = {"input_ids": input_ids, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens,
-                                                           "ignore_eos": True}, **extra}
-    return http_json(base + "/generate", payload)

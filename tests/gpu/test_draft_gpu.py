@@ -19,17 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BASE_ARGS, generate, sglang_server
+from gpu_helpers import BASE_ARGS, LOG_DIR, REPO, activation_env, free_port as _port, generate, sglang_server
 
 pytestmark = pytest.mark.gpu
-REPO = Path(__file__).resolve().parents[2]
 HF_INDICES = (1, 2, 3)  # HF hidden_states of the 4-layer tiny target
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _launcher() -> str:
@@ -37,19 +30,9 @@ def _launcher() -> str:
 
 
 def _env(tmp: Path, **extra) -> dict:
-    """SGLANG_EAGLE3_EXT=1 reaches every SGLang process; without our .pth in site-packages, a
-    sitecustomize on PYTHONPATH runs the same start-up hook in each (spawned) interpreter."""
-    paths = [str(REPO)]
-    if not (Path(sysconfig.get_paths()["purelib"]) / "sglang_eagle3_ext.pth").exists():
-        sc = tmp / "sitecustomize_dir"
-        sc.mkdir(exist_ok=True)
-        (sc / "sitecustomize.py").write_text("import sglang_eagle3_ext._startup_hook  # noqa: F401\n")
-        paths.insert(0, str(sc))
-    old = os.environ.get("PYTHONPATH")
-    return {"SGLANG_EAGLE3_EXT": "1", "PYTHONPATH": os.pathsep.join(paths + ([old] if old else [])), **extra}
+    return activation_env(tmp, **extra)
 
 
-@pytest.fixture(scope="module")
 def draft(tiny_target, tmp_path_factory):
     import torch
 
@@ -102,7 +85,6 @@ def _run_expect_width_failure(tiny_target, draft_dir, tmp_path, name, **env):
             log_text = log.read_text()
     except (RuntimeError, TimeoutError) as e:
         log_text = str(e)
-    from conftest import LOG_DIR
     log_text += (LOG_DIR / f"{name}.log").read_text()
     return log_text
 

@@ -5,10 +5,7 @@
    per-token cosine >= 0.999, with chunked prefill (64) stitching ~300-token prompts.
 2. SIGKILL mid-dump, restart, re-run the client: every sample listed exactly once, every file loads.
 
-How the patches reach SGLang's spawned children: our .pth must be in a site dir. `_activation_env`
-copies it into site.getsitepackages()[0] when writable (inert unless SGLANG_EAGLE3_EXT=1), else puts a
-`usercustomize.py` with the same one line on PYTHONPATH (site imports it at every interpreter start
-while the user site is enabled).
+How the patches reach SGLang's spawned children: gpu_helpers.activation_env (the .pth route).
 """
 from __future__ import annotations
 
@@ -27,47 +24,16 @@ import pytest
 import torch
 
 
-def _gpu_helpers():
-    """tests/gpu/conftest.py's helpers (tests/ is not a package: load the file itself)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("sge3_gpu_helpers", Path(__file__).with_name("conftest.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_h = _gpu_helpers()
-BASE_ARGS, LOG_DIR, sglang_server = _h.BASE_ARGS, _h.LOG_DIR, _h.sglang_server
+from gpu_helpers import BASE_ARGS, LOG_DIR, REPO, activation_env, free_port as _port, sglang_server
 
 pytestmark = pytest.mark.gpu
-REPO = Path(__file__).resolve().parents[2]
-PTH = REPO / "sglang_eagle3_ext" / "_startup" / "sglang_eagle3_ext.pth"
 LAYERS = [1, 2, 3]
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _activation_env(tmp: Path, dump_dir: Path, **extra) -> dict:
-    py_path = [str(REPO)]
-    sp = Path(site.getsitepackages()[0])
-    if os.access(sp, os.W_OK):
-        if not (sp / PTH.name).exists():
-            shutil.copy(PTH, sp / PTH.name)
-    else:
-        d = tmp / "usercustomize_dir"
-        d.mkdir(exist_ok=True)
-        (d / "usercustomize.py").write_text(PTH.read_text())
-        py_path.insert(0, str(d))
-    env = {"SGLANG_EAGLE3_EXT": "1", "SGLANG_EAGLE3_EXT_DUMP_DIR": str(dump_dir),
-           "SGLANG_EAGLE3_EXT_DUMP_LAYERS": ",".join(map(str, LAYERS)), "SGLANG_EAGLE3_EXT_DUMP_FINAL": "both",
-           "PYTHONPATH": os.pathsep.join(py_path + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-    env.update(extra)
-    return env
+    return activation_env(tmp, SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump_dir),
+                          SGLANG_EAGLE3_EXT_DUMP_LAYERS=",".join(map(str, LAYERS)),
+                          SGLANG_EAGLE3_EXT_DUMP_FINAL="both", **extra)
 
 
 SERVER_ARGS = ["--chunked-prefill-size", "64", "--disable-radix-cache"]

@@ -15,7 +15,7 @@ import socket
 
 import pytest
 
-from conftest import generate, sglang_server
+from gpu_helpers import free_port as _port, generate, sglang_server
 
 pytestmark = pytest.mark.gpu
 
@@ -25,11 +25,6 @@ def _gpus() -> int:
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

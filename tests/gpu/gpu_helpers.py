@@ -1,0 +1,98 @@
+"""Helpers shared by the GPU tests: start a real SGLang server, talk to it, reach its spawned workers.
+
+Logs go to $OUT (the device tool's folder) or a temp dir, one file per server.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+LOG_DIR = Path(os.environ.get("OUT") or os.environ.get("SGE3_LOG_DIR") or "/tmp/sge3_logs")
+BASE_ARGS = ["--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-backend", "pytorch",
+             "--grammar-backend", "none", "--disable-cuda-graph", "--mem-fraction-static", "0.3"]
+
+
+def http_json(url: str, payload=None, timeout: float = 600):
+    data = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+@contextlib.contextmanager
+def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = None,
+                  launcher: str = "sglang_eagle3_ext.launch_server", timeout: float = 600):
+    """Start `python -m launcher args`, wait for /health, yield (base_url, log_path); always stop it."""
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log = LOG_DIR / f"{name}.log"
+    full_env = {**os.environ, **(env or {})}
+    cmd = [sys.executable, "-m", launcher, *args, "--port", str(port)]
+    with open(log, "w") as f:
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        t0 = time.time()
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server {name} exited with {proc.returncode}; see {log}:\n" + log.read_text()[-4000:])
+            try:
+                urllib.request.urlopen(base + "/health", timeout=5)
+                break
+            except Exception:
+                if time.time() - t0 > timeout:
+                    raise TimeoutError(f"server {name} not healthy after {timeout}s; see {log}")
+                time.sleep(2)
+        yield base, log, proc
+    finally:
+        import signal
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def generate(base: str, input_ids, max_new_tokens: int = 32, **extra):
+    payload = {"input_ids": input_ids, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens,
+                                                           "ignore_eos": True}, **extra}
+    return http_json(base + "/generate", payload)
+
+
+REPO = Path(__file__).resolve().parents[2]
+PTH = REPO / "sglang_eagle3_ext" / "_startup" / "sglang_eagle3_ext.pth"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def activation_env(tmp: Path, **extra) -> dict:
+    """SGLANG_EAGLE3_EXT=1 for the server and every worker it spawns. The workers need our .pth in a
+    site dir: tests/gpu/run.sh installs it into site-packages (the real route); where that was not
+    done, a usercustomize.py with the same line on PYTHONPATH runs it in each interpreter."""
+    import site
+    import sysconfig
+
+    paths = [str(REPO)]
+    dirs = {sysconfig.get_paths()["purelib"], *site.getsitepackages()}
+    if not any((Path(d) / PTH.name).exists() for d in dirs):
+        d = tmp / "usercustomize_dir"
+        d.mkdir(exist_ok=True)
+        (d / "usercustomize.py").write_text(PTH.read_text())
+        paths.insert(0, str(d))
+    old = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {"SGLANG_EAGLE3_EXT": "1", "PYTHONPATH": os.pathsep.join(paths + old), **extra}
