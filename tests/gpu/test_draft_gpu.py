@@ -68,6 +68,14 @@ def test_speculators_draft_serves(tiny_target, draft, tmp_path):
         out = generate(base, list(range(10, 42)), max_new_tokens=32)
         assert len(out["output_ids"]) == 32
         assert out["meta_info"].get("spec_verify_ct", 0) > 0  # speculative decoding actually ran
+        # this draft is untrained: the acceptance benchmark must say so and exit non-zero
+        import subprocess
+        import sys
+
+        b = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.bench", "--url", base, "--num-prompts", "8",
+                            "--max-new-tokens", "32"], capture_output=True, text=True, cwd=REPO, timeout=600)
+        (LOG_DIR / "bench_untrained_draft.txt").write_text(b.stdout + b.stderr)
+        assert b.returncode == 1 and "the draft is not being used" in b.stdout, b.stdout[-2000:]
     text = log.read_text()
     assert "EAGLE-3 draft" in text and "tensors loaded" in text, "strict loader did not run"
     assert f"captures HF hidden_states{list(HF_INDICES)}" in text, "explicit capture layers did not run"

@@ -1,0 +1,102 @@
+"""The round trip on real SGLang (GPU): dump -> train with speculators -> convert/check -> serve EAGLE-3 -> bench.
+
+One test, each step through the product's own CLIs, timings and figures written to
+$OUT/roundtrip.json. It can fail: the accept length threshold is measured on held-out prompts
+with greedy decoding, and the outputs with speculation must equal those without, token for token.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from gpu_helpers import LOG_DIR, REPO, activation_env, free_port, sglang_server
+
+pytestmark = pytest.mark.gpu
+N_TRAIN = int(os.environ.get("SGE3_RT_SAMPLES", "2000"))
+N_HELDOUT = 32
+MIN_ACCEPT = 2.0
+SPEC_ARGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+             "--speculative-num-draft-tokens", "4", "--decode-log-interval", "5"]
+
+
+def _prompts(path: Path, n: int, seed: int, prefix: str) -> None:
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for i in range(n):
+            ids = [rng.randrange(10, 4000) for _ in range(rng.randrange(16, 48))]
+            f.write(json.dumps({"id": f"{prefix}{i:05d}", "input_ids": ids}) + "\n")
+
+
+def _run(cmd: list[str], name: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    p = subprocess.run([sys.executable, "-m", *cmd], cwd=REPO, env={**os.environ, **(env or {})},
+                       capture_output=True, text=True, timeout=timeout)
+    (LOG_DIR / f"rt_{name}.log").write_text(f"$ {' '.join(cmd)}\n# rc={p.returncode} {time.time() - t0:.1f}s\n"
+                                            f"{p.stdout}\n--- stderr ---\n{p.stderr}")
+    return p
+
+
+def test_roundtrip(tiny_target, tmp_path):
+    fig: dict = {"sglang": __import__("importlib.metadata").metadata.version("sglang"), "samples": N_TRAIN}
+    t_all = time.time()
+    train, held = tmp_path / "train.jsonl", tmp_path / "heldout.jsonl"
+    _prompts(train, N_TRAIN, 1, "t")
+    _prompts(held, N_HELDOUT, 2, "h")
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    env = activation_env(tmp_path, SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump))
+
+    # 1-2. dump the target's own generations through the launch wrapper's dump preset
+    t = time.time()
+    with sglang_server(["--preset", "tiny-dump", "--model-path", str(tiny_target)], name="rt_dump_server",
+                       port=(port := free_port()), env=env) as (base, _, _):
+        p = _run(["sglang_eagle3_ext.dump", "run", "--url", base, "--data", str(train), "--dump-dir", str(dump),
+                  "--generate", "--max-new-tokens", "96", "--concurrency", "64", "--quiet"], "dump_client", env)
+        assert p.returncode == 0, p.stderr[-3000:]
+    fig["dump_s"] = round(time.time() - t, 1)
+
+    # 3. export + train with speculators
+    hs = tmp_path / "hs"
+    p = _run(["sglang_eagle3_ext.dump", "export", "--dump-dir", str(dump), "--to", "speculators", "--out", str(hs),
+              "--data", str(train)], "export")
+    assert p.returncode == 0, p.stderr[-3000:]
+    t = time.time()
+    spec_ckpt = tmp_path / "draft_speculators"
+    p = _run(["sglang_eagle3_ext.train_draft", "--data", str(hs), "--target", str(tiny_target), "--out", str(spec_ckpt),
+              "--device", "cuda"], "train", timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    fig["train_s"] = round(time.time() - t, 1)
+    fig["train_summary"] = (p.stdout.strip().splitlines() or [""])[-1]
+
+    # 4. convert + check
+    draft = tmp_path / "draft_sglang"
+    p = _run(["sglang_eagle3_ext.convert", str(spec_ckpt), str(draft)], "convert")
+    assert p.returncode == 0, p.stderr[-3000:]
+    p = _run(["sglang_eagle3_ext.check", str(draft), "--target", str(tiny_target), "--scan-values"], "check")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+
+    # 5. serve target + draft and the plain target side by side; bench on held-out prompts
+    serve_env = activation_env(tmp_path)
+    out_json = LOG_DIR / "rt_bench.json"
+    with sglang_server(["--preset", "tiny", "--model-path", str(tiny_target), "--speculative-draft-model-path",
+                        str(draft), *SPEC_ARGS], name="rt_spec_server", port=free_port(), env=serve_env) as (spec, _, _), \
+         sglang_server(["--preset", "tiny", "--model-path", str(tiny_target)], name="rt_base_server",
+                       port=free_port(), env=serve_env) as (base, _, _):
+        p = _run(["sglang_eagle3_ext.bench", "--url", spec, "--baseline-url", base, "--prompts", str(held),
+                  "--max-new-tokens", "64", "--concurrency", "8", "--json", str(out_json)], "bench")
+        res = json.loads(out_json.read_text())
+        fig["bench"] = res
+    fig["wall_s"] = round(time.time() - t_all, 1)
+    (LOG_DIR / "roundtrip.json").write_text(json.dumps(fig, indent=2))
+    print(json.dumps(fig, indent=2))
+    assert p.returncode == 0, p.stdout[-3000:]
+    assert res["spec"]["accept_length"] >= MIN_ACCEPT, res
+    assert "greedy outputs identical" in res["verdict"]
+
