@@ -35,14 +35,24 @@ What speculators needs besides the ``hs_{i}.safetensors`` files, and how this mo
   ``dump_meta.json``, keys ``hf_hidden_state_indices``/``layer_indices_hf``/...), else
   speculators' default ``[2, n//2, n-3]``; checked against the files' slot count.
 
-Two small adaptations, both outside the math:
+Small adaptations, all outside the math (a ``Trainer`` subclass swapped in for the call):
 
-* ``Trainer.setup_model`` does ``model.to(local_rank)`` (an int -> an accelerator), which fails
-  on a CPU-only torch; the subclass below places the model on the chosen device first.  The
-  same subclass prints progress (speculators' metric logger records are read, not changed),
-  maps ``--steps`` onto whole epochs (the stock loop with ``max_steps`` still runs one extra
-  step per remaining epoch) and saves the final model to OUT with speculators'
-  ``save_pretrained`` (bf16, like its checkpointer).
+* ``Trainer.setup_model`` does ``model.to(local_rank)`` (an int -> an accelerator) and its step
+  timer calls ``torch.accelerator.synchronize()``; both raise on a CPU-only torch.  On CPU the
+  model is placed on ``cpu`` first and ``synchronize`` is a no-op for the duration of the call
+  (restored afterwards).  Nothing changes on CUDA.
+* ``--steps`` is mapped onto whole epochs (the stock loop with ``max_steps`` and too many
+  epochs still runs one step per remaining epoch); per-epoch checkpoints are only written after
+  the first and last epoch (``--keep-checkpoints`` keeps them under ``OUT/_speculators_run``).
+* progress is printed from speculators' own metric records (``speculators.metrics`` logger):
+  step, loss (summed over the TTT steps), accuracy per TTT step (``full_acc_k``), tokens/s;
+  the final ``DONE`` line reports ``train_acc`` = mean ``full_acc_0`` over the last 10% of steps
+  (plus the validation accuracy of the last epoch).  ``OUT/_speculators_run/summary.json``
+  keeps the numbers.
+* the final model is written to OUT by the model's own ``save_pretrained`` with a bf16 state
+  dict, exactly as speculators' ``SingleGPUCheckpointer`` writes its epoch checkpoints
+  (``architectures`` is ``["Eagle3DraftModel"]``, the 0.9 class name; the format marker is
+  ``speculators_model_type: eagle3``).  ``Eagle3DraftModel.from_pretrained(OUT)`` reloads it.
 * The draft decoder config is written here (``--draft-config``) instead of being synthesized by
   speculators from the verifier: the synthesized one copies DeepSeek's MoE/YaRN settings and
   makes every layer sliding-window (2048), which SGLang's Llama EAGLE-3 draft does not have.
@@ -64,7 +74,6 @@ import argparse
 import json
 import logging
 import math
-import os
 import re
 import shutil
 import sys
@@ -280,7 +289,7 @@ class _Progress(logging.Handler):
 
 
 def _make_trainer_class(base, *, device: str, out: Path, steps: int | None, epochs_given: bool,
-                        progress: _Progress, result: dict):
+                        keep_checkpoints: bool, progress: _Progress, result: dict):
     import torch
 
     class DraftTrainer(base):
@@ -291,6 +300,9 @@ def _make_trainer_class(base, *, device: str, out: Path, steps: int | None, epoc
             if steps is not None:
                 need = math.ceil(steps / n)
                 config = config._replace(num_epochs=min(config.num_epochs, need) if epochs_given else need)
+            if not keep_checkpoints:
+                # stock saves model+optimizer every epoch; with freq = epochs it saves after the first and last
+                config = config._replace(checkpoint_freq=float(config.num_epochs))
             result["steps_per_epoch"] = n
             result["epochs"] = config.num_epochs
             progress.total = steps if steps is not None else config.num_epochs * n
@@ -425,7 +437,8 @@ def train(a) -> dict:
     progress = _Progress(a.log_every, a.ttt_steps, None)
     result: dict = {"device": device, "layer_ids": layer_ids, "draft_vocab_size": dvs or vocab, **info}
     trainer_cls = _make_trainer_class(spec_cli.Trainer, device=device, out=out, steps=steps,
-                                      epochs_given=a.epochs is not None, progress=progress, result=result)
+                                      epochs_given=a.epochs is not None, keep_checkpoints=a.keep_checkpoints,
+                                      progress=progress, result=result)
     orig = spec_cli.Trainer
     orig_sync = torch.accelerator.synchronize
     spec_cli.Trainer = trainer_cls
@@ -463,11 +476,11 @@ def train(a) -> dict:
          f"(ttt accs {' '.join(f'{x:.3f}' for x in result['train_acc_by_step'])}, mean of last {len(tail)} steps) "
          f"loss {result['first_loss']:.4f}->{result['final_loss']:.4f} "
          f"val_acc={va.get('full_acc_0_epoch', float('nan')):.4f} "
-         f"tok/s={result['tokens_per_s']:.0f} time={result.get('train_seconds', 0):.1f}s out={out}")
+         f"avg_tok/s={result['tokens_per_s']:.0f} time={result.get('train_seconds', 0):.1f}s out={out}")
     return result
 
 
-DEFAULT_EPOCHS = 4
+DEFAULT_EPOCHS = 10
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -496,7 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loss-impl", choices=("fused", "eager"), default="fused", help="GPU only; CPU uses eager")
     p.add_argument("--attn-impl", choices=("simple_flex_attention", "sdpa", "eager"),
                    default="simple_flex_attention", help="GPU only; CPU uses sdpa")
-    p.add_argument("--num-workers", type=int, default=2)
+    p.add_argument("--num-workers", type=int, default=4, help="speculators DataLoader workers (0 = in-process)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--keep-checkpoints", action="store_true",
