@@ -191,3 +191,24 @@ def test_dump_export_layout_loss_mask_and_layer_ids(world, tmp_path):
     assert info["n_loss_tokens"] == info["n_tokens"] - 10 * N_SAMPLES
     prep = datasets.load_from_disk(str(tmp_path / "prep"))
     assert prep[0]["loss_mask"].tolist()[:10] == [0] * 10
+
+
+def test_trained_draft_converts_and_checks_clean(world, tmp_path):
+    """train -> convert -> check on the real trainer's output (full vocab: no d2t; rope in rope_parameters)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "draft"
+    _train(world, out, "--steps", "5")
+    conv = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.convert", str(out), str(tmp_path / "sglang")],
+                          capture_output=True, text=True)
+    assert conv.returncode == 0, conv.stdout + conv.stderr
+    chk = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.check", str(tmp_path / "sglang"), "--target",
+                          str(world["target"]), "--scan-values", "--json"], capture_output=True, text=True)
+    assert chk.returncode == 0, chk.stdout + chk.stderr
+    cfg = json.loads((tmp_path / "sglang" / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert cfg["eagle_config"]["hf_hidden_state_indices"] == AUX
+    assert cfg["target_hidden_size"] == SMALL["hidden_size"]
+    # SGLang's Llama layers read rope_parameters first, then rope_theta
+    assert (cfg.get("rope_parameters") or {}).get("rope_theta") or cfg.get("rope_theta")
