@@ -13,7 +13,8 @@ import threading
 
 from .fmt import T_AUX, T_IDS, T_POST, T_PRE
 from .manifest import sanitize_id
-from .config import NODUMP_RID_PREFIX
+from .._log import log_once
+from .config import NODUMP_RID_PREFIX, min_sample_tokens
 
 
 class ChunkBatch:
@@ -116,11 +117,16 @@ class Assembler:
         done, refused = [], []
         orig = batch.orig_lens.tolist() if hasattr(batch.orig_lens, "tolist") else list(batch.orig_lens)
         row = 0
+        min_tokens = min_sample_tokens()
         for i, rid in enumerate(batch.rids):
             p, n = batch.prefix_lens[i], batch.extend_lens[i]
             a, b = row, row + n
             row = b
             if rid.startswith(NODUMP_RID_PREFIX):
+                continue
+            if orig[i] < min_tokens:
+                log_once("dump.short", "dump: not dumping prompts shorter than %d tokens (e.g. SGLang's warm-up "
+                         "request; set SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS to change)", min_tokens)
                 continue
             sid = sanitize_id(rid)
             if self.is_done(sid):

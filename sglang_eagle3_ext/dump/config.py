@@ -22,6 +22,14 @@ ENV_IO_THREADS = "SGLANG_EAGLE3_EXT_DUMP_IO_THREADS"
 ALL_ENV = (ENV_DIR, ENV_LAYERS, ENV_FORMAT, ENV_FINAL, ENV_MAX_PENDING_MB, ENV_IO_THREADS)
 
 NODUMP_RID_PREFIX = "nodump-"      # requests whose rid starts with this are served, never dumped
+ENV_MIN_TOKENS = "SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS"
+# Prompts shorter than this are served, never dumped: SGLang's own start-up warm-up request (3 tokens,
+# random rid) must not land in training data, and such short samples teach a draft nothing.
+MIN_TOKENS_DEFAULT = 8
+
+
+def min_sample_tokens() -> int:
+    return int(os.environ.get(ENV_MIN_TOKENS, MIN_TOKENS_DEFAULT))
 FORMATS = ("safetensors",)
 FINAL_MODES = ("prenorm", "postnorm", "both")
 CONVENTION = ("hf_output_hidden_states: index i = input of decoder layer i = output of layer i-1 "

@@ -33,6 +33,7 @@ def _env(tmp: Path, **extra) -> dict:
     return activation_env(tmp, **extra)
 
 
+@pytest.fixture(scope="module")
 def draft(tiny_target, tmp_path_factory):
     import torch
 

@@ -11,6 +11,13 @@ from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, read_sample,
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.targets.logits_processor import dump_prefill
 
+
+@pytest.fixture(autouse=True)
+def _short_samples_allowed(monkeypatch):
+    """These tests use a few tokens per sample; the warm-up-sized filter has its own test."""
+    monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "1")
+
+
 pytestmark = pytest.mark.sglang
 H, N = 16, 6
 

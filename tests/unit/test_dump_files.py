@@ -15,6 +15,13 @@ from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, read_sample,
 from sglang_eagle3_ext.dump.manifest import ManifestWriter, read_manifest, sample_path, sanitize_id
 from sglang_eagle3_ext.dump.writer import DumpStartupError, DumpWriter
 
+
+@pytest.fixture(autouse=True)
+def _short_samples_allowed(monkeypatch):
+    """These tests use a few tokens per sample; the warm-up-sized filter has its own test."""
+    monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "1")
+
+
 H, K = 8, 3
 
 
@@ -218,4 +225,14 @@ def test_budget_backpressure_blocks_not_drops(tmp_path, monkeypatch):
     assert time.monotonic() - t0 >= 0.4
     assert w.flush(30) and set(read_manifest(tmp_path)) == {"a", "b"} and w.budget.used == 0
     assert w.budget.waited_s >= 0.4
+    w.close()
+
+
+def test_warmup_sized_prompts_are_not_dumped(tmp_path, monkeypatch):
+    """SGLang's own warm-up request (3 tokens, random rid) must not become a training sample."""
+    monkeypatch.delenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS")
+    w = _writer(tmp_path)
+    _submit(w, _batch(["0bdf8dadee0d48b1989bbdc813748720", "real"], [0, 0], [3, 12], [3, 12]))
+    assert w.flush(30)
+    assert set(read_manifest(tmp_path)) == {"real"}
     w.close()
