@@ -46,7 +46,7 @@ def disk_write_bps(d: Path, total=1 << 30, block=64 << 20) -> float:
 
 
 def drive(base, prompts, concurrency, rid_prefix):
-    from conftest import http_json
+    from gpu_helpers import http_json
 
     def one(i):
         http_json(base + "/generate", {"input_ids": prompts[i], "rid": f"{rid_prefix}{i}",
@@ -67,7 +67,7 @@ def main():
     ap.add_argument("--concurrency", type=int, default=8)
     a = ap.parse_args()
     import torch
-    from conftest import BASE_ARGS, sglang_server
+    from gpu_helpers import BASE_ARGS, sglang_server
     from test_dump_gpu import _activation_env
 
     from sglang_eagle3_ext.dump.manifest import read_manifest
