@@ -70,7 +70,9 @@ def test_roundtrip(tiny_target, tmp_path):
     t = time.time()
     spec_ckpt = tmp_path / "draft_speculators"
     p = _run(["sglang_eagle3_ext.train_draft", "--data", str(hs), "--target", str(tiny_target), "--out", str(spec_ckpt),
-              "--device", "cuda", "--epochs", os.environ.get("SGE3_RT_EPOCHS", "6")], "train", timeout=900)
+              "--device", "cuda", "--epochs", os.environ.get("SGE3_RT_EPOCHS", "6"),
+              # speculators 0.9 fused Triton loss fails under torch 2.11 dynamo (ListVariable already tracked)
+              "--loss-impl", "eager"], "train", timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     fig["train_s"] = round(time.time() - t, 1)
     fig["train_summary"] = (p.stdout.strip().splitlines() or [""])[-1]
