@@ -101,7 +101,8 @@ def check_draft(draft, target=None, sglang_version: str | None = None, scan_valu
     if target:
         tcfg_path = Path(target) / "config.json"
         try:
-            rep.problems += rules.target_problems(spec, json.loads(tcfg_path.read_text()), f"{draft} vs {target}")
+            rep.problems += rules.target_problems(spec, json.loads(tcfg_path.read_text()), f"{draft} vs {target}",
+                                                  draft_cfg=cfg)
         except (OSError, ValueError) as e:
             rep.problems.append(Problem(E.CONFIG_MISSING, f"{tcfg_path}: unreadable target config ({e})"))
     return rep

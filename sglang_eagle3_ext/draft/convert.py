@@ -9,6 +9,7 @@ cannot reproduce. Output is written to a temp dir beside DST and renamed into pl
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -190,6 +191,15 @@ def convert(src, dst, sglang_version: str | None = None, hf_indices=None, force:
         present.add(canon)
         shards.setdefault(fname, {})[target] = t.contiguous()
     prog.close()
+    # SGLang's --dtype auto takes the draft's dtype from its config (none/float32 -> float16): record the
+    # weights' own dtype, or a bf16 target meets a float16 draft at the first request.
+    float_dtypes = collections.Counter(str(t.dtype).replace("torch.", "") for ts in shards.values()
+                                       for t in ts.values() if t.is_floating_point())
+    if float_dtypes:
+        wdt = float_dtypes.most_common(1)[0][0]
+        if out_cfg.get("torch_dtype") not in (None, wdt):
+            warnings.append(f"config torch_dtype={out_cfg['torch_dtype']!r} but the weights are {wdt}: recorded {wdt}")
+        out_cfg["torch_dtype"] = out_cfg["dtype"] = wdt
     problems += rules.missing_problems(present, spec, str(src))
     fatal = [p for p in problems if not p.warning]
     if fatal:

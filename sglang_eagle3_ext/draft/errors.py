@@ -25,6 +25,7 @@ UNSUPPORTED_OPTION = "unsupported-option"  # trained with something SGLang canno
 UNSUPPORTED_BY_RELEASE = "unsupported-by-release"  # key/option this SGLang release would ignore
 TARGET_MISMATCH = "target-mismatch"        # hidden/vocab differ from the target model
 LAYER_INDEX = "capture-layer-index"
+DTYPE = "dtype-mismatch"                  # SGLang would run draft and target in different dtypes
 FC_WIDTH = "fc-width"                      # target sends hidden states the fc cannot take
 
 

@@ -250,10 +250,23 @@ def non_finite_problem(canon: str, n_bad: int, numel: int, where: str) -> Proble
                                  f"to NaN until the verifier's are loaded)", key=canon)
 
 
-def target_problems(spec: DraftSpec, target_cfg: dict, where: str) -> list[Problem]:
-    """Draft vs target model config (hidden, vocab, layer indices)."""
+def serving_dtype(cfg: dict) -> str:
+    """The dtype SGLang's `--dtype auto` gives a model from its config: float32 (or none) becomes float16."""
+    d = cfg.get("torch_dtype") or cfg.get("dtype") or "float32"
+    d = str(d).replace("torch.", "")
+    return "float16" if d == "float32" else d
+
+
+def target_problems(spec: DraftSpec, target_cfg: dict, where: str, draft_cfg: dict | None = None) -> list[Problem]:
+    """Draft vs target model config (hidden, vocab, layer indices, serving dtype)."""
     t = target_cfg.get("text_config") if isinstance(target_cfg.get("text_config"), dict) else target_cfg
     P = []
+    if draft_cfg is not None and serving_dtype(draft_cfg) != serving_dtype(t):
+        P.append(Problem(E.DTYPE, f"{where}: SGLang would run the draft in {serving_dtype(draft_cfg)} (config "
+                                  f"torch_dtype={draft_cfg.get('torch_dtype') or draft_cfg.get('dtype')!r}; auto maps "
+                                  f"float32/none to float16) but the target in {serving_dtype(t)}: the first request "
+                                  f"fails with 'expected mat1 and mat2 to have the same dtype'. Fix: set torch_dtype "
+                                  f"to {serving_dtype(t)!r} in the draft config (`convert` writes the weights' dtype)"))
     th, tv, tn = t.get("hidden_size"), t.get("vocab_size"), t.get("num_hidden_layers")
     if isinstance(th, int) and th != spec.target_hidden:
         P.append(Problem(E.TARGET_MISMATCH, f"{where}: draft expects target hidden size {spec.target_hidden} "

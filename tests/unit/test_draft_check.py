@@ -164,3 +164,24 @@ def test_convert_cli(spec_draft, tmp_path):
     r2 = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.convert", str(spec_draft), str(tmp_path / "o"),
                          "--sglang-version", "0.5.10"], capture_output=True, text=True)
     assert r2.returncode != 0 and "--force" in r2.stderr
+
+
+def test_dtype_follows_weights_and_mismatch_with_target_is_caught(tmp_path):
+    """Seen on the GPU host: a draft config without torch_dtype runs in float16 under --dtype auto while the
+    bf16 target sends bf16 states -> the first request dies in a matmul. convert records the weights' dtype;
+    check names the mismatch."""
+    import torch
+
+    from sglang_eagle3_ext.draft.tiny import make_speculators_draft, write_target_config
+
+    bf16_target = write_target_config(tmp_path / "t", torch_dtype="bfloat16")
+    src = make_speculators_draft(tmp_path / "s", aux_ids=AUX, dtype=torch.bfloat16)
+    conv = convert(src, tmp_path / "c", sglang_version="0.5.16", log=lambda *_: None)
+    cfg = json.loads((conv / "config.json").read_text())
+    assert cfg["torch_dtype"] == "bfloat16"
+    assert E.DTYPE not in check_draft(conv, target=bf16_target, sglang_version="0.5.16").codes
+    del cfg["torch_dtype"], cfg["dtype"]
+    (conv / "config.json").write_text(json.dumps(cfg))
+    rep = check_draft(conv, target=bf16_target, sglang_version="0.5.16")
+    err = next(p for p in rep.errors if p.code == E.DTYPE)
+    assert "float16" in err.message and "bfloat16" in err.message and "torch_dtype" in err.message
