@@ -267,6 +267,11 @@ def _s(x) -> str:
     return x.decode() if isinstance(x, bytes) else str(x)
 
 
+# nvmlGpuP2PCapsIndex_t. Our own constants: nvidia-ml-py 13 defines NVML_P2P_CAPS_INDEX_READ as the
+# tuple (0,) (a trailing comma), which ctypes refuses ("Don't know how to convert parameter 3").
+P2P_INDEX_READ, P2P_INDEX_WRITE, P2P_INDEX_NVLINK = 0, 1, 2
+
+
 def _nvswitch(nv, handles) -> bool | None:
     """True if any active NVLink of the first GPU ends on an NVSwitch; None if NVML can't say."""
     try:
@@ -319,7 +324,7 @@ def detect(with_host_facts: bool = True) -> Topology:
                 def p2p(idx, a=a, b=b):
                     try:
                         return P2P_STATUS_NAMES.get(nv.nvmlDeviceGetP2PStatus(a, b, idx), "UNKNOWN")
-                    except nv.NVMLError:
+                    except Exception:  # noqa: BLE001 - NVMLError, or ctypes errors of odd bindings
                         return "UNKNOWN"
 
                 try:
@@ -327,8 +332,8 @@ def detect(with_host_facts: bool = True) -> Topology:
                 except nv.NVMLError:
                     anc = "SYS"
                 topo.links.append(Link(
-                    a=i, b=j, pcie_path=anc, nvlink=p2p(nv.NVML_P2P_CAPS_INDEX_NVLINK) == "OK",
-                    p2p_read=p2p(nv.NVML_P2P_CAPS_INDEX_READ), p2p_write=p2p(nv.NVML_P2P_CAPS_INDEX_WRITE)))
+                    a=i, b=j, pcie_path=anc, nvlink=p2p(P2P_INDEX_NVLINK) == "OK",
+                    p2p_read=p2p(P2P_INDEX_READ), p2p_write=p2p(P2P_INDEX_WRITE)))
         if any(lk.nvlink for lk in topo.links):
             topo.nvswitch = _nvswitch(nv, handles)
         elif n:
