@@ -60,16 +60,25 @@ def _cos(a, b):
     return torch.nn.functional.cosine_similarity(a.float(), b.float(), dim=-1)
 
 
-def test_dump_matches_transformers(tiny_target, tmp_path):
+@pytest.mark.parametrize("variant", ["dense", "moe"])
+def test_dump_matches_transformers(variant, tiny_target, tmp_path):
+    """dense: every layer an MLP (first_k_dense_replace = n) -> every token's cosine >= 0.999.
+    moe: the shipped tiny target. Random-weight routers sit on near-ties, so bf16 kernel differences flip
+    an expert choice for a few tokens (seen: worst token 0.993 after the first MoE layer, 0.99995 before
+    it); there >= 98% of tokens must reach 0.999 and the mean must, and the distribution is recorded."""
     from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, read_sample
     from sglang_eagle3_ext.dump.manifest import read_manifest
+    from sglang_eagle3_ext.tiny import ensure_tiny_target
+
+    if variant == "dense":
+        tiny_target = ensure_tiny_target(tmp_path / "dense", first_k_dense_replace=4)
 
     dump = tmp_path / "dump"
     dump.mkdir()
     data = tmp_path / "p.jsonl"
     prompts = _prompts(data, 4)
     env = _activation_env(tmp_path, dump)
-    with sglang_server(["--model-path", str(tiny_target), *BASE_ARGS, *SERVER_ARGS], name="dump_ref",
+    with sglang_server(["--model-path", str(tiny_target), *BASE_ARGS, *SERVER_ARGS], name=f"dump_ref_{variant}",
                        port=(port := _port()), env=env, launcher="sglang.launch_server") as (base, log, _):
         rc = _client(base, data, dump, env).wait(900)
         assert rc == 0, f"client failed; server log {log}"
@@ -85,7 +94,7 @@ def test_dump_matches_transformers(tiny_target, tmp_path):
     n = ref.config.num_hidden_layers
     stash = {}
     ref.model.norm.register_forward_hook(lambda m, i, o: stash.__setitem__("pre", i[0]))
-    worst = {}
+    cos = {}
     for i, ids in enumerate(prompts):
         t, smeta = read_sample(dump / man[f"s{i:04d}"]["file"])
         assert t[T_IDS].tolist() == ids
@@ -93,12 +102,18 @@ def test_dump_matches_transformers(tiny_target, tmp_path):
             out = ref(torch.tensor([ids], device="cuda"), output_hidden_states=True)
         hs = out.hidden_states
         aux = t[T_AUX].cuda().view(len(ids), len(LAYERS), -1)
-        for k, li in enumerate(LAYERS):
-            worst[f"aux{li}"] = min(worst.get(f"aux{li}", 1.0), _cos(aux[:, k], hs[li][0]).min().item())
-        worst["prenorm"] = min(worst.get("prenorm", 1.0), _cos(t[T_PRE].cuda(), stash["pre"][0]).min().item())
-        worst["postnorm"] = min(worst.get("postnorm", 1.0), _cos(t[T_POST].cuda(), hs[n][0]).min().item())
-    (LOG_DIR / "dump_cosines.json").write_text(json.dumps(worst, indent=2))
-    assert all(v >= 0.999 for v in worst.values()), worst
+        pairs = {f"aux{li}": (aux[:, k], hs[li][0]) for k, li in enumerate(LAYERS)}
+        pairs.update(prenorm=(t[T_PRE].cuda(), stash["pre"][0]), postnorm=(t[T_POST].cuda(), hs[n][0]))
+        for name, (a, b) in pairs.items():
+            cos.setdefault(name, []).append(_cos(a, b).cpu())
+    stats = {k: {"min": torch.cat(v).min().item(), "mean": torch.cat(v).mean().item(),
+                 "frac_ge_0.999": (torch.cat(v) >= 0.999).float().mean().item(), "tokens": torch.cat(v).numel()}
+             for k, v in cos.items()}
+    (LOG_DIR / f"dump_cosines_{variant}.json").write_text(json.dumps(stats, indent=2))
+    if variant == "dense":
+        assert all(v["min"] >= 0.999 for v in stats.values()), stats
+    else:
+        assert all(v["frac_ge_0.999"] >= 0.98 and v["mean"] >= 0.999 for v in stats.values()), stats
 
 
 def test_sigkill_restart_resume(tiny_target, tmp_path):
