@@ -18,8 +18,9 @@ ENV_FORMAT = "SGLANG_EAGLE3_EXT_DUMP_FORMAT"             # "safetensors" (the on
 ENV_FINAL = "SGLANG_EAGLE3_EXT_DUMP_FINAL"               # prenorm | postnorm | both
 ENV_MAX_PENDING_MB = "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB"  # host memory for in-flight samples
 ENV_IO_THREADS = "SGLANG_EAGLE3_EXT_DUMP_IO_THREADS"
+ENV_ENCODING = "SGLANG_EAGLE3_EXT_DUMP_ENCODING"         # bf16 (native, as captured) | fp8 (e4m3, row-wise scales)
 
-ALL_ENV = (ENV_DIR, ENV_LAYERS, ENV_FORMAT, ENV_FINAL, ENV_MAX_PENDING_MB, ENV_IO_THREADS)
+ALL_ENV = (ENV_DIR, ENV_LAYERS, ENV_FORMAT, ENV_FINAL, ENV_MAX_PENDING_MB, ENV_IO_THREADS, ENV_ENCODING)
 
 NODUMP_RID_PREFIX = "nodump-"      # requests whose rid starts with this are served, never dumped
 ENV_MIN_TOKENS = "SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS"
@@ -32,6 +33,7 @@ def min_sample_tokens() -> int:
     return int(os.environ.get(ENV_MIN_TOKENS, MIN_TOKENS_DEFAULT))
 FORMATS = ("safetensors",)
 FINAL_MODES = ("prenorm", "postnorm", "both")
+ENCODINGS = ("bf16", "fp8")        # see encoding.py; one encoding per dump dir
 CONVENTION = ("hf_output_hidden_states: index i = input of decoder layer i = output of layer i-1 "
               "(0 = embeddings); final states are stored separately")
 
@@ -65,6 +67,11 @@ class DumpConfig:
     final: str = "prenorm"
     max_pending_bytes: int = 4 << 30
     io_threads: int = 2
+    encoding: str = "bf16"
+
+    def __post_init__(self):
+        if self.encoding not in ENCODINGS:
+            raise DumpConfigError(f"{ENV_ENCODING}={self.encoding!r}: expected one of {ENCODINGS}")
 
     @property
     def want_prenorm(self) -> bool:
@@ -124,5 +131,9 @@ def from_env(env=None) -> DumpConfig | None:
         raise DumpConfigError(f"{ENV_MAX_PENDING_MB}/{ENV_IO_THREADS}: {e}") from None
     if mb <= 0 or io <= 0:
         raise DumpConfigError(f"{ENV_MAX_PENDING_MB} and {ENV_IO_THREADS} must be positive")
+    encoding = (env.get(ENV_ENCODING, "") or "bf16").strip().lower()
+    if encoding not in ENCODINGS:
+        raise DumpConfigError(f"{ENV_ENCODING}={env.get(ENV_ENCODING)!r}: expected one of {ENCODINGS} "
+                              f"(bf16: hidden states as captured; fp8: e4m3 with per-token per-layer scales, ~0.5x)")
     return DumpConfig(dump_dir=os.path.abspath(d), layers=parse_layers(env.get(ENV_LAYERS, "")),
-                      fmt=fmt, final=final, max_pending_bytes=mb << 20, io_threads=io)
+                      fmt=fmt, final=final, max_pending_bytes=mb << 20, io_threads=io, encoding=encoding)

@@ -35,6 +35,17 @@ def _load_norm(dump_dir):
         return f.get_tensor("weight"), float(meta["eps"])
 
 
+def _read(dump_dir: Path, rec: dict):
+    """A sample as captured: compact encodings (SGLANG_EAGLE3_EXT_DUMP_ENCODING=fp8) are decoded here, so
+    exports are always in the captured dtype (bf16) whatever the dump's encoding."""
+    from .encoding import EncodingError
+
+    try:
+        return read_sample(dump_dir / rec["file"])
+    except EncodingError as e:
+        raise ExportError(f"{rec['file']}: {e}") from e
+
+
 def ordered_records(dump_dir, order: list[str] | None = None) -> list[dict]:
     man = read_manifest(dump_dir)
     if order is None:
@@ -66,7 +77,7 @@ def export_speculators(dump_dir, out, order=None, loss_masks: dict | None = None
     rows = {"input_ids": [], "loss_mask": [], "seq_len": []}
     index = []
     for i, rec in enumerate(recs):
-        t, meta = read_sample(dump_dir / rec["file"])
+        t, meta = _read(dump_dir, rec)
         if T_PRE not in t:
             raise ExportError(f"{rec['file']}: speculators needs the final state before the norm; this dump was "
                               f"made with SGLANG_EAGLE3_EXT_DUMP_FINAL=postnorm")
@@ -103,7 +114,7 @@ def export_specforge(dump_dir, out, order=None, loss_masks: dict | None = None) 
     norm = _load_norm(dump_dir)
     index = []
     for i, rec in enumerate(recs):
-        t, meta = read_sample(dump_dir / rec["file"])
+        t, meta = _read(dump_dir, rec)
         _, post = _finals(t, norm, rec["file"])
         L = t[T_IDS].shape[0]
         lm = (loss_masks or {}).get(rec["id"]) or [1] * L

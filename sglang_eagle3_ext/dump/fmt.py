@@ -52,13 +52,18 @@ def write_sample(path, tensors: dict, meta: dict, tmp_tag: str = "") -> int:
     return atomic_write(path, lambda p: save_file(contiguous, p, metadata=header), tmp_tag)
 
 
-def read_sample(path) -> tuple[dict, dict]:
-    """(tensors, metadata) of one native sample file."""
+def read_sample(path, raw: bool = False) -> tuple[dict, dict]:
+    """(tensors, metadata) of one native sample file. Compact encodings (metadata "encoding", see
+    encoding.py) are decoded to the captured dtype; raw=True returns the tensors as stored (fp8 + scales)."""
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as f:
         meta = json.loads((f.metadata() or {}).get(META_KEY, "{}"))
         tensors = {k: f.get_tensor(k) for k in f.keys()}
+    if not raw and meta.get("encoding") not in (None, "native"):
+        from .encoding import decode_sample
+
+        tensors = decode_sample(tensors, meta)
     return tensors, meta
 
 

@@ -21,13 +21,16 @@ from pathlib import Path
 
 from .._log import log_once, logger
 from .assemble import Assembler, ChunkBatch, Sample
-from .config import MANIFEST_DIR, META_FILE, NORM_FILE, SAMPLES_DIR, DumpConfig
-from .fmt import T_IDS, atomic_write, write_json_atomic, write_sample
+from .config import ENV_ENCODING, MANIFEST_DIR, META_FILE, NORM_FILE, SAMPLES_DIR, DumpConfig
+from .encoding import BY_ENV, NATIVE, describe, encode_sample
+from .fmt import T_AUX, T_IDS, atomic_write, write_json_atomic, write_sample
 from .manifest import ManifestWriter, read_manifest, sample_path, sample_relpath
 
 STATUS_DIR = "status"
 # Fields of dump_meta.json that must match when a run appends to an existing dump dir.
-IDENTITY_KEYS = ("layer_indices_hf", "hidden_size", "num_hidden_layers", "architecture", "final", "dtype")
+IDENTITY_KEYS = ("layer_indices_hf", "hidden_size", "num_hidden_layers", "architecture", "final", "dtype",
+                 "encoding")
+IDENTITY_DEFAULTS = {"encoding": NATIVE}   # dumps made before the key existed
 
 
 class DumpStartupError(RuntimeError):
@@ -93,6 +96,8 @@ def check_dump_dir(path: str) -> Path:
 class DumpWriter:
     def __init__(self, cfg: DumpConfig, meta: dict, name: str = "dp0"):
         self.cfg, self.meta, self.name = cfg, dict(meta), name
+        self.encoding = BY_ENV[cfg.encoding]
+        self.meta.update(describe(self.encoding))
         self.root = check_dump_dir(cfg.dump_dir)
         for sub in (SAMPLES_DIR, MANIFEST_DIR, STATUS_DIR):
             (self.root / sub).mkdir(exist_ok=True)
@@ -127,10 +132,12 @@ class DumpWriter:
                 old = json.loads(path.read_text())
             except ValueError as e:
                 raise DumpStartupError(f"{path} is unreadable ({e}); use a fresh dump dir") from e
-            diff = {k: (old.get(k), self.meta.get(k)) for k in IDENTITY_KEYS if old.get(k) != self.meta.get(k)}
+            diff = {k: (old.get(k, IDENTITY_DEFAULTS.get(k)), self.meta.get(k)) for k in IDENTITY_KEYS
+                    if old.get(k, IDENTITY_DEFAULTS.get(k)) != self.meta.get(k)}
             if diff:
+                hint = f" ({ENV_ENCODING} selects the encoding)" if "encoding" in diff else ""
                 raise DumpStartupError(f"dump dir {self.root} holds a dump with different settings {diff} "
-                                       f"(existing, now); use a fresh dump dir")
+                                       f"(existing, now){hint}; use a fresh dump dir")
             return
         write_json_atomic(path, self.meta)
 
@@ -226,6 +233,8 @@ class DumpWriter:
             n = int(tensors[T_IDS].shape[0])
             meta = {**self.meta, "sample_id": s.sample_id, "rid": s.rid, "num_tokens": n,
                     "tensors": {k: list(v.shape) for k, v in tensors.items()}}
+            if self.encoding != NATIVE:    # here, on an io thread: never on the forward thread
+                tensors, meta["encoded"] = encode_sample(tensors, {T_AUX: self.num_aux})
             size = write_sample(sample_path(self.root, s.sample_id), tensors, meta, tmp_tag=self.name)
             self.manifest.append({"id": s.sample_id, "rid": s.rid, "file": sample_relpath(s.sample_id),
                                   "num_tokens": n, "bytes": size, "writer": self.name, "t": round(time.time(), 3)})

@@ -21,14 +21,15 @@ import os
 import sys
 from pathlib import Path
 
-from ..patch_table import ENV_DUMP_DIR
+from ..dump.config import ENV_DIR as ENV_DUMP_DIR
+from ..dump.config import ENV_ENCODING, ENV_FINAL
+from ..dump.config import ENV_FORMAT as ENV_DUMP_FORMAT
+from ..dump.config import ENV_LAYERS as ENV_DUMP_LAYERS
 
 EXT_SECTION = "eagle3_ext"
-ENV_DUMP_LAYERS = "SGLANG_EAGLE3_EXT_DUMP_LAYERS"
-ENV_DUMP_FORMAT = "SGLANG_EAGLE3_EXT_DUMP_FORMAT"
-# eagle3_ext key -> env var ("" = consumed by the launcher itself)
+# eagle3_ext key -> env var ("" = consumed by the launcher itself); names defined once, in dump/config.py
 EXT_KEYS = {"dump_dir": ENV_DUMP_DIR, "dump_layers": ENV_DUMP_LAYERS, "dump_format": ENV_DUMP_FORMAT,
-            "nccl_profile": ""}
+            "dump_final": ENV_FINAL, "dump_encoding": ENV_ENCODING, "nccl_profile": ""}
 BUILTIN_PREFIX = "builtin:"
 BUILTIN_MODELS = ("tiny-deepseek-v3",)
 
