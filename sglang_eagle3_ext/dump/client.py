@@ -26,7 +26,7 @@ import uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from .config import ENV_DIR, META_FILE, NODUMP_RID_PREFIX
+from .config import ENV_DIR, GENERATED_FILE, META_FILE, NODUMP_RID_PREFIX
 from .manifest import MANIFEST_DIR, sanitize_id
 
 log = logging.getLogger("sglang_eagle3_ext.dump.client")
@@ -183,6 +183,8 @@ def run(args) -> int:
 
     failed: dict[str, str] = {}
     stop = threading.Event()
+    gen_log = open(Path(args.dump_dir) / GENERATED_FILE, "a") if args.generate else None
+    gen_lock = threading.Lock()
 
     def one(s):
         if stop.is_set():
@@ -196,7 +198,10 @@ def run(args) -> int:
                 if tok is None:
                     raise ClientError("the server returned no output_ids; pass --tokenizer")
                 gen = tok.tok(out["text"], add_special_tokens=False)["input_ids"]
-            ids = list(ids) + list(gen)
+            prompt_len, ids = len(ids), list(ids) + list(gen)
+            with gen_lock:  # before the dump request: a listed sample always has its mask
+                gen_log.write(json.dumps({"id": s["id"], "prompt_len": prompt_len, "len": len(ids)}) + "\n")
+                gen_log.flush()
         _generate(args.url, list(ids), s["id"], 1, 0.0, args.timeout)
 
     bar = None
@@ -252,6 +257,8 @@ def run(args) -> int:
             break
     if bar is not None:
         bar.close()
+    if gen_log is not None:
+        gen_log.close()
     missing = sorted(sent - tail.ids - set(failed))
     dt = time.monotonic() - t0
     summary = {"samples": len(samples), "already_done": len(samples) - len(todo), "sent": len(sent),
@@ -273,10 +280,29 @@ def _loss_masks_and_order(data):
     return [s["id"] for s in samples], {s["id"]: s["loss_mask"] for s in samples if s.get("loss_mask")}
 
 
+def generated_loss_masks(dump_dir) -> dict:
+    """Response-only masks of `run --generate` samples (last record per id wins: a re-run regenerates)."""
+    path = Path(dump_dir) / GENERATED_FILE
+    masks = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+                masks[r["id"]] = [0] * r["prompt_len"] + [1] * (r["len"] - r["prompt_len"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line after a crash
+    return masks
+
+
 def export(args) -> int:
     from .export import export_specforge, export_speculators
 
     order, masks = _loss_masks_and_order(args.data)
+    gen = generated_loss_masks(args.dump_dir)
+    if gen:
+        log.info("loss masks: %d generated samples train on the response only (%s); --data masks take precedence",
+                 len(gen), GENERATED_FILE)
+        masks = {**gen, **(masks or {})}
     fn = export_speculators if args.to == "speculators" else export_specforge
     n = fn(args.dump_dir, args.out, order=order, loss_masks=masks)
     print(json.dumps({"exported": n, "to": args.to, "out": str(args.out)}))

@@ -41,6 +41,9 @@ CONVENTION = ("hf_output_hidden_states: index i = input of decoder layer i = out
 META_FILE = "dump_meta.json"
 STATUS_FILE = "dump_status.json"
 NORM_FILE = "final_norm.safetensors"
+# `dump run --generate` records here which tokens the target generated: {"id", "prompt_len", "len"} per line.
+# Exports use it as the loss mask (train on the target's own outputs, not on the prompts).
+GENERATED_FILE = "generated.jsonl"
 MANIFEST_DIR = "manifests"
 SAMPLES_DIR = "samples"
 

@@ -78,3 +78,32 @@ def test_client_resume_and_generate_mode(tmp_path):
     rids = [r["rid"] for r in srv.requests]
     assert len(rids) == 2 and rids[0].startswith("nodump-b-") and rids[1] == "b"   # "a" resumed (skipped)
     assert srv.requests[1]["input_ids"] == [1, 2, 3, 7]  # prompt + generated response
+    from sglang_eagle3_ext.dump.client import generated_loss_masks
+
+    # the generated tokens are recorded: exports train on the response only
+    assert generated_loss_masks(dump) == {"b": [0, 0, 0, 1]}
+
+
+def test_export_uses_generated_masks(tmp_path):
+    """End to end through the exporter: a --generate sample's loss mask is 0 on the prompt, 1 on the response."""
+    import torch
+
+    from sglang_eagle3_ext.dump.client import generated_loss_masks
+    from sglang_eagle3_ext.dump.export import export_speculators
+    from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_PRE, write_sample
+    from sglang_eagle3_ext.dump.manifest import ManifestWriter
+
+    dump = tmp_path / "dump"
+    (dump / "samples").mkdir(parents=True)
+    (dump / "dump_meta.json").write_text(json.dumps({"layer_indices_hf": [1, 2, 3], "hidden_size": 4,
+                                                     "final": "prenorm"}))
+    L = 5
+    f = dump / "samples" / "g.safetensors"
+    write_sample(f, {T_IDS: torch.arange(L), T_AUX: torch.randn(L, 12), T_PRE: torch.randn(L, 4)}, {"num_tokens": L})
+    ManifestWriter(dump, "dp0").append({"id": "g", "file": "samples/g.safetensors", "num_tokens": L, "bytes": 1})
+    (dump / "generated.jsonl").write_text(json.dumps({"id": "g", "prompt_len": 2, "len": L}) + "\n{torn")
+    assert export_speculators(dump, tmp_path / "out", loss_masks=generated_loss_masks(dump)) == 1
+    import datasets
+
+    ds = datasets.load_from_disk(str(tmp_path / "out"))
+    assert ds[0]["loss_mask"].tolist() == [0, 0, 1, 1, 1]
