@@ -31,7 +31,8 @@ def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = N
     """Start `python -m launcher args`, wait for /health, yield (base_url, log_path); always stop it."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log = LOG_DIR / f"{name}.log"
-    full_env = {**os.environ, **(env or {})}
+    # a crashed scheduler otherwise keeps the server up 60 s waiting for CUDA coredumps (SGLang 0.5.16)
+    full_env = {"SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS": "0", **os.environ, **(env or {})}
     cmd = [sys.executable, "-m", launcher, *args, "--port", str(port)]
     with open(log, "w") as f:
         f.write("$ " + " ".join(cmd) + "\n")
