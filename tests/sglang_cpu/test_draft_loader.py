@@ -35,8 +35,8 @@ def target_dir(tmp_path_factory):
 @contextlib.contextmanager
 def serving(h, target, draft=None):
     """Publish server args as the scheduler of `target` (+ draft) would see them; restore afterwards."""
-    sa = h.server_args(str(target))
-    sa.speculative_draft_model_path = str(draft) if draft else None
+    # the path goes in at construction: 0.5.18+ ServerArgs are read-only once resolved
+    sa = h.server_args(str(target), speculative_draft_model_path=str(draft) if draft else None)
     h.publish(sa)
     try:
         yield sa

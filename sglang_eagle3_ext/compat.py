@@ -1,0 +1,412 @@
+"""Pre-upgrade check: which of our patches a SGLang release can take, without importing SGLang.
+
+    python -m sglang_eagle3_ext.compat                      # the installed release
+    python -m sglang_eagle3_ext.compat --sglang 0.5.24 --download   # a named release (wheel, no deps)
+    python -m sglang_eagle3_ext.compat --source DIR [--sglang X]    # an unpacked tree (DIR/sglang or DIR)
+
+Every target of `patch_table.PATCHES` is resolved statically from the release's source (ast:
+the module file exists, the class is defined there or imported there, the method is defined on it
+or inherited from a SGLang base), capability flags come from `versions.capabilities_from_source`.
+A target that is not where the table says is searched for in the whole tree, so the report says
+where it moved. Exit status: 0 supported, 1 unsupported, 2 the release could not be obtained.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from .patch_table import PATCHES, PatchSpec
+from .versions import FORCE_ENV, SUPPORTED_MAX, SUPPORTED_MIN, capabilities_from_source, in_range, parse
+
+CACHE_ENV = "SGLANG_EAGLE3_EXT_CACHE"
+
+
+def cache_dir() -> Path:
+    base = os.environ.get(CACHE_ENV) or os.path.join(os.environ.get("XDG_CACHE_HOME") or
+                                                     os.path.expanduser("~/.cache"), "sglang_eagle3_ext")
+    return Path(base)
+
+
+class ReleaseUnavailable(RuntimeError):
+    pass
+
+
+# --------------------------------------------------------------------------- obtaining a release's source
+
+def find_wheel(version: str, dirs) -> Path | None:
+    for d in dirs:
+        d = Path(d)
+        if d.is_dir():
+            hits = sorted(d.glob(f"sglang-{version}-*.whl"))
+            if hits:
+                return hits[0]
+    return None
+
+
+def download_wheel(version: str, dest: Path, python: str = sys.executable) -> Path:
+    """`pip download --no-deps sglang==VERSION` into dest (reused when already there)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    hit = find_wheel(version, [dest])
+    if hit:
+        return hit
+    cmd = [python, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+           "--only-binary=:all:", f"sglang=={version}", "-d", str(dest)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    hit = find_wheel(version, [dest])
+    if p.returncode != 0 or hit is None:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        raise ReleaseUnavailable(f"could not download sglang {version}: {' | '.join(tail) or 'no wheel'}")
+    return hit
+
+
+def unpack_wheel(wheel: Path, dest: Path) -> Path:
+    """Extract the wheel's Python sources (sglang/**/*.py) into dest; returns dest/'sglang'.
+
+    Reused when dest already holds a complete extraction (marker file)."""
+    marker = dest / ".sge3_unpacked"
+    if not marker.exists():
+        dest.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheel) as z:
+            for name in z.namelist():
+                if name.startswith("sglang/") and name.endswith(".py"):
+                    z.extract(name, dest)
+        marker.write_text(wheel.name + "\n")
+    return dest / "sglang"
+
+
+def source_for(version: str, *, download: bool = False, wheel_dirs=()) -> Path:
+    """The `sglang/` source dir of a named release, from a local wheel or (download=True) PyPI."""
+    cache = cache_dir()
+    wheel = find_wheel(version, [*wheel_dirs, cache / "wheels"])
+    if wheel is None:
+        if not download:
+            raise ReleaseUnavailable(
+                f"no wheel for sglang {version} in {', '.join(str(d) for d in [*wheel_dirs, cache / 'wheels'])}; "
+                f"add --download to fetch it (no dependencies) or --source DIR for an unpacked tree")
+        wheel = download_wheel(version, cache / "wheels")
+    return unpack_wheel(wheel, cache / "src" / wheel.stem)
+
+
+def sglang_dir(path: Path) -> Path:
+    """Accept DIR/sglang or the sglang package dir itself."""
+    path = Path(path)
+    if (path / "sglang" / "__init__.py").exists() or (path / "sglang" / "srt").is_dir():
+        return path / "sglang"
+    return path
+
+
+def version_from_source(root: Path) -> str | None:
+    """The release of a source tree: its generated _version.py / version.py literal, else the wheel or
+    dist-info it came from."""
+    for name in ("_version.py", "version.py"):
+        p = root / name
+        if p.exists():
+            m = re.search(r"^(?:__version__|version)\s*=\s*(?:(?:__version__|version)\s*=\s*)?['\"]([^'\"]+)['\"]",
+                          p.read_text(errors="replace"), re.M)
+            if m:
+                return m.group(1)
+    marker = root.parent / ".sge3_unpacked"
+    names = [marker.read_text().strip()] if marker.exists() else []
+    names += [p.name for p in root.parent.glob("sglang-*.dist-info")]
+    for n in names:
+        m = re.match(r"sglang-([^-]+?)(?:\.dist-info|-)", n)
+        if m:
+            return m.group(1)
+    return None
+
+
+# --------------------------------------------------------------------------- static resolution
+
+@dataclasses.dataclass
+class Location:
+    """Where a target's function is defined, statically."""
+    status: str                 # found | reachable | moved | missing
+    detail: str = ""
+    file: Path | None = None    # the file defining the function (found/reachable)
+    node: ast.AST | None = None  # its FunctionDef
+    inherited: bool = False     # defined on a base class, not on the target class itself
+
+
+def module_file(root: Path, module: str) -> Path | None:
+    parts = module.split(".")
+    if parts[0] != "sglang":
+        return None
+    base = root.joinpath(*parts[1:])
+    for p in (base.with_suffix(".py"), base / "__init__.py"):
+        if p.exists():
+            return p
+    return None
+
+
+_AST_CACHE: dict[Path, ast.Module] = {}
+
+
+def _parse(path: Path) -> ast.Module | None:
+    if path not in _AST_CACHE:
+        try:
+            _AST_CACHE[path] = ast.parse(path.read_text(errors="replace"), filename=str(path))
+        except SyntaxError:
+            return None
+    return _AST_CACHE[path]
+
+
+def _rel(root: Path, p: Path) -> str:
+    try:
+        return str(p.relative_to(root.parent))
+    except ValueError:
+        return str(p)
+
+
+def _resolve_import(root: Path, path: Path, mod: str | None, level: int) -> str | None:
+    if level == 0:
+        return mod
+    pkg = list(path.relative_to(root.parent).with_suffix("").parts[:-1])  # the importing module's package
+    pkg = pkg[: len(pkg) - (level - 1)]
+    return ".".join(pkg + ([mod] if mod else []))
+
+
+def _find_class(root: Path, path: Path, name: str, depth: int = 0) -> tuple[Path, ast.ClassDef] | None:
+    """ClassDef `name` as seen from module file `path`: defined there or imported from a sglang module."""
+    tree = _parse(path)
+    if tree is None or depth > 4:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return path, node
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                if (a.asname or a.name) == name:
+                    mod = _resolve_import(root, path, node.module, node.level)
+                    f = module_file(root, mod) if mod else None
+                    if f is not None:
+                        hit = _find_class(root, f, a.name, depth + 1)
+                        if hit:
+                            return hit
+    return None
+
+
+def _method_in(cls: ast.ClassDef, attr: str):
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr:
+            return node
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == attr for t in targets):
+                return node
+    return None
+
+
+def _find_method(root, path, cls, attr, depth=0):
+    """(file, class, node) defining attr on cls or its SGLang bases (depth-first, like the MRO for simple trees)."""
+    node = _method_in(cls, attr)
+    if node is not None:
+        return path, cls, node
+    if depth > 6:
+        return None
+    for b in cls.bases:
+        bname = b.id if isinstance(b, ast.Name) else None
+        if bname is None:
+            continue
+        hit = _find_class(root, path, bname)
+        if hit:
+            found = _find_method(root, hit[0], hit[1], attr, depth + 1)
+            if found:
+                return found
+    return None
+
+
+def _grep(root: Path, pattern: str, limit: int = 4) -> list[str]:
+    rx = re.compile(pattern, re.M)
+    out = []
+    for p in sorted((root / "srt").rglob("*.py")) if (root / "srt").is_dir() else []:
+        try:
+            if rx.search(p.read_text(errors="replace")):
+                out.append(_rel(root, p))
+        except OSError:
+            continue
+        if len(out) >= limit:
+            break
+    return out
+
+
+def locate(root: Path, spec: PatchSpec) -> Location:
+    """Resolve spec.target in the source tree `root` (the `sglang` package dir) without importing it."""
+    mod, _, qual = spec.target.partition(":")
+    *owners, attr = qual.split(".")
+    f = module_file(root, mod)
+    if f is None:
+        base = mod.rsplit(".", 1)[-1]
+        elsewhere = [_rel(root, p) for p in sorted(root.rglob(f"{base}.py"))][:3]
+        where = _grep(root, rf"^class {re.escape(owners[0])}\b") if owners else []
+        hint = ("; module file now at " + ", ".join(elsewhere)) if elsewhere else ""
+        hint += ("; class " + owners[0] + " defined in " + ", ".join(where)) if where else ""
+        return Location("moved" if (elsewhere or where) else "missing", f"module {mod} not found{hint}")
+    path, cls = f, None
+    for i, name in enumerate(owners):
+        hit = _find_class(root, path, name) if i == 0 else None
+        if i > 0 and cls is not None:
+            nested = [n for n in cls.body if isinstance(n, ast.ClassDef) and n.name == name]
+            hit = (path, nested[0]) if nested else None
+        if hit is None:
+            where = _grep(root, rf"^\s*class {re.escape(name)}\b")
+            return Location("moved" if where else "missing",
+                            f"class {name} not in {mod}" + (f"; defined in {', '.join(where)}" if where else
+                                                           " nor anywhere in the tree"))
+        path, cls = hit
+    if cls is None:
+        return Location("missing", f"{spec.target}: no class in the target (module-level targets are not supported)")
+    found = _find_method(root, path, cls, attr)
+    if found is None:
+        same_file = [n.name for n in _parse(path).body if isinstance(n, ast.ClassDef) and _method_in(n, attr)]
+        hint = f"; `{attr}` is defined on {', '.join(same_file[:4])} in that file" if same_file else ""
+        return Location("moved", f"{'.'.join(owners)}.{attr} not defined on the class or its SGLang bases{hint}")
+    fpath, fcls, node = found
+    inherited = fcls is not cls
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return Location("reachable", f"{attr} is an assignment on {fcls.name} (line {node.lineno}), not a def",
+                        fpath, node, inherited)
+    if fpath == f and not inherited:
+        return Location("found", f"{_rel(root, fpath)}:{node.lineno}", fpath, node)
+    how = f"inherited from {fcls.name}" if inherited else f"class defined in {_rel(root, fpath)}"
+    return Location("reachable", f"{how} ({_rel(root, fpath)}:{node.lineno})", fpath, node, inherited)
+
+
+# --------------------------------------------------------------------------- report
+
+@dataclasses.dataclass
+class PatchRow:
+    name: str
+    target: str
+    feature: str
+    requires: str | None
+    capability_on: bool
+    location: Location
+
+    @property
+    def ok(self) -> bool:
+        return self.location.status in ("found", "reachable")
+
+    @property
+    def applies(self) -> str:
+        if not self.capability_on:
+            return f"skipped ({self.requires} off)"
+        return "yes" if self.ok else "NO"
+
+
+@dataclasses.dataclass
+class Report:
+    version: str
+    root: Path
+    rows: list[PatchRow]
+    capabilities: dict
+    in_range: bool
+
+    @property
+    def moved(self) -> list[PatchRow]:
+        return [r for r in self.rows if r.capability_on and not r.ok]
+
+    @property
+    def supported(self) -> bool:
+        return self.in_range and not self.moved
+
+    @property
+    def verdict(self) -> str:
+        moved = ", ".join(f"{r.target} ({r.location.status}: {r.location.detail})" for r in self.moved)
+        if self.supported:
+            n = sum(r.capability_on for r in self.rows)
+            return f"supported: sglang {self.version}: all {n} patches apply"
+        if not self.in_range:
+            why = f"sglang {self.version} is outside the supported range {SUPPORTED_MIN}..{SUPPORTED_MAX}"
+            if moved:
+                return f"unsupported: {moved}; {why}"
+            return (f"unsupported: {why} (every patch target was found in its source, but the release is "
+                    f"untested: {FORCE_ENV}=1 to try at your own risk)")
+        return f"unsupported: {moved}"
+
+    def as_dict(self) -> dict:
+        return {
+            "version": self.version, "source": str(self.root), "supported": self.supported,
+            "in_range": self.in_range, "verdict": self.verdict, "capabilities": self.capabilities,
+            "patches": [{"name": r.name, "target": r.target, "feature": r.feature, "requires": r.requires,
+                         "status": r.location.status, "detail": r.location.detail, "applies": r.applies}
+                        for r in self.rows],
+        }
+
+
+def check_source(root: Path, version: str | None = None) -> Report:
+    root = sglang_dir(Path(root))
+    if not (root / "srt").is_dir():
+        raise ReleaseUnavailable(f"{root} is not a SGLang source tree (no srt/)")
+    version = version or version_from_source(root) or "unknown"
+    _AST_CACHE.clear()
+    caps = capabilities_from_source(root, version)
+    rows = []
+    for spec in PATCHES:
+        cap_on = True if not spec.requires else bool(getattr(caps, spec.requires))
+        rows.append(PatchRow(spec.name, spec.target, spec.feature, spec.requires, cap_on, locate(root, spec)))
+    ok_range = bool(parse(version)) and in_range(version)
+    return Report(version, root, rows, caps.as_dict(), ok_range)
+
+
+def format_report(rep: Report) -> str:
+    lines = [f"sglang {rep.version}  (source: {rep.root})", ""]
+    hdr = ("patch", "target", "where", "needs", "applies")
+    data = []
+    for r in rep.rows:
+        where = r.location.status + (f": {r.location.detail}" if r.location.detail else "")
+        need = r.requires or "-"
+        if r.requires:
+            need += "=" + ("on" if r.capability_on else "off")
+        data.append((r.name, r.target.replace("sglang.srt.", ""), where, need, r.applies))
+    widths = [max(len(h), *(len(d[i]) for d in data)) for i, h in enumerate(hdr[:-1])]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
+    lines.append(fmt.format(*hdr))
+    lines.append(fmt.format(*("-" * w for w in widths), "-" * 7))
+    lines += [fmt.format(*d) for d in data]
+    lines += ["", "capabilities: " + ", ".join(f"{k}={'on' if v else 'off'}" for k, v in rep.capabilities.items()
+                                                if k != "version"),
+              f"range: {SUPPORTED_MIN}..{SUPPORTED_MAX} ({'in' if rep.in_range else 'OUT OF'} range)", "",
+              rep.verdict]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.compat", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sglang", metavar="VERSION", help="check this release (default: the installed one)")
+    ap.add_argument("--download", action="store_true", help="download the release's wheel (no deps) if not cached")
+    ap.add_argument("--source", metavar="DIR", help="an unpacked SGLang tree (DIR/sglang or the sglang dir)")
+    ap.add_argument("--wheel-dir", action="append", default=[], metavar="DIR",
+                    help=f"also look for sglang-VERSION-*.whl here (cache: ${CACHE_ENV} or ~/.cache/sglang_eagle3_ext)")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+    a = ap.parse_args(argv)
+    try:
+        if a.source:
+            root = Path(a.source)
+        elif a.sglang:
+            root = source_for(a.sglang, download=a.download, wheel_dirs=a.wheel_dir)
+        else:
+            from .versions import _sglang_root, installed_version
+
+            root = _sglang_root()
+            if root is None:
+                raise ReleaseUnavailable("sglang is not installed here; name a release with --sglang VERSION [--download]")
+            a.sglang = installed_version()
+        rep = check_source(root, a.sglang)
+    except ReleaseUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(rep.as_dict(), indent=1) if a.json else format_report(rep))
+    return 0 if rep.supported else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
