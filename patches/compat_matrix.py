@@ -313,7 +313,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if not a.venv:
         ap.error("--venv is required when not run from a venv")
-    venv = Venv(Path(a.venv))
+    venv = Venv(Path(a.venv).absolute())  # absolute: some steps run with another cwd
     wanted = [v for v in a.releases.split(",") if v]
     unknown = [v for v in wanted if v not in RELEASES]
     if unknown:
