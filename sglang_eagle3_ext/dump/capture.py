@@ -31,6 +31,12 @@ TARGET_CLASSES = frozenset({"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "D
 _writer = None                         # one per process (one DP group's attention-TP rank 0)
 
 
+def is_writer(ranks: dict) -> bool:
+    """The layer input is replicated across the attention-TP group: its rank 0 writes. With DP attention
+    every DP group holds other requests, so each group has its own writer (attention-TP rank 0 there)."""
+    return ranks["attn_tp_rank"] == 0
+
+
 def _ranks() -> dict:
     """Parallel layout of this process; every field best-effort (missing -> default)."""
     out = dict(tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=0, dp_size=1, dp_rank=0, pp_size=1, pp_rank=0)
@@ -134,7 +140,7 @@ def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
     # Set the two attributes ourselves: set_eagle3_layers_to_capture adds +1 by a release-specific rule.
     model.capture_aux_hidden_states = True
     model.model.layers_to_capture = list(layers)
-    writes = ranks["attn_tp_rank"] == 0
+    writes = is_writer(ranks)
     if writes and _writer is None:
         from .writer import DumpWriter
 
