@@ -105,6 +105,22 @@ def capabilities_from_source(root: Path, version: str) -> Capabilities:
     )
 
 
+# For offline tools with no SGLang installed (`check --sglang-version X`): the first release in which each
+# flag holds, as read from the wheels with capabilities_from_source (a test compares it to the installed one).
+_FLAG_SINCE = {"HAS_LAYERS_LIST": "0.5.14", "HAS_FC_NORM": "0.5.14", "HAS_INPUT_NORM": "0.5.18",
+               "HAS_NORM_OUTPUT": "0.5.14", "HAS_PLUGINS": "0.5.14", "HAS_EXTERNAL_MODEL_PACKAGE": "0.5.10",
+               "AUX_PACKED": "0.5.18", "HAS_RUNTIME_CONTEXT": "0.5.22", "HAS_FORWARD_BATCH_RIDS": "0.5.10"}
+_FLAG_UNTIL = {"HAS_MIDLAYER": "0.5.14", "CAPTURE_ALWAYS_PLUS_ONE": "0.5.14"}  # true before this release
+
+
+def capabilities_for_version(version: str) -> Capabilities:
+    """Flags of a named release without its source (the table above)."""
+    v = parse(version)
+    flags = {k: v >= parse(since) for k, since in _FLAG_SINCE.items()}
+    flags.update({k: v < parse(until) for k, until in _FLAG_UNTIL.items()})
+    return Capabilities(version=version, **flags)
+
+
 @functools.lru_cache(maxsize=1)
 def capabilities() -> Capabilities:
     """Flags of the installed SGLang (cached; cheap: reads a few source files)."""

@@ -41,17 +41,15 @@ class Layout:
     def from_caps(cls, caps) -> "Layout":
         return cls(release=caps.version, midlayer=caps.HAS_MIDLAYER and not caps.HAS_LAYERS_LIST,
                    fc_norm=caps.HAS_FC_NORM, input_norm=caps.HAS_INPUT_NORM,
-                   norm_output=getattr(caps, "HAS_NORM_OUTPUT", not caps.HAS_MIDLAYER),
+                   norm_output=caps.HAS_NORM_OUTPUT,
                    capture_always_plus_one=caps.CAPTURE_ALWAYS_PLUS_ONE)
 
 
 def layout_for_version(version: str) -> Layout:
-    """Offline table (no SGLang installed): read from the 0.5.10..0.5.23 sources."""
-    from ..versions import parse
+    """Offline (no SGLang installed): the release's flags from versions' per-release table."""
+    from ..versions import capabilities_for_version
 
-    v = parse(version)
-    return Layout(release=version, midlayer=v < (0, 5, 14), fc_norm=v >= (0, 5, 14),
-                  input_norm=v >= (0, 5, 18), norm_output=v >= (0, 5, 14), capture_always_plus_one=v < (0, 5, 14))
+    return Layout.from_caps(capabilities_for_version(version))
 
 
 def installed_layout() -> Layout:

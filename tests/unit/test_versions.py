@@ -54,3 +54,20 @@ def test_flags_from_source_new_style(tmp_path):
     c = versions.capabilities_from_source(root, "0.5.23")
     assert c.HAS_LAYERS_LIST and not c.HAS_MIDLAYER and c.HAS_PLUGINS and c.AUX_PACKED
     assert c.HAS_INPUT_NORM and c.HAS_FC_NORM and c.HAS_RUNTIME_CONTEXT and not c.CAPTURE_ALWAYS_PLUS_ONE
+
+
+@pytest.mark.sglang
+def test_offline_table_matches_installed_release():
+    """capabilities_for_version (no source) must agree with the probe of the installed SGLang's source."""
+    import dataclasses
+
+    from sglang_eagle3_ext.versions import capabilities, capabilities_for_version
+
+    installed = capabilities()
+    assert dataclasses.asdict(capabilities_for_version(installed.version)) == dataclasses.asdict(installed)
+
+
+@pytest.mark.parametrize("v,midlayer,packed", [("0.5.10", True, False), ("0.5.16", False, False), ("0.5.23", False, True)])
+def test_offline_table_known_points(v, midlayer, packed):
+    c = versions.capabilities_for_version(v)
+    assert (c.HAS_MIDLAYER, c.HAS_LAYERS_LIST, c.AUX_PACKED, c.CAPTURE_ALWAYS_PLUS_ONE) == (midlayer, not midlayer, packed, midlayer)
