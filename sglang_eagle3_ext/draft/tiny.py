@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import errors as E
+
 
 def make_speculators_draft(out, *, hidden: int = 64, vocab: int = 128, draft_vocab: int = 64,
                            aux_ids=(1, 2, 3), n_layers: int = 1, heads: int = 4, kv_heads: int = 2,
@@ -151,18 +153,18 @@ def _v_target_hidden(d):
 
 
 MALFORMED = {
-    "missing_fc": ("missing-weight", _v_missing_fc),
-    "fc_1xH": ("fc-unfused", _v_fc_unfused),
-    "unknown_key": ("unexpected-weight", _v_unknown_key),
-    "d2t_length": ("d2t-length", _v_d2t_length),
-    "d2t_out_of_range": ("d2t-range", _v_d2t_range),
-    "nan_weight": ("non-finite", _v_nan),
-    "truncated_file": ("bad-safetensors", _v_truncated),
-    "missing_config_field": ("config-missing-field", _v_missing_field),
-    "wrong_k": ("aux-count-mismatch", _v_wrong_k),
-    "target_hidden_mismatch": ("target-mismatch", _v_target_hidden),
-    "norm_before_residual": ("unsupported-option", _v_norm_before_residual),
-    "pickle_only_bin": ("pickle-checkpoint", _v_pickle_only),
+    "missing_fc": (E.MISSING_WEIGHT, _v_missing_fc),
+    "fc_1xH": (E.FC_UNFUSED, _v_fc_unfused),
+    "unknown_key": (E.UNEXPECTED_WEIGHT, _v_unknown_key),
+    "d2t_length": (E.D2T_LENGTH, _v_d2t_length),
+    "d2t_out_of_range": (E.D2T_RANGE, _v_d2t_range),
+    "nan_weight": (E.NON_FINITE, _v_nan),
+    "truncated_file": (E.BAD_FILE, _v_truncated),
+    "missing_config_field": (E.CONFIG_MISSING, _v_missing_field),
+    "wrong_k": (E.AUX_COUNT, _v_wrong_k),
+    "target_hidden_mismatch": (E.TARGET_MISMATCH, _v_target_hidden),
+    "norm_before_residual": (E.UNSUPPORTED_OPTION, _v_norm_before_residual),
+    "pickle_only_bin": (E.PICKLE_ONLY, _v_pickle_only),
 }
 TARGET_OVERRIDES = {"target_hidden_mismatch": {"hidden_size": 32}}
 
