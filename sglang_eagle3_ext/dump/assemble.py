@@ -14,7 +14,7 @@ import threading
 from .fmt import T_AUX, T_IDS, T_POST, T_PRE
 from .manifest import sanitize_id
 from .._log import log_once
-from .config import NODUMP_RID_PREFIX, min_sample_tokens
+from .config import NODUMP_RID_PREFIX
 
 
 class ChunkBatch:
@@ -108,16 +108,17 @@ class Refusal:
 class Assembler:
     """Feeds batches in forward order; returns (complete samples, refusals). Holds partial samples."""
 
-    def __init__(self, is_done, release):
+    def __init__(self, is_done, release, min_tokens: int = 1):
         self.is_done = is_done          # callable(sample_id) -> bool
         self.release = release          # callable(ChunkBatch): its host memory is no longer held
+        self.min_tokens = min_tokens    # shorter prompts (SGLang's warm-up) are not dumped
         self.partials: dict[str, Sample] = {}
 
     def feed(self, batch: ChunkBatch) -> tuple[list[Sample], list[Refusal]]:
         done, refused = [], []
         orig = batch.orig_lens.tolist() if hasattr(batch.orig_lens, "tolist") else list(batch.orig_lens)
         row = 0
-        min_tokens = min_sample_tokens()
+        min_tokens = self.min_tokens
         for i, rid in enumerate(batch.rids):
             p, n = batch.prefix_lens[i], batch.extend_lens[i]
             a, b = row, row + n

@@ -29,8 +29,14 @@ ENV_MIN_TOKENS = "SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS"
 MIN_TOKENS_DEFAULT = 8
 
 
-def min_sample_tokens() -> int:
-    return int(os.environ.get(ENV_MIN_TOKENS, MIN_TOKENS_DEFAULT))
+def min_sample_tokens(env=os.environ) -> int:
+    try:
+        n = int(env.get(ENV_MIN_TOKENS, "") or MIN_TOKENS_DEFAULT)
+    except ValueError:
+        raise DumpConfigError(f"{ENV_MIN_TOKENS}={env.get(ENV_MIN_TOKENS)!r}: expected an integer") from None
+    if n < 1:
+        raise DumpConfigError(f"{ENV_MIN_TOKENS} must be >= 1")
+    return n
 FORMATS = ("safetensors",)
 FINAL_MODES = ("prenorm", "postnorm", "both")
 ENCODINGS = ("bf16", "fp8")        # see encoding.py; one encoding per dump dir
@@ -71,6 +77,7 @@ class DumpConfig:
     max_pending_bytes: int = 4 << 30
     io_threads: int = 2
     encoding: str = "bf16"
+    min_tokens: int = dataclasses.field(default_factory=min_sample_tokens)  # read once, not per batch
 
     def __post_init__(self):
         if self.encoding not in ENCODINGS:
@@ -139,4 +146,5 @@ def from_env(env=None) -> DumpConfig | None:
         raise DumpConfigError(f"{ENV_ENCODING}={env.get(ENV_ENCODING)!r}: expected one of {ENCODINGS} "
                               f"(bf16: hidden states as captured; fp8: e4m3 with per-token per-layer scales, ~0.5x)")
     return DumpConfig(dump_dir=os.path.abspath(d), layers=parse_layers(env.get(ENV_LAYERS, "")),
-                      fmt=fmt, final=final, max_pending_bytes=mb << 20, io_threads=io, encoding=encoding)
+                      fmt=fmt, final=final, max_pending_bytes=mb << 20, io_threads=io, encoding=encoding,
+                      min_tokens=min_sample_tokens(env))

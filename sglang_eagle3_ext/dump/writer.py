@@ -115,7 +115,8 @@ class DumpWriter:
         self._io_pending = 0      # samples handed to io, not yet finished
         self._count_lock = threading.Lock()
         self.budget = Budget(cfg.max_pending_bytes, lambda: (self._queued + self._io_pending) > 0)
-        self._asm = Assembler(lambda sid: sid in self.done_ids, lambda b: self.budget.release(b.nbytes))
+        self._asm = Assembler(lambda sid: sid in self.done_ids, lambda b: self.budget.release(b.nbytes),
+                              cfg.min_tokens)
         self._io = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix="sge3-dump-io")
         self._norm_written = (self.root / NORM_FILE).exists()
         self._thread = threading.Thread(target=self._assemble_loop, name="sge3-dump-assembler", daemon=True)

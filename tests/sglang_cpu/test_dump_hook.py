@@ -77,7 +77,7 @@ def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkey
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     monkeypatch.setattr(capture, "_writer", None)
-    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "0,2,5", C.ENV_FINAL: "both"})
+    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "0,2,5", C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
     m = _model(sglang_cpu)
     target = capture.attach(m, cfg)
     assert m.capture_aux_hidden_states and m.model.layers_to_capture == [0, 2, 5]   # HF indices, no +1
@@ -110,7 +110,7 @@ def test_hook_refuses_prefix_cache_hit_and_changed_layers(sglang_cpu, tmp_path, 
 
     monkeypatch.setattr(capture, "_writer", None)
     m = _model(sglang_cpu)
-    capture.attach(m, C.from_env({C.ENV_DIR: str(tmp_path)}))
+    capture.attach(m, C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_MIN_TOKENS: "1"}))
     assert m.model.layers_to_capture == C.default_layers(N) == [1, 3, 5]
     w = capture.get_writer()
     _forward(m, _fb(ForwardMode.EXTEND, ["hit"], [3], [2], [5], torch.arange(2)), False, C.default_layers(N))

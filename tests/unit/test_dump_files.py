@@ -236,3 +236,10 @@ def test_warmup_sized_prompts_are_not_dumped(tmp_path, monkeypatch):
     assert w.flush(30)
     assert set(read_manifest(tmp_path)) == {"real"}
     w.close()
+
+
+def test_min_tokens_bad_value_is_a_start_up_error(tmp_path, monkeypatch):
+    monkeypatch.setenv(C.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "eight")
+    with pytest.raises(C.DumpConfigError, match="SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS"):
+        C.from_env()
