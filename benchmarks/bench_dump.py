@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -23,12 +22,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "gpu"))
-
-
-def _port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def disk_write_bps(d: Path, total=1 << 30, block=64 << 20) -> float:
@@ -67,7 +60,7 @@ def main():
     ap.add_argument("--concurrency", type=int, default=8)
     a = ap.parse_args()
     import torch
-    from gpu_helpers import BASE_ARGS, sglang_server
+    from gpu_helpers import BASE_ARGS, free_port as _port, sglang_server
     from test_dump_gpu import _activation_env
 
     from sglang_eagle3_ext.dump.manifest import read_manifest
