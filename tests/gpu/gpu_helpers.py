@@ -34,6 +34,8 @@ def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = N
     # a crashed scheduler otherwise keeps the server up 60 s waiting for CUDA coredumps (SGLang 0.5.16)
     full_env = {"SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS": "0", **os.environ, **(env or {})}
     cmd = [sys.executable, "-m", launcher, *args, "--port", str(port)]
+    if os.environ.get("SGE3_MEM_FRACTION"):  # several test servers sharing one GPU (the last flag wins)
+        cmd += ["--mem-fraction-static", os.environ["SGE3_MEM_FRACTION"]]
     with open(log, "w") as f:
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()

@@ -21,6 +21,8 @@ from gpu_helpers import LOG_DIR, REPO, activation_env, free_port, sglang_server
 pytestmark = pytest.mark.gpu
 N_TRAIN = int(os.environ.get("SGE3_RT_SAMPLES", "2000"))
 N_HELDOUT = 32
+# bf16 (as captured) or fp8 (compact dumps, issue 8): the accept lengths of the two runs are compared
+ENCODING = os.environ.get("SGE3_RT_ENCODING", "bf16")
 MIN_ACCEPT = 2.0
 SPEC_ARGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
              "--speculative-num-draft-tokens", "4", "--decode-log-interval", "5"]
@@ -57,14 +59,15 @@ def test_roundtrip(tiny_target, tmp_path):
     round trip can span two device calls (each at most 10 minutes) on a host that stays warm."""
     work = Path(os.environ.get("SGE3_RT_DIR") or tmp_path)
     work.mkdir(parents=True, exist_ok=True)
-    fig: dict = {"sglang": __import__("importlib.metadata").metadata.version("sglang"), "samples": N_TRAIN}
+    fig: dict = {"sglang": __import__("importlib.metadata").metadata.version("sglang"), "samples": N_TRAIN,
+                 "encoding": ENCODING}
     t_all = time.time()
     train, held = work / "train.jsonl", work / "heldout.jsonl"
     _prompts(train, N_TRAIN, 1, "t")
     _prompts(held, N_HELDOUT, 2, "h")
     dump = work / "dump"
     dump.mkdir(exist_ok=True)
-    env = activation_env(work, SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump))
+    env = activation_env(work, SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump), SGLANG_EAGLE3_EXT_DUMP_ENCODING=ENCODING)
 
     # 1-2. dump the target's own generations through the launch wrapper's dump preset
     t = time.time()
