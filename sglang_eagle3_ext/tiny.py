@@ -23,6 +23,9 @@ TINY_CONFIG = dict(
 )
 
 
+SUCCESSOR_WEIGHT = 30.0
+
+
 def default_dir() -> Path:
     base = os.environ.get("SGLANG_EAGLE3_EXT_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "sglang_eagle3_ext")
@@ -43,7 +46,15 @@ def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, **ov
     log_once("tiny", "making the tiny DeepSeek-V3 target in %s (first use, ~20 s)", out)
     cfg = DeepseekV3Config(**{**TINY_CONFIG, **overrides})
     torch.manual_seed(seed)
-    model = DeepseekV3ForCausalLM(cfg).to(torch.bfloat16)
+    model = DeepseekV3ForCausalLM(cfg)
+    # Decisive greedy decoding: lm_head row v leans on the embedding of a random successor of v, so
+    # the top logit clears the runner-up by far more than bf16 kernel noise. With a purely random
+    # head, near-ties made 22/32 greedy continuations differ between EAGLE-3 verify and plain decode
+    # (SGLang 0.5.16), which would hide a real "speculation changed the output" bug.
+    perm = torch.randperm(cfg.vocab_size, generator=torch.Generator().manual_seed(seed + 1))
+    with torch.no_grad():
+        model.lm_head.weight.add_(SUCCESSOR_WEIGHT * model.model.embed_tokens.weight[perm])
+    model = model.to(torch.bfloat16)
     tmp = out.with_name(out.name + ".tmp")
     model.save_pretrained(tmp, safe_serialization=True)
     p = tmp / "config.json"

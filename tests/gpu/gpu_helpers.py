@@ -76,11 +76,18 @@ PTH = REPO / "sglang_eagle3_ext" / "_startup" / "sglang_eagle3_ext.pth"
 
 
 def free_port() -> int:
+    """A free port below 45000: SGLang 0.5.14 derives more ports from it (gRPC = port + 10000 must be valid)."""
+    import random
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    while True:
+        port = random.randrange(20000, 45000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
 
 
 def activation_env(tmp: Path, **extra) -> dict:
