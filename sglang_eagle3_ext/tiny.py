@@ -21,9 +21,13 @@ TINY_CONFIG = dict(
     v_head_dim=128, qk_nope_head_dim=128, first_k_dense_replace=1, max_position_embeddings=4096,
     rope_theta=10000.0, tie_word_embeddings=False,
 )
-
-
-SUCCESSOR_WEIGHT = 30.0
+# The round-trip target (`ensure_tiny_target(dir, **PREDICTABLE)`): residual branches scaled down so each
+# hidden state is dominated by its token's embedding, and lm_head row v leans on the embedding of a random
+# successor of v. Greedy decoding is then a walk a draft can learn, with a top logit far above bf16 kernel
+# noise. On the purely random target, greedy continuations are chaotic and near-tied: transformers fp32 vs
+# bf16 agreed on 5/16 sequences (48 tokens), and SGLang's EAGLE-3 verify vs plain decode differed on 22/32
+# (0.5.16) -- so "speculation must not change greedy outputs" could not be tested there.
+PREDICTABLE = dict(branch_scale=0.1, successor_weight=30.0)
 
 
 def default_dir() -> Path:
@@ -32,8 +36,10 @@ def default_dir() -> Path:
     return Path(base) / "tiny-deepseek-v3"
 
 
-def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, **overrides) -> Path:
-    """Write the tiny model to `out` (default: the cache) unless a complete copy is there."""
+def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, branch_scale: float = 1.0,
+                       successor_weight: float = 0.0, **overrides) -> Path:
+    """Write the tiny model to `out` (default: the cache) unless a complete copy is there.
+    overrides: DeepseekV3Config fields; branch_scale / successor_weight: see PREDICTABLE."""
     out = Path(out) if out else default_dir()
     done = out / ".complete"
     if done.exists():
@@ -47,13 +53,12 @@ def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, **ov
     cfg = DeepseekV3Config(**{**TINY_CONFIG, **overrides})
     torch.manual_seed(seed)
     model = DeepseekV3ForCausalLM(cfg)
-    # Decisive greedy decoding: lm_head row v leans on the embedding of a random successor of v, so
-    # the top logit clears the runner-up by far more than bf16 kernel noise. With a purely random
-    # head, near-ties made 22/32 greedy continuations differ between EAGLE-3 verify and plain decode
-    # (SGLang 0.5.16), which would hide a real "speculation changed the output" bug.
-    perm = torch.randperm(cfg.vocab_size, generator=torch.Generator().manual_seed(seed + 1))
     with torch.no_grad():
-        model.lm_head.weight.add_(SUCCESSOR_WEIGHT * model.model.embed_tokens.weight[perm])
+        for name, p in model.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):  # what each branch adds to the residual
+                p.mul_(branch_scale)
+        perm = torch.randperm(cfg.vocab_size, generator=torch.Generator().manual_seed(seed + 1))
+        model.lm_head.weight.add_(successor_weight * model.model.embed_tokens.weight[perm])
     model = model.to(torch.bfloat16)
     tmp = out.with_name(out.name + ".tmp")
     model.save_pretrained(tmp, safe_serialization=True)

@@ -187,8 +187,8 @@ def strict_load(wrapped, model, weights):
 
 def _non_finite(model, recorder, where) -> list[Problem]:
     """NaN/Inf in any parameter filled from the checkpoint. Runs on the parameters' device after
-    loading, a single host sync. amax/amin propagate NaN and expose +-Inf, and are one vectorised
-    pass in the weights' own dtype (an fp32 sum or isfinite() costs several times the load on CPU)."""
+    loading, a single host sync. aminmax propagates NaN and exposes +-Inf in one vectorised pass in
+    the weights' own dtype (an fp32 sum or isfinite() costs several times the load on CPU)."""
     import torch
 
     sources = collections.defaultdict(list)
@@ -199,8 +199,7 @@ def _non_finite(model, recorder, where) -> list[Problem]:
     names = [n for n in sources if params[n].is_floating_point()]
     if not names:
         return []
-    ext = torch.stack([torch.stack([params[n].detach().amax(), params[n].detach().amin()]).float()
-                       for n in names])
+    ext = torch.stack([torch.stack(torch.aminmax(params[n].detach())).float() for n in names])
     finite = torch.isfinite(ext).all(dim=1)
     if bool(finite.all()):
         return []
