@@ -43,6 +43,8 @@ def our_parser() -> argparse.ArgumentParser:
                    help="print topology, decisions and the SGLang command; start nothing (works without GPUs)")
     p.add_argument("--topology-file", metavar="F", help="read the topology from JSON instead of NVML")
     p.add_argument("--dump-topology", action="store_true", help="print the detected topology as JSON and exit")
+    p.add_argument("--skip-draft-check", action="store_true",
+                   help="do not run `check` on --speculative-draft-model-path before starting SGLang")
     p.add_argument("-h", "--help", action="store_true", help="this help, then SGLang's")
     return p
 
@@ -199,6 +201,8 @@ def build_plan(ours: argparse.Namespace, rest: list[str], env=None) -> Plan:
     enabled = {d for d in user_flags if (getattr(ns, d, None) if ns is not None else preset_args.get(d, True))}
     decisions += nccl.decide(group, profile=profile, tp_size=tp, nnodes=nnodes, env=env, user_flags=user_flags,
                              available_flags=available, enabled_flags=enabled)
+    if not ours.skip_draft_check:
+        decisions += _draft_precheck(ns, preset_args, rest, version)
     env_updates = {d.name: d.value for d in decisions if d.kind == "env" and d.applies}
     args += nccl.extra_args(decisions)
     if parser:
@@ -207,6 +211,19 @@ def build_plan(ours: argparse.Namespace, rest: list[str], env=None) -> Plan:
     dump_dir = env.get(presets.ENV_DUMP_DIR) or env_updates.get(presets.ENV_DUMP_DIR)
     return Plan(args, env_updates, decisions, group, tp, profile, preset_note, model_note, sglang_note,
                 tiny_dir=tiny_dir, dump_dir=dump_dir)
+
+
+def _draft_precheck(ns, preset_args: dict, rest: list[str], version: str | None) -> list[nccl.Decision]:
+    from .launch.draft_precheck import DraftCheckFailed, precheck
+
+    get = lambda dest: _value(ns, preset_args, rest, dest, None)  # noqa: E731
+    try:
+        d = precheck(get("speculative_algorithm"), get("speculative_draft_model_path"), get("model_path"), version)
+    except DraftCheckFailed as e:
+        raise LaunchError(f"the EAGLE-3 draft would not serve correctly:\n{e}\n(convert a speculators/SpecForge "
+                          f"checkpoint with `python -m sglang_eagle3_ext.convert SRC DST`; --skip-draft-check "
+                          f"starts SGLang anyway)") from None
+    return [d] if d else []
 
 
 EXT_REASON = {

@@ -1,0 +1,40 @@
+"""Before SGLang starts: run `check` on the EAGLE-3 draft the command names.
+
+Why in the launcher: an unconverted speculators checkpoint, a wrong K or a draft/target dtype mismatch
+otherwise surfaces minutes later inside a scheduler (or, historically, as accept length 1.00). The check
+reads safetensors headers only, so it costs milliseconds even on multi-GB drafts.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .nccl import Decision
+
+EAGLE3 = {"EAGLE3"}
+NAME = "draft pre-check"
+
+
+def precheck(algorithm: str | None, draft: str | None, target: str | None, version: str | None) -> Decision | None:
+    """None when there is nothing to check; a Decision (kind check) when the draft is fine or cannot be
+    checked here; raises DraftCheckFailed with the report when it would not serve correctly."""
+    if not draft or (algorithm or "").upper() not in EAGLE3:
+        return None
+    if not Path(draft).is_dir():
+        return Decision(NAME, "skipped", f"{draft} is not a local directory (hub id?): not checked before start",
+                        kind="check", action="warn")
+    if not version:
+        return Decision(NAME, "skipped", "SGLang not installed here, its key layout is unknown", kind="check",
+                        action="warn")
+    from ..draft.check import check_draft
+
+    rep = check_draft(draft, target=target if target and Path(target).is_dir() else None, sglang_version=version)
+    if rep.errors:
+        raise DraftCheckFailed(rep.render())
+    warn = [p for p in rep.problems if p.warning]
+    return Decision(NAME, "ok", f"{draft}: {len(rep.loads)} tensors would load for SGLang {rep.release}"
+                    + (f"; {len(warn)} warning(s): " + "; ".join(map(str, warn)) if warn else ""), kind="check",
+                    action="warn" if warn else "set")
+
+
+class DraftCheckFailed(Exception):
+    pass

@@ -1,0 +1,61 @@
+"""The launcher runs `check` on the EAGLE-3 draft before SGLang starts (dry-run shows it, a bad draft stops it).
+
+Real SGLang 0.5.16 parser (the `sglang` mark); drafts made by the speculators library and converted by ours.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from test_launch_dryrun import _clean_env, dry_run
+
+pytestmark = pytest.mark.sglang
+pytest.importorskip("speculators")
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def drafts(tmp_path_factory):
+    from sglang_eagle3_ext.draft.convert import convert
+    from sglang_eagle3_ext.draft.tiny import make_speculators_draft
+
+    root = tmp_path_factory.mktemp("precheck")
+    spec = make_speculators_draft(root / "spec", hidden=64, vocab=128, draft_vocab=64, aux_ids=(1, 2, 3),
+                                  dtype=torch.bfloat16)
+    return {"speculators": spec, "converted": convert(spec, root / "sglang", log=lambda *a: None)}
+
+
+def _args(draft):
+    return ["--preset", "tiny", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft),
+            "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+
+
+def test_converted_draft_passes_and_the_decision_is_shown(tmp_path, drafts):
+    out = dry_run(tmp_path, *_args(drafts["converted"])).stdout
+    line = next(ln for ln in out.splitlines() if "draft pre-check" in ln)
+    assert "ok" in line and "tensors would load for SGLang 0.5.16" in line
+
+
+def test_unconverted_speculators_checkpoint_is_refused_naming_the_fix(tmp_path, drafts):
+    p = dry_run(tmp_path, *_args(drafts["speculators"]), check=False)
+    assert p.returncode != 0
+    assert "the EAGLE-3 draft would not serve correctly" in p.stderr
+    assert "speculators-format config" in p.stderr and "python -m sglang_eagle3_ext.convert" in p.stderr
+
+
+def test_wrong_k_is_refused_and_skip_flag_overrides(tmp_path, drafts):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(drafts["converted"], bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 2]  # fc is 3 x hidden wide
+    (bad / "config.json").write_text(json.dumps(cfg))
+    p = dry_run(tmp_path, *_args(bad), check=False)
+    assert p.returncode != 0 and "ERROR" in p.stderr, p.stderr[-2000:]
+    assert dry_run(tmp_path, *_args(bad), "--skip-draft-check").returncode == 0
+
+
+def test_no_draft_no_check(tmp_path):
+    assert "draft pre-check" not in dry_run(tmp_path, "--preset", "tiny").stdout
