@@ -55,7 +55,7 @@ def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, bran
     model = DeepseekV3ForCausalLM(cfg)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith(("o_proj.weight", "down_proj.weight")):  # what each branch adds to the residual
+            if name.endswith(("o_proj.weight", "down_proj.weight", "down_proj")):  # what each branch adds
                 p.mul_(branch_scale)
         perm = torch.randperm(cfg.vocab_size, generator=torch.Generator().manual_seed(seed + 1))
         model.lm_head.weight.add_(successor_weight * model.model.embed_tokens.weight[perm])
