@@ -60,12 +60,35 @@ def _cos(a, b):
     return torch.nn.functional.cosine_similarity(a.float(), b.float(), dim=-1)
 
 
+def _hf_states(model, ids) -> dict:
+    """transformers' states at the dumped slots: HF hidden_states[i] for the aux layers, the pre-norm final
+    state (input of model.norm) and the post-norm one (hidden_states[n])."""
+    stash = {}
+    h = model.model.norm.register_forward_hook(lambda m, i, o: stash.__setitem__("pre", i[0]))
+    try:
+        with torch.no_grad():
+            hs = model(torch.tensor([ids], device="cuda"), output_hidden_states=True).hidden_states
+    finally:
+        h.remove()
+    out = {f"aux{li}": hs[li][0] for li in LAYERS}
+    out.update(prenorm=stash["pre"][0], postnorm=hs[model.config.num_hidden_layers][0])
+    return out
+
+
+def _stats(cos: dict) -> dict:
+    return {k: {"min": torch.cat(v).min().item(), "mean": torch.cat(v).mean().item(),
+                "frac_ge_0.999": (torch.cat(v) >= 0.999).float().mean().item(), "tokens": torch.cat(v).numel()}
+            for k, v in cos.items()}
+
+
 @pytest.mark.parametrize("variant", ["dense", "moe"])
 def test_dump_matches_transformers(variant, tiny_target, tmp_path):
     """dense: every layer an MLP (first_k_dense_replace = n) -> every token's cosine >= 0.999.
-    moe: the shipped tiny target. Random-weight routers sit on near-ties, so bf16 kernel differences flip
-    an expert choice for a few tokens (seen: worst token 0.993 after the first MoE layer, 0.99995 before
-    it); there the mean must reach 0.9995, >= 90% of tokens 0.999, none below 0.99; the distribution is recorded."""
+    moe: the shipped tiny target. Its random routers sit on near-ties: transformers itself, bf16 vs fp32,
+    puts a few % of tokens below 0.999 after the first MoE layer (CPU: 19 of 1200 at hs[2], every one of
+    them with a different expert choice, none with the same). So the bar there is relative: the dump vs
+    transformers-bf16 must be no worse than transformers-bf16 vs transformers-fp32 (fraction of tokens
+    >= 0.999 within 3 points, worst token within 0.005), and the mean >= 0.9995."""
     from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, read_sample
     from sglang_eagle3_ext.dump.manifest import read_manifest
     from sglang_eagle3_ext.tiny import ensure_tiny_target
@@ -91,30 +114,32 @@ def test_dump_matches_transformers(variant, tiny_target, tmp_path):
     from transformers import DeepseekV3ForCausalLM
 
     ref = DeepseekV3ForCausalLM.from_pretrained(str(tiny_target), dtype=torch.bfloat16).cuda().eval()
-    n = ref.config.num_hidden_layers
-    stash = {}
-    ref.model.norm.register_forward_hook(lambda m, i, o: stash.__setitem__("pre", i[0]))
-    cos = {}
+    ref32 = DeepseekV3ForCausalLM.from_pretrained(str(tiny_target), dtype=torch.float32).cuda().eval() \
+        if variant == "moe" else None
+    cos, noise = {}, {}
     for i, ids in enumerate(prompts):
-        t, smeta = read_sample(dump / man[f"s{i:04d}"]["file"])
+        t, _ = read_sample(dump / man[f"s{i:04d}"]["file"])
         assert t[T_IDS].tolist() == ids
-        with torch.no_grad():
-            out = ref(torch.tensor([ids], device="cuda"), output_hidden_states=True)
-        hs = out.hidden_states
         aux = t[T_AUX].cuda().view(len(ids), len(LAYERS), -1)
-        pairs = {f"aux{li}": (aux[:, k], hs[li][0]) for k, li in enumerate(LAYERS)}
-        pairs.update(prenorm=(t[T_PRE].cuda(), stash["pre"][0]), postnorm=(t[T_POST].cuda(), hs[n][0]))
-        for name, (a, b) in pairs.items():
-            cos.setdefault(name, []).append(_cos(a, b).cpu())
-    stats = {k: {"min": torch.cat(v).min().item(), "mean": torch.cat(v).mean().item(),
-                 "frac_ge_0.999": (torch.cat(v) >= 0.999).float().mean().item(), "tokens": torch.cat(v).numel()}
-             for k, v in cos.items()}
-    (LOG_DIR / f"dump_cosines_{variant}.json").write_text(json.dumps(stats, indent=2))
+        dumped = {f"aux{li}": aux[:, k] for k, li in enumerate(LAYERS)}
+        dumped.update(prenorm=t[T_PRE].cuda(), postnorm=t[T_POST].cuda())
+        want = _hf_states(ref, ids)
+        for name, a in dumped.items():
+            cos.setdefault(name, []).append(_cos(a, want[name]).cpu())
+        if ref32 is not None:
+            want32 = _hf_states(ref32, ids)
+            for name in dumped:
+                noise.setdefault(name, []).append(_cos(want[name], want32[name]).cpu())
+    stats, ref_noise = _stats(cos), _stats(noise)
+    (LOG_DIR / f"dump_cosines_{variant}.json").write_text(json.dumps({"dump_vs_hf_bf16": stats,
+                                                                       "hf_bf16_vs_fp32": ref_noise}, indent=2))
     if variant == "dense":
         assert all(v["min"] >= 0.999 for v in stats.values()), stats
     else:
-        # seen on 0.5.16: 94-100% of tokens >= 0.999 per slot, means >= 0.9998, worst token 0.993
-        assert all(v["mean"] >= 0.9995 and v["frac_ge_0.999"] >= 0.9 and v["min"] >= 0.99 for v in stats.values()), stats
+        for k, v in stats.items():
+            r = ref_noise[k]
+            assert v["mean"] >= 0.9995 and v["frac_ge_0.999"] >= r["frac_ge_0.999"] - 0.03 \
+                and v["min"] >= r["min"] - 0.005, (k, v, r)
 
 
 def test_sigkill_restart_resume(tiny_target, tmp_path):
