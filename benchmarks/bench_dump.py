@@ -7,6 +7,10 @@ prompts of --len tokens with max_new_tokens=1 at --concurrency, and prints
   prefill_ratio = prefill tokens/s with dump ÷ without
   writer_ratio  = writer bytes/s (manifest bytes / time until the last sample is listed) ÷ the disk's
                   sequential write bytes/s (1 GiB, fsynced, in the dump dir, measured in this run).
+With --specforge it then runs SpecForge's own offline capture (scripts/prepare_hidden_states.py of
+specforge==0.2.0, see specforge_capture.py) on the same model and prompts, and prints
+  specforge tokens/s, ours tokens/s (prefill_tok_s_on), ratio ours/specforge
+both clocks leaving out the warm-up (our first request; SpecForge's first batch) and model load.
 """
 from __future__ import annotations
 
@@ -51,6 +55,24 @@ def drive(base, prompts, concurrency, rid_prefix):
     return t0, time.perf_counter() - t0
 
 
+def specforge_vs_ours(a, model, prompts, res):
+    """SpecForge's capture on the same model and prompts; a failure is recorded, our numbers are kept."""
+    from specforge_capture import run_specforge_capture
+
+    out = Path(tempfile.mkdtemp(prefix="sge3_bench_specforge_")) / "out"
+    try:
+        sf = run_specforge_capture(model, prompts, out, a.specforge_script, timeout=1800,
+                                   batch_size=a.specforge_batch_size or a.concurrency,
+                                   mem_fraction=float(os.environ.get("SGE3_MEM_FRACTION", 0.3)))
+    except Exception as e:  # noqa: BLE001 -- reported in the JSON, the run's own numbers still print
+        res["specforge_error"] = f"{type(e).__name__}: {e}"[-4000:]
+        return
+    res["specforge"] = sf
+    res["specforge_tok_s"] = sf["tokens_per_s"]
+    res["ours_tok_s"] = res["prefill_tok_s_on"]
+    res["ratio_ours_over_specforge"] = res["ours_tok_s"] / res["specforge_tok_s"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model")
@@ -58,6 +80,9 @@ def main():
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--len", type=int, default=2048)
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--specforge", action="store_true", help="also time SpecForge's prepare_hidden_states.py")
+    ap.add_argument("--specforge-script", help="its path (default: $SGE3_SPECFORGE_SCRIPT, else the vendored copy)")
+    ap.add_argument("--specforge-batch-size", type=int, help="prompts per SpecForge forward (default: --concurrency)")
     a = ap.parse_args()
     import torch
     from gpu_helpers import BASE_ARGS, free_port as _port, sglang_server
@@ -93,7 +118,12 @@ def main():
     res["disk_seq_write_bytes_s"] = disk_write_bps(dump)
     res["prefill_ratio_on_over_off"] = res["prefill_tok_s_on"] / res["prefill_tok_s_off"]
     res["writer_over_disk_ratio"] = res["writer_bytes_s"] / res["disk_seq_write_bytes_s"]
+    if a.specforge:
+        specforge_vs_ours(a, model, prompts, res)
     print(json.dumps(res, indent=2))
+    if "ratio_ours_over_specforge" in res:
+        print(f"specforge tokens/s: {res['specforge_tok_s']:.0f}\nours tokens/s: {res['ours_tok_s']:.0f}\n"
+              f"ratio ours/specforge: {res['ratio_ours_over_specforge']:.3f}")
     out = os.environ.get("OUT")
     if out:
         Path(out, "bench_dump.json").write_text(json.dumps(res, indent=2))
