@@ -75,6 +75,17 @@ REPO = Path(__file__).resolve().parents[2]
 PTH = REPO / "sglang_eagle3_ext" / "_startup" / "sglang_eagle3_ext.pth"
 
 
+def multi_gpu_tp() -> int:
+    """TP size for the multi-GPU tests: $SGE3_TP, else every visible GPU up to 8 (the tiny target's 8 heads
+    must divide by it); 0 when fewer than 2 GPUs."""
+    import torch
+
+    n = int(os.environ.get("SGE3_TP") or min(torch.cuda.device_count() if torch.cuda.is_available() else 0, 8))
+    while n > 1 and 8 % n:
+        n -= 1
+    return n if n >= 2 else 0
+
+
 def free_port() -> int:
     """A free port below 45000: SGLang 0.5.14 derives more ports from it (gRPC = port + 10000 must be valid)."""
     import random

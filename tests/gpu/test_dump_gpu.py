@@ -24,7 +24,7 @@ import pytest
 import torch
 
 
-from gpu_helpers import BASE_ARGS, LOG_DIR, REPO, activation_env, free_port as _port, sglang_server
+from gpu_helpers import BASE_ARGS, LOG_DIR, REPO, activation_env, free_port as _port, multi_gpu_tp, sglang_server
 
 pytestmark = pytest.mark.gpu
 LAYERS = [1, 2, 3]
@@ -174,42 +174,43 @@ def test_sigkill_restart_resume(tiny_target, tmp_path):
         assert t[T_IDS].tolist() == prompts[int(r["id"][1:])]
 
 
-def test_tp2_writes_one_copy_with_tp1_values(tmp_path):
-    """TP=2 (both GPUs): each sample dumped once (attention-TP rank 0 writes), values equal to TP=1's
-    (per-token cosine >= 0.999; dense variant so no router near-tie can flip an expert between layouts)."""
+def test_tp_writes_one_copy_with_tp1_values(tmp_path):
+    """TP=N (every GPU up to 8, or $SGE3_TP): each sample dumped once (attention-TP rank 0 writes), values
+    equal to TP=1's (per-token cosine >= 0.999; dense variant so no router near-tie can flip an expert)."""
     from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, read_sample
     from sglang_eagle3_ext.dump.config import SAMPLES_DIR
     from sglang_eagle3_ext.dump.manifest import MANIFEST_DIR, read_manifest
     from sglang_eagle3_ext.tiny import ensure_tiny_target
 
-    if torch.cuda.device_count() < 2:
+    tp = multi_gpu_tp()
+    if not tp:
         pytest.skip(f"needs 2 GPUs, found {torch.cuda.device_count()}")
     target = ensure_tiny_target(tmp_path / "dense", first_k_dense_replace=4)
     data = tmp_path / "p.jsonl"
     prompts = _prompts(data, 6, length=150, seed=2)
     dumps = {}
-    for tp in (1, 2):
-        d = dumps[tp] = tmp_path / f"dump_tp{tp}"
+    for size in (1, tp):
+        d = dumps[size] = tmp_path / f"dump_tp{size}"
         d.mkdir()
         env = _activation_env(tmp_path, d)
-        with sglang_server(["--model-path", str(target), *BASE_ARGS, *SERVER_ARGS, "--tp", str(tp)],
-                           name=f"dump_tp{tp}", port=_port(), env=env, launcher="sglang.launch_server") as (base, log, _):
+        with sglang_server(["--model-path", str(target), *BASE_ARGS, *SERVER_ARGS, "--tp", str(size)],
+                           name=f"dump_tp{size}", port=_port(), env=env, launcher="sglang.launch_server") as (base, log, _):
             assert _client(base, data, d, env).wait(900) == 0, f"client failed; server log {log}"
     ids = [f"s{i:04d}" for i in range(len(prompts))]
-    lines = [json.loads(x) for f in (dumps[2] / MANIFEST_DIR).glob("*.jsonl") for x in f.read_text().splitlines() if x.strip()]
-    files = sorted(p.name for p in (dumps[2] / SAMPLES_DIR).rglob("*.safetensors"))
-    assert sorted(r["id"] for r in lines) == ids, "TP=2: each sample listed exactly once"
-    assert len(files) == len(ids), f"TP=2: one file per sample expected, found {files}"
-    assert json.loads((dumps[2] / "dump_meta.json").read_text())["tp_size"] == 2
-    m1, m2 = read_manifest(dumps[1]), read_manifest(dumps[2])
+    lines = [json.loads(x) for f in (dumps[tp] / MANIFEST_DIR).glob("*.jsonl") for x in f.read_text().splitlines() if x.strip()]
+    files = sorted(p.name for p in (dumps[tp] / SAMPLES_DIR).rglob("*.safetensors"))
+    assert sorted(r["id"] for r in lines) == ids, f"TP={tp}: each sample listed exactly once"
+    assert len(files) == len(ids), f"TP={tp}: one file per sample expected, found {files}"
+    assert json.loads((dumps[tp] / "dump_meta.json").read_text())["tp_size"] == tp
+    m1, m2 = read_manifest(dumps[1]), read_manifest(dumps[tp])
     worst = {}
     for sid in ids:
-        (t1, _), (t2, _) = read_sample(dumps[1] / m1[sid]["file"]), read_sample(dumps[2] / m2[sid]["file"])
+        (t1, _), (t2, _) = read_sample(dumps[1] / m1[sid]["file"]), read_sample(dumps[tp] / m2[sid]["file"])
         assert t1[T_IDS].tolist() == t2[T_IDS].tolist() == prompts[int(sid[1:])]
         for k in (T_AUX, T_PRE, T_POST):
             a, b = t1[k].view(len(prompts[int(sid[1:])]), -1, 1024), t2[k].view(len(prompts[int(sid[1:])]), -1, 1024)
             worst[k] = min(worst.get(k, 1.0), _cos(a, b).min().item())
-    (LOG_DIR / "dump_tp2_vs_tp1.json").write_text(json.dumps({"samples": len(ids), "files_tp2": len(files),
+    (LOG_DIR / f"dump_tp{tp}_vs_tp1.json").write_text(json.dumps({"tp": tp, "samples": len(ids), "files": len(files),
                                                                "min_cosine": worst}, indent=2))
-    print(f"\nTP=2 vs TP=1: {len(ids)} samples, one file each; worst per-token cosine {worst}")
+    print(f"\nTP={tp} vs TP=1: {len(ids)} samples, one file each; worst per-token cosine {worst}")
     assert all(v >= 0.999 for v in worst.values()), worst

@@ -1,8 +1,9 @@
 """The launcher on real GPUs (run by tests/gpu/run.sh on the 2-GPU H200 host, SGLang 0.5.16).
 
 - preflight bandwidth with NCCL's default transport and with P2P forced off (SHM), printed;
-- `--preset tiny --tp 2 --nccl-profile pcie --preflight`: preflight passes, the tiny model is made on
-  first use, both TP ranks log their NCCL channels (proof our env reached the workers), /generate answers;
+- `--preset tiny --tp N --nccl-profile pcie --preflight` (N = every GPU up to 8, or $SGE3_TP): preflight
+  passes, the tiny model is made on first use, every TP rank logs its NCCL channels (proof our env reached
+  the workers), /generate answers;
 - `--preset tiny-dump` (the README's run command) serves on one GPU.
 The host's NCCL_NVLS_ENABLE=0 / TORCH_SYMM_MEM_DISABLE_MULTICAST=1 / NVSHMEM_DISABLE_NVLS=1 are inherited
 (the launcher never overrides a variable the user set).
@@ -15,7 +16,7 @@ import socket
 
 import pytest
 
-from gpu_helpers import free_port as _port, generate, sglang_server
+from gpu_helpers import free_port as _port, generate, multi_gpu_tp, sglang_server
 
 pytestmark = pytest.mark.gpu
 
@@ -28,39 +29,41 @@ def _gpus() -> int:
 
 
 @pytest.fixture
-def two_gpus():
-    if _gpus() < 2:
+def tp():
+    if not multi_gpu_tp():
         pytest.skip(f"needs 2 GPUs, found {_gpus()}")
+    return multi_gpu_tp()
 
 
-def test_preflight_busbw_default_and_forced_shm(two_gpus, tmp_path):
+def test_preflight_busbw_default_and_forced_shm(tp, tmp_path):
     from sglang_eagle3_ext.launch import preflight
 
     for label, extra in (("default", {}), ("forced SHM (NCCL_P2P_DISABLE=1)", {"NCCL_P2P_DISABLE": "1"})):
         env = {**os.environ, "NCCL_DEBUG": "WARN", **extra}
-        res = preflight.run_preflight(2, env=env, timeout=180, retry=False, workdir=str(tmp_path / str(len(extra))))
+        res = preflight.run_preflight(tp, env=env, timeout=180, retry=False, workdir=str(tmp_path / str(len(extra))))
         print(f"\n[{label}]\n{res.report()}")
         assert res.ok, res.report()
         big = max(res.attempts[0].results, key=lambda r: r.nbytes)
         assert big.busbw_gbs > 1.0  # any real transport does better than 1 GB/s at 256 MiB
 
 
-def test_tiny_tp2_pcie_profile_with_preflight_serves(two_gpus, tmp_path):
+def test_tiny_tp_pcie_profile_with_preflight_serves(tp, tmp_path):
     cache = tmp_path / "cache"
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV", "SGLANG_EAGLE3_EXT_CACHE": str(cache)}
-    args = ["--preset", "tiny", "--tp", "2", "--nccl-profile", "pcie", "--preflight"]
-    with sglang_server(args, name="launch_tiny_tp2_pcie", port=_port(), env=env, timeout=900) as (base, log, _):
+    args = ["--preset", "tiny", "--tp", str(tp), "--nccl-profile", "pcie", "--preflight"]
+    with sglang_server(args, name=f"launch_tiny_tp{tp}_pcie", port=_port(), env=env, timeout=900) as (base, log, _):
         out = generate(base, [1, 2, 3, 4, 5, 6, 7, 8], max_new_tokens=8)
         assert len(out["output_ids"]) == 8
         text = log.read_text(errors="replace")
     assert (cache / "tiny-deepseek-v3" / ".complete").exists()  # made on first use
-    assert "preflight: 2 ranks, backend nccl: PASSED" in text
-    assert "--enable-p2p-check" in text  # the pcie profile's TP=2 decision reached the command
+    assert f"preflight: {tp} ranks, backend nccl: PASSED" in text
+    # the pcie profile's TP-size decision reached the command
+    assert ("--enable-p2p-check" if tp == 2 else "--disable-custom-all-reduce") in text
     channels = re.findall(r"NCCL INFO Channel \d+/\d+ : (\d+)\[\d+\] -> \d+\[\d+\] via (P2P|SHM)", text)
     ranks = {r for r, _ in channels}
     print(f"\nNCCL channels per source rank: "
           f"{ {r: sorted({t for rr, t in channels if rr == r}) for r in sorted(ranks)} }")
-    assert {"0", "1"} <= ranks, "NCCL INFO channel lines from both TP ranks expected in the server log"
+    assert {str(r) for r in range(tp)} <= ranks, "NCCL INFO channel lines from every TP rank expected in the log"
     assert re.search(r"NCCL_IB_DISABLE set by environment to 1", text), "our NCCL_IB_DISABLE=1 not seen by NCCL"
 
 

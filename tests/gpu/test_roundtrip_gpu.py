@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from gpu_helpers import LOG_DIR, REPO, activation_env, free_port, sglang_server
+from gpu_helpers import LOG_DIR, REPO, activation_env, free_port, multi_gpu_tp, sglang_server
 
 pytestmark = pytest.mark.gpu
 N_TRAIN = int(os.environ.get("SGE3_RT_SAMPLES", "2000"))
@@ -136,6 +136,7 @@ def test_roundtrip(tmp_path):
         p = _run(["sglang_eagle3_ext.bench", "--url", spec, "--baseline-url", base, "--prompts", str(held),
                   "--max-new-tokens", "64", "--concurrency", "8", "--json", str(out_json)], "bench")
         res = json.loads(out_json.read_text())
+        (work / "bench_tp1.json").write_text(out_json.read_text())  # the reference for test_draft_at_tp_n
         fig["bench"] = res
     fig["wall_s"] = round(time.time() - t_all, 1)
     (LOG_DIR / "roundtrip.json").write_text(json.dumps(fig, indent=2))
@@ -144,3 +145,24 @@ def test_roundtrip(tmp_path):
     assert res["spec"]["accept_length"] >= MIN_ACCEPT, res
     assert "greedy outputs identical" in res["verdict"]
 
+
+
+def test_draft_at_tp_n():
+    """The round trip's draft served with TP=N (every GPU up to 8, or $SGE3_TP): accept length within 5 % of
+    TP=1 on the same held-out prompts. Needs a finished round trip in $SGE3_RT_DIR (run it first)."""
+    work = Path(os.environ.get("SGE3_RT_DIR") or "/nonexistent")
+    ref, draft, target = work / "bench_tp1.json", work / "draft_sglang", work / "target"
+    tp = multi_gpu_tp()
+    if not tp or not ref.exists():
+        pytest.skip("needs >= 2 GPUs and a finished round trip in $SGE3_RT_DIR")
+    out_json = LOG_DIR / f"rt_bench_tp{tp}.json"
+    with sglang_server(["--preset", "tiny", "--model-path", str(target), "--speculative-draft-model-path", str(draft),
+                        "--tp", str(tp), *SPEC_ARGS], name=f"rt_spec_tp{tp}", port=free_port(),
+                       env=activation_env(work)) as (spec, _, _):
+        p = _run(["sglang_eagle3_ext.bench", "--url", spec, "--prompts", str(work / "heldout.jsonl"),
+                  "--max-new-tokens", "64", "--concurrency", "8", "--json", str(out_json)], f"bench_tp{tp}")
+    a1 = json.loads(ref.read_text())["spec"]["accept_length"]
+    an = json.loads(out_json.read_text())["spec"]["accept_length"]
+    print(f"\naccept length TP=1 {a1:.3f}, TP={tp} {an:.3f} (ratio {an / a1:.3f})")
+    assert p.returncode == 0, p.stdout[-2000:]
+    assert abs(an / a1 - 1) <= 0.05, (a1, an)
