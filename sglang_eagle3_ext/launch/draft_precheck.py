@@ -33,7 +33,7 @@ def precheck(algorithm: str | None, draft: str | None, target: str | None, versi
     warn = [p for p in rep.problems if p.warning]
     return Decision(NAME, "ok", f"{draft}: {len(rep.loads)} tensors would load for SGLang {rep.release}"
                     + (f"; {len(warn)} warning(s): " + "; ".join(map(str, warn)) if warn else ""), kind="check",
-                    action="warn" if warn else "set")
+                    action="warn" if warn else "ok")
 
 
 class DraftCheckFailed(Exception):

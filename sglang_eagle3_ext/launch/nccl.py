@@ -23,7 +23,7 @@ class Decision:
     value: str | None       # what ends up set; None: left unset
     reason: str
     kind: str = "env"       # env | arg | check
-    action: str = "set"     # set | user (user's value kept) | unset (deliberately left unset) | warn
+    action: str = "set"     # set | user (user's value kept) | unset (deliberately left unset) | warn | ok (check passed)
 
     @property
     def applies(self) -> bool:
