@@ -14,6 +14,10 @@ EAGLE3 = {"EAGLE3"}
 NAME = "draft pre-check"
 
 
+class DraftCheckFailed(Exception):
+    """The draft's check report has errors (the message is the report)."""
+
+
 def precheck(algorithm: str | None, draft: str | None, target: str | None, version: str | None) -> Decision | None:
     """None when there is nothing to check; a Decision (kind check) when the draft is fine or cannot be
     checked here; raises DraftCheckFailed with the report when it would not serve correctly."""
@@ -34,7 +38,3 @@ def precheck(algorithm: str | None, draft: str | None, target: str | None, versi
     return Decision(NAME, "ok", f"{draft}: {len(rep.loads)} tensors would load for SGLang {rep.release}"
                     + (f"; {len(warn)} warning(s): " + "; ".join(map(str, warn)) if warn else ""), kind="check",
                     action="warn" if warn else "ok")
-
-
-class DraftCheckFailed(Exception):
-    pass
