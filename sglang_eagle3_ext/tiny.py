@@ -37,9 +37,14 @@ def default_dir() -> Path:
 
 
 def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, branch_scale: float = 1.0,
-                       successor_weight: float = 0.0, **overrides) -> Path:
+                       successor_weight: float = 0.0, route_bias: float = 0.0, **overrides) -> Path:
     """Write the tiny model to `out` (default: the cache) unless a complete copy is there.
-    overrides: DeepseekV3Config fields; branch_scale / successor_weight: see PREDICTABLE."""
+    overrides: DeepseekV3Config fields; branch_scale / successor_weight: see PREDICTABLE;
+    route_bias > 0 pins MoE routing: the first num_experts_per_tok experts get that score bonus
+    (e_score_correction_bias), so every token picks them. Random routers sit on near-ties, and a
+    flipped expert moves a token's state by far more than bf16 kernel noise (transformers bf16 vs fp32:
+    worst token 0.994 after the first MoE layer, every such token routed differently); pinned, the
+    MoE kernels still run and bf16 vs fp32 stays >= 0.99996 on every token."""
     out = Path(out) if out else default_dir()
     done = out / ".complete"
     if done.exists():
@@ -59,6 +64,11 @@ def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, bran
                 p.mul_(branch_scale)
         perm = torch.randperm(cfg.vocab_size, generator=torch.Generator().manual_seed(seed + 1))
         model.lm_head.weight.add_(successor_weight * model.model.embed_tokens.weight[perm])
+        if route_bias:
+            for name, b in model.named_buffers():
+                if name.endswith("e_score_correction_bias"):
+                    b.zero_()
+                    b[: cfg.num_experts_per_tok] = route_bias
     model = model.to(torch.bfloat16)
     tmp = out.with_name(out.name + ".tmp")
     model.save_pretrained(tmp, safe_serialization=True)
