@@ -80,6 +80,8 @@ def main():
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--len", type=int, default=2048)
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--compute-stream", action="store_true",
+                    help="also dump with the copies on the compute stream (SGLANG_EAGLE3_EXT_DUMP_COPY_STREAM=0)")
     ap.add_argument("--specforge", action="store_true", help="also time SpecForge's prepare_hidden_states.py")
     ap.add_argument("--specforge-script", help="its path (default: $SGE3_SPECFORGE_SCRIPT, else the vendored copy)")
     ap.add_argument("--specforge-batch-size", type=int, help="prompts per SpecForge forward (default: --concurrency)")
@@ -118,6 +120,13 @@ def main():
     res["disk_seq_write_bytes_s"] = disk_write_bps(dump)
     res["prefill_ratio_on_over_off"] = res["prefill_tok_s_on"] / res["prefill_tok_s_off"]
     res["writer_over_disk_ratio"] = res["writer_bytes_s"] / res["disk_seq_write_bytes_s"]
+    if a.compute_stream:  # what the side copy stream buys: same run, copies queued behind the forward
+        d2 = Path(tempfile.mkdtemp(prefix="sge3_bench_dump_cs_"))
+        with sglang_server(args, name="bench_dump_on_compute_stream", port=_port(), launcher="sglang.launch_server",
+                           env={**_activation_env(tmp, d2), "SGLANG_EAGLE3_EXT_DUMP_COPY_STREAM": "0"}) as (b, _, _p):
+            _, dt = drive(b, prompts, a.concurrency, "cs-")
+        res["prefill_tok_s_on_compute_stream"] = (len(prompts) - 1) * a.len / dt
+        res["prefill_ratio_compute_stream_over_off"] = res["prefill_tok_s_on_compute_stream"] / res["prefill_tok_s_off"]
     if a.specforge:
         specforge_vs_ours(a, model, prompts, res)
     print(json.dumps(res, indent=2))

@@ -16,6 +16,8 @@ DP group writes.
 """
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import os
 import weakref
@@ -173,6 +175,7 @@ class DumpTarget:
         self.disabled: str | None = None
         self._prenorm = None
         self._norm_sent = False
+        self._copy_stream = None
         self.norm = getattr(model.model, "norm", None)
         if cfg.want_prenorm:
             if self.norm is None:
@@ -246,6 +249,15 @@ class DumpTarget:
                                "prefill?): disable prefill CUDA graphs or set SGLANG_EAGLE3_EXT_DUMP_FINAL=postnorm")
         self._copy_and_submit(w, fb, rids, pfx, ext, orig, ids, aux, layout, pre, hidden, T, K, H)
 
+    def _side_stream(self, device):
+        if not self.cfg.copy_stream:
+            return None
+        if self._copy_stream is None:
+            import torch
+
+            self._copy_stream = torch.cuda.Stream(device=device)
+        return self._copy_stream
+
     def _copy_and_submit(self, w, fb, rids, pfx, ext, orig, ids, aux, layout, pre, hidden, T, K, H) -> None:
         import torch
 
@@ -258,33 +270,41 @@ class DumpTarget:
         w.reserve(nbytes)   # backpressure: may block this (forward) thread, never drops
         try:
             cuda = hidden.is_cuda
+            side = self._side_stream(hidden.device) if cuda else None
+            if side is not None:  # the copies start once the compute stream has produced the states
+                side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
 
-            def host(t):
-                if not cuda:
-                    return t.detach().clone()
-                h = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-                h.copy_(t, non_blocking=True)
-                return h
+                def host(t):
+                    if not cuda:
+                        return t.detach().clone()
+                    if side is not None and t.is_cuda:  # the caching allocator must not give t's memory
+                        t.record_stream(side)            # to the next forward before this copy read it
+                    h = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+                    h.copy_(t, non_blocking=True)
+                    return h
 
-            ids_h = host(ids[:T])
-            if layout == "list":
-                aux_h = torch.empty((K, T, H), dtype=aux[0].dtype, pin_memory=cuda)
-                for k, a in enumerate(aux):
-                    aux_h[k].copy_(a[:T], non_blocking=cuda)
-            else:
-                aux_h = host(aux[:T])
-            pre_h = host(pre[:T]) if self.cfg.want_prenorm else None
-            post_h = host(hidden[:T]) if self.cfg.want_postnorm else None
-            orig_h = host(orig[:bs]) if hasattr(orig, "shape") else list(orig)[:bs]
-            norm = None
-            if self.cfg.want_prenorm and not self._norm_sent and self.norm is not None:
-                norm = (host(self.norm.weight.data), float(getattr(self.norm, "variance_epsilon",
-                                                                    getattr(self.norm, "eps", 1e-6))))
-                self._norm_sent = True
-            event = None
-            if cuda:
-                event = torch.cuda.Event()
-                event.record(torch.cuda.current_stream())
+                ids_h = host(ids[:T])
+                if layout == "list":
+                    aux_h = torch.empty((K, T, H), dtype=aux[0].dtype, pin_memory=cuda)
+                    for k, a in enumerate(aux):
+                        if side is not None:
+                            a.record_stream(side)
+                        aux_h[k].copy_(a[:T], non_blocking=cuda)
+                else:
+                    aux_h = host(aux[:T])
+                pre_h = host(pre[:T]) if self.cfg.want_prenorm else None
+                post_h = host(hidden[:T]) if self.cfg.want_postnorm else None
+                orig_h = host(orig[:bs]) if hasattr(orig, "shape") else list(orig)[:bs]
+                norm = None
+                if self.cfg.want_prenorm and not self._norm_sent and self.norm is not None:
+                    norm = (host(self.norm.weight.data), float(getattr(self.norm, "variance_epsilon",
+                                                                        getattr(self.norm, "eps", 1e-6))))
+                    self._norm_sent = True
+                event = None
+                if cuda:  # the writer waits on this before reading the host copies
+                    event = torch.cuda.Event()
+                    event.record()
             batch = ChunkBatch(rids, pfx, ext, orig_h, ids_h, aux_h, layout, pre_h, post_h, event, nbytes, norm)
         except BaseException:
             w.unreserve(nbytes)

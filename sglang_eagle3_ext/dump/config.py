@@ -19,8 +19,10 @@ ENV_FINAL = "SGLANG_EAGLE3_EXT_DUMP_FINAL"               # prenorm | postnorm | 
 ENV_MAX_PENDING_MB = "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB"  # host memory for in-flight samples
 ENV_IO_THREADS = "SGLANG_EAGLE3_EXT_DUMP_IO_THREADS"
 ENV_ENCODING = "SGLANG_EAGLE3_EXT_DUMP_ENCODING"         # bf16 (native, as captured) | fp8 (e4m3, row-wise scales)
+ENV_COPY_STREAM = "SGLANG_EAGLE3_EXT_DUMP_COPY_STREAM"   # 1 (default): device->host copies on a side stream
 
-ALL_ENV = (ENV_DIR, ENV_LAYERS, ENV_FORMAT, ENV_FINAL, ENV_MAX_PENDING_MB, ENV_IO_THREADS, ENV_ENCODING)
+ALL_ENV = (ENV_DIR, ENV_LAYERS, ENV_FORMAT, ENV_FINAL, ENV_MAX_PENDING_MB, ENV_IO_THREADS, ENV_ENCODING,
+           ENV_COPY_STREAM)
 
 NODUMP_RID_PREFIX = "nodump-"      # requests whose rid starts with this are served, never dumped
 ENV_MIN_TOKENS = "SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS"
@@ -78,6 +80,9 @@ class DumpConfig:
     io_threads: int = 2
     encoding: str = "bf16"
     min_tokens: int = dataclasses.field(default_factory=min_sample_tokens)  # read once, not per batch
+    # D2H copies on their own CUDA stream overlap the next forward instead of queueing behind it on the
+    # compute stream (a 2K-token prompt of a 7168-wide model is ~120 MB of states); 0 = compute stream
+    copy_stream: bool = True
 
     def __post_init__(self):
         if self.encoding not in ENCODINGS:
@@ -145,6 +150,9 @@ def from_env(env=None) -> DumpConfig | None:
     if encoding not in ENCODINGS:
         raise DumpConfigError(f"{ENV_ENCODING}={env.get(ENV_ENCODING)!r}: expected one of {ENCODINGS} "
                               f"(bf16: hidden states as captured; fp8: e4m3 with per-token per-layer scales, ~0.5x)")
+    copy_stream = (env.get(ENV_COPY_STREAM, "") or "1").strip()
+    if copy_stream not in ("0", "1"):
+        raise DumpConfigError(f"{ENV_COPY_STREAM}={copy_stream!r}: expected 1 (side stream) or 0 (compute stream)")
     return DumpConfig(dump_dir=os.path.abspath(d), layers=parse_layers(env.get(ENV_LAYERS, "")),
                       fmt=fmt, final=final, max_pending_bytes=mb << 20, io_threads=io, encoding=encoding,
-                      min_tokens=min_sample_tokens(env))
+                      min_tokens=min_sample_tokens(env), copy_stream=copy_stream == "1")

@@ -56,6 +56,9 @@ def test_config_env(tmp_path):
         C.from_env({C.ENV_DIR: "x", C.ENV_FORMAT: "pickle"})
     with pytest.raises(C.DumpConfigError, match="increasing"):
         C.from_env({C.ENV_DIR: "x", C.ENV_LAYERS: "3,1"}).resolve_layers(10)
+    assert C.from_env({C.ENV_DIR: "x"}).copy_stream and not C.from_env({C.ENV_DIR: "x", C.ENV_COPY_STREAM: "0"}).copy_stream
+    with pytest.raises(C.DumpConfigError, match="COPY_STREAM"):
+        C.from_env({C.ENV_DIR: "x", C.ENV_COPY_STREAM: "yes"})
     from sglang_eagle3_ext.patch_table import ENV_DUMP_DIR, features_from_env
     assert C.ENV_DIR == ENV_DUMP_DIR and "dump" in features_from_env({C.ENV_DIR: "/x"})
 
