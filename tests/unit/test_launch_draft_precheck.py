@@ -1,6 +1,6 @@
 """The launcher runs `check` on the EAGLE-3 draft before SGLang starts (dry-run shows it, a bad draft stops it).
 
-Real SGLang 0.5.16 parser (the `sglang` mark); drafts made by the speculators library and converted by ours.
+Real SGLang parser of the installed release (the `sglang` mark); drafts made by the speculators library and converted by ours.
 """
 from __future__ import annotations
 
@@ -34,7 +34,9 @@ def _args(draft):
 def test_converted_draft_passes_and_the_decision_is_shown(tmp_path, drafts):
     out = dry_run(tmp_path, *_args(drafts["converted"])).stdout
     line = next(ln for ln in out.splitlines() if "draft pre-check" in ln)
-    assert "ok" in line and "tensors would load for SGLang 0.5.16" in line
+    from sglang_eagle3_ext.versions import installed_version
+
+    assert "ok" in line and f"tensors would load for SGLang {installed_version()}" in line
 
 
 def test_unconverted_speculators_checkpoint_is_refused_naming_the_fix(tmp_path, drafts):
