@@ -35,6 +35,6 @@ def precheck(algorithm: str | None, draft: str | None, target: str | None, versi
     if rep.errors:
         raise DraftCheckFailed(rep.render())
     warn = [p for p in rep.problems if p.warning]
-    return Decision(NAME, "ok", f"{draft}: {len(rep.loads)} tensors would load for SGLang {rep.release}"
+    return Decision(NAME, "passed", f"{draft}: {len(rep.loads)} tensors would load for SGLang {rep.release}"
                     + (f"; {len(warn)} warning(s): " + "; ".join(map(str, warn)) if warn else ""), kind="check",
                     action="warn" if warn else "ok")

@@ -36,7 +36,7 @@ def test_converted_draft_passes_and_the_decision_is_shown(tmp_path, drafts):
     line = next(ln for ln in out.splitlines() if "draft pre-check" in ln)
     from sglang_eagle3_ext.versions import installed_version
 
-    assert "ok" in line and f"tensors would load for SGLang {installed_version()}" in line
+    assert "passed" in line and f"tensors would load for SGLang {installed_version()}" in line
 
 
 def test_unconverted_speculators_checkpoint_is_refused_naming_the_fix(tmp_path, drafts):
