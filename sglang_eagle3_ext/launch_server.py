@@ -218,7 +218,8 @@ def _draft_precheck(ns, preset_args: dict, rest: list[str], version: str | None)
 
     get = lambda dest: _value(ns, preset_args, rest, dest, None)  # noqa: E731
     try:
-        d = precheck(get("speculative_algorithm"), get("speculative_draft_model_path"), get("model_path"), version)
+        d = precheck(get("speculative_algorithm"), get("speculative_draft_model_path"), get("model_path"), version,
+                     dtype=get("dtype"))
     except DraftCheckFailed as e:
         raise LaunchError(f"the EAGLE-3 draft would not serve correctly:\n{e}\n(convert a speculators/SpecForge "
                           f"checkpoint with `python -m sglang_eagle3_ext.convert SRC DST`; --skip-draft-check "

@@ -260,13 +260,17 @@ def serving_dtype(cfg: dict) -> str:
 def target_problems(spec: DraftSpec, target_cfg: dict, where: str, draft_cfg: dict | None = None) -> list[Problem]:
     """Draft vs target model config (hidden, vocab, layer indices, serving dtype)."""
     t = target_cfg.get("text_config") if isinstance(target_cfg.get("text_config"), dict) else target_cfg
+    # a wrapper's text_config often leaves the dtype to the top level; declared nowhere: not judged here
+    t_dtype = {"torch_dtype": next((c.get(k) for c in (t, target_cfg) for k in ("torch_dtype", "dtype") if c.get(k)),
+                                   None)}
     P = []
-    if draft_cfg is not None and serving_dtype(draft_cfg) != serving_dtype(t):
+    if draft_cfg is not None and t_dtype["torch_dtype"] and serving_dtype(draft_cfg) != serving_dtype(t_dtype):
         P.append(Problem(E.DTYPE, f"{where}: SGLang would run the draft in {serving_dtype(draft_cfg)} (config "
                                   f"torch_dtype={draft_cfg.get('torch_dtype') or draft_cfg.get('dtype')!r}; auto maps "
-                                  f"float32/none to float16) but the target in {serving_dtype(t)}: the first request "
-                                  f"fails with 'expected mat1 and mat2 to have the same dtype'. Fix: set torch_dtype "
-                                  f"to {serving_dtype(t)!r} in the draft config (`convert` writes the weights' dtype)"))
+                                  f"float32/none to float16) but the target in {serving_dtype(t_dtype)}: the first "
+                                  f"request fails with 'expected mat1 and mat2 to have the same dtype'. Fix: set "
+                                  f"torch_dtype to {serving_dtype(t_dtype)!r} in the draft config (`convert` writes the "
+                                  f"weights' dtype), or serve with an explicit --dtype"))
     th, tv, tn = t.get("hidden_size"), t.get("vocab_size"), t.get("num_hidden_layers")
     if isinstance(th, int) and th != spec.target_hidden:
         P.append(Problem(E.TARGET_MISMATCH, f"{where}: draft expects target hidden size {spec.target_hidden} "

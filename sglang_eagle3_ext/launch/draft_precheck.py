@@ -18,9 +18,11 @@ class DraftCheckFailed(Exception):
     """The draft's check report has errors (the message is the report)."""
 
 
-def precheck(algorithm: str | None, draft: str | None, target: str | None, version: str | None) -> Decision | None:
+def precheck(algorithm: str | None, draft: str | None, target: str | None, version: str | None,
+             dtype: str | None = "auto") -> Decision | None:
     """None when there is nothing to check; a Decision (kind check) when the draft is fine or cannot be
-    checked here; raises DraftCheckFailed with the report when it would not serve correctly."""
+    checked here; raises DraftCheckFailed with the report when it would not serve correctly.
+    dtype: SGLang's --dtype; an explicit one runs draft and target alike, so no dtype mismatch can arise."""
     if not draft or (algorithm or "").upper() not in EAGLE3:
         return None
     if not Path(draft).is_dir():
@@ -31,7 +33,11 @@ def precheck(algorithm: str | None, draft: str | None, target: str | None, versi
                         action="warn")
     from ..draft.check import check_draft
 
+    from ..draft import errors as E
+
     rep = check_draft(draft, target=target if target and Path(target).is_dir() else None, sglang_version=version)
+    if (dtype or "auto") != "auto":
+        rep.problems = [p for p in rep.problems if p.code != E.DTYPE]
     if rep.errors:
         raise DraftCheckFailed(rep.render())
     warn = [p for p in rep.problems if p.warning]

@@ -61,3 +61,30 @@ def test_wrong_k_is_refused_and_skip_flag_overrides(tmp_path, drafts):
 
 def test_no_draft_no_check(tmp_path):
     assert "draft pre-check" not in dry_run(tmp_path, "--preset", "tiny").stdout
+
+
+def test_dtype_judged_only_when_auto_and_declared(tmp_path, drafts):
+    """A wrapper target (text_config without dtype, top level bf16) vs an fp16-declared draft: refused under
+    --dtype auto, fine under an explicit --dtype (draft and target then run alike); a target that declares no
+    dtype anywhere is not judged."""
+    import shutil
+
+    from sglang_eagle3_ext.launch.draft_precheck import DraftCheckFailed, precheck
+    from sglang_eagle3_ext.versions import installed_version
+
+    bad = tmp_path / "fp16"
+    shutil.copytree(drafts["converted"], bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["torch_dtype"] = "float16"
+    (bad / "config.json").write_text(json.dumps(cfg))
+    target = tmp_path / "target"
+    target.mkdir()
+    text = {"hidden_size": cfg["target_hidden_size"] or cfg["hidden_size"], "vocab_size": cfg["vocab_size"],
+            "num_hidden_layers": 8}
+    (target / "config.json").write_text(json.dumps({"torch_dtype": "bfloat16", "text_config": text}))
+    v = installed_version()
+    with pytest.raises(DraftCheckFailed, match="dtype"):
+        precheck("EAGLE3", str(bad), str(target), v)
+    assert precheck("EAGLE3", str(bad), str(target), v, dtype="bfloat16").value == "passed"
+    (target / "config.json").write_text(json.dumps({"text_config": text}))
+    assert precheck("EAGLE3", str(bad), str(target), v).value == "passed"
