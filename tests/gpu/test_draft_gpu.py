@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
-import socket
-import sysconfig
 from pathlib import Path
 
 import pytest

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import site
-import socket
 import subprocess
 import sys
 import time
@@ -106,7 +103,7 @@ def test_dump_matches_transformers(variant, tiny_target, tmp_path):
     prompts = _prompts(data, 4)
     env = _activation_env(tmp_path, dump)
     with sglang_server(["--model-path", str(tiny_target), *BASE_ARGS, *SERVER_ARGS], name=f"dump_ref_{variant}",
-                       port=(port := _port()), env=env, launcher="sglang.launch_server") as (base, log, _):
+                       port=_port(), env=env, launcher="sglang.launch_server") as (base, log, _):
         rc = _client(base, data, dump, env).wait(900)
         assert rc == 0, f"client failed; server log {log}"
         assert "DISABLED" not in Path(log).read_text()

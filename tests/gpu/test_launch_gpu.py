@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 
 import pytest
 
@@ -30,9 +29,10 @@ def _gpus() -> int:
 
 @pytest.fixture
 def tp():
-    if not multi_gpu_tp():
+    n = multi_gpu_tp()
+    if not n:
         pytest.skip(f"needs 2 GPUs, found {_gpus()}")
-    return multi_gpu_tp()
+    return n
 
 
 def test_preflight_busbw_default_and_forced_shm(tp, tmp_path):

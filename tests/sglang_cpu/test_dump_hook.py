@@ -79,7 +79,7 @@ def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkey
     monkeypatch.setattr(capture, "_writer", None)
     cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "0,2,5", C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
     m = _model(sglang_cpu)
-    target = capture.attach(m, cfg)
+    capture.attach(m, cfg)
     assert m.capture_aux_hidden_states and m.model.layers_to_capture == [0, 2, 5]   # HF indices, no +1
     w = capture.get_writer()
     # chunk 1: "p1" tokens 0..3 of 6, plus a nodump- request; chunk 2: p1 tokens 4..5 and p2 (3 tokens)

@@ -5,7 +5,6 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-import pytest
 
 from sglang_eagle3_ext.dump.client import main, read_samples
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from test_launch_dryrun import _clean_env, dry_run
+from test_launch_dryrun import dry_run
 
 pytestmark = pytest.mark.sglang
 pytest.importorskip("speculators")
