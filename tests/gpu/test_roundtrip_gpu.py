@@ -118,11 +118,9 @@ def test_roundtrip(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
 
     # 6a. a historical failure, now loud: the unconverted speculators checkpoint is refused before SGLang starts
-    p = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.launch_server", "--preset", "tiny", "--model-path",
-                        str(tiny_target), "--speculative-draft-model-path", str(spec_ckpt), *SPEC_ARGS, "--port",
-                        str(free_port())], cwd=REPO, env={**os.environ, **activation_env(work)}, capture_output=True,
-                       text=True, timeout=300)
-    (LOG_DIR / "rt_unconverted.log").write_text(p.stdout + "\n--- stderr ---\n" + p.stderr)
+    p = _run(["sglang_eagle3_ext.launch_server", "--preset", "tiny", "--model-path", str(tiny_target),
+              "--speculative-draft-model-path", str(spec_ckpt), *SPEC_ARGS, "--port", str(free_port())],
+             "unconverted", activation_env(work), timeout=300)
     assert p.returncode != 0 and "python -m sglang_eagle3_ext.convert" in p.stderr, p.stderr[-2000:]
     fig["unconverted_refused"] = p.stderr.strip().splitlines()[-1][:200]
 
