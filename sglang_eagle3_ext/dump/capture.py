@@ -275,22 +275,22 @@ class DumpTarget:
                 side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
 
+                def copy_into(h, t):
+                    if side is not None and t.is_cuda:  # the caching allocator must not give t's memory
+                        t.record_stream(side)            # to the next forward before this copy read it
+                    h.copy_(t, non_blocking=cuda)
+                    return h
+
                 def host(t):
                     if not cuda:
                         return t.detach().clone()
-                    if side is not None and t.is_cuda:  # the caching allocator must not give t's memory
-                        t.record_stream(side)            # to the next forward before this copy read it
-                    h = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-                    h.copy_(t, non_blocking=True)
-                    return h
+                    return copy_into(torch.empty(t.shape, dtype=t.dtype, pin_memory=True), t)
 
                 ids_h = host(ids[:T])
                 if layout == "list":
                     aux_h = torch.empty((K, T, H), dtype=aux[0].dtype, pin_memory=cuda)
                     for k, a in enumerate(aux):
-                        if side is not None:
-                            a.record_stream(side)
-                        aux_h[k].copy_(a[:T], non_blocking=cuda)
+                        copy_into(aux_h[k], a[:T])
                 else:
                     aux_h = host(aux[:T])
                 pre_h = host(pre[:T]) if self.cfg.want_prenorm else None
