@@ -250,10 +250,15 @@ def non_finite_problem(canon: str, n_bad: int, numel: int, where: str) -> Proble
                                  f"to NaN until the verifier's are loaded)", key=canon)
 
 
-def serving_dtype(cfg: dict) -> str:
-    """The dtype SGLang's `--dtype auto` gives a model from its config: float32 (or none) becomes float16."""
-    d = cfg.get("torch_dtype") or cfg.get("dtype") or "float32"
-    d = str(d).replace("torch.", "")
+def declared_dtype(*cfgs: dict) -> str | None:
+    """The first torch_dtype/dtype that these configs declare, in order; None if none does."""
+    return next((c.get(k) for c in cfgs for k in ("torch_dtype", "dtype") if c.get(k)), None)
+
+
+def serving_dtype(declared: str | None) -> str:
+    """The dtype SGLang's `--dtype auto` gives a model whose config declares `declared`:
+    float32 (or none) becomes float16."""
+    d = str(declared or "float32").replace("torch.", "")
     return "float16" if d == "float32" else d
 
 
@@ -261,15 +266,16 @@ def target_problems(spec: DraftSpec, target_cfg: dict, where: str, draft_cfg: di
     """Draft vs target model config (hidden, vocab, layer indices, serving dtype)."""
     t = target_cfg.get("text_config") if isinstance(target_cfg.get("text_config"), dict) else target_cfg
     # a wrapper's text_config often leaves the dtype to the top level; declared nowhere: not judged here
-    t_dtype = {"torch_dtype": next((c.get(k) for c in (t, target_cfg) for k in ("torch_dtype", "dtype") if c.get(k)),
-                                   None)}
+    t_declared = declared_dtype(t, target_cfg)
+    t_dtype = serving_dtype(t_declared)
+    d_declared = declared_dtype(draft_cfg) if draft_cfg is not None else None
     P = []
-    if draft_cfg is not None and t_dtype["torch_dtype"] and serving_dtype(draft_cfg) != serving_dtype(t_dtype):
-        P.append(Problem(E.DTYPE, f"{where}: SGLang would run the draft in {serving_dtype(draft_cfg)} (config "
-                                  f"torch_dtype={draft_cfg.get('torch_dtype') or draft_cfg.get('dtype')!r}; auto maps "
-                                  f"float32/none to float16) but the target in {serving_dtype(t_dtype)}: the first "
+    if draft_cfg is not None and t_declared and serving_dtype(d_declared) != t_dtype:
+        P.append(Problem(E.DTYPE, f"{where}: SGLang would run the draft in {serving_dtype(d_declared)} (config "
+                                  f"torch_dtype={d_declared!r}; auto maps "
+                                  f"float32/none to float16) but the target in {t_dtype}: the first "
                                   f"request fails with 'expected mat1 and mat2 to have the same dtype'. Fix: set "
-                                  f"torch_dtype to {serving_dtype(t_dtype)!r} in the draft config (`convert` writes the "
+                                  f"torch_dtype to {t_dtype!r} in the draft config (`convert` writes the "
                                   f"weights' dtype), or serve with an explicit --dtype"))
     th, tv, tn = t.get("hidden_size"), t.get("vocab_size"), t.get("num_hidden_layers")
     if isinstance(th, int) and th != spec.target_hidden:
