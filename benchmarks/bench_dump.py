@@ -90,6 +90,7 @@ def main():
     from gpu_helpers import BASE_ARGS, free_port as _port, sglang_server
     from test_dump_gpu import _activation_env
 
+    from sglang_eagle3_ext.dump.config import ENV_COPY_STREAM
     from sglang_eagle3_ext.dump.manifest import read_manifest
     from sglang_eagle3_ext.tiny import ensure_tiny_target
 
@@ -101,31 +102,35 @@ def main():
     args = ["--model-path", model, *BASE_ARGS, "--disable-radix-cache", "--context-length", str(a.len + 64)]
     res = {}
     tmp = Path(tempfile.mkdtemp())
-    off_env = {k: v for k, v in _activation_env(tmp, dump).items() if not k.startswith("SGLANG_EAGLE3_EXT_DUMP")}
-    with sglang_server(args, name="bench_dump_off", port=_port(), env=off_env, launcher="sglang.launch_server") as (b, _, _p):
-        _, dt = drive(b, prompts, a.concurrency, "off-")
-    res["prefill_tok_s_off"] = (len(prompts) - 1) * a.len / dt
-    with sglang_server(args, name="bench_dump_on", port=_port(), env=_activation_env(tmp, dump),
-                       launcher="sglang.launch_server") as (b, _, _p):
-        t0, dt = drive(b, prompts, a.concurrency, "on-")
-        want = {f"on-{i}" for i in range(1, len(prompts))}
+
+    def prefill_tok_s(name, env, rid_prefix, after=None):
+        """Serve, drive the prompts, return tokens/s (the warm-up prompt excluded) and after(t0) if given."""
+        with sglang_server(args, name=name, port=_port(), env=env, launcher="sglang.launch_server") as (b, _, _p):
+            t0, dt = drive(b, prompts, a.concurrency, rid_prefix)
+            extra = after(t0) if after else None
+        return (len(prompts) - 1) * a.len / dt, extra
+
+    want = {f"on-{i}" for i in range(1, len(prompts))}
+
+    def wait_written(t0):
         while not want <= set(read_manifest(dump)):
             if time.perf_counter() - t0 > 600:
                 raise SystemExit("writer did not finish in 600 s")
             time.sleep(0.05)
-        t_write = time.perf_counter() - t0
+        return time.perf_counter() - t0
+
+    off_env = {k: v for k, v in _activation_env(tmp, dump).items() if not k.startswith("SGLANG_EAGLE3_EXT_DUMP")}
+    res["prefill_tok_s_off"], _ = prefill_tok_s("bench_dump_off", off_env, "off-")
+    res["prefill_tok_s_on"], t_write = prefill_tok_s("bench_dump_on", _activation_env(tmp, dump), "on-", wait_written)
     man = read_manifest(dump)
-    res["prefill_tok_s_on"] = (len(prompts) - 1) * a.len / dt
     res["writer_bytes_s"] = sum(man[k]["bytes"] for k in want) / t_write
     res["disk_seq_write_bytes_s"] = disk_write_bps(dump)
     res["prefill_ratio_on_over_off"] = res["prefill_tok_s_on"] / res["prefill_tok_s_off"]
     res["writer_over_disk_ratio"] = res["writer_bytes_s"] / res["disk_seq_write_bytes_s"]
     if a.compute_stream:  # what the side copy stream buys: same run, copies queued behind the forward
         d2 = Path(tempfile.mkdtemp(prefix="sge3_bench_dump_cs_"))
-        with sglang_server(args, name="bench_dump_on_compute_stream", port=_port(), launcher="sglang.launch_server",
-                           env={**_activation_env(tmp, d2), "SGLANG_EAGLE3_EXT_DUMP_COPY_STREAM": "0"}) as (b, _, _p):
-            _, dt = drive(b, prompts, a.concurrency, "cs-")
-        res["prefill_tok_s_on_compute_stream"] = (len(prompts) - 1) * a.len / dt
+        res["prefill_tok_s_on_compute_stream"], _ = prefill_tok_s(
+            "bench_dump_on_compute_stream", {**_activation_env(tmp, d2), ENV_COPY_STREAM: "0"}, "cs-")
         res["prefill_ratio_compute_stream_over_off"] = res["prefill_tok_s_on_compute_stream"] / res["prefill_tok_s_off"]
     if a.specforge:
         specforge_vs_ours(a, model, prompts, res)
