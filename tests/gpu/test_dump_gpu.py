@@ -207,9 +207,10 @@ def test_tp_writes_one_copy_with_tp1_values(tmp_path):
     worst = {}
     for sid in ids:
         (t1, _), (t2, _) = read_sample(dumps[1] / m1[sid]["file"]), read_sample(dumps[tp] / m2[sid]["file"])
-        assert t1[T_IDS].tolist() == t2[T_IDS].tolist() == prompts[int(sid[1:])]
+        ids_ = prompts[int(sid[1:])]
+        assert t1[T_IDS].tolist() == t2[T_IDS].tolist() == ids_
         for k in (T_AUX, T_PRE, T_POST):
-            a, b = t1[k].view(len(prompts[int(sid[1:])]), -1, 1024), t2[k].view(len(prompts[int(sid[1:])]), -1, 1024)
+            a, b = t1[k].view(len(ids_), -1, 1024), t2[k].view(len(ids_), -1, 1024)
             worst[k] = min(worst.get(k, 1.0), _cos(a, b).min().item())
     (LOG_DIR / f"dump_tp{tp}_vs_tp1.json").write_text(json.dumps({"tp": tp, "samples": len(ids), "files": len(files),
                                                                "min_cosine": worst}, indent=2))
