@@ -22,7 +22,7 @@ class ChunkBatch:
     asynchronous device->host copies have landed."""
 
     def __init__(self, rids, prefix_lens, extend_lens, orig_lens, ids, aux, aux_layout: str,
-                 pre=None, post=None, event=None, nbytes: int = 0, norm=None):
+                 pre=None, post=None, event=None, nbytes: int = 0, norm=None, row_ok=None):
         self.rids = list(rids)
         self.prefix_lens = [int(x) for x in prefix_lens]
         self.extend_lens = [int(x) for x in extend_lens]
@@ -32,6 +32,8 @@ class ChunkBatch:
         self.event = event
         self.nbytes = nbytes
         self.norm = norm                    # (weight [H] host, eps) once per process, else None
+        self.free_host = None               # returns the staging-ring region the host copies live in
+        self.row_ok = row_ok                # [T] bool, row free of NaN/Inf (None: the writer checks itself)
         self.refs = 0
         self.released = False
         self._lock = threading.Lock()
@@ -74,6 +76,12 @@ class Sample:
     sample_id: str
     pieces: list
     length: int = 0
+
+    def finite(self) -> bool | None:
+        """From the capture's per-row flags; None when some batch came without them."""
+        if any(p.batch.row_ok is None for p in self.pieces):
+            return None
+        return all(bool(p.batch.row_ok[p.start:p.end].all()) for p in self.pieces)
 
     def materialize(self, num_aux: int) -> dict:
         """Contiguous tensors of the whole prompt: {input_ids, aux_hidden_states [L, K*H], finals}."""

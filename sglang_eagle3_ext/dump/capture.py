@@ -165,6 +165,29 @@ def _arg(args, kwargs, i: int, name: str):
     return kwargs.get(name)
 
 
+def _staging_ring(model, cfg: DumpConfig):
+    """The pinned staging buffer (staging.py), allocated here at model init, before any CUDA graph
+    capture and before serving. None on CPU or when pinning fails (per-request pinned allocations then)."""
+    import time
+
+    try:
+        if not next(model.parameters()).is_cuda:
+            return None
+        from .staging import PinnedRing
+
+        t0 = time.monotonic()
+        ring = PinnedRing(cfg.max_pending_bytes)
+    except Exception as e:  # noqa: BLE001 - slower, still correct
+        log_once("dump.ring", "dump: could not pin a %d MB staging buffer (%s: %s): each batch allocates its own "
+                 "pinned memory (slower); lower SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB", cfg.max_pending_bytes >> 20,
+                 type(e).__name__, e, level=logging.WARNING)
+        return None
+    log_once("dump.ring", "dump: pinned a %d MB host staging buffer for the device->host copies in %.1f s "
+             "(SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB; allocated once instead of per request)",
+             ring.capacity >> 20, time.monotonic() - t0)
+    return ring
+
+
 class DumpTarget:
     """Per-target-model state: the configured layers, the pre-norm stash, the writer (None off rank 0)."""
 
@@ -176,6 +199,7 @@ class DumpTarget:
         self._prenorm = None
         self._norm_sent = False
         self._copy_stream = None
+        self.ring = _staging_ring(model, cfg) if writer is not None else None
         self.norm = getattr(model.model, "norm", None)
         if cfg.want_prenorm:
             if self.norm is None:
@@ -268,8 +292,21 @@ class DumpTarget:
         nbytes = T * ids.element_size() + T * K * H * item + bs * 8
         nbytes += T * H * item * (int(self.cfg.want_prenorm) + int(self.cfg.want_postnorm))
         w.reserve(nbytes)   # backpressure: may block this (forward) thread, never drops
+        cuda = hidden.is_cuda
+        region = None
         try:
-            cuda = hidden.is_cuda
+            # host destinations: views of one ring region when it has room, else pinned allocations
+            srcs = {"ids": ids[:T], "aux": aux[:T] if layout == "packed" else None,
+                    "pre": pre[:T] if self.cfg.want_prenorm else None,
+                    "post": hidden[:T] if self.cfg.want_postnorm else None,
+                    "orig": orig[:bs] if hasattr(orig, "shape") else None}
+            srcs["ok"] = _rows_finite([*([a[:T] for a in aux] if layout == "list" else [srcs["aux"]]),
+                                       *(t for k, t in srcs.items() if k in ("pre", "post") and t is not None)])
+            specs = {k: (tuple(t.shape), t.dtype) for k, t in srcs.items() if t is not None}
+            if layout == "list":
+                specs["aux"] = ((K, T, H), aux[0].dtype)
+            dst = self._host_buffers(specs, cuda)
+            region = dst.pop("_region", None)
             side = self._side_stream(hidden.device) if cuda else None
             if side is not None:  # the copies start once the compute stream has produced the states
                 side.wait_stream(torch.cuda.current_stream())
@@ -281,35 +318,58 @@ class DumpTarget:
                     h.copy_(t, non_blocking=cuda)
                     return h
 
-                def host(t):
-                    if not cuda:
-                        return t.detach().clone()
-                    return copy_into(torch.empty(t.shape, dtype=t.dtype, pin_memory=True), t)
-
-                ids_h = host(ids[:T])
+                for k, t in srcs.items():
+                    if t is not None:
+                        copy_into(dst[k], t)
                 if layout == "list":
-                    aux_h = torch.empty((K, T, H), dtype=aux[0].dtype, pin_memory=cuda)
                     for k, a in enumerate(aux):
-                        copy_into(aux_h[k], a[:T])
-                else:
-                    aux_h = host(aux[:T])
-                pre_h = host(pre[:T]) if self.cfg.want_prenorm else None
-                post_h = host(hidden[:T]) if self.cfg.want_postnorm else None
-                orig_h = host(orig[:bs]) if hasattr(orig, "shape") else list(orig)[:bs]
+                        copy_into(dst["aux"][k], a[:T])
                 norm = None
                 if self.cfg.want_prenorm and not self._norm_sent and self.norm is not None:
-                    norm = (host(self.norm.weight.data), float(getattr(self.norm, "variance_epsilon",
-                                                                        getattr(self.norm, "eps", 1e-6))))
+                    wt = self.norm.weight.data
+                    norm = (copy_into(torch.empty(wt.shape, dtype=wt.dtype, pin_memory=cuda), wt),
+                            float(getattr(self.norm, "variance_epsilon", getattr(self.norm, "eps", 1e-6))))
                     self._norm_sent = True
                 event = None
                 if cuda:  # the writer waits on this before reading the host copies
                     event = torch.cuda.Event()
                     event.record()
-            batch = ChunkBatch(rids, pfx, ext, orig_h, ids_h, aux_h, layout, pre_h, post_h, event, nbytes, norm)
+            orig_h = dst["orig"] if "orig" in dst else list(orig)[:bs]
+            batch = ChunkBatch(rids, pfx, ext, orig_h, dst["ids"], dst["aux"], layout, dst.get("pre"),
+                               dst.get("post"), event, nbytes, norm, row_ok=dst["ok"])
+            if region is not None:
+                batch.free_host = lambda r=region, ring=self.ring: ring.free(r)
         except BaseException:
             w.unreserve(nbytes)
+            if region is not None:
+                self.ring.free(region)
             raise
         w.submit(batch)
+
+    def _host_buffers(self, specs: dict, cuda: bool) -> dict:
+        """name -> empty host tensor for each (shape, dtype); "_region" -> the ring region they live in."""
+        import torch
+
+        if self.ring is not None:
+            from .staging import region_size
+
+            region = self.ring.alloc(region_size(specs.values()))
+            if region is not None:
+                return {**dict(zip(specs, self.ring.tensors(region, specs.values()))), "_region": region}
+            log_once("dump.ring_full", "dump: the pinned staging buffer has no contiguous room for a batch; such "
+                     "batches allocate their own pinned memory (slower). Said once; a larger "
+                     "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB avoids it", level=logging.INFO)
+        return {k: torch.empty(shape, dtype=dtype, pin_memory=cuda) for k, (shape, dtype) in specs.items()}
+
+
+def _rows_finite(states):
+    """[T] bool: row t of every state is free of NaN/Inf. Computed where the states are (a few small
+    reductions on the GPU, copied with them) so the writer's io threads need no full pass over the
+    bytes per sample: each such call would also wait for the GIL held by the busy scheduler thread."""
+    import torch
+
+    peaks = [torch.linalg.vector_norm(x, float("inf"), dim=-1) for x in states]   # max |x| per row: NaN/Inf stay
+    return torch.stack(peaks).isfinite().all(0)
 
 
 def dump_prefill_hook(instance, args, kwargs) -> None:

@@ -77,7 +77,7 @@ class DumpConfig:
     fmt: str = "safetensors"
     final: str = "prenorm"
     max_pending_bytes: int = 4 << 30
-    io_threads: int = 2
+    io_threads: int = 8
     encoding: str = "bf16"
     min_tokens: int = dataclasses.field(default_factory=min_sample_tokens)  # read once, not per batch
     # D2H copies on their own CUDA stream overlap the next forward instead of queueing behind it on the
@@ -141,7 +141,7 @@ def from_env(env=None) -> DumpConfig | None:
         raise DumpConfigError(f"{ENV_FINAL}={final!r}: expected one of {FINAL_MODES}")
     try:
         mb = int(env.get(ENV_MAX_PENDING_MB, "") or 4096)
-        io = int(env.get(ENV_IO_THREADS, "") or 2)
+        io = int(env.get(ENV_IO_THREADS, "") or 8)
     except ValueError as e:
         raise DumpConfigError(f"{ENV_MAX_PENDING_MB}/{ENV_IO_THREADS}: {e}") from None
     if mb <= 0 or io <= 0:

@@ -44,12 +44,76 @@ def atomic_write(path: str | os.PathLike, write_fn, tmp_tag: str = "") -> int:
         raise
 
 
-def write_sample(path, tensors: dict, meta: dict, tmp_tag: str = "") -> int:
-    from safetensors.torch import save_file
+# safetensors dtype names (https://github.com/huggingface/safetensors, format spec)
+_ST_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "float64": "F64", "int64": "I64",
+              "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
+              "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
+_WRITE_MAX = 1 << 30     # per os.write call (Linux caps one write at ~2 GiB)
 
-    contiguous = {k: v.contiguous() for k, v in tensors.items()}
-    header = {META_KEY: json.dumps(meta, sort_keys=True)}
-    return atomic_write(path, lambda p: save_file(contiguous, p, metadata=header), tmp_tag)
+
+def save_safetensors(path, tensors: dict, metadata: dict[str, str] | None = None, fsync: bool = False) -> int:
+    """A standard safetensors file written straight from the tensors' memory; returns its size.
+
+    Why not safetensors.torch.save_file: it first copies every tensor into a Python bytes object and
+    serialises while holding the GIL, which the dump writer's io threads would take from SGLang's
+    scheduler thread in the same process for milliseconds per sample. Here one os.writev releases the
+    GIL for the whole copy into the page cache, nothing is copied in Python, and the file is opened
+    once (every call that releases the GIL costs a wait to get it back from a busy scheduler).
+    """
+    import json as _json
+
+    import torch
+
+    header: dict = {"__metadata__": dict(metadata)} if metadata else {}
+    bufs, off = [], 0
+    for name, t in tensors.items():
+        t = t.detach().contiguous()
+        n = t.numel() * t.element_size()
+        header[name] = {"dtype": _ST_DTYPES[str(t.dtype).replace("torch.", "")], "shape": list(t.shape),
+                        "data_offsets": [off, off + n]}
+        if n:
+            bufs.append(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+        off += n
+    h = _json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)          # the data section starts 8-byte aligned, as safetensors writes it
+    bufs = [memoryview(len(h).to_bytes(8, "little")), memoryview(h), *bufs]
+    total = sum(b.nbytes for b in bufs)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        done = os.writev(fd, bufs) if total <= _WRITE_MAX else 0
+        if done < total:                # huge file or a short write: finish buffer by buffer
+            for b in bufs:
+                if done >= b.nbytes:
+                    done -= b.nbytes
+                    continue
+                mv, done = b[done:], 0
+                while mv:
+                    mv = mv[os.write(fd, mv[:_WRITE_MAX]):]
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return total
+
+
+def write_sample(path, tensors: dict, meta: dict, tmp_tag: str = "", sync_dir: bool = True) -> int:
+    """Atomic: written and fsynced under a temporary name, then renamed (and the directory fsynced
+    unless the caller batches that)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{tmp_tag}.{os.getpid()}")
+    try:
+        size = save_safetensors(tmp, tensors, {META_KEY: json.dumps(meta, sort_keys=True)}, fsync=True)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if sync_dir:
+        fsync_dir(path.parent)
+    return size
 
 
 def read_sample(path, raw: bool = False) -> tuple[dict, dict]:

@@ -81,7 +81,11 @@ class ManifestWriter:
         mdir = Path(dump_dir) / MANIFEST_DIR
         mdir.mkdir(parents=True, exist_ok=True)
         self.path = mdir / f"{name}.jsonl"
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._seq = self._committed = 0          # records numbered on arrival / written up to
+        self._pending: list = []
+        self._busy = False
+        self._failed: dict[int, OSError] = {}
         fresh = not self.path.exists()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         if fresh:
@@ -92,16 +96,48 @@ class ManifestWriter:
                 if fh.read(1) != b"\n":
                     os.write(self._fd, b"\n")
 
-    def append(self, record: dict) -> None:
+    def append(self, record: dict, sync_dir: str | os.PathLike | None = None) -> None:
+        """Returns once the line (and, first, `sync_dir`: the directory the sample was renamed into) is
+        fsynced. Group commit: io threads arriving while a commit runs are written by the next one
+        together, so N samples cost one manifest fsync and one fsync per distinct directory, not N each."""
         line = (json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n").encode()
-        with self._lock:
-            n = os.write(self._fd, line)
-            if n != len(line):
-                raise OSError(f"short write to {self.path} ({n}/{len(line)} bytes)")
+        with self._cond:
+            self._seq += 1
+            me = self._seq
+            self._pending.append((me, line, sync_dir))
+            while me > self._committed and self._busy:
+                self._cond.wait()
+            if me <= self._committed:           # a leader wrote it (or failed to)
+                err = self._failed.pop(me, None)
+                if err is not None:
+                    raise err
+                return
+            self._busy = True
+            batch, self._pending = self._pending, []
+        err = None
+        try:
+            for d in dict.fromkeys(d for _, _, d in batch if d is not None):
+                fsync_dir(d)
+            data = b"".join(ln for _, ln, _ in batch)
+            if self._fd < 0:
+                raise OSError(f"{self.path} is closed")
+            n = os.write(self._fd, data)
+            if n != len(data):
+                raise OSError(f"short write to {self.path} ({n}/{len(data)} bytes)")
             os.fsync(self._fd)
+        except OSError as e:
+            err = e
+        with self._cond:
+            self._busy = False
+            self._committed = max(self._committed, batch[-1][0])
+            if err is not None:
+                self._failed.update((s, err) for s, _, _ in batch if s != me)
+            self._cond.notify_all()
+        if err is not None:
+            raise err
 
     def close(self) -> None:
-        with self._lock:
+        with self._cond:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1

@@ -115,8 +115,7 @@ class DumpWriter:
         self._io_pending = 0      # samples handed to io, not yet finished
         self._count_lock = threading.Lock()
         self.budget = Budget(cfg.max_pending_bytes, lambda: (self._queued + self._io_pending) > 0)
-        self._asm = Assembler(lambda sid: sid in self.done_ids, lambda b: self.budget.release(b.nbytes),
-                              cfg.min_tokens)
+        self._asm = Assembler(lambda sid: sid in self.done_ids, self._release, cfg.min_tokens)
         self._io = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix="sge3-dump-io")
         self._norm_written = (self.root / NORM_FILE).exists()
         self._thread = threading.Thread(target=self._assemble_loop, name="sge3-dump-assembler", daemon=True)
@@ -176,6 +175,12 @@ class DumpWriter:
         self._queue.put(batch)
 
     # ---- background -------------------------------------------------------------------------------
+    def _release(self, batch: ChunkBatch) -> None:
+        """Nothing holds the batch's host copies any more."""
+        if batch.free_host is not None:
+            batch.free_host()
+        self.budget.release(batch.nbytes)
+
     def _assemble_loop(self) -> None:
         while True:
             batch = self._queue.get()
@@ -226,7 +231,10 @@ class DumpWriter:
                     self._inc("already_done")
                 return
             tensors = s.materialize(self.num_aux)
-            if not all(bool(t.isfinite().all()) for k, t in tensors.items() if k != T_IDS):
+            finite = s.finite()
+            if finite is None:
+                finite = all(bool(t.isfinite().all()) for k, t in tensors.items() if k != T_IDS)
+            if not finite:
                 self._inc("nonfinite")
                 log_once("dump.nonfinite", "dump: skipping request %s: NaN/Inf in its hidden states (counted in "
                          "status/%s.json)", s.rid, self.name, level=logging.WARNING)
@@ -236,9 +244,11 @@ class DumpWriter:
                     "tensors": {k: list(v.shape) for k, v in tensors.items()}}
             if self.encoding != NATIVE:    # here, on an io thread: never on the forward thread
                 tensors, meta["encoded"] = encode_sample(tensors, {T_AUX: self.num_aux})
-            size = write_sample(sample_path(self.root, s.sample_id), tensors, meta, tmp_tag=self.name)
+            path = sample_path(self.root, s.sample_id)
+            size = write_sample(path, tensors, meta, tmp_tag=self.name, sync_dir=False)
             self.manifest.append({"id": s.sample_id, "rid": s.rid, "file": sample_relpath(s.sample_id),
-                                  "num_tokens": n, "bytes": size, "writer": self.name, "t": round(time.time(), 3)})
+                                  "num_tokens": n, "bytes": size, "writer": self.name, "t": round(time.time(), 3)},
+                                 sync_dir=path.parent)
             self.done_ids.add(s.sample_id)
             self._inc("written")
             self._inc("tokens", n)

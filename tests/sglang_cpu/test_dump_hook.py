@@ -55,15 +55,18 @@ def _fb(mode, rids, prefix, ext, orig, ids):
                         rids=list(rids), extend_prefix_lens_cpu=list(prefix), extend_seq_lens_cpu=list(ext))
 
 
-def _forward(m, fb, packed, layers):
+def _forward(m, fb, packed, layers, nan_row=None, pad=0):
     """What DeepseekV2ForCausalLM.forward hands LogitsProcessor.forward: run the real norm (its hook
-    stashes the pre-norm state), then call our wrapper with a stand-in for the logits computation."""
-    T = fb.input_ids.shape[0]
+    stashes the pre-norm state), then call our wrapper with a stand-in for the logits computation.
+    nan_row: put a NaN into that row of the second aux layer; pad: extra rows past the batch's tokens."""
+    T = fb.input_ids.shape[0] + pad
     residual = torch.randn(T, H)
     x = torch.randn(T, H)
     prenorm = x + residual
     post, _ = m.model.norm(x.clone(), residual.clone())
     aux = [torch.randn(T, H) for _ in layers]
+    if nan_row is not None:
+        aux[1][nan_row, 3] = float("nan")
     aux_arg = torch.cat(aux, -1) if packed else aux
     seen = []
     dump_prefill(lambda *a, **k: seen.append(a) or "logits", m.logits_processor,
@@ -72,14 +75,19 @@ def _forward(m, fb, packed, layers):
     return prenorm, post, torch.cat(aux, -1)
 
 
+@pytest.mark.parametrize("staging", [None, 1 << 16, 1024])   # no ring (CPU default), roomy ring, ring too small
 @pytest.mark.parametrize("packed", [False, True])
-def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkeypatch, packed):
+def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkeypatch, packed, staging):
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    from sglang_eagle3_ext.dump.staging import PinnedRing
 
     monkeypatch.setattr(capture, "_writer", None)
     cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "0,2,5", C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
     m = _model(sglang_cpu)
-    capture.attach(m, cfg)
+    target = capture.attach(m, cfg)
+    assert target.ring is None                      # CPU model: no pinned staging buffer
+    ring = target.ring = PinnedRing(staging, pin=False) if staging else None
     assert m.capture_aux_hidden_states and m.model.layers_to_capture == [0, 2, 5]   # HF indices, no +1
     w = capture.get_writer()
     # chunk 1: "p1" tokens 0..3 of 6, plus a nodump- request; chunk 2: p1 tokens 4..5 and p2 (3 tokens)
@@ -102,6 +110,9 @@ def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkey
     assert torch.allclose(rms_norm(t[T_PRE], m.model.norm.weight.data, 1e-6), t[T_POST], atol=1e-5)
     assert meta["layer_indices_hf"] == [0, 2, 5] and meta["hidden_size"] == H and meta["sglang_version"]
     assert meta["tp_size"] == 1 and meta["dp_size"] == 1
+    if ring is not None:   # every region went back once its samples were written (or not dumped)
+        assert not ring._live and ring.allocated + ring.fallbacks == 2     # the two EXTEND batches
+        assert ring.fallbacks == (2 if staging == 1024 else 0)
     w.close()
 
 
@@ -136,3 +147,22 @@ def test_bad_config_stops_start_up_with_the_fix(sglang_cpu, tmp_path, monkeypatc
     with pytest.raises(DumpStartupError, match="does not exist"):
         capture.install_from_init(m)
     assert capture.get_writer() is None
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_nan_rows_skip_only_their_request(sglang_cpu, tmp_path, monkeypatch, packed):
+    """The per-row finite flags computed at capture: a NaN in one request's rows drops that request,
+    counted; the other request of the same batch is written. Padded rows past the tokens are ignored."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    monkeypatch.setattr(capture, "_writer", None)
+    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "0,2,5", C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
+    m = _model(sglang_cpu)
+    capture.attach(m, cfg)
+    w = capture.get_writer()
+    fb = _fb(ForwardMode.EXTEND, ["good", "bad"], [0, 0], [3, 4], [3, 4], torch.arange(7))
+    fb.input_ids = torch.arange(7)
+    _forward(m, fb, packed, [0, 2, 5], nan_row=5, pad=2)
+    assert w.flush(30)
+    assert set(read_manifest(tmp_path)) == {"good"} and w.stats["nonfinite"] == 1
+    w.close()

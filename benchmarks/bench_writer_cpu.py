@@ -1,0 +1,125 @@
+"""CPU benchmark: what the dump writer's threads take from the thread that shares their process.
+
+    python benchmarks/bench_writer_cpu.py [--samples 48] [--tokens 2048] [--hidden 1024] [--io-threads 8]
+
+In SGLang the writer's threads live in the scheduler process, whose forward thread is Python-bound
+(GIL). This runs a pure-Python stand-in for that thread and measures its loop rate alone, then while
+the real DumpWriter writes --samples prompts (tiny-preset sizes by default: 3 aux + 2 finals, bf16),
+once with our direct safetensors writer and once with safetensors.torch.save_file, and prints
+  forward_ratio = stand-in loop rate while writing ÷ alone          (goal: near 1)
+  writer_over_disk = writer bytes/s ÷ sequential fsynced disk bytes/s, same run
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def spin(stop: threading.Event, out: list) -> None:
+    n, t0 = 0, time.perf_counter()
+    while not stop.is_set():
+        for _ in range(1000):     # bytecode-bound, like a scheduler loop
+            n += 1
+    out.append(n / (time.perf_counter() - t0))
+
+
+def loop_rate(seconds: float) -> float:
+    stop, out = threading.Event(), []
+    t = threading.Thread(target=spin, args=(stop, out))
+    t.start()
+    time.sleep(seconds)
+    stop.set()
+    t.join()
+    return out[0]
+
+
+def run_writer(a, root: Path, use_save_file: bool) -> dict:
+    import torch
+
+    import sglang_eagle3_ext.dump.fmt as F
+    from sglang_eagle3_ext.dump import config as C
+    from sglang_eagle3_ext.dump.assemble import ChunkBatch
+    from sglang_eagle3_ext.dump.capture import _rows_finite
+    from sglang_eagle3_ext.dump.manifest import read_manifest
+    from sglang_eagle3_ext.dump.writer import DumpWriter
+
+    real = F.save_safetensors
+    if use_save_file:
+        from safetensors.torch import save_file
+        def via_save_file(p, t, m, fsync=False):     # the previous writer: safetensors' own serializer
+            save_file({k: v.contiguous() for k, v in t.items()}, str(p), metadata=m)
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd) if fsync else None
+                return os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+        F.save_safetensors = via_save_file
+    try:
+        cfg = C.from_env({C.ENV_DIR: str(root), C.ENV_LAYERS: "1,2,3", C.ENV_FINAL: "both",
+                          C.ENV_IO_THREADS: str(a.io_threads), C.ENV_MIN_TOKENS: "1"})
+        meta = {"layer_indices_hf": [1, 2, 3], "hidden_size": a.hidden, "num_hidden_layers": 4,
+                "architecture": "DeepseekV3ForCausalLM", "final": "both", "dtype": "bfloat16"}
+        T, H = a.tokens, a.hidden
+        src = [torch.randn(T, 5 * H).bfloat16() for _ in range(4)]   # reused contents, fresh batches
+        ok = [_rows_finite([s]) for s in src]                          # as the capture computes them
+        w = DumpWriter(cfg, meta)
+        stop, out = threading.Event(), []
+        spinner = threading.Thread(target=spin, args=(stop, out))
+        spinner.start()
+        t0 = time.perf_counter()
+        for i in range(a.samples):
+            s = src[i % 4]
+            nb = s.numel() * 2 + T * 8
+            w.reserve(nb)
+            w.submit(ChunkBatch([f"s{i}"], [0], [T], [T], torch.arange(T), s[:, :3 * H].contiguous(), "packed",
+                                s[:, 3 * H:4 * H].contiguous(), s[:, 4 * H:].contiguous(), None, nb,
+                                row_ok=ok[i % 4]))
+        assert w.flush(600)
+        dt = time.perf_counter() - t0
+        stop.set()
+        spinner.join()
+        w.close()
+        man = read_manifest(root)
+        assert len(man) == a.samples
+        return {"loop_rate": out[0], "writer_bytes_s": sum(r["bytes"] for r in man.values()) / dt}
+    finally:
+        F.save_safetensors = real
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--samples", type=int, default=48)
+    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--io-threads", type=int, default=8)
+    ap.add_argument("--dir", help="where to write (default: a temp dir)")
+    a = ap.parse_args()
+    from bench_dump import disk_write_bps
+
+    base = Path(a.dir or tempfile.mkdtemp(prefix="sge3_bench_writer_"))
+    res = {"loop_rate_alone": loop_rate(2.0)}
+    for name, sf in (("ours", False), ("save_file", True)):
+        d = base / name
+        d.mkdir(parents=True, exist_ok=True)
+        r = run_writer(a, d, sf)
+        res[f"{name}_forward_ratio"] = r["loop_rate"] / res["loop_rate_alone"]
+        res[f"{name}_writer_bytes_s"] = r["writer_bytes_s"]
+    res["disk_seq_write_bytes_s"] = disk_write_bps(base)
+    for name in ("ours", "save_file"):
+        res[f"{name}_writer_over_disk"] = res[f"{name}_writer_bytes_s"] / res["disk_seq_write_bytes_s"]
+    print(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

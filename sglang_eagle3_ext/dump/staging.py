@@ -1,0 +1,86 @@
+"""One pinned host buffer, allocated once, that the forward thread carves the dump's device->host
+copies out of.
+
+Why: a fresh pinned allocation per request (cudaHostAlloc, tens of MB) costs milliseconds on the
+forward thread, and the allocator caches blocks per size, so varied prompt lengths keep paying it.
+Regions are taken in ring order and may be freed out of order (samples finish on several io threads);
+the tail advances over freed regions. When no contiguous space is free, alloc() returns None and the
+caller falls back to an ordinary pinned allocation: the ring only ever makes the copy cheaper, the
+host-memory budget (writer.Budget) still decides when the forward pass must wait.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import threading
+
+ALIGN = 512      # keeps every sub-tensor aligned for any dtype view and for DMA
+
+
+def _up(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+class Region:
+    __slots__ = ("start", "end", "freed")
+
+    def __init__(self, start: int, end: int):
+        self.start, self.end, self.freed = start, end, False
+
+
+class PinnedRing:
+    def __init__(self, nbytes: int, pin: bool = True):
+        import torch
+
+        self.capacity = _up(nbytes)
+        self.buf = torch.empty(self.capacity, dtype=torch.uint8, pin_memory=pin)
+        self._live: collections.deque[Region] = collections.deque()   # allocation order
+        self._head = 0                                                  # next free byte
+        self._lock = threading.Lock()
+        self.allocated = self.fallbacks = 0     # regions handed out / requests that did not fit
+
+    def alloc(self, nbytes: int) -> Region | None:
+        n = _up(max(nbytes, 1))
+        with self._lock:
+            if not self._live:
+                self._head = 0
+                start = 0 if n <= self.capacity else None
+            else:
+                tail = self._live[0].start
+                if self._head > tail:   # free: [head, capacity), then wrapping, [0, tail)
+                    start = self._head if self._head + n <= self.capacity else (0 if n <= tail else None)
+                else:                   # wrapped (head == tail: full): free is [head, tail)
+                    start = self._head if self._head + n <= tail and self._head < tail else None
+            if start is None:
+                self.fallbacks += 1
+                return None
+            r = Region(start, start + n)
+            self._live.append(r)
+            self.allocated += 1
+            self._head = r.end
+            return r
+
+    def free(self, region: Region) -> None:
+        with self._lock:
+            region.freed = True
+            while self._live and self._live[0].freed:
+                self._live.popleft()
+
+    def tensors(self, region: Region, specs):
+        """Views of the region, one per (shape, dtype) in specs, each starting on an ALIGN boundary."""
+        import torch
+
+        out, off = [], region.start
+        for shape, dtype in specs:
+            n = _nbytes(shape, dtype)
+            out.append(self.buf[off:off + n].view(dtype).view(shape) if n else torch.empty(shape, dtype=dtype))
+            off += _up(n)
+        return out
+
+
+def _nbytes(shape, dtype) -> int:
+    return math.prod(shape) * dtype.itemsize
+
+
+def region_size(specs) -> int:
+    return sum(_up(_nbytes(s, d)) for s, d in specs)
