@@ -2,11 +2,14 @@
 
     python benchmarks/bench_dump.py [--model DIR] [--dump-dir DIR] [--prompts 64] [--len 2048]
 
-Runs the same server twice (dump off, dump on; --disable-radix-cache both times), sends --prompts
-prompts of --len tokens with max_new_tokens=1 at --concurrency, and prints
+Runs the same server twice (dump off, dump on; --disable-radix-cache both times), sends --rounds
+bursts of --prompts prompts of --len tokens with max_new_tokens=1 at --concurrency (the writer
+drains between bursts, off the clock, so the disk is not the limit of the prefill figure), and prints
   prefill_ratio = prefill tokens/s with dump ÷ without
-  writer_ratio  = writer bytes/s (manifest bytes / time until the last sample is listed) ÷ the disk's
-                  sequential write bytes/s (1 GiB, fsynced, in the dump dir, measured in this run).
+  writer_ratio  = writer bytes/s (manifest bytes / (sending + draining time)) ÷ the disk's
+                  sequential write bytes/s (1 GiB, fsynced, in the dump dir, measured in this run)
+  sustained_need_over_disk = bytes/s that dumping at the "off" prefill rate needs ÷ disk bytes/s
+                  (above 1, sustained dumping is disk-bound whatever the writer does).
 With --specforge it then runs SpecForge's own offline capture (scripts/prepare_hidden_states.py of
 specforge==0.2.0, see specforge_capture.py) on the same model and prompts, and prints
   specforge tokens/s, ours tokens/s (prefill_tok_s_on), ratio ours/specforge
@@ -42,17 +45,26 @@ def disk_write_bps(d: Path, total=1 << 30, block=64 << 20) -> float:
     return total / dt
 
 
-def drive(base, prompts, concurrency, rid_prefix):
+def drive(base, prompts, concurrency, rid_prefix, rounds=1, between=None):
+    """Warm up with prompt 0, then send prompts 1.. `rounds` times (fresh rids each round); returns
+    the seconds spent sending. between(round) runs after each round, off the clock: the dump
+    bench drains the writer there, so every round is a burst that fits the host budget and the
+    prefill figure measures the dump's cost to the forward pass, not the disk."""
     from gpu_helpers import http_json
 
-    def one(i):
-        http_json(base + "/generate", {"input_ids": prompts[i], "rid": f"{rid_prefix}{i}",
+    def one(rid, i):
+        http_json(base + "/generate", {"input_ids": prompts[i], "rid": rid,
                                        "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
-    one(0)  # warm-up (Triton JIT)
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(concurrency) as ex:
-        list(ex.map(one, range(1, len(prompts))))
-    return t0, time.perf_counter() - t0
+    one(f"{rid_prefix}warm", 0)  # warm-up (Triton JIT)
+    busy = 0.0
+    for r in range(rounds):
+        t = time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as ex:
+            list(ex.map(lambda i: one(f"{rid_prefix}{r}-{i}", i), range(1, len(prompts))))
+        busy += time.perf_counter() - t
+        if between is not None:
+            between(r)
+    return busy
 
 
 def specforge_vs_ours(a, model, prompts, res):
@@ -80,6 +92,8 @@ def main():
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--len", type=int, default=2048)
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=4, help="bursts of --prompts; the writer drains between "
+                    "them off the clock (each burst must fit SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB)")
     ap.add_argument("--compute-stream", action="store_true",
                     help="also dump with the copies on the compute stream (SGLANG_EAGLE3_EXT_DUMP_COPY_STREAM=0)")
     ap.add_argument("--specforge", action="store_true", help="also time SpecForge's prepare_hidden_states.py")
@@ -103,34 +117,46 @@ def main():
     res = {}
     tmp = Path(tempfile.mkdtemp())
 
-    def prefill_tok_s(name, env, rid_prefix, after=None):
-        """Serve, drive the prompts, return tokens/s (the warm-up prompt excluded) and after(t0) if given."""
+    def prefill_tok_s(name, env, rid_prefix, between=None):
+        """Serve, drive the prompts, return tokens/s (the warm-up prompt excluded)."""
         with sglang_server(args, name=name, port=_port(), env=env, launcher="sglang.launch_server") as (b, _, _p):
-            t0, dt = drive(b, prompts, a.concurrency, rid_prefix)
-            extra = after(t0) if after else None
-        return (len(prompts) - 1) * a.len / dt, extra
+            dt = drive(b, prompts, a.concurrency, rid_prefix, a.rounds, between)
+        return a.rounds * (len(prompts) - 1) * a.len / dt
 
-    want = {f"on-{i}" for i in range(1, len(prompts))}
+    drain = {"s": 0.0}
 
-    def wait_written(t0):
-        while not want <= set(read_manifest(dump)):
-            if time.perf_counter() - t0 > 600:
-                raise SystemExit("writer did not finish in 600 s")
-            time.sleep(0.05)
-        return time.perf_counter() - t0
+    def drainer(d: Path, prefix: str):
+        def wait_written(r):
+            """Off the prefill clock: wait until round r's samples are listed in d's manifest."""
+            t0, want = time.perf_counter(), {f"{prefix}{r}-{i}" for i in range(1, len(prompts))}
+            while not want <= set(read_manifest(d)):
+                if time.perf_counter() - t0 > 600:
+                    raise SystemExit("writer did not finish in 600 s")
+                time.sleep(0.02)
+            if d == dump:
+                drain["s"] += time.perf_counter() - t0
+        return wait_written
 
     off_env = {k: v for k, v in _activation_env(tmp, dump).items() if not k.startswith("SGLANG_EAGLE3_EXT_DUMP")}
-    res["prefill_tok_s_off"], _ = prefill_tok_s("bench_dump_off", off_env, "off-")
-    res["prefill_tok_s_on"], t_write = prefill_tok_s("bench_dump_on", _activation_env(tmp, dump), "on-", wait_written)
-    man = read_manifest(dump)
-    res["writer_bytes_s"] = sum(man[k]["bytes"] for k in want) / t_write
+    res["prefill_tok_s_off"] = prefill_tok_s("bench_dump_off", off_env, "off-")
+    res["prefill_tok_s_on"] = prefill_tok_s("bench_dump_on", _activation_env(tmp, dump), "on-",
+                                            drainer(dump, "on-"))
+    ours = [m for k, m in read_manifest(dump).items() if k.startswith("on-") and not k.endswith("warm")]
+    send_s = a.rounds * (len(prompts) - 1) * a.len / res["prefill_tok_s_on"]
+    res["writer_bytes_s"] = sum(m["bytes"] for m in ours) / (send_s + drain["s"])
+    res["dump_bytes_per_token"] = sum(m["bytes"] for m in ours) / sum(m["num_tokens"] for m in ours)
     res["disk_seq_write_bytes_s"] = disk_write_bps(dump)
     res["prefill_ratio_on_over_off"] = res["prefill_tok_s_on"] / res["prefill_tok_s_off"]
     res["writer_over_disk_ratio"] = res["writer_bytes_s"] / res["disk_seq_write_bytes_s"]
+    # Sustained dumping at the "off" prefill rate would need this many bytes/s: above 1, the disk (not
+    # the dump) sets the pace once the host budget is full, whatever the writer does.
+    res["sustained_need_over_disk"] = (res["prefill_tok_s_off"] * res["dump_bytes_per_token"]
+                                       / res["disk_seq_write_bytes_s"])
     if a.compute_stream:  # what the side copy stream buys: same run, copies queued behind the forward
         d2 = Path(tempfile.mkdtemp(prefix="sge3_bench_dump_cs_"))
-        res["prefill_tok_s_on_compute_stream"], _ = prefill_tok_s(
-            "bench_dump_on_compute_stream", {**_activation_env(tmp, d2), ENV_COPY_STREAM: "0"}, "cs-")
+        res["prefill_tok_s_on_compute_stream"] = prefill_tok_s(
+            "bench_dump_on_compute_stream", {**_activation_env(tmp, d2), ENV_COPY_STREAM: "0"}, "cs-",
+            drainer(d2, "cs-"))
         res["prefill_ratio_compute_stream_over_off"] = res["prefill_tok_s_on_compute_stream"] / res["prefill_tok_s_off"]
     if a.specforge:
         specforge_vs_ours(a, model, prompts, res)

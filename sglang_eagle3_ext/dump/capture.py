@@ -176,7 +176,9 @@ def _staging_ring(model, cfg: DumpConfig):
         from .staging import PinnedRing
 
         t0 = time.monotonic()
-        ring = PinnedRing(cfg.max_pending_bytes)
+        # PyTorch's pinned allocator rounds up to a power of two: round down instead, so the pinned
+        # memory never exceeds the budget (what does not fit falls back to per-batch allocations)
+        ring = PinnedRing(1 << (cfg.max_pending_bytes.bit_length() - 1))
     except Exception as e:  # noqa: BLE001 - slower, still correct
         log_once("dump.ring", "dump: could not pin a %d MB staging buffer (%s: %s): each batch allocates its own "
                  "pinned memory (slower); lower SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB", cfg.max_pending_bytes >> 20,
