@@ -19,29 +19,33 @@ META_KEY = "sge3_dump"
 T_IDS, T_AUX, T_PRE, T_POST = "input_ids", "aux_hidden_states", "final_prenorm", "final_postnorm"
 
 
-def atomic_write(path: str | os.PathLike, write_fn, tmp_tag: str = "") -> int:
+def atomic_write(path: str | os.PathLike, write_fn, tmp_tag: str = "", sync_dir: bool = True) -> int:
     """write_fn(tmp_path) then fsync, rename into place, fsync the directory; returns bytes.
-    On any failure the temporary file is removed and nothing appears at `path`."""
+    On any failure the temporary file is removed and nothing appears at `path`. A write_fn that
+    fsyncs the file itself returns its size (saves reopening it); sync_dir=False leaves the
+    directory fsync to the caller (the dump writer batches it with its manifest commit)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{tmp_tag}.{os.getpid()}")
     try:
-        write_fn(str(tmp))
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            size = os.fstat(fd).st_size
-        finally:
-            os.close(fd)
+        size = write_fn(str(tmp))
+        if size is None:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                size = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
         os.replace(tmp, path)
-        fsync_dir(path.parent)
-        return size
     except BaseException:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
+    if sync_dir:
+        fsync_dir(path.parent)
+    return size
 
 
 # safetensors dtype names (https://github.com/huggingface/safetensors, format spec)
@@ -97,23 +101,8 @@ def save_safetensors(path, tensors: dict, metadata: dict[str, str] | None = None
 
 
 def write_sample(path, tensors: dict, meta: dict, tmp_tag: str = "", sync_dir: bool = True) -> int:
-    """Atomic: written and fsynced under a temporary name, then renamed (and the directory fsynced
-    unless the caller batches that)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{tmp_tag}.{os.getpid()}")
-    try:
-        size = save_safetensors(tmp, tensors, {META_KEY: json.dumps(meta, sort_keys=True)}, fsync=True)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    if sync_dir:
-        fsync_dir(path.parent)
-    return size
+    header = {META_KEY: json.dumps(meta, sort_keys=True)}
+    return atomic_write(path, lambda p: save_safetensors(p, tensors, header, fsync=True), tmp_tag, sync_dir)
 
 
 def read_sample(path, raw: bool = False) -> tuple[dict, dict]:
