@@ -60,8 +60,14 @@ def test_ring_views_hold_their_own_bytes():
     assert all(bool((t == i + 1).all()) for i, t in enumerate(ts))
 
 
-def test_direct_safetensors_file_reads_back_with_safetensors(tmp_path):
+@pytest.mark.parametrize("write_max", [None, 7])     # 7: every buffer written in pieces (the >1 GiB path)
+def test_direct_safetensors_file_reads_back_with_safetensors(tmp_path, monkeypatch, write_max):
     from safetensors import safe_open
+
+    import sglang_eagle3_ext.dump.fmt as F
+
+    if write_max:
+        monkeypatch.setattr(F, "_WRITE_MAX", write_max)
 
     t = {"ids": torch.arange(7), "bf": torch.randn(3, 5).bfloat16(), "strided": torch.randn(4, 6)[:, ::2],
          "flag": torch.tensor(True), "empty": torch.empty(0, 4), "f8": torch.randn(2, 3).to(torch.float8_e4m3fn)}
