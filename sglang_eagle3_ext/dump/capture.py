@@ -302,8 +302,9 @@ class DumpTarget:
                     "pre": pre[:T] if self.cfg.want_prenorm else None,
                     "post": hidden[:T] if self.cfg.want_postnorm else None,
                     "orig": orig[:bs] if hasattr(orig, "shape") else None}
-            srcs["ok"] = _rows_finite([*([a[:T] for a in aux] if layout == "list" else [srcs["aux"]]),
-                                       *(t for k, t in srcs.items() if k in ("pre", "post") and t is not None)])
+            if cuda:   # on a CPU model the io threads check instead: this thread is the forward pass
+                srcs["ok"] = _rows_finite([*([a[:T] for a in aux] if layout == "list" else [srcs["aux"]]),
+                                           *(t for k, t in srcs.items() if k in ("pre", "post") and t is not None)])
             specs = {k: (tuple(t.shape), t.dtype) for k, t in srcs.items() if t is not None}
             if layout == "list":
                 specs["aux"] = ((K, T, H), aux[0].dtype)
@@ -338,7 +339,7 @@ class DumpTarget:
                     event.record()
             orig_h = dst["orig"] if "orig" in dst else list(orig)[:bs]
             batch = ChunkBatch(rids, pfx, ext, orig_h, dst["ids"], dst["aux"], layout, dst.get("pre"),
-                               dst.get("post"), event, nbytes, norm, row_ok=dst["ok"])
+                               dst.get("post"), event, nbytes, norm, row_ok=dst.get("ok"))
             if region is not None:
                 batch.free_host = lambda r=region, ring=self.ring: ring.free(r)
         except BaseException:
@@ -365,9 +366,10 @@ class DumpTarget:
 
 
 def _rows_finite(states):
-    """[T] bool: row t of every state is free of NaN/Inf. Computed where the states are (a few small
-    reductions on the GPU, copied with them) so the writer's io threads need no full pass over the
-    bytes per sample: each such call would also wait for the GIL held by the busy scheduler thread."""
+    """[T] bool: row t of every state is free of NaN/Inf. On CUDA only: a few small reductions on the GPU,
+    copied with the states, so the writer's io threads need no full pass over the bytes per sample (each
+    such call also waits for the GIL held by the busy scheduler thread). On a CPU model this would be a
+    full pass on the forward thread, so there the io threads check instead."""
     import torch
 
     peaks = [torch.linalg.vector_norm(x, float("inf"), dim=-1) for x in states]   # max |x| per row: NaN/Inf stay

@@ -151,8 +151,9 @@ def test_bad_config_stops_start_up_with_the_fix(sglang_cpu, tmp_path, monkeypatc
 
 @pytest.mark.parametrize("packed", [False, True])
 def test_nan_rows_skip_only_their_request(sglang_cpu, tmp_path, monkeypatch, packed):
-    """The per-row finite flags computed at capture: a NaN in one request's rows drops that request,
-    counted; the other request of the same batch is written. Padded rows past the tokens are ignored."""
+    """A NaN in one request's rows drops that request, counted; the other request of the same batch is
+    written; padded rows past the tokens do not count. (CPU model: the io thread checks; on CUDA the
+    capture's per-row flags do, see test_dump_staging.)"""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     monkeypatch.setattr(capture, "_writer", None)

@@ -131,3 +131,32 @@ def test_group_commit_failure_reaches_every_waiter_of_that_commit(tmp_path, monk
     assert errors == [errno.ENOSPC] * 6                           # nobody believes its line was written
     assert read_manifest(tmp_path) == {}
     m.close()
+
+
+def test_rows_finite_flags_mark_exactly_the_bad_rows():
+    from sglang_eagle3_ext.dump.capture import _rows_finite
+
+    a, b = torch.randn(6, 8).bfloat16(), torch.randn(6, 4)
+    a[1, 3], b[4, 0], b[5, 2] = float("nan"), float("inf"), -float("inf")
+    assert _rows_finite([a, b]).tolist() == [True, False, True, True, False, False]
+    assert _rows_finite([a[2:4], b[2:4]]).tolist() == [True, True]       # views of the batch's rows
+
+
+def test_writer_uses_the_capture_flags_per_sample(tmp_path):
+    """Two requests in one batch: the capture's flags mark a row of the second as non-finite; only it is
+    skipped (and counted), with no pass over the bytes on the io thread."""
+    from sglang_eagle3_ext.dump import config as C
+    from sglang_eagle3_ext.dump.assemble import ChunkBatch
+    from sglang_eagle3_ext.dump.writer import DumpWriter
+
+    meta = {"layer_indices_hf": [1, 2, 3], "hidden_size": 8, "num_hidden_layers": 4,
+            "architecture": "DeepseekV3ForCausalLM", "final": "both", "dtype": "float32"}
+    w = DumpWriter(C.DumpConfig(dump_dir=str(tmp_path), layers=(1, 2, 3), final="both", min_tokens=1), meta)
+    ok = torch.tensor([True] * 3 + [True, False, True, True])
+    b = ChunkBatch(["good", "bad"], [0, 0], [3, 4], torch.tensor([3, 4]), torch.arange(7), torch.randn(7, 24),
+                   "packed", pre=torch.randn(7, 8), post=torch.randn(7, 8), nbytes=100, row_ok=ok)
+    w.reserve(b.nbytes)
+    w.submit(b)
+    assert w.flush(30)
+    assert set(read_manifest(tmp_path)) == {"good"} and w.stats["nonfinite"] == 1 and w.budget.used == 0
+    w.close()
