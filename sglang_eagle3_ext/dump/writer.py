@@ -189,6 +189,7 @@ class DumpWriter:
             try:
                 if not self.accepting:
                     self._asm.drop_all()
+                    batch.wait()        # its host memory is reused only after the copies into it landed
                     batch.add_ref()
                     self._asm._unref(batch)
                     continue
