@@ -111,8 +111,9 @@ class _Recorder:
 
 
 def _config_dict(config) -> dict:
-    d = config.to_dict() if hasattr(config, "to_dict") else dict(vars(config))
-    # to_dict() may drop attrs equal to class defaults; read the ones rules depend on directly
+    # A shallow view, read-only here: to_dict() deep-copies the whole config on every load. Attributes
+    # served by the class (not the instance) are read directly for the keys the rules depend on.
+    d = dict(vars(config))
     for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size",
               "num_hidden_layers", "draft_vocab_size", "target_hidden_size", "tie_word_embeddings", "head_dim"):
         if hasattr(config, k):
