@@ -202,6 +202,8 @@ class DumpTarget:
         self._norm_sent = False
         self._copy_stream = None
         self.ring = _staging_ring(model, cfg) if writer is not None else None
+        if writer is not None:
+            writer.staging = self.ring
         self.norm = getattr(model.model, "norm", None)
         if cfg.want_prenorm:
             if self.norm is None:

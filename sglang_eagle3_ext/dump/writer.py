@@ -27,6 +27,7 @@ from .fmt import T_AUX, T_IDS, atomic_write, write_json_atomic, write_sample
 from .manifest import ManifestWriter, read_manifest, sample_path, sample_relpath
 
 STATUS_DIR = "status"
+STATUS_EVERY_S = 5.0     # status file refresh while dumping
 # Fields of dump_meta.json that must match when a run appends to an existing dump dir.
 IDENTITY_KEYS = ("layer_indices_hf", "hidden_size", "num_hidden_layers", "architecture", "final", "dtype",
                  "encoding")
@@ -118,6 +119,8 @@ class DumpWriter:
         self._asm = Assembler(lambda sid: sid in self.done_ids, self._release, cfg.min_tokens)
         self._io = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix="sge3-dump-io")
         self._norm_written = (self.root / NORM_FILE).exists()
+        self.staging = None       # the capture's PinnedRing, when it has one (shown in the status file)
+        self._status_at, self._status_stats = 0.0, {}
         self._thread = threading.Thread(target=self._assemble_loop, name="sge3-dump-assembler", daemon=True)
         self._thread.start()
         self._write_status("dumping")
@@ -152,12 +155,27 @@ class DumpWriter:
                     pass
 
     def _write_status(self, state: str, error: str | None = None) -> None:
+        with self._count_lock:
+            stats = dict(self.stats)
+        ring = self.staging
+        if ring is not None:
+            stats.update(staging_mb=ring.capacity >> 20, staging_fallbacks=ring.fallbacks)
+        self._status_at, self._status_stats = time.monotonic(), stats
         try:
             write_json_atomic(self.root / STATUS_DIR / f"{self.name}.json",
                               {"state": state, "error": error, "pid": os.getpid(), "time": time.time(),
-                               "stats": dict(self.stats)})
+                               "stats": stats})
         except OSError:
             pass  # the disk may be the problem; the log line says it
+
+    def _refresh_status(self) -> None:
+        """While dumping, the status file follows the counters (at most every STATUS_EVERY_S), so
+        `dump status` shows skips and refusals during a run, not only after it."""
+        if self.accepting and time.monotonic() - self._status_at >= STATUS_EVERY_S:
+            with self._count_lock:
+                changed = self.stats != {k: v for k, v in self._status_stats.items() if k in self.stats}
+            if changed:
+                self._write_status("dumping")
 
     # ---- forward-thread API -----------------------------------------------------------------------
     def is_done(self, sample_id: str) -> bool:
@@ -183,7 +201,11 @@ class DumpWriter:
 
     def _assemble_loop(self) -> None:
         while True:
-            batch = self._queue.get()
+            try:
+                batch = self._queue.get(timeout=STATUS_EVERY_S)
+            except queue.Empty:
+                self._refresh_status()
+                continue
             if batch is None:
                 return
             try:
@@ -212,6 +234,7 @@ class DumpWriter:
                 with self._count_lock:
                     self._queued -= 1
                 self.budget.poke()
+                self._refresh_status()
 
     def _write_norm(self, weight, eps: float) -> None:
         from safetensors.torch import save_file

@@ -245,3 +245,25 @@ def test_min_tokens_bad_value_is_a_start_up_error(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "eight")
     with pytest.raises(C.DumpConfigError, match="SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS"):
         C.from_env()
+
+
+def test_status_file_follows_the_counters_during_a_run(tmp_path, monkeypatch):
+    """`dump status` during a long run must show skips as they happen, not only after close()."""
+    import time
+
+    import sglang_eagle3_ext.dump.writer as W
+
+    monkeypatch.setattr(W, "STATUS_EVERY_S", 0.05)
+    w = _writer(tmp_path)
+    _submit(w, _batch(["ok"], [0], [4], [4]), _batch(["bad"], [0], [4], [4], nan=True))
+    assert w.flush(30)
+    path = tmp_path / "status" / "dp0.json"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        st = json.loads(path.read_text())
+        if st["stats"]["written"] == 1 and st["stats"]["nonfinite"] == 1:
+            break
+        time.sleep(0.05)
+    assert st["state"] == "dumping" and st["stats"]["written"] == 1 and st["stats"]["nonfinite"] == 1, st
+    w.close()
+    assert json.loads(path.read_text())["state"] == "closed"
