@@ -81,7 +81,7 @@ class Sample:
         """From the capture's per-row flags; None when some batch came without them."""
         if any(p.batch.row_ok is None for p in self.pieces):
             return None
-        return all(bool(p.batch.row_ok[p.start:p.end].all()) for p in self.pieces)
+        return all(p.batch.row_ok.numpy()[p.start:p.end].all() for p in self.pieces)   # numpy: no GIL handoff
 
     def materialize(self, num_aux: int) -> dict:
         """Contiguous tensors of the whole prompt: {input_ids, aux_hidden_states [L, K*H], finals}."""

@@ -64,19 +64,20 @@ def save_safetensors(path, tensors: dict, metadata: dict[str, str] | None = None
     GIL for the whole copy into the page cache, nothing is copied in Python, and the file is opened
     once (every call that releases the GIL costs a wait to get it back from a busy scheduler).
     """
+    import ctypes
     import json as _json
 
-    import torch
-
     header: dict = {"__metadata__": dict(metadata)} if metadata else {}
-    bufs, off = [], 0
+    bufs, alive, off = [], [], 0      # alive: contiguous copies made here, kept until written
     for name, t in tensors.items():
-        t = t.detach().contiguous()
-        n = t.numel() * t.element_size()
+        if not t.is_contiguous():
+            t = t.contiguous()
+        n = t.nbytes
         header[name] = {"dtype": _ST_DTYPES[str(t.dtype).replace("torch.", "")], "shape": list(t.shape),
                         "data_offsets": [off, off + n]}
-        if n:
-            bufs.append(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+        if n:   # the tensor's own bytes, no torch op per view (each would hand the GIL back and forth)
+            alive.append(t)
+            bufs.append(memoryview((ctypes.c_char * n).from_address(t.data_ptr())).cast("B"))
         off += n
     h = _json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)          # the data section starts 8-byte aligned, as safetensors writes it
