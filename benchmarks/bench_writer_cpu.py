@@ -12,8 +12,8 @@ once with our direct safetensors writer and once with safetensors.torch.save_fil
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
 import sys
 import tempfile
 import threading
@@ -32,13 +32,22 @@ def spin(stop: threading.Event, out: list) -> None:
     out.append(n / (time.perf_counter() - t0))
 
 
-def loop_rate(seconds: float) -> float:
+@contextlib.contextmanager
+def spinning():
+    """Runs the stand-in thread for the block; the list holds its loop rate afterwards."""
     stop, out = threading.Event(), []
     t = threading.Thread(target=spin, args=(stop, out))
     t.start()
-    time.sleep(seconds)
-    stop.set()
-    t.join()
+    try:
+        yield out
+    finally:
+        stop.set()
+        t.join()
+
+
+def loop_rate(seconds: float) -> float:
+    with spinning() as out:
+        time.sleep(seconds)
     return out[0]
 
 
@@ -56,13 +65,7 @@ def run_writer(a, root: Path, use_save_file: bool) -> dict:
     if use_save_file:
         from safetensors.torch import save_file
         def via_save_file(p, t, m, fsync=False):     # the previous writer: safetensors' own serializer
-            save_file({k: v.contiguous() for k, v in t.items()}, str(p), metadata=m)
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd) if fsync else None
-                return os.fstat(fd).st_size
-            finally:
-                os.close(fd)
+            save_file({k: v.contiguous() for k, v in t.items()}, str(p), metadata=m)   # None: atomic_write fsyncs
         F.save_safetensors = via_save_file
     try:
         cfg = C.from_env({C.ENV_DIR: str(root), C.ENV_LAYERS: "1,2,3", C.ENV_FINAL: "both",
@@ -73,21 +76,17 @@ def run_writer(a, root: Path, use_save_file: bool) -> dict:
         src = [torch.randn(T, 5 * H).bfloat16() for _ in range(4)]   # reused contents, fresh batches
         ok = [_rows_finite([s]) for s in src]                          # as the capture computes them
         w = DumpWriter(cfg, meta)
-        stop, out = threading.Event(), []
-        spinner = threading.Thread(target=spin, args=(stop, out))
-        spinner.start()
-        t0 = time.perf_counter()
-        for i in range(a.samples):
-            s = src[i % 4]
-            nb = s.numel() * 2 + T * 8
-            w.reserve(nb)
-            w.submit(ChunkBatch([f"s{i}"], [0], [T], [T], torch.arange(T), s[:, :3 * H].contiguous(), "packed",
-                                s[:, 3 * H:4 * H].contiguous(), s[:, 4 * H:].contiguous(), None, nb,
-                                row_ok=ok[i % 4]))
-        assert w.flush(600)
-        dt = time.perf_counter() - t0
-        stop.set()
-        spinner.join()
+        with spinning() as out:
+            t0 = time.perf_counter()
+            for i in range(a.samples):
+                s = src[i % 4]
+                nb = s.numel() * 2 + T * 8
+                w.reserve(nb)
+                w.submit(ChunkBatch([f"s{i}"], [0], [T], [T], torch.arange(T), s[:, :3 * H].contiguous(),
+                                    "packed", s[:, 3 * H:4 * H].contiguous(), s[:, 4 * H:].contiguous(), None, nb,
+                                    row_ok=ok[i % 4]))
+            assert w.flush(600)
+            dt = time.perf_counter() - t0
         w.close()
         man = read_manifest(root)
         assert len(man) == a.samples

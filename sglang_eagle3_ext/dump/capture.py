@@ -17,7 +17,6 @@ DP group writes.
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import os
 import weakref
@@ -305,13 +304,12 @@ class DumpTarget:
                     "post": hidden[:T] if self.cfg.want_postnorm else None,
                     "orig": orig[:bs] if hasattr(orig, "shape") else None}
             if cuda:   # on a CPU model the io threads check instead: this thread is the forward pass
-                srcs["ok"] = _rows_finite([*([a[:T] for a in aux] if layout == "list" else [srcs["aux"]]),
-                                           *(t for k, t in srcs.items() if k in ("pre", "post") and t is not None)])
+                states = [a[:T] for a in aux] if layout == "list" else [srcs["aux"]]
+                srcs["ok"] = _rows_finite(states + [srcs[k] for k in ("pre", "post") if srcs[k] is not None])
             specs = {k: (tuple(t.shape), t.dtype) for k, t in srcs.items() if t is not None}
             if layout == "list":
                 specs["aux"] = ((K, T, H), aux[0].dtype)
-            dst = self._host_buffers(specs, cuda)
-            region = dst.pop("_region", None)
+            dst, region = self._host_buffers(specs, cuda)
             side = self._side_stream(hidden.device) if cuda else None
             if side is not None:  # the copies start once the compute stream has produced the states
                 side.wait_stream(torch.cuda.current_stream())
@@ -351,8 +349,8 @@ class DumpTarget:
             raise
         w.submit(batch)
 
-    def _host_buffers(self, specs: dict, cuda: bool) -> dict:
-        """name -> empty host tensor for each (shape, dtype); "_region" -> the ring region they live in."""
+    def _host_buffers(self, specs: dict, cuda: bool):
+        """({name: empty host tensor} for each (shape, dtype), the ring region they live in or None)."""
         import torch
 
         if self.ring is not None:
@@ -360,11 +358,11 @@ class DumpTarget:
 
             region = self.ring.alloc(region_size(specs.values()))
             if region is not None:
-                return {**dict(zip(specs, self.ring.tensors(region, specs.values()))), "_region": region}
+                return dict(zip(specs, self.ring.tensors(region, specs.values()))), region
             log_once("dump.ring_full", "dump: the pinned staging buffer has no contiguous room for a batch; such "
                      "batches allocate their own pinned memory (slower). Said once; a larger "
                      "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB avoids it", level=logging.INFO)
-        return {k: torch.empty(shape, dtype=dtype, pin_memory=cuda) for k, (shape, dtype) in specs.items()}
+        return {k: torch.empty(shape, dtype=dtype, pin_memory=cuda) for k, (shape, dtype) in specs.items()}, None
 
 
 def _rows_finite(states):

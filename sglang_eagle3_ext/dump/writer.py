@@ -120,7 +120,7 @@ class DumpWriter:
         self._io = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix="sge3-dump-io")
         self._norm_written = (self.root / NORM_FILE).exists()
         self.staging = None       # the capture's PinnedRing, when it has one (shown in the status file)
-        self._status_at, self._status_stats = 0.0, {}
+        self._status_at, self._status_counts = 0.0, {}   # when, and the counters, the status file last showed
         self._thread = threading.Thread(target=self._assemble_loop, name="sge3-dump-assembler", daemon=True)
         self._thread.start()
         self._write_status("dumping")
@@ -156,11 +156,12 @@ class DumpWriter:
 
     def _write_status(self, state: str, error: str | None = None) -> None:
         with self._count_lock:
-            stats = dict(self.stats)
+            self._status_counts = dict(self.stats)
+        self._status_at = time.monotonic()
+        stats = dict(self._status_counts)
         ring = self.staging
         if ring is not None:
             stats.update(staging_mb=ring.capacity >> 20, staging_fallbacks=ring.fallbacks)
-        self._status_at, self._status_stats = time.monotonic(), stats
         try:
             write_json_atomic(self.root / STATUS_DIR / f"{self.name}.json",
                               {"state": state, "error": error, "pid": os.getpid(), "time": time.time(),
@@ -173,7 +174,7 @@ class DumpWriter:
         `dump status` shows skips and refusals during a run, not only after it."""
         if self.accepting and time.monotonic() - self._status_at >= STATUS_EVERY_S:
             with self._count_lock:
-                changed = self.stats != {k: v for k, v in self._status_stats.items() if k in self.stats}
+                changed = self.stats != self._status_counts
             if changed:
                 self._write_status("dumping")
 
