@@ -45,6 +45,11 @@ def disk_write_bps(d: Path, total=1 << 30, block=64 << 20) -> float:
     return total / dt
 
 
+def _writer_status(d: Path) -> dict:
+    """The writer's own counters (status/*.json) after the server closed, e.g. staging_fallbacks."""
+    return {p.stem: json.loads(p.read_text()).get("stats") for p in sorted((d / "status").glob("*.json"))}
+
+
 def drive(base, prompts, concurrency, rid_prefix, rounds=1, between=None):
     """Warm up with prompt 0, then send prompts 1.. `rounds` times (fresh rids each round); returns
     the seconds spent sending. between(round) runs after each round, off the clock: the dump
@@ -114,12 +119,18 @@ def main():
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(10, 4000, (a.len,), generator=g).tolist() for _ in range(a.prompts)]
     args = ["--model-path", model, *BASE_ARGS, "--disable-radix-cache", "--context-length", str(a.len + 64)]
-    res = {}
+    from sglang_eagle3_ext.dump.config import ENV_DIR, ENV_IO_THREADS, META_FILE
+
+    res = {"io_threads": os.environ.get(ENV_IO_THREADS) or "default"}
     tmp = Path(tempfile.mkdtemp())
 
     def prefill_tok_s(name, env, rid_prefix, between=None):
         """Serve, drive the prompts, return tokens/s (the warm-up prompt excluded)."""
         with sglang_server(args, name=name, port=_port(), env=env, launcher="sglang.launch_server") as (b, _, _p):
+            d = env.get(ENV_DIR)
+            if d and not Path(d, META_FILE).exists():   # the writer writes it at model init
+                raise SystemExit(f"{name}: dumping did not start in the server (no {META_FILE} in {d}): the "
+                                 f"activation did not reach it; see its log")
             dt = drive(b, prompts, a.concurrency, rid_prefix, a.rounds, between)
         return a.rounds * (len(prompts) - 1) * a.len / dt
 
@@ -141,6 +152,7 @@ def main():
     res["prefill_tok_s_off"] = prefill_tok_s("bench_dump_off", off_env, "off-")
     res["prefill_tok_s_on"] = prefill_tok_s("bench_dump_on", _activation_env(tmp, dump), "on-",
                                             drainer(dump, "on-"))
+    res["writer_status_on"] = _writer_status(dump)   # staging ring size and fallbacks, skips: what the run used
     ours = [m for k, m in read_manifest(dump).items() if k.startswith("on-") and not k.endswith("warm")]
     send_s = a.rounds * (len(prompts) - 1) * a.len / res["prefill_tok_s_on"]
     res["writer_bytes_s"] = sum(m["bytes"] for m in ours) / (send_s + drain["s"])
@@ -157,6 +169,7 @@ def main():
         res["prefill_tok_s_on_compute_stream"] = prefill_tok_s(
             "bench_dump_on_compute_stream", {**_activation_env(tmp, d2), ENV_COPY_STREAM: "0"}, "cs-",
             drainer(d2, "cs-"))
+        res["writer_status_compute_stream"] = _writer_status(d2)
         res["prefill_ratio_compute_stream_over_off"] = res["prefill_tok_s_on_compute_stream"] / res["prefill_tok_s_off"]
     if a.specforge:
         specforge_vs_ours(a, model, prompts, res)

@@ -330,7 +330,7 @@ class DumpTarget:
                 norm = None
                 if self.cfg.want_prenorm and not self._norm_sent and self.norm is not None:
                     wt = self.norm.weight.data
-                    norm = (copy_into(torch.empty(wt.shape, dtype=wt.dtype, pin_memory=cuda), wt),
+                    norm = (copy_into(torch.empty(wt.shape, dtype=wt.dtype, device="cpu", pin_memory=cuda), wt),
                             float(getattr(self.norm, "variance_epsilon", getattr(self.norm, "eps", 1e-6))))
                     self._norm_sent = True
                 event = None
@@ -362,7 +362,7 @@ class DumpTarget:
             log_once("dump.ring_full", "dump: the pinned staging buffer has no contiguous room for a batch; such "
                      "batches allocate their own pinned memory (slower). Said once; a larger "
                      "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB avoids it", level=logging.INFO)
-        return {k: torch.empty(shape, dtype=dtype, pin_memory=cuda) for k, (shape, dtype) in specs.items()}, None
+        return {k: torch.empty(shape, dtype=dtype, device="cpu", pin_memory=cuda) for k, (shape, dtype) in specs.items()}, None
 
 
 def _rows_finite(states):

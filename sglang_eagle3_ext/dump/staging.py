@@ -33,7 +33,8 @@ class PinnedRing:
         import torch
 
         self.capacity = _up(nbytes)
-        self.buf = torch.empty(self.capacity, dtype=torch.uint8, pin_memory=pin)
+        # device="cpu" explicitly: SGLang builds the model (and so this ring) under `with torch.device("cuda")`
+        self.buf = torch.empty(self.capacity, dtype=torch.uint8, device="cpu", pin_memory=pin)
         self._live: collections.deque[Region] = collections.deque()   # allocation order
         self._head = 0                                                  # next free byte
         self._lock = threading.Lock()
@@ -73,7 +74,7 @@ class PinnedRing:
         out, off = [], region.start
         for shape, dtype in specs:
             n = _nbytes(shape, dtype)
-            out.append(self.buf[off:off + n].view(dtype).view(shape) if n else torch.empty(shape, dtype=dtype))
+            out.append(self.buf[off:off + n].view(dtype).view(shape) if n else torch.empty(shape, dtype=dtype, device="cpu"))
             off += _up(n)
         return out
 

@@ -101,19 +101,20 @@ def free_port() -> int:
                 continue
 
 
-def activation_env(tmp: Path, **extra) -> dict:
+def activation_env(tmp: Path, *, fallback: bool | None = None, **extra) -> dict:
     """SGLANG_EAGLE3_EXT=1 for the server and every worker it spawns. The workers need our .pth in a
     site dir: tests/gpu/run.sh installs it into site-packages (the real route); where that was not
-    done, a usercustomize.py with the same line on PYTHONPATH runs it in each interpreter."""
+    done, a sitecustomize.py with the same line on PYTHONPATH runs it in each interpreter (not
+    usercustomize.py: a venv's interpreter, like the GPU host's, disables the user site and never imports it)."""
     import site
     import sysconfig
 
     paths = [str(REPO)]
     dirs = {sysconfig.get_paths()["purelib"], *site.getsitepackages()}
-    if not any((Path(d) / PTH.name).exists() for d in dirs):
-        d = tmp / "usercustomize_dir"
+    if fallback or (fallback is None and not any((Path(d) / PTH.name).exists() for d in dirs)):
+        d = tmp / "sitecustomize_dir"
         d.mkdir(exist_ok=True)
-        (d / "usercustomize.py").write_text(PTH.read_text())
+        (d / "sitecustomize.py").write_text(PTH.read_text())
         paths.insert(0, str(d))
     old = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     return {"SGLANG_EAGLE3_EXT": "1", "PYTHONPATH": os.pathsep.join(paths + old), **extra}

@@ -8,5 +8,5 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # (inert unless SGLANG_EAGLE3_EXT is set), so SGLang's spawned workers patch themselves.
 SP=$(python3 -c 'import site; print(site.getsitepackages()[0])')
 cp sglang_eagle3_ext/_startup/sglang_eagle3_ext.pth "$SP/" 2>/dev/null \
-  || echo "note: $SP not writable; tests fall back to a usercustomize.py on PYTHONPATH"
+  || echo "note: $SP not writable; tests fall back to a sitecustomize.py on PYTHONPATH"
 exec python3 -m pytest -m gpu -v -p no:cacheprovider -rA "${@:-tests/gpu}"

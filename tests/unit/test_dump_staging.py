@@ -160,3 +160,14 @@ def test_writer_uses_the_capture_flags_per_sample(tmp_path):
     assert w.flush(30)
     assert set(read_manifest(tmp_path)) == {"good"} and w.stats["nonfinite"] == 1 and w.budget.used == 0
     w.close()
+
+
+def test_ring_lives_on_the_host_under_a_default_device():
+    """SGLang builds the model, and so the ring, under `with torch.device("cuda")`: the buffer and every
+    view must still be host memory (on the GPU this was 'Only dense CPU tensors can be pinned')."""
+    with torch.device("meta"):
+        ring = PinnedRing(4 * ALIGN, pin=False)
+        r = ring.alloc(ALIGN)
+        views = ring.tensors(r, [((4, 8), torch.bfloat16), ((0,), torch.int64)])
+    assert ring.buf.device.type == "cpu"
+    assert [v.device.type for v in views] == ["cpu", "cpu"]

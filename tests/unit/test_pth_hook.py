@@ -15,3 +15,22 @@ def test_value_decides(value, enabled):
             "print(_activate._hooks_registered)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(enabled)
+
+
+def test_gpu_helpers_activation_fallback_works_in_a_venv(tmp_path):
+    """tests/gpu's activation_env must switch the hook on in every interpreter SGLang spawns, also where
+    our .pth is not installed. There it relies on a file on PYTHONPATH that site.py imports: a
+    sitecustomize.py, since a venv's interpreter (the GPU host runs one) never imports usercustomize --
+    which is how a GPU benchmark once ran with dumping silently off."""
+    import venv
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+    from gpu_helpers import activation_env
+
+    venv.create(tmp_path / "venv", with_pip=False, system_site_packages=False)
+    py = tmp_path / "venv" / "bin" / "python"
+    env = {**os.environ, **activation_env(tmp_path, fallback=True)}
+    out = subprocess.run([str(py), "-c", "import sys; print('sglang_eagle3_ext._startup_hook' in sys.modules)"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr[-2000:]
