@@ -132,7 +132,9 @@ def main():
                 raise SystemExit(f"{name}: dumping did not start in the server (no {META_FILE} in {d}): the "
                                  f"activation did not reach it; see its log")
             dt = drive(b, prompts, a.concurrency, rid_prefix, a.rounds, between)
-        return a.rounds * (len(prompts) - 1) * a.len / dt
+        tok_s = a.rounds * (len(prompts) - 1) * a.len / dt
+        print(f"{name}: {tok_s:.0f} prefill tokens/s", flush=True)   # shown even if a later phase fails
+        return tok_s
 
     drain = {"s": 0.0}
 
