@@ -1,25 +1,33 @@
 """GPU benchmark: cost of dumping on prefill, and how close the writer gets to the disk.
 
-    python benchmarks/bench_dump.py [--model DIR] [--dump-dir DIR] [--prompts 64] [--len 2048]
+    python benchmarks/bench_dump.py [--model DIR] [--prompts 64] [--len 2048] [--rounds 6] [--discard]
 
-Runs the same server twice (dump off, dump on; --disable-radix-cache both times), sends --rounds
-bursts of --prompts prompts of --len tokens with max_new_tokens=1 at --concurrency (the writer
-drains between bursts, off the clock, so the disk is not the limit of the prefill figure), and prints
-  prefill_ratio = prefill tokens/s with dump ÷ without
+Starts the servers to compare side by side on the same GPU (dump off, dump on; --disable-radix-cache
+all), then sends bursts of --prompts prompts of --len tokens (max_new_tokens=1, --concurrency at a time)
+to one server at a time, round after round, the order rotating: every round measures every variant
+under the same conditions, so drift (clocks, the host's other load) cancels in the per-round ratio.
+After a dumping server's burst the writer drains off the clock, so the disk is not the limit of the
+prefill figure. Prints
+  prefill_ratio = prefill tokens/s with dump ÷ without (median of the rounds' ratios; the aggregate too)
   writer_ratio  = writer bytes/s (manifest bytes / (sending + draining time)) ÷ the disk's
                   sequential write bytes/s (1 GiB, fsynced, in the dump dir, measured in this run)
   sustained_need_over_disk = bytes/s that dumping at the "off" prefill rate needs ÷ disk bytes/s
                   (above 1, sustained dumping is disk-bound whatever the writer does).
-With --specforge it then runs SpecForge's own offline capture (scripts/prepare_hidden_states.py of
-specforge==0.2.0, see specforge_capture.py) on the same model and prompts, and prints
-  specforge tokens/s, ours tokens/s (prefill_tok_s_on), ratio ours/specforge
+--discard adds a server that captures, copies and stitches but writes nothing
+(SGLANG_EAGLE3_EXT_DUMP_DISCARD=1): its ratio is the forward pass's own share of the cost, the rest
+is the writer's threads competing with the scheduler. --compute-stream adds one with the copies
+on the compute stream. With --specforge it then runs SpecForge's own offline capture
+(scripts/prepare_hidden_states.py of specforge==0.2.0, see specforge_capture.py) on the same model
+and prompts, and prints specforge tokens/s, ours tokens/s (prefill_tok_s_on), ratio ours/specforge,
 both clocks leaving out the warm-up (our first request; SpecForge's first batch) and model load.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -50,26 +58,30 @@ def _writer_status(d: Path) -> dict:
     return {p.stem: json.loads(p.read_text()).get("stats") for p in sorted((d / "status").glob("*.json"))}
 
 
-def drive(base, prompts, concurrency, rid_prefix, rounds=1, between=None):
-    """Warm up with prompt 0, then send prompts 1.. `rounds` times (fresh rids each round); returns
-    the seconds spent sending. between(round) runs after each round, off the clock: the dump
-    bench drains the writer there, so every round is a burst that fits the host budget and the
-    prefill figure measures the dump's cost to the forward pass, not the disk."""
+def send(base, prompts, concurrency, rids) -> float:
+    """Prefill each prompt once (max_new_tokens=1), `concurrency` in flight; returns the seconds taken."""
     from gpu_helpers import http_json
 
-    def one(rid, i):
-        http_json(base + "/generate", {"input_ids": prompts[i], "rid": rid,
+    def one(rid_prompt):
+        rid, ids = rid_prompt
+        http_json(base + "/generate", {"input_ids": ids, "rid": rid,
                                        "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
-    one(f"{rid_prefix}warm", 0)  # warm-up (Triton JIT)
-    busy = 0.0
-    for r in range(rounds):
-        t = time.perf_counter()
-        with ThreadPoolExecutor(concurrency) as ex:
-            list(ex.map(lambda i: one(f"{rid_prefix}{r}-{i}", i), range(1, len(prompts))))
-        busy += time.perf_counter() - t
-        if between is not None:
-            between(r)
-    return busy
+    t = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as ex:
+        list(ex.map(one, zip(rids, prompts)))
+    return time.perf_counter() - t
+
+
+def wait_listed(d: Path, rids, timeout: float = 600) -> float:
+    """Wait until every rid is listed in d's manifest; returns the seconds waited."""
+    from sglang_eagle3_ext.dump.manifest import read_manifest
+
+    t0, want = time.perf_counter(), set(rids)
+    while not want <= set(read_manifest(d)):
+        if time.perf_counter() - t0 > timeout:
+            raise SystemExit(f"writer did not finish in {timeout:.0f} s")
+        time.sleep(0.02)
+    return time.perf_counter() - t0
 
 
 def specforge_vs_ours(a, model, prompts, res):
@@ -97,8 +109,10 @@ def main():
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--len", type=int, default=2048)
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=4, help="bursts of --prompts; the writer drains between "
-                    "them off the clock (each burst must fit SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB)")
+    ap.add_argument("--rounds", type=int, default=6, help="bursts of --prompts per server; the writer drains "
+                    "after each off the clock (each burst must fit SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB)")
+    ap.add_argument("--discard", action="store_true",
+                    help="also a server that captures but writes nothing: the forward pass's share of the cost")
     ap.add_argument("--compute-stream", action="store_true",
                     help="also dump with the copies on the compute stream (SGLANG_EAGLE3_EXT_DUMP_COPY_STREAM=0)")
     ap.add_argument("--specforge", action="store_true", help="also time SpecForge's prepare_hidden_states.py")
@@ -109,7 +123,7 @@ def main():
     from gpu_helpers import BASE_ARGS, free_port as _port, sglang_server
     from test_dump_gpu import _activation_env
 
-    from sglang_eagle3_ext.dump.config import ENV_COPY_STREAM
+    from sglang_eagle3_ext.dump.config import ENV_COPY_STREAM, ENV_DIR, ENV_DISCARD, ENV_IO_THREADS, META_FILE
     from sglang_eagle3_ext.dump.manifest import read_manifest
     from sglang_eagle3_ext.tiny import ensure_tiny_target
 
@@ -119,60 +133,61 @@ def main():
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(10, 4000, (a.len,), generator=g).tolist() for _ in range(a.prompts)]
     args = ["--model-path", model, *BASE_ARGS, "--disable-radix-cache", "--context-length", str(a.len + 64)]
-    from sglang_eagle3_ext.dump.config import ENV_DIR, ENV_IO_THREADS, META_FILE
 
-    res = {"io_threads": os.environ.get(ENV_IO_THREADS) or "default"}
+    res = {"io_threads": os.environ.get(ENV_IO_THREADS) or "default", "rounds": a.rounds}
     tmp = Path(tempfile.mkdtemp())
-
-    def prefill_tok_s(name, env, rid_prefix, between=None):
-        """Serve, drive the prompts, return tokens/s (the warm-up prompt excluded)."""
-        with sglang_server(args, name=name, port=_port(), env=env, launcher="sglang.launch_server") as (b, _, _p):
+    off_env = {k: v for k, v in _activation_env(tmp, dump).items() if not k.startswith("SGLANG_EAGLE3_EXT_DUMP")}
+    variants = {"off": off_env, "on": _activation_env(tmp, dump)}   # name -> server env
+    if a.discard:
+        variants["discard"] = {**_activation_env(tmp, Path(tempfile.mkdtemp(prefix="sge3_bench_discard_"))),
+                               ENV_DISCARD: "1"}
+    if a.compute_stream:
+        variants["compute_stream"] = {**_activation_env(tmp, Path(tempfile.mkdtemp(prefix="sge3_bench_cs_"))),
+                                      ENV_COPY_STREAM: "0"}
+    # all servers share the GPU, one at a time under load
+    frac = os.environ.get("SGE3_MEM_FRACTION") or f"{min(0.3, 0.8 / len(variants)):.2f}"
+    args += ["--mem-fraction-static", frac]
+    tokens_per_burst = (len(prompts) - 1) * a.len
+    busy = {n: [] for n in variants}
+    drain_s = 0.0
+    with contextlib.ExitStack() as stack, ThreadPoolExecutor(len(variants)) as ex:
+        def serve(name):
+            return stack.enter_context(sglang_server(args, name=f"bench_dump_{name}", port=_port(),
+                                                     env=variants[name], launcher="sglang.launch_server"))[0]
+        bases = dict(zip(variants, ex.map(serve, variants)))   # started side by side; each stops at exit
+        for name, env in variants.items():
             d = env.get(ENV_DIR)
             if d and not Path(d, META_FILE).exists():   # the writer writes it at model init
                 raise SystemExit(f"{name}: dumping did not start in the server (no {META_FILE} in {d}): the "
                                  f"activation did not reach it; see its log")
-            dt = drive(b, prompts, a.concurrency, rid_prefix, a.rounds, between)
-        tok_s = a.rounds * (len(prompts) - 1) * a.len / dt
-        print(f"{name}: {tok_s:.0f} prefill tokens/s", flush=True)   # shown even if a later phase fails
-        return tok_s
-
-    drain = {"s": 0.0}
-
-    def drainer(d: Path, prefix: str):
-        def wait_written(r):
-            """Off the prefill clock: wait until round r's samples are listed in d's manifest."""
-            t0, want = time.perf_counter(), {f"{prefix}{r}-{i}" for i in range(1, len(prompts))}
-            while not want <= set(read_manifest(d)):
-                if time.perf_counter() - t0 > 600:
-                    raise SystemExit("writer did not finish in 600 s")
-                time.sleep(0.02)
-            if d == dump:
-                drain["s"] += time.perf_counter() - t0
-        return wait_written
-
-    off_env = {k: v for k, v in _activation_env(tmp, dump).items() if not k.startswith("SGLANG_EAGLE3_EXT_DUMP")}
-    res["prefill_tok_s_off"] = prefill_tok_s("bench_dump_off", off_env, "off-")
-    res["prefill_tok_s_on"] = prefill_tok_s("bench_dump_on", _activation_env(tmp, dump), "on-",
-                                            drainer(dump, "on-"))
-    res["writer_status_on"] = _writer_status(dump)   # staging ring size and fallbacks, skips: what the run used
+            send(bases[name], [prompts[0]], 1, [f"{name}-warm"])   # warm-up (Triton JIT), off the clock
+        names = list(variants)
+        for r in range(a.rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                rids = [f"{name}-{r}-{i}" for i in range(1, len(prompts))]
+                busy[name].append(send(bases[name], prompts[1:], a.concurrency, rids))
+                if name == "on":   # off the clock: the burst's samples written before the next burst
+                    drain_s += wait_listed(dump, rids)
+            print(f"round {r}: " + ", ".join(f"{n} {tokens_per_burst / busy[n][-1]:.0f} tok/s" for n in names),
+                  flush=True)
+    for name in variants:
+        res[f"prefill_tok_s_{name}"] = len(busy[name]) * tokens_per_burst / sum(busy[name])
+        if name != "off":
+            per_round = sorted(o / x for o, x in zip(busy["off"], busy[name]))   # rate ratio = time ratio inverted
+            res[f"prefill_ratio_{name}_over_off"] = statistics.median(per_round)
+            res[f"prefill_ratio_{name}_over_off_rounds"] = [round(x, 3) for x in per_round]
+            res[f"prefill_ratio_{name}_over_off_aggregate"] = res[f"prefill_tok_s_{name}"] / res["prefill_tok_s_off"]
+            d = variants[name].get(ENV_DIR)
+            res[f"writer_status_{name}"] = _writer_status(Path(d))   # staging ring, fallbacks, skips
     ours = [m for k, m in read_manifest(dump).items() if k.startswith("on-") and not k.endswith("warm")]
-    send_s = a.rounds * (len(prompts) - 1) * a.len / res["prefill_tok_s_on"]
-    res["writer_bytes_s"] = sum(m["bytes"] for m in ours) / (send_s + drain["s"])
+    res["writer_bytes_s"] = sum(m["bytes"] for m in ours) / (sum(busy["on"]) + drain_s)
     res["dump_bytes_per_token"] = sum(m["bytes"] for m in ours) / sum(m["num_tokens"] for m in ours)
     res["disk_seq_write_bytes_s"] = disk_write_bps(dump)
-    res["prefill_ratio_on_over_off"] = res["prefill_tok_s_on"] / res["prefill_tok_s_off"]
     res["writer_over_disk_ratio"] = res["writer_bytes_s"] / res["disk_seq_write_bytes_s"]
     # Sustained dumping at the "off" prefill rate would need this many bytes/s: above 1, the disk (not
     # the dump) sets the pace once the host budget is full, whatever the writer does.
     res["sustained_need_over_disk"] = (res["prefill_tok_s_off"] * res["dump_bytes_per_token"]
                                        / res["disk_seq_write_bytes_s"])
-    if a.compute_stream:  # what the side copy stream buys: same run, copies queued behind the forward
-        d2 = Path(tempfile.mkdtemp(prefix="sge3_bench_dump_cs_"))
-        res["prefill_tok_s_on_compute_stream"] = prefill_tok_s(
-            "bench_dump_on_compute_stream", {**_activation_env(tmp, d2), ENV_COPY_STREAM: "0"}, "cs-",
-            drainer(d2, "cs-"))
-        res["writer_status_compute_stream"] = _writer_status(d2)
-        res["prefill_ratio_compute_stream_over_off"] = res["prefill_tok_s_on_compute_stream"] / res["prefill_tok_s_off"]
     if a.specforge:
         specforge_vs_ours(a, model, prompts, res)
     print(json.dumps(res, indent=2))

@@ -26,7 +26,7 @@ import uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from .config import ENV_DIR, GENERATED_FILE, META_FILE, NODUMP_RID_PREFIX
+from .config import ENV_DIR, ENV_DISCARD, GENERATED_FILE, META_FILE, NODUMP_RID_PREFIX
 from .manifest import MANIFEST_DIR, sanitize_id
 
 log = logging.getLogger("sglang_eagle3_ext.dump.client")
@@ -138,6 +138,9 @@ def check_dump_dir(dump_dir) -> dict:
         s = json.loads(st.read_text())
         if s.get("state") == "stopped":
             raise ClientError(f"writer {st.stem} stopped: {s.get('error')} (fix it and restart the server)")
+        if s.get("state") == "discarding":
+            raise ClientError(f"writer {st.stem} writes nothing: the server runs with {ENV_DISCARD}=1 (a benchmarking "
+                              f"aid); restart it without that variable to dump")
     return json.loads(meta.read_text())
 
 

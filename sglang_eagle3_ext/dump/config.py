@@ -20,9 +20,10 @@ ENV_MAX_PENDING_MB = "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB"  # host memory for 
 ENV_IO_THREADS = "SGLANG_EAGLE3_EXT_DUMP_IO_THREADS"
 ENV_ENCODING = "SGLANG_EAGLE3_EXT_DUMP_ENCODING"         # bf16 (native, as captured) | fp8 (e4m3, row-wise scales)
 ENV_COPY_STREAM = "SGLANG_EAGLE3_EXT_DUMP_COPY_STREAM"   # 1 (default): device->host copies on a side stream
+ENV_DISCARD = "SGLANG_EAGLE3_EXT_DUMP_DISCARD"           # 1: benchmarking aid, capture + stitch, write nothing
 
 ALL_ENV = (ENV_DIR, ENV_LAYERS, ENV_FORMAT, ENV_FINAL, ENV_MAX_PENDING_MB, ENV_IO_THREADS, ENV_ENCODING,
-           ENV_COPY_STREAM)
+           ENV_COPY_STREAM, ENV_DISCARD)
 
 NODUMP_RID_PREFIX = "nodump-"      # requests whose rid starts with this are served, never dumped
 ENV_MIN_TOKENS = "SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS"
@@ -83,6 +84,8 @@ class DumpConfig:
     # D2H copies on their own CUDA stream overlap the next forward instead of queueing behind it on the
     # compute stream (a 2K-token prompt of a 7168-wide model is ~120 MB of states); 0 = compute stream
     copy_stream: bool = True
+    # benchmarks/bench_dump.py: the forward pass's share of the dump cost, without the writer's file io
+    discard: bool = False
 
     def __post_init__(self):
         if self.encoding not in ENCODINGS:
@@ -153,6 +156,9 @@ def from_env(env=None) -> DumpConfig | None:
     copy_stream = (env.get(ENV_COPY_STREAM, "") or "1").strip()
     if copy_stream not in ("0", "1"):
         raise DumpConfigError(f"{ENV_COPY_STREAM}={copy_stream!r}: expected 1 (side stream) or 0 (compute stream)")
+    discard = (env.get(ENV_DISCARD, "") or "0").strip()
+    if discard not in ("0", "1"):
+        raise DumpConfigError(f"{ENV_DISCARD}={discard!r}: expected 0 (write samples) or 1 (benchmarking: write none)")
     return DumpConfig(dump_dir=os.path.abspath(d), layers=parse_layers(env.get(ENV_LAYERS, "")),
                       fmt=fmt, final=final, max_pending_bytes=mb << 20, io_threads=io, encoding=encoding,
-                      min_tokens=min_sample_tokens(env), copy_stream=copy_stream == "1")
+                      min_tokens=min_sample_tokens(env), copy_stream=copy_stream == "1", discard=discard == "1")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .._log import log_once, logger
 from .assemble import Assembler, ChunkBatch, Sample
-from .config import ENV_ENCODING, MANIFEST_DIR, META_FILE, NORM_FILE, SAMPLES_DIR, DumpConfig
+from .config import ENV_DISCARD, ENV_ENCODING, MANIFEST_DIR, META_FILE, NORM_FILE, SAMPLES_DIR, DumpConfig
 from .encoding import BY_ENV, NATIVE, describe, encode_sample
 from .fmt import T_AUX, T_IDS, atomic_write, write_json_atomic, write_sample
 from .manifest import ManifestWriter, read_manifest, sample_path, sample_relpath
@@ -108,7 +108,7 @@ class DumpWriter:
         self.manifest = ManifestWriter(self.root, name)
         self.num_aux = len(meta["layer_indices_hf"])
         self.stats = dict(written=0, tokens=0, bytes=0, nonfinite=0, refused_prefix_cache=0, refused_other=0,
-                          already_done=0, batches=0)
+                          already_done=0, batches=0, discarded=0)
         self.accepting = True
         self.stop_reason: str | None = None
         self._queue: queue.Queue = queue.Queue()
@@ -123,7 +123,10 @@ class DumpWriter:
         self._status_at, self._status_counts = 0.0, {}   # when, and the counters, the status file last showed
         self._thread = threading.Thread(target=self._assemble_loop, name="sge3-dump-assembler", daemon=True)
         self._thread.start()
-        self._write_status("dumping")
+        if cfg.discard:
+            logger.warning("dump: %s=1: capturing and stitching every sample but WRITING NONE (a benchmarking "
+                           "aid; unset it to dump)", ENV_DISCARD)
+        self._write_status(self._running_state)
 
     # ---- start-up ---------------------------------------------------------------------------------
     def _check_or_write_meta(self) -> None:
@@ -169,6 +172,10 @@ class DumpWriter:
         except OSError:
             pass  # the disk may be the problem; the log line says it
 
+    @property
+    def _running_state(self) -> str:
+        return "discarding" if self.cfg.discard else "dumping"
+
     def _refresh_status(self) -> None:
         """While dumping, the status file follows the counters (at most every STATUS_EVERY_S), so
         `dump status` shows skips and refusals during a run, not only after it."""
@@ -176,7 +183,7 @@ class DumpWriter:
             with self._count_lock:
                 changed = self.stats != self._status_counts
             if changed:
-                self._write_status("dumping")
+                self._write_status(self._running_state)
 
     # ---- forward-thread API -----------------------------------------------------------------------
     def is_done(self, sample_id: str) -> bool:
@@ -254,6 +261,9 @@ class DumpWriter:
             if not self.accepting or s.sample_id in self.done_ids:
                 if s.sample_id in self.done_ids:
                     self._inc("already_done")
+                return
+            if self.cfg.discard:
+                self._inc("discarded")
                 return
             tensors = s.materialize(self.num_aux)
             finite = s.finite()

@@ -58,6 +58,10 @@ def test_client_fails_loudly(tmp_path, capsys):
     (dump / "dump_meta.json").write_text("{}")
     assert main(["run", "--url", srv.url, "--data", str(data), "--dump-dir", str(dump)]) == 2
     assert "--skip-tokenizer-init" in capsys.readouterr().err         # text needs a tokenizer
+    (dump / "status").mkdir()
+    (dump / "status" / "dp0.json").write_text(json.dumps({"state": "discarding"}))
+    assert main(["run", "--url", srv.url, "--data", str(data), "--dump-dir", str(dump)]) == 2
+    assert "SGLANG_EAGLE3_EXT_DUMP_DISCARD=1" in capsys.readouterr().err  # a benchmarking server writes nothing
     assert srv.requests == []
 
 

@@ -170,6 +170,22 @@ def test_writer_stitches_chunks_and_resumes(tmp_path):
     w2.close()
 
 
+def test_discard_mode_stitches_and_counts_but_writes_nothing(tmp_path):
+    """The benchmarking aid: the same capture and stitching, no sample file, no manifest line, every host
+    buffer back, and the status file says so (the dump client refuses such a server)."""
+    w = _writer(tmp_path, discard=True)
+    _submit(w, _batch(["r1"], [0], [4], [10], seed=1), _batch(["r1", "r2"], [4, 0], [6, 3], [10, 3], seed=2))
+    assert w.flush(30)
+    assert w.stats["discarded"] == 2 and w.stats["written"] == 0 and w.budget.used == 0
+    assert read_manifest(tmp_path) == {} and not list((tmp_path / "samples").rglob("*.safetensors"))
+    assert json.loads((tmp_path / "status" / "dp0.json").read_text())["state"] == "discarding"
+    w.close()
+    assert C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_DISCARD: "1"}).discard
+    assert not C.from_env({C.ENV_DIR: str(tmp_path)}).discard
+    with pytest.raises(C.DumpConfigError, match=C.ENV_DISCARD):
+        C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_DISCARD: "yes"})
+
+
 def test_writer_refuses_prefix_cache_and_nan(tmp_path):
     w = _writer(tmp_path)
     _submit(w, _batch(["cached"], [5], [3], [8]))      # head served by the radix cache
