@@ -38,6 +38,7 @@ class PinnedRing:
         self._live: collections.deque[Region] = collections.deque()   # allocation order
         self._head = 0                                                  # next free byte
         self._lock = threading.Lock()
+        self._views = {}
         self.allocated = self.fallbacks = 0     # regions handed out / requests that did not fit
 
     def alloc(self, nbytes: int) -> Region | None:
@@ -74,9 +75,27 @@ class PinnedRing:
         out, off = [], region.start
         for shape, dtype in specs:
             n = _nbytes(shape, dtype)
-            out.append(self.buf[off:off + n].view(dtype).view(shape) if n else torch.empty(shape, dtype=dtype, device="cpu"))
+            # one torch call per tensor (on the forward thread): a strided view of the buffer seen as dtype;
+            # ALIGN keeps every offset a multiple of the item size
+            out.append(self._typed(dtype).as_strided(shape, _contiguous_strides(shape), off // dtype.itemsize)
+                       if n else torch.empty(shape, dtype=dtype, device="cpu"))
             off += _up(n)
         return out
+
+    def _typed(self, dtype):
+        """The whole buffer viewed as dtype, made once per dtype."""
+        t = self._views.get(dtype)
+        if t is None:
+            t = self._views[dtype] = self.buf.view(dtype)
+        return t
+
+
+def _contiguous_strides(shape) -> tuple:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return tuple(reversed(strides))
 
 
 def _nbytes(shape, dtype) -> int:
