@@ -119,6 +119,17 @@ def build_meta(model, cfg: DumpConfig, layers: list[int], ranks: dict) -> dict:
     }
 
 
+def make_writer(cfg: DumpConfig, meta: dict, name: str):
+    """In this process (io threads) or in a child process (SGLANG_EAGLE3_EXT_DUMP_WRITER=process)."""
+    if cfg.writer == "process":
+        from .writer_process import ProcessDumpWriter
+
+        return ProcessDumpWriter(cfg, meta, name=name)
+    from .writer import DumpWriter
+
+    return DumpWriter(cfg, meta, name=name)
+
+
 def get_writer():
     return _writer
 
@@ -143,10 +154,8 @@ def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
     model.model.layers_to_capture = list(layers)
     writes = is_writer(ranks)
     if writes and _writer is None:
-        from .writer import DumpWriter
-
         meta = build_meta(model, cfg, layers, ranks)
-        _writer = DumpWriter(cfg, meta, name=f"dp{ranks['dp_rank']}")
+        _writer = make_writer(cfg, meta, name=f"dp{ranks['dp_rank']}")
         sa = _server_args()
         if sa is not None and not getattr(sa, "disable_radix_cache", False):
             log_once("dump.radix", "dump: the radix cache is on: requests whose prompt head is cached are refused "
@@ -164,13 +173,18 @@ def _arg(args, kwargs, i: int, name: str):
     return kwargs.get(name)
 
 
-def _staging_ring(model, cfg: DumpConfig):
+def _staging_ring(model, cfg: DumpConfig, writer):
     """The pinned staging buffer (staging.py), allocated here at model init, before any CUDA graph
-    capture and before serving. None on CPU or when pinning fails (per-request pinned allocations then)."""
+    capture and before serving. None on CPU or when pinning fails (per-request pinned allocations then).
+    The writer process brings its own, shared with it (pinned on a CUDA model)."""
     import time
 
+    first = next(model.parameters(), None)
+    cuda = first is not None and first.is_cuda
+    if getattr(writer, "shared_staging", False):
+        return writer.open_staging(pin=cuda)
     try:
-        if not next(model.parameters()).is_cuda:
+        if not cuda:
             return None
         from .staging import PinnedRing
 
@@ -200,7 +214,7 @@ class DumpTarget:
         self._prenorm = None
         self._norm_sent = False
         self._copy_stream = None
-        self.ring = _staging_ring(model, cfg) if writer is not None else None
+        self.ring = _staging_ring(model, cfg, writer) if writer is not None else None
         if writer is not None:
             writer.staging = self.ring
         self.norm = getattr(model.model, "norm", None)
@@ -362,7 +376,7 @@ class DumpTarget:
             log_once("dump.ring_full", "dump: the pinned staging buffer has no contiguous room for a batch; such "
                      "batches allocate their own pinned memory (slower). Said once; a larger "
                      "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB avoids it", level=logging.INFO)
-        return {k: torch.empty(shape, dtype=dtype, device="cpu", pin_memory=cuda) for k, (shape, dtype) in specs.items()}, None
+        return self.writer.host_buffers(specs, cuda), None
 
 
 def _rows_finite(states):

@@ -21,9 +21,11 @@ ENV_IO_THREADS = "SGLANG_EAGLE3_EXT_DUMP_IO_THREADS"
 ENV_ENCODING = "SGLANG_EAGLE3_EXT_DUMP_ENCODING"         # bf16 (native, as captured) | fp8 (e4m3, row-wise scales)
 ENV_COPY_STREAM = "SGLANG_EAGLE3_EXT_DUMP_COPY_STREAM"   # 1 (default): device->host copies on a side stream
 ENV_DISCARD = "SGLANG_EAGLE3_EXT_DUMP_DISCARD"           # 1: benchmarking aid, capture + stitch, write nothing
+ENV_WRITER = "SGLANG_EAGLE3_EXT_DUMP_WRITER"             # thread (default) | process: where the file io runs
+WRITERS = ("thread", "process")
 
 ALL_ENV = (ENV_DIR, ENV_LAYERS, ENV_FORMAT, ENV_FINAL, ENV_MAX_PENDING_MB, ENV_IO_THREADS, ENV_ENCODING,
-           ENV_COPY_STREAM, ENV_DISCARD)
+           ENV_COPY_STREAM, ENV_DISCARD, ENV_WRITER)
 
 NODUMP_RID_PREFIX = "nodump-"      # requests whose rid starts with this are served, never dumped
 ENV_MIN_TOKENS = "SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS"
@@ -86,6 +88,8 @@ class DumpConfig:
     copy_stream: bool = True
     # benchmarks/bench_dump.py: the forward pass's share of the dump cost, without the writer's file io
     discard: bool = False
+    # process: the writer runs in a child process, off the scheduler's GIL (writer_process.py)
+    writer: str = "thread"
 
     def __post_init__(self):
         if self.encoding not in ENCODINGS:
@@ -159,6 +163,11 @@ def from_env(env=None) -> DumpConfig | None:
     discard = (env.get(ENV_DISCARD, "") or "0").strip()
     if discard not in ("0", "1"):
         raise DumpConfigError(f"{ENV_DISCARD}={discard!r}: expected 0 (write samples) or 1 (benchmarking: write none)")
+    writer = (env.get(ENV_WRITER, "") or "thread").strip().lower()
+    if writer not in WRITERS:
+        raise DumpConfigError(f"{ENV_WRITER}={env.get(ENV_WRITER)!r}: expected one of {WRITERS} (process: the files "
+                              f"are written by a child process, off the scheduler's GIL)")
     return DumpConfig(dump_dir=os.path.abspath(d), layers=parse_layers(env.get(ENV_LAYERS, "")),
                       fmt=fmt, final=final, max_pending_bytes=mb << 20, io_threads=io, encoding=encoding,
-                      min_tokens=min_sample_tokens(env), copy_stream=copy_stream == "1", discard=discard == "1")
+                      min_tokens=min_sample_tokens(env), copy_stream=copy_stream == "1", discard=discard == "1",
+                      writer=writer)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import math
+import os
 import threading
 
 ALIGN = 512      # keeps every sub-tensor aligned for any dtype view and for DMA
@@ -29,12 +30,13 @@ class Region:
 
 
 class PinnedRing:
-    def __init__(self, nbytes: int, pin: bool = True):
+    def __init__(self, nbytes: int, pin: bool = True, buf=None):
         import torch
 
         self.capacity = _up(nbytes)
-        # device="cpu" explicitly: SGLang builds the model (and so this ring) under `with torch.device("cuda")`
-        self.buf = torch.empty(self.capacity, dtype=torch.uint8, device="cpu", pin_memory=pin)
+        if buf is None:   # device="cpu" explicitly: SGLang builds the model (so this ring) under torch.device("cuda")
+            buf = torch.empty(self.capacity, dtype=torch.uint8, device="cpu", pin_memory=pin)
+        self.buf = buf
         self._live: collections.deque[Region] = collections.deque()   # allocation order
         self._head = 0                                                  # next free byte
         self._lock = threading.Lock()
@@ -104,3 +106,62 @@ def _nbytes(shape, dtype) -> int:
 
 def region_size(specs) -> int:
     return sum(_up(_nbytes(s, d)) for s, d in specs)
+
+
+class SharedMemory:
+    """Anonymous shared memory (a memfd) as a uint8 host tensor, mappable by another process through
+    `fd` (inherited) or `path` (/proc/<pid>/fd/<fd>): the writer process's view of the host copies."""
+
+    def __init__(self, nbytes: int, name: str = "sge3-dump"):
+        import mmap
+
+        import torch
+
+        self.nbytes = max(_up(nbytes), ALIGN)
+        self.fd = os.memfd_create(name, 0)
+        os.ftruncate(self.fd, self.nbytes)
+        self._mm = mmap.mmap(self.fd, self.nbytes)
+        self.buf = torch.frombuffer(self._mm, dtype=torch.uint8)
+        self.path = f"/proc/{os.getpid()}/fd/{self.fd}"
+        self._registered = False
+
+    def pin(self) -> None:
+        """Page-lock it for the GPU (cudaHostRegister): device->host copies into it are then asynchronous."""
+        import torch
+
+        err = torch.cuda.cudart().cudaHostRegister(self.buf.data_ptr(), self.nbytes, 0)
+        if int(getattr(err, "value", err)) != 0:
+            raise RuntimeError(f"cudaHostRegister({self.nbytes >> 20} MB) failed with CUDA error {err}")
+        self._registered = True
+
+    def contains(self, t) -> int | None:
+        """Byte offset of tensor t in this memory, None when it lives elsewhere."""
+        base, p = self.buf.data_ptr(), t.data_ptr()
+        return p - base if base <= p < base + self.nbytes else None
+
+    def close(self) -> None:
+        """Give the memory back once nothing maps it (views keep the mapping alive until collected)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def map_shared(path_or_fd, nbytes: int):
+    """The uint8 tensor over a SharedMemory of another process (read and written in place)."""
+    import mmap
+
+    import torch
+
+    fd = path_or_fd if isinstance(path_or_fd, int) else os.open(path_or_fd, os.O_RDWR)
+    try:
+        mm = mmap.mmap(fd, nbytes)
+    finally:
+        if not isinstance(path_or_fd, int):
+            os.close(fd)
+    return torch.frombuffer(mm, dtype=torch.uint8)
+
+
+def tensor_at(buf, offset: int, shape, dtype):
+    """The contiguous tensor of `shape`/`dtype` that starts `offset` bytes into uint8 tensor `buf`."""
+    n = _nbytes(shape, dtype)
+    return buf[offset:offset + n].view(dtype).view(shape)

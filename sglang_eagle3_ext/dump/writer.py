@@ -115,11 +115,13 @@ class DumpWriter:
         self._queued = 0          # batches submitted, not yet assembled
         self._io_pending = 0      # samples handed to io, not yet finished
         self._count_lock = threading.Lock()
-        self.budget = Budget(cfg.max_pending_bytes, lambda: (self._queued + self._io_pending) > 0)
+        self.budget = Budget(cfg.max_pending_bytes, lambda: self.busy() > 0)
         self._asm = Assembler(lambda sid: sid in self.done_ids, self._release, cfg.min_tokens)
         self._io = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix="sge3-dump-io")
         self._norm_written = (self.root / NORM_FILE).exists()
         self.staging = None       # the capture's PinnedRing, when it has one (shown in the status file)
+        # the writer process (writer_process.py) reports these to the server: callables(sample_id), (reason), ()
+        self.on_written = self.on_stop = self.on_progress = None
         self._status_at, self._status_counts = 0.0, {}   # when, and the counters, the status file last showed
         self._thread = threading.Thread(target=self._assemble_loop, name="sge3-dump-assembler", daemon=True)
         self._thread.start()
@@ -195,6 +197,13 @@ class DumpWriter:
     def unreserve(self, nbytes: int) -> None:
         self.budget.release(nbytes)
 
+    def host_buffers(self, specs: dict, cuda: bool) -> dict:
+        """{name: empty host tensor} for each (shape, dtype) when the staging ring has no room: pinned
+        (on a CUDA model) so the copies stay asynchronous."""
+        import torch
+
+        return {k: torch.empty(shape, dtype=dtype, device="cpu", pin_memory=cuda) for k, (shape, dtype) in specs.items()}
+
     def submit(self, batch: ChunkBatch) -> None:
         with self._count_lock:
             self._queued += 1
@@ -243,6 +252,7 @@ class DumpWriter:
                     self._queued -= 1
                 self.budget.poke()
                 self._refresh_status()
+                self._progressed()
 
     def _write_norm(self, weight, eps: float) -> None:
         from safetensors.torch import save_file
@@ -285,6 +295,8 @@ class DumpWriter:
                                   "num_tokens": n, "bytes": size, "writer": self.name, "t": round(time.time(), 3)},
                                  sync_dir=path.parent)
             self.done_ids.add(s.sample_id)
+            if self.on_written is not None:
+                self.on_written(s.sample_id)
             self._inc("written")
             self._inc("tokens", n)
             self._inc("bytes", size)
@@ -298,6 +310,16 @@ class DumpWriter:
             with self._count_lock:
                 self._io_pending -= 1
             self.budget.poke()
+            self._progressed()
+
+    def busy(self) -> int:
+        """Batches not yet stitched + samples being written: work that ends in releasing host memory."""
+        with self._count_lock:
+            return self._queued + self._io_pending
+
+    def _progressed(self) -> None:
+        if self.on_progress is not None:
+            self.on_progress()
 
     def _inc(self, key: str, n: int = 1) -> None:
         with self._count_lock:
@@ -312,15 +334,16 @@ class DumpWriter:
         logger.error("dump: STOPPED writing (%s); serving continues; the manifest lists only complete samples. "
                      "Fix the cause and re-run the dump client to resume.", self.stop_reason)
         self._write_status("stopped", self.stop_reason)
+        if self.on_stop is not None:
+            self.on_stop(self.stop_reason)
 
     # ---- tests / shutdown -------------------------------------------------------------------------
     def flush(self, timeout: float = 60.0) -> bool:
         """Wait until every submitted batch is assembled and every complete sample written."""
         t_end = time.monotonic() + timeout
         while time.monotonic() < t_end:
-            with self._count_lock:
-                if self._queued == 0 and self._io_pending == 0:
-                    return True
+            if self.busy() == 0:
+                return True
             time.sleep(0.01)
         return False
 

@@ -116,6 +116,41 @@ def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkey
     w.close()
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_hook_feeds_the_writer_process(sglang_cpu, tmp_path, monkeypatch, packed):
+    """SGLANG_EAGLE3_EXT_DUMP_WRITER=process: the capture copies into the memory it shares with the child,
+    which stitches and writes the same files."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    monkeypatch.setattr(capture, "_writer", None)
+    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "0,2,5", C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1",
+                      C.ENV_WRITER: "process"})
+    m = _model(sglang_cpu)
+    target = capture.attach(m, cfg)
+    w = capture.get_writer()
+    assert target.ring is not None and target.ring is w.staging          # shared memory, also on CPU
+    r1 = _forward(m, _fb(ForwardMode.EXTEND, ["p1", "p2"], [0, 0], [4, 3], [6, 3], torch.arange(7)), packed,
+                  [0, 2, 5])
+    r2 = _forward(m, _fb(ForwardMode.EXTEND, ["p1"], [4], [2], [6], torch.arange(100, 102)), packed, [0, 2, 5])
+    assert w.flush(30)
+    man = read_manifest(tmp_path)
+    assert set(man) == {"p1", "p2"}
+    t, meta = read_sample(tmp_path / man["p1"]["file"])
+    assert t[T_IDS].tolist() == [0, 1, 2, 3, 100, 101]
+    assert torch.equal(t[T_AUX], torch.cat([r1[2][:4], r2[2][:2]]))
+    assert torch.equal(t[T_PRE], torch.cat([r1[0][:4], r2[0][:2]]))
+    assert torch.equal(t[T_POST], torch.cat([r1[1][:4], r2[1][:2]]))
+    assert meta["layer_indices_hf"] == [0, 2, 5] and meta["sglang_version"]
+    t2, _ = read_sample(tmp_path / man["p2"]["file"])
+    assert torch.equal(t2[T_AUX], r1[2][4:7])
+    from safetensors.torch import load_file
+
+    norm = load_file(str(tmp_path / "final_norm.safetensors"))["weight"]   # the norm weight crossed over too
+    assert torch.equal(norm, m.model.norm.weight.data)
+    w.close()
+    assert not target.ring._live and w.budget.used == 0
+
+
 def test_hook_refuses_prefix_cache_hit_and_changed_layers(sglang_cpu, tmp_path, monkeypatch):
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 

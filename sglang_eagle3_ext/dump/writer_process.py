@@ -1,0 +1,387 @@
+"""The dump writer in a process of its own (SGLANG_EAGLE3_EXT_DUMP_WRITER=process).
+
+Why: the thread writer's io threads share the scheduler's GIL. Each of their torch calls and syscalls
+(dozens per sample) hands the GIL back and forth with the forward thread, and on a launch-bound model
+that is prefill time lost. With this writer the scheduler process keeps only
+  forward thread:   reserve + asynchronous copies into a shared staging ring + submit (as before)
+  forwarder thread: wait for a batch's copy event, send its layout (offsets, shapes, rids; ~1 KB)
+  reader thread:    the child's replies (batch memory free, sample written, stopped)
+while the child (`python -m sglang_eagle3_ext.dump.writer_process`) maps the same memory and runs the
+ordinary DumpWriter there: stitching, checks, atomic files, manifest, status file.
+
+Host memory: one memfd of SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB, page-locked (cudaHostRegister) on a
+CUDA model. A batch that finds no contiguous room gets a memfd of its own, passed over the socket.
+A child that dies stops dumping (serving continues, every held byte is released); when the server
+dies the child sees the socket close, writes what is complete and exits.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import recvfds, sendfds
+
+from .._log import log_once, logger
+from .manifest import read_manifest
+from .staging import PinnedRing, SharedMemory, map_shared, region_size, tensor_at
+
+FIELDS = ("ids", "aux", "pre", "post", "row_ok", "orig_lens")   # ChunkBatch host tensors
+START_TIMEOUT_S = 300
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _dtype(name: str):
+    import torch
+
+    return getattr(torch, name)
+
+
+class ProcessDumpWriter:
+    """The scheduler-process side: DumpWriter's interface to the capture, the writing done by a child."""
+
+    shared_staging = True      # capture.py: the staging ring comes from open_staging()
+
+    def __init__(self, cfg, meta: dict, name: str = "dp0"):
+        from ..patch_table import ENV_ENABLE
+        from .writer import Budget, check_dump_dir
+
+        self.cfg, self.name = cfg, name
+        self.root = check_dump_dir(cfg.dump_dir)
+        self.done_ids: set[str] = set(read_manifest(self.root))
+        self.accepting, self.stop_reason = True, None
+        self.stats: dict = {}
+        self.staging: PinnedRing | None = None
+        self._mem = SharedMemory(cfg.max_pending_bytes, f"sge3-dump-{name}")
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._inflight: dict[int, tuple] = {}     # batch id -> (ChunkBatch, its own segments)
+        self._segments: list[SharedMemory] = []   # fallback memory handed out, not yet sent
+        self._q: queue.Queue = queue.Queue()
+        self._next = self._sent = self._child_received = self._child_busy = 0
+        self._waiters: dict[int, list] = {}       # flush token -> [event, reply]
+        self._closing = False
+        self.budget = Budget(cfg.max_pending_bytes, self._progress_possible)
+        ours, theirs = socket.socketpair()
+        env = {k: v for k, v in os.environ.items() if k != ENV_ENABLE}   # no SGLang patches in the child
+        env["CUDA_VISIBLE_DEVICES"] = ""                                 # and no CUDA context
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(theirs.fileno()), str(self._mem.fd), str(self._mem.nbytes), name],
+            pass_fds=(theirs.fileno(), self._mem.fd), env=env, stdin=subprocess.DEVNULL)
+        theirs.close()
+        self._sock = ours
+        self._conn = Connection(os.dup(ours.fileno()))
+        self._send(("start", dataclasses.asdict(cfg), dict(meta)))
+        reply = self._conn.recv() if self._conn.poll(START_TIMEOUT_S) else ("error", "no answer in "
+                                                                             f"{START_TIMEOUT_S} s")
+        if reply[0] != "ready":
+            from .writer import DumpStartupError
+
+            self._proc.kill()
+            raise DumpStartupError(f"the dump writer process did not start: {reply[1]}")
+        logger.info("dump: writing from a separate process (pid %d; SGLANG_EAGLE3_EXT_DUMP_WRITER=process): the "
+                    "scheduler's GIL is not shared with the file io", self._proc.pid)
+        self._reader = threading.Thread(target=self._read_loop, name="sge3-dump-reader", daemon=True)
+        self._forwarder = threading.Thread(target=self._forward_loop, name="sge3-dump-forwarder", daemon=True)
+        self._reader.start()
+        self._forwarder.start()
+
+    # ---- capture API (as DumpWriter) --------------------------------------------------------------
+    def open_staging(self, pin: bool) -> PinnedRing:
+        """The ring the capture copies into: the shared memory, page-locked for a CUDA model."""
+        if pin:
+            try:
+                self._mem.pin()
+            except Exception as e:  # noqa: BLE001 - slower (synchronous copies), still correct
+                log_once("dump.pin", "dump: could not page-lock the %d MB shared staging buffer (%s): device->host "
+                         "copies will be synchronous", self._mem.nbytes >> 20, e, level=logging.WARNING)
+        log_once("dump.ring", "dump: %s a %d MB host staging buffer for the device->host copies, shared with the "
+                 "writer process (SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB)",
+                 "pinned" if self._mem._registered else "mapped", self._mem.nbytes >> 20)
+        self.staging = PinnedRing(self._mem.nbytes, buf=self._mem.buf)
+        return self.staging
+
+    def host_buffers(self, specs: dict, cuda: bool) -> dict:
+        """A batch the ring has no room for: its own shared memory (pageable: copies into it are synchronous)."""
+        from .staging import _nbytes, _up
+
+        log_once("dump.segment", "dump: the shared staging buffer has no contiguous room for a batch; such batches "
+                 "get their own shared memory (their copies are synchronous). Said once; a larger "
+                 "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB avoids it")
+        seg = SharedMemory(region_size(specs.values()), f"sge3-dump-{self.name}-seg")
+        with self._lock:
+            self._segments.append(seg)
+        out, off = {}, 0
+        for k, (shape, dtype) in specs.items():
+            out[k] = tensor_at(seg.buf, off, shape, dtype)
+            off += _up(_nbytes(shape, dtype))
+        return out
+
+    def is_done(self, sample_id: str) -> bool:
+        return sample_id in self.done_ids
+
+    def reserve(self, nbytes: int) -> None:
+        self.budget.acquire(nbytes)
+
+    def unreserve(self, nbytes: int) -> None:
+        self.budget.release(nbytes)
+
+    def submit(self, batch) -> None:
+        self._q.put(batch)
+
+    def flush(self, timeout: float = 60.0) -> bool:
+        """Wait until every submitted batch is stitched and every complete sample written (in the child)."""
+        ev = threading.Event()
+        with self._lock:
+            token = self._next = self._next + 1
+            self._waiters[token] = [ev, None]
+        self._q.put(("flush", token, timeout))
+        ok = ev.wait(timeout + 10)
+        with self._lock:
+            _, reply = self._waiters.pop(token)
+        return bool(ok and reply)
+
+    def close(self, timeout: float = 60.0) -> None:
+        self._closing = True
+        self.flush(timeout)
+        self._q.put(None)
+        self._forwarder.join(timeout)
+        self._reader.join(timeout)
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+        self._release_all()
+
+    # ---- background -------------------------------------------------------------------------------
+    def _progress_possible(self) -> bool:
+        """Waiting frees host memory only while the child has work that ends in a release; bytes parked in
+        half-stitched requests do not (then the budget overshoots instead of deadlocking, as in-process)."""
+        return (not self._q.empty() or self._child_received < self._sent or self._child_busy > 0) and self.accepting
+
+    def _send(self, msg, fds=()) -> bool:
+        with self._send_lock:
+            try:
+                self._conn.send(msg)
+                if fds:
+                    sendfds(self._sock, list(fds))
+                return True
+            except OSError:
+                return False
+
+    def _forward_loop(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                self._send(("close",))
+                return
+            if isinstance(item, tuple):           # ("flush", token, timeout), in order with the batches
+                if not self._send(item):
+                    self._answer(item[1], False)
+                continue
+            batch = item
+            try:
+                batch.wait()                        # the copies landed: the child may read the memory
+                with self._lock:
+                    bid = self._next = self._next + 1
+                desc, segs = self._describe(batch, bid)
+            except Exception as e:  # noqa: BLE001 - one batch lost, said; serving goes on
+                logger.error("dump: could not hand a batch to the writer process: %s: %s", type(e).__name__, e)
+                self._release(batch, ())
+                continue
+            with self._lock:
+                self._inflight[bid] = (batch, segs)
+                self._sent += 1
+            if not self.accepting or not self._send(("batch", desc), [s.fd for s in segs]):
+                with self._lock:
+                    self._inflight.pop(bid, None)
+                self._release(batch, segs)
+
+    def _describe(self, batch, bid: int):
+        """The batch as plain data: where each host tensor lives (ring offset or one of its segments)."""
+        segs, fields = [], {}
+        with self._lock:
+            pool = list(self._segments)
+        for k in FIELDS:
+            t = getattr(batch, k)
+            if t is None or not hasattr(t, "data_ptr"):
+                fields[k] = ("value", None if t is None else [int(x) for x in t])
+                continue
+            where = ("ring", self._mem.contains(t))
+            if where[1] is None:
+                seg = next((s for s in pool if s.contains(t) is not None), None)
+                if seg is None:
+                    raise RuntimeError(f"host tensor {k} is not in the shared memory")
+                if seg not in segs:
+                    segs.append(seg)
+                where = ("seg", segs.index(seg), seg.nbytes, seg.contains(t))
+            fields[k] = (*where, tuple(t.shape), _dtype_name(t.dtype))
+        if segs:
+            with self._lock:
+                self._segments = [s for s in self._segments if s not in segs]
+        norm = None
+        if batch.norm is not None:
+            w, eps = batch.norm
+            norm = (w.float().numpy().tobytes(), tuple(w.shape), _dtype_name(w.dtype), eps)
+        return {"id": bid, "rids": batch.rids, "pfx": batch.prefix_lens, "ext": batch.extend_lens,
+                "layout": batch.aux_layout, "nbytes": batch.nbytes, "fields": fields, "norm": norm}, segs
+
+    def _read_loop(self) -> None:
+        while True:
+            try:
+                msg = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            kind = msg[0]
+            if kind == "free":
+                with self._lock:
+                    batch, segs = self._inflight.pop(msg[1], (None, ()))
+                if batch is not None:
+                    self._release(batch, segs)
+            elif kind == "done":
+                self.done_ids.add(msg[1])
+            elif kind == "busy":
+                self._child_received, self._child_busy = msg[1], msg[2]
+                self.budget.poke()
+            elif kind == "stopped":
+                self.accepting, self.stop_reason = False, msg[1]
+            elif kind == "flushed":
+                self.stats = msg[3]
+                self._answer(msg[1], msg[2])
+            elif kind == "closed":
+                self.stats = msg[1]
+        if not self._closing:
+            rc = self._proc.poll()
+            self.accepting = False
+            self.stop_reason = f"the writer process exited (code {rc})"
+            logger.error("dump: STOPPED: %s; serving continues; the manifest lists only complete samples. Re-run "
+                         "the dump client after a restart to resume.", self.stop_reason)
+        self._release_all()
+
+    def _answer(self, token: int, ok) -> None:
+        with self._lock:
+            w = self._waiters.get(token)
+        if w is not None:
+            w[1] = ok
+            w[0].set()
+
+    def _release(self, batch, segs) -> None:
+        if batch.free_host is not None:
+            batch.free_host()
+            batch.free_host = None
+        self.budget.release(batch.nbytes)
+        for s in segs:
+            s.close()
+
+    def _release_all(self) -> None:
+        """Nothing will come back from the child: every held byte goes back, every flush waiter wakes."""
+        with self._lock:
+            held, self._inflight = list(self._inflight.values()), {}
+            waiters = list(self._waiters)
+        for batch, segs in held:
+            self._release(batch, segs)
+        for token in waiters:
+            self._answer(token, False)
+        self.budget.poke()
+
+
+# ---- the child ------------------------------------------------------------------------------------
+class _Staging:
+    """What the child's status file shows of the parent's ring."""
+
+    def __init__(self, nbytes: int):
+        self.capacity, self.fallbacks = nbytes, 0
+
+
+def _batch_from(desc: dict, ring, seg_bufs: list):
+    from .assemble import ChunkBatch
+
+    def get(k):
+        f = desc["fields"][k]
+        if f[0] == "value":
+            return f[1]
+        if f[0] == "ring":
+            return tensor_at(ring, f[1], f[2], _dtype(f[3]))
+        return tensor_at(seg_bufs[f[1]], f[3], f[4], _dtype(f[5]))
+
+    norm = None
+    if desc["norm"] is not None:
+        import torch
+
+        raw, shape, dtype, eps = desc["norm"]
+        norm = (torch.frombuffer(bytearray(raw), dtype=torch.float32).view(shape).to(_dtype(dtype)), eps)
+    return ChunkBatch(desc["rids"], desc["pfx"], desc["ext"], get("orig_lens"), get("ids"), get("aux"),
+                      desc["layout"], get("pre"), get("post"), None, desc["nbytes"], norm, row_ok=get("row_ok"))
+
+
+def child_main(sock_fd: int, ring_fd: int, ring_bytes: int, name: str) -> int:
+    from .config import DumpConfig
+    from .writer import DumpStartupError, DumpWriter
+
+    sock = socket.socket(fileno=sock_fd)
+    conn = Connection(os.dup(sock_fd))
+    lock = threading.Lock()
+
+    def send(msg) -> None:
+        with lock:
+            try:
+                conn.send(msg)
+            except OSError:
+                pass                  # the server is gone; what is complete still gets written
+
+    _, cfg_d, meta = conn.recv()
+    if cfg_d.get("layers") is not None:
+        cfg_d["layers"] = tuple(cfg_d["layers"])
+    # The server process budgets host memory (its forward thread waits there); never wait here too.
+    cfg = dataclasses.replace(DumpConfig(**cfg_d), max_pending_bytes=1 << 62)
+    ring = map_shared(ring_fd, ring_bytes)
+    try:
+        w = DumpWriter(cfg, meta, name=name)
+    except DumpStartupError as e:
+        send(("error", str(e)))
+        return 2
+    received = [0]
+    w.staging = staging = _Staging(ring_bytes)
+    w.on_written = lambda sid: send(("done", sid))
+    w.on_stop = lambda reason: send(("stopped", reason))
+    w.on_progress = lambda: send(("busy", received[0], w.busy()))
+    send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+            # a batch's own segments follow its message as file descriptors, in segment order
+            seg_sizes = dict(f[1:3] for f in msg[1]["fields"].values() if f[0] == "seg") if msg[0] == "batch" else {}
+            fds = recvfds(sock, len(seg_sizes)) if seg_sizes else []
+        except (EOFError, OSError):
+            break                     # the server is gone: finish what is complete, then exit
+        if msg[0] == "batch":
+            bid = msg[1]["id"]
+            segs = [map_shared(fd, seg_sizes[i]) for i, fd in enumerate(fds)]
+            for fd in fds:
+                os.close(fd)          # the mapping keeps the memory
+            staging.fallbacks += bool(segs)
+            b = _batch_from(msg[1], ring, segs)
+            b.free_host = lambda bid=bid: send(("free", bid))
+            received[0] += 1
+            w.reserve(b.nbytes)
+            w.submit(b)
+        elif msg[0] == "flush":
+            ok = w.flush(msg[2])
+            send(("flushed", msg[1], ok, dict(w.stats)))
+        elif msg[0] == "close":
+            break
+    w.close()
+    send(("closed", dict(w.stats)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]))
