@@ -15,8 +15,9 @@ prefill figure. Prints
                   (above 1, sustained dumping is disk-bound whatever the writer does).
 --discard adds a server that captures, copies and stitches but writes nothing
 (SGLANG_EAGLE3_EXT_DUMP_DISCARD=1): its ratio is the forward pass's own share of the cost, the rest
-is the writer's threads competing with the scheduler. --compute-stream adds one with the copies
-on the compute stream. With --specforge it then runs SpecForge's own offline capture
+is the writer's threads competing with the scheduler. --writer-process adds one whose writer runs in
+a child process (SGLANG_EAGLE3_EXT_DUMP_WRITER=process, off the scheduler's GIL); --compute-stream
+one with the copies on the compute stream. With --specforge it then runs SpecForge's own offline capture
 (scripts/prepare_hidden_states.py of specforge==0.2.0, see specforge_capture.py) on the same model
 and prompts, and prints specforge tokens/s, ours tokens/s (prefill_tok_s_on), ratio ours/specforge,
 both clocks leaving out the warm-up (our first request; SpecForge's first batch) and model load.
@@ -113,6 +114,8 @@ def main():
                     "after each off the clock (each burst must fit SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB)")
     ap.add_argument("--discard", action="store_true",
                     help="also a server that captures but writes nothing: the forward pass's share of the cost")
+    ap.add_argument("--writer-process", action="store_true",
+                    help="also a server whose writer runs in a child process (SGLANG_EAGLE3_EXT_DUMP_WRITER=process)")
     ap.add_argument("--compute-stream", action="store_true",
                     help="also dump with the copies on the compute stream (SGLANG_EAGLE3_EXT_DUMP_COPY_STREAM=0)")
     ap.add_argument("--specforge", action="store_true", help="also time SpecForge's prepare_hidden_states.py")
@@ -123,7 +126,8 @@ def main():
     from gpu_helpers import BASE_ARGS, free_port as _port, sglang_server
     from test_dump_gpu import _activation_env
 
-    from sglang_eagle3_ext.dump.config import ENV_COPY_STREAM, ENV_DIR, ENV_DISCARD, ENV_IO_THREADS, META_FILE
+    from sglang_eagle3_ext.dump.config import (ENV_COPY_STREAM, ENV_DIR, ENV_DISCARD, ENV_IO_THREADS, ENV_WRITER,
+                                                META_FILE)
     from sglang_eagle3_ext.dump.manifest import read_manifest
     from sglang_eagle3_ext.tiny import ensure_tiny_target
 
@@ -141,6 +145,9 @@ def main():
     if a.discard:
         variants["discard"] = {**_activation_env(tmp, Path(tempfile.mkdtemp(prefix="sge3_bench_discard_"))),
                                ENV_DISCARD: "1"}
+    if a.writer_process:
+        variants["process"] = {**_activation_env(tmp, Path(tempfile.mkdtemp(prefix="sge3_bench_proc_"))),
+                               ENV_WRITER: "process"}
     if a.compute_stream:
         variants["compute_stream"] = {**_activation_env(tmp, Path(tempfile.mkdtemp(prefix="sge3_bench_cs_"))),
                                       ENV_COPY_STREAM: "0"}
@@ -149,7 +156,8 @@ def main():
     args += ["--mem-fraction-static", frac]
     tokens_per_burst = (len(prompts) - 1) * a.len
     busy = {n: [] for n in variants}
-    drain_s = 0.0
+    drain_s = {n: 0.0 for n in variants}
+    writes = {n: Path(env[ENV_DIR]) for n, env in variants.items() if ENV_DIR in env and ENV_DISCARD not in env}
     with contextlib.ExitStack() as stack, ThreadPoolExecutor(len(variants)) as ex:
         def serve(name):
             return stack.enter_context(sglang_server(args, name=f"bench_dump_{name}", port=_port(),
@@ -166,8 +174,8 @@ def main():
             for name in names[r % len(names):] + names[:r % len(names)]:
                 rids = [f"{name}-{r}-{i}" for i in range(1, len(prompts))]
                 busy[name].append(send(bases[name], prompts[1:], a.concurrency, rids))
-                if name == "on":   # off the clock: the burst's samples written before the next burst
-                    drain_s += wait_listed(dump, rids)
+                if name in writes:   # off the clock: the burst's samples written before the next burst
+                    drain_s[name] += wait_listed(writes[name], rids)
             print(f"round {r}: " + ", ".join(f"{n} {tokens_per_burst / busy[n][-1]:.0f} tok/s" for n in names),
                   flush=True)
     for name in variants:
@@ -179,11 +187,14 @@ def main():
             res[f"prefill_ratio_{name}_over_off_aggregate"] = res[f"prefill_tok_s_{name}"] / res["prefill_tok_s_off"]
             d = variants[name].get(ENV_DIR)
             res[f"writer_status_{name}"] = _writer_status(Path(d))   # staging ring, fallbacks, skips
-    ours = [m for k, m in read_manifest(dump).items() if k.startswith("on-") and not k.endswith("warm")]
-    res["writer_bytes_s"] = sum(m["bytes"] for m in ours) / (sum(busy["on"]) + drain_s)
-    res["dump_bytes_per_token"] = sum(m["bytes"] for m in ours) / sum(m["num_tokens"] for m in ours)
     res["disk_seq_write_bytes_s"] = disk_write_bps(dump)
-    res["writer_over_disk_ratio"] = res["writer_bytes_s"] / res["disk_seq_write_bytes_s"]
+    for name, d in writes.items():   # "on" keeps the unprefixed keys
+        sfx = "" if name == "on" else f"_{name}"
+        ours = [m for k, m in read_manifest(d).items() if k.startswith(f"{name}-") and not k.endswith("warm")]
+        res[f"writer_bytes_s{sfx}"] = sum(m["bytes"] for m in ours) / (sum(busy[name]) + drain_s[name])
+        res[f"writer_over_disk_ratio{sfx}"] = res[f"writer_bytes_s{sfx}"] / res["disk_seq_write_bytes_s"]
+        if name == "on":
+            res["dump_bytes_per_token"] = sum(m["bytes"] for m in ours) / sum(m["num_tokens"] for m in ours)
     # Sustained dumping at the "off" prefill rate would need this many bytes/s: above 1, the disk (not
     # the dump) sets the pace once the host budget is full, whatever the writer does.
     res["sustained_need_over_disk"] = (res["prefill_tok_s_off"] * res["dump_bytes_per_token"]

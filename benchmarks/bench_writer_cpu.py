@@ -5,7 +5,8 @@
 In SGLang the writer's threads live in the scheduler process, whose forward thread is Python-bound
 (GIL). This runs a pure-Python stand-in for that thread and measures its loop rate alone, then while
 the real DumpWriter writes --samples prompts (tiny-preset sizes by default: 3 aux + 2 finals, bf16),
-once with our direct safetensors writer and once with safetensors.torch.save_file, and prints
+with our direct safetensors writer, with safetensors.torch.save_file, and with our writer in a child
+process (SGLANG_EAGLE3_EXT_DUMP_WRITER=process: no GIL shared with the stand-in), and prints
   forward_ratio = stand-in loop rate while writing ÷ alone          (goal: near 1)
   writer_over_disk = writer bytes/s ÷ sequential fsynced disk bytes/s, same run
 """
@@ -51,7 +52,7 @@ def loop_rate(seconds: float) -> float:
     return out[0]
 
 
-def run_writer(a, root: Path, use_save_file: bool) -> dict:
+def run_writer(a, root: Path, use_save_file: bool, process: bool = False) -> dict:
     import torch
 
     import sglang_eagle3_ext.dump.fmt as F
@@ -59,7 +60,8 @@ def run_writer(a, root: Path, use_save_file: bool) -> dict:
     from sglang_eagle3_ext.dump.assemble import ChunkBatch
     from sglang_eagle3_ext.dump.capture import _rows_finite
     from sglang_eagle3_ext.dump.manifest import read_manifest
-    from sglang_eagle3_ext.dump.writer import DumpWriter
+    from sglang_eagle3_ext.dump.capture import make_writer
+    from sglang_eagle3_ext.dump.staging import region_size
 
     real = F.save_safetensors
     if use_save_file:
@@ -69,22 +71,37 @@ def run_writer(a, root: Path, use_save_file: bool) -> dict:
         F.save_safetensors = via_save_file
     try:
         cfg = C.from_env({C.ENV_DIR: str(root), C.ENV_LAYERS: "1,2,3", C.ENV_FINAL: "both",
-                          C.ENV_IO_THREADS: str(a.io_threads), C.ENV_MIN_TOKENS: "1"})
+                          C.ENV_IO_THREADS: str(a.io_threads), C.ENV_MIN_TOKENS: "1",
+                          C.ENV_WRITER: "process" if process else "thread"})
         meta = {"layer_indices_hf": [1, 2, 3], "hidden_size": a.hidden, "num_hidden_layers": 4,
                 "architecture": "DeepseekV3ForCausalLM", "final": "both", "dtype": "bfloat16"}
         T, H = a.tokens, a.hidden
         src = [torch.randn(T, 5 * H).bfloat16() for _ in range(4)]   # reused contents, fresh batches
         ok = [_rows_finite([s]) for s in src]                          # as the capture computes them
-        w = DumpWriter(cfg, meta)
+        w = make_writer(cfg, meta, "dp0")
+        ring = w.open_staging(pin=False) if process else None
         with spinning() as out:
             t0 = time.perf_counter()
             for i in range(a.samples):
                 s = src[i % 4]
                 nb = s.numel() * 2 + T * 8
                 w.reserve(nb)
-                w.submit(ChunkBatch([f"s{i}"], [0], [T], [T], torch.arange(T), s[:, :3 * H].contiguous(),
-                                    "packed", s[:, 3 * H:4 * H].contiguous(), s[:, 4 * H:].contiguous(), None, nb,
-                                    row_ok=ok[i % 4]))
+                host = {"ids": torch.arange(T), "aux": s[:, :3 * H], "pre": s[:, 3 * H:4 * H],
+                        "post": s[:, 4 * H:], "ok": ok[i % 4]}
+                region = None
+                if ring is not None:   # as the capture does: the host copies land in the shared memory
+                    specs = [(tuple(t.shape), t.dtype) for t in host.values()]
+                    region = ring.alloc(region_size(specs))
+                    dst = ring.tensors(region, specs) if region else list(w.host_buffers(dict(zip(host, specs)),
+                                                                                        False).values())
+                    host = {k: d.copy_(t) for (k, t), d in zip(host.items(), dst)}
+                else:
+                    host = {k: t.contiguous() for k, t in host.items()}
+                b = ChunkBatch([f"s{i}"], [0], [T], [T], host["ids"], host["aux"], "packed", host["pre"],
+                               host["post"], None, nb, row_ok=host["ok"])
+                if region is not None:
+                    b.free_host = lambda r=region: ring.free(r)
+                w.submit(b)
             assert w.flush(600)
             dt = time.perf_counter() - t0
         w.close()
@@ -107,14 +124,14 @@ def main() -> int:
 
     base = Path(a.dir or tempfile.mkdtemp(prefix="sge3_bench_writer_"))
     res = {"loop_rate_alone": loop_rate(2.0)}
-    for name, sf in (("ours", False), ("save_file", True)):
+    for name, sf, proc in (("ours", False, False), ("save_file", True, False), ("process", False, True)):
         d = base / name
         d.mkdir(parents=True, exist_ok=True)
-        r = run_writer(a, d, sf)
+        r = run_writer(a, d, sf, proc)
         res[f"{name}_forward_ratio"] = r["loop_rate"] / res["loop_rate_alone"]
         res[f"{name}_writer_bytes_s"] = r["writer_bytes_s"]
     res["disk_seq_write_bytes_s"] = disk_write_bps(base)
-    for name in ("ours", "save_file"):
+    for name in ("ours", "save_file", "process"):
         res[f"{name}_writer_over_disk"] = res[f"{name}_writer_bytes_s"] / res["disk_seq_write_bytes_s"]
     print(json.dumps(res, indent=2))
     return 0

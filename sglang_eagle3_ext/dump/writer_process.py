@@ -12,7 +12,7 @@ ordinary DumpWriter there: stitching, checks, atomic files, manifest, status fil
 Host memory: one memfd of SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB, page-locked (cudaHostRegister) on a
 CUDA model. A batch that finds no contiguous room gets a memfd of its own, passed over the socket.
 A child that dies stops dumping (serving continues, every held byte is released); when the server
-dies the child sees the socket close, writes what is complete and exits.
+dies the child sees the socket close, lets the files being written finish and exits.
 """
 from __future__ import annotations
 
@@ -361,7 +361,11 @@ def child_main(sock_fd: int, ring_fd: int, ring_bytes: int, name: str) -> int:
             seg_sizes = dict(f[1:3] for f in msg[1]["fields"].values() if f[0] == "seg") if msg[0] == "batch" else {}
             fds = recvfds(sock, len(seg_sizes)) if seg_sizes else []
         except (EOFError, OSError):
-            break                     # the server is gone: finish what is complete, then exit
+            # The server died. Samples already being written finish (each file is atomic); nothing new
+            # starts: the restarted server re-dumps whatever the manifest lacks, and a late write of ours
+            # racing it would list a sample twice.
+            w.accepting = False
+            break
         if msg[0] == "batch":
             bid = msg[1]["id"]
             segs = [map_shared(fd, seg_sizes[i]) for i, fd in enumerate(fds)]
