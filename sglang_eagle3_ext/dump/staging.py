@@ -129,8 +129,9 @@ class SharedMemory:
         """Page-lock it for the GPU (cudaHostRegister): device->host copies into it are then asynchronous."""
         import torch
 
-        err = torch.cuda.cudart().cudaHostRegister(self.buf.data_ptr(), self.nbytes, 0)
-        if int(getattr(err, "value", err)) != 0:
+        # as torch.cuda._pin_memory_utils.pin_memory does (flag 1: cudaHostRegisterPortable)
+        err = int(torch.cuda.cudart().cudaHostRegister(self.buf.data_ptr(), self.nbytes, 1))
+        if err != 0:
             raise RuntimeError(f"cudaHostRegister({self.nbytes >> 20} MB) failed with CUDA error {err}")
         self._registered = True
 

@@ -22,14 +22,14 @@ import sys
 from pathlib import Path
 
 from ..dump.config import ENV_DIR as ENV_DUMP_DIR
-from ..dump.config import ENV_ENCODING, ENV_FINAL
+from ..dump.config import ENV_ENCODING, ENV_FINAL, ENV_WRITER
 from ..dump.config import ENV_FORMAT as ENV_DUMP_FORMAT
 from ..dump.config import ENV_LAYERS as ENV_DUMP_LAYERS
 
 EXT_SECTION = "eagle3_ext"
 # eagle3_ext key -> env var ("" = consumed by the launcher itself); names defined once, in dump/config.py
 EXT_KEYS = {"dump_dir": ENV_DUMP_DIR, "dump_layers": ENV_DUMP_LAYERS, "dump_format": ENV_DUMP_FORMAT,
-            "dump_final": ENV_FINAL, "dump_encoding": ENV_ENCODING, "nccl_profile": ""}
+            "dump_final": ENV_FINAL, "dump_encoding": ENV_ENCODING, "dump_writer": ENV_WRITER, "nccl_profile": ""}
 BUILTIN_PREFIX = "builtin:"
 BUILTIN_MODELS = ("tiny-deepseek-v3",)
 
