@@ -118,7 +118,7 @@ class SharedMemory:
         import torch
 
         self.nbytes = max(_up(nbytes), ALIGN)
-        self.fd = os.memfd_create(name, 0)
+        self.fd = os.memfd_create(name)      # close-on-exec: only pass_fds hands it to the writer process
         os.ftruncate(self.fd, self.nbytes)
         self._mm = mmap.mmap(self.fd, self.nbytes)
         self.buf = torch.frombuffer(self._mm, dtype=torch.uint8)

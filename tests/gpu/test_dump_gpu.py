@@ -78,11 +78,13 @@ def _stats(cos: dict) -> dict:
             for k, v in cos.items()}
 
 
-@pytest.mark.parametrize("variant", ["dense", "moe_pinned", "moe"])
+@pytest.mark.parametrize("variant", ["dense", "moe_pinned", "moe", "dense_process"])
 def test_dump_matches_transformers(variant, tiny_target, tmp_path):
     """dense: every layer an MLP (first_k_dense_replace = n) -> every token's cosine >= 0.999.
     moe_pinned: the MoE target with routing pinned (tiny.ensure_tiny_target route_bias) -> every token >= 0.999
     through SGLang's MoE kernels.
+    dense_process: dense, written by the writer process (SGLANG_EAGLE3_EXT_DUMP_WRITER=process) through the
+    page-locked shared staging memory.
     moe: the shipped tiny target. Its random routers sit on near-ties: transformers itself, bf16 vs fp32,
     puts a few % of tokens below 0.999 after the first MoE layer (CPU: 19 of 1200 at hs[2], every one of
     them with a different expert choice, none with the same). So the bar there is relative: the dump vs
@@ -92,7 +94,7 @@ def test_dump_matches_transformers(variant, tiny_target, tmp_path):
     from sglang_eagle3_ext.dump.manifest import read_manifest
     from sglang_eagle3_ext.tiny import ensure_tiny_target
 
-    if variant == "dense":
+    if variant in ("dense", "dense_process"):
         tiny_target = ensure_tiny_target(tmp_path / "dense", first_k_dense_replace=4)
     elif variant == "moe_pinned":
         tiny_target = ensure_tiny_target(tmp_path / "pinned", route_bias=1.0)
@@ -101,7 +103,8 @@ def test_dump_matches_transformers(variant, tiny_target, tmp_path):
     dump.mkdir()
     data = tmp_path / "p.jsonl"
     prompts = _prompts(data, 4)
-    env = _activation_env(tmp_path, dump)
+    process = variant.endswith("_process")
+    env = _activation_env(tmp_path, dump, **({"SGLANG_EAGLE3_EXT_DUMP_WRITER": "process"} if process else {}))
     with sglang_server(["--model-path", str(tiny_target), *BASE_ARGS, *SERVER_ARGS], name=f"dump_ref_{variant}",
                        port=_port(), env=env, launcher="sglang.launch_server") as (base, log, _):
         rc = _client(base, data, dump, env).wait(900)
@@ -110,6 +113,8 @@ def test_dump_matches_transformers(variant, tiny_target, tmp_path):
         assert "DISABLED" not in text
         # the values compared below went through the pinned staging ring, not the per-batch fallback
         assert "host staging buffer for the device->host copies" in text and "no contiguous room" not in text
+        if process:   # the child wrote them, from page-locked memory shared with the server
+            assert "writing from a separate process" in text and "pinned a" in text and "STOPPED" not in text
     man = read_manifest(dump)
     assert sorted(man) == [f"s{i:04d}" for i in range(4)]
     meta = json.loads((dump / "dump_meta.json").read_text())
