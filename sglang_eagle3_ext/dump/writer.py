@@ -94,7 +94,21 @@ def check_dump_dir(path: str) -> Path:
     return p
 
 
-class DumpWriter:
+class ForwardThreadApi:
+    """What the capture calls on the forward thread, common to both writers (needs done_ids, budget)."""
+
+    def is_done(self, sample_id: str) -> bool:
+        return sample_id in self.done_ids
+
+    def reserve(self, nbytes: int) -> None:
+        """Backpressure: may block the forward thread until host memory is free; never drops."""
+        self.budget.acquire(nbytes)
+
+    def unreserve(self, nbytes: int) -> None:
+        self.budget.release(nbytes)
+
+
+class DumpWriter(ForwardThreadApi):
     def __init__(self, cfg: DumpConfig, meta: dict, name: str = "dp0"):
         self.cfg, self.meta, self.name = cfg, dict(meta), name
         self.encoding = BY_ENV[cfg.encoding]
@@ -187,16 +201,7 @@ class DumpWriter:
             if changed:
                 self._write_status(self._running_state)
 
-    # ---- forward-thread API -----------------------------------------------------------------------
-    def is_done(self, sample_id: str) -> bool:
-        return sample_id in self.done_ids
-
-    def reserve(self, nbytes: int) -> None:
-        self.budget.acquire(nbytes)
-
-    def unreserve(self, nbytes: int) -> None:
-        self.budget.release(nbytes)
-
+    # ---- forward-thread API (and ForwardThreadApi) -------------------------------------------------
     def host_buffers(self, specs: dict, cuda: bool) -> dict:
         """{name: empty host tensor} for each (shape, dtype) when the staging ring has no room: pinned
         (on a CUDA model) so the copies stay asynchronous."""

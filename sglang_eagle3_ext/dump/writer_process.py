@@ -30,6 +30,7 @@ from multiprocessing.reduction import recvfds, sendfds
 from .._log import log_once, logger
 from .manifest import read_manifest
 from .staging import PinnedRing, SharedMemory, map_shared, region_size, tensor_at
+from .writer import ForwardThreadApi
 
 FIELDS = ("ids", "aux", "pre", "post", "row_ok", "orig_lens")   # ChunkBatch host tensors
 START_TIMEOUT_S = 300
@@ -45,7 +46,7 @@ def _dtype(name: str):
     return getattr(torch, name)
 
 
-class ProcessDumpWriter:
+class ProcessDumpWriter(ForwardThreadApi):
     """The scheduler-process side: DumpWriter's interface to the capture, the writing done by a child."""
 
     shared_staging = True      # capture.py: the staging ring comes from open_staging()
@@ -124,15 +125,6 @@ class ProcessDumpWriter:
             out[k] = tensor_at(seg.buf, off, shape, dtype)
             off += _up(_nbytes(shape, dtype))
         return out
-
-    def is_done(self, sample_id: str) -> bool:
-        return sample_id in self.done_ids
-
-    def reserve(self, nbytes: int) -> None:
-        self.budget.acquire(nbytes)
-
-    def unreserve(self, nbytes: int) -> None:
-        self.budget.release(nbytes)
 
     def submit(self, batch) -> None:
         self._q.put(batch)

@@ -75,6 +75,19 @@ def _forward(m, fb, packed, layers, nan_row=None, pad=0):
     return prenorm, post, torch.cat(aux, -1)
 
 
+def _p1_stitched(w, tmp_path, r1, r2):
+    """After both forwards: p1 (4 rows of the first, 2 of the second) and p2 are listed, p1 stitched right."""
+    assert w.flush(30)
+    man = read_manifest(tmp_path)
+    assert set(man) == {"p1", "p2"}
+    t, meta = read_sample(tmp_path / man["p1"]["file"])
+    assert t[T_IDS].tolist() == [0, 1, 2, 3, 100, 101]
+    assert torch.equal(t[T_AUX], torch.cat([r1[2][:4], r2[2][:2]]))
+    assert torch.equal(t[T_PRE], torch.cat([r1[0][:4], r2[0][:2]]))
+    assert torch.equal(t[T_POST], torch.cat([r1[1][:4], r2[1][:2]]))
+    return man, t, meta
+
+
 @pytest.mark.parametrize("staging", [None, 1 << 16, 1024])   # no ring (CPU default), roomy ring, ring too small
 @pytest.mark.parametrize("packed", [False, True])
 def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkeypatch, packed, staging):
@@ -98,14 +111,7 @@ def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkey
     # not pure EXTEND: never dumped, even with dumpable rids
     for mode in (ForwardMode.MIXED, ForwardMode.TARGET_VERIFY, ForwardMode.DECODE, ForwardMode.DRAFT_EXTEND_V2):
         _forward(m, _fb(mode, ["p3"], [0], [2], [2], torch.arange(2)), packed, [0, 2, 5])
-    assert w.flush(30)
-    man = read_manifest(tmp_path)
-    assert set(man) == {"p1", "p2"}
-    t, meta = read_sample(tmp_path / man["p1"]["file"])
-    assert t[T_IDS].tolist() == [0, 1, 2, 3, 100, 101]
-    assert torch.equal(t[T_AUX], torch.cat([r1[2][:4], r2[2][:2]]))
-    assert torch.equal(t[T_PRE], torch.cat([r1[0][:4], r2[0][:2]]))
-    assert torch.equal(t[T_POST], torch.cat([r1[1][:4], r2[1][:2]]))
+    man, t, meta = _p1_stitched(w, tmp_path, r1, r2)
     # SGLang's own RMSNorm output = our re-derivation from the pre-norm state (used by the SpecForge export)
     assert torch.allclose(rms_norm(t[T_PRE], m.model.norm.weight.data, 1e-6), t[T_POST], atol=1e-5)
     assert meta["layer_indices_hf"] == [0, 2, 5] and meta["hidden_size"] == H and meta["sglang_version"]
@@ -132,14 +138,7 @@ def test_hook_feeds_the_writer_process(sglang_cpu, tmp_path, monkeypatch, packed
     r1 = _forward(m, _fb(ForwardMode.EXTEND, ["p1", "p2"], [0, 0], [4, 3], [6, 3], torch.arange(7)), packed,
                   [0, 2, 5])
     r2 = _forward(m, _fb(ForwardMode.EXTEND, ["p1"], [4], [2], [6], torch.arange(100, 102)), packed, [0, 2, 5])
-    assert w.flush(30)
-    man = read_manifest(tmp_path)
-    assert set(man) == {"p1", "p2"}
-    t, meta = read_sample(tmp_path / man["p1"]["file"])
-    assert t[T_IDS].tolist() == [0, 1, 2, 3, 100, 101]
-    assert torch.equal(t[T_AUX], torch.cat([r1[2][:4], r2[2][:2]]))
-    assert torch.equal(t[T_PRE], torch.cat([r1[0][:4], r2[0][:2]]))
-    assert torch.equal(t[T_POST], torch.cat([r1[1][:4], r2[1][:2]]))
+    man, t, meta = _p1_stitched(w, tmp_path, r1, r2)
     assert meta["layer_indices_hf"] == [0, 2, 5] and meta["sglang_version"]
     t2, _ = read_sample(tmp_path / man["p2"]["file"])
     assert torch.equal(t2[T_AUX], r1[2][4:7])
