@@ -19,13 +19,25 @@ META_KEY = "sge3_dump"
 T_IDS, T_AUX, T_PRE, T_POST = "input_ids", "aux_hidden_states", "final_prenorm", "final_postnorm"
 
 
+_dirs_made: set[str] = set()
+
+
+def _ensure_dir(d: Path) -> None:
+    """mkdir -p once per directory and process: the dump writes into 256 shard dirs, and each syscall
+    of its io threads is a GIL hand-off with the scheduler's forward thread."""
+    key = str(d)
+    if key not in _dirs_made:
+        d.mkdir(parents=True, exist_ok=True)
+        _dirs_made.add(key)
+
+
 def atomic_write(path: str | os.PathLike, write_fn, tmp_tag: str = "", sync_dir: bool = True) -> int:
     """write_fn(tmp_path) then fsync, rename into place, fsync the directory; returns bytes.
     On any failure the temporary file is removed and nothing appears at `path`. A write_fn that
     fsyncs the file itself returns its size (saves reopening it); sync_dir=False leaves the
     directory fsync to the caller (the dump writer batches it with its manifest commit)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _ensure_dir(path.parent)
     tmp = path.with_name(f".{path.name}.tmp{tmp_tag}.{os.getpid()}")
     try:
         size = write_fn(str(tmp))

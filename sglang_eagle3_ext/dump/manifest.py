@@ -10,6 +10,7 @@ writers never interleave lines; readers take the union. A torn last line (crash 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -40,12 +41,22 @@ def sample_relpath(sample_id: str) -> str:
     return f"{SAMPLES_DIR}/{shard}/{sid}.safetensors"
 
 
+@functools.lru_cache(maxsize=None)
+def _resolved(path: str) -> Path:
+    return Path(path).resolve()
+
+
 def sample_path(dump_dir: str | os.PathLike, sample_id: str) -> Path:
-    root = Path(dump_dir).resolve()
-    p = (root / sample_relpath(sample_id)).resolve()
-    if root not in p.parents:   # defence in depth: sanitize_id already makes this impossible
+    """Where a sample's file goes. Directories are resolved once each (the root, and each of the 256 shard
+    dirs, which may be symlinks): per sample this costs no syscall, and each syscall of the writer's io
+    threads is a GIL hand-off with the scheduler's forward thread."""
+    root = _resolved(os.fspath(dump_dir))
+    shard, name = os.path.split(sample_relpath(sample_id))
+    shard_dir = _resolved(str(root / shard))
+    if root not in shard_dir.parents or os.sep in name or name in (".", ".."):
+        # defence in depth: sanitize_id already makes this impossible
         raise ValueError(f"sample id {sample_id!r} resolves outside the dump dir")
-    return p
+    return shard_dir / name
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
