@@ -283,3 +283,24 @@ def test_status_file_follows_the_counters_during_a_run(tmp_path, monkeypatch):
     assert st["state"] == "dumping" and st["stats"]["written"] == 1 and st["stats"]["nonfinite"] == 1, st
     w.close()
     assert json.loads(path.read_text())["state"] == "closed"
+
+
+def test_steady_state_sample_writes_make_no_path_syscalls(tmp_path, monkeypatch):
+    """Each syscall of an io thread is a GIL hand-off with SGLang's forward thread: once a shard dir is
+    known, writing a sample resolves no path and makes no directory."""
+    from sglang_eagle3_ext.dump import manifest as M
+
+    ids = [f"r{i}" for i in range(400) if M.sample_relpath(f"r{i}").split("/")[1] == M.sample_relpath("r0").split("/")[1]]
+    w = _writer(tmp_path)
+    _submit(w, _batch([ids[0]], [0], [3], [3]))          # first of its shard: resolves and makes the dir
+    assert w.flush(30)
+    calls = []
+    for name in ("lstat", "stat", "mkdir"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda *a, _r=real, _n=name, **k: calls.append(_n) or _r(*a, **k))
+    _submit(w, _batch([ids[1]], [0], [3], [3]))          # same shard
+    assert w.flush(30)
+    monkeypatch.undo()
+    assert set(read_manifest(tmp_path)) == set(ids[:2])
+    assert calls == [], calls
+    w.close()
