@@ -317,7 +317,10 @@ class DumpTarget:
                     "pre": pre[:T] if self.cfg.want_prenorm else None,
                     "post": hidden[:T] if self.cfg.want_postnorm else None,
                     "orig": orig[:bs] if hasattr(orig, "shape") else None}
-            if cuda:   # on a CPU model the io threads check instead: this thread is the forward pass
+            # NaN/Inf flags per row, on the GPU: the io threads then need no pass over the bytes (each torch
+            # call of theirs is a GIL hand-off with this thread). Not on a CPU model (a full pass on this
+            # thread), nor for the writer process, whose checks share no GIL with us.
+            if cuda and not w.checks_finite_off_gil:
                 states = [a[:T] for a in aux] if layout == "list" else [srcs["aux"]]
                 srcs["ok"] = _rows_finite(states + [srcs[k] for k in ("pre", "post") if srcs[k] is not None])
             specs = {k: (tuple(t.shape), t.dtype) for k, t in srcs.items() if t is not None}

@@ -97,6 +97,8 @@ def check_dump_dir(path: str) -> Path:
 class ForwardThreadApi:
     """What the capture calls on the forward thread, common to both writers (needs done_ids, budget)."""
 
+    checks_finite_off_gil = False   # True: the NaN/Inf check costs the forward thread nothing where it runs
+
     def is_done(self, sample_id: str) -> bool:
         return sample_id in self.done_ids
 

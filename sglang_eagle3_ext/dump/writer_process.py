@@ -49,7 +49,8 @@ def _dtype(name: str):
 class ProcessDumpWriter(ForwardThreadApi):
     """The scheduler-process side: DumpWriter's interface to the capture, the writing done by a child."""
 
-    shared_staging = True      # capture.py: the staging ring comes from open_staging()
+    shared_staging = True          # capture.py: the staging ring comes from open_staging()
+    checks_finite_off_gil = True   # the child checks each sample for NaN/Inf: no flag kernels on the forward
 
     def __init__(self, cfg, meta: dict, name: str = "dp0"):
         from ..patch_table import ENV_ENABLE
