@@ -123,7 +123,7 @@ class SharedMemory:
         self._mm = mmap.mmap(self.fd, self.nbytes)
         self.buf = torch.frombuffer(self._mm, dtype=torch.uint8)
         self.path = f"/proc/{os.getpid()}/fd/{self.fd}"
-        self._registered = False
+        self.pinned = False
 
     def pin(self) -> None:
         """Page-lock it for the GPU (cudaHostRegister): device->host copies into it are then asynchronous."""
@@ -133,7 +133,7 @@ class SharedMemory:
         err = int(torch.cuda.cudart().cudaHostRegister(self.buf.data_ptr(), self.nbytes, 1))
         if err != 0:
             raise RuntimeError(f"cudaHostRegister({self.nbytes >> 20} MB) failed with CUDA error {err}")
-        self._registered = True
+        self.pinned = True
 
     def contains(self, t) -> int | None:
         """Byte offset of tensor t in this memory, None when it lives elsewhere."""

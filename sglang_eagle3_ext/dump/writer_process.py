@@ -107,25 +107,20 @@ class ProcessDumpWriter(ForwardThreadApi):
                          "copies will be synchronous", self._mem.nbytes >> 20, e, level=logging.WARNING)
         log_once("dump.ring", "dump: %s a %d MB host staging buffer for the device->host copies, shared with the "
                  "writer process (SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB)",
-                 "pinned" if self._mem._registered else "mapped", self._mem.nbytes >> 20)
+                 "pinned" if self._mem.pinned else "mapped", self._mem.nbytes >> 20)
         self.staging = PinnedRing(self._mem.nbytes, buf=self._mem.buf)
         return self.staging
 
     def host_buffers(self, specs: dict, cuda: bool) -> dict:
         """A batch the ring has no room for: its own shared memory (pageable: copies into it are synchronous)."""
-        from .staging import _nbytes, _up
-
         log_once("dump.segment", "dump: the shared staging buffer has no contiguous room for a batch; such batches "
                  "get their own shared memory (their copies are synchronous). Said once; a larger "
                  "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB avoids it")
         seg = SharedMemory(region_size(specs.values()), f"sge3-dump-{self.name}-seg")
         with self._lock:
             self._segments.append(seg)
-        out, off = {}, 0
-        for k, (shape, dtype) in specs.items():
-            out[k] = tensor_at(seg.buf, off, shape, dtype)
-            off += _up(_nbytes(shape, dtype))
-        return out
+        whole = PinnedRing(seg.nbytes, buf=seg.buf)      # laid out as a ring region would be
+        return dict(zip(specs, whole.tensors(whole.alloc(seg.nbytes), specs.values())))
 
     def submit(self, batch) -> None:
         self._q.put(batch)
