@@ -367,18 +367,14 @@ class DumpTarget:
         w.submit(batch)
 
     def _host_buffers(self, specs: dict, cuda: bool):
-        """({name: empty host tensor} for each (shape, dtype), the ring region they live in or None)."""
-        import torch
-
+        """({name: empty host tensor} for each (shape, dtype), the ring region they live in or None).
+        Without ring room, the writer provides (and says so once)."""
         if self.ring is not None:
             from .staging import region_size
 
             region = self.ring.alloc(region_size(specs.values()))
             if region is not None:
                 return dict(zip(specs, self.ring.tensors(region, specs.values()))), region
-            log_once("dump.ring_full", "dump: the pinned staging buffer has no contiguous room for a batch; such "
-                     "batches allocate their own pinned memory (slower). Said once; a larger "
-                     "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB avoids it", level=logging.INFO)
         return self.writer.host_buffers(specs, cuda), None
 
 

@@ -205,9 +205,14 @@ class DumpWriter(ForwardThreadApi):
 
     # ---- forward-thread API (and ForwardThreadApi) -------------------------------------------------
     def host_buffers(self, specs: dict, cuda: bool) -> dict:
-        """{name: empty host tensor} for each (shape, dtype) when the staging ring has no room: pinned
-        (on a CUDA model) so the copies stay asynchronous."""
+        """{name: empty host tensor} for each (shape, dtype) when the staging ring has no room (or on a CPU
+        model, which has none): pinned on a CUDA model, so the copies stay asynchronous."""
         import torch
+
+        if self.staging is not None:
+            log_once("dump.ring_full", "dump: the pinned staging buffer has no contiguous room for a batch; such "
+                     "batches allocate their own pinned memory (slower). Said once; a larger "
+                     "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB avoids it", level=logging.INFO)
 
         return {k: torch.empty(shape, dtype=dtype, device="cpu", pin_memory=cuda) for k, (shape, dtype) in specs.items()}
 

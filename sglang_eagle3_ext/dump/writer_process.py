@@ -6,8 +6,8 @@ that is prefill time lost. With this writer the scheduler process keeps only
   forward thread:   reserve + asynchronous copies into a shared staging ring + submit (as before)
   forwarder thread: wait for a batch's copy event, send its layout (offsets, shapes, rids; ~1 KB)
   reader thread:    the child's replies (batch memory free, sample written, stopped)
-while the child (`python -m sglang_eagle3_ext.dump.writer_process`) maps the same memory and runs the
-ordinary DumpWriter there: stitching, checks, atomic files, manifest, status file.
+while the child (writer_child.py) maps the same memory and runs the ordinary DumpWriter there:
+stitching, checks, atomic files, manifest, status file.
 
 Host memory: one memfd of SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB, page-locked (cudaHostRegister) on a
 CUDA model. A batch that finds no contiguous room gets a memfd of its own, passed over the socket.
@@ -25,11 +25,11 @@ import subprocess
 import sys
 import threading
 from multiprocessing.connection import Connection
-from multiprocessing.reduction import recvfds, sendfds
+from multiprocessing.reduction import sendfds
 
 from .._log import log_once, logger
 from .manifest import read_manifest
-from .staging import PinnedRing, SharedMemory, map_shared, region_size, tensor_at
+from .staging import PinnedRing, SharedMemory, region_size
 from .writer import ForwardThreadApi
 
 FIELDS = ("ids", "aux", "pre", "post", "row_ok", "orig_lens")   # ChunkBatch host tensors
@@ -38,12 +38,6 @@ START_TIMEOUT_S = 300
 
 def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
-
-
-def _dtype(name: str):
-    import torch
-
-    return getattr(torch, name)
 
 
 class ProcessDumpWriter(ForwardThreadApi):
@@ -76,7 +70,7 @@ class ProcessDumpWriter(ForwardThreadApi):
         env = {k: v for k, v in os.environ.items() if k != ENV_ENABLE}   # no SGLang patches in the child
         env["CUDA_VISIBLE_DEVICES"] = ""                                 # and no CUDA context
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(theirs.fileno()), str(self._mem.fd), str(self._mem.nbytes), name],
+            [sys.executable, "-m", "sglang_eagle3_ext.dump.writer_child", str(theirs.fileno()), str(self._mem.fd), str(self._mem.nbytes), name],
             pass_fds=(theirs.fileno(), self._mem.fd), env=env, stdin=subprocess.DEVNULL)
         theirs.close()
         self._sock = ours
@@ -279,101 +273,3 @@ class ProcessDumpWriter(ForwardThreadApi):
         for token in waiters:
             self._answer(token, False)
         self.budget.poke()
-
-
-# ---- the child ------------------------------------------------------------------------------------
-class _Staging:
-    """What the child's status file shows of the parent's ring."""
-
-    def __init__(self, nbytes: int):
-        self.capacity, self.fallbacks = nbytes, 0
-
-
-def _batch_from(desc: dict, ring, seg_bufs: list):
-    from .assemble import ChunkBatch
-
-    def get(k):
-        f = desc["fields"][k]
-        if f[0] == "value":
-            return f[1]
-        if f[0] == "ring":
-            return tensor_at(ring, f[1], f[2], _dtype(f[3]))
-        return tensor_at(seg_bufs[f[1]], f[3], f[4], _dtype(f[5]))
-
-    norm = None
-    if desc["norm"] is not None:
-        import torch
-
-        raw, shape, dtype, eps = desc["norm"]
-        norm = (torch.frombuffer(bytearray(raw), dtype=torch.float32).view(shape).to(_dtype(dtype)), eps)
-    return ChunkBatch(desc["rids"], desc["pfx"], desc["ext"], get("orig_lens"), get("ids"), get("aux"),
-                      desc["layout"], get("pre"), get("post"), None, desc["nbytes"], norm, row_ok=get("row_ok"))
-
-
-def child_main(sock_fd: int, ring_fd: int, ring_bytes: int, name: str) -> int:
-    from .config import DumpConfig
-    from .writer import DumpStartupError, DumpWriter
-
-    sock = socket.socket(fileno=sock_fd)
-    conn = Connection(os.dup(sock_fd))
-    lock = threading.Lock()
-
-    def send(msg) -> None:
-        with lock:
-            try:
-                conn.send(msg)
-            except OSError:
-                pass                  # the server is gone; what is complete still gets written
-
-    _, cfg_d, meta = conn.recv()
-    if cfg_d.get("layers") is not None:
-        cfg_d["layers"] = tuple(cfg_d["layers"])
-    # The server process budgets host memory (its forward thread waits there); never wait here too.
-    cfg = dataclasses.replace(DumpConfig(**cfg_d), max_pending_bytes=1 << 62)
-    ring = map_shared(ring_fd, ring_bytes)
-    try:
-        w = DumpWriter(cfg, meta, name=name)
-    except DumpStartupError as e:
-        send(("error", str(e)))
-        return 2
-    received = [0]
-    w.staging = staging = _Staging(ring_bytes)
-    w.on_written = lambda sid: send(("done", sid))
-    w.on_stop = lambda reason: send(("stopped", reason))
-    w.on_progress = lambda: send(("busy", received[0], w.busy()))
-    send(("ready", os.getpid()))
-    while True:
-        try:
-            msg = conn.recv()
-            # a batch's own segments follow its message as file descriptors, in segment order
-            seg_sizes = dict(f[1:3] for f in msg[1]["fields"].values() if f[0] == "seg") if msg[0] == "batch" else {}
-            fds = recvfds(sock, len(seg_sizes)) if seg_sizes else []
-        except (EOFError, OSError):
-            # The server died. Samples already being written finish (each file is atomic); nothing new
-            # starts: the restarted server re-dumps whatever the manifest lacks, and a late write of ours
-            # racing it would list a sample twice.
-            w.accepting = False
-            break
-        if msg[0] == "batch":
-            bid = msg[1]["id"]
-            segs = [map_shared(fd, seg_sizes[i]) for i, fd in enumerate(fds)]
-            for fd in fds:
-                os.close(fd)          # the mapping keeps the memory
-            staging.fallbacks += bool(segs)
-            b = _batch_from(msg[1], ring, segs)
-            b.free_host = lambda bid=bid: send(("free", bid))
-            received[0] += 1
-            w.reserve(b.nbytes)
-            w.submit(b)
-        elif msg[0] == "flush":
-            ok = w.flush(msg[2])
-            send(("flushed", msg[1], ok, dict(w.stats)))
-        elif msg[0] == "close":
-            break
-    w.close()
-    send(("closed", dict(w.stats)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(child_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]))
