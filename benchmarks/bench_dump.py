@@ -155,23 +155,20 @@ def main():
 
     res = {"io_threads": os.environ.get(ENV_IO_THREADS) or "default", "rounds": a.rounds}
     tmp = Path(tempfile.mkdtemp())
-    off_env = {k: v for k, v in _activation_env(tmp, dump).items() if not k.startswith("SGLANG_EAGLE3_EXT_DUMP")}
-    variants = {"off": off_env, "on": _activation_env(tmp, dump)}   # name -> server env
-    if a.discard:
-        variants["discard"] = {**_activation_env(tmp, Path(tempfile.mkdtemp(prefix="sge3_bench_discard_"))),
-                               ENV_DISCARD: "1"}
-    if a.writer_process:
-        variants["process"] = {**_activation_env(tmp, Path(tempfile.mkdtemp(prefix="sge3_bench_proc_"))),
-                               ENV_WRITER: "process"}
-    if a.compute_stream:
-        variants["compute_stream"] = {**_activation_env(tmp, Path(tempfile.mkdtemp(prefix="sge3_bench_cs_"))),
-                                      ENV_COPY_STREAM: "0"}
+    on_env = _activation_env(tmp, dump)
+    variants = {"off": {k: v for k, v in on_env.items() if not k.startswith("SGLANG_EAGLE3_EXT_DUMP")},
+                "on": on_env}   # name -> server env
+    for name, wanted, var, value in (("discard", a.discard, ENV_DISCARD, "1"),
+                                     ("process", a.writer_process, ENV_WRITER, "process"),
+                                     ("compute_stream", a.compute_stream, ENV_COPY_STREAM, "0")):
+        if wanted:   # dumping with one setting changed, into a dump dir of its own
+            variants[name] = _activation_env(tmp, Path(tempfile.mkdtemp(prefix=f"sge3_bench_{name}_")), **{var: value})
     # all servers share the GPU, one at a time under load
     frac = os.environ.get("SGE3_MEM_FRACTION") or f"{min(0.3, 0.8 / len(variants)):.2f}"
     args += ["--mem-fraction-static", frac]
     tokens_per_burst = (len(prompts) - 1) * a.len
     cfg = json.loads(Path(model, "config.json").read_text())
-    need_mb = tokens_per_burst * (len(_activation_env(tmp, dump)[ENV_LAYERS].split(",")) + 2) \
+    need_mb = tokens_per_burst * (len(on_env[ENV_LAYERS].split(",")) + 2) \
         * cfg["hidden_size"] * 2 * 1.1 / (1 << 20)
     if not os.environ.get(ENV_MAX_PENDING_MB) and need_mb > 4096:   # a burst must fit the host budget
         for env in variants.values():

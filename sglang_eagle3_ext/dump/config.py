@@ -132,6 +132,14 @@ def parse_layers(text: str) -> tuple[int, ...] | None:
     return out
 
 
+def _flag(env, name: str, default: str, choices: str) -> bool:
+    """A 0/1 variable; anything else is a configuration error naming the choices."""
+    v = (env.get(name, "") or default).strip()
+    if v not in ("0", "1"):
+        raise DumpConfigError(f"{name}={v!r}: expected {choices}")
+    return v == "1"
+
+
 def from_env(env=None) -> DumpConfig | None:
     """The dump config, None when dumping is off; DumpConfigError on a bad value (directory checks are
     the writer's, at start-up)."""
@@ -157,17 +165,13 @@ def from_env(env=None) -> DumpConfig | None:
     if encoding not in ENCODINGS:
         raise DumpConfigError(f"{ENV_ENCODING}={env.get(ENV_ENCODING)!r}: expected one of {ENCODINGS} "
                               f"(bf16: hidden states as captured; fp8: e4m3 with per-token per-layer scales, ~0.5x)")
-    copy_stream = (env.get(ENV_COPY_STREAM, "") or "1").strip()
-    if copy_stream not in ("0", "1"):
-        raise DumpConfigError(f"{ENV_COPY_STREAM}={copy_stream!r}: expected 1 (side stream) or 0 (compute stream)")
-    discard = (env.get(ENV_DISCARD, "") or "0").strip()
-    if discard not in ("0", "1"):
-        raise DumpConfigError(f"{ENV_DISCARD}={discard!r}: expected 0 (write samples) or 1 (benchmarking: write none)")
+    copy_stream = _flag(env, ENV_COPY_STREAM, "1", "1 (side stream) or 0 (compute stream)")
+    discard = _flag(env, ENV_DISCARD, "0", "0 (write samples) or 1 (benchmarking: write none)")
     writer = (env.get(ENV_WRITER, "") or "thread").strip().lower()
     if writer not in WRITERS:
         raise DumpConfigError(f"{ENV_WRITER}={env.get(ENV_WRITER)!r}: expected one of {WRITERS} (process: the files "
                               f"are written by a child process, off the scheduler's GIL)")
     return DumpConfig(dump_dir=os.path.abspath(d), layers=parse_layers(env.get(ENV_LAYERS, "")),
                       fmt=fmt, final=final, max_pending_bytes=mb << 20, io_threads=io, encoding=encoding,
-                      min_tokens=min_sample_tokens(env), copy_stream=copy_stream == "1", discard=discard == "1",
+                      min_tokens=min_sample_tokens(env), copy_stream=copy_stream, discard=discard,
                       writer=writer)

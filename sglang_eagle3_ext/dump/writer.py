@@ -213,7 +213,6 @@ class DumpWriter(ForwardThreadApi):
             log_once("dump.ring_full", "dump: the pinned staging buffer has no contiguous room for a batch; such "
                      "batches allocate their own pinned memory (slower). Said once; a larger "
                      "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB avoids it", level=logging.INFO)
-
         return {k: torch.empty(shape, dtype=dtype, device="cpu", pin_memory=cuda) for k, (shape, dtype) in specs.items()}
 
     def submit(self, batch: ChunkBatch) -> None:

@@ -63,7 +63,7 @@ def child_main(sock_fd: int, ring_fd: int, ring_bytes: int, name: str) -> int:
             try:
                 conn.send(msg)
             except OSError:
-                pass                  # the server is gone; what is complete still gets written
+                pass                  # the server is gone: the receive loop sees it and stops the writer
 
     _, cfg_d, meta = conn.recv()
     if cfg_d.get("layers") is not None:
