@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shutil
 import os
 import statistics
 import sys
@@ -79,6 +80,16 @@ def send(base, prompts, concurrency, rids) -> float:
     return time.perf_counter() - t
 
 
+def drop_samples(d: Path, rids) -> None:
+    """Delete a drained burst's sample files (their manifest lines stay, with the bytes counted): a
+    Kimi-width run writes ~55 GB per dumping server over its rounds, more than a GPU host's free disk."""
+    from sglang_eagle3_ext.dump.manifest import read_manifest
+
+    listed = read_manifest(d)
+    for rid in rids:
+        Path(d, listed[rid]["file"]).unlink(missing_ok=True)
+
+
 def wait_listed(d: Path, rids, timeout: float = 600) -> float:
     """Wait until every rid is listed in d's manifest; returns the seconds waited."""
     from sglang_eagle3_ext.dump.manifest import read_manifest
@@ -107,6 +118,8 @@ def specforge_vs_ours(a, model, prompts, res):
     except Exception as e:  # noqa: BLE001 -- reported in the JSON, the run's own numbers still print
         res["specforge_error"] = f"{type(e).__name__}: {e}"[-4000:]
         return
+    finally:   # its hidden states (as large as ours) are counted by now; the disk is needed after us
+        shutil.rmtree(out.parent, ignore_errors=True)
     res["specforge"] = sf
     res["specforge_tok_s"] = sf["tokens_per_s"]
     res["ours_tok_s"] = res["prefill_tok_s_on"]
@@ -179,11 +192,13 @@ def main():
     busy = {n: [] for n in variants}
     drain_s = {n: 0.0 for n in variants}
     writes = {n: Path(env[ENV_DIR]) for n, env in variants.items() if ENV_DIR in env and ENV_DISCARD not in env}
-    with contextlib.ExitStack() as stack, ThreadPoolExecutor(len(variants)) as ex:
+    with contextlib.ExitStack() as stack:
         def serve(name):
             return stack.enter_context(sglang_server(args, name=f"bench_dump_{name}", port=_port(),
                                                      env=variants[name], launcher="sglang.launch_server"))[0]
-        bases = dict(zip(variants, ex.map(serve, variants)))   # started side by side; each stops at exit
+        # started one after another: SGLang sizes its KV cache from the memory free at start-up, which a
+        # server starting beside it is still taking (-> "Loaded weights leave no GPU memory for the KV cache")
+        bases = {name: serve(name) for name in variants}   # then served side by side; each stops at exit
         for name, env in variants.items():
             d = env.get(ENV_DIR)
             if d and not Path(d, META_FILE).exists():   # the writer writes it at model init
@@ -197,6 +212,7 @@ def main():
                 busy[name].append(send(bases[name], prompts[1:], a.concurrency, rids))
                 if name in writes:   # off the clock: the burst's samples written before the next burst
                     drain_s[name] += wait_listed(writes[name], rids)
+                    drop_samples(writes[name], rids)
             print(f"round {r}: " + ", ".join(f"{n} {tokens_per_burst / busy[n][-1]:.0f} tok/s" for n in names),
                   flush=True)
     for name in variants:
