@@ -7,7 +7,8 @@ all), then sends bursts of --prompts prompts of --len tokens (max_new_tokens=1, 
 to one server at a time, round after round, the order rotating: every round measures every variant
 under the same conditions, so drift (clocks, the host's other load) cancels in the per-round ratio.
 After a dumping server's burst the writer drains off the clock, so the disk is not the limit of the
-prefill figure. Prints
+prefill figure; the drained samples' files are then deleted (their manifest lines stay), so a long run needs
+about one burst of free disk per dumping server. Prints
   prefill_ratio = prefill tokens/s with dump ÷ without (median of the rounds' ratios; the aggregate too)
   writer_ratio  = writer bytes/s (manifest bytes / (sending + draining time)) ÷ the disk's
                   sequential write bytes/s (1 GiB, fsynced, in the dump dir, measured in this run)
