@@ -28,8 +28,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import shutil
 import os
+import shutil
 import statistics
 import sys
 import tempfile

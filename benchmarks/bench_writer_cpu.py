@@ -58,9 +58,8 @@ def run_writer(a, root: Path, use_save_file: bool, process: bool = False) -> dic
     import sglang_eagle3_ext.dump.fmt as F
     from sglang_eagle3_ext.dump import config as C
     from sglang_eagle3_ext.dump.assemble import ChunkBatch
-    from sglang_eagle3_ext.dump.capture import _rows_finite
+    from sglang_eagle3_ext.dump.capture import _rows_finite, make_writer
     from sglang_eagle3_ext.dump.manifest import read_manifest
-    from sglang_eagle3_ext.dump.capture import make_writer
     from sglang_eagle3_ext.dump.staging import region_size
 
     real = F.save_safetensors

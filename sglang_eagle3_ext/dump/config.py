@@ -140,6 +140,14 @@ def _flag(env, name: str, default: str, choices: str) -> bool:
     return v == "1"
 
 
+def _choice(env, name: str, default: str, choices: tuple, hint: str) -> str:
+    """One of `choices` (case and surrounding spaces ignored); anything else an error naming them."""
+    v = (env.get(name, "") or default).strip().lower()
+    if v not in choices:
+        raise DumpConfigError(f"{name}={env.get(name)!r}: expected one of {choices} ({hint})")
+    return v
+
+
 def from_env(env=None) -> DumpConfig | None:
     """The dump config, None when dumping is off; DumpConfigError on a bad value (directory checks are
     the writer's, at start-up)."""
@@ -161,16 +169,12 @@ def from_env(env=None) -> DumpConfig | None:
         raise DumpConfigError(f"{ENV_MAX_PENDING_MB}/{ENV_IO_THREADS}: {e}") from None
     if mb <= 0 or io <= 0:
         raise DumpConfigError(f"{ENV_MAX_PENDING_MB} and {ENV_IO_THREADS} must be positive")
-    encoding = (env.get(ENV_ENCODING, "") or "bf16").strip().lower()
-    if encoding not in ENCODINGS:
-        raise DumpConfigError(f"{ENV_ENCODING}={env.get(ENV_ENCODING)!r}: expected one of {ENCODINGS} "
-                              f"(bf16: hidden states as captured; fp8: e4m3 with per-token per-layer scales, ~0.5x)")
+    encoding = _choice(env, ENV_ENCODING, "bf16", ENCODINGS,
+                       "bf16: hidden states as captured; fp8: e4m3 with per-token per-layer scales, ~0.5x")
     copy_stream = _flag(env, ENV_COPY_STREAM, "1", "1 (side stream) or 0 (compute stream)")
     discard = _flag(env, ENV_DISCARD, "0", "0 (write samples) or 1 (benchmarking: write none)")
-    writer = (env.get(ENV_WRITER, "") or "thread").strip().lower()
-    if writer not in WRITERS:
-        raise DumpConfigError(f"{ENV_WRITER}={env.get(ENV_WRITER)!r}: expected one of {WRITERS} (process: the files "
-                              f"are written by a child process, off the scheduler's GIL)")
+    writer = _choice(env, ENV_WRITER, "thread", WRITERS,
+                     "process: the files are written by a child process, off the scheduler's GIL")
     return DumpConfig(dump_dir=os.path.abspath(d), layers=parse_layers(env.get(ENV_LAYERS, "")),
                       fmt=fmt, final=final, max_pending_bytes=mb << 20, io_threads=io, encoding=encoding,
                       min_tokens=min_sample_tokens(env), copy_stream=copy_stream, discard=discard,

@@ -109,6 +109,13 @@ class ForwardThreadApi:
     def unreserve(self, nbytes: int) -> None:
         self.budget.release(nbytes)
 
+    def _release(self, batch: ChunkBatch) -> None:
+        """Nothing holds the batch's host copies any more: their staging region and budget go back (once)."""
+        if batch.free_host is not None:
+            batch.free_host()
+            batch.free_host = None
+        self.budget.release(batch.nbytes)
+
 
 class DumpWriter(ForwardThreadApi):
     def __init__(self, cfg: DumpConfig, meta: dict, name: str = "dp0"):
@@ -132,7 +139,7 @@ class DumpWriter(ForwardThreadApi):
         self._io_pending = 0      # samples handed to io, not yet finished
         self._count_lock = threading.Lock()
         self.budget = Budget(cfg.max_pending_bytes, lambda: self.busy() > 0)
-        self._asm = Assembler(lambda sid: sid in self.done_ids, self._release, cfg.min_tokens)
+        self._asm = Assembler(self.is_done, self._release, cfg.min_tokens)
         self._io = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix="sge3-dump-io")
         self._norm_written = (self.root / NORM_FILE).exists()
         self.staging = None       # the capture's PinnedRing, when it has one (shown in the status file)
@@ -221,12 +228,6 @@ class DumpWriter(ForwardThreadApi):
         self._queue.put(batch)
 
     # ---- background -------------------------------------------------------------------------------
-    def _release(self, batch: ChunkBatch) -> None:
-        """Nothing holds the batch's host copies any more."""
-        if batch.free_host is not None:
-            batch.free_host()
-        self.budget.release(batch.nbytes)
-
     def _assemble_loop(self) -> None:
         while True:
             try:

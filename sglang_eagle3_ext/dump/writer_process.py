@@ -177,7 +177,7 @@ class ProcessDumpWriter(ForwardThreadApi):
                 desc, segs = self._describe(batch, bid)
             except Exception as e:  # noqa: BLE001 - one batch lost, said; serving goes on
                 logger.error("dump: could not hand a batch to the writer process: %s: %s", type(e).__name__, e)
-                self._release(batch, ())
+                self._release_with(batch, ())
                 continue
             with self._lock:
                 self._inflight[bid] = (batch, segs)
@@ -185,7 +185,7 @@ class ProcessDumpWriter(ForwardThreadApi):
             if not self.accepting or not self._send(("batch", desc), [s.fd for s in segs]):
                 with self._lock:
                     self._inflight.pop(bid, None)
-                self._release(batch, segs)
+                self._release_with(batch, segs)
 
     def _describe(self, batch, bid: int):
         """The batch as plain data: where each host tensor lives (ring offset or one of its segments)."""
@@ -227,7 +227,7 @@ class ProcessDumpWriter(ForwardThreadApi):
                 with self._lock:
                     batch, segs = self._inflight.pop(msg[1], (None, ()))
                 if batch is not None:
-                    self._release(batch, segs)
+                    self._release_with(batch, segs)
             elif kind == "done":
                 self.done_ids.add(msg[1])
             elif kind == "busy":
@@ -255,11 +255,9 @@ class ProcessDumpWriter(ForwardThreadApi):
             w[1] = ok
             w[0].set()
 
-    def _release(self, batch, segs) -> None:
-        if batch.free_host is not None:
-            batch.free_host()
-            batch.free_host = None
-        self.budget.release(batch.nbytes)
+    def _release_with(self, batch, segs) -> None:
+        """The batch's ring region and budget (ForwardThreadApi._release), then its own segments."""
+        self._release(batch)
         for s in segs:
             s.close()
 
@@ -269,7 +267,7 @@ class ProcessDumpWriter(ForwardThreadApi):
             held, self._inflight = list(self._inflight.values()), {}
             waiters = list(self._waiters)
         for batch, segs in held:
-            self._release(batch, segs)
+            self._release_with(batch, segs)
         for token in waiters:
             self._answer(token, False)
         self.budget.poke()
