@@ -21,7 +21,8 @@ a child process (SGLANG_EAGLE3_EXT_DUMP_WRITER=process, off the scheduler's GIL)
 one with the copies on the compute stream. With --specforge it then runs SpecForge's own offline capture
 (scripts/prepare_hidden_states.py of specforge==0.2.0, see specforge_capture.py) on the same model
 and prompts, and prints specforge tokens/s, ours tokens/s (prefill_tok_s_on), ratio ours/specforge,
-both clocks leaving out the warm-up (our first request; SpecForge's first batch) and model load.
+both clocks leaving out the warm-up (our warm-up burst; SpecForge's first batch) and model load.
+Every server is warmed with one whole burst (JIT, writer, staging) before the first measured round.
 """
 from __future__ import annotations
 
@@ -54,12 +55,6 @@ def disk_write_bps(d: Path, total=1 << 30, block=64 << 20) -> float:
     dt = time.perf_counter() - t0
     p.unlink()
     return total / dt
-
-
-# Kimi-K2.5's attention and widths (its config.json), with 4 layers and 16 experts so that it fits a quick run.
-KIMI_WIDTH = dict(hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048, num_attention_heads=64,
-                  num_key_value_heads=64, q_lora_rank=1536, kv_lora_rank=512, n_routed_experts=16,
-                  num_experts_per_tok=8)
 
 
 def _writer_status(d: Path) -> dict:
@@ -157,15 +152,18 @@ def main():
     from sglang_eagle3_ext.dump.config import (ENV_COPY_STREAM, ENV_DIR, ENV_DISCARD, ENV_IO_THREADS, ENV_LAYERS,
                                                 ENV_MAX_PENDING_MB, ENV_WRITER, META_FILE)
     from sglang_eagle3_ext.dump.manifest import read_manifest
-    from sglang_eagle3_ext.tiny import default_dir, ensure_tiny_target
+    from sglang_eagle3_ext.tiny import ensure_target, ensure_tiny_target
 
-    model = a.model or str(ensure_tiny_target(default_dir().with_name("kimi-width-deepseek-v3"), **KIMI_WIDTH)
-                           if a.kimi_width else ensure_tiny_target())
+    # Kimi-K2.5's attention and widths with 4 layers and 16 experts (tiny.KIMI_WIDTH), drawn on the GPU
+    model = a.model or str(ensure_target("kimi-width-deepseek-v3") if a.kimi_width else ensure_tiny_target())
     dump = Path(a.dump_dir or tempfile.mkdtemp(prefix="sge3_bench_dump_"))
     dump.mkdir(parents=True, exist_ok=True)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(10, 4000, (a.len,), generator=g).tolist() for _ in range(a.prompts)]
-    args = ["--model-path", model, *BASE_ARGS, "--disable-radix-cache", "--context-length", str(a.len + 64)]
+    # CUDA graphs on (decode); prefill eager on every server alike: the dump refuses to start under prefill
+    # graphs (0.5.14's default for DeepSeek-V3; 0.5.16 resolves MLA prefill eager anyway)
+    args = ["--model-path", model, *BASE_ARGS, "--disable-radix-cache", "--context-length", str(a.len + 64),
+            "--disable-prefill-cuda-graph"]
 
     res = {"io_threads": os.environ.get(ENV_IO_THREADS) or "default", "rounds": a.rounds}
     tmp = Path(tempfile.mkdtemp())
@@ -205,7 +203,14 @@ def main():
             if d and not Path(d, META_FILE).exists():   # the writer writes it at model init
                 raise SystemExit(f"{name}: dumping did not start in the server (no {META_FILE} in {d}): the "
                                  f"activation did not reach it; see its log")
-            send(bases[name], [prompts[0]], 1, [f"{name}-warm"])   # warm-up (Triton JIT), off the clock
+            # warm-up off the clock, a whole burst as the rounds send it: Triton JIT for every batch shape the
+            # rounds hit, the writer's threads and staging ring (one prompt was not enough: a Kimi-width run's
+            # first round then measured 2.01 beside 0.993-0.997)
+            warm = [f"{name}-warm-{i}" for i in range(1, len(prompts))]
+            send(bases[name], prompts[1:], a.concurrency, warm)
+            if name in writes:
+                wait_listed(writes[name], warm)
+                drop_samples(writes[name], warm)
         names = list(variants)
         for r in range(a.rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
@@ -228,7 +233,7 @@ def main():
     res["disk_seq_write_bytes_s"] = disk_write_bps(dump)
     for name, d in writes.items():   # "on" keeps the unprefixed keys
         sfx = "" if name == "on" else f"_{name}"
-        ours = [m for k, m in read_manifest(d).items() if k.startswith(f"{name}-") and not k.endswith("warm")]
+        ours = [m for k, m in read_manifest(d).items() if k.startswith(f"{name}-") and "-warm-" not in k]
         res[f"writer_bytes_s{sfx}"] = sum(m["bytes"] for m in ours) / (sum(busy[name]) + drain_s[name])
         res[f"writer_over_disk_ratio{sfx}"] = res[f"writer_bytes_s{sfx}"] / res["disk_seq_write_bytes_s"]
         if name == "on":

@@ -12,7 +12,7 @@ One venv (built by .ci/setup_venv.sh), releases swapped in place: `pip install -
   baked      the patch applied in site-packages: importing SGLang gives exactly the runtime
              wrappers (marked, so apply() is a no-op); then reverted (`patch -R`)
   runtime    tests/sglang_cpu/test_patch_registry.py (every target resolves, applies, reverts)
-  loader     tests/sglang_cpu/test_draft_loader.py -k 'speculators or specforge'
+  loader     tests/sglang_cpu/test_draft_loader.py -k 'speculators or specforge', test_draft_mla_loader.py
   dump       tests/sglang_cpu/test_dump_hook.py
 
 A release that cannot be installed is a failure, not a skip; exit status 1 if any cell failed.
@@ -52,7 +52,9 @@ README = REPO / "README.md"
 START, END = "<!-- compat-matrix:start -->", "<!-- compat-matrix:end -->"
 STUB = REPO / "tests" / "cpu_shims" / "sgl_kernel_stub.py"
 STUB_RELEASES = {"0.5.10"}
-PYTEST_K = "test_patch_registry or test_dump_hook or speculators or specforge"
+PYTEST_K = "test_patch_registry or test_dump_hook or speculators or specforge or mla"
+# more files counted in a column: the MLA (Kimi-K2.5) draft loader runs in the loader column
+EXTRA_FILES = {"tests/sglang_cpu/test_draft_mla_loader.py": "loader"}
 PYTEST_FILES = {"runtime": "tests/sglang_cpu/test_patch_registry.py",
                 "loader": "tests/sglang_cpu/test_draft_loader.py",
                 "dump": "tests/sglang_cpu/test_dump_hook.py"}
@@ -217,14 +219,15 @@ def cells_pytest(venv: Venv, version: str, res: dict):
     with tempfile.TemporaryDirectory() as d:
         xml = Path(d) / "junit.xml"
         cmd = [venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", PYTEST_K,
-               f"--junitxml={xml}", *PYTEST_FILES.values()]
+               f"--junitxml={xml}", *PYTEST_FILES.values(), *EXTRA_FILES]
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_EAGLE3_EXT")}
         rc, out = run(cmd, timeout=600, cwd=REPO, env=env)
         counts = {c: {"passed": 0, "failed": 0, "skipped": 0, "first": ""} for c in PYTEST_FILES}
         if xml.exists():
             for tc in ET.parse(xml).getroot().iter("testcase"):
                 cls = tc.get("classname", "")
-                col = next((c for c, f in PYTEST_FILES.items() if Path(f).stem in cls), None)
+                col = next((c for c, f in PYTEST_FILES.items() if Path(f).stem in cls), None) or \
+                    next((c for f, c in EXTRA_FILES.items() if Path(f).stem in cls), None)
                 if col is None:
                     continue
                 bad = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
@@ -288,7 +291,7 @@ def update_readme(results, total_s: float, path: Path = README) -> None:
     legend = ("Columns: **install** wheel + pinned transformers; **targets** `python -m sglang_eagle3_ext.compat` "
               "(static); **patch** `patches/<release>/` is current, applies (`patch --dry-run`) and compiles; "
               "**baked** that patch installed: SGLang's methods carry the runtime wrappers; **runtime** "
-              "`test_patch_registry.py`; **loader** `test_draft_loader.py -k 'speculators or specforge'`; "
+              "`test_patch_registry.py`; **loader** `test_draft_loader.py -k 'speculators or specforge'` + `test_draft_mla_loader.py`; "
               "**dump** `test_dump_hook.py`.")
     when = datetime.date.today().isoformat()
     body = (f"\nCompatibility matrix (CPU, measured {when} by `python patches/compat_matrix.py --update-readme`, "

@@ -25,13 +25,10 @@ sys.path.insert(0, str(HERE.parent))
 
 from sglang_eagle3_ext import compat  # noqa: E402
 from sglang_eagle3_ext.patch_table import PATCHES  # noqa: E402
-from sglang_eagle3_ext.versions import capabilities_from_source  # noqa: E402
+from sglang_eagle3_ext.versions import TESTED_RELEASES, capabilities_from_source  # noqa: E402
 
-# supported releases and the transformers each pins (its wheel metadata; also .ci/setup_venv.sh)
-RELEASES: dict[str, str] = {
-    "0.5.10": "5.3.0", "0.5.14": "5.8.1", "0.5.16": "5.12.1", "0.5.18": "5.12.1",
-    "0.5.20": "5.12.1", "0.5.22": "5.19.0", "0.5.23": "5.19.0",
-}
+# supported releases and the transformers each pins: declared once, in sglang_eagle3_ext/versions.py
+RELEASES: dict[str, str] = TESTED_RELEASES
 PATCH_FILE = "sglang-eagle3-ext.patch"
 IMPORT_LINE = "import sglang_eagle3_ext.static_patch  # sglang-eagle3-ext: static patches (see its patches/README.md)\n"
 DECORATOR = '@sglang_eagle3_ext.static_patch.patched("{name}")\n'

@@ -5,8 +5,6 @@ disabled in that process. The explicit route raises.
 """
 from __future__ import annotations
 
-import os
-
 from .patch_table import ENV_ENABLE, PATCHES
 
 _disabled_reason: str | None = None
@@ -70,9 +68,17 @@ def startup() -> None:
 
 def plugin_entry() -> None:
     """`sglang.srt.plugins` entry point (0.5.14+): same hooks as the .pth, opt-in by the same variable."""
-    if os.environ.get(ENV_ENABLE, "").strip().lower() in ("", "0", "false", "off", "no"):
+    from . import envs
+
+    if _disabled_reason is not None:  # the .pth route already refused this process (and said so)
         return
-    startup()
+    try:
+        on = envs.get(ENV_ENABLE)
+    except envs.EnvError as e:  # start-up route: one line, package off
+        _disable("plugin entry point", e)
+        return
+    if on:
+        startup()
 
 
 def disabled_reason() -> str | None:

@@ -1,173 +1,318 @@
-"""Acceptance benchmark: `python -m sglang_eagle3_ext.bench --url http://HOST:PORT [--baseline-url ...]`.
+"""Acceptance benchmark: `sglang-eagle3 bench --url SPEC [--baseline-url BASE] [--concurrency 1,8,32] [--report R.html]`.
 
-Sends a prompt set with greedy decoding to a server with speculative decoding (and optionally to
-a baseline without), and reports accept length, accept rate, output tokens/s and speedup, as a
-table and as JSON. Exits non-zero when the draft is evidently unused (accept length <= 1.05), or
-when greedy outputs differ from the baseline's (speculation must not change greedy results).
+Sends a prompt set with greedy decoding to a server with speculative decoding (and to a baseline without,
+same target), at each concurrency level, and reports per level: accept length, how often draft token 1,
+2, 3 ... is accepted (from SGLang's per-request `meta_info`: `spec_verify_ct`, `spec_accept_histogram`),
+output tokens/s and the speedup over the baseline; as a table, as JSON (--json) and as a self-contained
+HTML report with plots (--report; PNGs also written beside it).
+Verdict: FAIL (exit 1) when the draft is evidently unused (accept length <= 1.05), when the server reports
+no speculative statistics, or when greedy outputs differ from the baseline's; WARNING (exit 0, or 1 with
+--fail-on-slower) when speculation is slower than the baseline. Bad input, an unreachable server or one
+that does not answer within --timeout / --wait-for-server: exit 2 with one line saying which.
 """
 from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import json
-import random
 import sys
 import time
-import urllib.error
-import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+
+from . import bench_prompts, cli_common
+from .cli_common import CliError
 
 NOT_USED_THRESHOLD = 1.05
 CAUSES = ("usual causes: the target sends 1x hidden instead of K x hidden (aux capture off: the fc is skipped); "
           "the draft's trained layer was dropped at load (layers.0.* vs midlayer.*); aux layer indices differ "
           "between the dump used for training and serving; wrong --speculative-algorithm; an untrained draft. "
-          "Run `python -m sglang_eagle3_ext.check DRAFT --target TARGET` and start the server with SGLANG_EAGLE3_EXT=1.")
-
-
-def post(url: str, payload: dict | None = None, timeout: float = 600) -> dict:
-    data = None if payload is None else json.dumps(payload).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
-def builtin_prompts(name: str, n: int, seed: int, vocab: int = 4096, length: int = 64) -> list[dict]:
-    """Built-in sets need no tokenizer (servers started with --skip-tokenizer-init)."""
-    if name != "random-ids":
-        raise SystemExit(f"unknown built-in prompt set {name!r}; available: random-ids")
-    rng = random.Random(seed)
-    return [{"input_ids": [rng.randrange(vocab) for _ in range(length)]} for _ in range(n)]
-
-
-def load_prompts(path: str) -> list[dict]:
-    out = []
-    with open(path) as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SystemExit(f"{path}:{i}: not JSON ({e})") from None
-            if "input_ids" in rec:
-                out.append({"input_ids": rec["input_ids"]})
-            elif "text" in rec or "prompt" in rec:
-                out.append({"text": rec.get("text", rec.get("prompt"))})
-            else:
-                raise SystemExit(f"{path}:{i}: needs 'input_ids' or 'text'")
-    return out
+          "Run `sglang-eagle3 check DRAFT --target TARGET` and start the server with SGLANG_EAGLE3_EXT=1.")
+SERVER_KEYS = ("model_path", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+               "speculative_num_draft_tokens", "attention_backend", "disable_cuda_graph", "tp_size", "version")
 
 
 @dataclass
-class RunResult:
-    url: str
+class RunStats:
+    """One server at one concurrency level."""
+    label: str
+    concurrency: int
     requests: int = 0
     output_tokens: int = 0
     wall_s: float = 0.0
     verify_ct: int = 0
-    accept_length: float | None = None
-    accept_rate: float | None = None
-    server_avg_accept_length: float | None = None
+    accepted_drafts: int = 0
+    proposed_drafts: int = 0
+    histogram: list = field(default_factory=list)   # [steps that accepted 0 drafts, 1 draft, 2 drafts, ...]
+    latency_s: list = field(default_factory=list)
     outputs: list = field(default_factory=list, repr=False)
+    server_avg_accept_length: float | None = None
 
     @property
     def tokens_per_s(self) -> float:
         return self.output_tokens / self.wall_s if self.wall_s else 0.0
 
+    @property
+    def accept_length(self) -> float | None:  # tokens per verify step: accepted drafts + the bonus token
+        return self.output_tokens / self.verify_ct if self.verify_ct else None
 
-def server_accept_length(url: str) -> float | None:
+    @property
+    def accept_rate(self) -> float | None:
+        return self.accepted_drafts / self.proposed_drafts if self.proposed_drafts else None
+
+    def position_acceptance(self, n_draft: int | None = None) -> list[float]:
+        """[P(draft token 1 accepted), P(token 2 accepted), ...] over verify steps: a step that accepted j
+        drafts accepted tokens 1..j, so P(k) = steps with j >= k / all steps."""
+        steps = sum(self.histogram)
+        if not steps:
+            return []
+        n = max(len(self.histogram) - 1, n_draft or 0)
+        return [sum(self.histogram[k:]) / steps for k in range(1, n + 1)]
+
+    def add(self, out: dict, latency: float) -> None:
+        meta = out.get("meta_info") or {}
+        n = int(meta.get("completion_tokens", len(out.get("output_ids") or [])))
+        self.requests += 1
+        self.output_tokens += n
+        self.latency_s.append(latency)
+        self.verify_ct += int(meta.get("spec_verify_ct") or 0)
+        self.accepted_drafts += int(meta.get("spec_num_correct_drafts", meta.get("spec_accepted_drafts")) or 0)
+        self.proposed_drafts += int(meta.get("spec_num_proposed_drafts", meta.get("spec_proposed_drafts")) or 0)
+        hist = meta.get("spec_correct_drafts_histogram") or meta.get("spec_accept_histogram") or []
+        if len(hist) > len(self.histogram):
+            self.histogram += [0] * (len(hist) - len(self.histogram))
+        for j, c in enumerate(hist):
+            self.histogram[j] += int(c)
+        self.outputs.append(out.get("output_ids", out.get("text")))
+
+    def as_dict(self, n_draft: int | None = None) -> dict:
+        lat = sorted(self.latency_s)
+        return {"label": self.label, "concurrency": self.concurrency, "requests": self.requests,
+                "output_tokens": self.output_tokens, "wall_s": round(self.wall_s, 4),
+                "tokens_per_s": self.tokens_per_s, "verify_ct": self.verify_ct, "accept_length": self.accept_length,
+                "accept_rate": self.accept_rate, "accept_histogram": self.histogram,
+                "position_acceptance": self.position_acceptance(n_draft),
+                "server_avg_accept_length": self.server_avg_accept_length,
+                "latency_p50_s": lat[len(lat) // 2] if lat else None, "latency_max_s": lat[-1] if lat else None}
+
+
+def server_info(srv) -> dict:
     for path in ("/get_server_info", "/server_info"):  # renamed in 0.5.23
         try:
-            info = post(url + path)
-        except (urllib.error.URLError, OSError, ValueError):
+            info = srv.get(path, quiet_404=True, timeout=min(srv.timeout, 30.0))
+        except CliError:
             continue
-        states = info.get("internal_states") or [{}]
-        v = states[0].get("avg_spec_accept_length")
-        if v is not None:
-            return float(v)
-    return None
+        if info:
+            return info
+    return {}
 
 
-def run(url: str, prompts: list[dict], max_new_tokens: int, concurrency: int) -> RunResult:
-    res = RunResult(url=url)
-    rates = []
+def avg_accept_length(info: dict) -> float | None:
+    states = info.get("internal_states") or [{}]
+    v = states[0].get("avg_spec_accept_length") if isinstance(states[0], dict) else None
+    return float(v) if v is not None else None
+
+
+def run_level(srv, label: str, prompts: list[dict], max_new_tokens: int, concurrency: int, bar) -> RunStats:
+    st = RunStats(label=label, concurrency=concurrency)
 
     def one(p):
+        t = time.perf_counter()
         body = {**p, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens, "ignore_eos": True}}
-        return post(url + "/generate", body)
+        out = srv.post("/generate", body)
+        if not isinstance(out, dict) or ("output_ids" not in out and "text" not in out):
+            raise CliError(f"POST {srv.url}/generate: unexpected reply (no output_ids/text): {str(out)[:200]}")
+        return out, time.perf_counter() - t
 
     t0 = time.perf_counter()
     with cf.ThreadPoolExecutor(concurrency) as ex:
-        outs = list(ex.map(one, prompts))
-    res.wall_s = time.perf_counter() - t0
-    for o in outs:
-        meta = o.get("meta_info", {})
-        n = int(meta.get("completion_tokens", len(o.get("output_ids", []))))
-        res.requests += 1
-        res.output_tokens += n
-        res.verify_ct += int(meta.get("spec_verify_ct", 0) or 0)
-        if meta.get("spec_accept_rate") is not None:
-            rates.append(float(meta["spec_accept_rate"]))
-        res.outputs.append(o.get("output_ids", o.get("text")))
-    if res.verify_ct:  # accept length = tokens per verify step (accepted drafts + 1 bonus)
-        res.accept_length = res.output_tokens / res.verify_ct
-    res.accept_rate = sum(rates) / len(rates) if rates else None
-    res.server_avg_accept_length = server_accept_length(url)
-    return res
+        futs = [ex.submit(one, p) for p in prompts]
+        try:
+            results = []
+            for f in futs:  # in prompt order: outputs line up with the baseline's
+                results.append(f.result())
+                bar.update(1)
+        except BaseException:
+            for f in futs:
+                f.cancel()
+            raise
+    st.wall_s = time.perf_counter() - t0
+    for out, lat in results:
+        st.add(out, lat)
+    return st
 
 
-def verdict(spec: RunResult, base: RunResult | None) -> tuple[bool, str]:
-    al = spec.accept_length if spec.accept_length is not None else spec.server_avg_accept_length
-    if al is None:
-        return False, "FAIL: the server reported no speculative statistics: is --speculative-algorithm set? " + CAUSES
-    if al <= NOT_USED_THRESHOLD:
-        return False, f"FAIL: the draft is not being used: accept length {al:.2f} <= {NOT_USED_THRESHOLD}; " + CAUSES
-    if base is not None:
-        diff = sum(a != b for a, b in zip(spec.outputs, base.outputs))
-        if diff:
-            return False, f"FAIL: {diff}/{spec.requests} greedy outputs differ from the baseline: speculation changed results"
-    return True, f"OK: accept length {al:.2f}" + (f", speedup {spec.tokens_per_s / base.tokens_per_s:.2f}x, "
-                                                 f"greedy outputs identical" if base else "")
+def verdict(levels: list[dict], has_spec_stats: bool, fail_on_slower: bool) -> tuple[str, list[str]]:
+    """('OK' | 'WARNING' | 'FAIL', lines); lines[0] is the summary."""
+    fails, warns = [], []
+    for lv in levels:
+        spec, c = lv["spec"], lv["concurrency"]
+        al = spec["accept_length"] if spec["accept_length"] is not None else spec["server_avg_accept_length"]
+        if al is not None and al <= NOT_USED_THRESHOLD:
+            fails.append(f"the draft is not being used: accept length {al:.2f} <= {NOT_USED_THRESHOLD} at "
+                         f"concurrency {c}; " + CAUSES)
+        if lv.get("greedy_mismatches"):
+            fails.append(f"{lv['greedy_mismatches']}/{spec['requests']} greedy outputs differ from the baseline at "
+                         f"concurrency {c}: speculation changed results")
+        if lv.get("speedup") is not None and lv["speedup"] < 1:
+            warns.append(f"speculation is slower than the baseline at concurrency {c}: speedup {lv['speedup']:.2f}x "
+                         f"({spec['tokens_per_s']:.1f} vs {lv['baseline']['tokens_per_s']:.1f} tokens/s); the draft "
+                         f"costs more than it saves here (cheaper draft, fewer --speculative-num-steps, or CUDA graphs on)")
+    if not has_spec_stats:
+        fails.insert(0, "the server reported no speculative statistics: is --speculative-algorithm set? " + CAUSES)
+    ok_bits = []
+    lv0 = levels[0]["spec"]
+    al0 = lv0["accept_length"] or lv0["server_avg_accept_length"]
+    if al0:
+        ok_bits.append(f"accept length {al0:.2f}")
+    sp = [f"{lv['speedup']:.2f}x@{lv['concurrency']}" for lv in levels if lv.get("speedup") is not None]
+    if sp:
+        ok_bits += [f"speedup {' '.join(sp)}", "greedy outputs identical"]
+    if fails:
+        return "FAIL", [f"FAIL: {fails[0]}"] + [f"FAIL: {f}" for f in fails[1:]] + [f"WARNING: {w}" for w in warns]
+    if warns:
+        status = "FAIL" if fail_on_slower else "WARNING"
+        return status, [f"{status}: {warns[0]}"] + [f"WARNING: {w}" for w in warns[1:]] + [f"({', '.join(ok_bits)})"]
+    return "OK", ["OK: " + ", ".join(ok_bits)]
+
+
+def _levels(s: str) -> list[int]:
+    try:
+        out = [int(x) for x in s.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated positive integers, e.g. 1,8,32") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated positive integers, e.g. 1,8,32")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=cli_common.prog("bench"), description=__doc__.split("\n\n")[1])
+    ap.add_argument("--url", required=True, help="server with speculative decoding")
+    ap.add_argument("--baseline-url", help="the same target without speculative decoding (speedup, greedy check)")
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--prompts", metavar="PATH", help="JSONL, ShareGPT JSON or MT-bench question.jsonl "
+                     "(records: input_ids | text | prompt | messages | conversations | turns)")
+    src.add_argument("--builtin", default="random-ids", choices=bench_prompts.BUILTIN,
+                     help="built-in prompt set when no --prompts")
+    ap.add_argument("--target", metavar="DIR", help="target model dir or HF id: its tokenizer and chat template "
+                    "turn text/chat prompts into token ids (default: the server's model path, if a local folder)")
+    cli_common.hidden_alias(ap, "--tokenizer", dest="target")
+    ap.add_argument("--num-prompts", type=int, default=None,
+                    help="prompts per run (default: every record of --prompts; built-in: max(16, 2 x concurrency))")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the built-in prompt set")
+    ap.add_argument("--vocab-size", type=int, default=4096, help="token-id range of the built-in prompt set")
+    ap.add_argument("--max-new-tokens", type=int, default=64, help="greedy tokens per request (ignore_eos)")
+    ap.add_argument("--concurrency", type=_levels, default="1,8", metavar="N[,N..]",
+                    help="requests in flight; several levels run one after another, e.g. 1,8,32")
+    ap.add_argument("--warmup", type=int, default=2, help="unmeasured requests per server before the first level")
+    ap.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds to wait for one reply")
+    ap.add_argument("--wait-for-server", type=float, default=60.0, metavar="S",
+                    help="seconds to wait for GET /health to answer before starting")
+    cli_common.add_json_out(ap)
+    ap.add_argument("--report", metavar="PATH", help="write a self-contained HTML report with plots here "
+                    "(PNGs beside it; needs matplotlib for the plots)")
+    ap.add_argument("--fail-on-slower", action="store_true", help="exit 1 (not only warn) when slower than baseline")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    return cli_common.finish(ap, "bench")
+
+
+def _bar(total: int, quiet: bool):
+    try:
+        from tqdm import tqdm
+    except ImportError:  # optional: the benchmark runs without a bar
+        class _Null:
+            def update(self, n=1): pass
+            def set_description(self, s): pass
+            def close(self): pass
+        return _Null()
+    return tqdm(total=total, unit="req", disable=True if quiet else None, file=sys.stderr, dynamic_ncols=True)
+
+
+def benchmark(a) -> dict:
+    from .http_client import Server
+
+    spec = Server(a.url, timeout=a.timeout)
+    base = Server(a.baseline_url, timeout=a.timeout) if a.baseline_url else None
+    for s in filter(None, (spec, base)):
+        s.wait_healthy(a.wait_for_server)
+    info = server_info(spec)
+    args = info.get("server_args", info) if isinstance(info, dict) else {}
+    n_draft = (args.get("speculative_num_draft_tokens") or 0) - 1 if args.get("speculative_num_draft_tokens") else None
+    if a.prompts:
+        model = args.get("model_path")
+        target = a.target or (model if model and __import__("os").path.isdir(model) else None)
+        ps = bench_prompts.from_file(a.prompts, a.num_prompts, target)
+    else:
+        ps = bench_prompts.builtin(a.builtin, a.num_prompts or max(16, 2 * max(a.concurrency)), a.seed, a.vocab_size)
+    servers = [("spec", spec)] + ([("baseline", base)] if base else [])
+    bar = _bar(len(ps.prompts) * len(a.concurrency) * len(servers) + a.warmup * len(servers), a.quiet)
+    try:
+        for label, s in servers:
+            bar.set_description(f"warm-up {label}")
+            for p in (ps.prompts * a.warmup)[: a.warmup]:
+                s.post("/generate", {**p, "sampling_params": {"temperature": 0, "max_new_tokens": 8}})
+                bar.update(1)
+        levels = []
+        for c in a.concurrency:
+            lv: dict = {"concurrency": c}
+            runs = {}
+            for label, s in servers:  # interleaved per level: drift hits both servers alike
+                bar.set_description(f"{label} c={c}")
+                runs[label] = run_level(s, label, ps.prompts, a.max_new_tokens, c, bar)
+            runs["spec"].server_avg_accept_length = avg_accept_length(server_info(spec))
+            lv["spec"] = runs["spec"].as_dict(n_draft)
+            lv["baseline"] = runs["baseline"].as_dict() if base else None
+            if base:
+                b = runs["baseline"]
+                lv["speedup"] = runs["spec"].tokens_per_s / b.tokens_per_s if b.tokens_per_s else None
+                lv["greedy_mismatches"] = sum(x != y for x, y in zip(runs["spec"].outputs, b.outputs))
+            levels.append(lv)
+    finally:
+        bar.close()
+    has_stats = any(lv["spec"]["verify_ct"] or lv["spec"]["server_avg_accept_length"] is not None for lv in levels)
+    status, lines = verdict(levels, has_stats, a.fail_on_slower)
+    from . import __version__
+
+    return {"tool": "sglang-eagle3 bench", "version": __version__, "created": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "spec_url": a.url, "baseline_url": a.baseline_url,
+            "server": {k: args.get(k) for k in SERVER_KEYS if k in args},
+            "prompts": {"source": ps.source, "count": len(ps.prompts), "notes": ps.notes},
+            "max_new_tokens": a.max_new_tokens, "concurrency": a.concurrency, "levels": levels,
+            # the first level's figures at the top level (what earlier versions wrote)
+            "spec": levels[0]["spec"], "speedup": levels[0].get("speedup"),
+            "status": status, "ok": status != "FAIL", "verdict": lines[0], "verdict_lines": lines}
+
+
+def render(res: dict) -> str:
+    f = lambda v, fmt: format(v, fmt) if isinstance(v, (int, float)) else "n/a"  # noqa: E731
+    rows = [f"{'conc':>4} {'server':11} {'req':>5} {'out tok':>8} {'tok/s':>9} {'accept len':>10} {'accept rate':>11} "
+            f"{'speedup':>8}"]
+    for lv in res["levels"]:
+        for r in filter(None, (lv["spec"], lv["baseline"])):
+            spd = f(lv.get("speedup"), ".2f") + "x" if r is lv["spec"] and lv.get("speedup") is not None else ""
+            rows.append(f"{lv['concurrency']:>4} {r['label']:11} {r['requests']:>5} {r['output_tokens']:>8} "
+                        f"{r['tokens_per_s']:>9.1f} {f(r['accept_length'], '.3f'):>10} {f(r['accept_rate'], '.3f'):>11} "
+                        f"{spd:>8}")
+        pa = lv["spec"]["position_acceptance"]
+        if pa:
+            rows.append(f"     draft token accepted (c={lv['concurrency']}): "
+                        + "  ".join(f"#{k} {p:.3f}" for k, p in enumerate(pa, 1)))
+    notes = [f"prompts: {res['prompts']['source']}"] + [f"note: {n}" for n in res["prompts"]["notes"]]
+    return "\n".join(notes + rows + res["verdict_lines"])
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--url", required=True, help="server with speculative decoding")
-    ap.add_argument("--baseline-url", help="same target without speculative decoding")
-    src = ap.add_mutually_exclusive_group()
-    src.add_argument("--prompts", help="JSONL: {'input_ids': [...]} or {'text': ...} per line")
-    src.add_argument("--builtin", default="random-ids", help="built-in prompt set (default random-ids)")
-    ap.add_argument("--num-prompts", type=int, default=16)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--vocab-size", type=int, default=4096, help="for built-in token-id prompts")
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--json", help="also write the results as JSON here")
-    a = ap.parse_args(argv)
-    prompts = load_prompts(a.prompts) if a.prompts else builtin_prompts(a.builtin, a.num_prompts, a.seed, a.vocab_size)
-    spec = run(a.url, prompts, a.max_new_tokens, a.concurrency)
-    base = run(a.baseline_url, prompts, a.max_new_tokens, a.concurrency) if a.baseline_url else None
-    ok, line = verdict(spec, base)
-    rows = [("requests", spec.requests, base.requests if base else ""),
-            ("output tokens", spec.output_tokens, base.output_tokens if base else ""),
-            ("output tokens/s", f"{spec.tokens_per_s:.1f}", f"{base.tokens_per_s:.1f}" if base else ""),
-            ("accept length", f"{spec.accept_length:.3f}" if spec.accept_length else "n/a", ""),
-            ("accept rate", f"{spec.accept_rate:.3f}" if spec.accept_rate is not None else "n/a", ""),
-            ("server avg accept length", spec.server_avg_accept_length or "n/a", "")]
-    print(f"{'':26} {'speculative':>14} {'baseline':>10}")
-    for k, v, b in rows:
-        print(f"{k:26} {v!s:>14} {b!s:>10}")
-    print(line)
+    a = build_parser().parse_args(argv)
+    res = benchmark(a)
+    print(render(res), file=sys.stderr if a.json == "-" else sys.stdout)
     if a.json:
-        out = {"spec": {k: v for k, v in asdict(spec).items() if k != "outputs"}, "ok": ok, "verdict": line}
-        out["spec"]["tokens_per_s"] = spec.tokens_per_s
-        if base:
-            out["baseline"] = {"tokens_per_s": base.tokens_per_s, "output_tokens": base.output_tokens}
-            out["speedup"] = spec.tokens_per_s / base.tokens_per_s if base.tokens_per_s else None
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=2)
-    return 0 if ok else 1
+        cli_common.write_json(a.json, res)
+    if a.report:
+        from .bench_report import write_report
+
+        for p in write_report(a.report, res):
+            print(f"report: {p}")
+    return cli_common.EXIT_FAILED if res["status"] == "FAIL" else cli_common.EXIT_OK
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli_common.run_tool("bench", main))

@@ -1,7 +1,9 @@
-"""`python -m sglang_eagle3_ext.check DRAFT [--target DIR] [--sglang-version X] [--scan-values]` (see draft/check.py)."""
+"""`python -m sglang_eagle3_ext.check DRAFT [--target DIR] [--sglang X] [--scan-values]` (see draft/check.py)."""
 import sys
 
 from .draft.check import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli_common import run_tool
+
+    sys.exit(run_tool("check", main))

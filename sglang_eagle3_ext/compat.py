@@ -15,24 +15,21 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
-import json
-import os
 import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+from . import envs
 from .patch_table import PATCHES, PatchSpec
 from .versions import FORCE_ENV, SUPPORTED_MAX, SUPPORTED_MIN, capabilities_from_source, in_range, parse
 
-CACHE_ENV = "SGLANG_EAGLE3_EXT_CACHE"
+CACHE_ENV = envs.CACHE
 
 
 def cache_dir() -> Path:
-    base = os.environ.get(CACHE_ENV) or os.path.join(os.environ.get("XDG_CACHE_HOME") or
-                                                     os.path.expanduser("~/.cache"), "sglang_eagle3_ext")
-    return Path(base)
+    return Path(envs.get(CACHE_ENV))
 
 
 class ReleaseUnavailable(RuntimeError):
@@ -386,8 +383,10 @@ def main(argv=None) -> int:
     ap.add_argument("--source", metavar="DIR", help="an unpacked SGLang tree (DIR/sglang or the sglang dir)")
     ap.add_argument("--wheel-dir", action="append", default=[], metavar="DIR",
                     help=f"also look for sglang-VERSION-*.whl here (cache: ${CACHE_ENV} or ~/.cache/sglang_eagle3_ext)")
-    ap.add_argument("--json", action="store_true", help="machine-readable output")
-    a = ap.parse_args(argv)
+    from . import cli_common
+
+    cli_common.add_json_out(ap, "the report")
+    a = cli_common.finish(ap, "compat").parse_args(argv)
     try:
         if a.source:
             root = Path(a.source)
@@ -402,11 +401,16 @@ def main(argv=None) -> int:
             a.sglang = installed_version()
         rep = check_source(root, a.sglang)
     except ReleaseUnavailable as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(rep.as_dict(), indent=1) if a.json else format_report(rep))
+        print(f"{cli_common.prog('compat')}: error: {e}", file=sys.stderr)
+        return cli_common.EXIT_BAD_INPUT
+    if a.json:
+        cli_common.write_json(a.json, rep.as_dict())
+    if a.json != "-":
+        print(format_report(rep))
     return 0 if rep.supported else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli_common import run_tool
+
+    sys.exit(run_tool("compat", main))

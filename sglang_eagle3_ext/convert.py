@@ -1,7 +1,9 @@
-"""`python -m sglang_eagle3_ext.convert SRC DST [--sglang-version X] [--hf-indices ...]` (see draft/convert.py)."""
+"""`python -m sglang_eagle3_ext.convert SRC DST [--sglang X] [--hf-indices ...]` (see draft/convert.py)."""
 import sys
 
 from .draft.convert import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli_common import run_tool
+
+    sys.exit(run_tool("convert", main))

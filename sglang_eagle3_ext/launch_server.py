@@ -16,6 +16,7 @@ import os
 import shlex
 import sys
 
+from . import envs
 from .launch import nccl
 from .launch.topology import Topology
 from .patch_table import ENV_ENABLE
@@ -46,7 +47,9 @@ def our_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-draft-check", action="store_true",
                    help="do not run `check` on --speculative-draft-model-path before starting SGLang")
     p.add_argument("-h", "--help", action="store_true", help="this help, then SGLang's")
-    return p
+    from . import cli_common
+
+    return cli_common.finish(p, "launch")
 
 
 class LaunchError(SystemExit):
@@ -122,7 +125,8 @@ def _load_sglang(dry_run: bool):
     except Exception as e:  # noqa: BLE001 - ImportError or a broken install: say which
         if not dry_run:
             raise LaunchError(f"cannot import SGLang ({type(e).__name__}: {e}); "
-                              f"pip install 'sglang-eagle3-ext[sglang]'") from e
+                              f"install SGLang into this environment: pip install sglang (from a checkout: "
+                              f"pip install '.[sglang]')") from e
         return None, None, None, f"sglang: NOT importable ({type(e).__name__}: {e}); preset not validated"
 
 
@@ -204,6 +208,9 @@ def build_plan(ours: argparse.Namespace, rest: list[str], env=None) -> Plan:
     if not ours.skip_draft_check:
         decisions += _draft_precheck(ns, preset_args, rest, version)
     env_updates = {d.name: d.value for d in decisions if d.kind == "env" and d.applies}
+    bad = envs.problems({**env, **env_updates})  # the values SGLang's processes will see
+    if bad:
+        raise LaunchError("; ".join(bad))
     args += nccl.extra_args(decisions)
     if parser:
         presets.quiet_parse(parser, args)  # the final command must parse: fail here, not in SGLang's child
@@ -230,7 +237,6 @@ def _draft_precheck(ns, preset_args: dict, rest: list[str], version: str | None)
 EXT_REASON = {
     "SGLANG_EAGLE3_EXT_DUMP_DIR": "prefill hidden-state dumps go here (turns the dump patches on)",
     "SGLANG_EAGLE3_EXT_DUMP_LAYERS": "HF hidden_states indices to dump",
-    "SGLANG_EAGLE3_EXT_DUMP_FORMAT": "dump file format",
 }
 
 
@@ -326,4 +332,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli_common import run_tool
+
+    sys.exit(run_tool("launch", main))

@@ -6,7 +6,8 @@ feature:  which switch turns it on (see `features_from_env`);  requires: a capab
 from __future__ import annotations
 
 import dataclasses
-import os
+
+from . import envs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,8 +25,11 @@ class PatchSpec:
 
 
 _EAGLE = "sglang.srt.models.llama_eagle3"
+_MLA = "sglang.srt.models.kimi_k25_eagle3"
 _DS = "sglang.srt.models.deepseek_v2"
 _LP = "sglang.srt.layers.logits_processor"
+_EW2 = "sglang.srt.speculative.eagle_worker_v2"
+_OS = "sglang.srt.managers.scheduler_components.output_streamer"
 _T = "sglang_eagle3_ext.targets"
 
 PATCHES: tuple[PatchSpec, ...] = (
@@ -37,6 +41,14 @@ PATCHES: tuple[PatchSpec, ...] = (
               f"{_T}.llama_eagle3:fc_width_guard",
               "refuse target-fed batches whose hidden width is not the fc input width (no silent fc bypass)",
               feature="draft"),
+    PatchSpec("draft.mla_strict_load", f"{_MLA}:Eagle3DeepseekV2ForCausalLM.load_weights",
+              f"{_T}.kimi_k25_eagle3:strict_load_weights",
+              "MLA draft (Kimi-K2.5): normalise keys, load, account for every tensor and parameter, check shapes/values",
+              feature="draft", requires="HAS_MLA_DRAFT"),
+    PatchSpec("draft.mla_fc_width_guard", f"{_MLA}:Eagle3MLAModel.forward",
+              f"{_T}.kimi_k25_eagle3:fc_width_guard",
+              "MLA draft: refuse target-fed batches whose hidden width is not the fc input width",
+              feature="draft", requires="HAS_MLA_DRAFT"),
     PatchSpec("target.explicit_capture_layers", f"{_DS}:DeepseekV2ForCausalLM.set_eagle3_layers_to_capture",
               f"{_T}.deepseek_v2:explicit_capture_layers",
               "capture exactly the HF hidden_states indices recorded by the draft/dump, whatever the release's +1 rule",
@@ -49,14 +61,26 @@ PATCHES: tuple[PatchSpec, ...] = (
               f"{_T}.logits_processor:dump_prefill",
               "hand aux + final hidden states of pure EXTEND batches of the target to the dump writer",
               feature="dump"),
+    PatchSpec("dump.serving_check", f"{_EW2}:EAGLEWorkerV2.__init__",
+              f"{_T}.eagle_worker_v2:check_serving_dump",
+              "dump while serving EAGLE-3: the target must capture exactly the dump's (= the draft's) layers, "
+              "else a start-up error naming both", feature="dump", requires="SPEC_V2_VERIFY_SCHEDULE_BATCH"),
+    PatchSpec("dump.verify_hook", f"{_EW2}:EAGLEWorkerV2.verify",
+              f"{_T}.eagle_worker_v2:dump_verify",
+              "dump while serving EAGLE-3: copy the TARGET_VERIFY states of the accepted tokens + bonus to the writer",
+              feature="dump", requires="SPEC_V2_VERIFY_SCHEDULE_BATCH"),
+    PatchSpec("dump.request_end", f"{_OS}:SchedulerOutputStreamer.stream_output",
+              f"{_T}.output_streamer:dump_request_end",
+              "dump while serving EAGLE-3: a finished request is written as prompt+response, an aborted one forgotten",
+              feature="dump", requires="HAS_OUTPUT_STREAMER"),
 )
 
-ENV_ENABLE = "SGLANG_EAGLE3_EXT"           # 1: patch every SGLang process (via the .pth)
-ENV_DUMP_DIR = "SGLANG_EAGLE3_EXT_DUMP_DIR"  # set: the dump feature is on
+ENV_ENABLE = envs.ENABLE           # patch every SGLang process (via the .pth)
+ENV_DUMP_DIR = envs.DUMP_DIR       # set: the dump feature is on
 
 
-def features_from_env(env=os.environ) -> frozenset[str]:
+def features_from_env(env=None) -> frozenset[str]:
     feats = {"draft"}
-    if env.get(ENV_DUMP_DIR):
+    if envs.is_set(ENV_DUMP_DIR, env):
         feats.add("dump")
     return frozenset(feats)

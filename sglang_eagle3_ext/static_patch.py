@@ -11,14 +11,13 @@ on SGLang's own methods, for images that bake SGLang instead of patching at run 
 marked like a runtime patch, so a later `sglang_eagle3_ext.apply()` (or the .pth route) sees it
 and does not wrap a second time. Whether a patch is on is decided when SGLang imports the module,
 exactly as for the runtime route: the `draft` patches always, the `dump` patches when
-`SGLANG_EAGLE3_EXT_DUMP_DIR` is set; `SGLANG_EAGLE3_EXT=0` turns every baked patch off (plain
+`SGLANG_EAGLE3_EXT_DUMP_DIR` is set; a false `SGLANG_EAGLE3_EXT` (`0/false/no/off`) turns every baked patch off (plain
 SGLang behaviour, for comparisons). Nothing heavy is imported here: the wrappers import their
 implementation on first call.
 """
 from __future__ import annotations
 
-import os
-
+from . import envs
 from .patch_table import ENV_ENABLE, PATCHES, features_from_env
 
 _BY_NAME = {s.name: s for s in PATCHES}
@@ -26,8 +25,18 @@ _applied: list[str] = []
 _skipped: list[str] = []
 
 
-def _enabled(spec, env=os.environ) -> bool:
-    if env.get(ENV_ENABLE, "").strip() == "0":
+def _enabled(spec, env=None) -> bool:
+    """Unset SGLANG_EAGLE3_EXT means on (the image was built with the patches); a false value off; a
+    value outside the legal ones (envs.parse_bool, the rule of the runtime route) one log line and off."""
+    try:
+        if envs.raw(ENV_ENABLE, env) is not None and not envs.get(ENV_ENABLE, env):
+            return False
+    except envs.EnvError as e:
+        from ._log import log_once
+        import logging
+
+        log_once("baked-disabled", "sglang_eagle3_ext disabled in this process (baked patches): %s", e,
+                 level=logging.ERROR)
         return False
     return spec.feature in features_from_env(env)
 

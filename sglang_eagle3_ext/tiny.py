@@ -1,7 +1,9 @@
-"""The built-in tiny target: a small random DeepSeek-V3 that SGLang serves, made on first use.
+"""The built-in tiny targets: small random DeepSeek-V3 models that SGLang serves, made on first use.
 
-Same shape as the GPU host's reference model (4 layers, hidden 1024, MLA, 16 routed experts),
-written with transformers' own `DeepseekV3ForCausalLM` so it is also the hidden-state reference.
+The default has the GPU host's reference shape (4 layers, hidden 1024, MLA, 16 routed experts), written
+with transformers' own `DeepseekV3ForCausalLM` so it is also the hidden-state reference. TARGETS names
+the others (a predictable walk for the round trip; Kimi-K2.5's width for costs that mean something);
+a new built-in target is one more entry there (plus, when it is not a DeepSeek-V3, its own builder).
 """
 from __future__ import annotations
 
@@ -28,36 +30,52 @@ TINY_CONFIG = dict(
 # bf16 agreed on 5/16 sequences (48 tokens), and SGLang's EAGLE-3 verify vs plain decode differed on 22/32
 # (0.5.16) -- so "speculation must not change greedy outputs" could not be tested there.
 PREDICTABLE = dict(branch_scale=0.1, successor_weight=30.0)
+# Kimi-K2.5's attention and widths (its config.json: hidden 7168, 64 heads, MLA ranks 1536/512, MoE
+# intermediate 2048, top-8 routing), with few experts and layers so that a quick run fits one GPU.
+KIMI_WIDTH = dict(hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048, num_attention_heads=64,
+                  num_key_value_heads=64, q_lora_rank=1536, kv_lora_rank=512, n_routed_experts=16,
+                  num_experts_per_tok=8)
+# A target where speculation pays (the round trip's `SGE3_RT_TARGET=kimi`): Kimi-K2.5's width, 8 layers
+# (~13 GB bf16), so a 1-layer draft costs a fraction of a target step (the 1024-wide, 4-layer target's
+# step costs about as much as the draft's). The walk's top logit stands out by sqrt(hidden) * std(embed)
+# / rms(state) standard deviations of the other logits: at width 7168 the residual branches must be
+# scaled further down than PREDICTABLE's 0.1 (measured on CPU, see tests/unit/test_tiny_target.py).
+KIMI_PREDICTABLE = dict(KIMI_WIDTH, num_hidden_layers=8, branch_scale=0.02, successor_weight=30.0)
+# Named built-in targets: name -> ensure_tiny_target arguments; each is cached in its own folder.
+TARGETS = {
+    "tiny-deepseek-v3": {},
+    "tiny-predictable": PREDICTABLE,
+    "kimi-width-deepseek-v3": dict(KIMI_WIDTH),            # 4 layers: benchmarks/bench_dump.py --kimi-width
+    "kimi-width-predictable": KIMI_PREDICTABLE,
+}
 
 
 def default_dir() -> Path:
-    base = os.environ.get("SGLANG_EAGLE3_EXT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "sglang_eagle3_ext")
-    return Path(base) / "tiny-deepseek-v3"
+    from . import envs
+
+    return Path(envs.get(envs.CACHE)) / "tiny-deepseek-v3"
 
 
-def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, branch_scale: float = 1.0,
-                       successor_weight: float = 0.0, route_bias: float = 0.0, **overrides) -> Path:
-    """Write the tiny model to `out` (default: the cache) unless a complete copy is there.
-    overrides: DeepseekV3Config fields; branch_scale / successor_weight: see PREDICTABLE;
-    route_bias > 0 pins MoE routing: the first num_experts_per_tok experts get that score bonus
-    (e_score_correction_bias), so every token picks them. Random routers sit on near-ties, and a
-    flipped expert moves a token's state by far more than bf16 kernel noise (transformers bf16 vs fp32:
-    worst token 0.994 after the first MoE layer, every such token routed differently); pinned, the
-    MoE kernels still run and bf16 vs fp32 stays >= 0.99996 on every token."""
-    out = Path(out) if out else default_dir()
-    done = out / ".complete"
-    if done.exists():
-        return out
+def build_model(seed: int = 0, branch_scale: float = 1.0, successor_weight: float = 0.0, route_bias: float = 0.0,
+                device: str | None = None, **overrides):
+    """The target in memory (bf16 transformers DeepseekV3ForCausalLM); ensure_tiny_target documents the knobs."""
     import torch
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
-    from ._log import log_once
-
-    log_once("tiny", "making the tiny DeepSeek-V3 target in %s (first use, ~20 s)", out)
     cfg = DeepseekV3Config(**{**TINY_CONFIG, **overrides})
+    if device is None:
+        device = "cuda" if int(cfg.hidden_size) >= 4096 and torch.cuda.is_available() else "cpu"
     torch.manual_seed(seed)
-    model = DeepseekV3ForCausalLM(cfg)
+    if device == "cpu":
+        model = DeepseekV3ForCausalLM(cfg)
+    else:  # drawn in place, in the dtype it is saved in: no fp32 copy, no host-side init
+        prev = torch.get_default_dtype()
+        torch.set_default_dtype(torch.bfloat16)
+        try:
+            with torch.device(device):
+                model = DeepseekV3ForCausalLM(cfg)
+        finally:
+            torch.set_default_dtype(prev)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith(("o_proj.weight", "down_proj.weight", "down_proj")):  # what each branch adds
@@ -69,7 +87,41 @@ def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, bran
                 if name.endswith("e_score_correction_bias"):
                     b.zero_()
                     b[: cfg.num_experts_per_tok] = route_bias
-    model = model.to(torch.bfloat16)
+    return model.to(torch.bfloat16)
+
+
+def ensure_target(name: str, out: str | os.PathLike | None = None, **kw) -> Path:
+    """A named built-in target (TARGETS), in `out` or the cache folder of that name."""
+    if name not in TARGETS:
+        raise ValueError(f"unknown built-in target {name!r}; available: {', '.join(TARGETS)}")
+    return ensure_tiny_target(out or default_dir().with_name(name), **{**TARGETS[name], **kw})
+
+
+def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, branch_scale: float = 1.0,
+                       successor_weight: float = 0.0, route_bias: float = 0.0, device: str | None = None,
+                       **overrides) -> Path:
+    """Write the tiny model to `out` (default: the cache) unless a complete copy is there.
+    overrides: DeepseekV3Config fields; branch_scale / successor_weight: see PREDICTABLE;
+    route_bias > 0 pins MoE routing: the first num_experts_per_tok experts get that score bonus
+    (e_score_correction_bias), so every token picks them. Random routers sit on near-ties, and a
+    flipped expert moves a token's state by far more than bf16 kernel noise (transformers bf16 vs fp32:
+    worst token 0.994 after the first MoE layer, every such token routed differently); pinned, the
+    MoE kernels still run and bf16 vs fp32 stays >= 0.99996 on every token.
+    device: where the random weights are drawn (default: CUDA for hidden >= 4096 when there is one -- a
+    Kimi-width model is drawn there in bf16 in seconds instead of minutes of CPU fp32 init -- else the CPU,
+    whose seeded weights the 1024-wide targets' measurements were made with)."""
+    out = Path(out) if out else default_dir()
+    done = out / ".complete"
+    if done.exists():
+        return out
+    import torch
+
+    from ._log import log_once
+
+    log_once("tiny", "making the tiny DeepSeek-V3 target in %s (first use, ~20 s)", out)
+    model = build_model(seed=seed, branch_scale=branch_scale, successor_weight=successor_weight,
+                        route_bias=route_bias, device=device, **overrides)
+    device = str(next(model.parameters()).device)
     tmp = out.with_name(out.name + ".tmp")
     model.save_pretrained(tmp, safe_serialization=True)
     p = tmp / "config.json"
@@ -82,10 +134,33 @@ def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, bran
         shutil.rmtree(out)
     tmp.rename(out)
     done.touch()
+    if device != "cpu":   # the caller goes on to start servers on this GPU
+        del model
+        torch.cuda.empty_cache()
     return out
+
+
+def main(argv=None) -> int:
+    """`sglang-eagle3 tiny [OUT] [--predictable] [--seed N]`: write the tiny target, print its folder."""
+    import argparse
+
+    from . import cli_common
+
+    ap = argparse.ArgumentParser(prog=cli_common.prog("tiny"), description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", nargs="?", help=f"output folder (default: the cache, {default_dir()})")
+    ap.add_argument("--predictable", action="store_true",
+                    help="the round trip's target: a greedy walk a draft can learn (tiny.PREDICTABLE)")
+    ap.add_argument("--seed", type=int, default=0, help="weights' random seed")
+    a = cli_common.finish(ap, "tiny").parse_args(argv)
+    if a.out and a.out.startswith("-"):  # never write a model into a folder named like an option
+        raise cli_common.CliError(f"{a.out!r} looks like an option, not a folder; see --help")
+    print(ensure_tiny_target(a.out, seed=a.seed, **(PREDICTABLE if a.predictable else {})))
+    return 0
 
 
 if __name__ == "__main__":
     import sys
 
-    print(ensure_tiny_target(sys.argv[1] if len(sys.argv) > 1 else None))
+    from .cli_common import run_tool
+
+    sys.exit(run_tool("tiny", main))

@@ -490,19 +490,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="where the speculators Eagle3 checkpoint is written")
     p.add_argument("--epochs", type=int, default=None, help=f"default {DEFAULT_EPOCHS} (or as many as --steps needs)")
     p.add_argument("--steps", type=int, default=None, help="stop after this many optimizer steps")
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--optimizer", choices=("muon", "adamw"), default="adamw")
-    p.add_argument("--scheduler", choices=("linear", "cosine", "none"), default="cosine")
-    p.add_argument("--warmup-steps", type=int, default=None)
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    p.add_argument("--optimizer", choices=("muon", "adamw"), default="adamw", help="speculators optimizer")
+    p.add_argument("--scheduler", choices=("linear", "cosine", "none"), default="cosine",
+                   help="learning-rate schedule after warm-up")
+    p.add_argument("--warmup-steps", type=int, default=None, help="default: speculators' own")
     p.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available")
     p.add_argument("--layer-ids", default=None,
                    help="aux HF hidden_states indices, e.g. 1,2,3 (default: DIR metadata, else speculators' default)")
     p.add_argument("--draft-vocab-size", type=int, default=None, help="default: the target's full vocab")
-    p.add_argument("--num-layers", type=int, default=1)
+    p.add_argument("--num-layers", type=int, default=1, help="draft decoder layers")
     p.add_argument("--intermediate-size", type=int, default=None, help="default: the target's intermediate_size")
     p.add_argument("--head-dim", type=int, default=None, help="default: 128 (64 if 128 does not divide hidden)")
     p.add_argument("--max-position-embeddings", type=int, default=None, help="default: max(target's, 8192)")
-    p.add_argument("--ttt-steps", type=int, default=3)
+    p.add_argument("--ttt-steps", type=int, default=3, help="training-time-test unroll steps (EAGLE-3)")
     p.add_argument("--total-seq-len", type=int, default=8192, help="tokens per packed batch")
     p.add_argument("--train-ratio", type=float, default=0.95, help="the rest is speculators' validation split")
     p.add_argument("--loss-fn", default=None, help="speculators loss spec (default: its kl_div)")
@@ -510,15 +511,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attn-impl", choices=("simple_flex_attention", "sdpa", "eager"),
                    default="simple_flex_attention", help="GPU only; CPU uses sdpa")
     p.add_argument("--num-workers", type=int, default=4, help="speculators DataLoader workers (0 = in-process)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--log-every", type=int, default=10, help="print metrics every N steps")
     p.add_argument("--keep-checkpoints", action="store_true",
                    help=f"keep speculators' per-epoch checkpoints under OUT/{RUN_DIR}/checkpoints")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
+    from . import cli_common
+
+    a = cli_common.finish(build_parser(), "train").parse_args(argv)
     try:
         train(a)
     except TrainDraftError as e:
@@ -528,4 +531,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli_common import run_tool
+
+    sys.exit(run_tool("train", main))

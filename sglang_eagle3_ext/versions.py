@@ -10,13 +10,32 @@ import dataclasses
 import functools
 import importlib.metadata
 import importlib.util
-import os
 import re
 from pathlib import Path
 
-SUPPORTED_MIN = "0.5.10"
-SUPPORTED_MAX = "0.5.23"
-FORCE_ENV = "SGLANG_EAGLE3_EXT_FORCE_VERSION"
+from . import envs
+
+# The supported range, declared here only: pyproject.toml's `sglang` extra, patches/make_patches.py and
+# .ci/setup_venv.sh are checked against it (tests/unit/test_versions.py).
+SUPPORTED_MIN = "0.5.10"            # first supported release (its pre-releases are not)
+SUPPORTED_MAX = "0.5.23"            # last supported release, its post releases (0.5.23.post1) included
+# Every supported release we test (patches/<release>/, the compat matrix) -> the transformers its wheel pins.
+TESTED_RELEASES: dict[str, str] = {
+    "0.5.10": "5.3.0", "0.5.14": "5.8.1", "0.5.16": "5.12.1", "0.5.18": "5.12.1",
+    "0.5.20": "5.12.1", "0.5.22": "5.19.0", "0.5.23": "5.19.0",
+}
+FORCE_ENV = envs.FORCE_VERSION
+
+
+def _next_release(v: str) -> str:
+    *head, last = v.split(".")
+    return ".".join([*head, str(int(last) + 1)])
+
+
+# PEP 440, the same at run time (in_range) and for pip: ">=MIN,<MAX+1" admits MAX's post releases and
+# excludes MAX+1's pre-releases, exactly like the run-time check.
+SPECIFIER = f">={SUPPORTED_MIN},<{_next_release(SUPPORTED_MAX)}"
+REQUIREMENT = f"sglang{SPECIFIER}"
 
 
 class UnsupportedSGLang(RuntimeError):
@@ -24,8 +43,15 @@ class UnsupportedSGLang(RuntimeError):
 
 
 def parse(v: str) -> tuple[int, ...]:
-    """'0.5.16.post2' -> (0, 5, 16); enough for release numbers."""
-    return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
+    """The release number of a PEP 440 version ('0.5.16.post2', '0.5.16rc1', '0.5.16+cu128' -> (0, 5, 16));
+    () when `v` is not a version. Capability tables compare these (a release's pre/post builds share
+    its code); the supported range compares full versions (in_range)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(v).release[:3]
+    except InvalidVersion:
+        return ()
 
 
 def installed_version() -> str | None:
@@ -36,15 +62,22 @@ def installed_version() -> str | None:
 
 
 def in_range(version: str) -> bool:
-    return parse(SUPPORTED_MIN) <= parse(version) <= parse(SUPPORTED_MAX)
+    """`version` satisfies SPECIFIER (pre-releases inside the range count: they are installed already)."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return SpecifierSet(SPECIFIER).contains(Version(version), prereleases=True)
+    except InvalidVersion:
+        return False
 
 
 def check_supported(version: str | None = None) -> str:
     """Return the installed version or raise a one-line refusal naming the range."""
     version = version or installed_version()
     if version is None:
-        raise UnsupportedSGLang("sglang is not installed (pip install 'sglang-eagle3-ext[sglang]')")
-    if not in_range(version) and os.environ.get(FORCE_ENV, "") in ("", "0"):
+        raise UnsupportedSGLang("sglang is not installed (pip install sglang; from a checkout: pip install '.[sglang]')")
+    if not in_range(version) and not envs.get(FORCE_ENV):
         raise UnsupportedSGLang(
             f"sglang {version} is outside the supported range {SUPPORTED_MIN}..{SUPPORTED_MAX}; "
             f"run `python -m sglang_eagle3_ext.compat` to see what moved, or set {FORCE_ENV}=1 to try anyway"
@@ -61,11 +94,13 @@ class Capabilities:
     HAS_INPUT_NORM: bool        # `norm_before_fc` / `input_norm` (0.5.18+)
     HAS_NORM_OUTPUT: bool       # draft config `norm_output` honoured (0.5.14+)
     HAS_PLUGINS: bool           # entry-point group `sglang.srt.plugins`
-    HAS_EXTERNAL_MODEL_PACKAGE: bool
     AUX_PACKED: bool            # aux states arrive as one [T, K*H] tensor, not a list
     CAPTURE_ALWAYS_PLUS_ONE: bool  # set_eagle3_layers_to_capture adds 1 to every id
     HAS_RUNTIME_CONTEXT: bool   # server args published via runtime_context.publish (0.5.22+), no global setter
     HAS_FORWARD_BATCH_RIDS: bool
+    HAS_MLA_DRAFT: bool = False  # MLA EAGLE-3 draft class Eagle3DeepseekV2ForCausalLM (kimi_k25_eagle3.py, 0.5.14+)
+    SPEC_V2_VERIFY_SCHEDULE_BATCH: bool = False  # EAGLEWorkerV2.verify(batch: ScheduleBatch) (0.5.14+): dump responses
+    HAS_OUTPUT_STREAMER: bool = False  # SchedulerOutputStreamer.stream_output sees every ended request (0.5.14+)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -96,20 +131,25 @@ def capabilities_from_source(root: Path, version: str) -> Capabilities:
         HAS_INPUT_NORM="input_norm" in eagle or "norm_before_fc" in eagle,
         HAS_NORM_OUTPUT="norm_output" in eagle,
         HAS_PLUGINS=(root / "srt/plugins/__init__.py").exists(),
-        HAS_EXTERNAL_MODEL_PACKAGE="SGLANG_EXTERNAL_MODEL_PACKAGE" in _read(root, "srt/models/registry.py"),
         AUX_PACKED="AuxHiddenStatePacker" in ds,
         CAPTURE_ALWAYS_PLUS_ONE=bool(re.search(r"layers_to_capture = \[val \+ 1 for val in layer_ids\]\n(?!\s*else)", ds))
         and "layer_ids[0] == 1" not in ds,
         HAS_RUNTIME_CONTEXT="SpawnRanks" in _read(root, "srt/runtime_context.py"),
         HAS_FORWARD_BATCH_RIDS=bool(re.search(r"^\s+rids:", fb, re.M)),
+        HAS_MLA_DRAFT="class Eagle3DeepseekV2ForCausalLM" in _read(root, "srt/models/kimi_k25_eagle3.py"),
+        SPEC_V2_VERIFY_SCHEDULE_BATCH=bool(re.search(r"def verify\(self, batch: ScheduleBatch\b",
+                                                     _read(root, "srt/speculative/eagle_worker_v2.py"))),
+        HAS_OUTPUT_STREAMER="class SchedulerOutputStreamer" in _read(
+            root, "srt/managers/scheduler_components/output_streamer.py"),
     )
 
 
 # For offline tools with no SGLang installed (`check --sglang-version X`): the first release in which each
 # flag holds, as read from the wheels with capabilities_from_source (a test compares it to the installed one).
 _FLAG_SINCE = {"HAS_LAYERS_LIST": "0.5.14", "HAS_FC_NORM": "0.5.14", "HAS_INPUT_NORM": "0.5.18",
-               "HAS_NORM_OUTPUT": "0.5.14", "HAS_PLUGINS": "0.5.14", "HAS_EXTERNAL_MODEL_PACKAGE": "0.5.10",
-               "AUX_PACKED": "0.5.18", "HAS_RUNTIME_CONTEXT": "0.5.22", "HAS_FORWARD_BATCH_RIDS": "0.5.10"}
+               "HAS_NORM_OUTPUT": "0.5.14", "HAS_PLUGINS": "0.5.14",
+               "AUX_PACKED": "0.5.18", "HAS_RUNTIME_CONTEXT": "0.5.22", "HAS_FORWARD_BATCH_RIDS": "0.5.10",
+               "HAS_MLA_DRAFT": "0.5.14", "SPEC_V2_VERIFY_SCHEDULE_BATCH": "0.5.14", "HAS_OUTPUT_STREAMER": "0.5.14"}
 _FLAG_UNTIL = {"HAS_MIDLAYER": "0.5.14", "CAPTURE_ALWAYS_PLUS_ONE": "0.5.14"}  # true before this release
 
 

@@ -88,5 +88,4 @@ def sglang_cpu(tmp_path_factory):
     import sglang.srt.layers.rotary_embedding.base as rb
 
     rb._is_cpu = True  # else rotary embedding imports vllm's CUDA ops
-    os.environ.setdefault("SGLANG_EAGLE3_EXT_TEST", "1")
     return h

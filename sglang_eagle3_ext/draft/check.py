@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from . import errors as E
-from . import keys, rules
+from . import keys, mla, rules
 from .errors import Problem
 
 
@@ -24,6 +24,9 @@ class Report:
     ignored: dict[str, str] = dataclasses.field(default_factory=dict)
     renames: dict[str, int] = dataclasses.field(default_factory=dict)
     problems: list[Problem] = dataclasses.field(default_factory=list)
+    draft_class: str | None = None     # the SGLang class that will build it (config architectures)
+    note: str | None = None            # e.g. "hub id X: checked from the local cache"
+    checked: bool = True               # False: a hub id not in the local cache, nothing was read
 
     @property
     def errors(self) -> list[Problem]:
@@ -34,8 +37,11 @@ class Report:
         return [p.code for p in self.errors]
 
     def render(self) -> str:
-        lines = [f"draft {self.draft} for SGLang {self.release}:",
+        cls = f" ({self.draft_class})" if self.draft_class else ""
+        lines = [f"draft {self.draft}{cls} for SGLang {self.release}:"] + ([f"  {self.note}"] if self.note else []) + [
                  f"  would load {len(self.loads)} tensors; renames: {keys.summarize_renames(self.renames)}"]
+        if not self.checked:
+            return "\n".join(lines[:2] + ["  NOT CHECKED"])
         if self.ignored:
             lines.append("  ignored: " + "; ".join(f"{k} ({v})" for k, v in sorted(self.ignored.items())))
         for p in self.problems:
@@ -47,9 +53,18 @@ class Report:
 def check_draft(draft, target=None, sglang_version: str | None = None, scan_values: bool = False) -> Report:
     from .safetensors_io import FLOAT_DTYPES, count_non_finite, read_array, scan_headers
 
-    draft = Path(draft)
+    from .hub import resolve
+
     layout = keys.resolve_layout(sglang_version)
-    rep = Report(draft, layout.release)
+    local, hub_id, note = resolve(str(draft))
+    rep = Report(Path(draft), layout.release, note=note)
+    if local is None:
+        if hub_id is not None:
+            rep.checked = False
+        else:
+            rep.problems.append(Problem(E.CONFIG_MISSING, note))
+        return rep
+    draft = local
     cfg_path = draft / "config.json"
     try:
         cfg = json.loads(cfg_path.read_text())
@@ -62,6 +77,8 @@ def check_draft(draft, target=None, sglang_version: str | None = None, scan_valu
         return rep
     spec, cp = rules.spec_from_config(cfg, layout, where=str(cfg_path))
     rep.problems += cp
+    rep.draft_class = spec.arch if spec is not None else next(
+        (a for a in (cfg.get("architectures") or []) if a in (rules.ARCH, mla.ARCH)), None)
     if spec is None:
         return rep
     shapes = rules.expected_shapes(spec)
@@ -81,7 +98,7 @@ def check_draft(draft, target=None, sglang_version: str | None = None, scan_valu
             rep.ignored[name] = why
             rep.problems += bad
             continue
-        target_name, refused = keys.to_release(canon, layout)
+        target_name, refused = keys.to_release(canon, layout, mla=spec.mla)
         if refused:
             bad.append(refused)
         if not bad and canon == "d2t":
@@ -109,21 +126,49 @@ def check_draft(draft, target=None, sglang_version: str | None = None, scan_valu
 
 
 def main(argv=None) -> int:
+    from .. import cli_common
+
     ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.check", description=__doc__.split("\n")[2])
-    ap.add_argument("draft")
+    ap.add_argument("draft", help="the draft checkpoint folder (config.json + *.safetensors)")
     ap.add_argument("--target", help="target model dir (its config.json): hidden/vocab/layer checks")
-    ap.add_argument("--sglang-version", help="check against this release (default: the installed one)")
+    ap.add_argument("--sglang", dest="sglang_version", metavar="VERSION",
+                    help="check against this release (default: the installed one)")
+    cli_common.hidden_alias(ap, "--sglang-version", dest="sglang_version")
     ap.add_argument("--scan-values", action="store_true", help="also scan every weight for NaN/Inf (reads all data)")
-    ap.add_argument("--json", action="store_true", help="machine-readable output")
-    a = ap.parse_args(argv)
+    cli_common.add_json_out(ap, "the report")
+    a = cli_common.finish(ap, "check").parse_args(argv)
     rep = check_draft(a.draft, a.target, a.sglang_version, a.scan_values)
     if a.json:
-        print(json.dumps({"release": rep.release, "loads": rep.loads, "ignored": rep.ignored, "renames": rep.renames,
-                          "problems": [dataclasses.asdict(p) for p in rep.problems]}, indent=2))
-    else:
+        cli_common.write_json(a.json, {"release": rep.release, "draft_class": rep.draft_class, "checked": rep.checked,
+                                       "note": rep.note, "loads": rep.loads, "ignored": rep.ignored,
+                                       "renames": rep.renames, "problems": [dataclasses.asdict(p) for p in rep.problems]})
+    if a.json != "-":
         print(rep.render())
+    if not rep.checked:
+        return 2  # nothing could be read: bad input, not a verdict
     return 1 if rep.errors else 0
 
 
+def describe_draft(path, sglang_version: str | None = None, target=None) -> dict:
+    """What `bench` (and people) want to know about a draft, headers only: which SGLang class builds it,
+    K, the recorded HF indices, EAGLE-3.1 flags, and whether `check` finds it servable."""
+    rep = check_draft(path, target=target, sglang_version=sglang_version)
+    out = {"path": str(path), "draft_class": rep.draft_class, "release": rep.release, "checked": rep.checked,
+           "note": rep.note, "ok": rep.checked and not rep.errors, "errors": [str(p) for p in rep.errors]}
+    if rep.checked:
+        from .hub import resolve
+
+        local = resolve(str(path))[0]
+        cfg = json.loads((local / "config.json").read_text()) if local and (local / "config.json").is_file() else {}
+        spec, _ = rules.spec_from_config(cfg, keys.resolve_layout(sglang_version)) if cfg else (None, [])
+        if spec is not None:
+            out.update(k=spec.k, aux_ids=list(spec.aux_ids or []), hf_indices=list(spec.hf_indices or []) or None,
+                       hidden=spec.hidden, target_hidden=spec.target_hidden, draft_vocab=spec.draft_vocab,
+                       fc_norm=spec.fc_norm, norm_output=bool(cfg.get("norm_output")), mla=spec.mla)
+    return out
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    from ..cli_common import run_tool
+
+    sys.exit(run_tool("check", main))

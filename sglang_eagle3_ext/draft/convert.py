@@ -18,10 +18,12 @@ import time
 from pathlib import Path
 
 from . import errors as E
-from . import keys, rules
+from . import keys, mla, rules
 from .errors import ConversionRefused, Problem
 from .keys import HF_INDICES_FIELD
 
+SPECFORGE_MLA = "DeepseekV3ForCausalLMEagle3"
+MLA_FORMATS = ("sglang-mla", "specforge-mla")
 _DROP_FROM_LAYER_CFG = {"architectures", "model_type", "transformers_version", "_name_or_path", "auto_map"}
 
 
@@ -37,10 +39,15 @@ def detect_format(cfg: dict) -> str:
         return "speculators"
     if rules.ARCH in archs:
         return "sglang"   # SGLang / SpecForge
+    if mla.ARCH in archs:
+        return "sglang-mla"     # Kimi-K2.5's published MLA drafts (SGLang's class)
+    if SPECFORGE_MLA in archs:
+        return "specforge-mla"  # SpecForge's MLA draft: its own class name, `midlayer.*`, fc over 3 aux states
     if "LlamaForCausalLM" in archs and "draft_vocab_size" in cfg:
         return "eagle"    # SafeAILab EAGLE repo
     _refuse(f"unrecognised draft config (architectures={archs}); expected speculators Eagle3Speculator, "
-            f"{rules.ARCH} (SGLang/SpecForge) or an EAGLE-repo LlamaForCausalLM with draft_vocab_size", E.CONFIG_INVALID)
+            f"{rules.ARCH} (SGLang/SpecForge), {mla.ARCH} (MLA, Kimi-K2.5), {SPECFORGE_MLA} (SpecForge MLA) "
+            f"or an EAGLE-repo LlamaForCausalLM with draft_vocab_size", E.CONFIG_INVALID)
 
 
 def _from_speculators(cfg: dict, hf_override) -> tuple[dict, list[int] | None, bool]:
@@ -77,7 +84,9 @@ def convert_config(cfg: dict, layout: keys.Layout, hf_override=None) -> tuple[di
         out, hf, _ = _from_speculators(cfg, hf_override)
     else:
         out = {k: v for k, v in cfg.items() if k not in ("transformers_version", "_name_or_path")}
-        out["architectures"] = [rules.ARCH]
+        out["architectures"] = [mla.ARCH] if fmt in MLA_FORMATS else [rules.ARCH]
+        if fmt in MLA_FORMATS:
+            out.setdefault("model_type", "deepseek_v3")  # SGLang reads the config through AutoConfig
         out.setdefault("target_hidden_size", cfg.get("hidden_size"))
         ec = dict(cfg.get("eagle_config") or {})
         if ec.get("norm_before_residual") or cfg.get("norm_before_residual"):
@@ -101,7 +110,7 @@ def convert_config(cfg: dict, layout: keys.Layout, hf_override=None) -> tuple[di
         ec[HF_INDICES_FIELD] = list(hf)
         if "num_aux_hidden_states" in out:
             out["num_aux_hidden_states"] = len(hf)
-    if layout.midlayer:
+    if layout.midlayer or fmt in MLA_FORMATS:  # the MLA class ignores it: K = len(layer ids)
         out.pop("num_aux_hidden_states", None)
     return out, fmt, warnings
 
@@ -143,14 +152,51 @@ class _Progress:
             print(file=sys.stderr)
 
 
+_OUR_FILES = ("config.json", "model.safetensors.index.json")
+
+
+def _check_destination(src: Path, dst: Path, force: bool) -> None:
+    """Never delete the source, or anything that is not a previous output of ours (--force replaces only that)."""
+    s, d = src.resolve(), dst.resolve()
+    if d == s or d in s.parents:
+        raise SystemExit(f"{dst} contains the source draft {src}: replacing it would delete the source; "
+                         f"choose an output directory outside {src}")
+    if not d.exists():
+        return
+    if not d.is_dir():
+        raise SystemExit(f"{dst} exists and is not a directory; choose another output directory")
+    entries = list(d.iterdir())
+    if not entries:
+        return
+    if not force:
+        raise SystemExit(f"{dst} exists and is not empty (use --force to replace a previous convert output)")
+    foreign = [e.name for e in entries if not (e.is_file() and (e.name in _OUR_FILES or e.suffix == ".safetensors"))]
+    ours = bool(entries) and all(_converted_by_us(e) for e in entries if e.suffix == ".safetensors")
+    if foreign or not ours or not (d / "config.json").is_file():
+        what = f"it holds {', '.join(sorted(foreign)[:5])}" if foreign else "its weights were not written by convert"
+        raise SystemExit(f"{dst} is not a previous output of convert ({what}): --force only replaces those; "
+                         f"remove it yourself or choose another output directory")
+
+
+def _converted_by_us(path: Path) -> bool:
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            meta = json.loads(f.read(min(n, 1 << 26))).get("__metadata__") or {}
+    except (OSError, ValueError, struct.error, AttributeError):
+        return False
+    return meta.get("converted_by") == "sglang_eagle3_ext"
+
+
 def convert(src, dst, sglang_version: str | None = None, hf_indices=None, force: bool = False,
             allow_pickle: bool = False, progress: bool = True, log=print) -> Path:
     import torch
     from safetensors.torch import save_file
 
     src, dst = Path(src), Path(dst)
-    if dst.exists() and any(dst.iterdir()) and not force:
-        raise SystemExit(f"{dst} exists and is not empty (use --force to replace it)")
+    _check_destination(src, dst, force)
     layout = keys.resolve_layout(sglang_version)
     cfg = json.loads((src / "config.json").read_text())
     out_cfg, fmt, warnings = convert_config(cfg, layout, hf_indices)
@@ -168,6 +214,13 @@ def convert(src, dst, sglang_version: str | None = None, hf_indices=None, force:
     for fname, name, t in _iter_source(src, allow_pickle):
         prog.add(t.numel() * t.element_size())
         canon, notes = keys.canonical(name)
+        if spec.mla and canon == mla.FUSED:  # pre-fused: SGLang would drop it; write the two halves it fuses
+            for half, part in zip((mla.Q_HALF, mla.KV_HALF), mla.split_fused(t, spec)):
+                problems += rules.tensor_problems(half, tuple(part.shape), spec, shapes, f"{src}/{fname}")
+                present.add(half)
+                shards.setdefault(fname, {})[half] = part.contiguous()
+            renames[f"{mla.FUSED} -> q_a_proj + kv_a_proj_with_mqa"] = 1
+            continue
         if fmt == "speculators" and canon.startswith("layers.") and not canon.startswith("layers.0.") \
                 and canon.endswith(".input_layernorm.weight"):
             # speculators layers >= 1 are plain decoder layers; SGLang's use hidden_norm in that role
@@ -180,7 +233,7 @@ def convert(src, dst, sglang_version: str | None = None, hf_indices=None, force:
             dropped.append(f"{canon} ({why})")
             continue
         problems += rules.tensor_problems(canon, tuple(t.shape), spec, shapes, f"{src}/{fname}")
-        target, refused = keys.to_release(canon, layout)
+        target, refused = keys.to_release(canon, layout, mla=spec.mla)
         if refused:
             problems.append(refused)
             continue
@@ -239,15 +292,19 @@ def _int_list(s: str) -> list[int]:
 
 
 def main(argv=None) -> int:
+    from .. import cli_common
+
     ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.convert", description=__doc__.split("\n")[0])
-    ap.add_argument("src")
-    ap.add_argument("dst")
-    ap.add_argument("--sglang-version", help="target SGLang release (default: the installed one)")
+    ap.add_argument("src", help="the draft to convert (speculators / SpecForge / EAGLE checkpoint folder)")
+    ap.add_argument("dst", help="output folder (must be empty or absent, or --force)")
+    ap.add_argument("--sglang", dest="sglang_version", metavar="VERSION",
+                    help="target SGLang release (default: the installed one)")
+    cli_common.hidden_alias(ap, "--sglang-version", dest="sglang_version")
     ap.add_argument("--hf-indices", type=_int_list, help="HF hidden_states indices the draft was trained on, e.g. 3,31,59")
     ap.add_argument("--force", action="store_true", help="replace a non-empty DST")
     ap.add_argument("--allow-pickle", action="store_true", help="read .bin/.pt sources (torch.load weights_only=True)")
-    ap.add_argument("--quiet", action="store_true")
-    a = ap.parse_args(argv)
+    ap.add_argument("--quiet", action="store_true", help="no per-tensor progress lines")
+    a = cli_common.finish(ap, "convert").parse_args(argv)
     try:
         convert(a.src, a.dst, a.sglang_version, a.hf_indices, a.force, a.allow_pickle, progress=not a.quiet)
     except E.DraftError as e:
@@ -257,4 +314,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ..cli_common import run_tool
+
+    sys.exit(run_tool("convert", main))

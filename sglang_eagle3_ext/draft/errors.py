@@ -27,6 +27,10 @@ TARGET_MISMATCH = "target-mismatch"        # hidden/vocab differ from the target
 LAYER_INDEX = "capture-layer-index"
 DTYPE = "dtype-mismatch"                  # SGLang would run draft and target in different dtypes
 FC_WIDTH = "fc-width"                      # target sends hidden states the fc cannot take
+FUSED_HALF = "fused-half-missing"          # MLA: one of q_a_proj / kv_a_proj_with_mqa absent (never loaded)
+MLA_INPUT = "mla-input-width"              # MLA q/kv down-projection takes 1xhidden, EAGLE-3 needs cat(embed, hidden)
+MLA_DIMS = "mla-dims"                      # MLA tensor disagrees with the config's lora/rope/head dims
+DRAFT_CLASS = "draft-class-unsupported"    # the draft's class does not exist in this SGLang release
 
 
 @dataclasses.dataclass(frozen=True)

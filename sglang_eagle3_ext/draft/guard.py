@@ -31,19 +31,27 @@ def _target_fed(mode) -> bool:
     return not (mode.is_decode() or mode.is_idle())
 
 
-def check_width(llama_model, forward_batch) -> None:
+def fc_in_features(fc) -> int:
+    """Input width of the draft's fc: nn.Linear (Llama draft; MLA draft <= 0.5.14) or SGLang's
+    ColumnParallelLinear (MLA draft 0.5.16+), whose weight is split by output rows only."""
+    n = getattr(fc, "in_features", None)
+    return n if n is not None else fc.input_size
+
+
+def check_width(draft_model, forward_batch) -> None:
+    """draft_model: the draft's inner model (llama_eagle3.LlamaModel or kimi_k25_eagle3.Eagle3MLAModel)."""
     spec_info = getattr(forward_batch, "spec_info", None)
     hs = getattr(spec_info, "hidden_states", None)
     if hs is None:
         return
-    fc = llama_model.fc
+    need = fc_in_features(draft_model.fc)
     width = hs.shape[-1]
-    if width == fc.in_features:
+    if width == need:
         return
     mode = forward_batch.forward_mode
     if hs.shape[0] == 0 or not _target_fed(mode):
         return
-    k = getattr(llama_model, "num_aux_hidden_states", 3)
-    th = fc.in_features // k
-    msg = width_message(width, fc.in_features, k, th, f"{getattr(mode, 'name', mode)} batch")
+    k = getattr(draft_model, "num_aux_hidden_states", 3)
+    th = need // k
+    msg = width_message(width, need, k, th, f"{getattr(mode, 'name', mode)} batch")
     raise DraftWidthError([Problem(FC_WIDTH, msg)], "EAGLE-3 draft refuses hidden states of the wrong width")

@@ -36,13 +36,15 @@ class Layout:
     input_norm: bool
     norm_output: bool
     capture_always_plus_one: bool  # set_eagle3_layers_to_capture adds 1 to every id (<=0.5.10)
+    mla_draft: bool = False        # the MLA draft class Eagle3DeepseekV2ForCausalLM exists (0.5.14+)
 
     @classmethod
     def from_caps(cls, caps) -> "Layout":
         return cls(release=caps.version, midlayer=caps.HAS_MIDLAYER and not caps.HAS_LAYERS_LIST,
                    fc_norm=caps.HAS_FC_NORM, input_norm=caps.HAS_INPUT_NORM,
                    norm_output=caps.HAS_NORM_OUTPUT,
-                   capture_always_plus_one=caps.CAPTURE_ALWAYS_PLUS_ONE)
+                   capture_always_plus_one=caps.CAPTURE_ALWAYS_PLUS_ONE,
+                   mla_draft=getattr(caps, "HAS_MLA_DRAFT", False))
 
 
 def layout_for_version(version: str) -> Layout:
@@ -117,9 +119,15 @@ def ignored_reason(canon: str, embed_from_target: bool) -> str | None:
 _LAYER = re.compile(r"^layers\.(\d+)\.(.*)$")
 
 
-def to_release(canon: str, layout: Layout) -> tuple[str | None, Problem | None]:
-    """The name this release's load_weights understands, or a Problem saying why it cannot hold it."""
+def to_release(canon: str, layout: Layout, mla: bool = False) -> tuple[str | None, Problem | None]:
+    """The name this release's load_weights understands, or a Problem saying why it cannot hold it.
+    mla: the MLA draft class, whose load_weights maps `layers.0.*` itself in every release."""
     m = _LAYER.match(canon)
+    if mla:
+        if m and m.group(1) != "0":
+            return None, Problem(UNSUPPORTED_BY_RELEASE, f"{canon}: SGLang's MLA EAGLE-3 draft has exactly one "
+                                                         f"layer", key=canon)
+        return canon, None
     if layout.midlayer and m:
         if m.group(1) != "0":
             return None, Problem(UNSUPPORTED_BY_RELEASE,

@@ -16,13 +16,14 @@ import os
 import sys
 from pathlib import Path
 
+from .. import envs
 from .._log import log_once
 from . import errors as E
-from . import keys, rules
+from . import keys, mla, rules
 from .errors import DraftLoadError, Problem
 
-DEFER_WIDTH_ENV = "SGLANG_EAGLE3_EXT_DEFER_WIDTH_CHECK"  # 1: leave fc-width problems to the forward guard
-VALUE_SCAN_ENV = "SGLANG_EAGLE3_EXT_VALUE_SCAN"          # 0: skip the NaN/Inf scan (one read pass per weight)
+DEFER_WIDTH_ENV = envs.DEFER_WIDTH_CHECK  # 1: leave fc-width problems to the forward guard
+VALUE_SCAN_ENV = envs.VALUE_SCAN          # 0: skip the NaN/Inf scan (one read pass per weight)
 
 
 class _Feed:
@@ -37,7 +38,7 @@ class _Feed:
         self.problems: list[Problem] = []
         self.renames: collections.Counter = collections.Counter()
         self.d2t = None
-        self.scan_values = os.environ.get(VALUE_SCAN_ENV, "1") != "0"
+        self.scan_values = envs.get(VALUE_SCAN_ENV)
 
     def __iter__(self):
         for name, tensor in self.weights:
@@ -55,7 +56,7 @@ class _Feed:
                     self.problems += rules.tensor_problems(canon, tuple(tensor.shape), self.spec, self.shapes, self.where)
                 continue
             bad = rules.tensor_problems(canon, tuple(tensor.shape), self.spec, self.shapes, self.where)
-            target, refused = keys.to_release(canon, self.layout)
+            target, refused = keys.to_release(canon, self.layout, mla=self.spec.mla)
             if refused is not None:
                 bad.append(refused)
             if canon == "d2t" and not bad:
@@ -115,9 +116,19 @@ def _config_dict(config) -> dict:
     # served by the class (not the instance) are read directly for the keys the rules depend on.
     d = dict(vars(config))
     for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size",
-              "num_hidden_layers", "draft_vocab_size", "target_hidden_size", "tie_word_embeddings", "head_dim"):
+              "num_hidden_layers", "draft_vocab_size", "target_hidden_size", "tie_word_embeddings", "head_dim",
+              *mla.DIM_FIELDS):
         if hasattr(config, k):
             d[k] = getattr(config, k)
+    return d
+
+
+def _model_config_dict(model) -> dict:
+    """The config as the draft's files say it: SGLang's __init__ rewrites draft_vocab_size=None to vocab_size
+    when it will take the target's lm_head (load_lm_head_from_target); the rules need the original null."""
+    d = _config_dict(model.config)
+    if getattr(model, "load_lm_head_from_target", False):
+        d["draft_vocab_size"] = None
     return d
 
 
@@ -142,12 +153,12 @@ def pre_load_problems(model, layout) -> tuple[rules.DraftSpec | None, list[Probl
     if d is not None:
         _, fp = scan_headers(d)
         problems += fp
-    spec, cp = rules.spec_from_config(_config_dict(model.config), layout, where=f"{where}/config.json")
+    spec, cp = rules.spec_from_config(_model_config_dict(model), layout, where=f"{where}/config.json")
     problems += cp
     tc = target_config()
     if spec is not None and tc is not None:
         problems += rules.target_problems(spec, tc, where=f"{where} vs target")
-    if os.environ.get(DEFER_WIDTH_ENV, "") not in ("", "0"):
+    if envs.get(DEFER_WIDTH_ENV):
         problems = [p for p in problems if p.code != E.FC_WIDTH]
     return spec, problems, where
 
@@ -177,12 +188,13 @@ def strict_load(wrapped, model, weights):
     if problems:
         raise DraftLoadError(problems, f"EAGLE-3 draft {where} is not fully accounted for in SGLang {layout.release} "
                                        f"(SGLang alone would have loaded it silently):")
-    loaded = len({c for c, _, _ in recorder.hits if c})
+    loaded = len(_used(recorder, feed, spec))
+    fc_out, fc_in = model.model.fc.weight.shape
     log_once("draft-load-summary",
-             "EAGLE-3 draft %s: %d tensors loaded, %d ignored (%s), renames: %s; fc %dx%d (K=%d), SGLang %s",
-             where, loaded + (feed.d2t is not None), len(feed.ignored), ", ".join(sorted(feed.ignored)) or "none",
-             keys.summarize_renames({k: v for k, v in feed.renames.items() if v}), model.model.fc.out_features,
-             model.model.fc.in_features, spec.k, layout.release)
+             "EAGLE-3 draft %s (%s): %d tensors loaded, %d ignored (%s), renames: %s; fc %dx%d (K=%d), SGLang %s",
+             where, type(model).__name__, loaded + (feed.d2t is not None), len(feed.ignored),
+             ", ".join(sorted(feed.ignored)) or "none",
+             keys.summarize_renames({k: v for k, v in feed.renames.items() if v}), fc_out, fc_in, spec.k, layout.release)
     return result
 
 
@@ -215,27 +227,53 @@ def _non_finite(model, recorder, where) -> list[Problem]:
     return out
 
 
-def _accounting(model, feed, recorder, spec, layout, where) -> list[Problem]:
+def _used(recorder, feed, spec) -> set[str]:
+    """Checkpoint keys that reached a parameter. The MLA release fuses q_a_proj + kv_a_proj_with_mqa when the
+    second half arrives, so a hit on the fused parameter uses both halves."""
     used = {c for c, _, _ in recorder.hits if c}
+    if spec.mla and any(keys.release_to_canonical_param(p) == mla.FUSED for _, p, _ in recorder.hits):
+        used |= {mla.Q_HALF, mla.KV_HALF} & set(feed.seen)
+    return used
+
+
+def _accounting(model, feed, recorder, spec, layout, where) -> list[Problem]:
+    """Every checkpoint tensor used or ignored; every parameter of the module filled from the checkpoint or,
+    by SGLang's sharing rules (rules.required_keys: embed/lm_head from the target), left to the target."""
+    used = _used(recorder, feed, spec)
     filled = collections.defaultdict(set)
     for _, pname, shard in recorder.hits:
         filled[pname].add(shard)
     P = []
     fed_bad = {p.key for p in feed.problems}
+    valid = set(feed.seen) - fed_bad
+    half = mla.fused_halves(valid) if spec.mla else None
     for canon, name in feed.seen.items():
         if canon in used or canon in feed.ignored or canon in fed_bad:
             continue
         if canon == "d2t" and getattr(model, "hot_token_id", None) is not None:
             continue
+        if half and canon == half[1]:
+            continue  # reported below as the missing other half
         P.append(Problem(E.UNEXPECTED_WEIGHT, f"{where}: {name} reached no parameter of SGLang {layout.release}'s "
                                               f"draft — {rules._likely_cause(canon, spec)}", key=canon))
     required = rules.required_keys(spec)
+    known = rules.expected_shapes(spec)
     missing = set()
     for pname, _ in model.named_parameters():
         canon = keys.release_to_canonical_param(pname)
+        if spec.mla and canon == mla.FUSED:
+            if not filled.get(pname):
+                missing |= {h for h in (mla.Q_HALF, mla.KV_HALF) if h not in valid} or {mla.Q_HALF, mla.KV_HALF}
+            continue
         for shard, key in keys.expected_shards(canon).items():
-            if key in required and shard not in filled.get(pname, set()):
+            if shard in filled.get(pname, set()):
+                continue
+            if key in required:
                 missing.add(key)
+            elif key not in known:  # a parameter our rules do not know: it would run uninitialised
+                P.append(Problem(E.MISSING_WEIGHT, f"{where}: SGLang {layout.release}'s {type(model).__name__} "
+                                                   f"parameter {pname} received no checkpoint tensor (expected "
+                                                   f"{key}) — it would run with uninitialised values", key=key))
     if spec.needs_d2t and getattr(model, "hot_token_id", None) is None:
         missing.add("d2t")
     missing -= fed_bad  # already reported with a precise reason

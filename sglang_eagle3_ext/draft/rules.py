@@ -9,6 +9,7 @@ import dataclasses
 import re
 
 from . import errors as E
+from . import mla
 from .errors import Problem
 from .keys import HF_INDICES_FIELD, Layout, ignored_reason
 
@@ -37,6 +38,16 @@ class DraftSpec:
     fc_norm: bool
     norm_before_fc: bool
     use_aux: bool
+    arch: str = ARCH            # which SGLang class builds it: ARCH or mla.ARCH
+    q_lora: int = 0             # MLA dims (mla.ARCH only)
+    kv_lora: int = 0
+    rope: int = 0
+    nope: int = 0
+    v_head: int = 0
+
+    @property
+    def mla(self) -> bool:
+        return self.arch == mla.ARCH
 
     @property
     def embed_from_target(self) -> bool:
@@ -63,14 +74,15 @@ def spec_from_config(cfg: dict, layout: Layout, where: str = "config.json") -> t
     if cfg.get("speculators_model_type") or "transformer_layer_config" in cfg:
         return None, [Problem(E.CONFIG_INVALID, f"{where}: speculators-format config ({archs or 'no architectures'}); "
                                                 f"SGLang does not read it and would fall back to a wrong model class — {CONVERT_HINT}")]
-    if ARCH not in archs:
-        P.append(Problem(E.CONFIG_INVALID, f"{where}: architectures is {archs}, SGLang picks the EAGLE-3 draft class "
-                                           f"only for [\"{ARCH}\"] — {CONVERT_HINT}"))
+    is_mla = mla.ARCH in archs
+    if ARCH not in archs and not is_mla:
+        P.append(Problem(E.CONFIG_INVALID, f"{where}: architectures is {archs}, SGLang picks an EAGLE-3 draft class "
+                                           f"only for [\"{ARCH}\"] or [\"{mla.ARCH}\"] (MLA) — {CONVERT_HINT}"))
     missing_ints = [f for f in ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
                                 "num_hidden_layers") if not isinstance(cfg.get(f), int)]
     for field in missing_ints:
         P.append(Problem(E.CONFIG_MISSING, f"{where}: `{field}` missing or not an integer"))
-    if "draft_vocab_size" not in cfg:
+    if "draft_vocab_size" not in cfg and not is_mla:  # the MLA class reads a missing one as null
         P.append(Problem(E.CONFIG_MISSING, f"{where}: `draft_vocab_size` missing (SGLang's draft class fails "
                                            f"without it; null means 'share the target's lm_head')"))
     ec = _eagle_cfg(cfg)
@@ -87,13 +99,25 @@ def spec_from_config(cfg: dict, layout: Layout, where: str = "config.json") -> t
             P.append(Problem(E.UNSUPPORTED_OPTION, f"{where}: {name}.norm_before_residual=true — the draft was trained with "
                                                    f"a normed residual; SGLang always uses the un-normed residual, so it "
                                                    f"would run a different network. Retrain with norm_before_residual=false."))
+    mla_fields = {}
+    if is_mla:
+        mla_fields, mp = mla.config_fields(cfg, layout, where)
+        P += mp
+        if any(p.code == E.CONFIG_MISSING for p in mp):
+            return None, P
     if missing_ints:
         return None, P
     hidden = cfg["hidden_size"]
     n_heads = cfg["num_attention_heads"]
     target_hidden = cfg.get("target_hidden_size") or hidden
     k = cfg.get("num_aux_hidden_states") or (len(ids) if ids else 3)
-    if layout.midlayer:
+    if is_mla:
+        k = mla.release_k(cfg)
+        if cfg.get("num_aux_hidden_states") and cfg["num_aux_hidden_states"] != k:
+            P.append(Problem(E.AUX_COUNT, f"{where}: num_aux_hidden_states={cfg['num_aux_hidden_states']} but SGLang's "
+                                          f"{mla.ARCH} ignores it and builds fc for K={k} (the number of "
+                                          f"eagle_aux_hidden_state_layer_ids)"))
+    elif layout.midlayer:
         k = 3  # <=0.5.10 builds Linear(3*hidden_in, hidden) whatever the config says
         if ids and len(ids) != 3:
             P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: {len(ids)} aux layers, but SGLang {layout.release} "
@@ -114,13 +138,13 @@ def spec_from_config(cfg: dict, layout: Layout, where: str = "config.json") -> t
                                           f"but the draft takes K={k} aux states (fc width {k}x{target_hidden})"))
     fc_norm = bool(cfg.get("fc_norm") or cfg.get("use_aux_norm"))
     norm_before_fc = bool(ec.get("norm_before_fc", cfg.get("norm_before_fc", False)))
-    if fc_norm and not layout.fc_norm:
+    if fc_norm and not layout.fc_norm and not is_mla:
         P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: fc_norm=true but SGLang {layout.release} has no fc_norm "
                                                    f"(it would be ignored); use SGLang >= 0.5.14"))
-    if norm_before_fc and not layout.input_norm:
+    if norm_before_fc and not layout.input_norm and not is_mla:  # mla.config_fields refuses it
         P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: norm_before_fc=true but SGLang {layout.release} has no "
                                                    f"input_norm (it would be ignored); use SGLang >= 0.5.18"))
-    if cfg.get("norm_output") and not layout.norm_output:
+    if cfg.get("norm_output") and not layout.norm_output and not is_mla:
         P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: norm_output=true but SGLang {layout.release} ignores it"))
     use_aux = bool(ec.get("use_aux_hidden_state", True))
     if not use_aux and k != 1:
@@ -133,7 +157,8 @@ def spec_from_config(cfg: dict, layout: Layout, where: str = "config.json") -> t
                      n_heads=n_heads, n_kv=cfg.get("num_key_value_heads") or n_heads,
                      head_dim=cfg.get("head_dim") or hidden // n_heads, inter=cfg["intermediate_size"],
                      vocab=cfg["vocab_size"], draft_vocab=dvs, tie=bool(cfg.get("tie_word_embeddings", False)),
-                     fc_bias=bool(cfg.get("bias", False)), fc_norm=fc_norm, norm_before_fc=norm_before_fc, use_aux=use_aux)
+                     fc_bias=bool(cfg.get("bias", False)), fc_norm=fc_norm, norm_before_fc=norm_before_fc, use_aux=use_aux,
+                     arch=mla.ARCH if is_mla else ARCH, **mla_fields)
     mpe = cfg.get("max_position_embeddings")
     if isinstance(mpe, int) and mpe <= 4096 and not cfg.get("rope_scaling"):
         P.append(Problem("short-context", f"{where}: max_position_embeddings={mpe}: SGLang clamps draft RoPE there and "
@@ -156,6 +181,9 @@ def expected_shapes(spec: DraftSpec) -> dict[str, tuple[int, ...]]:
         shapes.update({f"fc_norm.{i}.weight": (Ht,) for i in range(spec.k)})
     if spec.norm_before_fc:
         shapes["input_norm.weight"] = (spec.k * Ht,)
+    if spec.mla:
+        shapes.update(mla.layer_shapes(spec))
+        return shapes
     for n in range(spec.n_layers):
         w = 2 * H if n == 0 else H  # the first layer takes cat(embeds, hidden)
         p = f"layers.{n}."
@@ -195,6 +223,8 @@ def tensor_problems(canon: str, shape: tuple, spec: DraftSpec, shapes: dict, whe
     """Name/shape problems of one checkpoint tensor (canonical name)."""
     if ignored_reason(canon, spec.embed_from_target) is not None and canon != "t2d":
         return []
+    if spec.mla and canon == mla.FUSED:
+        return [mla.fused_key_problem(where)]
     if canon not in shapes:
         return [Problem(E.UNEXPECTED_WEIGHT, f"{where}: unexpected tensor {canon} {list(shape)} — {_likely_cause(canon, spec)}",
                         key=canon)]
@@ -212,6 +242,8 @@ def tensor_problems(canon: str, shape: tuple, spec: DraftSpec, shapes: dict, whe
                                      f"layers) but the config gives K={k} (eagle_aux_hidden_state_layer_ids="
                                      f"{list(spec.aux_ids) if spec.aux_ids else None}); fix the ids to the {got_k} layers "
                                      f"the draft was trained on", key=canon)]
+    if spec.mla and (p := mla.tensor_problem(canon, tuple(shape), want, spec, where)) is not None:
+        return [p]
     if canon == "d2t":
         return [Problem(E.D2T_LENGTH, f"{where}: d2t has {list(shape)} entries but draft_vocab_size="
                                       f"{spec.lm_head_rows} (lm_head rows); d2t must map every draft token", key=canon)]
@@ -222,8 +254,17 @@ def tensor_problems(canon: str, shape: tuple, spec: DraftSpec, shapes: dict, whe
 
 def missing_problems(present: set[str], spec: DraftSpec, where: str) -> list[Problem]:
     out = []
-    for k in sorted(required_keys(spec) - present):
+    missing = required_keys(spec) - present
+    half = mla.fused_halves(present) if spec.mla else None
+    if half and half[0] in missing:
+        out.append(mla.half_missing_problem(half[0], half[1], where))
+        missing.discard(half[0])
+    for k in sorted(missing):
         why = " (draft_vocab_size != vocab_size: without it draft token ids are read as target ids)" if k == "d2t" else ""
+        if k == "lm_head.weight":
+            why = (f" (draft_vocab_size={spec.draft_vocab} is set, so SGLang does not take the target's lm_head: the "
+                   f"draft would predict from an uninitialised head and serve at accept length ~1.00; add the trained "
+                   f"lm_head, or set draft_vocab_size null only if the draft was trained with the target's head)")
         out.append(Problem(E.MISSING_WEIGHT, f"{where}: {k} missing — the draft would run with untrained values{why}", key=k))
     return out
 

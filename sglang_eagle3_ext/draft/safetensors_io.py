@@ -57,23 +57,46 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], list[Problem]]:
         header = json.loads(raw)
     except ValueError as e:
         return bad(f"header is not valid JSON ({e})")
+    if not isinstance(header, dict):
+        return bad("header is not a JSON object")
     data_start = 8 + n
     out, problems = {}, []
     for name, meta in header.items():
         if name == "__metadata__":
+            if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+                return bad("__metadata__ must map strings to strings")
             continue
         try:
             dtype, shape, (b, e) = meta["dtype"], tuple(meta["shape"]), meta["data_offsets"]
+            if not all(isinstance(x, int) and x >= 0 for x in (*shape, b, e)):
+                raise ValueError
         except (KeyError, TypeError, ValueError):
             return bad(f"header entry {name!r} is malformed")
+        if dtype not in DTYPE_BYTES:
+            return bad(f"tensor {name} has dtype {dtype!r}, which safetensors does not know")
+        if b > e:
+            return bad(f"tensor {name} has data_offsets [{b}, {e}] (begin after end)")
         info = TensorInfo(name, dtype, shape, path, data_start + b, data_start + e)
-        want = info.numel * DTYPE_BYTES.get(dtype, 0)
-        if DTYPE_BYTES.get(dtype) and e - b != want:
+        want = info.numel * DTYPE_BYTES[dtype]
+        if e - b != want:
             problems.append(Problem(BAD_FILE, f"{path}: tensor {name} {dtype}{list(shape)} needs {want} bytes, "
                                               f"header gives {e - b}", key=name))
         if data_start + e > size:
             return bad(f"tensor {name} ends at byte {data_start + e} but the file has {size} bytes")
         out[name] = info
+    # safetensors' own rule (and SGLang's loader through it): the tensors tile the data exactly, in offset
+    # order, from byte 0 to the end of the file -- no overlap, no gap, nothing after the last one.
+    pos = 0
+    for info in sorted(out.values(), key=lambda i: (i.begin, i.end)):
+        b = info.begin - data_start
+        if b != pos:
+            what = "overlaps the previous tensor" if b < pos else f"leaves a gap of {b - pos} bytes"
+            return bad(f"tensor {info.name} starts at data byte {b} but the previous tensor ends at {pos}: its "
+                       f"data_offsets {what} (safetensors refuses such a header: invalid offsets)")
+        pos = info.end - data_start
+    if pos != size - data_start:
+        return bad(f"the tensors end at data byte {pos} but the file has {size - data_start} data bytes "
+                   f"(safetensors refuses it: incomplete metadata / trailing bytes)")
     return out, problems
 
 

@@ -5,9 +5,17 @@ A request is complete when its stitched length reaches the full prompt length SG
 (`ForwardBatch.orig_seq_lens` = max(extend end, len(origin_input_ids))). A first chunk that starts
 at prefix > 0 means the radix cache served the head of the prompt: those states were never
 computed here, so the request is refused (never written as if complete).
+
+A request can also end before it is complete (client disconnect, /abort_request, a retraction that never
+re-prefills). SGLang runs at most one chunked request at a time and puts its next chunk into the very
+next prefill batch, so a partial that misses STALE_BATCHES consecutive batches has ended: its host memory
+is released then (else the staging ring's tail and the budget would stay pinned by a dead request).
+Sample ids are unique among the samples in flight: a second request with the same (sanitised) id is
+refused while the first is being stitched or written (two writers of one file would collide).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import threading
 
@@ -15,6 +23,11 @@ from .fmt import T_AUX, T_IDS, T_POST, T_PRE
 from .manifest import sanitize_id
 from .._log import log_once
 from .config import NODUMP_RID_PREFIX
+
+# A partial absent from this many consecutive batches has ended. SGLang's chunked request is in the very next
+# prefill batch; one batch of margin costs nothing (the memory of one dead request, one batch longer).
+STALE_BATCHES = 2
+RECENT_ENDED = 1024      # rids released as ended, remembered to name the cause if a chunk of one still comes
 
 
 class ChunkBatch:
@@ -76,6 +89,7 @@ class Sample:
     sample_id: str
     pieces: list
     length: int = 0
+    seen: int = 0          # Assembler.fed when its last chunk came
 
     def finite(self) -> bool | None:
         """From the capture's per-row flags; None when some batch came without them."""
@@ -110,7 +124,7 @@ class Sample:
 class Refusal:
     rid: str
     reason: str
-    kind: str      # "prefix_cache" | "gap" | "overrun"
+    kind: str      # "prefix_cache" | "gap" | "overrun" | "duplicate_id" | "ended"
 
 
 class Assembler:
@@ -121,9 +135,15 @@ class Assembler:
         self.release = release          # callable(ChunkBatch): its host memory is no longer held
         self.min_tokens = min_tokens    # shorter prompts (SGLang's warm-up) are not dumped
         self.partials: dict[str, Sample] = {}
+        self.fed = 0                    # batches fed so far
+        self.ended = 0                  # partials released because their request ended unfinished
+        self._recent_ended: collections.OrderedDict = collections.OrderedDict()
+        self._active: dict[str, str] = {}   # sample id -> rid, from the first chunk until finish()
+        self._active_lock = threading.Lock()   # finish() runs on the io threads
 
     def feed(self, batch: ChunkBatch) -> tuple[list[Sample], list[Refusal]]:
         done, refused = [], []
+        self.fed += 1
         orig = batch.orig_lens.tolist() if hasattr(batch.orig_lens, "tolist") else list(batch.orig_lens)
         row = 0
         min_tokens = self.min_tokens
@@ -145,8 +165,20 @@ class Assembler:
             if p == 0:
                 if part is not None:        # re-prefilled from scratch (retraction): start over
                     self._drop(rid)
+                with self._active_lock:
+                    other = self._active.get(sid)
+                    if other is None:
+                        self._active[sid] = rid
+                if other is not None:
+                    refused.append(Refusal(rid, f"sample id {sid!r} is already being dumped for request {other!r} "
+                                                f"(request ids must stay distinct after sanitising)", "duplicate_id"))
+                    continue
                 part = self.partials[rid] = Sample(rid, sid, [])
             elif part is None:
+                if rid in self._recent_ended:
+                    refused.append(Refusal(rid, f"a chunk at token {p} came after the request was absent from "
+                                                f"{STALE_BATCHES} batches and released as ended", "ended"))
+                    continue
                 refused.append(Refusal(rid, f"first prefill chunk starts at token {p}: the prefix cache served "
                                             f"{p} tokens whose states were not computed; launch with "
                                             f"--disable-radix-cache", "prefix_cache"))
@@ -158,6 +190,7 @@ class Assembler:
             batch.add_ref()
             part.pieces.append(Piece(batch, a, b))
             part.length += n
+            part.seen = self.fed
             total = int(orig[i])
             if part.length == total:
                 done.append(self.partials.pop(rid))
@@ -167,13 +200,29 @@ class Assembler:
         if batch.refs == 0:             # nothing of this batch is kept
             batch.add_ref()
             self._unref(batch)
+        self.release_ended(STALE_BATCHES)
         return done, refused
 
+    def release_ended(self, min_missed: int = 0) -> int:
+        """Release the partials that missed at least `min_missed` consecutive batches (0: every partial, for a
+        writer idle so long that no request can still be mid-prefill). Returns how many."""
+        gone = [rid for rid, part in self.partials.items() if self.fed - part.seen >= min_missed]
+        for rid in gone:
+            self._drop(rid)
+            self._recent_ended[rid] = None
+            if len(self._recent_ended) > RECENT_ENDED:
+                self._recent_ended.popitem(last=False)
+        self.ended += len(gone)
+        return len(gone)
+
     def finish(self, sample: Sample) -> None:
-        """The sample was written (or discarded): let go of its pieces."""
+        """The sample was written (or discarded): let go of its pieces, and of its id."""
         for pc in sample.pieces:
             self._unref(pc.batch)
         sample.pieces = []
+        with self._active_lock:
+            if self._active.get(sample.sample_id) == sample.rid:
+                del self._active[sample.sample_id]
 
     def _unref(self, batch: ChunkBatch) -> None:
         if batch.drop_ref():

@@ -34,13 +34,32 @@ _writer = None                         # one per process (one DP group's attenti
 
 def is_writer(ranks: dict) -> bool:
     """The layer input is replicated across the attention-TP group: its rank 0 writes. With DP attention
-    every DP group holds other requests, so each group has its own writer (attention-TP rank 0 there)."""
-    return ranks["attn_tp_rank"] == 0
+    every DP group holds other requests, so each group has its own writer (attention-TP rank 0 there).
+    Fails closed: a rank that could not be read (None) never writes (else every rank would)."""
+    return ranks.get("attn_tp_rank") == 0
+
+
+def _single_process() -> bool:
+    """No torch.distributed world, or a world of one: this process is rank 0 of everything."""
+    try:
+        import torch.distributed as dist
+
+        return not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1
+    except Exception:  # noqa: BLE001 - cannot tell: not known to be alone
+        return False
 
 
 def _ranks() -> dict:
-    """Parallel layout of this process; every field best-effort (missing -> default)."""
-    out = dict(tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=0, dp_size=1, dp_rank=0, pp_size=1, pp_rank=0)
+    """Parallel layout of this process; every field best-effort (missing -> default), except the
+    attention-TP rank, which decides who writes: unknown there is None unless the process is alone."""
+    out = _probe_ranks()
+    if out["attn_tp_rank"] is None and _single_process():
+        out["attn_tp_rank"] = 0
+    return out
+
+
+def _probe_ranks() -> dict:
+    out = dict(tp_size=1, tp_rank=0, attn_tp_size=1, attn_tp_rank=None, dp_size=1, dp_rank=0, pp_size=1, pp_rank=0)
     try:
         from sglang.srt.runtime_context import get_parallel
 
@@ -143,7 +162,11 @@ def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
     cfg = cfg or from_env()
     if cfg is None:
         return None
+    from .prefill_graphs import check as refuse_prefill_graphs   # start-up error where prefill runs in a graph
+    refuse_prefill_graphs(_server_args())
     n = int(model.config.num_hidden_layers)
+    from . import serving_mode      # EAGLE-3 on: the draft's layers (dump while serving, issue 20)
+    cfg = serving_mode.config_for_target(cfg, n, _server_args())
     layers = cfg.resolve_layers(n)
     ranks = _ranks()
     if ranks["pp_rank"] != ranks["pp_size"] - 1:
@@ -153,6 +176,9 @@ def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
     model.capture_aux_hidden_states = True
     model.model.layers_to_capture = list(layers)
     writes = is_writer(ranks)
+    if ranks["attn_tp_rank"] is None:
+        logger.error("dump: could not read this process's attention-TP rank (SGLang's parallel state): NOT writing "
+                     "from it (only a rank known to be 0 writes; else every rank would write the same samples)")
     if writes and _writer is None:
         meta = build_meta(model, cfg, layers, ranks)
         _writer = make_writer(cfg, meta, name=f"dp{ranks['dp_rank']}")
@@ -162,6 +188,7 @@ def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
                      "(launch with --disable-radix-cache to dump every request)", level=logging.WARNING)
     target = DumpTarget(model, cfg, layers, _writer if writes else None)
     setattr(model.logits_processor, ATTR, target)
+    serving_mode.install(target, model, _server_args())   # sampling rate; EAGLE-3: verify capture
     logger.info("dump: capturing HF hidden_states %s + final (%s) of %s; %s", layers, cfg.final,
                 type(model).__name__, f"writing to {cfg.dump_dir}" if writes else "not the writer rank")
     return target
@@ -239,6 +266,9 @@ class DumpTarget:
         if w is None or not w.accepting or self.disabled:
             return
         fb = _arg(args, kwargs, 3, "logits_metadata")
+        vc = getattr(self, "verify", None)   # dump while serving: TARGET_VERIFY final states (verify_capture.py)
+        if vc is not None and vc.on_logits(fb, pre, _arg(args, kwargs, 1, "hidden_states")):
+            return
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
         if getattr(fb, "forward_mode", None) != ForwardMode.EXTEND:   # not verify/mixed/draft/decode
@@ -308,7 +338,8 @@ class DumpTarget:
         item = hidden.element_size()
         nbytes = T * ids.element_size() + T * K * H * item + bs * 8
         nbytes += T * H * item * (int(self.cfg.want_prenorm) + int(self.cfg.want_postnorm))
-        w.reserve(nbytes)   # backpressure: may block this (forward) thread, never drops
+        if not w.reserve(nbytes):   # backpressure: may block this (forward) thread, never drops; False: stalled
+            return
         cuda = hidden.is_cuda
         region = None
         try:

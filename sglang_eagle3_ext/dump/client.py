@@ -8,7 +8,7 @@
 
 Input lines: {"id": ..., "input_ids": [...]} | {"id": ..., "text": "..."} | {"id": ..., "messages": [...]}
 (optional "loss_mask" for input_ids lines, used by export --data). Text and messages need a tokenizer:
---tokenizer, or the server's own when it runs with a tokenizer. A --skip-tokenizer-init server only
+--target DIR (its tokenizer), or the server's own when it runs with a tokenizer. A --skip-tokenizer-init server only
 accepts token ids. The dump dir must be visible to this client (shared filesystem): resume and
 completion are read from its manifests.
 """
@@ -127,6 +127,21 @@ class ManifestTail:
             self.offsets[f] = off + end
 
 
+def writer_status(d: Path) -> dict:
+    """name -> the writer's status file (status/<name>.json); one that is unreadable or lies outside the
+    dump dir says so instead of stopping the reader."""
+    from .export import ExportError, inside
+
+    out = {}
+    for st in sorted((d / "status").glob("*.json")) if (d / "status").is_dir() else []:
+        try:
+            s = json.loads(inside(d, f"status/{st.name}").read_text())
+            out[st.stem] = s if isinstance(s, dict) else {"state": "unreadable", "error": "not a JSON object"}
+        except (OSError, ValueError, ExportError) as e:
+            out[st.stem] = {"state": "unreadable", "error": str(e)}
+    return out
+
+
 def check_dump_dir(dump_dir) -> dict:
     d = Path(dump_dir)
     meta = d / META_FILE
@@ -134,12 +149,11 @@ def check_dump_dir(dump_dir) -> dict:
         raise ClientError(f"{meta} not found: the server is not dumping to {d} (is {ENV_DIR} set to this path, "
                           f"SGLANG_EAGLE3_EXT=1, and the dir shared with this client? see the server log for "
                           f"'dump: DISABLED')")
-    for st in sorted((d / "status").glob("*.json")) if (d / "status").is_dir() else []:
-        s = json.loads(st.read_text())
+    for name, s in writer_status(d).items():
         if s.get("state") == "stopped":
-            raise ClientError(f"writer {st.stem} stopped: {s.get('error')} (fix it and restart the server)")
+            raise ClientError(f"writer {name} stopped: {s.get('error')} (fix it and restart the server)")
         if s.get("state") == "discarding":
-            raise ClientError(f"writer {st.stem} writes nothing: the server runs with {ENV_DISCARD}=1 (a benchmarking "
+            raise ClientError(f"writer {name} writes nothing: the server runs with {ENV_DISCARD}=1 (a benchmarking "
                               f"aid); restart it without that variable to dump")
     return json.loads(meta.read_text())
 
@@ -179,7 +193,7 @@ def run(args) -> int:
         name = args.tokenizer or (None if skip_tok else info.get("tokenizer_path") or info.get("model_path"))
         if name is None:
             raise ClientError("text/messages lines need a tokenizer: this server runs with --skip-tokenizer-init "
-                              "(it only accepts token ids); pass --tokenizer MODEL_DIR or send input_ids")
+                              "(it only accepts token ids); pass --target MODEL_DIR or send input_ids")
         tok = Tokenizer(name)
     log.info("dump run: %d samples (%d already in the manifest, %d lines skipped); layers %s", len(samples),
              len(samples) - len(todo), bad, meta.get("layer_indices_hf"))
@@ -199,7 +213,7 @@ def run(args) -> int:
             gen = out.get("output_ids")
             if gen is None:
                 if tok is None:
-                    raise ClientError("the server returned no output_ids; pass --tokenizer")
+                    raise ClientError("the server returned no output_ids; pass --target MODEL_DIR")
                 gen = tok.tok(out["text"], add_special_tokens=False)["input_ids"]
             prompt_len, ids = len(ids), list(ids) + list(gen)
             with gen_lock:  # before the dump request: a listed sample always has its mask
@@ -285,10 +299,11 @@ def _loss_masks_and_order(data):
 
 def generated_loss_masks(dump_dir) -> dict:
     """Response-only masks of `run --generate` samples (last record per id wins: a re-run regenerates)."""
-    path = Path(dump_dir) / GENERATED_FILE
+    from .export import inside
+
     masks = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
+    if (Path(dump_dir) / GENERATED_FILE).exists():
+        for line in inside(dump_dir, GENERATED_FILE).read_text().splitlines():
             try:
                 r = json.loads(line)
                 masks[r["id"]] = [0] * r["prompt_len"] + [1] * (r["len"] - r["prompt_len"])
@@ -298,8 +313,9 @@ def generated_loss_masks(dump_dir) -> dict:
 
 
 def export(args) -> int:
-    from .export import export_specforge, export_speculators
+    from .export import export_specforge, export_speculators, require_dump_dir
 
+    require_dump_dir(args.dump_dir)     # a mistyped path is an error, not an empty export
     order, masks = _loss_masks_and_order(args.data)
     gen = generated_loss_masks(args.dump_dir)
     if gen:
@@ -313,11 +329,12 @@ def export(args) -> int:
 
 
 def status(args) -> int:
+    from .export import require_dump_dir
     from .manifest import read_manifest
 
-    man = read_manifest(args.dump_dir)
-    d = Path(args.dump_dir)
-    st = {p.stem: json.loads(p.read_text()) for p in sorted((d / "status").glob("*.json"))} if (d / "status").is_dir() else {}
+    d = require_dump_dir(args.dump_dir)  # a mistyped path is an error, not "0 samples"
+    man = read_manifest(d)
+    st = writer_status(d)
     print(json.dumps({"complete_samples": len(man), "tokens": sum(r.get("num_tokens", 0) for r in man.values()),
                       "bytes": sum(r.get("bytes", 0) for r in man.values()), "writers": st}, indent=2))
     return 0
@@ -328,26 +345,31 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="send a JSONL dataset to a dumping server")
-    r.add_argument("--url", default="http://127.0.0.1:30000")
-    r.add_argument("--data", required=True)
+    from .. import cli_common
+
+    r.add_argument("--url", default="http://127.0.0.1:30000", help="the dumping SGLang server")
+    r.add_argument("--data", required=True, metavar="PATH", help="JSONL dataset (input lines: see above)")
     r.add_argument("--dump-dir", required=True, help="the server's SGLANG_EAGLE3_EXT_DUMP_DIR, as seen from here")
-    r.add_argument("--concurrency", type=int, default=8)
-    r.add_argument("--tokenizer")
+    r.add_argument("--concurrency", type=int, default=8, help="requests in flight")
+    r.add_argument("--target", dest="tokenizer", metavar="DIR",
+                   help="target model dir or HF id whose tokenizer turns text/messages into token ids "
+                        "(default: the server's own tokenizer)")
+    cli_common.hidden_alias(r, "--tokenizer", dest="tokenizer")
     r.add_argument("--generate", action="store_true", help="target writes a response first; dump prompt+response")
-    r.add_argument("--max-new-tokens", type=int, default=512)
-    r.add_argument("--temperature", type=float, default=0.0)
-    r.add_argument("--limit", type=int)
-    r.add_argument("--timeout", type=float, default=600.0)
+    r.add_argument("--max-new-tokens", type=int, default=512, help="response length with --generate")
+    r.add_argument("--temperature", type=float, default=0.0, help="sampling temperature with --generate")
+    r.add_argument("--limit", type=int, help="send only the first N samples")
+    r.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds to wait for one reply")
     r.add_argument("--wait-s", type=float, default=300.0, help="how long to wait for the last writes")
-    r.add_argument("--quiet", action="store_true")
+    r.add_argument("--quiet", action="store_true", help="no progress output")
     e = sub.add_parser("export", help="convert a dump for speculators or SpecForge")
-    e.add_argument("--dump-dir", required=True)
-    e.add_argument("--to", choices=("speculators", "specforge"), required=True)
-    e.add_argument("--out", required=True)
+    e.add_argument("--dump-dir", required=True, help="the dump directory (the server's SGLANG_EAGLE3_EXT_DUMP_DIR)")
+    e.add_argument("--to", choices=("speculators", "specforge"), required=True, help="output format")
+    e.add_argument("--out", required=True, help="output directory")
     e.add_argument("--data", help="the JSONL used for the dump: sample order and loss_mask fields")
     s = sub.add_parser("status", help="manifest and writer status")
-    s.add_argument("--dump-dir", required=True)
-    return p
+    s.add_argument("--dump-dir", required=True, help="the dump directory")
+    return cli_common.finish(p, "dump")
 
 
 def main(argv=None) -> int:

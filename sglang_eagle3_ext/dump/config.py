@@ -1,5 +1,6 @@
-"""Dump configuration: every environment variable name lives here (the launch wrapper maps its
-preset keys to exactly these), plus validation that turns a bad setting into one clear message.
+"""Dump configuration: the dump's environment variables (declared, with their parse rules and preset
+keys, in ../envs.py) turned into one DumpConfig, plus validation that turns a bad setting into one
+clear message.
 
 Layer indices use transformers' `output_hidden_states` convention: index i is the residual stream
 *entering* decoder layer i (= output of layer i-1; 0 = embeddings). SGLang's DeepseekV2Model loop
@@ -9,48 +10,47 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
-from ..patch_table import ENV_DUMP_DIR
+from .. import envs
 
-ENV_DIR = ENV_DUMP_DIR                                   # set: dumping on (one definition: patch_table)
-ENV_LAYERS = "SGLANG_EAGLE3_EXT_DUMP_LAYERS"             # "2,30,58": HF hidden_states indices
-ENV_FORMAT = "SGLANG_EAGLE3_EXT_DUMP_FORMAT"             # "safetensors" (the only native format)
-ENV_FINAL = "SGLANG_EAGLE3_EXT_DUMP_FINAL"               # prenorm | postnorm | both
-ENV_MAX_PENDING_MB = "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB"  # host memory for in-flight samples
-ENV_IO_THREADS = "SGLANG_EAGLE3_EXT_DUMP_IO_THREADS"
-ENV_ENCODING = "SGLANG_EAGLE3_EXT_DUMP_ENCODING"         # bf16 (native, as captured) | fp8 (e4m3, row-wise scales)
-ENV_COPY_STREAM = "SGLANG_EAGLE3_EXT_DUMP_COPY_STREAM"   # 1 (default): device->host copies on a side stream
-ENV_DISCARD = "SGLANG_EAGLE3_EXT_DUMP_DISCARD"           # 1: benchmarking aid, capture + stitch, write nothing
-ENV_WRITER = "SGLANG_EAGLE3_EXT_DUMP_WRITER"             # thread (default) | process: where the file io runs
-WRITERS = ("thread", "process")
+ENV_DIR = envs.DUMP_DIR                        # set: dumping on
+ENV_LAYERS = envs.DUMP_LAYERS                  # "2,30,58": HF hidden_states indices
+ENV_FINAL = envs.DUMP_FINAL                    # prenorm | postnorm | both
+ENV_MAX_PENDING_MB = envs.DUMP_MAX_PENDING_MB  # host memory for in-flight samples
+ENV_IO_THREADS = envs.DUMP_IO_THREADS
+ENV_ENCODING = envs.DUMP_ENCODING              # bf16 (native, as captured) | fp8 (e4m3, row-wise scales)
+ENV_COPY_STREAM = envs.DUMP_COPY_STREAM        # 1 (default): device->host copies on a side stream
+ENV_DISCARD = envs.DUMP_DISCARD                # 1: benchmarking aid, capture + stitch, write nothing
+ENV_WRITER = envs.DUMP_WRITER                  # thread (default) | process: where the file io runs
+ENV_MIN_TOKENS = envs.DUMP_MIN_TOKENS
+WRITERS = envs.VARS[ENV_WRITER].choices
 
-ALL_ENV = (ENV_DIR, ENV_LAYERS, ENV_FORMAT, ENV_FINAL, ENV_MAX_PENDING_MB, ENV_IO_THREADS, ENV_ENCODING,
-           ENV_COPY_STREAM, ENV_DISCARD, ENV_WRITER)
+ALL_ENV = tuple(v.name for v in envs.VARS.values() if v.section == "dump")
 
 NODUMP_RID_PREFIX = "nodump-"      # requests whose rid starts with this are served, never dumped
-ENV_MIN_TOKENS = "SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS"
 # Prompts shorter than this are served, never dumped: SGLang's own start-up warm-up request (3 tokens,
 # random rid) must not land in training data, and such short samples teach a draft nothing.
-MIN_TOKENS_DEFAULT = 8
+MIN_TOKENS_DEFAULT = envs.VARS[ENV_MIN_TOKENS].default
 
 
-def min_sample_tokens(env=os.environ) -> int:
+def _get(name: str, env=None):
+    """The registry's parsed value, its error as a DumpConfigError (one message, naming the variable)."""
     try:
-        n = int(env.get(ENV_MIN_TOKENS, "") or MIN_TOKENS_DEFAULT)
-    except ValueError:
-        raise DumpConfigError(f"{ENV_MIN_TOKENS}={env.get(ENV_MIN_TOKENS)!r}: expected an integer") from None
-    if n < 1:
-        raise DumpConfigError(f"{ENV_MIN_TOKENS} must be >= 1")
-    return n
-FORMATS = ("safetensors",)
-FINAL_MODES = ("prenorm", "postnorm", "both")
-ENCODINGS = ("bf16", "fp8")        # see encoding.py; one encoding per dump dir
+        return envs.get(name, env)
+    except envs.EnvError as e:
+        raise DumpConfigError(str(e)) from None
+
+
+def min_sample_tokens(env=None) -> int:
+    return _get(ENV_MIN_TOKENS, env)
+FINAL_MODES = envs.VARS[ENV_FINAL].choices
+ENCODINGS = envs.VARS[ENV_ENCODING].choices    # see encoding.py; one encoding per dump dir
 CONVENTION = ("hf_output_hidden_states: index i = input of decoder layer i = output of layer i-1 "
               "(0 = embeddings); final states are stored separately")
 
 # Files in a dump directory.
 META_FILE = "dump_meta.json"
-STATUS_FILE = "dump_status.json"
 NORM_FILE = "final_norm.safetensors"
 # `dump run --generate` records here which tokens the target generated: {"id", "prompt_len", "len"} per line.
 # Exports use it as the loss mask (train on the target's own outputs, not on the prompts).
@@ -77,7 +77,6 @@ def default_layers(num_layers: int) -> list[int]:
 class DumpConfig:
     dump_dir: str
     layers: tuple[int, ...] | None   # None: default_layers(n) once n is known
-    fmt: str = "safetensors"
     final: str = "prenorm"
     max_pending_bytes: int = 4 << 30
     io_threads: int = 8
@@ -119,63 +118,79 @@ class DumpConfig:
         return layers
 
 
+_LAYER_TOKEN = re.compile(r"[0-9]+", re.ASCII)   # int() also takes "1_0", "١" and whitespace: not layer ids
+
+
 def parse_layers(text: str) -> tuple[int, ...] | None:
+    """"2,30,58" -> (2, 30, 58). Only ASCII digits between single commas (spaces around them allowed):
+    "1,,2", "1_0", "1.9", "-1" and non-ASCII digits are errors, never a guess."""
     text = (text or "").strip()
     if not text:
         return None
+    parts = [x.strip() for x in text.split(",")]
+    bad = [x for x in parts if not _LAYER_TOKEN.fullmatch(x)]
+    if bad:
+        raise DumpConfigError(f"{ENV_LAYERS}={text!r}: {bad[0]!r} is not a layer index; expected comma-separated "
+                              f"non-negative integers (ASCII digits), e.g. 2,30,58")
+    return tuple(int(x) for x in parts)
+
+
+def layers_text(value, where: str = "dump_layers") -> str:
+    """A preset's dump_layers (a YAML list of integers, or the same text as the variable) -> the variable's
+    text. Floats ([1.9, 2.9] must not become 1,2), booleans and strings inside a list are refused."""
+    if isinstance(value, (list, tuple)):
+        bad = [x for x in value if type(x) is not int or x < 0]
+        if bad or not value:
+            raise DumpConfigError(f"{where}: {bad[0]!r} is not a layer index; expected a list of non-negative "
+                                  f"integers, e.g. [2, 30, 58]" if bad else f"{where}: empty list")
+        return ",".join(str(x) for x in value)
+    if isinstance(value, str):
+        try:
+            layers = parse_layers(value)
+        except DumpConfigError as e:
+            raise DumpConfigError(f"{where}: {e}") from None
+        if layers is None:
+            raise DumpConfigError(f"{where}: empty")
+        return ",".join(str(x) for x in layers)
+    raise DumpConfigError(f"{where}: {value!r} is not a list of layer indices; expected e.g. [2, 30, 58]")
+
+
+def host_memory_bytes() -> int | None:
+    """Physical memory, or the cgroup (v2) limit of this container when lower; None when unknown."""
     try:
-        out = tuple(int(x) for x in text.replace(" ", "").split(",") if x != "")
-    except ValueError:
-        raise DumpConfigError(f"{ENV_LAYERS}={text!r}: expected comma-separated integers, e.g. 2,30,58") from None
-    if not out:
-        raise DumpConfigError(f"{ENV_LAYERS}={text!r}: no indices")
-    return out
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        mem = None
+    try:
+        with open("/sys/fs/cgroup/memory.max") as fh:
+            lim = fh.read().strip()
+        if lim.isdigit() and (mem is None or int(lim) < mem):
+            mem = int(lim)
+    except OSError:
+        pass
+    return mem
 
 
-def _flag(env, name: str, default: str, choices: str) -> bool:
-    """A 0/1 variable; anything else is a configuration error naming the choices."""
-    v = (env.get(name, "") or default).strip()
-    if v not in ("0", "1"):
-        raise DumpConfigError(f"{name}={v!r}: expected {choices}")
-    return v == "1"
-
-
-def _choice(env, name: str, default: str, choices: tuple, hint: str) -> str:
-    """One of `choices` (case and surrounding spaces ignored); anything else an error naming them."""
-    v = (env.get(name, "") or default).strip().lower()
-    if v not in choices:
-        raise DumpConfigError(f"{name}={env.get(name)!r}: expected one of {choices} ({hint})")
-    return v
+def pending_budget_bytes(env=None, memory: int | None = -1) -> int:
+    """The host-memory budget of in-flight samples. Set above this machine's memory it is an error naming the
+    variable (it would be pinned at start-up); the default is capped at a quarter of a small machine's."""
+    mb = _get(ENV_MAX_PENDING_MB, env)
+    mem = host_memory_bytes() if memory == -1 else memory
+    if mem and mb << 20 > mem:
+        if envs.is_set(ENV_MAX_PENDING_MB, env):
+            raise DumpConfigError(f"{ENV_MAX_PENDING_MB}={mb}: more than this machine's memory ({mem >> 20} MB); "
+                                  f"set it well below that, e.g. {max(1, mem >> 22)}")
+        mb = max(1, mem >> 22)
+    return mb << 20
 
 
 def from_env(env=None) -> DumpConfig | None:
     """The dump config, None when dumping is off; DumpConfigError on a bad value (directory checks are
     the writer's, at start-up)."""
-    env = os.environ if env is None else env
-    d = env.get(ENV_DIR, "")
-    if not d:
+    if not envs.is_set(ENV_DIR, env):
         return None
-    fmt = env.get(ENV_FORMAT, "") or "safetensors"
-    if fmt not in FORMATS:
-        raise DumpConfigError(f"{ENV_FORMAT}={fmt!r}: supported {FORMATS} (convert with "
-                              f"`python -m sglang_eagle3_ext.dump export --to speculators|specforge`)")
-    final = env.get(ENV_FINAL, "") or "prenorm"
-    if final not in FINAL_MODES:
-        raise DumpConfigError(f"{ENV_FINAL}={final!r}: expected one of {FINAL_MODES}")
-    try:
-        mb = int(env.get(ENV_MAX_PENDING_MB, "") or 4096)
-        io = int(env.get(ENV_IO_THREADS, "") or 8)
-    except ValueError as e:
-        raise DumpConfigError(f"{ENV_MAX_PENDING_MB}/{ENV_IO_THREADS}: {e}") from None
-    if mb <= 0 or io <= 0:
-        raise DumpConfigError(f"{ENV_MAX_PENDING_MB} and {ENV_IO_THREADS} must be positive")
-    encoding = _choice(env, ENV_ENCODING, "bf16", ENCODINGS,
-                       "bf16: hidden states as captured; fp8: e4m3 with per-token per-layer scales, ~0.5x")
-    copy_stream = _flag(env, ENV_COPY_STREAM, "1", "1 (side stream) or 0 (compute stream)")
-    discard = _flag(env, ENV_DISCARD, "0", "0 (write samples) or 1 (benchmarking: write none)")
-    writer = _choice(env, ENV_WRITER, "thread", WRITERS,
-                     "process: the files are written by a child process, off the scheduler's GIL")
-    return DumpConfig(dump_dir=os.path.abspath(d), layers=parse_layers(env.get(ENV_LAYERS, "")),
-                      fmt=fmt, final=final, max_pending_bytes=mb << 20, io_threads=io, encoding=encoding,
-                      min_tokens=min_sample_tokens(env), copy_stream=copy_stream, discard=discard,
-                      writer=writer)
+    return DumpConfig(dump_dir=os.path.abspath(_get(ENV_DIR, env)), layers=_get(ENV_LAYERS, env),
+                      final=_get(ENV_FINAL, env), max_pending_bytes=pending_budget_bytes(env),
+                      io_threads=_get(ENV_IO_THREADS, env), encoding=_get(ENV_ENCODING, env),
+                      min_tokens=min_sample_tokens(env), copy_stream=_get(ENV_COPY_STREAM, env),
+                      discard=_get(ENV_DISCARD, env), writer=_get(ENV_WRITER, env))

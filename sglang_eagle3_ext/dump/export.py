@@ -6,28 +6,109 @@ speculators: <out>/hidden_states/hs_{i}.safetensors  {token_ids [L] int64, hidde
 SpecForge:   <out>/rows_{g}-{g+2000}/data_{i}.ckpt  torch.save({input_ids [L], loss_mask [L],
              hidden_state [1, L, H] AFTER the last norm, aux_hidden_state [1, L, K*H]})
 Sample i is the i-th id in `order` (e.g. the dataset's line order), else sorted ids.
+
+Safety: --dump-dir must be a dump dir (it has dump_meta.json); every file read from it must resolve inside
+it (a manifest line naming /etc/passwd or ../x is refused). The export is built in a temporary directory
+beside --out and renamed into place: an --out holding an earlier export of ours is replaced as a whole (no
+stale hs_N files of a larger older export survive), any other non-empty --out is refused.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from .config import META_FILE, NORM_FILE
 from .fmt import T_AUX, T_IDS, T_POST, T_PRE, atomic_write, read_sample, rms_norm
 from .manifest import read_manifest
+from .serving_mode import default_loss_mask
 
 SPECFORGE_GROUP = 2000
+EXPORT_MARKER = "sge3_export.json"     # in every --out we wrote: what may be replaced by a new export
 
 
 class ExportError(RuntimeError):
     pass
 
 
+def inside(dump_dir, rel) -> Path:
+    """dump_dir/rel, resolved (symlinks too); ExportError when that is not inside dump_dir."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel:
+        raise ExportError(f"{dump_dir}: manifest entry file={rel!r} is not a relative path")
+    root = Path(dump_dir).resolve()
+    p = (root / rel).resolve()
+    if root not in p.parents:
+        raise ExportError(f"{dump_dir}: file {rel!r} resolves to {p}, outside the dump dir: refusing to read it "
+                          f"(a manifest or file that did not come from the dump writer)")
+    return p
+
+
+def require_dump_dir(path) -> Path:
+    """`path` when it is a dump dir (made by the dump writer: it has dump_meta.json), else ExportError."""
+    d = Path(path)
+    if not d.is_dir():
+        raise ExportError(f"--dump-dir {path}: no such directory")
+    if not (d / META_FILE).is_file():
+        raise ExportError(f"--dump-dir {path}: not a dump dir (no {META_FILE}); give the directory the server "
+                          f"dumped into (its SGLANG_EAGLE3_EXT_DUMP_DIR)")
+    inside(d, META_FILE)
+    return d
+
+
+def _is_our_export(out: Path) -> bool:
+    if (out / EXPORT_MARKER).is_file():
+        return True
+    # exports made before the marker: an index plus the dump's metadata copied beside it
+    return (out / "index.jsonl").is_file() and (out / "sge3_dump_meta.json").is_file()
+
+
+def _staging_dir(out: Path, dump_dir: Path) -> Path:
+    """A fresh directory beside `out` to build the export in; refuses an --out that is not ours to replace."""
+    o, d = out.resolve(), dump_dir.resolve()
+    if o == d or d in o.parents or o in d.parents:
+        raise ExportError(f"--out {out} must be outside the dump dir {dump_dir} and must not contain it")
+    if out.is_symlink() or out.exists():
+        if not out.is_dir() or out.is_symlink():
+            raise ExportError(f"--out {out} exists and is not a directory; choose a new directory")
+        if any(out.iterdir()) and not _is_our_export(out):
+            raise ExportError(f"--out {out} is not empty and holds no export of this tool (no {EXPORT_MARKER}); "
+                              f"choose a new or empty directory (nothing there was changed)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{out.name}.export-tmp.", dir=out.parent))
+
+
+def _into_place(tmp: Path, out: Path) -> None:
+    """Rename the finished export to `out`; an earlier export there is moved aside first, then deleted."""
+    old = None
+    if out.exists():
+        old = out.parent / f".{out.name}.export-old.{os.getpid()}"
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(out, old)
+    os.rename(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _export(build, to: str, dump_dir, out, **kw) -> int:
+    dump_dir, out = require_dump_dir(dump_dir), Path(out)
+    tmp = _staging_dir(out, dump_dir)
+    try:
+        n = build(dump_dir, tmp, **kw)
+        (tmp / EXPORT_MARKER).write_text(json.dumps({"format": "sge3_export", "to": to, "samples": n,
+                                                     "dump_dir": str(dump_dir.resolve())}) + "\n")
+        _into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return n
+
+
 def _load_norm(dump_dir):
-    p = Path(dump_dir) / NORM_FILE
-    if not p.exists():
+    if not (Path(dump_dir) / NORM_FILE).exists():
         return None
+    p = inside(dump_dir, NORM_FILE)
     from safetensors import safe_open
 
     with safe_open(str(p), framework="pt") as f:
@@ -41,7 +122,7 @@ def _read(dump_dir: Path, rec: dict):
     from .encoding import EncodingError
 
     try:
-        return read_sample(dump_dir / rec["file"])
+        return read_sample(inside(dump_dir, rec["file"]))
     except EncodingError as e:
         raise ExportError(f"{rec['file']}: {e}") from e
 
@@ -68,7 +149,14 @@ def _finals(t: dict, norm, path) -> tuple:
 
 
 def export_speculators(dump_dir, out, order=None, loss_masks: dict | None = None, arrow: bool = True) -> int:
-    dump_dir, out = Path(dump_dir), Path(out)
+    return _export(_speculators_into, "speculators", dump_dir, out, order=order, loss_masks=loss_masks, arrow=arrow)
+
+
+def export_specforge(dump_dir, out, order=None, loss_masks: dict | None = None) -> int:
+    return _export(_specforge_into, "specforge", dump_dir, out, order=order, loss_masks=loss_masks)
+
+
+def _speculators_into(dump_dir: Path, out: Path, order=None, loss_masks: dict | None = None, arrow: bool = True) -> int:
     recs = ordered_records(dump_dir, order)
     hs_dir = out / "hidden_states"
     hs_dir.mkdir(parents=True, exist_ok=True)
@@ -86,7 +174,7 @@ def export_speculators(dump_dir, out, order=None, loss_masks: dict | None = None
         hs = __import__("torch").cat([t[T_AUX].view(L, KH // H, H), t[T_PRE].view(L, 1, H)], 1).contiguous()
         ids = t[T_IDS].long().contiguous()
         atomic_write(hs_dir / f"hs_{i}.safetensors", lambda p: save_file({"token_ids": ids, "hidden_states": hs}, p))
-        lm = (loss_masks or {}).get(rec["id"]) or [1] * L
+        lm = (loss_masks or {}).get(rec["id"]) or default_loss_mask(rec, L)   # serving samples: the response
         if len(lm) != L:
             raise ExportError(f"loss_mask of {rec['id']} has {len(lm)} entries, sample has {L} tokens")
         rows["input_ids"].append(ids.tolist())
@@ -106,10 +194,9 @@ def export_speculators(dump_dir, out, order=None, loss_masks: dict | None = None
     return len(recs)
 
 
-def export_specforge(dump_dir, out, order=None, loss_masks: dict | None = None) -> int:
+def _specforge_into(dump_dir: Path, out: Path, order=None, loss_masks: dict | None = None) -> int:
     import torch
 
-    dump_dir, out = Path(dump_dir), Path(out)
     recs = ordered_records(dump_dir, order)
     norm = _load_norm(dump_dir)
     index = []
@@ -117,7 +204,7 @@ def export_specforge(dump_dir, out, order=None, loss_masks: dict | None = None) 
         t, meta = _read(dump_dir, rec)
         _, post = _finals(t, norm, rec["file"])
         L = t[T_IDS].shape[0]
-        lm = (loss_masks or {}).get(rec["id"]) or [1] * L
+        lm = (loss_masks or {}).get(rec["id"]) or default_loss_mask(rec, L)   # serving samples: the response
         if len(lm) != L:
             raise ExportError(f"loss_mask of {rec['id']} has {len(lm)} entries, sample has {L} tokens")
         record = {"input_ids": t[T_IDS].long().clone(), "loss_mask": torch.tensor(lm, dtype=torch.long),
@@ -137,9 +224,8 @@ def _write_index(out: Path, index: list, dump_dir: Path) -> None:
         with open(p, "wb") as fh:
             fh.write(data)
     atomic_write(out / "index.jsonl", w)
-    meta = dump_dir / META_FILE
-    if meta.exists():
-        src = meta.read_bytes()
+    if (dump_dir / META_FILE).exists():
+        src = inside(dump_dir, META_FILE).read_bytes()
 
         def wm(p):
             with open(p, "wb") as fh:

@@ -5,6 +5,9 @@ Tensors:  input_ids [L] int64;  aux_hidden_states [L, K*H] (HF indices in metada
           final_postnorm [L, H] (after model.norm = HF hidden_states[n] = SpecForge `hidden_state`)
 Which finals are present follows SGLANG_EAGLE3_EXT_DUMP_FINAL; with only the pre-norm one stored,
 the post-norm one is derived with final_norm.safetensors (the model's norm weight and eps).
+Dump while serving EAGLE-3 (serving_assembler.py) writes prompt+response samples whose metadata and
+manifest line add: prompt_len, prefill_tokens (states [0, prefill_tokens) from EXTEND batches),
+verify_tokens (the rest, from TARGET_VERIFY batches), accept_len, source="serving".
 """
 from __future__ import annotations
 
@@ -31,13 +34,23 @@ def _ensure_dir(d: Path) -> None:
         _dirs_made.add(key)
 
 
-def atomic_write(path: str | os.PathLike, write_fn, tmp_tag: str = "", sync_dir: bool = True) -> int:
+def dir_known(d: Path) -> bool:
+    """Made (or found) by this process before: writing there makes no directory."""
+    return str(d) in _dirs_made
+
+
+def atomic_write(path: str | os.PathLike, write_fn, tmp_tag: str = "", sync_dir: bool = True,
+                 cache_dir: bool = False) -> int:
     """write_fn(tmp_path) then fsync, rename into place, fsync the directory; returns bytes.
     On any failure the temporary file is removed and nothing appears at `path`. A write_fn that
     fsyncs the file itself returns its size (saves reopening it); sync_dir=False leaves the
-    directory fsync to the caller (the dump writer batches it with its manifest commit)."""
+    directory fsync to the caller (the dump writer batches it with its manifest commit); cache_dir=True
+    makes the directory once per process (the dump's shard dirs), else on every call."""
     path = Path(path)
-    _ensure_dir(path.parent)
+    if cache_dir:
+        _ensure_dir(path.parent)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{tmp_tag}.{os.getpid()}")
     try:
         size = write_fn(str(tmp))
@@ -49,7 +62,9 @@ def atomic_write(path: str | os.PathLike, write_fn, tmp_tag: str = "", sync_dir:
             finally:
                 os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
+        if isinstance(e, FileNotFoundError):   # its directory was removed: make it again next time
+            _dirs_made.discard(str(path.parent))
         try:
             os.unlink(tmp)
         except OSError:
@@ -115,7 +130,8 @@ def save_safetensors(path, tensors: dict, metadata: dict[str, str] | None = None
 
 def write_sample(path, tensors: dict, meta: dict, tmp_tag: str = "", sync_dir: bool = True) -> int:
     header = {META_KEY: json.dumps(meta, sort_keys=True)}
-    return atomic_write(path, lambda p: save_safetensors(p, tensors, header, fsync=True), tmp_tag, sync_dir)
+    return atomic_write(path, lambda p: save_safetensors(p, tensors, header, fsync=True), tmp_tag, sync_dir,
+                        cache_dir=True)
 
 
 def read_sample(path, raw: bool = False) -> tuple[dict, dict]:

@@ -73,14 +73,17 @@ def read_manifest(dump_dir: str | os.PathLike) -> dict[str, dict]:
     mdir = Path(dump_dir) / MANIFEST_DIR
     if not mdir.is_dir():
         return out
+    root = Path(dump_dir).resolve()
     for f in sorted(mdir.glob("*.jsonl")):
+        if root not in f.resolve().parents:
+            continue   # a manifest linked from elsewhere is not this dump's
         with open(f, "rb") as fh:
             for line in fh:
                 try:
                     rec = json.loads(line)
                 except ValueError:
                     continue  # torn line from a crash mid-append: that sample is not complete
-                if isinstance(rec, dict) and "id" in rec and "file" in rec:
+                if isinstance(rec, dict) and isinstance(rec.get("id"), str) and isinstance(rec.get("file"), str):
                     out.setdefault(rec["id"], rec)
     return out
 

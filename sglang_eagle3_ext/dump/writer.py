@@ -5,12 +5,17 @@ forward thread:  reserve(bytes) [blocks when the host budget is used up: backpre
 assembler thread: wait for the copy event, stitch chunks per request (assemble.py)
 io threads:       check finite, write the safetensors file atomically, then append to the manifest
 
-Any OSError while writing (disk full, quota, read-only, I/O error) stops dumping for the rest of the
-process: serving continues, the manifest stays consistent (it only lists renamed, fsynced files).
+An error of the disk or of the dump dir (disk full, quota, read-only, I/O error, permissions, the dump
+dir removed or replaced) stops dumping for the rest of the process: serving continues, the manifest stays
+consistent (it only lists renamed, fsynced files). An error of one sample (its file name, a bad tensor)
+skips that sample only; MAX_CONSECUTIVE_ERRORS such failures in a row stop dumping too.
+No wait is unbounded: the forward thread waits for host memory at most STALL_S without any of it coming
+back, then dumping stops.
 """
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import queue
@@ -23,11 +28,16 @@ from .._log import log_once, logger
 from .assemble import Assembler, ChunkBatch, Sample
 from .config import ENV_DISCARD, ENV_ENCODING, MANIFEST_DIR, META_FILE, NORM_FILE, SAMPLES_DIR, DumpConfig
 from .encoding import BY_ENV, NATIVE, describe, encode_sample
-from .fmt import T_AUX, T_IDS, atomic_write, write_json_atomic, write_sample
+from .fmt import T_AUX, T_IDS, atomic_write, dir_known, write_json_atomic, write_sample
 from .manifest import ManifestWriter, read_manifest, sample_path, sample_relpath
 
 STATUS_DIR = "status"
 STATUS_EVERY_S = 5.0     # status file refresh while dumping
+STALL_S = 120.0          # the forward thread waited this long and no host memory came back: the writer is stuck
+IDLE_RELEASE_S = 30.0    # no batch for this long: no request can be mid-prefill, partials are dead requests
+# errors that concern one sample's file; any other OSError is the disk's or the dump dir's and stops dumping
+PER_SAMPLE_ERRNOS = frozenset({errno.ENOENT, errno.ENAMETOOLONG, errno.EINVAL})
+MAX_CONSECUTIVE_ERRORS = 16
 # Fields of dump_meta.json that must match when a run appends to an existing dump dir.
 IDENTITY_KEYS = ("layer_indices_hf", "hidden_size", "num_hidden_layers", "architecture", "final", "dtype",
                  "encoding")
@@ -43,22 +53,31 @@ class Budget:
     *and* waiting can help (some held bytes belong to work that will finish); bytes parked in
     half-stitched requests cannot be freed by waiting, so then it overshoots (logged) instead of deadlocking."""
 
-    def __init__(self, cap: int, progress_possible):
+    def __init__(self, cap: int, progress_possible, stall_s: float = STALL_S):
         self.cap, self.used = cap, 0
         self._progress_possible = progress_possible
+        self.stall_s = stall_s
         self._cond = threading.Condition()
         self.waited_s = 0.0
 
-    def acquire(self, n: int) -> None:
+    def acquire(self, n: int) -> bool:
+        """False (nothing taken) when the wait stalled: stall_s without any byte coming back."""
         with self._cond:
             t0 = None
             while self.used and self.used + n > self.cap and self._progress_possible():
+                now = time.monotonic()
                 if t0 is None:
-                    t0 = time.monotonic()
+                    t0 = last_progress = now
+                    seen = self.used
                     log_once("dump.backpressure", "dump writer is behind: the forward pass waits for the writer "
                              "(host budget %d MB full); raise SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB or use faster "
                              "storage", self.cap >> 20, level=logging.WARNING)
-                self._cond.wait(0.5)
+                elif self.used < seen:
+                    seen, last_progress = self.used, now
+                elif now - last_progress >= self.stall_s:
+                    self.waited_s += now - t0
+                    return False
+                self._cond.wait(min(0.5, self.stall_s))
             if t0 is not None:
                 self.waited_s += time.monotonic() - t0
             if self.used + n > self.cap and self.used:
@@ -66,6 +85,7 @@ class Budget:
                          "(%d + %d > %d bytes); continuing rather than deadlocking", self.used, n, self.cap,
                          level=logging.WARNING)
             self.used += n
+            return True
 
     def release(self, n: int) -> None:
         with self._cond:
@@ -75,6 +95,18 @@ class Budget:
     def poke(self) -> None:
         with self._cond:
             self._cond.notify_all()
+
+
+REFUSAL_COUNTERS = {"prefix_cache": "refused_prefix_cache", "duplicate_id": "refused_duplicate_id"}
+
+
+def _identity(path) -> tuple | None:
+    """(device, inode) of a directory, None when it is gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def check_dump_dir(path: str) -> Path:
@@ -102,9 +134,14 @@ class ForwardThreadApi:
     def is_done(self, sample_id: str) -> bool:
         return sample_id in self.done_ids
 
-    def reserve(self, nbytes: int) -> None:
-        """Backpressure: may block the forward thread until host memory is free; never drops."""
-        self.budget.acquire(nbytes)
+    def reserve(self, nbytes: int) -> bool:
+        """Backpressure: may block the forward thread until host memory is free; never drops. False (and
+        dumping stopped) when the writer made no progress for STALL_S: serving must not hang on the dump."""
+        if self.budget.acquire(nbytes):
+            return True
+        self.stop_stalled(f"the writer released no host memory for {self.budget.stall_s:.0f} s while the forward "
+                          f"pass waited for {nbytes} bytes ({self.budget.used} held; stuck storage?)")
+        return False
 
     def unreserve(self, nbytes: int) -> None:
         self.budget.release(nbytes)
@@ -123,6 +160,7 @@ class DumpWriter(ForwardThreadApi):
         self.encoding = BY_ENV[cfg.encoding]
         self.meta.update(describe(self.encoding))
         self.root = check_dump_dir(cfg.dump_dir)
+        self._root_id = _identity(self.root)   # a dump dir removed or replaced while serving stops dumping
         for sub in (SAMPLES_DIR, MANIFEST_DIR, STATUS_DIR):
             (self.root / sub).mkdir(exist_ok=True)
         self._check_or_write_meta()
@@ -131,7 +169,10 @@ class DumpWriter(ForwardThreadApi):
         self.manifest = ManifestWriter(self.root, name)
         self.num_aux = len(meta["layer_indices_hf"])
         self.stats = dict(written=0, tokens=0, bytes=0, nonfinite=0, refused_prefix_cache=0, refused_other=0,
-                          already_done=0, batches=0, discarded=0)
+                          refused_duplicate_id=0, ended_unfinished=0, write_errors=0, already_done=0, batches=0,
+                          discarded=0)
+        self._consecutive_errors = 0
+        self._tmp_seq = itertools.count()     # a temporary file name of its own for every write
         self.accepting = True
         self.stop_reason: str | None = None
         self._queue: queue.Queue = queue.Queue()
@@ -146,6 +187,7 @@ class DumpWriter(ForwardThreadApi):
         # the writer process (writer_process.py) reports these to the server: callables(sample_id), (reason), ()
         self.on_written = self.on_stop = self.on_progress = None
         self._status_at, self._status_counts = 0.0, {}   # when, and the counters, the status file last showed
+        self._last_batch_at = self._root_checked_at = time.monotonic()
         self._thread = threading.Thread(target=self._assemble_loop, name="sge3-dump-assembler", daemon=True)
         self._thread.start()
         if cfg.discard:
@@ -182,9 +224,15 @@ class DumpWriter(ForwardThreadApi):
                 except OSError:
                     pass
 
-    def _write_status(self, state: str, error: str | None = None) -> None:
+    def _counters(self) -> dict:
+        """The counters, plus the host memory held and the requests half-stitched (status file, `dump status`)."""
         with self._count_lock:
-            self._status_counts = dict(self.stats)
+            out = dict(self.stats)
+        out.update(pending_bytes=self.budget.used, partials=len(self._asm.partials))
+        return out
+
+    def _write_status(self, state: str, error: str | None = None) -> None:
+        self._status_counts = self._counters()
         self._status_at = time.monotonic()
         stats = dict(self._status_counts)
         ring = self.staging
@@ -204,10 +252,13 @@ class DumpWriter(ForwardThreadApi):
     def _refresh_status(self) -> None:
         """While dumping, the status file follows the counters (at most every STATUS_EVERY_S), so
         `dump status` shows skips and refusals during a run, not only after it."""
-        if self.accepting and time.monotonic() - self._status_at >= STATUS_EVERY_S:
-            with self._count_lock:
-                changed = self.stats != self._status_counts
-            if changed:
+        now = time.monotonic()
+        if self.accepting and now - self._root_checked_at >= STATUS_EVERY_S:
+            self._root_checked_at = now     # here, not per sample: an io thread's write resolves no path
+            if not self._root_ok():
+                return
+        if self.accepting and now - self._status_at >= STATUS_EVERY_S:
+            if self._counters() != self._status_counts:
                 self._write_status(self._running_state)
 
     # ---- forward-thread API (and ForwardThreadApi) -------------------------------------------------
@@ -233,7 +284,7 @@ class DumpWriter(ForwardThreadApi):
             try:
                 batch = self._queue.get(timeout=STATUS_EVERY_S)
             except queue.Empty:
-                self._refresh_status()
+                self._idle()
                 continue
             if batch is None:
                 return
@@ -245,12 +296,15 @@ class DumpWriter(ForwardThreadApi):
                     self._asm._unref(batch)
                     continue
                 batch.wait()
+                self._last_batch_at = time.monotonic()
                 self._inc("batches")
                 if batch.norm is not None and not self._norm_written:
                     self._write_norm(*batch.norm)
+                ended = self._asm.ended
                 done, refused = self._asm.feed(batch)
+                self._inc("ended_unfinished", self._asm.ended - ended)
                 for r in refused:
-                    self._inc("refused_prefix_cache" if r.kind == "prefix_cache" else "refused_other")
+                    self._inc(REFUSAL_COUNTERS.get(r.kind, "refused_other"))
                     log_once(f"dump.refuse.{r.kind}", "dump: not writing request %s: %s (said once per kind; "
                              "counted in status/%s.json)", r.rid, r.reason, self.name, level=logging.WARNING)
                 for s in done:
@@ -265,6 +319,26 @@ class DumpWriter(ForwardThreadApi):
                 self.budget.poke()
                 self._refresh_status()
                 self._progressed()
+
+    def _idle(self) -> None:
+        """No batch for STATUS_EVERY_S: release requests that ended unfinished once no prefill can be running,
+        refresh the status file (and check the dump dir is still ours)."""
+        if self._asm.partials and time.monotonic() - self._last_batch_at >= IDLE_RELEASE_S:
+            self._inc("ended_unfinished", self._asm.release_ended(0))
+        self._refresh_status()
+
+    def _root_ok(self) -> bool:
+        """The dump dir is the one this writer started in; else dumping stops (said loudly, once)."""
+        now = _identity(self.root)
+        if now == self._root_id:
+            return True
+        self._stop(RuntimeError(f"the dump dir {self.root} was {'removed' if now is None else 'replaced'} while "
+                                f"serving (its inode changed): nothing more is written; restart the server to "
+                                f"dump into a new dir"), status=False)
+        return False
+
+    def stop_stalled(self, reason: str) -> None:
+        self._stop(TimeoutError(reason))
 
     def _write_norm(self, weight, eps: float) -> None:
         from safetensors.torch import save_file
@@ -297,14 +371,18 @@ class DumpWriter(ForwardThreadApi):
                          "status/%s.json)", s.rid, self.name, level=logging.WARNING)
                 return
             n = int(tensors[T_IDS].shape[0])
+            extra = getattr(s, "record_extra", None) or {}   # dump while serving: token sources (serving_assembler)
             meta = {**self.meta, "sample_id": s.sample_id, "rid": s.rid, "num_tokens": n,
-                    "tensors": {k: list(v.shape) for k, v in tensors.items()}}
+                    "tensors": {k: list(v.shape) for k, v in tensors.items()}, **extra}
             if self.encoding != NATIVE:    # here, on an io thread: never on the forward thread
                 tensors, meta["encoded"] = encode_sample(tensors, {T_AUX: self.num_aux})
             path = sample_path(self.root, s.sample_id)
-            size = write_sample(path, tensors, meta, tmp_tag=self.name, sync_dir=False)
+            if not dir_known(path.parent) and not self._root_ok():   # would make dirs: in our dump dir only
+                return
+            size = write_sample(path, tensors, meta, tmp_tag=f"{self.name}.{next(self._tmp_seq)}", sync_dir=False)
             self.manifest.append({"id": s.sample_id, "rid": s.rid, "file": sample_relpath(s.sample_id),
-                                  "num_tokens": n, "bytes": size, "writer": self.name, "t": round(time.time(), 3)},
+                                  "num_tokens": n, "bytes": size, "writer": self.name, "t": round(time.time(), 3),
+                                  **extra},
                                  sync_dir=path.parent)
             self.done_ids.add(s.sample_id)
             if self.on_written is not None:
@@ -312,17 +390,31 @@ class DumpWriter(ForwardThreadApi):
             self._inc("written")
             self._inc("tokens", n)
             self._inc("bytes", size)
+            self._consecutive_errors = 0
         except OSError as e:
-            self._stop(e)
-        except Exception as e:  # noqa: BLE001
-            log_once("dump.write_error", "dump: failed to write request %s: %s", s.rid, e, level=logging.ERROR)
-            self._inc("refused_other")
+            if self._root_ok():
+                if e.errno in PER_SAMPLE_ERRNOS:
+                    self._sample_failed(s, e)
+                else:
+                    self._stop(e)
+        except Exception as e:  # noqa: BLE001 - this sample's problem: the others go on
+            self._sample_failed(s, e)
         finally:
             self._asm.finish(s)
             with self._count_lock:
                 self._io_pending -= 1
             self.budget.poke()
             self._progressed()
+
+    def _sample_failed(self, s: Sample, e: BaseException) -> None:
+        self._inc("write_errors")
+        self._consecutive_errors += 1
+        log_once("dump.write_error", "dump: failed to write request %s (%s: %s); skipped, the others go on (said "
+                 "once; counted as write_errors in status/%s.json)", s.rid, type(e).__name__, e, self.name,
+                 level=logging.ERROR)
+        if self._consecutive_errors >= MAX_CONSECUTIVE_ERRORS:
+            self._stop(RuntimeError(f"{self._consecutive_errors} samples in a row failed to write; last: "
+                                    f"{type(e).__name__}: {e}"))
 
     def busy(self) -> int:
         """Batches not yet stitched + samples being written: work that ends in releasing host memory."""
@@ -337,15 +429,17 @@ class DumpWriter(ForwardThreadApi):
         with self._count_lock:
             self.stats[key] += n
 
-    def _stop(self, exc: BaseException) -> None:
-        if not self.accepting:
-            return
-        self.accepting = False
+    def _stop(self, exc: BaseException, status: bool = True) -> None:
+        with self._count_lock:           # several io threads may fail at once: one stops, once
+            if not self.accepting:
+                return
+            self.accepting = False
         kind = errno.errorcode.get(getattr(exc, "errno", None) or -1, type(exc).__name__)
         self.stop_reason = f"{kind}: {exc}"
         logger.error("dump: STOPPED writing (%s); serving continues; the manifest lists only complete samples. "
                      "Fix the cause and re-run the dump client to resume.", self.stop_reason)
-        self._write_status("stopped", self.stop_reason)
+        if status:       # not into a dump dir that replaced ours
+            self._write_status("stopped", self.stop_reason)
         if self.on_stop is not None:
             self.on_stop(self.stop_reason)
 

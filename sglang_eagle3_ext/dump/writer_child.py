@@ -80,7 +80,16 @@ def child_main(sock_fd: int, ring_fd: int, ring_bytes: int, name: str) -> int:
     w.staging = staging = _Staging(ring_bytes)
     w.on_written = lambda sid: send(("done", sid))
     w.on_stop = lambda reason: send(("stopped", reason))
-    w.on_progress = lambda: send(("busy", received[0], w.busy()))
+    def progress() -> None:
+        # counted under the send lock: a count taken earlier must never arrive later (the server would
+        # then wait for work that is already done)
+        with lock:
+            try:
+                conn.send(("busy", received[0], w.busy()))
+            except OSError:
+                pass
+
+    w.on_progress = progress
     send(("ready", os.getpid()))
     while True:
         try:
@@ -108,6 +117,8 @@ def child_main(sock_fd: int, ring_fd: int, ring_bytes: int, name: str) -> int:
         elif msg[0] == "flush":
             ok = w.flush(msg[2])
             send(("flushed", msg[1], ok, dict(w.stats)))
+        elif msg[0] == "stop":           # the server gave up waiting for us (writer.STALL_S)
+            w.stop_stalled(msg[1])
         elif msg[0] == "close":
             break
     w.close()

@@ -27,6 +27,7 @@ import threading
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import sendfds
 
+from .. import envs
 from .._log import log_once, logger
 from .manifest import read_manifest
 from .staging import PinnedRing, SharedMemory, region_size
@@ -67,7 +68,7 @@ class ProcessDumpWriter(ForwardThreadApi):
         self._closing = False
         self.budget = Budget(cfg.max_pending_bytes, self._progress_possible)
         ours, theirs = socket.socketpair()
-        env = {k: v for k, v in os.environ.items() if k != ENV_ENABLE}   # no SGLang patches in the child
+        env = {k: v for k, v in envs.environ().items() if k != ENV_ENABLE}  # no SGLang patches in the child
         env["CUDA_VISIBLE_DEVICES"] = ""                                 # and no CUDA context
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "sglang_eagle3_ext.dump.writer_child", str(theirs.fileno()), str(self._mem.fd), str(self._mem.nbytes), name],
@@ -118,6 +119,15 @@ class ProcessDumpWriter(ForwardThreadApi):
 
     def submit(self, batch) -> None:
         self._q.put(batch)
+
+    def stop_stalled(self, reason: str) -> None:
+        """The forward thread gave up waiting (ForwardThreadApi.reserve): stop here and in the child."""
+        if not self.accepting:
+            return
+        self.accepting, self.stop_reason = False, f"TimeoutError: {reason}"
+        logger.error("dump: STOPPED writing (%s); serving continues; the manifest lists only complete samples.",
+                     self.stop_reason)
+        self._send(("stop", reason))
 
     def flush(self, timeout: float = 60.0) -> bool:
         """Wait until every submitted batch is stitched and every complete sample written (in the child)."""

@@ -25,8 +25,11 @@ def precheck(algorithm: str | None, draft: str | None, target: str | None, versi
     dtype: SGLang's --dtype; an explicit one runs draft and target alike, so no dtype mismatch can arise."""
     if not draft or (algorithm or "").upper() not in EAGLE3:
         return None
-    if not Path(draft).is_dir():
-        return Decision(NAME, "skipped", f"{draft} is not a local directory (hub id?): not checked before start",
+    from ..draft.hub import resolve
+
+    local, hub_id, note = resolve(draft)
+    if local is None:  # a hub id not in the local cache (never downloaded here), or no such directory
+        return Decision(NAME, "skipped", note if hub_id else f"{draft} is not a local directory: not checked before start",
                         kind="check", action="warn")
     if not version:
         return Decision(NAME, "skipped", "SGLang not installed here, its key layout is unknown", kind="check",
@@ -35,12 +38,14 @@ def precheck(algorithm: str | None, draft: str | None, target: str | None, versi
 
     from ..draft import errors as E
 
-    rep = check_draft(draft, target=target if target and Path(target).is_dir() else None, sglang_version=version)
+    rep = check_draft(local, target=target if target and Path(target).is_dir() else None, sglang_version=version)
     if (dtype or "auto") != "auto":
         rep.problems = [p for p in rep.problems if p.code != E.DTYPE]
     if rep.errors:
         raise DraftCheckFailed(rep.render())
     warn = [p for p in rep.problems if p.warning]
-    return Decision(NAME, "passed", f"{draft}: {len(rep.loads)} tensors would load for SGLang {rep.release}"
+    where = f"{draft} ({note})" if hub_id else draft
+    return Decision(NAME, "passed", f"{where}: SGLang builds {rep.draft_class}; {len(rep.loads)} tensors would load "
+                    f"for SGLang {rep.release}"
                     + (f"; {len(warn)} warning(s): " + "; ".join(map(str, warn)) if warn else ""), kind="check",
                     action="warn" if warn else "ok")

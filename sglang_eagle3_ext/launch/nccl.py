@@ -7,9 +7,9 @@ NCCL's guide lists most tuning variables as debugging aids, so everything else s
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Iterable, Mapping
 
+from .. import envs
 from .topology import Topology, TopologyClass
 
 PROFILES = ("auto", "pcie", "nvlink", "off")
@@ -87,7 +87,7 @@ def decide(topo: Topology, *, profile: str = "auto", tp_size: int = 1, nnodes: i
     on (default: all of them); `available_flags` the dests this SGLang knows (None: all)."""
     if profile not in PROFILES:
         raise ValueError(f"--nccl-profile {profile!r}: choose one of {', '.join(PROFILES)}")
-    env = os.environ if env is None else env
+    env = envs.environ() if env is None else env
     b = _Builder(env, user_flags)
     b.enabled = set(b.user_flags if enabled_flags is None else enabled_flags)
     for name, msg in host_warnings(topo):

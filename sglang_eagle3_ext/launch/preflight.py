@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import envs
 from .nccl import Decision
 
 DEFAULT_SIZES = (256 << 10, 256 << 20)      # decode-like and prefill-like messages
@@ -231,7 +232,7 @@ def run_preflight(nprocs: int, *, env: dict | None = None, timeout: float = DEFA
                   ) -> PreflightResult:
     """All-reduce check; `timeout` is per attempt (at most two attempts). Never raises for a failed
     check: read `.ok` / `.message`; `.decisions` holds NCCL_P2P_DISABLE=1 when the fallback was needed."""
-    env = dict(os.environ if env is None else env)
+    env = envs.environ() if env is None else dict(env)
     # the workers import this package; a checkout that is not installed must still be importable
     pkg_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])

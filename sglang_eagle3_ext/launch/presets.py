@@ -21,15 +21,12 @@ import os
 import sys
 from pathlib import Path
 
-from ..dump.config import ENV_DIR as ENV_DUMP_DIR
-from ..dump.config import ENV_ENCODING, ENV_FINAL, ENV_WRITER
-from ..dump.config import ENV_FORMAT as ENV_DUMP_FORMAT
-from ..dump.config import ENV_LAYERS as ENV_DUMP_LAYERS
+from .. import envs
 
+ENV_DUMP_DIR = envs.DUMP_DIR
 EXT_SECTION = "eagle3_ext"
-# eagle3_ext key -> env var ("" = consumed by the launcher itself); names defined once, in dump/config.py
-EXT_KEYS = {"dump_dir": ENV_DUMP_DIR, "dump_layers": ENV_DUMP_LAYERS, "dump_format": ENV_DUMP_FORMAT,
-            "dump_final": ENV_FINAL, "dump_encoding": ENV_ENCODING, "dump_writer": ENV_WRITER, "nccl_profile": ""}
+# eagle3_ext key -> env var ("" = consumed by the launcher itself); declared once, in envs.py
+EXT_KEYS = {**envs.preset_keys(), "nccl_profile": ""}
 BUILTIN_PREFIX = "builtin:"
 BUILTIN_MODELS = ("tiny-deepseek-v3",)
 
@@ -209,7 +206,12 @@ def ext_env(ext: dict, base_dir: Path | None = None) -> dict[str, str]:
         if key == "dump_dir":
             v = str((Path(base_dir or Path.cwd()) / os.path.expanduser(str(v))).resolve())
         elif key == "dump_layers":
-            v = ",".join(str(int(x)) for x in v) if isinstance(v, (list, tuple)) else str(v).replace(" ", "")
+            from ..dump.config import DumpConfigError, layers_text
+
+            try:   # integers only: [1.9, 2.9] must not become 1,2
+                v = layers_text(v, f"{EXT_SECTION}.dump_layers")
+            except DumpConfigError as e:
+                raise PresetError(str(e)) from None
         env[var] = str(v)
     return env
 

@@ -13,6 +13,8 @@ import os
 import re
 from pathlib import Path
 
+from .. import envs
+
 # nvmlDeviceGetTopologyCommonAncestor -> the nvidia-smi topo names
 ANCESTOR_NAMES = {0: "INTERNAL", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 # nvmlDeviceGetP2PStatus results
@@ -295,7 +297,7 @@ def detect(with_host_facts: bool = True) -> Topology:
         import pynvml as nv
     except ImportError:
         topo = Topology(source="none", note="NVML unavailable: nvidia-ml-py not installed "
-                                            "(pip install 'sglang-eagle3-ext[launch]')")
+                                            "(pip install nvidia-ml-py)")
         return _host_facts(topo) if with_host_facts else topo
     try:
         nv.nvmlInit()
@@ -348,10 +350,10 @@ def detect(with_host_facts: bool = True) -> Topology:
     return _host_facts(topo) if with_host_facts else topo
 
 
-def visible_indices(topo: Topology, env=os.environ) -> list[int]:
+def visible_indices(topo: Topology, env=None) -> list[int]:
     """NVML indices of the GPUs CUDA will see. Integer CUDA_VISIBLE_DEVICES assume PCI bus order
     (CUDA_DEVICE_ORDER=PCI_BUS_ID, which is also what NVML uses); UUIDs are matched exactly."""
-    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    cvd = envs.external("CUDA_VISIBLE_DEVICES", env=env)
     all_idx = [g.index for g in topo.gpus]
     if cvd is None:
         return all_idx
@@ -365,7 +367,7 @@ def visible_indices(topo: Topology, env=os.environ) -> list[int]:
     return out
 
 
-def group_of(topo: Topology, n: int, base_gpu_id: int = 0, env=os.environ) -> Topology:
+def group_of(topo: Topology, n: int, base_gpu_id: int = 0, env=None) -> Topology:
     """The topology of the `n` GPUs a TP group starting at `base_gpu_id` would use."""
     vis = visible_indices(topo, env)
     return topo.subset(vis[base_gpu_id:base_gpu_id + n])

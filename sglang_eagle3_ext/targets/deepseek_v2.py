@@ -1,4 +1,5 @@
-"""Patches of sglang.srt.*.deepseek_v2 (placeholder: pass-through until implemented)."""
+"""Wrappers for sglang.srt.models.deepseek_v2 (the target): exact aux-capture layers for a draft, and the
+dump's capture switch; each is a thin entry that imports its implementation on first call."""
 
 
 def explicit_capture_layers(wrapped, instance, args, kwargs):

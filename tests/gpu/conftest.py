@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from gpu_helpers import BACKENDS, backend_missing
 
 
 @pytest.fixture(scope="session")
@@ -11,3 +12,13 @@ def tiny_target(tmp_path_factory):
     from sglang_eagle3_ext.tiny import ensure_tiny_target
 
     return ensure_tiny_target(os.environ.get("SGE3_TINY_DIR") or tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(params=BACKENDS)
+def attn_backend(request):
+    """Each serving test once per attention backend (gpu_helpers.BACKENDS); a backend whose kernels this
+    host lacks is skipped with the import error SGLang would hit (FA3 without sgl-kernel's flash_ops)."""
+    why = backend_missing(request.param)
+    if why:
+        pytest.skip(f"attention backend {why}")
+    return request.param

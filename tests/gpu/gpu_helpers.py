@@ -14,8 +14,37 @@ import urllib.request
 from pathlib import Path
 
 LOG_DIR = Path(os.environ.get("OUT") or os.environ.get("SGE3_LOG_DIR") or "/tmp/sge3_logs")
-BASE_ARGS = ["--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-backend", "pytorch",
-             "--grammar-backend", "none", "--disable-cuda-graph", "--mem-fraction-static", "0.3"]
+# Served as users serve: decode (and EAGLE-3 draft) CUDA graphs ON, SGLang's prefill-graph rules as
+# released. A small capture batch keeps capture quick (~25 s on the tiny target); 16 covers the
+# benchmarks' batch 16. Token ids in/out, PyTorch sampling, no grammar (no tokenizer on the host).
+COMMON_ARGS = ["--skip-tokenizer-init", "--sampling-backend", "pytorch", "--grammar-backend", "none",
+               "--mem-fraction-static", "0.3", "--cuda-graph-max-bs", "16"]
+# The attention backends the GPU tests run on (SGE3_BACKENDS=triton,flashinfer narrows it). fa3 is
+# SGLang's default for MLA targets on Hopper; it is skipped where sgl-kernel lacks its kernels.
+BACKENDS = tuple(b for b in os.environ.get("SGE3_BACKENDS", "triton,flashinfer,fa3").split(",") if b)
+BASE_ARGS = [*COMMON_ARGS, "--attention-backend", "triton"]
+
+
+def server_args(backend: str = "triton") -> list[str]:
+    """The common serving arguments with one attention backend (CUDA graphs on)."""
+    return [*COMMON_ARGS, "--attention-backend", backend]
+
+
+def backend_missing(backend: str) -> str | None:
+    """Why `backend` cannot run here (None: it can). FA3: the import SGLang itself does for it
+    (sgl_kernel.flash_attn raises "Can not import FA3 in sgl_kernel" without the flash_ops kernels,
+    which the GPU host's bundles leave out: 1.1 GB)."""
+    if backend == "fa3":
+        try:
+            import sgl_kernel.flash_attn  # noqa: F401
+        except Exception as e:  # noqa: BLE001 - any failure means SGLang could not use it either
+            return f"fa3: {type(e).__name__}: {e}"
+    if backend == "flashinfer":
+        try:
+            import flashinfer  # noqa: F401
+        except Exception as e:  # noqa: BLE001
+            return f"flashinfer: {type(e).__name__}: {e}"
+    return None
 
 
 def http_json(url: str, payload=None, timeout: float = 600):

@@ -21,7 +21,8 @@ import pytest
 import torch
 
 
-from gpu_helpers import BASE_ARGS, LOG_DIR, REPO, activation_env, free_port as _port, multi_gpu_tp, sglang_server
+from gpu_helpers import (BACKENDS, BASE_ARGS, LOG_DIR, REPO, activation_env, backend_missing, free_port as _port,
+                         multi_gpu_tp, server_args, sglang_server)
 
 pytestmark = pytest.mark.gpu
 LAYERS = [1, 2, 3]
@@ -34,6 +35,24 @@ def _activation_env(tmp: Path, dump_dir: Path, **extra) -> dict:
 
 
 SERVER_ARGS = ["--chunked-prefill-size", "64", "--disable-radix-cache"]
+
+
+def defaults_refused(model, backend: str = "triton") -> str | None:
+    """The dump's start-up refusal under this release's defaults (ServerArgs resolved here, on the GPU host,
+    as the server will resolve them): 0.5.14 prefills DeepSeek-V3 in tc_piecewise graphs by default;
+    0.5.16 switches its breakable default off for MLA targets (None: the dump runs under the defaults)."""
+    from sglang.srt.server_args import ServerArgs
+
+    from sglang_eagle3_ext.dump.prefill_graphs import refusal
+
+    return refusal(ServerArgs(model_path=str(model), skip_tokenizer_init=True, attention_backend=backend))
+
+
+def dump_args(model, backend: str = "triton") -> list[str]:
+    """Serving arguments for a dumping server: CUDA graphs on; prefill graphs off only where the release
+    would capture them (the dump refuses to start there, test_prefill_graph_refusal)."""
+    eager = ["--disable-prefill-cuda-graph"] if defaults_refused(model, backend) else []
+    return ["--model-path", str(model), *server_args(backend), *SERVER_ARGS, *eager]
 
 
 def _prompts(path: Path, n: int, length: int = 300, seed: int = 0) -> list[list[int]]:
@@ -78,8 +97,14 @@ def _stats(cos: dict) -> dict:
             for k, v in cos.items()}
 
 
-@pytest.mark.parametrize("variant", ["dense", "moe_pinned", "moe", "dense_process"])
-def test_dump_matches_transformers(variant, tiny_target, tmp_path):
+# every backend for the exact-match variants; the relative-bar and writer-process variants on Triton only
+# (they test the routing noise and the writer, not the attention kernels) to keep the GPU time short
+CASES = [pytest.param(v, b, id=f"{v}-{b}") for v in ("dense", "moe_pinned") for b in BACKENDS] \
+    + [pytest.param(v, "triton", id=f"{v}-triton") for v in ("moe", "dense_process")]
+
+
+@pytest.mark.parametrize("variant,backend", CASES)
+def test_dump_matches_transformers(variant, backend, tiny_target, tmp_path):
     """dense: every layer an MLP (first_k_dense_replace = n) -> every token's cosine >= 0.999.
     moe_pinned: the MoE target with routing pinned (tiny.ensure_tiny_target route_bias) -> every token >= 0.999
     through SGLang's MoE kernels.
@@ -89,11 +114,14 @@ def test_dump_matches_transformers(variant, tiny_target, tmp_path):
     puts a few % of tokens below 0.999 after the first MoE layer (CPU: 19 of 1200 at hs[2], every one of
     them with a different expert choice, none with the same). So the bar there is relative: the dump vs
     transformers-bf16 must be no worse than transformers-bf16 vs transformers-fp32 (fraction of tokens
-    >= 0.999 within 3 points, worst token within 0.005), and the mean >= 0.9995."""
+    >= 0.999 within 3 points, worst token within 0.005), and the mean >= 0.9995.
+    CUDA graphs on (decode graphs captured; prefill graphs as the release resolves them: off for MLA)."""
     from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, read_sample
     from sglang_eagle3_ext.dump.manifest import read_manifest
     from sglang_eagle3_ext.tiny import ensure_tiny_target
 
+    if why := backend_missing(backend):
+        pytest.skip(f"attention backend {why}")
     if variant in ("dense", "dense_process"):
         tiny_target = ensure_tiny_target(tmp_path / "dense", first_k_dense_replace=4)
     elif variant == "moe_pinned":
@@ -105,7 +133,7 @@ def test_dump_matches_transformers(variant, tiny_target, tmp_path):
     prompts = _prompts(data, 4)
     process = variant.endswith("_process")
     env = _activation_env(tmp_path, dump, **({"SGLANG_EAGLE3_EXT_DUMP_WRITER": "process"} if process else {}))
-    with sglang_server(["--model-path", str(tiny_target), *BASE_ARGS, *SERVER_ARGS], name=f"dump_ref_{variant}",
+    with sglang_server(dump_args(tiny_target, backend), name=f"dump_ref_{variant}_{backend}",
                        port=_port(), env=env, launcher="sglang.launch_server") as (base, log, _):
         rc = _client(base, data, dump, env).wait(900)
         assert rc == 0, f"client failed; server log {log}"
@@ -140,7 +168,9 @@ def test_dump_matches_transformers(variant, tiny_target, tmp_path):
             for name in dumped:
                 noise.setdefault(name, []).append(_cos(want[name], want32[name]).cpu())
     stats, ref_noise = _stats(cos), _stats(noise)
-    (LOG_DIR / f"dump_cosines_{variant}.json").write_text(json.dumps({"dump_vs_hf_bf16": stats,
+    print(f"\ndump vs transformers [{variant}, {backend}, CUDA graphs on]: min per-token cosine "
+          + ", ".join(f"{k} {v['min']:.5f}" for k, v in stats.items()))
+    (LOG_DIR / f"dump_cosines_{variant}_{backend}.json").write_text(json.dumps({"dump_vs_hf_bf16": stats,
                                                                        "hf_bf16_vs_fp32": ref_noise}, indent=2))
     if variant != "moe":
         assert all(v["min"] >= 0.999 for v in stats.values()), stats
@@ -160,7 +190,7 @@ def test_sigkill_restart_resume(tiny_target, tmp_path):
     data = tmp_path / "p.jsonl"
     prompts = _prompts(data, 40, length=200, seed=1)
     env = _activation_env(tmp_path, dump)
-    args = ["--model-path", str(tiny_target), *BASE_ARGS, *SERVER_ARGS]
+    args = dump_args(tiny_target)
     port = _port()
     with sglang_server(args, name="dump_kill1", port=port, env=env, launcher="sglang.launch_server") as (base, log, proc):
         cl = _client(base, data, dump, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -202,7 +232,7 @@ def test_tp_writes_one_copy_with_tp1_values(tmp_path):
         d = dumps[size] = tmp_path / f"dump_tp{size}"
         d.mkdir()
         env = _activation_env(tmp_path, d)
-        with sglang_server(["--model-path", str(target), *BASE_ARGS, *SERVER_ARGS, "--tp", str(size)],
+        with sglang_server([*dump_args(target), "--tp", str(size)],
                            name=f"dump_tp{size}", port=_port(), env=env, launcher="sglang.launch_server") as (base, log, _):
             assert _client(base, data, d, env).wait(900) == 0, f"client failed; server log {log}"
     ids = [f"s{i:04d}" for i in range(len(prompts))]
@@ -224,3 +254,28 @@ def test_tp_writes_one_copy_with_tp1_values(tmp_path):
                                                                "min_cosine": worst}, indent=2))
     print(f"\nTP={tp} vs TP=1: {len(ids)} samples, one file each; worst per-token cosine {worst}")
     assert all(v >= 0.999 for v in worst.values()), worst
+
+
+@pytest.mark.parametrize("how", ["explicit", "defaults"])
+def test_prefill_graph_refusal(how, tiny_target, tmp_path):
+    """Where SGLang would prefill inside a CUDA graph, the dumping server stops at start-up naming the flag
+    (never serves while dumping garbage or nothing). explicit: --cuda-graph-backend-prefill tc_piecewise on
+    any release; defaults: the release's own defaults, on releases that resolve a prefill graph for MLA."""
+    from sglang_eagle3_ext.dump.prefill_graphs import FIX_NEW
+
+    extra = ["--cuda-graph-backend-prefill", "tc_piecewise"]
+    if how == "defaults":
+        if not defaults_refused(tiny_target):
+            pytest.skip("this release prefills MLA targets eagerly by default: the dump runs under its defaults "
+                        "(test_dump_matches_transformers)")
+        extra = []
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    args = ["--model-path", str(tiny_target), *BASE_ARGS, *SERVER_ARGS, *extra]
+    with pytest.raises(RuntimeError) as e:
+        with sglang_server(args, name=f"dump_refused_{how}", port=_port(), env=_activation_env(tmp_path, dump),
+                           launcher="sglang.launch_server", timeout=300):
+            pass
+    text = (LOG_DIR / f"dump_refused_{how}.log").read_text(errors="replace")
+    assert FIX_NEW in text, str(e.value)[-3000:]
+    assert not any(dump.rglob("*.safetensors"))

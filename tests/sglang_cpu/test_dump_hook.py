@@ -201,3 +201,28 @@ def test_nan_rows_skip_only_their_request(sglang_cpu, tmp_path, monkeypatch, pac
     assert w.flush(30)
     assert set(read_manifest(tmp_path)) == {"good"} and w.stats["nonfinite"] == 1
     w.close()
+
+
+def test_request_aborted_mid_chunked_prefill_frees_the_ring(sglang_cpu, tmp_path, monkeypatch):
+    """Issue #16: a request aborted after its first chunk (client disconnect, /abort_request) is never
+    continued; once the next batches no longer carry it, its staging-ring region and budget come back,
+    so later batches keep fitting the ring (the old code pinned the ring's tail for ever)."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    from sglang_eagle3_ext.dump.assemble import STALE_BATCHES
+    from sglang_eagle3_ext.dump.staging import PinnedRing
+
+    monkeypatch.setattr(capture, "_writer", None)
+    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "0,2,5", C.ENV_MIN_TOKENS: "1"})
+    m = _model(sglang_cpu)
+    target = capture.attach(m, cfg)
+    ring = target.ring = PinnedRing(1 << 16, pin=False)
+    w = capture.get_writer()
+    _forward(m, _fb(ForwardMode.EXTEND, ["dead", "a"], [0, 0], [4, 3], [64, 3], torch.arange(7)), False, [0, 2, 5])
+    for i in range(STALE_BATCHES + 3):
+        _forward(m, _fb(ForwardMode.EXTEND, [f"n{i}"], [0], [5], [5], torch.arange(5)), False, [0, 2, 5])
+    assert w.flush(30)
+    assert w.budget.used == 0 and not ring._live and ring.fallbacks == 0
+    assert set(read_manifest(tmp_path)) == {"a"} | {f"n{i}" for i in range(STALE_BATCHES + 3)}
+    assert w.stats["ended_unfinished"] == 1
+    w.close()

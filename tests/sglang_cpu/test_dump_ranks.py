@@ -75,3 +75,44 @@ def test_dp_attention_one_writer_per_dp_group(tmp_path):
         pytest.skip(f"this release does not build a DP-attention world on CPU: {str(e)[-300:]}")
     assert sorted(o["ranks"]["dp_rank"] for o in out) == [0, 1]
     assert all(o["ranks"]["attn_tp_size"] == 1 and o["writes"] for o in out), out   # one writer per group
+
+
+def _break_attn_tp_probe(monkeypatch):
+    """The attention-TP rank cannot be read (as when SGLang renames or moves its accessor): every route
+    the probe takes raises."""
+    from sglang.srt.distributed import parallel_state as ps
+    from sglang.srt.layers import dp_attention as dpa
+
+    def broken():
+        raise RuntimeError("attention TP group is not initialized")
+    monkeypatch.setattr(ps, "get_attn_tensor_model_parallel_rank", broken, raising=False)
+    monkeypatch.setattr(dpa, "get_attention_tp_rank", broken, raising=False)
+
+
+def test_rank_probe_failure_fails_closed_in_a_multi_rank_world(sglang_cpu, tmp_path, monkeypatch):
+    """Issue #16: with TP > 1 an unreadable attention-TP rank must not default to 0 (every rank would
+    write the same samples into one manifest): no writer."""
+    import torch.distributed as dist
+
+    from sglang_eagle3_ext.dump import capture
+    from sglang_eagle3_ext.dump import config as C
+
+    _break_attn_tp_probe(monkeypatch)
+    monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: 2)      # one rank of a world of two
+    r = capture._ranks()
+    assert r["attn_tp_rank"] is None and not capture.is_writer(r)
+    monkeypatch.setattr(capture, "_writer", None)
+    from test_dump_hook import _model
+
+    target = capture.attach(_model(sglang_cpu), C.from_env({C.ENV_DIR: str(tmp_path)}))
+    assert target.writer is None and capture.get_writer() is None
+    assert not (tmp_path / "dump_meta.json").exists()
+
+
+def test_rank_probe_failure_in_a_world_of_one_still_writes(sglang_cpu, monkeypatch):
+    """A single process is rank 0 of everything: a broken probe there must not turn the dump off."""
+    from sglang_eagle3_ext.dump import capture
+
+    _break_attn_tp_probe(monkeypatch)
+    r = capture._ranks()
+    assert r["attn_tp_rank"] == 0 and capture.is_writer(r)

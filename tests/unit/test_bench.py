@@ -1,44 +1,81 @@
-"""The acceptance benchmark's arithmetic and verdicts, against a loopback server speaking SGLang's /generate schema."""
+"""The acceptance benchmark against a loopback server speaking SGLang's /generate schema (0.5.14/0.5.16 meta_info:
+spec_verify_ct, spec_num_correct_drafts, spec_num_proposed_drafts, spec_accept_histogram), its verdicts,
+per-position acceptance, concurrency levels, report and the bounded waits on a silent server."""
 from __future__ import annotations
 
 import json
+import random
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from sglang_eagle3_ext import bench
 
+N_DRAFT = 3  # speculative_num_draft_tokens 4
 
-def serve(tokens_per_verify: float | None, shift: int = 0):
+
+def serve(accept_p: float | None, shift: int = 0, delay_s: float = 0.0, health: bool = True):
+    """A fake SGLang server. accept_p: each draft token is accepted with this probability given the one before
+    was (None: no speculation). Per request it draws the verify steps and reports them as SGLang does."""
+    seen = {"generate": 0}
+
     class H(BaseHTTPRequestHandler):
         def log_message(self, *a):
             pass
 
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-            if self.path == "/generate":
-                n = body["sampling_params"]["max_new_tokens"]
-                meta = {"completion_tokens": n}
-                if tokens_per_verify:
-                    meta["spec_verify_ct"] = int(round(n / tokens_per_verify))
-                    meta["spec_accept_rate"] = (tokens_per_verify - 1) / 3
-                out = {"output_ids": [(t + shift) % 97 for t in body["input_ids"][:n]], "meta_info": meta}
-            elif self.path == "/get_server_info":
-                out = {"internal_states": [{"avg_spec_accept_length": tokens_per_verify}]}
-            else:
-                self.send_response(404); self.end_headers(); return
+        def _reply(self, out, code=200):
             data = json.dumps(out).encode()
-            self.send_response(200)
+            self.send_response(code)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_POST  # /get_server_info is a GET in SGLang
+        def do_GET(self):
+            if self.path == "/health":
+                return self._reply({}, 200 if health else 503)
+            if self.path == "/get_server_info":
+                return self._reply({"speculative_num_draft_tokens": N_DRAFT + 1 if accept_p is not None else None,
+                                    "speculative_algorithm": "EAGLE3" if accept_p is not None else None,
+                                    "model_path": "/nonexistent/model", "version": "0.5.16",
+                                    "internal_states": [{"avg_spec_accept_length": 1.0 + 3 * accept_p}
+                                                        if accept_p is not None else {}]})
+            self._reply({"detail": "Not Found"}, 404)
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            if self.path != "/generate":
+                return self._reply({"detail": "Not Found"}, 404)
+            seen["generate"] += 1
+            n = body["sampling_params"]["max_new_tokens"]
+            ids = body.get("input_ids") or list(body.get("text", "x").encode())
+            meta = {"completion_tokens": n}
+            if accept_p is not None:
+                rng, made, hist = random.Random(len(ids) * 1000 + ids[0]), 0, [0] * (N_DRAFT + 1)
+                while made < n:
+                    j = 0
+                    while j < N_DRAFT and rng.random() < accept_p:
+                        j += 1
+                    hist[j] += 1
+                    made += j + 1
+                steps = sum(hist)
+                meta.update(spec_verify_ct=steps, spec_num_correct_drafts=sum(j * c for j, c in enumerate(hist)),
+                            spec_num_proposed_drafts=steps * N_DRAFT, spec_accept_histogram=hist,
+                            spec_accept_length=n / steps)
+            time.sleep(delay_s)
+            self._reply({"output_ids": [(t + shift) % 97 for t in (ids * n)[:n]], "meta_info": meta})
+
+    class Quiet(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request, client_address):  # a client that timed out and left: expected here
+            pass
+
+    srv = Quiet(("127.0.0.1", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv, f"http://127.0.0.1:{srv.server_address[1]}"
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}", seen
 
 
 @pytest.fixture
@@ -46,7 +83,7 @@ def servers():
     made = []
 
     def make(*a, **k):
-        srv, url = serve(*a, **k)
+        srv, url, seen = serve(*a, **k)
         made.append(srv)
         return url
 
@@ -55,37 +92,132 @@ def servers():
         s.shutdown()
 
 
-def test_draft_not_used_fails_with_causes(servers, capsys):
-    url = servers(1.0)
-    assert bench.main(["--url", url, "--num-prompts", "4", "--max-new-tokens", "16"]) == 1
+def _run(tmp_path, *args):
+    js = tmp_path / "r.json"
+    rc = bench.main([*args, "--json", str(js), "--quiet", "--warmup", "0"])
+    return rc, json.loads(js.read_text())
+
+
+def test_draft_not_used_fails_with_causes(servers, capsys, tmp_path):
+    rc, r = _run(tmp_path, "--url", servers(0.0), "--num-prompts", "4", "--max-new-tokens", "16")
     out = capsys.readouterr().out
+    assert rc == 1 and r["status"] == "FAIL"
     assert "the draft is not being used: accept length 1.00" in out and "layers.0.*" in out
 
 
-def test_working_draft_passes_and_reports(servers, capsys, tmp_path):
-    url, base = servers(2.5), servers(None)
-    js = tmp_path / "r.json"
-    assert bench.main(["--url", url, "--baseline-url", base, "--num-prompts", "6", "--max-new-tokens", "20",
-                       "--json", str(js)]) == 0
-    r = json.loads(js.read_text())
-    assert r["spec"]["accept_length"] == pytest.approx(20 / 8)  # 20 tokens, round(20/2.5)=8 verify steps
-    assert r["spec"]["server_avg_accept_length"] == 2.5 and r["ok"] is True
-    assert "greedy outputs identical" in capsys.readouterr().out
+def test_position_acceptance_from_meta_info(servers, tmp_path):
+    """P(draft token k accepted) from the summed histograms equals the fake's p**k within sampling error;
+    accept length is completion tokens / verify steps, as SGLang defines it."""
+    rc, r = _run(tmp_path, "--url", servers(0.7), "--num-prompts", "40", "--max-new-tokens", "200",
+                 "--concurrency", "4")
+    spec = r["levels"][0]["spec"]
+    hist, steps = spec["accept_histogram"], sum(spec["accept_histogram"])
+    assert rc == 0 and len(spec["position_acceptance"]) == N_DRAFT
+    for k, p in enumerate(spec["position_acceptance"], 1):
+        assert p == pytest.approx(sum(hist[k:]) / steps)
+        assert p == pytest.approx(0.7 ** k, abs=0.04)
+    assert spec["accept_length"] == pytest.approx(40 * 200 / spec["verify_ct"])
+    assert spec["accept_rate"] == pytest.approx(sum(j * c for j, c in enumerate(hist)) / (steps * N_DRAFT))
+    assert spec["server_avg_accept_length"] == pytest.approx(1 + 3 * 0.7)
 
 
-def test_changed_greedy_outputs_fail(servers, capsys):
-    url, base = servers(2.5), servers(None, shift=1)
-    assert bench.main(["--url", url, "--baseline-url", base, "--num-prompts", "3"]) == 1
-    assert "greedy outputs differ" in capsys.readouterr().out
+def test_levels_speedup_report_and_identical_outputs(servers, capsys, tmp_path):
+    spec, base = servers(0.8), servers(None, delay_s=0.05)
+    report = tmp_path / "rep" / "bench.html"
+    rc, r = _run(tmp_path, "--url", spec, "--baseline-url", base, "--num-prompts", "8", "--max-new-tokens", "20",
+                 "--concurrency", "1,4", "--report", str(report))
+    assert rc == 0 and r["status"] == "OK", r["verdict_lines"]
+    assert [lv["concurrency"] for lv in r["levels"]] == [1, 4]
+    for lv in r["levels"]:
+        assert lv["greedy_mismatches"] == 0 and lv["speedup"] > 1
+        assert lv["speedup"] == pytest.approx(lv["spec"]["tokens_per_s"] / lv["baseline"]["tokens_per_s"])
+    out = capsys.readouterr().out
+    assert "greedy outputs identical" in out and "draft token accepted (c=4)" in out
+    doc = report.read_text()
+    assert doc.count('src="data:image/png;base64,') == 2 and "EAGLE-3 acceptance benchmark" in doc
+    for name in ("acceptance", "throughput"):
+        png = report.with_name(f"bench_{name}.png").read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 2000
 
 
-def test_no_spec_stats(servers, capsys):
-    assert bench.main(["--url", servers(None), "--num-prompts", "2"]) == 1
-    assert "no speculative statistics" in capsys.readouterr().out
+def test_slower_than_baseline_warns(servers, capsys, tmp_path):
+    spec, base = servers(0.8, delay_s=0.08), servers(None)
+    args = ["--url", spec, "--baseline-url", base, "--num-prompts", "4", "--max-new-tokens", "8", "--concurrency", "2"]
+    rc, r = _run(tmp_path, *args)
+    out = capsys.readouterr().out
+    assert rc == 0 and r["status"] == "WARNING" and r["ok"] is True
+    assert "WARNING: speculation is slower than the baseline at concurrency 2" in out
+    assert r["levels"][0]["speedup"] < 1
+    rc, r = _run(tmp_path, *args, "--fail-on-slower")
+    assert rc == 1 and r["status"] == "FAIL"
 
 
-def test_bad_prompt_file(tmp_path):
-    p = tmp_path / "p.jsonl"
-    p.write_text('{"input_ids": [1,2]}\nnot json\n')
-    with pytest.raises(SystemExit, match="p.jsonl:2: not JSON"):
-        bench.load_prompts(str(p))
+def test_changed_greedy_outputs_fail(servers, capsys, tmp_path):
+    rc, r = _run(tmp_path, "--url", servers(0.8), "--baseline-url", servers(None, shift=1), "--num-prompts", "3",
+                 "--concurrency", "1")
+    assert rc == 1 and r["levels"][0]["greedy_mismatches"] == 3
+    assert "3/3 greedy outputs differ" in capsys.readouterr().out
+
+
+def test_no_spec_stats(servers, capsys, tmp_path):
+    rc, r = _run(tmp_path, "--url", servers(None), "--num-prompts", "2")
+    assert rc == 1 and "no speculative statistics" in capsys.readouterr().out
+
+
+def _silent_server():
+    """Accepts connections and never answers."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+    held = []
+    stop = threading.Event()
+
+    def loop():
+        s.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(s.accept()[0])
+            except OSError:
+                pass
+    threading.Thread(target=loop, daemon=True).start()
+    return s, stop, f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_silent_server_fails_in_bounded_time(capsys):
+    from sglang_eagle3_ext.cli_common import run_tool
+
+    s, stop, url = _silent_server()
+    try:
+        t = time.monotonic()
+        rc = run_tool("bench", bench.main, ["--url", url, "--wait-for-server", "1.5", "--timeout", "1", "--quiet"])
+        took = time.monotonic() - t
+    finally:
+        stop.set()
+        s.close()
+    err = capsys.readouterr().err
+    assert rc == 2 and took < 6, (rc, took)
+    assert f"GET {url}/health: not healthy within 1.5 s" in err and "no answer" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_generate_timeout_after_health(servers, capsys):
+    from sglang_eagle3_ext.cli_common import run_tool
+
+    url = servers(0.8, delay_s=3)
+    t = time.monotonic()
+    rc = run_tool("bench", bench.main, ["--url", url, "--timeout", "0.5", "--quiet", "--num-prompts", "2",
+                                        "--warmup", "0", "--concurrency", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and time.monotonic() - t < 3.5
+    assert f"POST {url}/generate: no answer within 0.5 s" in err and "Traceback" not in err
+
+
+def test_unreachable_server(capsys):
+    from sglang_eagle3_ext.cli_common import run_tool
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    rc = run_tool("bench", bench.main, ["--url", f"http://127.0.0.1:{port}", "--wait-for-server", "1", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot connect" in err and "Traceback" not in err

@@ -51,13 +51,13 @@ def test_config_env(tmp_path):
         C.from_env({C.ENV_DIR: "x", C.ENV_LAYERS: "1,4"}).resolve_layers(4)
     with pytest.raises(C.DumpConfigError, match="integers"):
         C.from_env({C.ENV_DIR: "x", C.ENV_LAYERS: "1,two"})
-    with pytest.raises(C.DumpConfigError, match="supported"):
-        C.from_env({C.ENV_DIR: "x", C.ENV_FORMAT: "pickle"})
+    with pytest.raises(C.DumpConfigError, match="expected one of 'prenorm'"):
+        C.from_env({C.ENV_DIR: "x", C.ENV_FINAL: "pickle"})
     with pytest.raises(C.DumpConfigError, match="increasing"):
         C.from_env({C.ENV_DIR: "x", C.ENV_LAYERS: "3,1"}).resolve_layers(10)
     assert C.from_env({C.ENV_DIR: "x"}).copy_stream and not C.from_env({C.ENV_DIR: "x", C.ENV_COPY_STREAM: "0"}).copy_stream
     with pytest.raises(C.DumpConfigError, match="COPY_STREAM"):
-        C.from_env({C.ENV_DIR: "x", C.ENV_COPY_STREAM: "yes"})
+        C.from_env({C.ENV_DIR: "x", C.ENV_COPY_STREAM: "maybe"})
     from sglang_eagle3_ext.patch_table import ENV_DUMP_DIR, features_from_env
     assert C.ENV_DIR == ENV_DUMP_DIR and "dump" in features_from_env({C.ENV_DIR: "/x"})
 
@@ -183,7 +183,7 @@ def test_discard_mode_stitches_and_counts_but_writes_nothing(tmp_path):
     assert C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_DISCARD: "1"}).discard
     assert not C.from_env({C.ENV_DIR: str(tmp_path)}).discard
     with pytest.raises(C.DumpConfigError, match=C.ENV_DISCARD):
-        C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_DISCARD: "yes"})
+        C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_DISCARD: "maybe"})
 
 
 def test_writer_refuses_prefix_cache_and_nan(tmp_path):

@@ -157,3 +157,28 @@ def test_when_the_server_dies_the_child_starts_nothing_new_and_exits(tmp_path):
     w._sock.shutdown(socket.SHUT_RDWR)                  # what the server's death looks like to the child
     assert w._proc.wait(30) == 0
     assert set(read_manifest(tmp_path)) == {"done1"}
+
+
+def test_an_aborted_request_gives_its_shared_memory_back(tmp_path):
+    """Issue #16: a request aborted mid-prefill, stitched in the child, is released there once the next
+    batches no longer carry it; its ring region and budget come back in the server."""
+    from sglang_eagle3_ext.dump.assemble import STALE_BATCHES
+
+    w = _writer(tmp_path)
+    _stage(w, ["dead", "a"], [0, 0], [4, 3], [100, 3], seed=1)
+    for i in range(STALE_BATCHES):
+        _stage(w, [f"b{i}"], [0], [3], [3], seed=2 + i)
+    assert w.flush(30)
+    _wait(lambda: w.budget.used == 0 and not w.staging._live)
+    assert w.stats["ended_unfinished"] == 1
+    w.close()
+    assert set(read_manifest(tmp_path)) == {"a"} | {f"b{i}" for i in range(STALE_BATCHES)}
+
+
+def test_a_stalled_wait_stops_the_child_too(tmp_path):
+    """The forward thread's bounded wait (writer.STALL_S) ends dumping in the child as well: its status says so."""
+    w = _writer(tmp_path)
+    w.stop_stalled("test stall")
+    assert not w.accepting and "test stall" in w.stop_reason
+    _wait(lambda: json.loads((tmp_path / "status" / "dp0.json").read_text())["state"] == "stopped")
+    w.close()

@@ -17,8 +17,7 @@ def test_shipped_presets_are_found():
 def test_ext_section_becomes_env(tmp_path):
     p = presets.load("tiny-dump")
     env = presets.ext_env(p.ext, base_dir=tmp_path)
-    assert env == {"SGLANG_EAGLE3_EXT_DUMP_DIR": str(tmp_path / "dumps"), "SGLANG_EAGLE3_EXT_DUMP_LAYERS": "1,2,3",
-                   "SGLANG_EAGLE3_EXT_DUMP_FORMAT": "safetensors"}
+    assert env == {"SGLANG_EAGLE3_EXT_DUMP_DIR": str(tmp_path / "dumps"), "SGLANG_EAGLE3_EXT_DUMP_LAYERS": "1,2,3"}
     assert presets.ext_env({"dump_layers": "2, 30,58"})["SGLANG_EAGLE3_EXT_DUMP_LAYERS"] == "2,30,58"
 
 

@@ -28,8 +28,7 @@ def test_force_override(monkeypatch):
 def _tree(tmp_path, eagle="", ds="", plugins=False, rc="", fb=""):
     root = tmp_path / "sglang"
     for rel, text in [("srt/models/llama_eagle3.py", eagle), ("srt/models/deepseek_v2.py", ds),
-                      ("srt/runtime_context.py", rc), ("srt/model_executor/forward_batch_info.py", fb),
-                      ("srt/models/registry.py", "SGLANG_EXTERNAL_MODEL_PACKAGE")]:
+                      ("srt/runtime_context.py", rc), ("srt/model_executor/forward_batch_info.py", fb)]:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     if plugins:
@@ -71,3 +70,68 @@ def test_offline_table_matches_installed_release():
 def test_offline_table_known_points(v, midlayer, packed):
     c = versions.capabilities_for_version(v)
     assert (c.HAS_MIDLAYER, c.HAS_LAYERS_LIST, c.AUX_PACKED, c.CAPTURE_ALWAYS_PLUS_ONE) == (midlayer, not midlayer, packed, midlayer)
+
+
+# ---------------------------------------------------------------- the supported range, declared once
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+def _pyproject_sglang_requirement():
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["sglang"]
+    assert len(extra) == 1
+    return Requirement(extra[0])
+
+
+def test_pyproject_range_is_the_declared_one():
+    from packaging.specifiers import SpecifierSet
+
+    req = _pyproject_sglang_requirement()
+    assert req.name == "sglang" and req.specifier == SpecifierSet(versions.SPECIFIER), \
+        f"pyproject.toml's sglang extra must be {versions.REQUIREMENT!r} (sglang_eagle3_ext/versions.py)"
+
+
+@pytest.mark.parametrize("v", ["0.5.9", "0.5.10rc1", "0.5.10", "0.5.10.post1", "0.5.16rc2", "0.5.16.dev3",
+                               "0.5.16+cu128", "0.5.16.post2+abc", "0.5.23", "0.5.23.post1", "0.5.23.post1.dev0",
+                               "0.5.24.dev0", "0.5.24rc1", "0.5.24", "0.6.0", "1!0.5.16"])
+def test_run_time_and_pip_agree_on_pre_post_and_local_versions(v, monkeypatch):
+    """pip (with --pre) installs exactly what check_supported then accepts."""
+    monkeypatch.delenv(versions.FORCE_ENV, raising=False)
+    pip_ok = _pyproject_sglang_requirement().specifier.contains(v, prereleases=True)
+    assert versions.in_range(v) is pip_ok
+    if not pip_ok:
+        with pytest.raises(UnsupportedSGLang):
+            check_supported(v)
+
+
+def test_not_a_version_is_out_of_range():
+    assert versions.in_range("unknown") is False and versions.parse("unknown") == ()
+    assert versions.parse("0.5.16rc1") == versions.parse("0.5.16.post2+cu128") == (0, 5, 16)
+
+
+def test_tested_releases_match_patches_ci_and_readme():
+    import subprocess
+
+    rel = versions.TESTED_RELEASES
+    assert versions.SUPPORTED_MIN in rel and versions.SUPPORTED_MAX in rel and all(versions.in_range(v) for v in rel)
+    patch_dirs = {p.name for p in (REPO / "patches").iterdir() if p.is_dir() and p.name[0].isdigit()}
+    assert patch_dirs == set(rel)
+    import sys
+    sys.path.insert(0, str(REPO / "patches"))
+    try:
+        import make_patches
+    finally:
+        sys.path.remove(str(REPO / "patches"))
+    assert make_patches.RELEASES == rel
+    # .ci/setup_venv.sh picks transformers with a `case` on the release: run that block for each release
+    sh = (REPO / ".ci/setup_venv.sh").read_text()
+    block = sh[sh.index('case "$SGL" in'):sh.index("esac") + 4]
+    for v, tf in rel.items():
+        out = subprocess.run(["bash", "-c", f'SGL={v}\n{block}\necho "$TF"'], capture_output=True, text=True)
+        assert out.stdout.strip() == tf, f".ci/setup_venv.sh picks transformers {out.stdout.strip()} for {v}, versions.py {tf}"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert f"**{versions.SUPPORTED_MIN} ≤ version ≤ {versions.SUPPORTED_MAX}**" in readme

@@ -1,0 +1,6 @@
+"""`python -m sglang_eagle3_ext COMMAND ...`: the same as the `sglang-eagle3` command (see cli.py)."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

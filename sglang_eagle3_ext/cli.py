@@ -1,0 +1,73 @@
+"""`sglang-eagle3 COMMAND ...` (also `python -m sglang_eagle3_ext COMMAND ...`): one command for every tool.
+
+Each command is the same tool as its `python -m sglang_eagle3_ext.MODULE` entry (kept working), with the
+same flags; `sglang-eagle3 COMMAND --help` shows every option with its default. Exit codes: see
+`sglang_eagle3_ext/cli_common.py` (0 ok, 1 negative verdict, 2 bad input, 3 bug, 130 interrupted).
+"""
+from __future__ import annotations
+
+import difflib
+import sys
+
+from . import cli_common
+
+SUMMARIES = {
+    "launch": "start SGLang with the patches, a preset and NCCL settings from the topology (--dry-run: plan only)",
+    "dump": "run | export | status: drive a dumping server, export the dump for speculators/SpecForge",
+    "convert": "convert a speculators / SpecForge / EAGLE draft into the installed SGLang's layout",
+    "check": "check a draft offline (headers only) against the installed SGLang and the target",
+    "bench": "acceptance benchmark: accept length per draft position, tokens/s and speedup per concurrency",
+    "train": "train an EAGLE-3 draft with speculators on exported hidden states",
+    "compat": "check that a SGLang release still has every function the patches target",
+    "tiny": "write the built-in tiny DeepSeek-V3 target (the presets' builtin:tiny model)",
+    "patches": "list or print the static patch (patches/RELEASE/*.patch) for baked SGLang images",
+}
+
+
+def version_line() -> str:
+    from importlib import metadata
+
+    from . import __version__
+
+    try:
+        ours = metadata.version("sglang-eagle3-ext")
+    except metadata.PackageNotFoundError:
+        ours = __version__
+    try:
+        sgl = f"sglang {metadata.version('sglang')}"
+    except metadata.PackageNotFoundError:
+        sgl = "sglang not installed (pip install sglang, or pip install '.[sglang]' from a checkout)"
+    return f"{cli_common.COMMAND} {ours} ({sgl}; python {sys.version.split()[0]})"
+
+
+def usage() -> str:
+    width = max(map(len, SUMMARIES))
+    lines = [f"usage: {cli_common.COMMAND} [-h] [--version] COMMAND [options]", "", __doc__.split("\n")[0], "",
+             "commands:"]
+    lines += [f"  {name:{width}}  {text}" for name, text in SUMMARIES.items()]
+    lines += ["", f"`{cli_common.COMMAND} COMMAND --help` for a command's options; --debug on any command shows "
+                  f"tracebacks (or {cli_common.ENV_DEBUG}=1)."]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return cli_common.EXIT_OK if argv else cli_common.EXIT_BAD_INPUT
+    if argv[0] in ("-V", "--version", "version"):
+        print(version_line())
+        return cli_common.EXIT_OK
+    cmd, rest = argv[0], argv[1:]
+    if cmd not in cli_common.MAINS:
+        near = difflib.get_close_matches(cmd, list(cli_common.MAINS), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        print(f"{cli_common.COMMAND}: error: unknown command {cmd!r}{hint} (choose from {', '.join(cli_common.MAINS)})",
+              file=sys.stderr)
+        return cli_common.EXIT_BAD_INPUT
+    cli_common._via_command = True
+    return cli_common.entry(cmd)(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""What every command line of the package shares: exit codes, help that shows defaults, `--debug`,
+hidden aliases for old flag spellings, and one-line errors instead of tracebacks.
+
+Exit codes (the same in every tool, also under `sglang-eagle3 COMMAND`):
+
+    0  success
+    1  the tool ran and its verdict is negative (check found problems, bench FAIL, release unsupported)
+    2  bad input or environment: a bad path, file, JSON, YAML, safetensors header, URL, an unreachable or
+       silent server, a bad server reply, a missing optional package, or a usage error (argparse's code)
+    3  unexpected error: a bug; rerun with --debug (or SGLANG_EAGLE3_EXT_DEBUG=1) for the traceback
+  130  interrupted (Ctrl-C)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+
+from . import envs
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+ENV_DEBUG = envs.DEBUG
+COMMAND = "sglang-eagle3"
+# subcommand of `sglang-eagle3` -> module of its `python -m sglang_eagle3_ext.MODULE` entry
+MODULES = {"launch": "launch_server", "dump": "dump", "convert": "convert", "check": "check", "bench": "bench",
+           "train": "train_draft", "compat": "compat", "tiny": "tiny", "patches": "patches_cli"}
+# subcommand -> "module:function" implementing it (imported only when that subcommand runs)
+MAINS = {"launch": "launch_server:main", "dump": "dump.client:main", "convert": "draft.convert:main",
+         "check": "draft.check:main", "bench": "bench:main", "train": "train_draft:main", "compat": "compat:main",
+         "tiny": "tiny:main", "patches": "patches_cli:main"}
+# import name -> what to pip install (messages name installable things only)
+PIP_NAMES = {"yaml": "pyyaml", "pynvml": "nvidia-ml-py", "sklearn": "scikit-learn", "PIL": "pillow"}
+
+_via_command = False  # set by the `sglang-eagle3` dispatcher: usage lines then say `sglang-eagle3 TOOL`
+
+
+def prog(tool: str) -> str:
+    return f"{COMMAND} {tool}" if _via_command else f"python -m sglang_eagle3_ext.{MODULES.get(tool, tool)}"
+
+
+def debug_requested(argv=None) -> bool:
+    if "--debug" in (argv or ()):
+        return True
+    try:
+        return envs.get(ENV_DEBUG)
+    except envs.EnvError as e:  # said once, then the tool runs without tracebacks
+        print(f"warning: {e}", file=sys.stderr)
+        return False
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's line breaks; appends '(default: X)' to every option that has a default."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if (action.default not in (None, argparse.SUPPRESS) and "%(default)" not in h and "default" not in h
+                and action.option_strings and not isinstance(action.default, bool)):
+            h += " (default: %(default)s)"
+        return h
+
+
+def finish(parser: argparse.ArgumentParser, tool: str) -> argparse.ArgumentParser:
+    """Give a tool's parser (and its sub-parsers) the shared prog name, help formatter and --debug flag."""
+    old, new = parser.prog, prog(tool)
+    todo = [parser]
+    while todo:
+        p = todo.pop()
+        p.prog = new + p.prog[len(old):] if p.prog.startswith(old) else p.prog
+        p.formatter_class = HelpFormatter
+        if "--debug" not in p._option_string_actions:
+            p.add_argument("--debug", action="store_true",
+                           help=f"show the full traceback of an error (also {ENV_DEBUG}=1)")
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                todo += list(a.choices.values())
+    return parser
+
+
+def hidden_alias(parser, old: str, dest: str, **kw) -> None:
+    """Keep an old flag spelling working without showing it in --help."""
+    parser.add_argument(old, dest=dest, help=argparse.SUPPRESS, **kw)
+
+
+def add_json_out(parser, what: str = "the results") -> None:
+    """`--json [PATH]`: the same flag in every tool; no PATH or '-' prints JSON on stdout."""
+    parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
+                        help=f"write {what} as JSON to PATH ('-' or no PATH: print JSON instead of text)")
+
+
+def write_json(dest: str, obj) -> None:
+    text = json.dumps(obj, indent=2, default=str)
+    if dest == "-":
+        print(text)
+        return
+    with open(dest, "w") as f:
+        f.write(text + "\n")
+
+
+class CliError(Exception):
+    """A refusal whose message already names the input and the fix; exit code `code`."""
+
+    def __init__(self, msg: str, code: int = EXIT_BAD_INPUT):
+        super().__init__(msg)
+        self.code = code
+
+
+def describe(e: BaseException) -> tuple[int, str]:
+    """(exit code, one line) for an exception that reached a tool's top level."""
+    mod = type(e).__module__ or ""
+    if isinstance(e, CliError):
+        return e.code, str(e)
+    if isinstance(e, ModuleNotFoundError) and e.name:
+        top = e.name.split(".")[0]
+        return EXIT_BAD_INPUT, f"{top} is not installed here: pip install {PIP_NAMES.get(top, top)}"
+    if isinstance(e, json.JSONDecodeError):
+        return EXIT_BAD_INPUT, f"not valid JSON: {e}"
+    if isinstance(e, UnicodeDecodeError):
+        return EXIT_BAD_INPUT, f"not UTF-8 text: {e}"
+    if isinstance(e, OSError) and getattr(e, "filename", None):
+        return EXIT_BAD_INPUT, f"{e.filename}: {e.strerror or e}"
+    if mod.startswith(("requests", "urllib3", "httpx")):
+        return EXIT_BAD_INPUT, f"HTTP: {e}"
+    if mod.startswith(("yaml", "safetensors")):
+        return EXIT_BAD_INPUT, f"{type(e).__name__}: {e}".replace("\n", " ")
+    if isinstance(e, (OSError, ValueError)):
+        return EXIT_BAD_INPUT, f"{type(e).__name__}: {e}".replace("\n", " ")
+    return EXIT_INTERNAL, f"unexpected {type(e).__name__}: {e} (a bug: rerun with --debug and report it)"
+
+
+def run_tool(tool: str, main, argv=None) -> int:
+    """Call a tool's `main(argv)`; turn any escaping error into one line on stderr and a documented exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_requested(argv)
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        msg = str(e.code)
+        print(msg if "error:" in msg.split("\n")[0] else f"{prog(tool)}: error: {msg}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"{prog(tool)}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:  # noqa: BLE001 - the one place every tool's errors become one line
+        if debug:
+            traceback.print_exc()
+        code, line = describe(e)
+        hint = "" if debug or code == EXIT_INTERNAL or isinstance(e, CliError) else f"  [--debug or {ENV_DEBUG}=1: traceback]"
+        print(f"{prog(tool)}: error: {line}{hint}", file=sys.stderr)
+        return code
+    return EXIT_OK if rc is None else int(rc)
+
+
+def entry(tool: str):
+    """A console-script / `__main__` entry for one tool: `sys.exit(entry('check')())`."""
+    import importlib
+
+    def _main(argv=None) -> int:
+        mod, fn = MAINS[tool].split(":")
+        return run_tool(tool, getattr(importlib.import_module(f"sglang_eagle3_ext.{mod}"), fn), argv)
+
+    return _main
+
+
+def optional(module: str, purpose: str, pip_name: str | None = None):
+    """Import an optional dependency or raise a CliError naming what to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise CliError(f"{purpose} needs {module}: pip install {pip_name or PIP_NAMES.get(module, module)} "
+                       f"({type(e).__name__}: {e})") from None

@@ -1,0 +1,192 @@
+"""Tiny MLA EAGLE-3 drafts (SGLang's `Eagle3DeepseekV2ForCausalLM`, the class of Kimi-K2.5's drafts) and
+malformed variants of them, for tests and GPU smoke runs.
+
+The files look like a published Kimi-K2.5 draft: `architectures: ["Eagle3DeepseekV2ForCausalLM"]`,
+`model_type: deepseek_v3`, MLA dims, `eagle_config.eagle_aux_hidden_state_layer_ids`, weights under
+`layers.0.*` with separate `q_a_proj` / `kv_a_proj_with_mqa` (SGLang fuses them at load). Random but
+finite weights; d2t is a consistent hot-token mapping. `make_mla_draft_for_tiny_target` sizes one for
+the built-in tiny DeepSeek-V3 target (sglang_eagle3_ext/tiny.py, hidden 1024, vocab 4096).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import errors as E
+from . import mla
+
+# Kimi-K2's rope_scaling type (SGLang's MLA runs it as deepseek_yarn; on CPU it needs one); factor 1: plain RoPE.
+def _yarn(max_pos: int) -> dict:
+    return {"type": "yarn", "factor": 1.0, "original_max_position_embeddings": max_pos, "beta_fast": 32.0,
+            "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+
+
+def mla_config(*, hidden=64, vocab=128, draft_vocab=64, aux_ids=(1, 2, 3), heads=4, q_lora=32, kv_lora=16, rope=8,
+               nope=16, v_head=16, intermediate=128, target_hidden=None, fc_norm=False, norm_output=False,
+               max_position_embeddings=8192, dtype="bfloat16", **overrides) -> dict:
+    cfg = {"architectures": [mla.ARCH], "model_type": "deepseek_v3", "hidden_size": hidden,
+           "intermediate_size": intermediate, "num_hidden_layers": 1, "num_attention_heads": heads,
+           "num_key_value_heads": heads, "vocab_size": vocab, "draft_vocab_size": draft_vocab,
+           "target_hidden_size": target_hidden or hidden, "q_lora_rank": q_lora, "kv_lora_rank": kv_lora,
+           "qk_rope_head_dim": rope, "qk_nope_head_dim": nope, "v_head_dim": v_head, "hidden_act": "silu",
+           "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": _yarn(max_position_embeddings),
+           "max_position_embeddings": max_position_embeddings, "tie_word_embeddings": False, "torch_dtype": dtype,
+           "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(aux_ids), "use_aux_hidden_state": True}}
+    if fc_norm:
+        cfg["fc_norm"] = True
+    if norm_output:
+        cfg["norm_output"] = True
+    cfg.update(overrides)
+    return cfg
+
+
+def mla_tensors(cfg: dict, seed: int = 0) -> dict:
+    """Checkpoint tensors (published layout) for `cfg`, shapes from the same rules the loader checks."""
+    import torch
+
+    from .keys import Layout
+    from .rules import expected_shapes, spec_from_config
+
+    layout = Layout(release="offline", midlayer=False, fc_norm=True, input_norm=False, norm_output=True,
+                    capture_always_plus_one=False, mla_draft=True)
+    spec, problems = spec_from_config(cfg, layout)
+    assert spec is not None, problems
+    g = torch.Generator().manual_seed(seed)
+    dt = getattr(torch, cfg.get("torch_dtype") or "float32")
+    out = {}
+    for k, shape in expected_shapes(spec).items():
+        if k in ("t2d", "d2t", "embed_tokens.weight"):
+            continue
+        t = torch.randn(shape, generator=g) * 0.02 if len(shape) > 1 else 1.0 + 0.01 * torch.randn(shape, generator=g)
+        out[k] = t.to(dt)
+    if spec.draft_vocab is not None:
+        hot = torch.sort(torch.randperm(spec.vocab, generator=g)[: spec.draft_vocab]).values
+        out["d2t"] = hot - torch.arange(spec.draft_vocab)
+        t2d = torch.zeros(spec.vocab, dtype=torch.bool)
+        t2d[hot] = True
+        out["t2d"] = t2d
+    return out
+
+
+def write_draft(out, cfg: dict, tensors: dict) -> Path:
+    from safetensors.torch import save_file
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return out
+
+
+def make_mla_draft(out, seed: int = 0, **config) -> Path:
+    """A well-formed MLA EAGLE-3 draft in SGLang's published layout (EAGLE-3.1: fc_norm=True, norm_output=True)."""
+    cfg = mla_config(**config)
+    return write_draft(out, cfg, mla_tensors(cfg, seed))
+
+
+def make_mla_draft_for_tiny_target(out, target_dir, aux_ids=(1, 2, 3), **overrides) -> Path:
+    """An MLA draft for the built-in tiny DeepSeek-V3 target (its hidden, vocab and MLA dims)."""
+    t = json.loads((Path(target_dir) / "config.json").read_text())
+    kw = dict(hidden=t["hidden_size"], vocab=t["vocab_size"], draft_vocab=1024, aux_ids=aux_ids,
+              heads=t["num_attention_heads"], q_lora=t["q_lora_rank"], kv_lora=t["kv_lora_rank"],
+              rope=t["qk_rope_head_dim"], nope=t["qk_nope_head_dim"], v_head=t["v_head_dim"],
+              intermediate=t["intermediate_size"], max_position_embeddings=t["max_position_embeddings"])
+    kw.update(overrides)
+    return make_mla_draft(out, **kw)
+
+
+# --- malformed variants: name -> (expected code, what to break) --------------------------------------------
+
+def _edit(d: Path, tensors_fn=None, config_fn=None):
+    from safetensors.torch import load_file
+
+    t = load_file(str(d / "model.safetensors"))
+    c = json.loads((d / "config.json").read_text())
+    if tensors_fn:
+        tensors_fn(t)
+    if config_fn:
+        config_fn(c)
+    write_draft(d, c, t)
+
+
+def _v_missing_lm_head(d):
+    _edit(d, lambda t: t.pop("lm_head.weight"))
+
+
+def _v_missing_kv_half(d):
+    _edit(d, lambda t: t.pop(mla.KV_HALF))
+
+
+def _v_q_a_1xH(d):
+    def f(t):
+        w = t[mla.Q_HALF]
+        t[mla.Q_HALF] = w[:, : w.shape[1] // 2].clone()
+    _edit(d, f)
+
+
+def _v_fc_1xH(d):
+    def f(t):
+        w = t["fc.weight"]
+        t["fc.weight"] = w[:, : w.shape[1] // 3].clone()
+    _edit(d, f)
+
+
+def _v_unknown_key(d):
+    def f(t):
+        t["layers.0.mlp.shared_experts.gate_proj.weight"] = t["layers.0.mlp.gate_proj.weight"].clone()
+    _edit(d, f)
+
+
+def _v_nan(d):
+    def f(t):
+        w = t["layers.0.self_attn.kv_b_proj.weight"].clone()
+        w[0, 0] = float("nan")
+        t["layers.0.self_attn.kv_b_proj.weight"] = w
+    _edit(d, f)
+
+
+def _v_wrong_k(d):
+    def f(c):
+        ec = c["eagle_config"]
+        ec["eagle_aux_hidden_state_layer_ids"] = ec["eagle_aux_hidden_state_layer_ids"] + [5]
+        ec.pop("hf_hidden_state_indices", None)
+    _edit(d, config_fn=f)
+
+
+def _v_rope_dims(d):
+    _edit(d, config_fn=lambda c: c.__setitem__("qk_rope_head_dim", 2 * c["qk_rope_head_dim"]))
+
+
+def _v_lora_dims(d):
+    _edit(d, config_fn=lambda c: c.__setitem__("kv_lora_rank", 2 * c["kv_lora_rank"]))
+
+
+def _v_prefused(d):
+    import torch
+
+    def f(t):
+        t[mla.FUSED] = torch.cat([t.pop(mla.Q_HALF), t.pop(mla.KV_HALF)])
+    _edit(d, f)
+
+
+MLA_MALFORMED = {
+    "missing_lm_head": (E.MISSING_WEIGHT, _v_missing_lm_head),
+    "missing_kv_a_half": (E.FUSED_HALF, _v_missing_kv_half),
+    "q_a_proj_1xH": (E.MLA_INPUT, _v_q_a_1xH),
+    "fc_1xH": (E.FC_UNFUSED, _v_fc_1xH),
+    "unknown_key": (E.UNEXPECTED_WEIGHT, _v_unknown_key),
+    "nan_weight": (E.NON_FINITE, _v_nan),
+    "wrong_k": (E.AUX_COUNT, _v_wrong_k),
+    "wrong_rope_dim": (E.MLA_DIMS, _v_rope_dims),
+    "wrong_lora_dim": (E.MLA_DIMS, _v_lora_dims),
+    "prefused_qkv_a": (E.UNEXPECTED_WEIGHT, _v_prefused),
+}
+
+
+def make_mla_variant(good: Path, name: str, out: Path) -> tuple[str, Path]:
+    import shutil
+
+    shutil.copytree(good, out)
+    code, build = MLA_MALFORMED[name]
+    build(Path(out))
+    return code, Path(out)

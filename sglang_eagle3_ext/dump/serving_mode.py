@@ -1,0 +1,211 @@
+"""Dump while serving EAGLE-3: the mode's configuration and its installation on the dump target.
+
+With `--speculative-algorithm EAGLE3` the dump captures exactly the layers the draft is fed (its HF
+indices; a different SGLANG_EAGLE3_EXT_DUMP_LAYERS is a start-up error naming both), and, unless
+SGLANG_EAGLE3_EXT_DUMP_RESPONSES=0, the response's states come from the TARGET_VERIFY batches
+(verify_capture.py) and each finished request is written as one prompt+response sample
+(serving_assembler.py). Which requests: SGLANG_EAGLE3_EXT_DUMP_SAMPLE_RATE (a stable hash of the sample
+id, the same decision on every rank and every restart) and SGLANG_EAGLE3_EXT_DUMP_MAX_ACCEPT_LEN (only
+requests whose own accept length is below it: the traffic where the draft is weakest).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+
+from .. import envs
+from .._log import log_once, logger
+from .config import ENV_LAYERS, DumpConfig, DumpConfigError
+
+ENV_RESPONSES = envs.DUMP_RESPONSES
+ENV_SAMPLE_RATE = envs.DUMP_SAMPLE_RATE
+ENV_MAX_ACCEPT_LEN = envs.DUMP_MAX_ACCEPT_LEN
+EAGLE3_ALGORITHMS = ("EAGLE3",)
+
+_targets: list = []          # every DumpTarget of this process (the worker's start-up check reads them)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingConfig:
+    responses: bool = True                  # capture verify states and write prompt+response
+    responses_explicit: bool = False        # set by the user (an unsupported release is then an error)
+    sample_rate: float = 1.0
+    max_accept_len: float | None = None     # None: every request
+
+
+def _float(name: str, env, lo: float, hi: float | None) -> float | None:
+    text = (envs.raw(name, env) or "").strip()
+    if not text:
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not (v >= lo and (hi is None or v <= hi)):
+        raise DumpConfigError(f"{name}={text!r}: expected a number in [{lo}, {hi if hi is not None else 'inf'}]")
+    return v
+
+
+def serving_config(env=None) -> ServingConfig:
+    try:
+        responses = envs.get(ENV_RESPONSES, env)
+    except envs.EnvError as e:
+        raise DumpConfigError(str(e)) from None
+    rate = _float(ENV_SAMPLE_RATE, env, 0.0, 1.0)
+    return ServingConfig(responses=responses, responses_explicit=envs.raw(ENV_RESPONSES, env) is not None,
+                         sample_rate=1.0 if rate is None else rate,
+                         max_accept_len=_float(ENV_MAX_ACCEPT_LEN, env, 1.0, None))
+
+
+def sampled(sample_id: str, rate: float) -> bool:
+    """The request is in the sample: a hash of its id, so every rank and every re-run decides alike."""
+    if rate >= 1.0:
+        return True
+    h = int.from_bytes(hashlib.sha1(sample_id.encode("utf-8", "surrogatepass")).digest()[:8], "big")
+    return h < rate * 2.0 ** 64
+
+
+def _server_args():
+    from ..draft.context import server_args
+
+    return server_args()
+
+
+def eagle3_on(sa) -> bool:
+    return str(getattr(sa, "speculative_algorithm", None) or "").upper() in EAGLE3_ALGORITHMS
+
+
+def draft_hf_indices(n: int) -> tuple[list[int] | None, str]:
+    """(HF hidden_states indices the EAGLE-3 draft is fed, where that came from); None when the draft's
+    config cannot be read here (a hub id): the worker's start-up check then compares what SGLang set."""
+    from ..draft.context import draft_dir_and_config
+    from ..draft.keys import HF_INDICES_FIELD
+
+    path, cfg = draft_dir_and_config()
+    if cfg is None:
+        return None, f"draft {path} (config not readable here)"
+    ec = cfg.get("eagle_config") or {}
+    if ec.get(HF_INDICES_FIELD):
+        return [int(i) for i in ec[HF_INDICES_FIELD]], f"{path}: eagle_config.{HF_INDICES_FIELD}"
+    ids = ec.get("eagle_aux_hidden_state_layer_ids")
+    if not ids:
+        return [2, n // 2, n - 3], f"{path}: no layer ids, SGLang's default"
+    from ..versions import capabilities
+
+    plus_one = capabilities().CAPTURE_ALWAYS_PLUS_ONE or ids[0] == 1   # the release's rule (see draft/capture.py)
+    return ([int(i) + 1 for i in ids] if plus_one else [int(i) for i in ids]), \
+        f"{path}: eagle_aux_hidden_state_layer_ids={list(ids)} under this release's +1 rule"
+
+
+def config_for_target(cfg: DumpConfig, n: int, sa=None) -> DumpConfig:
+    """The dump config for a target of `n` layers: with EAGLE-3 on, the layers are the draft's."""
+    sa = sa if sa is not None else _server_args()
+    scfg = serving_config()
+    if not eagle3_on(sa):
+        if scfg.max_accept_len is not None:
+            raise DumpConfigError(f"{ENV_MAX_ACCEPT_LEN} selects requests by their EAGLE-3 accept length: it needs "
+                                  f"--speculative-algorithm EAGLE3 (unset it for a plain dump)")
+        return cfg
+    layers, where = draft_hf_indices(n)
+    if layers is None:
+        return cfg
+    if cfg.layers is not None and list(cfg.layers) != layers:
+        raise DumpConfigError(
+            f"{ENV_LAYERS}={','.join(map(str, cfg.layers))} but the EAGLE-3 draft is fed HF hidden_states "
+            f"{layers} ({where}); while serving EAGLE-3 the dump captures exactly the draft's layers: unset "
+            f"{ENV_LAYERS} (or set it to {','.join(map(str, layers))})")
+    if cfg.layers is None:
+        log_once("dump.serving_layers", "dump while serving EAGLE-3: capturing the draft's HF hidden_states %s (%s)",
+                 layers, where)
+    return dataclasses.replace(cfg, layers=tuple(layers))
+
+
+def _responses_supported() -> str | None:
+    """Why this release cannot capture responses (None: it can)."""
+    from ..versions import capabilities
+
+    caps = capabilities()
+    if not (caps.SPEC_V2_VERIFY_SCHEDULE_BATCH and caps.HAS_OUTPUT_STREAMER):
+        return f"SGLang {caps.version} has no EAGLEWorkerV2.verify(ScheduleBatch) / SchedulerOutputStreamer (0.5.14+)"
+    return None
+
+
+def install(target, model, sa=None):
+    """Called by capture.attach after the DumpTarget exists. Applies the sampling rate to every dump; with
+    EAGLE-3 on and responses wanted, wires the verify capture and the serving assembler into the writer.
+    Returns the VerifyCapture (None: prompts only, written at prefill)."""
+    _targets.append(target)
+    scfg = serving_config()
+    w = target.writer
+    if w is not None and scfg.sample_rate < 1.0:
+        _apply_sample_rate(w, scfg.sample_rate)
+    sa = sa if sa is not None else _server_args()
+    if not (eagle3_on(sa) and scfg.responses):
+        return None
+    why = _responses_supported()
+    if why is None and target.cfg.writer != "thread":
+        why = "the response stitching runs in the server's writer thread (SGLANG_EAGLE3_EXT_DUMP_WRITER=thread)"
+    if why is not None:
+        if scfg.responses_explicit:
+            raise DumpConfigError(f"{ENV_RESPONSES}=1: {why}")
+        log_once("dump.serving_prompts_only", "dump while serving EAGLE-3: prompts only (%s; set %s=0 to silence)",
+                 why, ENV_RESPONSES, level=logging.WARNING)
+        return None
+    topk = getattr(sa, "speculative_eagle_topk", None)
+    if topk is not None and int(topk) > 1:
+        raise DumpConfigError(f"dump while serving EAGLE-3 captures response states of chain drafts only: "
+                              f"--speculative-eagle-topk {topk} compacts tree paths after the verify; use topk 1, "
+                              f"or set {ENV_RESPONSES}=0 to dump prompts only")
+    from . import verify_capture
+
+    vc = verify_capture.VerifyCapture(target, scfg)
+    target.verify = vc
+    if w is not None:
+        from .serving_assembler import ServingAssembler
+
+        w._asm = ServingAssembler(w, scfg, vc)
+        verify_capture.set_active(vc)
+    logger.info("dump while serving EAGLE-3: response states from TARGET_VERIFY, one prompt+response sample per "
+                "finished request (sample rate %g, accept length below %s)", scfg.sample_rate,
+                scfg.max_accept_len if scfg.max_accept_len is not None else "any")
+    return vc
+
+
+def _apply_sample_rate(w, rate: float) -> None:
+    """A request outside the sample counts as done for the capture: no batch is copied for it."""
+    done = w.is_done
+    w.is_done = lambda sid, _done=done: _done(sid) or not sampled(sid, rate)
+    w.sample_rate = rate
+
+
+def check_worker(worker) -> None:
+    """EAGLEWorkerV2.__init__ finished (the target's layers are set, its graphs captured): the target must
+    capture exactly the dump's layers, and response capture needs a chain (topk 1). Start-up errors."""
+    from .writer import DumpStartupError
+
+    for t in list(_targets):
+        model = t.model_ref()
+        if model is None:
+            continue
+        now = list(getattr(model.model, "layers_to_capture", []) or [])
+        if now != list(t.layers):
+            raise DumpStartupError(
+                f"sglang_eagle3_ext dump: SGLang set the EAGLE-3 target to capture HF hidden_states {now} for the "
+                f"draft, but the dump captures {list(t.layers)} ({ENV_LAYERS}); while serving EAGLE-3 both must be "
+                f"the draft's layers: set {ENV_LAYERS}={','.join(map(str, now))} or record the draft's indices "
+                f"with `python -m sglang_eagle3_ext.convert`")
+        vc = getattr(t, "verify", None)
+        topk = int(getattr(worker, "topk", 1) or 1)
+        if vc is not None and topk > 1:
+            raise DumpStartupError(f"sglang_eagle3_ext dump: response capture needs --speculative-eagle-topk 1 "
+                                   f"(got {topk}); or set {ENV_RESPONSES}=0")
+
+
+def default_loss_mask(rec: dict, length: int) -> list[int]:
+    """Export's loss mask when none is given: a prompt+response sample of this mode trains on the response
+    (the tokens after the request's prompt); any other sample on every token."""
+    p = rec.get("prompt_len")
+    if rec.get("verify_tokens") and isinstance(p, int) and 0 < p < length:
+        return [0] * p + [1] * (length - p)
+    return [1] * length

@@ -1,0 +1,1 @@
+"""Draft training that does not go through speculators: the MLA EAGLE-3 layout SGLang serves for Kimi-K2.x."""

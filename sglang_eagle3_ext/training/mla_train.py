@@ -1,0 +1,180 @@
+"""Train the MLA EAGLE-3 draft (`Eagle3DeepseekV2ForCausalLM`, what SGLang serves for Kimi-K2.x) from the
+same hidden-state files the Llama path reads (`hs_{i}.safetensors`: token_ids [L], hidden_states [L, K+1, H]
+= K aux states + the final pre-norm state).
+
+The loss is speculators' kind: KL from the target's distribution (its lm_head over its final norm of the
+final state) to the draft's, summed over `--ttt-steps` unrolled steps (see mla_draft.forward_steps), the
+embedding frozen (SGLang replaces it with the target's at load time), lm_head starting from the target's.
+The checkpoint is what SGLang's Eagle3DeepseekV2ForCausalLM.load_weights reads: `layers.0.*` with q_a_proj +
+kv_a_proj_with_mqa unfused, gate_proj/up_proj unstacked, bf16 safetensors, plus a config whose eagle_config
+records the HF hidden_states indices (`hf_hidden_state_indices`, captured exactly with sglang_eagle3_ext on).
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+from .mla_draft import MLA_KEYS, Eagle3MLADraft
+from .target_view import EMBED, HEAD, NORM, read_tensors, text_config
+
+ARCH = "Eagle3DeepseekV2ForCausalLM"
+
+
+def mla_draft_config(target_cfg: dict, layer_ids: list[int], intermediate_size: int | None = None,
+                     release_ids: list[int] | None = None) -> dict:
+    """The draft's config.json: the target's MLA geometry and RoPE, one layer, a dense MLP."""
+    missing = [k for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim") if not target_cfg.get(k)]
+    if missing:
+        raise ValueError(f"the target config has no {missing[0]}: an MLA draft copies the target's MLA geometry "
+                         f"(use --draft-arch llama for a non-MLA target)")
+    from ..draft.keys import HF_INDICES_FIELD
+
+    cfg = {k: target_cfg[k] for k in MLA_KEYS if k in target_cfg}
+    h = int(target_cfg["hidden_size"])
+    cfg.update(
+        architectures=[ARCH], model_type="deepseek_v3", hidden_size=h, target_hidden_size=h,
+        intermediate_size=int(intermediate_size or target_cfg.get("intermediate_size") or 3 * h),
+        num_hidden_layers=1, num_key_value_heads=int(target_cfg["num_attention_heads"]), hidden_act="silu",
+        vocab_size=int(target_cfg["vocab_size"]), draft_vocab_size=int(target_cfg["vocab_size"]),
+        tie_word_embeddings=False, rope_scaling=target_cfg.get("rope_scaling"), torch_dtype="bfloat16",
+        eagle_config={"eagle_aux_hidden_state_layer_ids": list(release_ids or layer_ids),
+                      HF_INDICES_FIELD: list(layer_ids)},
+    )
+    if target_cfg.get("rope_parameters") and not cfg["rope_scaling"]:
+        cfg["rope_parameters"] = target_cfg["rope_parameters"]
+    return cfg
+
+
+def save_checkpoint(model: Eagle3MLADraft, cfg: dict, out: Path) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    sd = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return out
+
+
+def load_checkpoint(path: Path):
+    from safetensors.torch import load_file
+
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    m = Eagle3MLADraft(cfg)
+    m.load_state_dict(load_file(str(Path(path) / "model.safetensors")), strict=True)
+    return m
+
+
+def _rms(x, w, eps):
+    import torch
+
+    xf = x.float()
+    return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()
+
+
+def _sample(path: Path, device):
+    import torch
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        ids = f.get_tensor("token_ids").long().to(device)
+        hs = f.get_tensor("hidden_states").to(device)
+    return ids, hs
+
+
+def step_loss(model, ids, hs, head, norm_w, eps, steps: int, dtype):
+    """Sum over the unrolled steps of the mean KL(target || draft) over the rows each step can use;
+    returns (loss, per-step argmax agreement)."""
+    import torch
+    import torch.nn.functional as F
+
+    T = ids.shape[0]
+    if T < steps + 2:
+        return None, None
+    aux, final = hs[:, :-1].reshape(T, -1).to(dtype), hs[:, -1]
+    with torch.no_grad():
+        teacher = (_rms(final[1:], norm_w, eps) @ head.float().T).float()          # row p: target at p+1
+    inputs = torch.cat([ids[1:], ids[-1:]])                                          # row p: token p+1
+    logits = model.forward_steps(inputs, aux, steps)
+    loss, accs = 0.0, []
+    for k, lg in enumerate(logits):
+        lg, tch = lg[k: T - 1].float(), teacher[k:]
+        loss = loss + F.kl_div(F.log_softmax(lg, -1), F.log_softmax(tch, -1), log_target=True, reduction="batchmean")
+        accs.append((lg.argmax(-1) == tch.argmax(-1)).float().mean().item())
+    return loss, accs
+
+
+def train_mla(*, data_files: list[Path], target: Path, out: Path, layer_ids: list[int], steps: int, lr: float,
+              ttt_steps: int, device: str, seed: int, intermediate_size: int | None, log_every: int,
+              say=print, val_ratio: float = 0.05) -> dict:
+    import torch
+
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    tcfg = text_config(target)
+    try:
+        from ..draft.keys import installed_layout, release_aux_ids
+
+        release_ids = release_aux_ids(layer_ids, installed_layout())[0]
+    except Exception:  # noqa: BLE001 - no SGLang here: record the HF indices as-is
+        release_ids = None
+    cfg = mla_draft_config(tcfg, layer_ids, intermediate_size, release_ids)
+    t = read_tensors(target)
+    if t[EMBED].shape[1] != int(tcfg["hidden_size"]):
+        raise ValueError(f"{target}: embed width {t[EMBED].shape[1]} != hidden_size {tcfg['hidden_size']}")
+    model = Eagle3MLADraft(cfg)
+    with torch.no_grad():
+        model.embed_tokens.weight.copy_(t[EMBED].float())
+        model.lm_head.weight.copy_(t[HEAD].float())
+    model.embed_tokens.weight.requires_grad_(False)
+    model.to(device).train()
+    head, norm_w = t[HEAD].to(device), t[NORM].to(device)
+    eps = float(tcfg.get("rms_norm_eps") or 1e-6)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+
+    files = list(data_files)
+    n_val = max(1, int(len(files) * val_ratio)) if len(files) > 1 else 0
+    val, train = files[len(files) - n_val:], files[: len(files) - n_val]
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    warm = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, steps)))))
+    hist, t0 = [], time.perf_counter()
+    order: list[Path] = []
+    for step in range(1, steps + 1):
+        if not order:
+            order = train[:]
+            rng.shuffle(order)
+        ids, hs = _sample(order.pop(), device)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.startswith("cuda")):
+            loss, accs = step_loss(model, ids, hs, head, norm_w, eps, ttt_steps, dtype)
+        if loss is None:
+            continue
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        hist.append({"step": step, "loss": float(loss), "accs": accs})
+        if step == 1 or step % log_every == 0 or step == steps:
+            say(f"step {step}/{steps} loss={float(loss):.4f} " + " ".join(f"acc{k}={a:.3f}" for k, a in enumerate(accs))
+                + f" elapsed={time.perf_counter() - t0:.1f}s")
+    model.eval()
+    val_accs = []
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.startswith("cuda")):
+        for p in val:
+            ids, hs = _sample(p, device)
+            _, accs = step_loss(model, ids, hs, head, norm_w, eps, ttt_steps, dtype)
+            if accs:
+                val_accs.append(accs)
+    save_checkpoint(model.float().cpu(), cfg, out)
+    tail = hist[-max(1, len(hist) // 10):]
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+    return {"arch": ARCH, "steps": len(hist), "first_loss": hist[0]["loss"] if hist else None,
+            "final_loss": mean([h["loss"] for h in tail]), "train_acc": mean([h["accs"][0] for h in tail]),
+            "train_acc_by_step": [mean([h["accs"][k] for h in tail]) for k in range(ttt_steps)],
+            "val_acc_by_step": [mean([a[k] for a in val_accs]) for k in range(ttt_steps)] if val_accs else None,
+            "train_seconds": time.perf_counter() - t0, "saved": str(out), "layer_ids": layer_ids}

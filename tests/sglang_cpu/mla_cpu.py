@@ -1,0 +1,74 @@
+"""Run SGLang's own MLA EAGLE-3 draft class (models/kimi_k25_eagle3.py) on CPU for tests.
+
+Only the attention kernel is replaced: `RefAttention` is an exact causal softmax attention in torch standing in
+for the CUDA backend SGLang would call through RadixAttention; the KV-cache store is a no-op (one extend from
+an empty cache reads nothing back). Everything else -- the fused qkv-a projection, norms, YaRN RoPE, MLA
+up-projections, MLP, fc, load_weights -- is SGLang's code. SGLang's CPU RoPE factory only builds YaRN, so
+configs here carry a YaRN rope_scaling (Kimi-K2.5's own kind).
+"""
+from __future__ import annotations
+
+import torch
+
+YARN = {"rope_type": "deepseek_yarn", "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
+        "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
+
+
+class RefAttention:
+    """Stands in for the attention backend object (forward_batch.attn_backend / forward context)."""
+    prefill_attention_backend_str = "triton"
+    decode_attention_backend_str = "triton"
+    req_to_token_pool = None
+
+    class token_to_kv_pool:  # noqa: N801 - attribute name SGLang reads
+        @staticmethod
+        def set_kv_buffer(*a, **k):
+            pass
+
+        set_mla_kv_buffer = set_kv_buffer
+
+    def forward(self, q, k, v, layer, fb, save_kv_cache=True, **kw):
+        T, H = q.shape[0], layer.tp_q_head_num
+        q, k, v = q.view(T, H, -1), k.view(T, -1, k.shape[-1]), v.view(T, -1, v.shape[-1])
+        k, v = k.expand(T, H, k.shape[-1]), v.expand(T, H, v.shape[-1])
+        out = torch.zeros(T, H, v.shape[-1], dtype=torch.float32)
+        start = 0
+        for n in fb.extend_seq_lens_cpu:
+            sl = slice(start, start + n)
+            s = torch.einsum("thd,shd->hts", q[sl].float(), k[sl].float()) * layer.scaling
+            s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf")).softmax(-1)
+            out[sl] = torch.einsum("hts,shd->thd", s, v[sl].float())
+            start += n
+        return out.to(q.dtype).reshape(T, -1)
+
+
+def use_reference_attention():
+    """0.5.16+: the backend is read from the forward context; older releases read forward_batch.attn_backend."""
+    backend = RefAttention()
+    try:
+        from sglang.srt.model_executor.forward_context import ForwardContext, set_forward_context
+    except ImportError:
+        return backend
+    set_forward_context(ForwardContext(attn_backend=backend))
+    return backend
+
+
+def extend_batch(input_ids: torch.Tensor, seq_lens: list[int], spec_hidden: torch.Tensor, backend):
+    """A pure-EXTEND ForwardBatch from an empty cache carrying the target states as spec_info."""
+    import types
+
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+
+    T, bs = int(input_ids.shape[0]), len(seq_lens)
+    positions = torch.cat([torch.arange(n) for n in seq_lens])
+    lens = torch.tensor(seq_lens)
+    fb = ForwardBatch(forward_mode=ForwardMode.EXTEND, batch_size=bs, input_ids=input_ids,
+                      req_pool_indices=torch.arange(bs), seq_lens=lens, out_cache_loc=torch.arange(T),
+                      seq_lens_sum=T, positions=positions, extend_seq_lens_cpu=list(seq_lens),
+                      extend_prefix_lens_cpu=[0] * bs, extend_seq_lens=lens, extend_prefix_lens=torch.zeros_like(lens),
+                      extend_start_loc=torch.cumsum(lens, 0) - lens,
+                      spec_info=types.SimpleNamespace(hidden_states=spec_hidden))
+    fb.attn_backend = backend
+    fb.capture_hidden_mode = CaptureHiddenMode.FULL
+    fb.return_logprob = False
+    return fb, positions

@@ -1,0 +1,267 @@
+"""Kimi-K2.5's MLA EAGLE-3 drafts (`Eagle3DeepseekV2ForCausalLM`) against the real SGLang class on CPU:
+strict loading, every tensor and parameter accounted for, the fc width guard, and the same verdicts
+from `check`. Also: a Llama draft missing lm_head is refused, one sharing the target's is not."""
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import types
+
+import pytest
+import torch
+
+from sglang_eagle3_ext.draft import errors as E
+from sglang_eagle3_ext.draft import mla
+
+pytestmark = pytest.mark.sglang
+MLA_NAMES = ["missing_lm_head", "missing_kv_a_half", "q_a_proj_1xH", "fc_1xH", "unknown_key", "nan_weight",
+             "wrong_k", "wrong_rope_dim", "wrong_lora_dim", "prefused_qkv_a"]
+
+
+@pytest.fixture(scope="module")
+def ext(sglang_cpu):
+    import sglang_eagle3_ext
+
+    sglang_eagle3_ext.apply(["draft"])
+    yield sglang_cpu
+    sglang_eagle3_ext.apply(["draft"])
+
+
+@pytest.fixture(scope="module")
+def has_mla(ext):
+    if not ext.caps.HAS_MLA_DRAFT:
+        pytest.skip(f"SGLang {ext.version} has no {mla.ARCH}")
+    return ext
+
+
+@pytest.fixture(scope="module")
+def target_dir(tmp_path_factory):
+    from sglang_eagle3_ext.draft.tiny import write_target_config
+
+    return write_target_config(tmp_path_factory.mktemp("t") / "target")
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    from sglang_eagle3_ext.draft.tiny_mla import make_mla_draft
+
+    return make_mla_draft(tmp_path_factory.mktemp("mla") / "good", aux_ids=(2, 4, 6))
+
+
+@pytest.fixture(scope="module")
+def good31(tmp_path_factory):
+    from sglang_eagle3_ext.draft.tiny_mla import make_mla_draft
+
+    return make_mla_draft(tmp_path_factory.mktemp("mla31") / "good31", aux_ids=(2, 4, 6), fc_norm=True,
+                          norm_output=True, seed=1)
+
+
+@contextlib.contextmanager
+def serving(h, target, draft):
+    h.publish(h.server_args(str(target), speculative_draft_model_path=str(draft)))
+    try:
+        yield
+    finally:
+        h.publish(h.server_args(str(target)))
+
+
+def build(draft_dir, arch=mla.ARCH):
+    from sglang.srt.models.registry import ModelRegistry
+    from transformers import AutoConfig
+
+    return ModelRegistry.resolve_model_cls([arch])[0](AutoConfig.from_pretrained(draft_dir))
+
+
+def load(h, draft_dir, target, arch=mla.ARCH):
+    from sglang_eagle3_ext.draft.tiny import sglang_weights_iterator
+
+    model = build(draft_dir, arch)
+    with serving(h, target, draft_dir):
+        model.load_weights(sglang_weights_iterator(draft_dir))
+    return model
+
+
+def _ckpt(d):
+    from safetensors.torch import load_file
+
+    return load_file(str(d / "model.safetensors"))
+
+
+def assert_every_parameter_from_checkpoint(model, ckpt):
+    """Each parameter equals the checkpoint tensor(s) it came from: fused q/kv_a, stacked gate/up, the rest 1:1."""
+    a, m = "layers.0.self_attn.", "layers.0.mlp."
+    fused = {"model.midlayer.self_attn.fused_qkv_a_proj_with_mqa.weight": torch.cat([ckpt[mla.Q_HALF], ckpt[mla.KV_HALF]]),
+             "model.midlayer.mlp.gate_up_proj.weight": torch.cat([ckpt[m + "gate_proj.weight"], ckpt[m + "up_proj.weight"]])}
+    seen = set()
+    for name, p in model.named_parameters():
+        if name in fused:
+            want = fused[name]
+        elif name == "model.embed_tokens.weight":
+            continue  # SGLang replaces it with the target's (target_hidden_size == hidden_size)
+        else:
+            key = name.removeprefix("model.").replace("midlayer.", "layers.0.")
+            want = ckpt[key]
+            seen.add(key)
+        torch.testing.assert_close(p.data.float(), want.float(), rtol=0, atol=0, msg=name)
+    assert {k for k in ckpt if k not in (mla.Q_HALF, mla.KV_HALF, "d2t", "t2d") and "gate_proj" not in k
+            and "up_proj" not in k} == seen
+    hot = ckpt["d2t"] + torch.arange(ckpt["d2t"].shape[0])
+    assert torch.equal(model.hot_token_id.cpu(), hot)
+    attn = model.model.midlayer.self_attn
+    assert attn.w_kc is not None and attn.w_vc is not None  # the release's post-load kv_b_proj split ran
+    n = model.config.num_attention_heads
+    kv_b = ckpt[a + "kv_b_proj.weight"].float().unflatten(0, (n, -1))
+    torch.testing.assert_close(attn.w_kc.float(), kv_b[:, : attn.qk_nope_head_dim], rtol=0, atol=0)
+
+
+def test_mla_draft_loads_every_tensor(has_mla, good, target_dir):
+    model = load(has_mla, good, target_dir)
+    assert type(model).__name__ == mla.ARCH
+    assert_every_parameter_from_checkpoint(model, _ckpt(good))
+    assert model.model.fc.weight.shape == (64, 3 * 64)
+    assert model.model.midlayer.self_attn.fused_qkv_a_proj_with_mqa.weight.shape[1] == 2 * 64
+
+
+def test_eagle31_mla_draft_loads_fc_norm_and_norm_output(has_mla, good31, target_dir):
+    model = load(has_mla, good31, target_dir)
+    assert_every_parameter_from_checkpoint(model, _ckpt(good31))
+    assert len(model.model.fc_norm) == 3 and model.model.norm_output is True
+
+
+def test_mla_draft_sharing_the_targets_lm_head_loads(has_mla, good, target_dir, tmp_path):
+    """draft_vocab_size null: SGLang takes lm_head (and embeddings) from the target -- not a missing weight."""
+    from sglang_eagle3_ext.draft.tiny_mla import _edit
+
+    d = tmp_path / "shared_head"
+    shutil.copytree(good, d)
+
+    def drop(t):
+        for k in ("lm_head.weight", "d2t", "t2d"):
+            t.pop(k)
+    _edit(d, drop, lambda c: c.__setitem__("draft_vocab_size", None))
+    model = load(has_mla, d, target_dir)
+    assert model.load_lm_head_from_target is True
+
+
+@pytest.fixture(scope="module")
+def variants(good, tmp_path_factory):
+    from sglang_eagle3_ext.draft.tiny_mla import make_mla_variant
+
+    root = tmp_path_factory.mktemp("mla_variants")
+    return {n: make_mla_variant(good, n, root / n) for n in MLA_NAMES}
+
+
+@pytest.mark.parametrize("name", MLA_NAMES)
+def test_malformed_mla_variant_refused_by_loader_and_check(has_mla, variants, name, target_dir):
+    from sglang_eagle3_ext.draft.check import check_draft
+
+    code, d = variants[name]
+    with pytest.raises(E.DraftLoadError) as ei:
+        load(has_mla, d, target_dir)
+    assert code in ei.value.codes, str(ei.value)
+    loader_msg = next(p.message for p in ei.value.problems if p.code == code)
+    rep = check_draft(d, target=target_dir, scan_values=True)
+    assert code in rep.codes, rep.render()
+    check_msg = next(p.message for p in rep.errors if p.code == code)
+    assert loader_msg.split(": ", 1)[-1][:40] == check_msg.split(": ", 1)[-1][:40], (loader_msg, check_msg)
+
+
+def test_mla_variants_distinct(variants):
+    """Eight codes for the eight acceptance cases; the two dims variants and the pre-fused one differ in words."""
+    from sglang_eagle3_ext.draft.check import check_draft
+
+    codes = {n: variants[n][0] for n in MLA_NAMES[:8]}
+    assert len(set(codes.values())) == 8
+    msgs = set()
+    for n in MLA_NAMES:
+        rep = check_draft(variants[n][1], sglang_version="0.5.16", scan_values=True)
+        msgs.add(next(p.message.split(": ", 1)[-1] for p in rep.errors if p.code == variants[n][0]))
+    assert len(msgs) == len(MLA_NAMES)
+
+
+def test_unpatched_mla_release_loads_silently(has_mla, variants):
+    """Why the patch exists: SGLang alone loads a draft missing lm_head / one fused half without a word."""
+    import sglang_eagle3_ext
+    from sglang_eagle3_ext.draft.tiny import sglang_weights_iterator
+
+    sglang_eagle3_ext.revert()
+    try:
+        for name in ("missing_lm_head", "missing_kv_a_half"):
+            d = variants[name][1]
+            build(d).load_weights(sglang_weights_iterator(d))
+    finally:
+        sglang_eagle3_ext.apply(["draft"])
+
+
+# --- fc width guard on the MLA model ------------------------------------------------------------------
+
+def _batch(mode, width, rows=4):
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    hs = torch.empty(rows, width, device="meta")
+    return types.SimpleNamespace(forward_mode=getattr(ForwardMode, mode), spec_info=types.SimpleNamespace(hidden_states=hs))
+
+
+def test_mla_guard_refuses_unfused_target_states(has_mla, good, target_dir):
+    from sglang_eagle3_ext.draft.guard import check_width
+
+    model = load(has_mla, good, target_dir)
+    with pytest.raises(E.DraftWidthError) as ei:  # through the patched real Eagle3MLAModel.forward
+        model.model.forward(torch.zeros(4, dtype=torch.long), torch.zeros(4, dtype=torch.long), _batch("EXTEND", 64))
+    assert ei.value.codes == [E.FC_WIDTH] and "192 = K(3) x target hidden(64)" in str(ei.value)
+    assert check_width(model.model, _batch("DECODE", 64)) is None
+    assert check_width(model.model, _batch("EXTEND", 192)) is None
+
+
+# --- Llama drafts: missing parameters are errors, SGLang's sharing rules respected -------------------------
+
+@pytest.fixture(scope="module")
+def llama_draft(ext, tmp_path_factory):
+    pytest.importorskip("speculators")
+    from sglang_eagle3_ext.draft.convert import convert
+    from sglang_eagle3_ext.draft.tiny import make_speculators_draft
+
+    root = tmp_path_factory.mktemp("llama")
+    return convert(make_speculators_draft(root / "spec", aux_ids=(2, 4, 6)), root / "conv", log=lambda *_: None)
+
+
+def test_llama_draft_missing_lm_head_refused(ext, llama_draft, target_dir, tmp_path):
+    from sglang_eagle3_ext.draft.check import check_draft
+    from sglang_eagle3_ext.draft.tiny import _edit_tensors
+
+    d = tmp_path / "no_head"
+    shutil.copytree(llama_draft, d)
+    _edit_tensors(d, lambda t: t.pop("lm_head.weight"))
+    with pytest.raises(E.DraftLoadError) as ei:
+        load(ext, d, target_dir, arch="LlamaForCausalLMEagle3")
+    assert ei.value.codes == [E.MISSING_WEIGHT] and "lm_head.weight" in str(ei.value)
+    assert check_draft(d).codes == [E.MISSING_WEIGHT]
+
+
+def test_llama_draft_sharing_the_targets_lm_head_loads(ext, llama_draft, target_dir, tmp_path):
+    """draft_vocab_size null (same vocab, no d2t): SGLang's __init__ rewrites it to vocab_size and takes the
+    target's lm_head -- the loader must follow that rule, not demand a lm_head."""
+    from sglang_eagle3_ext.draft.tiny import _edit_config, _edit_tensors
+
+    d = tmp_path / "shared_head"
+    shutil.copytree(llama_draft, d)
+
+    def drop(t):
+        for k in ("lm_head.weight", "d2t", "t2d"):
+            t.pop(k, None)
+    _edit_tensors(d, drop)
+    _edit_config(d, lambda c: c.__setitem__("draft_vocab_size", None))
+    model = load(ext, d, target_dir, arch="LlamaForCausalLMEagle3")
+    assert model.load_lm_head_from_target is True
+    assert json.loads((d / "config.json").read_text())["draft_vocab_size"] is None
+
+
+def test_release_without_mla_class_refuses_clearly(ext, good):
+    from sglang_eagle3_ext.draft.check import check_draft
+    from sglang_eagle3_ext.patching import selected
+
+    rep = check_draft(good, sglang_version="0.5.10")
+    assert rep.codes == [E.DRAFT_CLASS] and "0.5.14" in rep.errors[0].message
+    names = {s.name for s in selected(["draft"])}
+    assert ("draft.mla_strict_load" in names) == ext.caps.HAS_MLA_DRAFT

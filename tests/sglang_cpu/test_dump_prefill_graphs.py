@@ -1,0 +1,126 @@
+"""The dump under prefill CUDA graphs, decided from the real ServerArgs of the installed release
+(0.5.16 in .venv): refused at start-up with the flag to set wherever the release resolves a prefill graph,
+started where it resolves eager prefill (0.5.16's own rule switches breakable graphs off for MLA targets)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from sglang_eagle3_ext.dump import capture
+from sglang_eagle3_ext.dump import config as C
+from sglang_eagle3_ext.dump.prefill_graphs import FIX_NEW, prefill_graph_backend, refusal
+
+pytestmark = pytest.mark.sglang
+
+
+@pytest.fixture(scope="module")
+def deepseek_dir(tmp_path_factory):
+    """The tiny target's config (no weights: ServerArgs reads only the config)."""
+    from transformers import DeepseekV3Config
+
+    from sglang_eagle3_ext.tiny import SGLANG_EXTRA_KEYS, TINY_CONFIG
+
+    d = tmp_path_factory.mktemp("ds")
+    cfg = DeepseekV3Config(**TINY_CONFIG)
+    cfg.architectures = ["DeepseekV3ForCausalLM"]
+    cfg.save_pretrained(d)
+    c = json.loads((d / "config.json").read_text())
+    c.update(SGLANG_EXTRA_KEYS)
+    (d / "config.json").write_text(json.dumps(c))
+    return str(d)
+
+
+def _on_cuda(sa):
+    """The args as resolved, with the device a GPU host resolves (CPU-resolved args never capture graphs)."""
+    object.__setattr__(sa, "device", "cuda")
+    return sa
+
+
+def _args(sglang_cpu, model, **kw):
+    return _on_cuda(sglang_cpu.server_args(model, **kw))
+
+
+@pytest.mark.parametrize("backend", ["tc_piecewise", "breakable"])
+def test_explicit_prefill_graph_backend_is_refused_with_the_flag(sglang_cpu, deepseek_dir, backend):
+    sa = _args(sglang_cpu, deepseek_dir, cuda_graph_backend_prefill=backend)
+    assert prefill_graph_backend(sa) == backend          # the release keeps an explicit choice (locked)
+    msg = refusal(sa)
+    assert msg and FIX_NEW in msg and backend in msg
+
+
+@pytest.mark.parametrize("kw", [{"disable_cuda_graph": True}, {"disable_prefill_cuda_graph": True},
+                                {"cuda_graph_backend_prefill": "disabled"}])
+def test_eager_prefill_is_accepted(sglang_cpu, deepseek_dir, kw):
+    sa = _args(sglang_cpu, deepseek_dir, **kw)
+    assert prefill_graph_backend(sa) is None and refusal(sa) is None
+
+
+def test_cpu_resolved_args_never_refuse(sglang_cpu, deepseek_dir):
+    """A CPU process resolves a prefill backend but captures no CUDA graph: the dump runs there."""
+    sa = sglang_cpu.server_args(deepseek_dir, cuda_graph_backend_prefill="tc_piecewise")
+    assert refusal(sa) is None
+
+
+def test_release_defaults_on_cuda(sglang_cpu, deepseek_dir, tmp_path, monkeypatch):
+    """The release's own defaults as a CUDA host resolves them (its platform probe answering CUDA): the
+    MLA target follows the release's rule (0.5.16: breakable default, switched off for MLA -> the dump starts;
+    0.5.14: tc_piecewise kept -> refused), a non-MLA layout keeps its prefill graph (-> would be refused)."""
+    import sglang.srt.utils as sgl_utils
+    from transformers import LlamaConfig
+
+    monkeypatch.setattr(sgl_utils, "is_cuda", lambda: True)   # read lazily by default_prefill_backend()
+    sa = _args(sglang_cpu, deepseek_dir)
+    want = getattr(sa.cuda_graph_config.prefill, "backend", None)
+    assert prefill_graph_backend(sa) == (None if want == "disabled" else want)
+    try:
+        from sglang.srt.model_executor.cuda_graph_config import default_prefill_backend
+    except ImportError:
+        pytest.skip("this release has no per-platform prefill default")
+    if default_prefill_backend() == "breakable":            # 0.5.16+: the MLA rule applies
+        assert prefill_graph_backend(sa) is None
+        llama = tmp_path / "llama"
+        cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, vocab_size=128)
+        cfg.architectures = ["LlamaForCausalLM"]
+        cfg.save_pretrained(llama)
+        assert prefill_graph_backend(_args(sglang_cpu, str(llama))) == "breakable"
+
+
+def _target():
+    from transformers import PretrainedConfig
+    from sglang.srt.layers.layernorm import RMSNorm
+    from sglang.srt.layers.logits_processor import LogitsProcessor
+
+    cfg = PretrainedConfig(hidden_size=16, num_hidden_layers=4, vocab_size=32, architectures=["DeepseekV3ForCausalLM"])
+    inner = torch.nn.Module()
+    inner.norm, inner.layers_to_capture = RMSNorm(16, eps=1e-6), []
+    m = type("DeepseekV3ForCausalLM", (torch.nn.Module,), {})()   # attach() goes by the class name
+    m.config, m.model, m.capture_aux_hidden_states = cfg, inner, False
+    m.logits_processor = LogitsProcessor(cfg)
+    return m
+
+
+def test_server_start_stops_with_the_flag(sglang_cpu, deepseek_dir, tmp_path, monkeypatch):
+    """Through the start-up path the patched DeepseekV2ForCausalLM.__init__ takes: no writer, no capture."""
+    from sglang_eagle3_ext.dump.writer import DumpStartupError
+
+    before = capture._server_args()
+    monkeypatch.setattr(capture, "_writer", None)
+    monkeypatch.setenv(C.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(C.ENV_LAYERS, "1,2")
+    monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "1")
+    m = _target()
+    try:
+        sglang_cpu.publish(_args(sglang_cpu, deepseek_dir, cuda_graph_backend_prefill="tc_piecewise"))
+        with pytest.raises(DumpStartupError, match=FIX_NEW):
+            capture.install_from_init(m)
+        assert capture.get_writer() is None and not m.capture_aux_hidden_states
+        sglang_cpu.publish(_args(sglang_cpu, deepseek_dir, disable_prefill_cuda_graph=True))
+        capture.install_from_init(m)
+        assert capture.get_writer() is not None and m.capture_aux_hidden_states
+        capture.get_writer().close()
+    finally:
+        if before is not None:
+            sglang_cpu.publish(before)

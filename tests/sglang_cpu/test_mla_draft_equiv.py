@@ -1,0 +1,115 @@
+"""Our trainable MLA draft (training/mla_draft.py) against SGLang's own Eagle3DeepseekV2ForCausalLM on CPU:
+the checkpoint we write goes through SGLang's load_weights, and both run the same tokens and target states
+(only SGLang's attention kernel is replaced by an exact torch one, see mla_cpu.py)."""
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from sglang_eagle3_ext.training.mla_draft import Eagle3MLADraft
+from sglang_eagle3_ext.training.mla_train import load_checkpoint, mla_draft_config, save_checkpoint
+
+from mla_cpu import YARN, extend_batch, use_reference_attention
+
+pytestmark = pytest.mark.sglang
+TARGET = dict(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=6, num_attention_heads=4,
+              q_lora_rank=48, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=24,
+              rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=512, rope_scaling=YARN)
+AUX = [1, 3, 5]
+
+
+def _cos(a, b):
+    return torch.nn.functional.cosine_similarity(a.float(), b.float(), dim=-1)
+
+
+@pytest.fixture(scope="module")
+def draft_dir(tmp_path_factory):
+    cfg = mla_draft_config(TARGET, AUX)
+    torch.manual_seed(0)
+    m = Eagle3MLADraft(cfg)
+    with torch.no_grad():
+        for n, p in m.named_parameters():   # norms away from 1, projections at a scale where attention is not flat
+            p.copy_(1 + 0.2 * torch.randn_like(p) if p.dim() == 1 else 0.08 * torch.randn_like(p))
+    return save_checkpoint(m, cfg, tmp_path_factory.mktemp("mla") / "draft")
+
+
+@contextlib.contextmanager
+def _served(h, path):
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
+
+    sa = h.server_args(str(path))
+    h.publish(sa)
+    initialize_dp_attention(sa, ModelConfig.from_server_args(sa))
+    try:
+        yield sa
+    finally:
+        pass
+
+
+def _sglang_draft(h, path):
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    from sglang.srt.models.registry import ModelRegistry
+
+    cls = ModelRegistry.resolve_model_cls(["Eagle3DeepseekV2ForCausalLM"])[0]
+    with _served(h, path):
+        m = cls(AutoConfig.from_pretrained(str(path))).float()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.fill_(float("nan"))           # anything load_weights leaves untouched poisons the output
+    m.load_weights(iter(load_file(str(path / "model.safetensors")).items()))
+    m.model.embed_tokens.weight.data = m.model.embed_tokens.weight.data.float()
+    return m
+
+
+@pytest.mark.parametrize("own_states", [False, True], ids=["target-fed", "draft-states"])
+def test_same_logits_as_sglang(sglang_cpu, draft_dir, own_states):
+    ours = load_checkpoint(draft_dir).float().eval()
+    theirs = _sglang_draft(sglang_cpu, draft_dir)
+    assert type(theirs).__module__.endswith("kimi_k25_eagle3")
+    torch.manual_seed(1)
+    lens = [5, 9]
+    T = sum(lens)
+    ids = torch.randint(0, TARGET["vocab_size"], (T,))
+    width = TARGET["hidden_size"] * (1 if own_states else len(AUX))
+    hidden = torch.randn(T, width)
+    backend = use_reference_attention()
+    fb, pos = extend_batch(ids, lens, hidden, backend)
+    with torch.no_grad():
+        h_theirs, aux_theirs = theirs.model(ids, pos, fb)
+        logits_theirs = h_theirs @ theirs.lm_head.weight.float().T
+        logits_ours, state_ours = ours(ids, pos, hidden, lens)
+        last = theirs(ids, pos, fb).next_token_logits          # the class's own forward (LogitsProcessor)
+    cos = _cos(logits_ours, logits_theirs)
+    assert torch.isfinite(logits_theirs).all()
+    print(f"MLA draft vs SGLang: min per-token logits cosine {cos.min():.6f} over {T} tokens")
+    assert cos.min() >= 0.999, f"per-token logits cosine {cos.tolist()}"
+    assert _cos(state_ours, aux_theirs[0]).min() >= 0.999      # the state the next draft step gets
+    ends = torch.tensor(lens).cumsum(0) - 1
+    assert _cos(logits_ours[ends], last).min() >= 0.999
+    # the comparison can fail: a draft with a different weight does not match
+    ours.layers[0].self_attn.kv_b_proj.weight.data.mul_(-1)
+    with torch.no_grad():
+        assert _cos(ours(ids, pos, hidden, lens)[0], logits_theirs).min() < 0.99
+
+
+def test_first_unrolled_step_is_the_plain_forward(draft_dir):
+    m = load_checkpoint(draft_dir).float().eval()
+    T = 12
+    ids = torch.randint(0, TARGET["vocab_size"], (T,))
+    target = torch.randn(T, TARGET["hidden_size"] * len(AUX))
+    with torch.no_grad():
+        steps = m.forward_steps(ids, target, 3)
+        plain, state = m(ids, torch.arange(T), target)
+        assert torch.allclose(steps[0], plain, atol=1e-5)
+        # step 1 at row p == a plain extend whose row p carries step 0's state of row p-1, seeing only
+        # target-fed keys up to p-1 and itself: check the last row against that explicit construction
+        p = T - 1
+        sub_ids = torch.cat([ids[:p], ids[p:p + 1]])
+        sub_hidden = torch.cat([m.project(target[:p]), state[p - 1:p]])
+        explicit, _ = m(sub_ids, torch.arange(p + 1), sub_hidden)
+        assert torch.allclose(steps[1][p], explicit[p], atol=1e-4)

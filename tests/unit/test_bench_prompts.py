@@ -1,0 +1,90 @@
+"""bench's prompt sets: JSONL, ShareGPT (JSON array), MT-bench question.jsonl; chat template through a real
+transformers tokenizer saved to disk; bad files named with their line."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sglang_eagle3_ext import bench_prompts
+from sglang_eagle3_ext.cli_common import CliError
+
+TEMPLATE = "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    """A real (tiny, word-level) tokenizer with a chat template, saved the way HF models ship one."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<unk>", "<user>", "<assistant>", "<system>", "hello", "world", "be", "brief", "why", "sky", "blue", "?"]
+    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>")
+    fast.chat_template = TEMPLATE
+    d = tmp_path_factory.mktemp("tok")
+    fast.save_pretrained(d)
+    return str(d)
+
+
+def _write(p, recs, array=False):
+    p.write_text(json.dumps(recs) if array else "\n".join(json.dumps(r) for r in recs) + "\n")
+    return str(p)
+
+
+def test_shapes_are_recognised(tmp_path):
+    recs = [{"input_ids": [1, 2]}, {"prompt": "hi"}, {"messages": [{"role": "user", "content": "a"},
+                                                                     {"role": "assistant", "content": "b"}]},
+            {"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "q"},
+                               {"from": "gpt", "value": "r"}, {"from": "human", "value": "q2"}]},
+            {"question_id": 81, "category": "writing", "turns": ["t1", "t2"]}]
+    got = [bench_prompts.parse_record("x", r) for r in recs]
+    assert got[0] == {"input_ids": [1, 2]} and got[1] == {"text": "hi"}
+    assert got[2] == {"messages": [{"role": "user", "content": "a"}]}  # the reply is what the model writes
+    assert got[3] == {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]}
+    assert got[4] == {"messages": [{"role": "user", "content": "t1"}]}
+
+
+def test_sharegpt_array_through_chat_template(tmp_path, tokenizer_dir):
+    path = _write(tmp_path / "sg.json", [{"id": "a", "conversations": [{"from": "human", "value": "why sky blue ?"},
+                                                                      {"from": "gpt", "value": "hello"}]}], array=True)
+    ps = bench_prompts.from_file(path, None, tokenizer_dir)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    want = tok("<user> why sky blue ? <assistant>")["input_ids"]
+    assert ps.prompts == [{"input_ids": want}] and want == [1, 8, 9, 10, 11, 2]
+    assert "chat template" in ps.notes[0]
+
+
+def test_mtbench_without_tokenizer_sends_text(tmp_path):
+    path = _write(tmp_path / "q.jsonl", [{"question_id": 1, "turns": ["be brief", "more"]}, {"text": "hello"}])
+    ps = bench_prompts.from_file(path, None, None)
+    assert ps.prompts == [{"text": "be brief"}, {"text": "hello"}]
+    assert any("no chat template" in n for n in ps.notes)
+
+
+def test_limit_and_ids_need_no_tokenizer(tmp_path):
+    path = _write(tmp_path / "p.jsonl", [{"input_ids": [i, i + 1]} for i in range(5)])
+    assert len(bench_prompts.from_file(path, 3, "/nonexistent/never/loaded").prompts) == 3
+
+
+@pytest.mark.parametrize("content,where", [('{"input_ids": [1,2]}\nnot json\n', "p.jsonl:2: not JSON"),
+                                           ('{"foo": 1}\n', "p.jsonl:1: needs 'input_ids'"),
+                                           ('{"input_ids": [-1]}\n', "p.jsonl:1: 'input_ids' must be"),
+                                           ('[{"text": "a"}, 3]', r"p.jsonl\[1\]: expected a JSON object"),
+                                           ("", "no prompts in the file")])
+def test_bad_files_named(tmp_path, content, where):
+    p = tmp_path / "p.jsonl"
+    p.write_text(content)
+    with pytest.raises(CliError, match=where):
+        bench_prompts.from_file(str(p), None, None)
+
+
+def test_missing_file_and_bad_tokenizer(tmp_path):
+    with pytest.raises(CliError, match="--prompts .*nope.jsonl: cannot read"):
+        bench_prompts.from_file(str(tmp_path / "nope.jsonl"), None, None)
+    p = _write(tmp_path / "t.jsonl", [{"text": "x"}])
+    with pytest.raises(CliError, match="--target .*: cannot load its tokenizer"):
+        bench_prompts.from_file(p, None, str(tmp_path / "no_model"))
