@@ -6,15 +6,16 @@ disabled; a value outside the legal ones is one log line and the package stays o
 (the plugin route then says nothing more: same log key).
 """
 try:
-    from sglang_eagle3_ext import _activate, envs
+    from sglang_eagle3_ext import envs
 
     try:
-        on = envs.get(envs.ENABLE)
+        on, bad = envs.get(envs.ENABLE), None
     except envs.EnvError as e:
-        _activate._disable(".pth start-up", e)
-        on = False
-    if on:
-        _activate.startup()
+        on, bad = False, e
+    if on or bad:
+        from sglang_eagle3_ext import _activate
+
+        _activate.startup() if on else _activate._disable(".pth start-up", bad)
 except Exception as e:  # noqa: BLE001 - never raise at interpreter start-up
     import sys
 

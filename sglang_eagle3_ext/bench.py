@@ -279,7 +279,7 @@ def benchmark(a) -> dict:
             "max_new_tokens": a.max_new_tokens, "concurrency": a.concurrency, "levels": levels,
             # the first level's figures at the top level (what earlier versions wrote)
             "spec": levels[0]["spec"], "speedup": levels[0].get("speedup"),
-            "status": status, "ok": status != "FAIL", "verdict": lines[0], "verdict_lines": lines}
+            "status": status, "ok": status != "FAIL", "verdict": "\n".join(lines), "verdict_lines": lines}
 
 
 def render(res: dict) -> str:

@@ -69,5 +69,13 @@ def main(argv=None) -> int:
     return cli_common.entry(cmd)(rest)
 
 
+def convert_main() -> int:  # the `sglang-eagle3-convert` console script (older name of `convert`)
+    return cli_common.entry("convert")()
+
+
+def check_main() -> int:  # the `sglang-eagle3-check` console script (older name of `check`)
+    return cli_common.entry("check")()
+
+
 if __name__ == "__main__":
     sys.exit(main())

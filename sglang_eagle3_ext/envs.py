@@ -137,7 +137,8 @@ _VARS: tuple[Var, ...] = (
         section="dump", preset_key="dump_final", choices=("prenorm", "postnorm", "both")),
     Var(DUMP_MAX_PENDING_MB, "int", 4096,
         "host memory for in-flight samples (the forward waits, never drops); on GPU pinned once at start-up "
-        "(per writer: one per DP group) as the staging buffer of the device→host copies",
+        "(per writer: one per DP group) as the staging buffer of the device→host copies. More than the machine's "
+        "memory: an error; unset on a small machine: a quarter of its memory",
         section="dump", minimum=1),
     Var(DUMP_IO_THREADS, "int", 8,
         "writer threads (file writes are fsync-latency bound: more threads, more overlap)", section="dump", minimum=1),

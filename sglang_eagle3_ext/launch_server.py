@@ -89,12 +89,6 @@ class Plan:
         ])
 
 
-def _env_decision(env, name: str, value: str, reason: str) -> nccl.Decision:
-    if name in env:
-        return nccl.Decision(name, env[name], f"user set it (we would set {value}: {reason})", action="user")
-    return nccl.Decision(name, value, reason)
-
-
 def _resolve_builtin(args: list[str], dry_run: bool) -> tuple[list[str], str, str | None]:
     """Replace builtin:NAME model paths by the real folder; (args, note, folder to make)."""
     from . import tiny
@@ -105,8 +99,8 @@ def _resolve_builtin(args: list[str], dry_run: bool) -> tuple[list[str], str, st
         flag, eq, val = tok.partition("=") if tok.startswith("--") else ("", "", tok)
         name = presets.builtin_model_name(val) if (eq or not flag) else None
         if name:
-            path = str(tiny.default_dir())
-            exists = (tiny.default_dir() / ".complete").exists()
+            path = str(tiny.builtin_dir(name))
+            exists = os.path.exists(os.path.join(path, ".complete"))
             note = (f"model: {val} -> {path} "
                     + ("(exists)" if exists else "(would be created on first use)" if dry_run else "(creating now)"))
             make = path
@@ -192,10 +186,10 @@ def build_plan(ours: argparse.Namespace, rest: list[str], env=None) -> Plan:
     if profile not in nccl.PROFILES:
         raise LaunchError(f"nccl_profile {profile!r} in preset: choose one of {', '.join(nccl.PROFILES)}")
 
-    decisions = [_env_decision(env, ENV_ENABLE, "1", "our patches in every SGLang process (the installed .pth)")]
+    decisions = [nccl.env_decision(env, ENV_ENABLE, "1", "our patches in every SGLang process (the installed .pth)")]
     dump_env = presets.ext_env(ext, base_dir=None)
     for var, val in dump_env.items():
-        decisions.append(_env_decision(env, var, val, f"preset {preset.name}: {EXT_REASON.get(var, 'ours')}"))
+        decisions.append(nccl.env_decision(env, var, val, f"preset {preset.name}: {EXT_REASON.get(var, 'ours')}"))
     if full.gpus and len(group.gpus) < tp:
         decisions.append(nccl.Decision("GPUs", str(len(group.gpus)), f"TP={tp} but only {len(group.gpus)} GPU(s) "
                                        f"visible from base_gpu_id {base_gpu}: SGLang will fail", kind="check",
@@ -288,9 +282,9 @@ def launch(plan: Plan, ours) -> None:
     if ours.preflight:
         _run_preflight(plan, ours, child_env)
     if plan.tiny_dir:
-        from .tiny import ensure_tiny_target
+        from .tiny import ensure_builtin
 
-        ensure_tiny_target(plan.tiny_dir)
+        ensure_builtin(plan.tiny_dir)
     if plan.dump_dir:
         os.makedirs(plan.dump_dir, exist_ok=True)  # fail now on an unwritable path, not in a scheduler
     os.environ.update(plan.env_updates)

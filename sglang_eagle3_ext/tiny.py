@@ -35,12 +35,15 @@ PREDICTABLE = dict(branch_scale=0.1, successor_weight=30.0)
 KIMI_WIDTH = dict(hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048, num_attention_heads=64,
                   num_key_value_heads=64, q_lora_rank=1536, kv_lora_rank=512, n_routed_experts=16,
                   num_experts_per_tok=8)
-# A target where speculation pays (the round trip's `SGE3_RT_TARGET=kimi`): Kimi-K2.5's width, 8 layers
-# (~13 GB bf16), so a 1-layer draft costs a fraction of a target step (the 1024-wide, 4-layer target's
-# step costs about as much as the draft's). The walk's top logit stands out by sqrt(hidden) * std(embed)
-# / rms(state) standard deviations of the other logits: at width 7168 the residual branches must be
-# scaled further down than PREDICTABLE's 0.1 (measured on CPU, see tests/unit/test_tiny_target.py).
-KIMI_PREDICTABLE = dict(KIMI_WIDTH, num_hidden_layers=8, branch_scale=0.02, successor_weight=30.0)
+# A target where speculation pays (the round trip's `SGE3_RT_TARGET=kimi`): Kimi-K2.5's width, 10 layers
+# (~16 GB bf16), so a 1-layer draft step costs a fraction of a target step (on the 1024-wide, 4-layer target
+# the two cost about the same: speedup 0.32x). Routing pinned to 8 of the 16 experts (route_bias): a verify
+# of 4 tokens then reads the expert weights a 1-token decode step reads, as on a dense model; with free
+# routing it reads ~15 of 16 experts (1.7x a decode step's weights), which alone caps the batch-1 speedup
+# near 1.7x at this expert count. The walk's top logit stands out by ~sqrt(hidden) * std(embed) / rms(state)
+# standard deviations of the other logits, and the branches grow with the width: PREDICTABLE's 0.1 keeps
+# the walk on 12 % of tokens here, 0.02 on all with margins > 5 std (tests/unit/test_tiny_kimi_width.py).
+KIMI_PREDICTABLE = dict(KIMI_WIDTH, num_hidden_layers=10, branch_scale=0.02, successor_weight=30.0, route_bias=1.0)
 # Named built-in targets: name -> ensure_tiny_target arguments; each is cached in its own folder.
 TARGETS = {
     "tiny-deepseek-v3": {},
@@ -95,6 +98,20 @@ def ensure_target(name: str, out: str | os.PathLike | None = None, **kw) -> Path
     if name not in TARGETS:
         raise ValueError(f"unknown built-in target {name!r}; available: {', '.join(TARGETS)}")
     return ensure_tiny_target(out or default_dir().with_name(name), **{**TARGETS[name], **kw})
+
+
+def builtin_dir(name: str) -> Path:
+    """Where the preset model `builtin:NAME` lives in the cache (tiny-deepseek-v3, tiny-kimi-k25)."""
+    return default_dir().with_name(name)
+
+
+def ensure_builtin(path: str | os.PathLike) -> Path:
+    """Make the built-in model a preset names, told apart by its cache folder's name."""
+    if Path(path).name == "tiny-kimi-k25":
+        from .tiny_kimi import ensure_tiny_kimi_target
+
+        return ensure_tiny_kimi_target(path)
+    return ensure_tiny_target(path)
 
 
 def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, branch_scale: float = 1.0,

@@ -31,7 +31,6 @@ PROCESSOR_FILE = "tiny_kimi_processor.py"
 PROCESSOR_SRC = '''"""Stand-in for Kimi-K2.5's remote-code processor: what SGLang's kimi_k25 multimodal processor reads at
 start-up (tokenizer, image_processor, media_processor.media_proc_cfg). The tiny target serves token ids; its
 tokenizer is a word-level one over names t0..t{V-1} (tokenizer.json beside this file)."""
-import os
 
 
 class _Media:
@@ -51,9 +50,9 @@ class TinyKimiK25Processor:
 
     @classmethod
     def from_pretrained(cls, path, *a, **k):
-        from transformers import PreTrainedTokenizerFast
+        from transformers import AutoTokenizer
 
-        return cls(PreTrainedTokenizerFast(tokenizer_file=os.path.join(str(path), "tokenizer.json")))
+        return cls(AutoTokenizer.from_pretrained(str(path)))
 '''
 
 
@@ -91,13 +90,14 @@ def vision_shapes(v: dict) -> dict[str, tuple]:
     return out
 
 
-def write_tokenizer(path: Path, vocab_size: int) -> None:
+def write_tokenizer(out: Path, vocab_size: int) -> None:
     """A word-level tokenizer over t0..t{V-1}: a real HF tokenizer for SGLang's processor code paths."""
     from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.save(str(path))
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0").save_pretrained(str(out))
 
 
 def kimi_config(text_cfg: dict, vision: dict) -> dict:
@@ -146,7 +146,7 @@ def ensure_tiny_kimi_target(out: str | os.PathLike | None = None, seed: int = 0,
         {"auto_map": {"AutoProcessor": PROCESSOR_FILE[:-3] + ".TinyKimiK25Processor"},
          "processor_class": "TinyKimiK25Processor"}, indent=2))
     (tmp / PROCESSOR_FILE).write_text(PROCESSOR_SRC)
-    write_tokenizer(tmp / "tokenizer.json", int(text_cfg["vocab_size"]))
+    write_tokenizer(tmp, int(text_cfg["vocab_size"]))
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)

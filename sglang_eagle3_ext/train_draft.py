@@ -373,6 +373,10 @@ def build_argv(a, *, prep: Path, hs_dir: Path, run: Path, layer_ids: list[int], 
 
 
 def train(a) -> dict:
+    if getattr(a, "draft_arch", "llama") == "mla":   # our own trainer (training/mla_train.py): no speculators
+        from .training.mla_train import train_from_args
+
+        return train_from_args(a)
     try:
         import speculators  # noqa: F401
         from speculators.train import cli as spec_cli
@@ -387,7 +391,9 @@ def train(a) -> dict:
         raise TrainDraftError("--device cuda but torch sees no CUDA device")
     if device == "cpu" and torch.cuda.is_available():
         _say("note: --device cpu on a CUDA host: speculators still compiles its forward for CUDA hosts")
-    target_cfg = json.loads((target / "config.json").read_text())
+    from .training.target_view import is_wrapper, text_config, verifier_view
+
+    target_cfg = text_config(target)     # a Kimi-K2.5 wrapper: its language model's config
     vocab = int(target_cfg["vocab_size"])
     n_target_layers = int(target_cfg["num_hidden_layers"])
 
@@ -396,6 +402,9 @@ def train(a) -> dict:
     layer_ids, src = parse_layer_ids(a.layer_ids), "--layer-ids"
     if layer_ids is None:
         layer_ids, src = read_layer_ids_from_metadata(data)
+    if layer_ids is None and is_wrapper(target):
+        n = n_target_layers
+        layer_ids, src = [2, n // 2, n - 3], "speculators' default [2, n//2, n-3]"
     if layer_ids is None:
         from speculators.models.utils import resolve_target_layer_ids
 
@@ -426,6 +435,7 @@ def train(a) -> dict:
     dcfg = draft_layer_config(target_cfg, num_layers=a.num_layers, intermediate_size=a.intermediate_size,
                               head_dim=a.head_dim, max_position_embeddings=a.max_position_embeddings)
     cfg_path.write_text(json.dumps(dcfg, indent=2))
+    a.target = str(verifier_view(target, run / "verifier"))   # speculators reads a top-level text config
 
     steps = a.steps
     argv = build_argv(a, prep=prep, hs_dir=hs_dir, run=run, layer_ids=layer_ids, draft_cfg_path=cfg_path,
@@ -496,6 +506,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="learning-rate schedule after warm-up")
     p.add_argument("--warmup-steps", type=int, default=None, help="default: speculators' own")
     p.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available")
+    p.add_argument("--draft-arch", choices=("llama", "mla"), default="llama",
+                   help="llama: speculators' Eagle3 (LlamaForCausalLMEagle3); mla: SGLang's MLA EAGLE-3 draft for "
+                        "DeepSeek/Kimi targets (Eagle3DeepseekV2ForCausalLM), trained by training/mla_train.py")
     p.add_argument("--layer-ids", default=None,
                    help="aux HF hidden_states indices, e.g. 1,2,3 (default: DIR metadata, else speculators' default)")
     p.add_argument("--draft-vocab-size", type=int, default=None, help="default: the target's full vocab")

@@ -3,10 +3,13 @@
     keys.py            key names per SGLang release (renames, what each release can hold)
     safetensors_io.py  header-only reading of .safetensors files (no SGLang, no torch needed)
     rules.py           config, shape and value rules -> Problems
+    mla.py             the MLA draft class Eagle3DeepseekV2ForCausalLM (Kimi-K2.5's drafts): its own rules
+    hub.py             hub-id drafts: the local Hugging Face cache only, never the network
     errors.py          Problem codes and the exceptions people see
     loader.py          strict accounting around SGLang's own load_weights
     guard.py           fc input-width check at forward time
     capture.py         which target hidden states the draft was trained on
+    tiny.py, tiny_mla.py   tiny drafts (Llama via speculators, MLA) and malformed variants for tests
     check.py, convert.py   the CLIs
 
 Nothing heavy is imported here.

@@ -1,7 +1,9 @@
 """`python -m sglang_eagle3_ext.check DRAFT [--target DIR] [--sglang-version X] [--scan-values]`
 
 Offline, CPU-only: reads config.json and safetensors headers (plus the small d2t tensor), applies
-the same rules as the strict loader, prints what would load and every problem; exit 1 on any.
+the same rules as the strict loader, prints which SGLang class builds the draft (LlamaForCausalLMEagle3 or
+the MLA Eagle3DeepseekV2ForCausalLM), what would load and every problem; exit 1 on any. DRAFT may be a hub
+id (org/name): read from the local Hugging Face cache only; not cached: "NOT checked", exit 2.
 """
 from __future__ import annotations
 

@@ -27,10 +27,16 @@ def server_args():
 
 
 def read_config(path) -> dict | None:
-    """config.json of a local model dir, else None (hub ids are not fetched here)."""
+    """config.json of a local model dir or of a hub id already in the local HF cache (SGLang fetched it
+    before building the draft), else None (nothing is fetched here)."""
     if not path:
         return None
     p = Path(os.path.expanduser(str(path))) / "config.json"
+    if not p.parent.is_dir():
+        from .hub import cached_snapshot, looks_like_hub_id
+
+        snap = cached_snapshot(str(path)) if looks_like_hub_id(str(path)) else None
+        p = snap / "config.json" if snap is not None else p
     try:
         return json.loads(p.read_text())
     except (OSError, ValueError) as e:

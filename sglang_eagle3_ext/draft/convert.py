@@ -1,7 +1,10 @@
 """`python -m sglang_eagle3_ext.convert SRC DST`: an EAGLE-3 draft SGLang loads exactly as trained.
 
 Accepts speculators (`Eagle3Speculator`, `layers.0.*`), SpecForge / SGLang (`LlamaForCausalLMEagle3`,
-`midlayer.*` or `layers.N.*`) and EAGLE-repo (`LlamaForCausalLM` + `draft_vocab_size`) checkpoints.
+`midlayer.*` or `layers.N.*`) and EAGLE-repo (`LlamaForCausalLM` + `draft_vocab_size`) checkpoints, and MLA
+drafts (Kimi-K2.5's): SGLang's `Eagle3DeepseekV2ForCausalLM` as published and SpecForge's
+`DeepseekV3ForCausalLMEagle3` (`midlayer.*`); a pre-fused `fused_qkv_a_proj_with_mqa` is split into the two
+halves SGLang fuses itself. `--force` replaces only a previous output of convert, never a dir holding SRC.
 Writes key names for the installed (or named) SGLang release, the aux layer ids that release
 needs, and the trained HF hidden-state indices (keys.HF_INDICES_FIELD). Refuses anything SGLang
 cannot reproduce. Output is written to a temp dir beside DST and renamed into place.

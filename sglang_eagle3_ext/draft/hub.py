@@ -40,6 +40,6 @@ def resolve(draft: str) -> tuple[Path | None, str | None, str | None]:
         return None, None, f"{draft}: no such directory (and not a hub id org/name)"
     snap = cached_snapshot(str(draft))
     if snap is None:
-        return None, str(draft), (f"{draft} is a hub id that is not in the local Hugging Face cache: NOT checked — "
-                                  f"{how_to_check(str(draft))}")
+        return None, str(draft), (f"{draft} is no local directory, and as a hub id it is not in the local Hugging "
+                                  f"Face cache: NOT checked — {how_to_check(str(draft))}")
     return snap, str(draft), f"hub id {draft}: checked from the local cache {snap}"

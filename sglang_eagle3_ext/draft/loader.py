@@ -137,9 +137,12 @@ def _draft_dir(config) -> Path | None:
         if cand and os.path.isdir(cand):
             return Path(cand)
     from .context import draft_dir_and_config
+    from .hub import cached_snapshot, looks_like_hub_id
 
     path, _ = draft_dir_and_config()
-    return Path(path) if path and os.path.isdir(path) else None
+    if path and os.path.isdir(path):
+        return Path(path)
+    return cached_snapshot(path) if path and looks_like_hub_id(path) else None  # hub id: SGLang's download
 
 
 def pre_load_problems(model, layout) -> tuple[rules.DraftSpec | None, list[Problem], str]:
@@ -208,6 +211,8 @@ def _non_finite(model, recorder, where) -> list[Problem]:
     for canon, pname, _ in recorder.hits:
         if canon and canon not in sources[pname]:
             sources[pname].append(canon)
+        if keys.release_to_canonical_param(pname) == mla.FUSED:  # the release fused both halves into it
+            sources[pname] = [mla.Q_HALF, mla.KV_HALF]
     params = dict(model.named_parameters())
     names = [n for n in sources if params[n].is_floating_point()]
     if not names:

@@ -27,7 +27,7 @@ from .config import NODUMP_RID_PREFIX
 # A partial absent from this many consecutive batches has ended. SGLang's chunked request is in the very next
 # prefill batch; one batch of margin costs nothing (the memory of one dead request, one batch longer).
 STALE_BATCHES = 2
-RECENT_ENDED = 1024      # rids released as ended, remembered to name the cause if a chunk of one still comes
+RECENT_REFUSED = 1024    # rids released as ended or refused as duplicates: what to do with a later chunk of one
 
 
 class ChunkBatch:
@@ -137,7 +137,7 @@ class Assembler:
         self.partials: dict[str, Sample] = {}
         self.fed = 0                    # batches fed so far
         self.ended = 0                  # partials released because their request ended unfinished
-        self._recent_ended: collections.OrderedDict = collections.OrderedDict()
+        self._recent: collections.OrderedDict = collections.OrderedDict()   # rid -> why it is not stitched
         self._active: dict[str, str] = {}   # sample id -> rid, from the first chunk until finish()
         self._active_lock = threading.Lock()   # finish() runs on the io threads
 
@@ -169,13 +169,19 @@ class Assembler:
                     other = self._active.get(sid)
                     if other is None:
                         self._active[sid] = rid
-                if other is not None:
+                if other == rid:            # re-prefilled (retraction) while its sample is in flight
+                    if not self.restitch(rid):
+                        continue
+                elif other is not None:
                     refused.append(Refusal(rid, f"sample id {sid!r} is already being dumped for request {other!r} "
                                                 f"(request ids must stay distinct after sanitising)", "duplicate_id"))
+                    self._remember(rid, "duplicate_id")
                     continue
                 part = self.partials[rid] = Sample(rid, sid, [])
             elif part is None:
-                if rid in self._recent_ended:
+                if self._recent.get(rid) == "duplicate_id":     # its later chunks: refused once, above
+                    continue
+                if self._recent.get(rid) == "ended":
                     refused.append(Refusal(rid, f"a chunk at token {p} came after the request was absent from "
                                                 f"{STALE_BATCHES} batches and released as ended", "ended"))
                     continue
@@ -203,17 +209,26 @@ class Assembler:
         self.release_ended(STALE_BATCHES)
         return done, refused
 
+    def restitch(self, rid: str) -> bool:
+        """A request whose sample is still in flight (being written) is prefilled again from token 0 (a
+        retraction): False = leave the sample as it is. A subclass that holds samples past their prompt
+        (dump while serving) may take the new prefill instead."""
+        return False
+
     def release_ended(self, min_missed: int = 0) -> int:
         """Release the partials that missed at least `min_missed` consecutive batches (0: every partial, for a
         writer idle so long that no request can still be mid-prefill). Returns how many."""
         gone = [rid for rid, part in self.partials.items() if self.fed - part.seen >= min_missed]
         for rid in gone:
             self._drop(rid)
-            self._recent_ended[rid] = None
-            if len(self._recent_ended) > RECENT_ENDED:
-                self._recent_ended.popitem(last=False)
+            self._remember(rid, "ended")
         self.ended += len(gone)
         return len(gone)
+
+    def _remember(self, rid: str, why: str) -> None:
+        self._recent[rid] = why
+        if len(self._recent) > RECENT_REFUSED:
+            self._recent.popitem(last=False)
 
     def finish(self, sample: Sample) -> None:
         """The sample was written (or discarded): let go of its pieces, and of its id."""

@@ -98,13 +98,9 @@ def _probe_ranks() -> dict:
 
 
 def _server_args():
-    for mod, fn in (("sglang.srt.runtime_context", "get_server_args"),
-                    ("sglang.srt.server_args", "get_global_server_args")):
-        try:
-            return getattr(__import__(mod, fromlist=[fn]), fn)()
-        except Exception:  # noqa: BLE001
-            continue
-    return None
+    from ..draft.context import server_args   # the one lookup (with the fallback across releases)
+
+    return server_args()
 
 
 def build_meta(model, cfg: DumpConfig, layers: list[int], ranks: dict) -> dict:

@@ -155,7 +155,10 @@ def check_dump_dir(dump_dir) -> dict:
         if s.get("state") == "discarding":
             raise ClientError(f"writer {name} writes nothing: the server runs with {ENV_DISCARD}=1 (a benchmarking "
                               f"aid); restart it without that variable to dump")
-    return json.loads(meta.read_text())
+    try:
+        return json.loads(meta.read_text())
+    except (OSError, ValueError) as e:
+        raise ClientError(f"{meta}: unreadable ({e}); is {d} a dump dir?") from None
 
 
 class Tokenizer:
@@ -323,7 +326,8 @@ def export(args) -> int:
                  len(gen), GENERATED_FILE)
         masks = {**gen, **(masks or {})}
     fn = export_speculators if args.to == "speculators" else export_specforge
-    n = fn(args.dump_dir, args.out, order=order, loss_masks=masks)
+    n = fn(args.dump_dir, args.out, order=order, loss_masks=masks, workers=max(1, args.workers),
+           progress=not args.quiet)
     print(json.dumps({"exported": n, "to": args.to, "out": str(args.out)}))
     return 0
 
@@ -367,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--to", choices=("speculators", "specforge"), required=True, help="output format")
     e.add_argument("--out", required=True, help="output directory")
     e.add_argument("--data", help="the JSONL used for the dump: sample order and loss_mask fields")
+    e.add_argument("--workers", type=int, default=8, help="samples converted in parallel (threads: file io and "
+                   "tensor copies release the GIL)")
+    e.add_argument("--quiet", action="store_true", help="no progress bar")
     s = sub.add_parser("status", help="manifest and writer status")
     s.add_argument("--dump-dir", required=True, help="the dump directory")
     return cli_common.finish(p, "dump")

@@ -148,15 +148,56 @@ def _finals(t: dict, norm, path) -> tuple:
     return pre, post
 
 
-def export_speculators(dump_dir, out, order=None, loss_masks: dict | None = None, arrow: bool = True) -> int:
-    return _export(_speculators_into, "speculators", dump_dir, out, order=order, loss_masks=loss_masks, arrow=arrow)
+def export_speculators(dump_dir, out, order=None, loss_masks: dict | None = None, arrow: bool = True,
+                       workers: int = 1, progress: bool = False) -> int:
+    return _export(_speculators_into, "speculators", dump_dir, out, order=order, loss_masks=loss_masks, arrow=arrow,
+                   workers=workers, progress=progress)
 
 
-def export_specforge(dump_dir, out, order=None, loss_masks: dict | None = None) -> int:
-    return _export(_specforge_into, "specforge", dump_dir, out, order=order, loss_masks=loss_masks)
+def export_specforge(dump_dir, out, order=None, loss_masks: dict | None = None, workers: int = 1,
+                     progress: bool = False) -> int:
+    return _export(_specforge_into, "specforge", dump_dir, out, order=order, loss_masks=loss_masks, workers=workers,
+                   progress=progress)
 
 
-def _speculators_into(dump_dir: Path, out: Path, order=None, loss_masks: dict | None = None, arrow: bool = True) -> int:
+def _map_samples(recs: list, fn, workers: int = 1, progress: bool = False, desc: str = "export") -> list:
+    """[fn(i, rec) for each record] in record order, `workers` at a time (threads: the file reads and writes
+    and the tensor copies release the GIL); a tqdm bar on stderr with `progress`. The first error stops it."""
+    bar = None
+    if progress:
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(recs), unit="sample", desc=desc, dynamic_ncols=True)
+        except ImportError:  # the export runs without a bar
+            bar = None
+
+    def one(i):
+        r = fn(i, recs[i])
+        if bar is not None:
+            bar.update(1)
+        return r
+
+    try:
+        if workers <= 1:
+            return [one(i) for i in range(len(recs))]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers) as ex:
+            futs = [ex.submit(one, i) for i in range(len(recs))]
+            try:
+                return [f.result() for f in futs]
+            except BaseException:
+                for f in futs:
+                    f.cancel()
+                raise
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _speculators_into(dump_dir: Path, out: Path, order=None, loss_masks: dict | None = None, arrow: bool = True,
+                      workers: int = 1, progress: bool = False) -> int:
     recs = ordered_records(dump_dir, order)
     hs_dir = out / "hidden_states"
     hs_dir.mkdir(parents=True, exist_ok=True)
@@ -164,7 +205,8 @@ def _speculators_into(dump_dir: Path, out: Path, order=None, loss_masks: dict | 
 
     rows = {"input_ids": [], "loss_mask": [], "seq_len": []}
     index = []
-    for i, rec in enumerate(recs):
+
+    def one(i, rec):
         t, meta = _read(dump_dir, rec)
         if T_PRE not in t:
             raise ExportError(f"{rec['file']}: speculators needs the final state before the norm; this dump was "
@@ -177,8 +219,11 @@ def _speculators_into(dump_dir: Path, out: Path, order=None, loss_masks: dict | 
         lm = (loss_masks or {}).get(rec["id"]) or default_loss_mask(rec, L)   # serving samples: the response
         if len(lm) != L:
             raise ExportError(f"loss_mask of {rec['id']} has {len(lm)} entries, sample has {L} tokens")
-        rows["input_ids"].append(ids.tolist())
-        rows["loss_mask"].append([int(x) for x in lm])
+        return ids.tolist(), [int(x) for x in lm], L
+
+    for i, (rec, (ids, lm, L)) in enumerate(zip(recs, _map_samples(recs, one, workers, progress, "export speculators"))):
+        rows["input_ids"].append(ids)
+        rows["loss_mask"].append(lm)
         rows["seq_len"].append(L)
         index.append({"i": i, "id": rec["id"], "num_tokens": L})
     _write_index(out, index, dump_dir)
@@ -194,13 +239,14 @@ def _speculators_into(dump_dir: Path, out: Path, order=None, loss_masks: dict | 
     return len(recs)
 
 
-def _specforge_into(dump_dir: Path, out: Path, order=None, loss_masks: dict | None = None) -> int:
+def _specforge_into(dump_dir: Path, out: Path, order=None, loss_masks: dict | None = None, workers: int = 1,
+                    progress: bool = False) -> int:
     import torch
 
     recs = ordered_records(dump_dir, order)
     norm = _load_norm(dump_dir)
-    index = []
-    for i, rec in enumerate(recs):
+
+    def one(i, rec):
         t, meta = _read(dump_dir, rec)
         _, post = _finals(t, norm, rec["file"])
         L = t[T_IDS].shape[0]
@@ -212,7 +258,9 @@ def _specforge_into(dump_dir: Path, out: Path, order=None, loss_masks: dict | No
         g = i // SPECFORGE_GROUP * SPECFORGE_GROUP
         path = out / f"rows_{g}-{g + SPECFORGE_GROUP}" / f"data_{i}.ckpt"
         atomic_write(path, lambda p: torch.save(record, p))
-        index.append({"i": i, "id": rec["id"], "num_tokens": L})
+        return {"i": i, "id": rec["id"], "num_tokens": L}
+
+    index = _map_samples(recs, one, workers, progress, "export specforge")
     _write_index(out, index, dump_dir)
     return len(recs)
 

@@ -13,8 +13,9 @@ What each release resolves (read from the resolved ServerArgs object -- what it 
   switched off by its own rule for MLA targets (DeepSeek-V3, Kimi) -- refused there only when the user
   asked for a prefill backend. `--cuda-graph-backend-prefill disabled` wins over every flag but a prefill
   entry in `--cuda-graph-config` (`--disable-prefill-cuda-graph` loses to an explicit backend).
-- 0.5.10-0.5.13: `disable_piecewise_cuda_graph` (False after resolution = torch.compile piecewise prefill,
-  the default for DeepSeek-V3 on CUDA) -- `--disable-piecewise-cuda-graph`, and drop `--enforce-piecewise-cuda-graph`.
+- 0.5.10 (before cuda_graph_config): `disable_piecewise_cuda_graph` (False after resolution = torch.compile piecewise prefill,
+  the default for DeepSeek-V3 on CUDA; `--disable-cuda-graph` does not turn it off: the model runner reads
+  only this field) -- `--disable-piecewise-cuda-graph`, and drop `--enforce-piecewise-cuda-graph`.
 SGLang may still skip a resolved prefill graph at run time (EAGLE target on tc_piecewise, < 4 GiB free):
 the refusal is then conservative, never wrong.
 """
@@ -30,8 +31,6 @@ def prefill_graph_backend(sa) -> str | None:
     (or `sa` is unknown: nothing to refuse on)."""
     if sa is None or not str(getattr(sa, "device", None) or "cuda").startswith("cuda"):
         return None   # CUDA graphs are captured on CUDA devices only (a CPU run resolves them but never captures)
-    if getattr(sa, "disable_cuda_graph", False) and not hasattr(sa, "cuda_graph_config"):
-        return None
     cfg = getattr(sa, "cuda_graph_config", None)
     if cfg is not None:
         prefill = cfg.get("prefill") if isinstance(cfg, dict) else getattr(cfg, "prefill", None)

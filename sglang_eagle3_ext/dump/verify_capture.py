@@ -72,6 +72,7 @@ class VerifyCapture:
         self.disabled: str | None = None
         self.refused: set[str] = set()      # rids the assembler will not write (it says so)
         self._ended: collections.OrderedDict = collections.OrderedDict()
+        self._sids: dict[str, str] = {}     # rid -> sanitised id, while the request runs
 
     def fail(self, msg: str, *a) -> None:
         """Response capture stops (serving and prompt dumps go on); said once, loudly."""
@@ -105,7 +106,8 @@ class VerifyCapture:
                 self.static[i, :T].copy_(t[:T])
             self.graph_rows = max(self.graph_rows, T)
             return True
-        if _graphs_possible(srcs[0]) and self.static is None:   # the first warm-up is the largest graph's
+        # sized by the eager warm-ups: the largest graph's comes first, and grows it while no graph recorded a copy
+        if _graphs_possible(srcs[0]) and (self.static is None or (not self.graph_rows and self.static.shape[1] < T)):
             self.static = torch.empty((len(srcs), T, self.H), dtype=srcs[0].dtype, device=srcs[0].device)
         self.eager = srcs
         return True
@@ -125,7 +127,10 @@ class VerifyCapture:
             rid = req.rid
             if rid.startswith(NODUMP_RID_PREFIX) or rid in self.refused or len(req.origin_input_ids) < min_tokens:
                 continue
-            if not w.is_done(sanitize_id(rid)):
+            sid = self._sids.get(rid)
+            if sid is None:
+                sid = self._sids[rid] = sanitize_id(rid)
+            if not w.is_done(sid):
                 out.append(i)
         return out
 
@@ -219,13 +224,15 @@ class VerifyCapture:
             if kind is None:
                 continue
             rid = req.rid
-            if rid in self._ended or rid.startswith(NODUMP_RID_PREFIX):
+            key = (rid, id(req))            # this request object, not a later request reusing the rid
+            if key in self._ended or rid.startswith(NODUMP_RID_PREFIX):
                 continue
-            self._ended[rid] = None
+            self._ended[key] = None
             if len(self._ended) > ENDED_MEMORY:
                 self._ended.popitem(last=False)
             self.refused.discard(rid)
-            ended.append((rid, sanitize_id(rid), kind, req.origin_input_ids, list(req.output_ids)))
+            ended.append((rid, self._sids.pop(rid, None) or sanitize_id(rid), kind, req.origin_input_ids,
+                          list(req.output_ids)))
         if ended and w.accepting:
             w.submit(RequestEnd(ended))
 

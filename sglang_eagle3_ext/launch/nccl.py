@@ -46,6 +46,13 @@ def effective_class(topo: Topology, profile: str) -> TopologyClass:
     return topo.classify()
 
 
+def env_decision(env: Mapping[str, str], name: str, value: str, reason: str) -> Decision:
+    """Set `name`=`value` in SGLang's environment, unless the user set it already (theirs is kept)."""
+    if name in env:
+        return Decision(name, env[name], f"user set it (we would set {value}: {reason})", action="user")
+    return Decision(name, value, reason)
+
+
 class _Builder:
     def __init__(self, env: Mapping[str, str], user_flags: Iterable[str]):
         self.env = env
@@ -54,11 +61,7 @@ class _Builder:
         self.enabled: set[str] = set(self.user_flags)
 
     def env_var(self, name: str, value: str, reason: str) -> None:
-        if name in self.env:
-            self.out.append(Decision(name, self.env[name], f"user set it (we would set {value}: {reason})",
-                                     action="user"))
-        else:
-            self.out.append(Decision(name, value, reason))
+        self.out.append(env_decision(self.env, name, value, reason))
 
     def leave(self, name: str, reason: str) -> None:
         if name in self.env:

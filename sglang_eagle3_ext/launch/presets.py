@@ -28,7 +28,7 @@ EXT_SECTION = "eagle3_ext"
 # eagle3_ext key -> env var ("" = consumed by the launcher itself); declared once, in envs.py
 EXT_KEYS = {**envs.preset_keys(), "nccl_profile": ""}
 BUILTIN_PREFIX = "builtin:"
-BUILTIN_MODELS = ("tiny-deepseek-v3",)
+BUILTIN_MODELS = ("tiny-deepseek-v3", "tiny-kimi-k25")   # made by tiny.ensure_builtin
 
 
 class PresetError(ValueError):

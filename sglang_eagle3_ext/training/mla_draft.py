@@ -50,7 +50,8 @@ def _yarn_dim(rot: float, dim: int, base: float, max_pos: int) -> float:
 def rope_tables(cfg: dict, max_pos: int) -> tuple[torch.Tensor, torch.Tensor, float]:
     """cos/sin [max_pos, rope_dim/2] and the attention-scale factor, as SGLang builds them for MLA
     (plain RoPE, or DeepseekScalingRotaryEmbedding + compute_mla_mscale_scaling for YaRN)."""
-    dim, base = int(cfg["qk_rope_head_dim"]), float(cfg.get("rope_theta") or 10000.0)
+    dim = int(cfg["qk_rope_head_dim"])
+    base = float(cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta") or 10000.0)
     rs = rope_scaling_of(cfg)
     pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)
     if rs is None:

@@ -17,7 +17,7 @@ import random
 import time
 from pathlib import Path
 
-from .mla_draft import MLA_KEYS, Eagle3MLADraft
+from .mla_draft import MLA_KEYS, Eagle3MLADraft, rope_scaling_of
 from .target_view import EMBED, HEAD, NORM, read_tensors, text_config
 
 ARCH = "Eagle3DeepseekV2ForCausalLM"
@@ -45,6 +45,8 @@ def mla_draft_config(target_cfg: dict, layer_ids: list[int], intermediate_size: 
     )
     if target_cfg.get("rope_parameters") and not cfg["rope_scaling"]:
         cfg["rope_parameters"] = target_cfg["rope_parameters"]
+    if not rope_scaling_of(cfg):   # plain RoPE: SGLang clamps the draft there (YaRN targets carry their own length)
+        cfg["max_position_embeddings"] = max(int(cfg.get("max_position_embeddings") or 0), 8192)
     return cfg
 
 
@@ -158,9 +160,9 @@ def train_mla(*, data_files: list[Path], target: Path, out: Path, layer_ids: lis
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        hist.append({"step": step, "loss": float(loss), "accs": accs})
+        hist.append({"step": step, "loss": float(loss.detach()), "accs": accs})
         if step == 1 or step % log_every == 0 or step == steps:
-            say(f"step {step}/{steps} loss={float(loss):.4f} " + " ".join(f"acc{k}={a:.3f}" for k, a in enumerate(accs))
+            say(f"step {step}/{steps} loss={float(loss.detach()):.4f} " + " ".join(f"acc{k}={a:.3f}" for k, a in enumerate(accs))
                 + f" elapsed={time.perf_counter() - t0:.1f}s")
     model.eval()
     val_accs = []
@@ -178,3 +180,47 @@ def train_mla(*, data_files: list[Path], target: Path, out: Path, layer_ids: lis
             "train_acc_by_step": [mean([h["accs"][k] for h in tail]) for k in range(ttt_steps)],
             "val_acc_by_step": [mean([a[k] for a in val_accs]) for k in range(ttt_steps)] if val_accs else None,
             "train_seconds": time.perf_counter() - t0, "saved": str(out), "layer_ids": layer_ids}
+
+
+def train_from_args(a) -> dict:
+    """`train_draft --draft-arch mla`: same data, target and layer-id resolution as the Llama path."""
+    import torch
+
+    from ..train_draft import (DEFAULT_EPOCHS, TrainDraftError, _say, find_hs_dir, list_hs_files, parse_layer_ids,
+                               read_layer_ids_from_metadata)
+
+    data, target, out = Path(a.data), Path(a.target), Path(a.out)
+    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    tcfg = text_config(target)
+    n = int(tcfg["num_hidden_layers"])
+    files = list_hs_files(find_hs_dir(data))
+    layer_ids, src = parse_layer_ids(a.layer_ids), "--layer-ids"
+    if layer_ids is None:
+        layer_ids, src = read_layer_ids_from_metadata(data)
+    if layer_ids is None:
+        layer_ids, src = [2, n // 2, n - 3], "default [2, n//2, n-3]"
+    if len(set(layer_ids)) != len(layer_ids) or min(layer_ids) < 0 or max(layer_ids) >= n:
+        raise TrainDraftError(f"layer ids {layer_ids} ({src}) must be distinct HF hidden_states indices in [0, {n - 1}]")
+    from safetensors import safe_open
+
+    with safe_open(str(files[0]), framework="pt") as f:
+        shape = f.get_slice("hidden_states").get_shape()
+    if len(shape) != 3 or shape[1] != len(layer_ids) + 1 or shape[2] != int(tcfg["hidden_size"]):
+        raise TrainDraftError(f"{files[0].name}: hidden_states {shape}, expected [L, {len(layer_ids) + 1}, "
+                              f"{tcfg['hidden_size']}] ({len(layer_ids)} aux layers {layer_ids} ({src}) + the final state)")
+    if a.draft_vocab_size not in (None, int(tcfg["vocab_size"])):
+        raise TrainDraftError("--draft-arch mla trains the full target vocabulary (no --draft-vocab-size)")
+    steps = a.steps or (a.epochs or DEFAULT_EPOCHS) * len(files)
+    _say(f"MLA draft ({ARCH}): {len(files)} samples, aux layers {layer_ids} ({src}), {steps} steps on {device}")
+    try:
+        r = train_mla(data_files=files, target=target, out=out, layer_ids=layer_ids, steps=steps, lr=a.lr,
+                      ttt_steps=a.ttt_steps, device=device, seed=a.seed, intermediate_size=a.intermediate_size,
+                      log_every=a.log_every, say=_say)
+    except ValueError as e:
+        raise TrainDraftError(str(e)) from e
+    (out / "train_summary.json").write_text(json.dumps(r, indent=2, default=str))
+    va = r["val_acc_by_step"] or [float("nan")]
+    _say(f"DONE steps={r['steps']} train_acc={r['train_acc']:.4f} (ttt accs "
+         f"{' '.join(f'{x:.3f}' for x in r['train_acc_by_step'])}) loss {r['first_loss']:.4f}->{r['final_loss']:.4f} "
+         f"val_acc={va[0]:.4f} time={r['train_seconds']:.1f}s out={out}")
+    return r

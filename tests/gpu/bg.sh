@@ -24,6 +24,8 @@ collect)
   for d in "$ROOT"/*/; do
     n=$(basename "$d"); echo "== $n: $( [ -e "$d/rc" ] && echo "exit $(cat "$d/rc")" || echo running)"
     grep -E "passed|failed|error" "$d/log" | tail -n 3
+    # the figures the tests and benchmarks print (cosines, accept lengths, speedups, cost ratios)
+    grep -E "^(dump vs transformers|round trip \[|[a-z_]+/[a-z_]+ bs[0-9]+: )" "$d/log" | sort -u | head -n 40
   done
   [ -n "${OUT:-}" ] && tar czf "$OUT/bg_logs.tgz" -C "$ROOT" . 2>/dev/null; true ;;
 esac

@@ -47,6 +47,29 @@ def backend_missing(backend: str) -> str | None:
     return None
 
 
+def defaults_refused(model, backend: str = "triton") -> str | None:
+    """The dump's start-up refusal under this release's defaults (ServerArgs resolved here, on the GPU host,
+    as the server will resolve them): 0.5.14 prefills DeepSeek-V3 in tc_piecewise graphs by default;
+    0.5.16 switches its breakable default off for MLA targets (None: the dump runs under the defaults)."""
+    from sglang.srt.server_args import ServerArgs
+
+    from sglang_eagle3_ext.dump.prefill_graphs import refusal
+
+    return refusal(ServerArgs(model_path=str(model), skip_tokenizer_init=True, attention_backend=backend))
+
+
+def eager_prefill_args(model, backend: str = "triton") -> list[str]:
+    """For a dumping server: prefill graphs off only where the release would capture them (the dump refuses
+    to start there); decode CUDA graphs stay on."""
+    return ["--disable-prefill-cuda-graph"] if defaults_refused(model, backend) else []
+
+
+def decode_graphs_captured(log_text: str) -> bool:
+    """The server log shows a finished decode (or EAGLE-3 draft/verify) CUDA-graph capture: SGLang logs
+    "Capture <role> <phase> CUDA graph end." (0.5.14, 0.5.16)."""
+    return any("CUDA graph end" in line and "prefill" not in line for line in log_text.splitlines())
+
+
 def http_json(url: str, payload=None, timeout: float = 600):
     data = None if payload is None else json.dumps(payload).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
@@ -62,6 +85,7 @@ def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = N
     log = LOG_DIR / f"{name}.log"
     # a crashed scheduler otherwise keeps the server up 60 s waiting for CUDA coredumps (SGLang 0.5.16)
     full_env = {"SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS": "0", **os.environ, **(env or {})}
+    full_env = {k: v for k, v in full_env.items() if v is not None}   # env {NAME: None} unsets NAME
     cmd = [sys.executable, "-m", launcher, *args, "--port", str(port)]
     if os.environ.get("SGE3_MEM_FRACTION"):  # several test servers sharing one GPU (the last flag wins)
         cmd += ["--mem-fraction-static", os.environ["SGE3_MEM_FRACTION"]]

@@ -21,8 +21,9 @@ import pytest
 import torch
 
 
-from gpu_helpers import (BACKENDS, BASE_ARGS, LOG_DIR, REPO, activation_env, backend_missing, free_port as _port,
-                         multi_gpu_tp, server_args, sglang_server)
+from gpu_helpers import (BACKENDS, BASE_ARGS, LOG_DIR, REPO, activation_env, backend_missing, decode_graphs_captured,
+                         defaults_refused, eager_prefill_args, free_port as _port, multi_gpu_tp, server_args,
+                         sglang_server)
 
 pytestmark = pytest.mark.gpu
 LAYERS = [1, 2, 3]
@@ -37,22 +38,10 @@ def _activation_env(tmp: Path, dump_dir: Path, **extra) -> dict:
 SERVER_ARGS = ["--chunked-prefill-size", "64", "--disable-radix-cache"]
 
 
-def defaults_refused(model, backend: str = "triton") -> str | None:
-    """The dump's start-up refusal under this release's defaults (ServerArgs resolved here, on the GPU host,
-    as the server will resolve them): 0.5.14 prefills DeepSeek-V3 in tc_piecewise graphs by default;
-    0.5.16 switches its breakable default off for MLA targets (None: the dump runs under the defaults)."""
-    from sglang.srt.server_args import ServerArgs
-
-    from sglang_eagle3_ext.dump.prefill_graphs import refusal
-
-    return refusal(ServerArgs(model_path=str(model), skip_tokenizer_init=True, attention_backend=backend))
-
-
 def dump_args(model, backend: str = "triton") -> list[str]:
     """Serving arguments for a dumping server: CUDA graphs on; prefill graphs off only where the release
     would capture them (the dump refuses to start there, test_prefill_graph_refusal)."""
-    eager = ["--disable-prefill-cuda-graph"] if defaults_refused(model, backend) else []
-    return ["--model-path", str(model), *server_args(backend), *SERVER_ARGS, *eager]
+    return ["--model-path", str(model), *server_args(backend), *SERVER_ARGS, *eager_prefill_args(model, backend)]
 
 
 def _prompts(path: Path, n: int, length: int = 300, seed: int = 0) -> list[list[int]]:
@@ -139,6 +128,7 @@ def test_dump_matches_transformers(variant, backend, tiny_target, tmp_path):
         assert rc == 0, f"client failed; server log {log}"
         text = Path(log).read_text()
         assert "DISABLED" not in text
+        assert decode_graphs_captured(text), "served without decode CUDA graphs"
         # the values compared below went through the pinned staging ring, not the per-batch fallback
         assert "host staging buffer for the device->host copies" in text and "no contiguous room" not in text
         if process:   # the child wrote them, from page-locked memory shared with the server

@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from gpu_helpers import free_port as _port, generate, multi_gpu_tp, sglang_server
+from gpu_helpers import decode_graphs_captured, free_port as _port, generate, multi_gpu_tp, sglang_server
 
 pytestmark = pytest.mark.gpu
 
@@ -67,15 +67,19 @@ def test_tiny_tp_pcie_profile_with_preflight_serves(tp, tmp_path):
     assert re.search(r"NCCL_IB_DISABLE set by environment to 1", text), "our NCCL_IB_DISABLE=1 not seen by NCCL"
 
 
-def test_readme_tiny_dump_serves_on_one_gpu(tmp_path):
+def test_readme_tiny_dump_serves_on_one_gpu(attn_backend, tmp_path):
+    """The README's run command as shipped (CUDA graphs on, prefill eager for the dump), once per attention
+    backend (the command line overrides the preset's triton)."""
     if _gpus() < 1:
         pytest.skip("needs a GPU")
     # the user's dump dir wins over the preset's ./dumps (and keeps the checkout clean)
     env = {"SGLANG_EAGLE3_EXT_CACHE": str(tmp_path / "cache"), "SGLANG_EAGLE3_EXT_DUMP_DIR": str(tmp_path / "dumps")}
-    with sglang_server(["--preset", "tiny-dump"], name="launch_tiny_dump", port=_port(), env=env,
-                       timeout=900) as (base, log, _):
+    with sglang_server(["--preset", "tiny-dump", "--attention-backend", attn_backend, "--cuda-graph-max-bs", "16"],
+                       name=f"launch_tiny_dump_{attn_backend}", port=_port(), env=env, timeout=900) as (base, log, _):
         out = generate(base, list(range(1, 33)), max_new_tokens=4)
         assert len(out["output_ids"]) == 4
         text = log.read_text(errors="replace")
     assert re.search(r"SGLANG_EAGLE3_EXT_DUMP_DIR\s+\S+\s+user", text) and "--disable-radix-cache" in text
     assert "SGLANG_EAGLE3_EXT_DUMP_LAYERS=1,2,3" in text
+    assert "--disable-cuda-graph " not in text and "--disable-prefill-cuda-graph" in text   # decode graphs on
+    assert decode_graphs_captured(text), "no decode CUDA graph captured"

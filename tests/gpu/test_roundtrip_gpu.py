@@ -8,8 +8,8 @@ Every server runs with CUDA graphs on (decode and the draft's), as users serve.
 SGE3_RT_TARGET picks the target:
 - `tiny` (default): tiny.PREDICTABLE, hidden 1024, 4 layers. Its step costs about what the 1-layer draft's
   does, so the speedup printed there says nothing (0.32x was measured); accept length >= 2.0 is asserted.
-- `kimi`: tiny.KIMI_PREDICTABLE, Kimi-K2.5's width (hidden 7168), 8 layers, 16 experts (~13 GB, drawn on the
-  GPU at first use): speculation pays there. Asserted: accept length >= 3.0, greedy outputs identical,
+- `kimi`: tiny.KIMI_PREDICTABLE, Kimi-K2.5's width (hidden 7168), 10 layers, 16 experts with routing pinned to 8
+  (~16 GB, drawn on the GPU at first use): speculation pays there. Asserted: accept length >= 3.0, greedy outputs identical,
   speedup >= 1.8x at batch 1 and >= 1.3x at batch 16 against the same server without speculation.
 SGE3_RT_BACKEND: the attention backend of every server (default triton).
 """
@@ -91,7 +91,12 @@ def test_roundtrip(tmp_path):
     _prompts(held, N_HELDOUT, 2, "h")
     dump = work / "dump"
     dump.mkdir(exist_ok=True)
-    env = activation_env(work, SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump), SGLANG_EAGLE3_EXT_DUMP_ENCODING=ENCODING)
+    # Kimi width: SGLang's own EAGLE-3 choice [2, n//2, n-3] over the preset's [1, 2, 3] (made for 4 layers); not
+    # starting with 1, every release's +1 rule captures these ids as is, so plain SGLang serves the draft alike
+    # (benchmarks/bench_serve.py compares the two on this draft)
+    n = spec.get("num_hidden_layers", 4)
+    layers = {"SGLANG_EAGLE3_EXT_DUMP_LAYERS": f"2,{n // 2},{n - 3}"} if KIMI else {}
+    env = activation_env(work, SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump), SGLANG_EAGLE3_EXT_DUMP_ENCODING=ENCODING, **layers)
 
     # 1-2. dump the target's own generations through the launch wrapper's dump preset
     t = time.time()
@@ -172,7 +177,9 @@ def test_roundtrip(tmp_path):
         print(f"round trip [{TARGET}, {BACKEND}, CUDA graphs on] {bs}: accept length {res['spec']['accept_length']:.2f}, "
               f"speedup {res.get('speedup') or 0:.2f}x, {res['verdict']}")
     for bs, res in fig["bench"].items():
-        assert res["rc"] == 0, res["verdict"]
+        # bench fails on an unused draft or changed outputs (asserted below by name); on the 1024-wide target it
+        # may also flag its (expected) slowdown, which is not this test's subject there
+        assert res["rc"] == 0 or not KIMI, res["verdict"]
         assert res["spec"]["accept_length"] >= MIN_ACCEPT, (bs, res)
         assert "greedy outputs identical" in res["verdict"], (bs, res["verdict"])
     for bs, want in MIN_SPEEDUP.items():

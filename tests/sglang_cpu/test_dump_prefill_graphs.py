@@ -124,3 +124,16 @@ def test_server_start_stops_with_the_flag(sglang_cpu, deepseek_dir, tmp_path, mo
     finally:
         if before is not None:
             sglang_cpu.publish(before)
+
+
+def test_releases_before_cuda_graph_config():
+    """0.5.10's resolved args (read from its source): piecewise prefill unless disable_piecewise_cuda_graph;
+    its --disable-cuda-graph leaves piecewise prefill on (the model runner reads only that field)."""
+    from types import SimpleNamespace
+
+    from sglang_eagle3_ext.dump.prefill_graphs import FIX_OLD
+
+    on = SimpleNamespace(device="cuda", disable_cuda_graph=True, disable_piecewise_cuda_graph=False)
+    assert prefill_graph_backend(on) == "piecewise" and FIX_OLD in refusal(on)
+    off = SimpleNamespace(device="cuda", disable_cuda_graph=False, disable_piecewise_cuda_graph=True)
+    assert refusal(off) is None

@@ -12,7 +12,7 @@ import torch
 
 pytestmark = pytest.mark.sglang
 # small enough for a 2-core CPU; same structure as the served tiny (MLA, MoE from layer 1)
-SMALL = dict(vocab_size=512, hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_hidden_layers=3,
+SMALL = dict(vocab_size=512, hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_hidden_layers=4,
              num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2,
              kv_lora_rank=64, q_lora_rank=96, qk_rope_head_dim=32, qk_nope_head_dim=32, v_head_dim=32)
 # SGLang's CPU RoPE factory only builds YaRN; factor 1 is plain RoPE (same tables, mscale 1)
@@ -96,14 +96,14 @@ def test_sglang_builds_the_wrapper_and_loads_every_tensor(sglang_cpu, kimi_dir, 
     assert torch.equal(text["lm_head.weight"], ckpt["language_model.lm_head.weight"])
 
 
-def _draft_dir(tmp_path, hf):
-    from sglang_eagle3_ext.draft.keys import HF_INDICES_FIELD
+def _draft_dir(tmp_path, target, hf):
+    """An MLA draft config as train_draft writes it (ids for the release: [1, 2, 3] as given)."""
+    from sglang_eagle3_ext.training.mla_train import mla_draft_config
+    from sglang_eagle3_ext.training.target_view import text_config
 
     d = tmp_path / "draft"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({"architectures": ["Eagle3DeepseekV2ForCausalLM"], "hidden_size": 128,
-                                               "eagle_config": {"eagle_aux_hidden_state_layer_ids": hf,
-                                                                HF_INDICES_FIELD: hf}}))
+    (d / "config.json").write_text(json.dumps(mla_draft_config(text_config(target), hf)))
     return d
 
 
@@ -115,7 +115,7 @@ def test_capture_layers_reach_the_language_model_through_the_wrapper(sglang_cpu,
     sglang_eagle3_ext.apply(["draft"])
     model, _ = _build(sglang_cpu, cpu_dir)
     hf = [1, 2, 3]                                 # ids starting with 1: 0.5.14+ alone would capture [2, 3, 4]
-    with _served(sglang_cpu, cpu_dir, speculative_draft_model_path=str(_draft_dir(tmp_path, hf)),
+    with _served(sglang_cpu, cpu_dir, speculative_draft_model_path=str(_draft_dir(tmp_path, cpu_dir, hf)),
                  speculative_algorithm="EAGLE3"):
         model.set_eagle3_layers_to_capture([1, 2, 3])
     assert model.language_model.model.layers_to_capture == hf

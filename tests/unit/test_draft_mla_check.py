@@ -214,6 +214,10 @@ def test_hub_id_checked_from_local_cache(good, tmp_path, monkeypatch):
     snap = _fake_cache(tmp_path / "hub", "kimi/k25-eagle3-mla", good)
     rep = check_draft("kimi/k25-eagle3-mla", sglang_version=V)
     assert rep.checked and not rep.errors and str(snap) in rep.note and rep.draft_class == mla.ARCH
+    from sglang_eagle3_ext.draft.context import read_config
+
+    assert read_config("kimi/k25-eagle3-mla")["architectures"] == [mla.ARCH]  # the serving process reads it too
+    assert read_config("kimi/not-downloaded") is None
     rep = check_draft("kimi/not-downloaded", sglang_version=V)
     assert not rep.checked and "NOT checked" in rep.note and "huggingface-cli download kimi/not-downloaded" in rep.note
 
@@ -241,3 +245,12 @@ def test_precheck_mla_draft_names_the_class(good, tmp_path):
     assert d.value == "passed" and f"SGLang builds {mla.ARCH}" in d.reason
     with pytest.raises(DraftCheckFailed, match="draft-class-unsupported"):
         precheck("EAGLE3", str(good), str(target), "0.5.10")
+
+
+def test_convert_cli_refuses_dst_holding_the_source_in_one_line(good, tmp_path):
+    src = tmp_path / "models" / "draft"
+    shutil.copytree(good, src)
+    r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.convert", str(src), str(tmp_path / "models"),
+                        "--sglang-version", V, "--hf-indices", "2,4,6", "--force"], capture_output=True, text=True)
+    assert r.returncode == 2 and "contains the source draft" in r.stderr and "Traceback" not in r.stderr
+    assert (src / "model.safetensors").exists()

@@ -152,6 +152,18 @@ def test_rids_sanitising_to_one_id_dump_once_and_keep_the_writer(tmp_path):
     w.close()
 
 
+def test_a_chunked_duplicate_is_refused_once_and_the_first_completes(tmp_path):
+    twin = sanitize_id("p/q")
+    w = _writer(tmp_path)
+    _submit(w, _batch(["p/q", twin], [0, 0], [3, 3], [6, 6], seed=1), _batch(["p/q", twin], [3, 3], [3, 3], [6, 6], seed=2))
+    assert w.flush(30)
+    assert w.stats["refused_duplicate_id"] == 1 and w.stats["refused_prefix_cache"] == 0
+    man = read_manifest(tmp_path)
+    assert list(man) == [twin] and man[twin]["rid"] == "p/q" and man[twin]["num_tokens"] == 6
+    assert w.budget.used == 0
+    w.close()
+
+
 def test_one_samples_write_error_does_not_stop_the_writer(tmp_path, monkeypatch):
     import sglang_eagle3_ext.dump.writer as W
 

@@ -1,0 +1,77 @@
+"""train_draft --draft-arch mla (training/mla_train.py) on hidden states of the real transformers DeepSeek-V3
+(the world of test_train_draft.py), and both draft kinds trained against the tiny Kimi-K2.5 wrapper."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("speculators.train.cli")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+if not hasattr(transformers, "DeepseekV3ForCausalLM"):
+    pytest.skip("transformers has no DeepseekV3ForCausalLM", allow_module_level=True)
+
+from safetensors.torch import load_file  # noqa: E402
+from test_train_draft import AUX, SMALL, world  # noqa: E402,F401 - the shared module fixture
+
+from sglang_eagle3_ext import train_draft as td  # noqa: E402
+from sglang_eagle3_ext.training.mla_train import load_checkpoint  # noqa: E402
+
+SGLANG_LAYOUT = {"embed_tokens.weight", "fc.weight", "norm.weight", "lm_head.weight",
+                 "layers.0.self_attn.q_a_proj.weight", "layers.0.self_attn.q_a_layernorm.weight",
+                 "layers.0.self_attn.q_b_proj.weight", "layers.0.self_attn.kv_a_proj_with_mqa.weight",
+                 "layers.0.self_attn.kv_a_layernorm.weight", "layers.0.self_attn.kv_b_proj.weight",
+                 "layers.0.self_attn.o_proj.weight", "layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight",
+                 "layers.0.mlp.down_proj.weight", "layers.0.input_layernorm.weight", "layers.0.hidden_norm.weight",
+                 "layers.0.post_attention_layernorm.weight"}
+
+
+def _train(world, out, target=None, *extra):
+    args = td.build_parser().parse_args(
+        ["--data", str(world["data"]), "--target", str(target or world["target"]), "--out", str(out),
+         "--device", "cpu", "--total-seq-len", "512", "--num-workers", "0", "--log-every", "20", *extra])
+    return td.train(args)
+
+
+def test_train_mla_draft_learns_and_writes_sglangs_layout(world):
+    out = world["root"] / "out_mla"
+    r = _train(world, out, None, "--draft-arch", "mla", "--steps", "80", "--lr", "3e-3", "--ttt-steps", "2")
+    assert r["steps"] == 80 and r["layer_ids"] == AUX
+    assert r["final_loss"] < 0.7 * r["first_loss"], r
+    assert r["train_acc"] > 0.15 and len(r["train_acc_by_step"]) == 2
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architectures"] == ["Eagle3DeepseekV2ForCausalLM"] and cfg["num_hidden_layers"] == 1
+    assert cfg["eagle_config"]["hf_hidden_state_indices"] == AUX
+    for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "hidden_size"):
+        assert cfg[k] == SMALL[k], k
+    saved = load_file(str(out / "model.safetensors"))
+    assert set(saved) == SGLANG_LAYOUT
+    assert all(v.dtype == torch.bfloat16 for v in saved.values())
+    target = load_file(str(next(world["target"].glob("*.safetensors"))))
+    assert torch.equal(saved["embed_tokens.weight"], target["model.embed_tokens.weight"])   # frozen
+    m = load_checkpoint(out)
+    assert torch.equal(m.state_dict()["fc.weight"], saved["fc.weight"])
+
+
+def test_mla_refuses_files_that_do_not_match_the_layer_ids(world, tmp_path):
+    with pytest.raises(td.TrainDraftError, match="expected"):
+        _train(world, tmp_path / "o", None, "--draft-arch", "mla", "--steps", "2", "--layer-ids", "1,2")
+
+
+@pytest.fixture(scope="module")
+def kimi(world):
+    from sglang_eagle3_ext.tiny_kimi import ensure_tiny_kimi_target
+
+    return ensure_tiny_kimi_target(world["root"] / "kimi", **SMALL)   # same seed: the same language model
+
+
+@pytest.mark.parametrize("arch", ["mla", "llama"])
+def test_both_drafts_train_against_the_kimi_wrapper(world, kimi, arch, tmp_path):
+    lm = load_file(str(kimi / "model.safetensors"))
+    ds = load_file(str(next(world["target"].glob("*.safetensors"))))
+    assert torch.equal(lm["language_model.lm_head.weight"], ds["lm_head.weight"])
+    r = _train(world, tmp_path / arch, kimi, "--draft-arch", arch, "--steps", "4")
+    assert r["steps"] == 4 and r["layer_ids"] == AUX
+    cfg = json.loads((tmp_path / arch / "config.json").read_text())
+    assert cfg.get("draft_vocab_size") == SMALL["vocab_size"] or cfg.get("vocab_size") == SMALL["vocab_size"]
