@@ -39,10 +39,11 @@ KIMI_WIDTH = dict(hidden_size=7168, intermediate_size=18432, moe_intermediate_si
 # (~16 GB bf16), so a 1-layer draft step costs a fraction of a target step (on the 1024-wide, 4-layer target
 # the two cost about the same: speedup 0.32x). Routing pinned to 8 of the 16 experts (route_bias): a verify
 # of 4 tokens then reads the expert weights a 1-token decode step reads, as on a dense model; with free
-# routing it reads ~15 of 16 experts (1.7x a decode step's weights), which alone caps the batch-1 speedup
-# near 1.7x at this expert count. The walk's top logit stands out by ~sqrt(hidden) * std(embed) / rms(state)
-# standard deviations of the other logits, and the branches grow with the width: PREDICTABLE's 0.1 keeps
-# the walk on 12 % of tokens here, 0.02 on all with margins > 5 std (tests/unit/test_tiny_kimi_width.py).
+# routing it would read ~15 of 16 experts (1.7x a decode step's weights), which by our estimate alone caps
+# the batch-1 speedup near 1.7x at this expert count. The walk's top logit stands out by ~sqrt(hidden) *
+# std(embed) / rms(state) standard deviations of the other logits, and the branches grow with the width:
+# PREDICTABLE's 0.1 keeps the walk on 12 % of tokens here; 0.02 keeps it on all, the worst top-1 margin
+# 190 logits (3.7 std of the others; bf16 noise is ~1) -- tests/unit/test_tiny_kimi_width.py.
 KIMI_PREDICTABLE = dict(KIMI_WIDTH, num_hidden_layers=10, branch_scale=0.02, successor_weight=30.0, route_bias=1.0)
 # Named built-in targets: name -> ensure_tiny_target arguments; each is cached in its own folder.
 TARGETS = {

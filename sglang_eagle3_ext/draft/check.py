@@ -153,7 +153,11 @@ def main(argv=None) -> int:
 
 def describe_draft(path, sglang_version: str | None = None, target=None) -> dict:
     """What `bench` (and people) want to know about a draft, headers only: which SGLang class builds it,
-    K, the recorded HF indices, EAGLE-3.1 flags, and whether `check` finds it servable."""
+    K, the recorded HF indices, EAGLE-3.1 flags, and whether `check` finds it servable. Without SGLang
+    installed (a bench client) and no release named: judged for the newest supported release."""
+    from ..versions import SUPPORTED_MAX, installed_version
+
+    sglang_version = sglang_version or installed_version() or SUPPORTED_MAX
     rep = check_draft(path, target=target, sglang_version=sglang_version)
     out = {"path": str(path), "draft_class": rep.draft_class, "release": rep.release, "checked": rep.checked,
            "note": rep.note, "ok": rep.checked and not rep.errors, "errors": [str(p) for p in rep.errors]}

@@ -13,11 +13,12 @@ What each release resolves (read from the resolved ServerArgs object -- what it 
   switched off by its own rule for MLA targets (DeepSeek-V3, Kimi) -- refused there only when the user
   asked for a prefill backend. `--cuda-graph-backend-prefill disabled` wins over every flag but a prefill
   entry in `--cuda-graph-config` (`--disable-prefill-cuda-graph` loses to an explicit backend).
-- 0.5.10 (before cuda_graph_config): `disable_piecewise_cuda_graph` (False after resolution = torch.compile piecewise prefill,
-  the default for DeepSeek-V3 on CUDA; `--disable-cuda-graph` does not turn it off: the model runner reads
-  only this field) -- `--disable-piecewise-cuda-graph`, and drop `--enforce-piecewise-cuda-graph`.
-SGLang may still skip a resolved prefill graph at run time (EAGLE target on tc_piecewise, < 4 GiB free):
-the refusal is then conservative, never wrong.
+- 0.5.10 (before cuda_graph_config): `disable_piecewise_cuda_graph` (False after resolution = torch.compile
+  piecewise prefill, the default for DeepSeek-V3 on CUDA; `--disable-cuda-graph` does not turn it off: the
+  model runner reads only this field) -- `--disable-piecewise-cuda-graph`, and drop
+  `--enforce-piecewise-cuda-graph`.
+An EAGLE target on tc_piecewise is not refused: SGLang skips that capture at run time (0.5.14+). It may also
+skip an auto-selected one with < 4 GiB free: the refusal then errs on the safe side.
 """
 from __future__ import annotations
 
@@ -36,12 +37,21 @@ def prefill_graph_backend(sa) -> str | None:
         prefill = cfg.get("prefill") if isinstance(cfg, dict) else getattr(cfg, "prefill", None)
         backend = prefill.get("backend") if isinstance(prefill, dict) else getattr(prefill, "backend", None)
         backend = str(getattr(backend, "value", backend) or DISABLED)
+        if backend == "tc_piecewise" and _eagle_target_skips(sa):
+            return None
         return None if backend == DISABLED else backend
     if hasattr(sa, "disable_piecewise_cuda_graph"):
         return None if sa.disable_piecewise_cuda_graph else "piecewise"
     if getattr(sa, "enable_piecewise_cuda_graph", False):
         return "piecewise"
     return None
+
+
+def _eagle_target_skips(sa) -> bool:
+    """0.5.14+ (capture_prefill_graph, every release since): an EAGLE target does not capture tc_piecewise
+    prefill graphs (they would record the wrong hidden-state mode) unless --enable-return-hidden-states."""
+    algo = str(getattr(sa, "speculative_algorithm", None) or "").upper()
+    return algo in ("EAGLE", "EAGLE3", "NEXTN") and not getattr(sa, "enable_return_hidden_states", False)
 
 
 def refusal(sa) -> str | None:

@@ -137,3 +137,17 @@ def test_releases_before_cuda_graph_config():
     assert prefill_graph_backend(on) == "piecewise" and FIX_OLD in refusal(on)
     off = SimpleNamespace(device="cuda", disable_cuda_graph=False, disable_piecewise_cuda_graph=True)
     assert refusal(off) is None
+
+
+def test_eagle_target_on_tc_piecewise_prefills_eagerly():
+    """Dumping while serving EAGLE-3: the release's capture_prefill_graph skips tc_piecewise for the EAGLE
+    target (0.5.14+), so the dump starts; breakable is captured for it, so that one is refused."""
+    from types import SimpleNamespace
+
+    def sa(backend, **kw):
+        return SimpleNamespace(device="cuda", speculative_algorithm="EAGLE3", enable_return_hidden_states=False,
+                               cuda_graph_config=SimpleNamespace(prefill=SimpleNamespace(backend=backend)), **kw)
+
+    assert refusal(sa("tc_piecewise")) is None
+    assert refusal(sa("breakable"))
+    assert refusal(SimpleNamespace(**{**vars(sa("tc_piecewise")), "enable_return_hidden_states": True}))

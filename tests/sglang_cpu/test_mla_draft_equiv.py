@@ -24,9 +24,14 @@ def _cos(a, b):
     return torch.nn.functional.cosine_similarity(a.float(), b.float(), dim=-1)
 
 
-@pytest.fixture(scope="module")
-def draft_dir(tmp_path_factory):
-    cfg = mla_draft_config(TARGET, AUX)
+# transformers 5 writes RoPE as rope_parameters (theta inside); older configs as rope_theta + rope_scaling
+TARGET_V5 = {**{k: v for k, v in TARGET.items() if k not in ("rope_theta", "rope_scaling")},
+             "rope_parameters": {**YARN, "rope_theta": 50000.0}}
+
+
+@pytest.fixture(scope="module", params=["rope_scaling", "rope_parameters"])
+def draft_dir(tmp_path_factory, request):
+    cfg = mla_draft_config(TARGET if request.param == "rope_scaling" else TARGET_V5, AUX)
     torch.manual_seed(0)
     m = Eagle3MLADraft(cfg)
     with torch.no_grad():
