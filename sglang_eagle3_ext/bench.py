@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -239,7 +240,7 @@ def benchmark(a) -> dict:
     n_draft = (args.get("speculative_num_draft_tokens") or 0) - 1 if args.get("speculative_num_draft_tokens") else None
     if a.prompts:
         model = args.get("model_path")
-        target = a.target or (model if model and __import__("os").path.isdir(model) else None)
+        target = a.target or (model if model and os.path.isdir(model) else None)
         ps = bench_prompts.from_file(a.prompts, a.num_prompts, target)
     else:
         ps = bench_prompts.builtin(a.builtin, a.num_prompts or max(16, 2 * max(a.concurrency)), a.seed, a.vocab_size)

@@ -105,6 +105,31 @@ class CliError(Exception):
         self.code = code
 
 
+def _file_being_read(e: BaseException) -> str | None:
+    """The file a parse error came from, when the error itself does not say (json, yaml, safetensors errors
+    carry no path): the innermost frame outside the parser with a local naming an existing file."""
+    import os
+    from pathlib import PurePath
+
+    frames = []
+    tb = e.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for f in reversed(frames):
+        mod = f.f_globals.get("__name__", "")
+        if mod.startswith(("json", "yaml", "safetensors", "codecs")):
+            continue
+        paths = [str(v) for v in f.f_locals.values() if isinstance(v, (str, PurePath)) and 0 < len(str(v)) < 4096]
+        for p in paths:
+            if os.path.isfile(p):
+                return p
+        for p in paths:  # e.g. json.loads((src / "config.json").read_text()): only the folder is a local
+            if os.path.isdir(p) and p not in (".", "/"):
+                return f"a file in {p}"
+    return None
+
+
 def describe(e: BaseException) -> tuple[int, str]:
     """(exit code, one line) for an exception that reached a tool's top level."""
     mod = type(e).__module__ or ""
@@ -113,19 +138,26 @@ def describe(e: BaseException) -> tuple[int, str]:
     if isinstance(e, ModuleNotFoundError) and e.name:
         top = e.name.split(".")[0]
         return EXIT_BAD_INPUT, f"{top} is not installed here: pip install {PIP_NAMES.get(top, top)}"
-    if isinstance(e, json.JSONDecodeError):
-        return EXIT_BAD_INPUT, f"not valid JSON: {e}"
-    if isinstance(e, UnicodeDecodeError):
-        return EXIT_BAD_INPUT, f"not UTF-8 text: {e}"
     if isinstance(e, OSError) and getattr(e, "filename", None):
         return EXIT_BAD_INPUT, f"{e.filename}: {e.strerror or e}"
     if mod.startswith(("requests", "urllib3", "httpx")):
         return EXIT_BAD_INPUT, f"HTTP: {e}"
-    if mod.startswith(("yaml", "safetensors")):
-        return EXIT_BAD_INPUT, f"{type(e).__name__}: {e}".replace("\n", " ")
-    if isinstance(e, (OSError, ValueError)):
-        return EXIT_BAD_INPUT, f"{type(e).__name__}: {e}".replace("\n", " ")
-    return EXIT_INTERNAL, f"unexpected {type(e).__name__}: {e} (a bug: rerun with --debug and report it)"
+    what = ("not valid JSON" if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
+            if isinstance(e, UnicodeDecodeError) else type(e).__name__)
+    line = f"{what}: {e}".replace("\n", " ")
+    if isinstance(e, (OSError, ValueError)) or mod.startswith(("yaml", "safetensors")):
+        where = _file_being_read(e)
+        return EXIT_BAD_INPUT, f"{where}: {line}" if where else line
+    return EXIT_INTERNAL, f"unexpected {line} (a bug: rerun with --debug and report it)"
+
+
+def _raised_in_launched_module(e: BaseException) -> bool:
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__") == "runpy":
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def run_tool(tool: str, main, argv=None) -> int:
@@ -144,6 +176,9 @@ def run_tool(tool: str, main, argv=None) -> int:
         print(f"{prog(tool)}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as e:  # noqa: BLE001 - the one place every tool's errors become one line
+        if _raised_in_launched_module(e):  # SGLang's own server (launch runs it in-process): its error, its way
+            traceback.print_exc()
+            return 1
         if debug:
             traceback.print_exc()
         code, line = describe(e)

@@ -108,11 +108,12 @@ def builtin_dir(name: str) -> Path:
 
 def ensure_builtin(path: str | os.PathLike) -> Path:
     """Make the built-in model a preset names, told apart by its cache folder's name."""
-    if Path(path).name == "tiny-kimi-k25":
-        from .tiny_kimi import ensure_tiny_kimi_target
+    from .tiny_kimi import KIMI_TARGETS, ensure_kimi_target
 
-        return ensure_tiny_kimi_target(path)
-    return ensure_tiny_target(path)
+    name = Path(path).name
+    if name in KIMI_TARGETS:
+        return ensure_kimi_target(name, path)
+    return ensure_target(name, path) if name in TARGETS else ensure_tiny_target(path)
 
 
 def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, branch_scale: float = 1.0,
@@ -169,10 +170,15 @@ def main(argv=None) -> int:
     ap.add_argument("--predictable", action="store_true",
                     help="the round trip's target: a greedy walk a draft can learn (tiny.PREDICTABLE)")
     ap.add_argument("--seed", type=int, default=0, help="weights' random seed")
+    ap.add_argument("--kimi", action="store_true",
+                    help="wrap it as Kimi-K2.5 (KimiK25ForConditionalGeneration + tiny vision tower; tiny_kimi.py)")
     a = cli_common.finish(ap, "tiny").parse_args(argv)
     if a.out and a.out.startswith("-"):  # never write a model into a folder named like an option
         raise cli_common.CliError(f"{a.out!r} looks like an option, not a folder; see --help")
-    print(ensure_tiny_target(a.out, seed=a.seed, **(PREDICTABLE if a.predictable else {})))
+    make = ensure_tiny_target
+    if a.kimi:
+        from .tiny_kimi import ensure_tiny_kimi_target as make
+    print(make(a.out, seed=a.seed, **(PREDICTABLE if a.predictable else {})))
     return 0
 
 

@@ -62,6 +62,22 @@ def default_dir() -> Path:
     return ds_dir().with_name("tiny-kimi-k25")
 
 
+def _kimi_targets() -> dict:
+    from .tiny import PREDICTABLE
+
+    return {"tiny-kimi-k25": {}, "tiny-kimi-k25-predictable": dict(PREDICTABLE)}
+
+
+# built-in wrapper targets: name -> ensure_tiny_kimi_target arguments (the round trip's is the predictable walk)
+KIMI_TARGETS = ("tiny-kimi-k25", "tiny-kimi-k25-predictable")
+
+
+def ensure_kimi_target(name: str, out: str | os.PathLike | None = None) -> Path:
+    if name not in KIMI_TARGETS:
+        raise ValueError(f"unknown built-in Kimi target {name!r}; available: {', '.join(KIMI_TARGETS)}")
+    return ensure_tiny_kimi_target(out or default_dir().with_name(name), **_kimi_targets()[name])
+
+
 def vision_config(text_hidden: int, **overrides) -> dict:
     v = {**TINY_VISION, **overrides}
     v.update(text_hidden_size=text_hidden, mm_hidden_size=v["hidden_size"], vt_hidden_size=v["hidden_size"],

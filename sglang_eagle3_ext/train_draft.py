@@ -63,6 +63,12 @@ Small adaptations, all outside the math (a ``Trainer`` subclass swapped in for t
   it), ``norm_before_fc``, ``fc_norm``, ``norm_output`` -- a classic EAGLE-3 head every
   supported release serves.
 
+``--draft-arch mla`` trains SGLang's MLA EAGLE-3 layout for DeepSeek/Kimi targets
+(``Eagle3DeepseekV2ForCausalLM``) with our own loop instead (training/mla_train.py: a PyTorch twin of
+SGLang's class, same loss kind, checkpoint in the layout SGLang's load_weights reads). A Kimi-K2.5 wrapper
+target (``model_type: kimi_k25``) works for both: its ``text_config`` is the target config, and speculators
+gets a verifier view of it (training/target_view.py).
+
 CPU runs (tests): fp32 hidden states (autocast is CUDA-only), SDPA attention (flex attention
 and the Triton fused loss are GPU paths), eager loss.  GPU defaults: bf16, speculators'
 ``simple_flex_attention``, fused (Triton) loss, ``torch.compile`` of the forward (speculators
@@ -74,140 +80,18 @@ import argparse
 import json
 import logging
 import math
-import re
 import shutil
 import sys
 import time
 from pathlib import Path
 
+# the data side (shared with the MLA trainer) lives in training/data.py; re-exported for callers and tests
+from .training.data import (META_FILES, META_KEYS, TrainDraftError, _existing_loss_masks, _say,  # noqa: F401
+                            find_hs_dir, list_hs_files, parse_layer_ids, prepare_data,
+                            read_layer_ids_from_metadata)
+from .training.progress import _Progress
+
 RUN_DIR = "_speculators_run"
-META_FILES = ("metadata.json", "sge3_dump_meta.json", "dump_meta.json")
-META_KEYS = ("hf_hidden_state_indices", "layer_indices_hf", "eagle_aux_hidden_state_layer_ids",
-             "aux_hidden_state_layer_ids", "target_layer_ids", "layer_ids")
-_HS_RE = re.compile(r"^hs_(\d+)\.safetensors$")
-
-log = logging.getLogger("sglang_eagle3_ext.train_draft")
-
-
-class TrainDraftError(RuntimeError):
-    pass
-
-
-def _say(msg: str) -> None:
-    print(f"[train_draft] {msg}", flush=True)
-
-
-# ----------------------------------------------------------------------------- data preparation
-
-def find_hs_dir(data: Path) -> Path:
-    for d in (data / "hidden_states", data):
-        if d.is_dir() and any(_HS_RE.match(p.name) for p in d.iterdir()):
-            return d
-    raise TrainDraftError(f"no hs_{{i}}.safetensors files in {data} or {data / 'hidden_states'}")
-
-
-def list_hs_files(hs_dir: Path) -> list[Path]:
-    """hs_0..hs_{N-1} in index order; speculators maps dataset row i to hs_i, so gaps are refused."""
-    idx = sorted(int(m.group(1)) for p in hs_dir.iterdir() if (m := _HS_RE.match(p.name)))
-    if idx != list(range(len(idx))):
-        missing = sorted(set(range(idx[-1] + 1)) - set(idx))[:5]
-        raise TrainDraftError(f"{hs_dir}: hs files are not contiguous from hs_0 (missing e.g. {missing}); "
-                              f"speculators reads row i from hs_i")
-    return [hs_dir / f"hs_{i}.safetensors" for i in idx]
-
-
-def read_layer_ids_from_metadata(data: Path) -> tuple[list[int] | None, str | None]:
-    for d in (data, data / "hidden_states"):
-        for name in META_FILES:
-            p = d / name
-            if not p.is_file():
-                continue
-            try:
-                meta = json.loads(p.read_text())
-            except (OSError, ValueError):
-                continue
-            for holder in (meta, meta.get("eagle_config") or {}):
-                for k in META_KEYS:
-                    if holder.get(k):
-                        return [int(x) for x in holder[k]], f"{p.name}:{k}"
-    return None, None
-
-
-def parse_layer_ids(text: str | None) -> list[int] | None:
-    if not text:
-        return None
-    return [int(x) for x in re.split(r"[,\s]+", text.strip()) if x]
-
-
-def _existing_loss_masks(data: Path, n: int):
-    """Row-aligned loss masks from an Arrow dataset already in DIR (the dump exporter writes one)."""
-    if not (data / "state.json").exists() and not (data / "dataset_info.json").exists():
-        return None
-    try:
-        import datasets
-
-        ds = datasets.load_from_disk(str(data))
-        if len(ds) != n or "loss_mask" not in ds.column_names or "input_ids" not in ds.column_names:
-            return None
-        return ds.with_format(None)
-    except Exception as e:  # noqa: BLE001 - an unreadable optional side file must not stop training
-        log.warning("ignoring the Arrow dataset in %s: %s", data, e)
-        return None
-
-
-def prepare_data(data: Path, hs_files: list[Path], prep: Path, n_slots_expected: int | None,
-                 vocab_size: int) -> dict:
-    """Write speculators' Arrow dataset (input_ids, loss_mask, seq_len) + token_freq.pt into `prep`."""
-    import datasets
-    import torch
-    from safetensors import safe_open
-
-    existing = _existing_loss_masks(data, len(hs_files))
-    rows = {"input_ids": [], "loss_mask": [], "seq_len": []}
-    freq = torch.zeros(vocab_size, dtype=torch.long)
-    n_slots = hidden = None
-    used_existing = 0
-    for i, p in enumerate(hs_files):
-        with safe_open(str(p), framework="pt") as f:
-            keys = set(f.keys())
-            if not {"token_ids", "hidden_states"} <= keys:
-                raise TrainDraftError(f"{p.name}: needs keys token_ids and hidden_states, has {sorted(keys)}")
-            ids = f.get_tensor("token_ids").long()
-            shape = f.get_slice("hidden_states").get_shape()
-        if len(shape) != 3 or shape[0] != ids.shape[0]:
-            raise TrainDraftError(f"{p.name}: hidden_states {shape} does not match token_ids [{ids.shape[0]}] "
-                                  f"(expected [L, n_layers, H])")
-        if n_slots is None:
-            n_slots, hidden = shape[1], shape[2]
-        elif (shape[1], shape[2]) != (n_slots, hidden):
-            raise TrainDraftError(f"{p.name}: hidden_states {shape} differs from hs_0's [L, {n_slots}, {hidden}]")
-        if int(ids.max()) >= vocab_size or int(ids.min()) < 0:
-            raise TrainDraftError(f"{p.name}: token id out of the target vocab [0, {vocab_size})")
-        L = int(ids.shape[0])
-        mask = [1] * L
-        if existing is not None:
-            row = existing[i]
-            if list(row["input_ids"]) == ids.tolist() and len(row["loss_mask"]) == L:
-                mask = [int(x) for x in row["loss_mask"]]
-                used_existing += 1
-        rows["input_ids"].append(ids.tolist())
-        rows["loss_mask"].append(mask)
-        rows["seq_len"].append(L)
-        m = torch.tensor(mask, dtype=torch.bool)
-        freq += torch.bincount(ids[m], minlength=vocab_size)
-    if n_slots_expected is not None and n_slots != n_slots_expected:
-        raise TrainDraftError(f"hs files carry {n_slots} slots per token but {n_slots_expected - 1} aux layer ids "
-                              f"+ the final state were given: layer ids and the dump disagree")
-    if prep.exists():
-        shutil.rmtree(prep)
-    prep.mkdir(parents=True)
-    ds = datasets.Dataset.from_dict(rows).with_format("torch")
-    ds.save_to_disk(str(prep))
-    token_freq = {int(t): int(c) for t, c in enumerate(freq.tolist()) if c}
-    torch.save(token_freq, prep / "token_freq.pt")
-    return {"n_samples": len(hs_files), "n_tokens": sum(rows["seq_len"]), "n_slots": n_slots,
-            "hidden_size": hidden, "loss_mask_from_dataset": used_existing,
-            "n_loss_tokens": int(freq.sum())}
 
 
 # ----------------------------------------------------------------------------- draft config
@@ -247,46 +131,6 @@ def draft_layer_config(target_cfg: dict, *, num_layers: int = 1, intermediate_si
 
 
 # ----------------------------------------------------------------------------- training
-
-class _Progress(logging.Handler):
-    """Reads speculators' metric records (dicts on the `speculators.metrics` logger) and prints them."""
-
-    def __init__(self, every: int, ttt_steps: int, total_steps: int | None):
-        super().__init__(level=logging.INFO)
-        self.every = max(1, every)
-        self.ttt = ttt_steps
-        self.total = total_steps
-        self.history: list[dict] = []
-        self.val: list[dict] = []
-        self.t0 = time.perf_counter()
-        self.tokens = 0
-
-    def emit(self, record):
-        msg = record.msg
-        if not isinstance(msg, dict):
-            return
-        if "train" in msg:
-            m = dict(msg["train"])
-            prof = msg.get("profile") or {}
-            step = int(msg.get("global_step", len(self.history))) + 1
-            ntok = prof.get("tokens_per_s", 0.0) * prof.get("step_ms", 0.0) / 1000.0
-            self.tokens += ntok
-            m.update(step=step, tokens=ntok, tokens_per_s=prof.get("tokens_per_s", 0.0),
-                     epoch=msg.get("epoch"), lr=msg.get("lr"))
-            self.history.append(m)
-            if step == 1 or step % self.every == 0 or (self.total and step >= self.total):
-                accs = " ".join(f"acc{k}={m.get(f'full_acc_{k}', float('nan')):.3f}" for k in range(self.ttt))
-                tot = f"/{self.total}" if self.total else ""
-                lr = msg.get("lr")
-                lr = next(iter(lr.values())) if isinstance(lr, dict) else lr
-                _say(f"step {step}{tot} epoch {msg.get('epoch')} loss={m.get('loss', float('nan')):.4f} {accs} "
-                     f"tok/s={m['tokens_per_s']:.0f} lr={lr:.2e} elapsed={time.perf_counter() - self.t0:.1f}s")
-        elif "val" in msg:
-            v = dict(msg["val"])
-            self.val.append(v)
-            accs = " ".join(f"acc{k}={v.get(f'full_acc_{k}_epoch', float('nan')):.3f}" for k in range(self.ttt))
-            _say(f"val epoch {msg.get('epoch')} loss={v.get('loss_epoch', float('nan')):.4f} {accs}")
-
 
 def _make_trainer_class(base, *, device: str, out: Path, steps: int | None, epochs_given: bool,
                         keep_checkpoints: bool, progress: _Progress, result: dict):

@@ -54,6 +54,10 @@ class _Feed:
                 self.ignored[canon] = why
                 if canon == "t2d" and tuple(tensor.shape) != self.shapes["t2d"]:
                     self.problems += rules.tensor_problems(canon, tuple(tensor.shape), self.spec, self.shapes, self.where)
+                if canon == "embed_tokens.weight" and tuple(tensor.shape) == self.shapes[canon]:
+                    # SGLang loads it too, then replaces it with the target's: behave exactly as the release
+                    self.current = canon
+                    yield keys.to_release(canon, self.layout, mla=self.spec.mla)[0], tensor
                 continue
             bad = rules.tensor_problems(canon, tuple(tensor.shape), self.spec, self.shapes, self.where)
             target, refused = keys.to_release(canon, self.layout, mla=self.spec.mla)
@@ -145,6 +149,16 @@ def _draft_dir(config) -> Path | None:
     return cached_snapshot(path) if path and looks_like_hub_id(path) else None  # hub id: SGLang's download
 
 
+def _model_path_is(d: Path | None) -> bool:
+    from .context import server_args
+
+    mp = getattr(server_args(), "model_path", None)
+    try:
+        return d is not None and bool(mp) and Path(os.path.expanduser(mp)).resolve() == d.resolve()
+    except OSError:
+        return False
+
+
 def pre_load_problems(model, layout) -> tuple[rules.DraftSpec | None, list[Problem], str]:
     """Files, config and target checks: everything decidable before a tensor is read."""
     from .context import target_config
@@ -158,7 +172,7 @@ def pre_load_problems(model, layout) -> tuple[rules.DraftSpec | None, list[Probl
         problems += fp
     spec, cp = rules.spec_from_config(_model_config_dict(model), layout, where=f"{where}/config.json")
     problems += cp
-    tc = target_config()
+    tc = None if _model_path_is(d) else target_config()  # the draft itself as "model": nothing to compare
     if spec is not None and tc is not None:
         problems += rules.target_problems(spec, tc, where=f"{where} vs target")
     if envs.get(DEFER_WIDTH_ENV):

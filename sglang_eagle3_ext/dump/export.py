@@ -71,7 +71,8 @@ def _staging_dir(out: Path, dump_dir: Path) -> Path:
         raise ExportError(f"--out {out} must be outside the dump dir {dump_dir} and must not contain it")
     if out.is_symlink() or out.exists():
         if not out.is_dir() or out.is_symlink():
-            raise ExportError(f"--out {out} exists and is not a directory; choose a new directory")
+            raise ExportError(f"--out {out} exists and is {'a symlink' if out.is_symlink() else 'not a directory'}; "
+                              f"choose a new directory")
         if any(out.iterdir()) and not _is_our_export(out):
             raise ExportError(f"--out {out} is not empty and holds no export of this tool (no {EXPORT_MARKER}); "
                               f"choose a new or empty directory (nothing there was changed)")

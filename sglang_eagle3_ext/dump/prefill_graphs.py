@@ -17,7 +17,7 @@ What each release resolves (read from the resolved ServerArgs object -- what it 
   piecewise prefill, the default for DeepSeek-V3 on CUDA; `--disable-cuda-graph` does not turn it off: the
   model runner reads only this field) -- `--disable-piecewise-cuda-graph`, and drop
   `--enforce-piecewise-cuda-graph`.
-An EAGLE target on tc_piecewise is not refused: SGLang skips that capture at run time (0.5.14+). It may also
+An EAGLE target on tc_piecewise/full is not refused: SGLang skips that capture at run time (0.5.14+). It may also
 skip an auto-selected one with < 4 GiB free: the refusal then errs on the safe side.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ def prefill_graph_backend(sa) -> str | None:
         prefill = cfg.get("prefill") if isinstance(cfg, dict) else getattr(cfg, "prefill", None)
         backend = prefill.get("backend") if isinstance(prefill, dict) else getattr(prefill, "backend", None)
         backend = str(getattr(backend, "value", backend) or DISABLED)
-        if backend == "tc_piecewise" and _eagle_target_skips(sa):
+        if backend in ("tc_piecewise", "full") and _eagle_target_skips(sa):
             return None
         return None if backend == DISABLED else backend
     if hasattr(sa, "disable_piecewise_cuda_graph"):
@@ -48,10 +48,11 @@ def prefill_graph_backend(sa) -> str | None:
 
 
 def _eagle_target_skips(sa) -> bool:
-    """0.5.14+ (capture_prefill_graph, every release since): an EAGLE target does not capture tc_piecewise
-    prefill graphs (they would record the wrong hidden-state mode) unless --enable-return-hidden-states."""
+    """0.5.14+ (capture_prefill_graph, every release since): an EAGLE target captures prefill graphs only with
+    the breakable backend (tc_piecewise/full would record the wrong hidden-state mode), unless
+    --enable-return-hidden-states."""
     algo = str(getattr(sa, "speculative_algorithm", None) or "").upper()
-    return algo in ("EAGLE", "EAGLE3", "NEXTN") and not getattr(sa, "enable_return_hidden_states", False)
+    return algo in ("EAGLE", "EAGLE3", "NEXTN", "FROZEN_KV_MTP") and not getattr(sa, "enable_return_hidden_states", False)
 
 
 def refusal(sa) -> str | None:

@@ -120,6 +120,9 @@ class ServingAssembler(Assembler):
         elif isinstance(batch, RequestEnd):
             out = self._feed_end(batch), []
         else:
+            for rid, p in zip(batch.rids, batch.prefix_lens):
+                if p == 0 and rid in self.held:     # re-prefilled after a retraction: the new prefill replaces it
+                    self._forget(rid)
             done, refused = super().feed(batch)
             for s in done:
                 self._hold(s)
@@ -136,9 +139,6 @@ class ServingAssembler(Assembler):
         for pc in s.pieces:              # not finish(): the sample id stays taken until the request ends
             self._unref(pc.batch)
         s.pieces = []
-        old = self.held.pop(s.rid, None)
-        if old is not None:              # re-prefilled after a retraction: the new prefill replaces it all
-            self.held_bytes -= old.nbytes
         h = self.held[s.rid] = Held(s.rid, s.sample_id, tensors)
         self.held_bytes += h.nbytes
         if self.held_bytes > self.max_held_bytes:

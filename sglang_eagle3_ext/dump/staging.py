@@ -6,7 +6,7 @@ forward thread, and the allocator caches blocks per size, so varied prompt lengt
 Regions are taken in ring order and may be freed out of order (samples finish on several io threads);
 the tail advances over freed regions. When no contiguous space is free, alloc() returns None and the
 caller falls back to an ordinary pinned allocation: the ring only ever makes the copy cheaper, the
-host-memory budget (writer.Budget) still decides when the forward pass must wait.
+host-memory budget (backpressure.Budget) still decides when the forward pass must wait.
 """
 from __future__ import annotations
 

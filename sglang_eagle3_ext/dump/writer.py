@@ -26,6 +26,7 @@ from pathlib import Path
 
 from .._log import log_once, logger
 from .assemble import Assembler, ChunkBatch, Sample
+from .backpressure import STALL_S, Budget, ForwardThreadApi  # noqa: F401 - re-exported (writer_process, tests)
 from .config import ENV_DISCARD, ENV_ENCODING, MANIFEST_DIR, META_FILE, NORM_FILE, SAMPLES_DIR, DumpConfig
 from .encoding import BY_ENV, NATIVE, describe, encode_sample
 from .fmt import T_AUX, T_IDS, atomic_write, dir_known, write_json_atomic, write_sample
@@ -33,7 +34,6 @@ from .manifest import ManifestWriter, read_manifest, sample_path, sample_relpath
 
 STATUS_DIR = "status"
 STATUS_EVERY_S = 5.0     # status file refresh while dumping
-STALL_S = 120.0          # the forward thread waited this long and no host memory came back: the writer is stuck
 IDLE_RELEASE_S = 30.0    # no batch for this long: no request can be mid-prefill, partials are dead requests
 # errors that concern one sample's file; any other OSError is the disk's or the dump dir's and stops dumping
 PER_SAMPLE_ERRNOS = frozenset({errno.ENOENT, errno.ENAMETOOLONG, errno.EINVAL})
@@ -46,55 +46,6 @@ IDENTITY_DEFAULTS = {"encoding": NATIVE}   # dumps made before the key existed
 
 class DumpStartupError(RuntimeError):
     pass
-
-
-class Budget:
-    """Bytes of host memory held by in-flight batches. acquire() waits while that would exceed the cap
-    *and* waiting can help (some held bytes belong to work that will finish); bytes parked in
-    half-stitched requests cannot be freed by waiting, so then it overshoots (logged) instead of deadlocking."""
-
-    def __init__(self, cap: int, progress_possible, stall_s: float = STALL_S):
-        self.cap, self.used = cap, 0
-        self._progress_possible = progress_possible
-        self.stall_s = stall_s
-        self._cond = threading.Condition()
-        self.waited_s = 0.0
-
-    def acquire(self, n: int) -> bool:
-        """False (nothing taken) when the wait stalled: stall_s without any byte coming back."""
-        with self._cond:
-            t0 = None
-            while self.used and self.used + n > self.cap and self._progress_possible():
-                now = time.monotonic()
-                if t0 is None:
-                    t0 = last_progress = now
-                    seen = self.used
-                    log_once("dump.backpressure", "dump writer is behind: the forward pass waits for the writer "
-                             "(host budget %d MB full); raise SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB or use faster "
-                             "storage", self.cap >> 20, level=logging.WARNING)
-                elif self.used < seen:
-                    seen, last_progress = self.used, now
-                elif now - last_progress >= self.stall_s:
-                    self.waited_s += now - t0
-                    return False
-                self._cond.wait(min(0.5, self.stall_s))
-            if t0 is not None:
-                self.waited_s += time.monotonic() - t0
-            if self.used + n > self.cap and self.used:
-                log_once("dump.overshoot", "dump host budget exceeded by partially stitched requests "
-                         "(%d + %d > %d bytes); continuing rather than deadlocking", self.used, n, self.cap,
-                         level=logging.WARNING)
-            self.used += n
-            return True
-
-    def release(self, n: int) -> None:
-        with self._cond:
-            self.used -= n
-            self._cond.notify_all()
-
-    def poke(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
 
 
 REFUSAL_COUNTERS = {"prefix_cache": "refused_prefix_cache", "duplicate_id": "refused_duplicate_id"}
@@ -124,34 +75,6 @@ def check_dump_dir(path: str) -> Path:
     except OSError as e:
         raise DumpStartupError(f"dump dir {path} is not writable: {e}") from e
     return p
-
-
-class ForwardThreadApi:
-    """What the capture calls on the forward thread, common to both writers (needs done_ids, budget)."""
-
-    checks_finite_off_gil = False   # True: the NaN/Inf check costs the forward thread nothing where it runs
-
-    def is_done(self, sample_id: str) -> bool:
-        return sample_id in self.done_ids
-
-    def reserve(self, nbytes: int) -> bool:
-        """Backpressure: may block the forward thread until host memory is free; never drops. False (and
-        dumping stopped) when the writer made no progress for STALL_S: serving must not hang on the dump."""
-        if self.budget.acquire(nbytes):
-            return True
-        self.stop_stalled(f"the writer released no host memory for {self.budget.stall_s:.0f} s while the forward "
-                          f"pass waited for {nbytes} bytes ({self.budget.used} held; stuck storage?)")
-        return False
-
-    def unreserve(self, nbytes: int) -> None:
-        self.budget.release(nbytes)
-
-    def _release(self, batch: ChunkBatch) -> None:
-        """Nothing holds the batch's host copies any more: their staging region and budget go back (once)."""
-        if batch.free_host is not None:
-            batch.free_host()
-            batch.free_host = None
-        self.budget.release(batch.nbytes)
 
 
 class DumpWriter(ForwardThreadApi):

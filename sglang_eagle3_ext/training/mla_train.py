@@ -186,8 +186,8 @@ def train_from_args(a) -> dict:
     """`train_draft --draft-arch mla`: same data, target and layer-id resolution as the Llama path."""
     import torch
 
-    from ..train_draft import (DEFAULT_EPOCHS, TrainDraftError, _say, find_hs_dir, list_hs_files, parse_layer_ids,
-                               read_layer_ids_from_metadata)
+    from ..train_draft import DEFAULT_EPOCHS
+    from .data import TrainDraftError, _say, find_hs_dir, list_hs_files, parse_layer_ids, read_layer_ids_from_metadata
 
     data, target, out = Path(a.data), Path(a.target), Path(a.out)
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -25,7 +25,18 @@ def _save(records: dict) -> None:
         torch.save(records, Path(os.environ[ENV]) / f"{os.getpid()}_{next(_seq):06d}.pt")
 
 
-def _on_prefill(wrapped, instance, args, kwargs):
+def _safe(fn):
+    """A recording failure is logged, never raised into the server (the test then finds positions missing)."""
+    def wrapper(wrapped, instance, args, kwargs):
+        try:
+            fn(args, kwargs)
+        except Exception as e:  # noqa: BLE001
+            print(f"draft_input_recorder: {type(e).__name__}: {e}", flush=True)
+        return wrapped(*args, **kwargs)
+    return wrapper
+
+
+def _record_prefill(args, kwargs):
     import torch
 
     batch, hs = args[0], args[1] if len(args) > 1 else kwargs["target_hidden_states"]
@@ -38,10 +49,9 @@ def _on_prefill(wrapped, instance, args, kwargs):
                             hs[row:row + n].cpu().clone())
             row += n
     _save(rec)
-    return wrapped(*args, **kwargs)
 
 
-def _on_decode(wrapped, instance, args, kwargs):
+def _record_decode(args, kwargs):
     batch, res = args[0], args[1] if len(args) > 1 else kwargs["batch_result"]
     hs, acc, vi = res.logits_output.hidden_states, res.accept_lens.cpu(), batch.spec_info
     rec = {}
@@ -52,15 +62,14 @@ def _on_decode(wrapped, instance, args, kwargs):
             rec[req.rid] = (vi.positions[r:r + a].cpu().clone(), vi.draft_token[r:r + a].cpu().clone(),
                             hs[r:r + a].cpu().clone())
     _save(rec)
-    return wrapped(*args, **kwargs)
 
 
 def _patch(module) -> None:
     import wrapt
 
     cls = module.EagleDraftWorker
-    wrapt.wrap_function_wrapper(cls, "_draft_extend_for_prefill", _on_prefill)
-    wrapt.wrap_function_wrapper(cls, "_draft_extend_for_decode", _on_decode)
+    wrapt.wrap_function_wrapper(cls, "_draft_extend_for_prefill", _safe(_record_prefill))
+    wrapt.wrap_function_wrapper(cls, "_draft_extend_for_decode", _safe(_record_decode))
 
 
 def register() -> None:

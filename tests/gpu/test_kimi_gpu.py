@@ -49,7 +49,7 @@ def test_kimi_dump_matches_transformers(tmp_path):
         rc = _client(base, data, dump, env).wait(900)
         text = Path(log).read_text()
         assert rc == 0, f"client failed; server log {log}"
-        assert "KimiK25ForConditionalGeneration" in text and "DISABLED" not in text
+        assert "DISABLED" not in text
         assert decode_graphs_captured(text), "served without decode CUDA graphs"
     man = read_manifest(dump)
     assert sorted(man) == [f"s{i:04d}" for i in range(4)]
@@ -74,7 +74,7 @@ def test_kimi_dump_matches_transformers(tmp_path):
 
 
 def _train(hs, target, out, arch: str) -> str:
-    extra = (["--draft-arch", "mla", "--epochs", os.environ.get("SGE3_KIMI_MLA_EPOCHS", "4"), "--lr", "1e-3"]
+    extra = (["--draft-arch", "mla", "--epochs", os.environ.get("SGE3_KIMI_MLA_EPOCHS", "6"), "--lr", "2e-3"]
              if arch == "mla" else
              ["--epochs", os.environ.get("SGE3_KIMI_EPOCHS", "12"), "--lr", "3e-3", "--loss-impl", "eager"])
     p = _run(["sglang_eagle3_ext.train_draft", "--data", str(hs), "--target", str(target), "--out", str(out),

@@ -1,7 +1,7 @@
 """The round trip on real SGLang (GPU): dump -> train with speculators -> convert/check -> serve EAGLE-3 -> bench.
 
 One test, each step through the product's own CLIs, timings and figures written to
-$OUT/roundtrip.json. It can fail: the accept length threshold is measured on held-out prompts
+$OUT/roundtrip_<target>_<backend>.json. It can fail: the accept length threshold is measured on held-out prompts
 with greedy decoding, and the outputs with speculation must equal those without, token for token.
 Every server runs with CUDA graphs on (decode and the draft's), as users serve.
 

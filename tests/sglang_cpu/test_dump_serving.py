@@ -207,6 +207,11 @@ def test_prompt_plus_accepted_rows_and_bonus_stitched_per_request(serving):
     assert (rec["prompt_len"], rec["prefill_tokens"], rec["verify_tokens"]) == (5, 5, 7)
     assert meta["verify_tokens"] == 7 and meta["accept_len"] == pytest.approx(3.5)
     assert serving_mode.default_loss_mask(rec, 12) == [0] * 5 + [1] * 7
+    from sglang_eagle3_ext.dump.export import export_specforge
+
+    assert export_specforge(sv.dir, sv.dir.parent / "sf") == 1    # the export trains on the response only
+    row = torch.load(next((sv.dir.parent / "sf").rglob("data_0.ckpt")), weights_only=True)
+    assert row["loss_mask"].tolist() == [0] * 5 + [1] * 7 and row["input_ids"].tolist() == a.tokens[:12]
     st = w.stats
     assert (st["response_samples"], st["response_tokens"], st["dropped_aborted"], st["held_requests"]) == (1, 7, 1, 0)
     assert st["verify_batches"] == 3 and st["held_mb"] == 0
@@ -320,3 +325,26 @@ def test_layers_are_the_drafts_or_a_start_up_error(serving, monkeypatch):
     sv.sa.speculative_eagle_topk = 4
     with pytest.raises(C.DumpConfigError, match="topk"):
         serving_mode.install(sv.target, sv.model, sv.sa)
+
+
+def test_retracted_request_restitched_and_end_streamed_twice(serving):
+    """A request retracted mid-decode is re-prefilled with its output so far: the new prefill replaces what was
+    held, verify rows continue after it; the loss mask still starts after the request's own prompt. Under
+    overlap scheduling a finished request is streamed again in the next batch: written once."""
+    sv = serving()
+    a = Seq(_req("a", range(1, 6)), 12, 1)
+    _prefill(sv.model, [a])
+    _verify(sv.model, [a], [3])
+    # retraction: SGLang re-prefills prompt + output so far (8 tokens) from scratch
+    redo = Seq(_req("a", a.tokens[:8]), 0, 9)
+    redo.tokens = a.tokens
+    re = _prefill(sv.model, [redo])
+    a.pos = 8
+    v = _verify(sv.model, [a], [2])
+    _end([a], ["finished"])
+    _end([a], ["finished"])
+    assert sv.writer.flush(30)
+    rec, meta = _check_sample(sv.dir, "a", [re["a"], v["a"]], a.tokens[:10])
+    assert (rec["prompt_len"], rec["prefill_tokens"], rec["verify_tokens"]) == (5, 8, 2)
+    assert serving_mode.default_loss_mask(rec, 10) == [0] * 5 + [1] * 5
+    assert sv.writer.stats["written"] == 1 and sv.writer.stats["held_requests"] == 0

@@ -73,6 +73,7 @@ def _sglang_draft(h, path):
 
 @pytest.mark.parametrize("own_states", [False, True], ids=["target-fed", "draft-states"])
 def test_same_logits_as_sglang(sglang_cpu, draft_dir, own_states):
+    pytest.importorskip("sglang.srt.models.kimi_k25_eagle3")   # SGLang's MLA draft: 0.5.12+
     ours = load_checkpoint(draft_dir).float().eval()
     theirs = _sglang_draft(sglang_cpu, draft_dir)
     assert type(theirs).__module__.endswith("kimi_k25_eagle3")

@@ -155,7 +155,15 @@ def test_run_tool_maps_errors_to_codes(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "x.json: No such file or directory" in err and len(err.strip().splitlines()) == 1
     (tmp_path / "x.json").write_text("{bad")
-    assert run_tool("check", reads, []) == EXIT_BAD_INPUT and "not valid JSON" in capsys.readouterr().err
+    assert run_tool("check", reads, []) == EXIT_BAD_INPUT
+    assert f"a file in {tmp_path}: not valid JSON" in capsys.readouterr().err  # json errors carry no path
+    bad = tmp_path / "x.json"
+
+    def reads_file(argv):
+        return json.loads(bad.read_text())
+
+    assert run_tool("check", reads_file, []) == EXIT_BAD_INPUT
+    assert f"{bad}: not valid JSON" in capsys.readouterr().err
 
     def bug(argv):
         raise RuntimeError("boom")
@@ -196,3 +204,14 @@ def test_patches_ship_every_release(capsys):
     assert set(rels) == {d.name for d in (REPO / "patches").iterdir() if (d / patches_cli.PATCH_FILE).exists()}
     assert patches_cli.main(["--print", "0.5.16"]) == 0
     assert capsys.readouterr().out == rels["0.5.16"].read_text()
+
+
+def test_errors_of_the_server_launched_in_process_keep_their_traceback(tmp_path, capsys):
+    """`launch` runs SGLang's own __main__ through runpy: a failure there is SGLang's, shown as Python shows it."""
+    import runpy
+
+    srv = tmp_path / "fake_server.py"
+    srv.write_text("raise ValueError('bad --model-path')\n")
+    assert run_tool("launch", lambda argv: runpy.run_path(str(srv), run_name="__main__"), []) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ValueError: bad --model-path" in err
