@@ -54,7 +54,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action):
         h = action.help or ""
-        if (action.default not in (None, argparse.SUPPRESS) and "%(default)" not in h and "default" not in h
+        if (action.default not in (None, argparse.SUPPRESS, [], ()) and "%(default)" not in h and "default" not in h
                 and action.option_strings and not isinstance(action.default, bool)):
             h += " (default: %(default)s)"
         return h

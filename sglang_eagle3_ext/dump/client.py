@@ -20,8 +20,6 @@ import logging
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -77,21 +75,26 @@ def read_samples(path, limit: int | None = None) -> tuple[list[dict], int]:
 
 
 # ---- server -----------------------------------------------------------------------------------------
-def http_json(url: str, payload=None, timeout: float = 600.0):
-    data = None if payload is None else json.dumps(payload).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
+def _server(url: str):
+    from ..http_client import Server, ServerError
+
+    try:
+        return Server(url)
+    except ServerError as e:
+        raise ClientError(str(e)) from None
 
 
 def server_info(url: str) -> dict:
-    for path in ("/get_server_info", "/server_info"):
-        try:
-            return http_json(url + path, timeout=30)
-        except urllib.error.HTTPError:
-            continue
-        except OSError as e:
-            raise ClientError(f"server {url} not reachable: {e}") from e
+    from ..http_client import ServerError
+
+    try:
+        srv = _server(url)
+        for path in ("/get_server_info", "/server_info"):
+            info = srv.get(path, timeout=30, quiet_404=True)
+            if info is not None:
+                return info
+    except ServerError as e:
+        raise ClientError(f"server {url} not reachable: {e}") from e
     raise ClientError(f"server {url} answers neither /get_server_info nor /server_info")
 
 
@@ -142,7 +145,9 @@ def writer_status(d: Path) -> dict:
     return out
 
 
-def check_dump_dir(dump_dir) -> dict:
+def require_server_dumping_to(dump_dir) -> dict:
+    """The dump dir's meta, once its meta and status files show a server dumping into it (not stopped,
+    not discarding); else ClientError saying what to fix."""
     d = Path(dump_dir)
     meta = d / META_FILE
     if not meta.exists():
@@ -176,15 +181,16 @@ class Tokenizer:
         return list(out)
 
 
-def _generate(url, ids, rid, max_new_tokens, temperature=0.0, timeout=600.0):
-    return http_json(url + "/generate", {"input_ids": ids, "rid": rid,
-                                         "sampling_params": {"max_new_tokens": max_new_tokens,
-                                                             "temperature": temperature}}, timeout)
+def _generate(srv, ids, rid, max_new_tokens, temperature=0.0, timeout=600.0):
+    return srv.post("/generate", {"input_ids": ids, "rid": rid,
+                                  "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature}},
+                    timeout=timeout)
 
 
 def run(args) -> int:
-    meta = check_dump_dir(args.dump_dir)
+    meta = require_server_dumping_to(args.dump_dir)
     info = server_info(args.url)
+    srv = _server(args.url)
     skip_tok = bool(info.get("skip_tokenizer_init"))
     samples, bad = read_samples(args.data, args.limit)
     tail = ManifestTail(args.dump_dir)
@@ -211,7 +217,7 @@ def run(args) -> int:
             return
         ids = s["value"] if s["kind"] == "input_ids" else tok.ids(s, generation_prompt=args.generate)
         if args.generate:
-            out = _generate(args.url, ids, f"{NODUMP_RID_PREFIX}{s['id']}-{uuid.uuid4().hex[:8]}",
+            out = _generate(srv, ids, f"{NODUMP_RID_PREFIX}{s['id']}-{uuid.uuid4().hex[:8]}",
                             args.max_new_tokens, args.temperature, args.timeout)
             gen = out.get("output_ids")
             if gen is None:
@@ -222,7 +228,7 @@ def run(args) -> int:
             with gen_lock:  # before the dump request: a listed sample always has its mask
                 gen_log.write(json.dumps({"id": s["id"], "prompt_len": prompt_len, "len": len(ids)}) + "\n")
                 gen_log.flush()
-        _generate(args.url, list(ids), s["id"], 1, 0.0, args.timeout)
+        _generate(srv, list(ids), s["id"], 1, 0.0, args.timeout)
 
     bar = None
     try:
@@ -271,7 +277,7 @@ def run(args) -> int:
         time.sleep(0.5)
         refresh()
         try:
-            check_dump_dir(args.dump_dir)
+            require_server_dumping_to(args.dump_dir)
         except ClientError as e:
             failed["<writer>"] = str(e)
             break

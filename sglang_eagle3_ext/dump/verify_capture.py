@@ -16,6 +16,7 @@ The end of a request (finished / aborted) comes from SchedulerOutputStreamer.str
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 
 from .._log import log_once, logger
@@ -195,13 +196,22 @@ class VerifyCapture:
             return
         region = None
         try:
+            side = self.target._side_stream(srcs["aux"].device) if cuda else None
+            if side is not None:
+                # the rows leave graph-owned buffers (the next replay rewrites them): a device copy first, on the
+                # compute stream (microseconds), then the device->host copies overlap the next forward
+                srcs = {k: t.clone() for k, t in srcs.items()}
+                side.wait_stream(torch.cuda.current_stream())
             dst, region = self.target._host_buffers({k: (tuple(t.shape), t.dtype) for k, t in srcs.items()}, cuda)
-            for k, t in srcs.items():
-                dst[k].copy_(t, non_blocking=cuda)
-            event = None
-            if cuda:
-                event = torch.cuda.Event()
-                event.record()
+            with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+                for k, t in srcs.items():
+                    if side is not None:
+                        t.record_stream(side)    # not reused by the allocator before the side stream read it
+                    dst[k].copy_(t, non_blocking=cuda)
+                event = None
+                if cuda:
+                    event = torch.cuda.Event()
+                    event.record()
             vb = VerifyBatch([batch.reqs[i].rid for i in idx], ndt, dst["ids"], dst["pos"], dst["acc"], dst["aux"],
                              dst["finals"], event, nbytes)
             if region is not None:

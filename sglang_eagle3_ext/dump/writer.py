@@ -60,7 +60,7 @@ def _identity(path) -> tuple | None:
     return st.st_dev, st.st_ino
 
 
-def check_dump_dir(path: str) -> Path:
+def validate_dump_root(path: str) -> Path:
     """The dump dir must exist and be writable: a typo must not silently create a new tree."""
     p = Path(path)
     if not p.is_dir():
@@ -82,7 +82,7 @@ class DumpWriter(ForwardThreadApi):
         self.cfg, self.meta, self.name = cfg, dict(meta), name
         self.encoding = BY_ENV[cfg.encoding]
         self.meta.update(describe(self.encoding))
-        self.root = check_dump_dir(cfg.dump_dir)
+        self.root = validate_dump_root(cfg.dump_dir)
         self._root_id = _identity(self.root)   # a dump dir removed or replaced while serving stops dumping
         for sub in (SAMPLES_DIR, MANIFEST_DIR, STATUS_DIR):
             (self.root / sub).mkdir(exist_ok=True)

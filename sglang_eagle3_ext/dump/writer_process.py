@@ -49,10 +49,10 @@ class ProcessDumpWriter(ForwardThreadApi):
 
     def __init__(self, cfg, meta: dict, name: str = "dp0"):
         from ..patch_table import ENV_ENABLE
-        from .writer import Budget, check_dump_dir
+        from .writer import Budget, validate_dump_root
 
         self.cfg, self.name = cfg, name
-        self.root = check_dump_dir(cfg.dump_dir)
+        self.root = validate_dump_root(cfg.dump_dir)
         self.done_ids: set[str] = set(read_manifest(self.root))
         self.accepting, self.stop_reason = True, None
         self.stats: dict = {}

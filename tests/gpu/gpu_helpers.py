@@ -5,12 +5,12 @@ Logs go to $OUT (the device tool's folder) or a temp dir, one file per server.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 LOG_DIR = Path(os.environ.get("OUT") or os.environ.get("SGE3_LOG_DIR") or "/tmp/sge3_logs")
@@ -71,10 +71,21 @@ def decode_graphs_captured(log_text: str) -> bool:
 
 
 def http_json(url: str, payload=None, timeout: float = 600):
-    data = None if payload is None else json.dumps(payload).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
+    """GET (no payload) or POST `payload` as JSON to a full URL, through the package's HTTP client."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    path = u.path + (f"?{u.query}" if u.query else "")
+    return _server(f"{u.scheme}://{u.netloc}").request("GET" if payload is None else "POST", path, payload,
+                                                       timeout=timeout)
+
+
+@functools.lru_cache(maxsize=None)
+def _server(base: str):
+    """One connection pool per server (http_client.Server: bounded waits, one-line errors)."""
+    from sglang_eagle3_ext.http_client import Server
+
+    return Server(base)
 
 
 @contextlib.contextmanager
@@ -100,7 +111,7 @@ def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = N
             if proc.poll() is not None:
                 raise RuntimeError(f"server {name} exited with {proc.returncode}; see {log}:\n" + log.read_text()[-4000:])
             try:
-                urllib.request.urlopen(base + "/health", timeout=5)
+                http_json(base + "/health", timeout=5)
                 break
             except Exception:
                 if time.time() - t0 > timeout:

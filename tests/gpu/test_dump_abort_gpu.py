@@ -22,7 +22,6 @@ import socket
 import statistics
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -93,8 +92,7 @@ def _abort_by_endpoint(base, rids, lone_s: float, g) -> None:
             base + "/generate", _payload(r, p), timeout=120)), daemon=True)
         t.start()
         time.sleep(lone_s * rnd.uniform(0.2, 0.7))
-        urllib.request.urlopen(urllib.request.Request(base + "/abort_request", json.dumps({"rid": rid}).encode(),
-                                                      {"Content-Type": "application/json"}), timeout=30).read()
+        http_json(base + "/abort_request", {"rid": rid}, timeout=30)
         t.join(120)
         assert not t.is_alive(), f"{rid}: no answer 120 s after its abort"
 
@@ -175,7 +173,7 @@ def test_aborted_requests_leak_nothing_and_cost_no_rate(tiny_target, tmp_path):
         done = _dumped(dump)
         s = _wait(lambda: _settled(dump, len(done)), 60, "pending bytes and half-stitched requests back to 0")
         fb2 = _fallbacks(dump)
-        urllib.request.urlopen(base + "/health", timeout=10)        # still serving: no hang
+        http_json(base + "/health", timeout=10)        # still serving: no hang
 
     fig["ratio"] = fig["rate_after_aborts"] / fig["rate_baseline"]
     aborted = [r for r in done if r.startswith("abort")]

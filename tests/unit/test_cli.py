@@ -66,7 +66,7 @@ def test_every_option_has_help_and_shows_its_default(parsers):
                 if a.help == argparse.SUPPRESS or isinstance(a, argparse._SubParsersAction):
                     continue
                 assert a.help, f"{tool} ({p.prog}): {a.option_strings or a.dest} has no help"
-                if a.option_strings and a.default not in (None, False, argparse.SUPPRESS) and a.dest != "help":
+                if a.option_strings and a.default not in (None, False, argparse.SUPPRESS, [], ()) and a.dest != "help":
                     shown = p.formatter_class(p.prog)._get_help_string(a)
                     assert "default" in shown, f"{tool}: {a.option_strings} hides its default {a.default!r}"
             assert "--debug" in help_text, tool
