@@ -78,7 +78,7 @@ def run_writer(a, root: Path, use_save_file: bool, process: bool = False) -> dic
         src = [torch.randn(T, 5 * H).bfloat16() for _ in range(4)]   # reused contents, fresh batches
         ok = [_rows_finite([s]) for s in src]                          # as the capture computes them
         w = make_writer(cfg, meta, "dp0")
-        ring = w.open_staging(pin=False) if process else None
+        ring = w.staging if process else None
         with spinning() as out:
             t0 = time.perf_counter()
             for i in range(a.samples):

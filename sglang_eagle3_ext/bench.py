@@ -249,7 +249,7 @@ def benchmark(a) -> dict:
     try:
         for label, s in servers:
             bar.set_description(f"warm-up {label}")
-            for p in (ps.prompts * a.warmup)[: a.warmup]:
+            for p in (ps.prompts[i % len(ps.prompts)] for i in range(a.warmup)):
                 s.post("/generate", {**p, "sampling_params": {"temperature": 0, "max_new_tokens": 8}})
                 bar.update(1)
         levels = []

@@ -175,6 +175,11 @@ def run_tool(tool: str, main, argv=None) -> int:
     except KeyboardInterrupt:
         print(f"{prog(tool)}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `sglang-eagle3 ... | head`: the reader left, nothing went wrong here
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return EXIT_OK
     except Exception as e:  # noqa: BLE001 - the one place every tool's errors become one line
         if _raised_in_launched_module(e):  # SGLang's own server (launch runs it in-process): its error, its way
             traceback.print_exc()

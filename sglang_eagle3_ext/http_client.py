@@ -60,6 +60,14 @@ class Server:
     def post(self, path: str, payload: dict, **kw):
         return self.request("POST", path, payload, **kw)
 
+    def server_info(self) -> dict | None:
+        """GET /get_server_info (/server_info before 0.5.23); None when the server answers neither."""
+        for path in ("/get_server_info", "/server_info"):
+            info = self.get(path, timeout=min(self.timeout, 30.0), quiet_404=True)
+            if info is not None:
+                return info
+        return None
+
     def wait_healthy(self, wait_s: float, poll_s: float = 1.0) -> float:
         """Poll GET /health until it answers 200; ServerError naming the last failure after `wait_s` seconds."""
         import requests

@@ -204,8 +204,7 @@ class Assembler:
                 self._drop(rid)
                 refused.append(Refusal(rid, f"stitched {part.length} tokens > prompt length {total}", "overrun"))
         if batch.refs == 0:             # nothing of this batch is kept
-            batch.add_ref()
-            self._unref(batch)
+            self.release_unused(batch)
         self.release_ended(STALE_BATCHES)
         return done, refused
 
@@ -238,6 +237,11 @@ class Assembler:
         with self._active_lock:
             if self._active.get(sample.sample_id) == sample.rid:
                 del self._active[sample.sample_id]
+
+    def release_unused(self, batch: ChunkBatch) -> None:
+        """A batch that nothing keeps (no piece of it stitched): its host memory goes back now."""
+        batch.add_ref()
+        self._unref(batch)
 
     def _unref(self, batch: ChunkBatch) -> None:
         if batch.drop_ref():

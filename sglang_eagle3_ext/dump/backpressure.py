@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from abc import abstractmethod
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from .._log import log_once
 
 if TYPE_CHECKING:
     from .assemble import ChunkBatch
+    from .staging import PinnedRing
 
 STALL_S = 120.0          # the forward thread waited this long and no host memory came back: the writer is stuck
 
@@ -68,10 +70,38 @@ class Budget:
             self._cond.notify_all()
 
 
-class ForwardThreadApi:
-    """What the capture calls on the forward thread, common to both writers (needs done_ids, budget)."""
+class ForwardThreadApi(Protocol):
+    """What the capture (capture.py, verify_capture.py) calls on the forward thread. Both writers subclass it
+    explicitly (writer.DumpWriter in this process, writer_process.ProcessDumpWriter for a child process) and
+    inherit the budget handling below; each implements the abstract methods."""
 
-    checks_finite_off_gil = False   # True: the NaN/Inf check costs the forward thread nothing where it runs
+    done_ids: set[str]              # sample ids already in the manifest: not copied again
+    budget: Budget                  # host memory held by batches in flight
+    accepting: bool                 # False once dumping stopped (serving goes on)
+    stop_reason: str | None
+    stats: dict                     # the counters of the status file
+    staging: PinnedRing | None      # the ring the capture copies into; None: host_buffers() per batch
+    checks_finite_off_gil: ClassVar[bool] = False   # True: the NaN/Inf check costs the forward thread nothing
+
+    @abstractmethod
+    def host_buffers(self, specs: dict, cuda: bool) -> dict:
+        """{name: empty host tensor} per (shape, dtype), for a batch the staging ring has no room for."""
+
+    @abstractmethod
+    def submit(self, batch: ChunkBatch) -> None:
+        """Hand over a batch whose device->host copies were queued (its copy event says when they landed)."""
+
+    @abstractmethod
+    def stop_stalled(self, reason: str) -> None:
+        """The forward thread gave up waiting for host memory (reserve): stop dumping."""
+
+    @abstractmethod
+    def flush(self, timeout: float = 60.0) -> bool:
+        """Wait until every submitted batch is stitched and every complete sample written."""
+
+    @abstractmethod
+    def close(self, timeout: float = 60.0) -> None:
+        """Flush, then stop the writer's threads (and process)."""
 
     def is_done(self, sample_id: str) -> bool:
         return sample_id in self.done_ids

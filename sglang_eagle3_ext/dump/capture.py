@@ -70,15 +70,16 @@ def build_meta(model, cfg: DumpConfig, layers: list[int], ranks: dict) -> dict:
     }
 
 
-def make_writer(cfg: DumpConfig, meta: dict, name: str):
-    """In this process (io threads) or in a child process (SGLANG_EAGLE3_EXT_DUMP_WRITER=process)."""
+def make_writer(cfg: DumpConfig, meta: dict, name: str, cuda: bool = False):
+    """In this process (io threads) or in a child process (SGLANG_EAGLE3_EXT_DUMP_WRITER=process), with the
+    staging ring the capture copies into (writer.staging); cuda: the model runs on a GPU (pinned memory)."""
     if cfg.writer == "process":
         from .writer_process import ProcessDumpWriter
 
-        return ProcessDumpWriter(cfg, meta, name=name)
+        return ProcessDumpWriter(cfg, meta, name=name, pin=cuda)
     from .writer import DumpWriter
 
-    return DumpWriter(cfg, meta, name=name)
+    return DumpWriter(cfg, meta, name=name, staging=_staging_ring(cfg) if cuda else None)
 
 
 def get_writer():
@@ -113,7 +114,8 @@ def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
                      "from it (only a rank known to be 0 writes; else every rank would write the same samples)")
     if writes and _writer is None:
         meta = build_meta(model, cfg, layers, ranks)
-        _writer = make_writer(cfg, meta, name=f"dp{ranks['dp_rank']}")
+        first = next(model.parameters(), None)
+        _writer = make_writer(cfg, meta, name=f"dp{ranks['dp_rank']}", cuda=first is not None and first.is_cuda)
         sa = _server_args()
         if sa is not None and not getattr(sa, "disable_radix_cache", False):
             log_once("dump.radix", "dump: the radix cache is on: requests whose prompt head is cached are refused "
@@ -132,19 +134,13 @@ def _arg(args, kwargs, i: int, name: str):
     return kwargs.get(name)
 
 
-def _staging_ring(model, cfg: DumpConfig, writer):
-    """The pinned staging buffer (staging.py), allocated here at model init, before any CUDA graph
-    capture and before serving. None on CPU or when pinning fails (per-request pinned allocations then).
+def _staging_ring(cfg: DumpConfig):
+    """The pinned staging buffer (staging.py) of a CUDA model, allocated at model init, before any CUDA
+    graph capture and before serving. None when pinning fails (per-request pinned allocations then).
     The writer process brings its own, shared with it (pinned on a CUDA model)."""
     import time
 
-    first = next(model.parameters(), None)
-    cuda = first is not None and first.is_cuda
-    if getattr(writer, "shared_staging", False):
-        return writer.open_staging(pin=cuda)
     try:
-        if not cuda:
-            return None
         from .staging import PinnedRing
 
         t0 = time.monotonic()
@@ -173,9 +169,7 @@ class DumpTarget:
         self._prenorm = None
         self._norm_sent = False
         self._copy_stream = None
-        self.ring = _staging_ring(model, cfg, writer) if writer is not None else None
-        if writer is not None:
-            writer.staging = self.ring
+        self.ring = writer.staging if writer is not None else None
         self.norm = getattr(model.model, "norm", None)
         if cfg.want_prenorm:
             if self.norm is None:

@@ -75,27 +75,12 @@ def read_samples(path, limit: int | None = None) -> tuple[list[dict], int]:
 
 
 # ---- server -----------------------------------------------------------------------------------------
-def _server(url: str):
-    from ..http_client import Server, ServerError
-
-    try:
-        return Server(url)
-    except ServerError as e:
-        raise ClientError(str(e)) from None
-
-
-def server_info(url: str) -> dict:
-    from ..http_client import ServerError
-
-    try:
-        srv = _server(url)
-        for path in ("/get_server_info", "/server_info"):
-            info = srv.get(path, timeout=30, quiet_404=True)
-            if info is not None:
-                return info
-    except ServerError as e:
-        raise ClientError(f"server {url} not reachable: {e}") from e
-    raise ClientError(f"server {url} answers neither /get_server_info nor /server_info")
+def server_info(srv) -> dict:
+    """srv: an http_client.Server (its failures are one-line ServerErrors, reported by main)."""
+    info = srv.server_info()
+    if info is None:
+        raise ClientError(f"server {srv.url} answers neither /get_server_info nor /server_info")
+    return info
 
 
 class ManifestTail:
@@ -189,8 +174,10 @@ def _generate(srv, ids, rid, max_new_tokens, temperature=0.0, timeout=600.0):
 
 def run(args) -> int:
     meta = require_server_dumping_to(args.dump_dir)
-    info = server_info(args.url)
-    srv = _server(args.url)
+    from ..http_client import Server
+
+    srv = Server(args.url)
+    info = server_info(srv)
     skip_tok = bool(info.get("skip_tokenizer_init"))
     samples, bad = read_samples(args.data, args.limit)
     tail = ManifestTail(args.dump_dir)
@@ -387,10 +374,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    logging.getLogger("urllib3").setLevel(logging.ERROR)   # its retries: the final error says it once
     args = build_parser().parse_args(argv)
+    from ..cli_common import CliError   # http_client.ServerError among them
+
     try:
         return {"run": run, "export": export, "status": status}[args.cmd](args)
-    except ClientError as e:
+    except (ClientError, CliError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - the export's own errors are user-facing

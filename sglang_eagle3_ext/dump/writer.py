@@ -9,8 +9,8 @@ An error of the disk or of the dump dir (disk full, quota, read-only, I/O error,
 dir removed or replaced) stops dumping for the rest of the process: serving continues, the manifest stays
 consistent (it only lists renamed, fsynced files). An error of one sample (its file name, a bad tensor)
 skips that sample only; MAX_CONSECUTIVE_ERRORS such failures in a row stop dumping too.
-No wait is unbounded: the forward thread waits for host memory at most STALL_S without any of it coming
-back, then dumping stops.
+No wait is unbounded: the forward thread waits for host memory at most backpressure.STALL_S without any of
+it coming back, then dumping stops.
 """
 from __future__ import annotations
 
@@ -26,22 +26,19 @@ from pathlib import Path
 
 from .._log import log_once, logger
 from .assemble import Assembler, ChunkBatch, Sample
-from .backpressure import STALL_S, Budget, ForwardThreadApi  # noqa: F401 - re-exported (writer_process, tests)
-from .config import ENV_DISCARD, ENV_ENCODING, MANIFEST_DIR, META_FILE, NORM_FILE, SAMPLES_DIR, DumpConfig
+from .backpressure import Budget, ForwardThreadApi
+from .config import ENV_DISCARD, MANIFEST_DIR, NORM_FILE, SAMPLES_DIR, DumpConfig
 from .encoding import BY_ENV, NATIVE, describe, encode_sample
-from .fmt import T_AUX, T_IDS, atomic_write, dir_known, write_json_atomic, write_sample
+from .fmt import T_AUX, T_IDS, atomic_write, dir_known, write_sample
 from .manifest import ManifestWriter, read_manifest, sample_path, sample_relpath
+from .staging import PinnedRing
+from .status import STATUS_DIR, StatusFile, meta_mismatch
 
-STATUS_DIR = "status"
-STATUS_EVERY_S = 5.0     # status file refresh while dumping
+STATUS_EVERY_S = 5.0     # status file refresh (and dump dir check) while dumping
 IDLE_RELEASE_S = 30.0    # no batch for this long: no request can be mid-prefill, partials are dead requests
 # errors that concern one sample's file; any other OSError is the disk's or the dump dir's and stops dumping
 PER_SAMPLE_ERRNOS = frozenset({errno.ENOENT, errno.ENAMETOOLONG, errno.EINVAL})
 MAX_CONSECUTIVE_ERRORS = 16
-# Fields of dump_meta.json that must match when a run appends to an existing dump dir.
-IDENTITY_KEYS = ("layer_indices_hf", "hidden_size", "num_hidden_layers", "architecture", "final", "dtype",
-                 "encoding")
-IDENTITY_DEFAULTS = {"encoding": NATIVE}   # dumps made before the key existed
 
 
 class DumpStartupError(RuntimeError):
@@ -61,7 +58,8 @@ def _identity(path) -> tuple | None:
 
 
 def validate_dump_root(path: str) -> Path:
-    """The dump dir must exist and be writable: a typo must not silently create a new tree."""
+    """The dump dir (the root every run writes under) exists, is a directory and is writable: a typo must
+    not silently create a new tree. DumpStartupError otherwise."""
     p = Path(path)
     if not p.is_dir():
         raise DumpStartupError(f"dump dir {path} does not exist (create it first; it is not created for you)")
@@ -78,7 +76,10 @@ def validate_dump_root(path: str) -> Path:
 
 
 class DumpWriter(ForwardThreadApi):
-    def __init__(self, cfg: DumpConfig, meta: dict, name: str = "dp0"):
+    """The writer in this process: an assembler thread and io threads (see the module docstring)."""
+
+    def __init__(self, cfg: DumpConfig, meta: dict, name: str = "dp0", staging: PinnedRing | None = None):
+        """staging: the ring the capture copies into (None: host_buffers() per batch), shown in the status file."""
         self.cfg, self.meta, self.name = cfg, dict(meta), name
         self.encoding = BY_ENV[cfg.encoding]
         self.meta.update(describe(self.encoding))
@@ -86,7 +87,9 @@ class DumpWriter(ForwardThreadApi):
         self._root_id = _identity(self.root)   # a dump dir removed or replaced while serving stops dumping
         for sub in (SAMPLES_DIR, MANIFEST_DIR, STATUS_DIR):
             (self.root / sub).mkdir(exist_ok=True)
-        self._check_or_write_meta()
+        why = meta_mismatch(self.root, self.meta)
+        if why is not None:
+            raise DumpStartupError(why)
         self._clean_own_tmp()
         self.done_ids: set[str] = set(read_manifest(self.root))
         self.manifest = ManifestWriter(self.root, name)
@@ -106,10 +109,10 @@ class DumpWriter(ForwardThreadApi):
         self._asm = Assembler(self.is_done, self._release, cfg.min_tokens)
         self._io = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix="sge3-dump-io")
         self._norm_written = (self.root / NORM_FILE).exists()
-        self.staging = None       # the capture's PinnedRing, when it has one (shown in the status file)
+        self.staging = staging
         # the writer process (writer_process.py) reports these to the server: callables(sample_id), (reason), ()
         self.on_written = self.on_stop = self.on_progress = None
-        self._status_at, self._status_counts = 0.0, {}   # when, and the counters, the status file last showed
+        self._status = StatusFile(self.root, name)
         self._last_batch_at = self._root_checked_at = time.monotonic()
         self._thread = threading.Thread(target=self._assemble_loop, name="sge3-dump-assembler", daemon=True)
         self._thread.start()
@@ -119,24 +122,6 @@ class DumpWriter(ForwardThreadApi):
         self._write_status(self._running_state)
 
     # ---- start-up ---------------------------------------------------------------------------------
-    def _check_or_write_meta(self) -> None:
-        path = self.root / META_FILE
-        if path.exists():
-            import json
-
-            try:
-                old = json.loads(path.read_text())
-            except ValueError as e:
-                raise DumpStartupError(f"{path} is unreadable ({e}); use a fresh dump dir") from e
-            diff = {k: (old.get(k, IDENTITY_DEFAULTS.get(k)), self.meta.get(k)) for k in IDENTITY_KEYS
-                    if old.get(k, IDENTITY_DEFAULTS.get(k)) != self.meta.get(k)}
-            if diff:
-                hint = f" ({ENV_ENCODING} selects the encoding)" if "encoding" in diff else ""
-                raise DumpStartupError(f"dump dir {self.root} holds a dump with different settings {diff} "
-                                       f"(existing, now){hint}; use a fresh dump dir")
-            return
-        write_json_atomic(path, self.meta)
-
     def _clean_own_tmp(self) -> None:
         """Temporary files a killed run of this writer left behind (never listed in a manifest)."""
         tag = f".tmp{self.name}."
@@ -155,18 +140,7 @@ class DumpWriter(ForwardThreadApi):
         return out
 
     def _write_status(self, state: str, error: str | None = None) -> None:
-        self._status_counts = self._counters()
-        self._status_at = time.monotonic()
-        stats = dict(self._status_counts)
-        ring = self.staging
-        if ring is not None:
-            stats.update(staging_mb=ring.capacity >> 20, staging_fallbacks=ring.fallbacks)
-        try:
-            write_json_atomic(self.root / STATUS_DIR / f"{self.name}.json",
-                              {"state": state, "error": error, "pid": os.getpid(), "time": time.time(),
-                               "stats": stats})
-        except OSError:
-            pass  # the disk may be the problem; the log line says it
+        self._status.write(state, self._counters(), self.staging, error)
 
     @property
     def _running_state(self) -> str:
@@ -180,11 +154,11 @@ class DumpWriter(ForwardThreadApi):
             self._root_checked_at = now     # here, not per sample: an io thread's write resolves no path
             if not self._root_ok():
                 return
-        if self.accepting and now - self._status_at >= STATUS_EVERY_S:
-            if self._counters() != self._status_counts:
+        if self.accepting and self._status.stale(STATUS_EVERY_S):
+            if self._counters() != self._status.counts:
                 self._write_status(self._running_state)
 
-    # ---- forward-thread API (and ForwardThreadApi) -------------------------------------------------
+    # ---- forward-thread API (ForwardThreadApi) -----------------------------------------------------
     def host_buffers(self, specs: dict, cuda: bool) -> dict:
         """{name: empty host tensor} for each (shape, dtype) when the staging ring has no room (or on a CPU
         model, which has none): pinned on a CUDA model, so the copies stay asynchronous."""
@@ -215,8 +189,7 @@ class DumpWriter(ForwardThreadApi):
                 if not self.accepting:
                     self._asm.drop_all()
                     batch.wait()        # its host memory is reused only after the copies into it landed
-                    batch.add_ref()
-                    self._asm._unref(batch)
+                    self._asm.release_unused(batch)
                     continue
                 batch.wait()
                 self._last_batch_at = time.monotonic()

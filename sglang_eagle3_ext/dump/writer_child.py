@@ -13,7 +13,8 @@ import threading
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recvfds
 
-from .staging import map_shared, tensor_at
+from . import writer_messages as m
+from .staging import PinnedRing, map_shared, tensor_at
 
 
 def _dtype(name: str):
@@ -22,32 +23,24 @@ def _dtype(name: str):
     return getattr(torch, name)
 
 
-class _Staging:
-    """What the child's status file shows of the parent's ring."""
-
-    def __init__(self, nbytes: int):
-        self.capacity, self.fallbacks = nbytes, 0
-
-
-def _batch_from(desc: dict, ring, seg_bufs: list):
+def _batch_from(msg: m.Batch, ring: PinnedRing, seg_bufs: list):
     from .assemble import ChunkBatch
 
     def get(k):
-        f = desc["fields"][k]
-        if f[0] == "value":
-            return f[1]
-        if f[0] == "ring":
-            return tensor_at(ring, f[1], f[2], _dtype(f[3]))
-        return tensor_at(seg_bufs[f[1]], f[3], f[4], _dtype(f[5]))
+        f = msg.fields[k]
+        if not isinstance(f, m.HostTensor):
+            return f                  # a plain list (or None)
+        buf = ring.buf if f.segment is None else seg_bufs[f.segment]
+        return tensor_at(buf, f.offset, f.shape, _dtype(f.dtype))
 
     norm = None
-    if desc["norm"] is not None:
+    if msg.norm is not None:
         import torch
 
-        raw, shape, dtype, eps = desc["norm"]
-        norm = (torch.frombuffer(bytearray(raw), dtype=torch.float32).view(shape).to(_dtype(dtype)), eps)
-    return ChunkBatch(desc["rids"], desc["pfx"], desc["ext"], get("orig_lens"), get("ids"), get("aux"),
-                      desc["layout"], get("pre"), get("post"), None, desc["nbytes"], norm, row_ok=get("row_ok"))
+        n = msg.norm
+        norm = (torch.frombuffer(bytearray(n.raw), dtype=torch.float32).view(n.shape).to(_dtype(n.dtype)), n.eps)
+    return ChunkBatch(msg.rids, msg.prefix_lens, msg.extend_lens, get("orig_lens"), get("ids"), get("aux"),
+                      msg.aux_layout, get("pre"), get("post"), None, msg.nbytes, norm, row_ok=get("row_ok"))
 
 
 def child_main(sock_fd: int, ring_fd: int, ring_bytes: int, name: str) -> int:
@@ -65,37 +58,40 @@ def child_main(sock_fd: int, ring_fd: int, ring_bytes: int, name: str) -> int:
             except OSError:
                 pass                  # the server is gone: the receive loop sees it and stops the writer
 
-    _, cfg_d, meta = conn.recv()
+    start: m.Start = conn.recv()
+    cfg_d = dict(start.cfg)
     if cfg_d.get("layers") is not None:
         cfg_d["layers"] = tuple(cfg_d["layers"])
     # The server process budgets host memory (its forward thread waits there); never wait here too.
     cfg = dataclasses.replace(DumpConfig(**cfg_d), max_pending_bytes=1 << 62)
-    ring = map_shared(ring_fd, ring_bytes)
+    # The server's ring, mapped here: batches are read from it; its fallbacks count the batches that came
+    # with segments of their own (shown in the status file)
+    ring = PinnedRing(ring_bytes, buf=map_shared(ring_fd, ring_bytes))
     try:
-        w = DumpWriter(cfg, meta, name=name)
+        w = DumpWriter(cfg, start.meta, name=name, staging=ring)
     except DumpStartupError as e:
-        send(("error", str(e)))
+        send(m.StartFailed(str(e)))
         return 2
     received = [0]
-    w.staging = staging = _Staging(ring_bytes)
-    w.on_written = lambda sid: send(("done", sid))
-    w.on_stop = lambda reason: send(("stopped", reason))
+    w.on_written = lambda sid: send(m.Written(sid))
+    w.on_stop = lambda reason: send(m.Stopped(reason))
+
     def progress() -> None:
         # counted under the send lock: a count taken earlier must never arrive later (the server would
         # then wait for work that is already done)
         with lock:
             try:
-                conn.send(("busy", received[0], w.busy()))
+                conn.send(m.Busy(received[0], w.busy()))
             except OSError:
                 pass
 
     w.on_progress = progress
-    send(("ready", os.getpid()))
+    send(m.Ready(os.getpid()))
     while True:
         try:
             msg = conn.recv()
             # a batch's own segments follow its message as file descriptors, in segment order
-            seg_sizes = dict(f[1:3] for f in msg[1]["fields"].values() if f[0] == "seg") if msg[0] == "batch" else {}
+            seg_sizes = msg.segment_sizes() if isinstance(msg, m.Batch) else {}
             fds = recvfds(sock, len(seg_sizes)) if seg_sizes else []
         except (EOFError, OSError):
             # The server died. Samples already being written finish (each file is atomic); nothing new
@@ -103,26 +99,25 @@ def child_main(sock_fd: int, ring_fd: int, ring_bytes: int, name: str) -> int:
             # racing it would list a sample twice.
             w.accepting = False
             break
-        if msg[0] == "batch":
-            bid = msg[1]["id"]
+        if isinstance(msg, m.Batch):
             segs = [map_shared(fd, seg_sizes[i]) for i, fd in enumerate(fds)]
             for fd in fds:
                 os.close(fd)          # the mapping keeps the memory
-            staging.fallbacks += bool(segs)
-            b = _batch_from(msg[1], ring, segs)
-            b.free_host = lambda bid=bid: send(("free", bid))
+            ring.fallbacks += bool(segs)
+            b = _batch_from(msg, ring, segs)
+            b.free_host = lambda bid=msg.id: send(m.Freed(bid))
             received[0] += 1
             w.reserve(b.nbytes)
             w.submit(b)
-        elif msg[0] == "flush":
-            ok = w.flush(msg[2])
-            send(("flushed", msg[1], ok, dict(w.stats)))
-        elif msg[0] == "stop":           # the server gave up waiting for us (writer.STALL_S)
-            w.stop_stalled(msg[1])
-        elif msg[0] == "close":
+        elif isinstance(msg, m.Flush):
+            ok = w.flush(msg.timeout)
+            send(m.Flushed(msg.token, ok, dict(w.stats)))
+        elif isinstance(msg, m.Stop):    # the server gave up waiting for us (backpressure.STALL_S)
+            w.stop_stalled(msg.reason)
+        elif isinstance(msg, m.Close):
             break
     w.close()
-    send(("closed", dict(w.stats)))
+    send(m.Closed(dict(w.stats)))
     return 0
 
 

@@ -29,11 +29,11 @@ from multiprocessing.reduction import sendfds
 
 from .. import envs
 from .._log import log_once, logger
+from . import writer_messages as m
+from .backpressure import Budget, ForwardThreadApi
 from .manifest import read_manifest
 from .staging import PinnedRing, SharedMemory, region_size
-from .writer import ForwardThreadApi
 
-FIELDS = ("ids", "aux", "pre", "post", "row_ok", "orig_lens")   # ChunkBatch host tensors
 START_TIMEOUT_S = 300
 
 
@@ -44,19 +44,18 @@ def _dtype_name(dtype) -> str:
 class ProcessDumpWriter(ForwardThreadApi):
     """The scheduler-process side: DumpWriter's interface to the capture, the writing done by a child."""
 
-    shared_staging = True          # capture.py: the staging ring comes from open_staging()
     checks_finite_off_gil = True   # the child checks each sample for NaN/Inf: no flag kernels on the forward
 
-    def __init__(self, cfg, meta: dict, name: str = "dp0"):
+    def __init__(self, cfg, meta: dict, name: str = "dp0", pin: bool = False):
+        """pin: page-lock the shared staging memory (a CUDA model: asynchronous device->host copies)."""
         from ..patch_table import ENV_ENABLE
-        from .writer import Budget, validate_dump_root
+        from .writer import validate_dump_root
 
         self.cfg, self.name = cfg, name
         self.root = validate_dump_root(cfg.dump_dir)
         self.done_ids: set[str] = set(read_manifest(self.root))
         self.accepting, self.stop_reason = True, None
         self.stats: dict = {}
-        self.staging: PinnedRing | None = None
         self._mem = SharedMemory(cfg.max_pending_bytes, f"sge3-dump-{name}")
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
@@ -76,14 +75,15 @@ class ProcessDumpWriter(ForwardThreadApi):
         theirs.close()
         self._sock = ours
         self._conn = Connection(os.dup(ours.fileno()))
-        self._send(("start", dataclasses.asdict(cfg), dict(meta)))
-        reply = self._conn.recv() if self._conn.poll(START_TIMEOUT_S) else ("error", "no answer in "
-                                                                             f"{START_TIMEOUT_S} s")
-        if reply[0] != "ready":
+        self._send(m.Start(dataclasses.asdict(cfg), dict(meta)))
+        reply = (self._conn.recv() if self._conn.poll(START_TIMEOUT_S)
+                 else m.StartFailed(f"no answer in {START_TIMEOUT_S} s"))
+        if not isinstance(reply, m.Ready):
             from .writer import DumpStartupError
 
             self._proc.kill()
-            raise DumpStartupError(f"the dump writer process did not start: {reply[1]}")
+            raise DumpStartupError(f"the dump writer process did not start: {reply.error}")
+        self.staging = self._open_staging(pin)
         logger.info("dump: writing from a separate process (pid %d; SGLANG_EAGLE3_EXT_DUMP_WRITER=process): the "
                     "scheduler's GIL is not shared with the file io", self._proc.pid)
         self._reader = threading.Thread(target=self._read_loop, name="sge3-dump-reader", daemon=True)
@@ -91,8 +91,8 @@ class ProcessDumpWriter(ForwardThreadApi):
         self._reader.start()
         self._forwarder.start()
 
-    # ---- capture API (as DumpWriter) --------------------------------------------------------------
-    def open_staging(self, pin: bool) -> PinnedRing:
+    # ---- capture API (ForwardThreadApi) -----------------------------------------------------------
+    def _open_staging(self, pin: bool) -> PinnedRing:
         """The ring the capture copies into: the shared memory, page-locked for a CUDA model."""
         if pin:
             try:
@@ -103,8 +103,7 @@ class ProcessDumpWriter(ForwardThreadApi):
         log_once("dump.ring", "dump: %s a %d MB host staging buffer for the device->host copies, shared with the "
                  "writer process (SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB)",
                  "pinned" if self._mem.pinned else "mapped", self._mem.nbytes >> 20)
-        self.staging = PinnedRing(self._mem.nbytes, buf=self._mem.buf)
-        return self.staging
+        return PinnedRing(self._mem.nbytes, buf=self._mem.buf)
 
     def host_buffers(self, specs: dict, cuda: bool) -> dict:
         """A batch the ring has no room for: its own shared memory (pageable: copies into it are synchronous)."""
@@ -127,7 +126,7 @@ class ProcessDumpWriter(ForwardThreadApi):
         self.accepting, self.stop_reason = False, f"TimeoutError: {reason}"
         logger.error("dump: STOPPED writing (%s); serving continues; the manifest lists only complete samples.",
                      self.stop_reason)
-        self._send(("stop", reason))
+        self._send(m.Stop(reason))
 
     def flush(self, timeout: float = 60.0) -> bool:
         """Wait until every submitted batch is stitched and every complete sample written (in the child)."""
@@ -135,7 +134,7 @@ class ProcessDumpWriter(ForwardThreadApi):
         with self._lock:
             token = self._next = self._next + 1
             self._waiters[token] = [ev, None]
-        self._q.put(("flush", token, timeout))
+        self._q.put(m.Flush(token, timeout))
         ok = ev.wait(timeout + 10)
         with self._lock:
             _, reply = self._waiters.pop(token)
@@ -173,11 +172,11 @@ class ProcessDumpWriter(ForwardThreadApi):
         while True:
             item = self._q.get()
             if item is None:
-                self._send(("close",))
+                self._send(m.Close())
                 return
-            if isinstance(item, tuple):           # ("flush", token, timeout), in order with the batches
+            if isinstance(item, m.Flush):         # in order with the batches
                 if not self._send(item):
-                    self._answer(item[1], False)
+                    self._answer(item.token, False)
                 continue
             batch = item
             try:
@@ -192,39 +191,41 @@ class ProcessDumpWriter(ForwardThreadApi):
             with self._lock:
                 self._inflight[bid] = (batch, segs)
                 self._sent += 1
-            if not self.accepting or not self._send(("batch", desc), [s.fd for s in segs]):
+            if not self.accepting or not self._send(desc, [s.fd for s in segs]):
                 with self._lock:
                     self._inflight.pop(bid, None)
                 self._release_with(batch, segs)
 
-    def _describe(self, batch, bid: int):
+    def _describe(self, batch, bid: int) -> tuple[m.Batch, list[SharedMemory]]:
         """The batch as plain data: where each host tensor lives (ring offset or one of its segments)."""
         segs, fields = [], {}
         with self._lock:
             pool = list(self._segments)
-        for k in FIELDS:
+        for k in m.FIELDS:
             t = getattr(batch, k)
             if t is None or not hasattr(t, "data_ptr"):
-                fields[k] = ("value", None if t is None else [int(x) for x in t])
+                fields[k] = None if t is None else [int(x) for x in t]
                 continue
-            where = ("ring", self._mem.contains(t))
-            if where[1] is None:
-                seg = next((s for s in pool if s.contains(t) is not None), None)
-                if seg is None:
-                    raise RuntimeError(f"host tensor {k} is not in the shared memory")
-                if seg not in segs:
-                    segs.append(seg)
-                where = ("seg", segs.index(seg), seg.nbytes, seg.contains(t))
-            fields[k] = (*where, tuple(t.shape), _dtype_name(t.dtype))
+            shape, dtype = tuple(t.shape), _dtype_name(t.dtype)
+            offset = self._mem.contains(t)
+            if offset is not None:
+                fields[k] = m.HostTensor(offset, shape, dtype)
+                continue
+            seg = next((s for s in pool if s.contains(t) is not None), None)
+            if seg is None:
+                raise RuntimeError(f"host tensor {k} is not in the shared memory")
+            if seg not in segs:
+                segs.append(seg)
+            fields[k] = m.HostTensor(seg.contains(t), shape, dtype, segs.index(seg), seg.nbytes)
         if segs:
             with self._lock:
                 self._segments = [s for s in self._segments if s not in segs]
         norm = None
         if batch.norm is not None:
             w, eps = batch.norm
-            norm = (w.float().numpy().tobytes(), tuple(w.shape), _dtype_name(w.dtype), eps)
-        return {"id": bid, "rids": batch.rids, "pfx": batch.prefix_lens, "ext": batch.extend_lens,
-                "layout": batch.aux_layout, "nbytes": batch.nbytes, "fields": fields, "norm": norm}, segs
+            norm = m.Norm(w.float().numpy().tobytes(), tuple(w.shape), _dtype_name(w.dtype), eps)
+        return m.Batch(bid, batch.rids, batch.prefix_lens, batch.extend_lens, batch.aux_layout, batch.nbytes,
+                       fields, norm), segs
 
     def _read_loop(self) -> None:
         while True:
@@ -232,24 +233,23 @@ class ProcessDumpWriter(ForwardThreadApi):
                 msg = self._conn.recv()
             except (EOFError, OSError):
                 break
-            kind = msg[0]
-            if kind == "free":
+            if isinstance(msg, m.Freed):
                 with self._lock:
-                    batch, segs = self._inflight.pop(msg[1], (None, ()))
+                    batch, segs = self._inflight.pop(msg.batch_id, (None, ()))
                 if batch is not None:
                     self._release_with(batch, segs)
-            elif kind == "done":
-                self.done_ids.add(msg[1])
-            elif kind == "busy":
-                self._child_received, self._child_busy = msg[1], msg[2]
+            elif isinstance(msg, m.Written):
+                self.done_ids.add(msg.sample_id)
+            elif isinstance(msg, m.Busy):
+                self._child_received, self._child_busy = msg.received, msg.busy
                 self.budget.poke()
-            elif kind == "stopped":
-                self.accepting, self.stop_reason = False, msg[1]
-            elif kind == "flushed":
-                self.stats = msg[3]
-                self._answer(msg[1], msg[2])
-            elif kind == "closed":
-                self.stats = msg[1]
+            elif isinstance(msg, m.Stopped):
+                self.accepting, self.stop_reason = False, msg.reason
+            elif isinstance(msg, m.Flushed):
+                self.stats = msg.stats
+                self._answer(msg.token, msg.ok)
+            elif isinstance(msg, m.Closed):
+                self.stats = msg.stats
         if not self._closing:
             rc = self._proc.poll()
             self.accepting = False

@@ -74,9 +74,11 @@ def test_kimi_dump_matches_transformers(tmp_path):
 
 
 def _train(hs, target, out, arch: str) -> str:
-    extra = (["--draft-arch", "mla", "--epochs", os.environ.get("SGE3_KIMI_MLA_EPOCHS", "6"), "--lr", "2e-3"]
+    extra = (["--draft-arch", "mla", "--epochs", os.environ.get("SGE3_KIMI_MLA_EPOCHS", "4"), "--lr", "2e-3"]
              if arch == "mla" else
-             ["--epochs", os.environ.get("SGE3_KIMI_EPOCHS", "12"), "--lr", "3e-3", "--loss-impl", "eager"])
+             # 600 samples: smaller packed batches (2048 tokens) give ~40 optimizer steps an epoch
+             ["--epochs", os.environ.get("SGE3_KIMI_EPOCHS", "8"), "--lr", "3e-3", "--total-seq-len", "2048",
+              "--loss-impl", "eager"])
     p = _run(["sglang_eagle3_ext.train_draft", "--data", str(hs), "--target", str(target), "--out", str(out),
               "--device", "cuda", *extra], f"kimi_train_{arch}", timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -157,4 +159,4 @@ def test_kimi_roundtrip(tmp_path):
     for arch, res in fig["bench"].items():
         assert res["rc"] == 0, (arch, res["verdict"])
         assert res["spec"]["accept_length"] >= MIN_ACCEPT, (arch, res)
-        assert "greedy outputs identical" in res["verdict"], (arch, res["verdict"])
+        assert res["levels"][0].get("greedy_mismatches") == 0, (arch, res["verdict"])

@@ -72,3 +72,18 @@ def extend_batch(input_ids: torch.Tensor, seq_lens: list[int], spec_hidden: torc
     fb.capture_hidden_mode = CaptureHiddenMode.FULL
     fb.return_logprob = False
     return fb, positions
+
+
+def init_dp_attention(sa, mc) -> None:
+    """What the scheduler does before building a model: DP-attention state (0.5.23 takes the server args
+    only and sizes the gathered buffer from the model config separately)."""
+    import inspect
+
+    from sglang.srt.layers import dp_attention as dpa
+
+    if len(inspect.signature(dpa.initialize_dp_attention).parameters) >= 2:
+        dpa.initialize_dp_attention(sa, mc)
+        return
+    dpa.initialize_dp_attention(sa)
+    if hasattr(dpa, "init_dp_gathered_buffer"):
+        dpa.init_dp_gathered_buffer(mc)

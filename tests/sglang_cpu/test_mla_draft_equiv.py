@@ -12,7 +12,7 @@ import torch
 from sglang_eagle3_ext.training.mla_draft import Eagle3MLADraft
 from sglang_eagle3_ext.training.mla_train import load_checkpoint, mla_draft_config, save_checkpoint
 
-from mla_cpu import YARN, extend_batch, use_reference_attention
+from mla_cpu import YARN, extend_batch, init_dp_attention, use_reference_attention
 
 pytestmark = pytest.mark.sglang
 TARGET = dict(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=6, num_attention_heads=4,
@@ -60,11 +60,10 @@ def ext(sglang_cpu, tmp_path_factory):
 def _served(h, path):
     """Server args as the draft's scheduler sees them (target + this draft), restored afterwards."""
     from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.layers.dp_attention import initialize_dp_attention
 
     sa = h.server_args(str(path))
     h.publish(sa)
-    initialize_dp_attention(sa, ModelConfig.from_server_args(sa))
+    init_dp_attention(sa, ModelConfig.from_server_args(sa))
     h.publish(h.server_args(str(h.target), speculative_draft_model_path=str(path)))
     try:
         yield sa

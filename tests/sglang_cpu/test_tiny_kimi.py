@@ -9,6 +9,7 @@ import json
 
 import pytest
 import torch
+from mla_cpu import init_dp_attention
 
 pytestmark = pytest.mark.sglang
 # small enough for a 2-core CPU; same structure as the served tiny (MLA, MoE from layer 1)
@@ -43,12 +44,11 @@ def cpu_dir(kimi_dir, tmp_path_factory):
 @contextlib.contextmanager
 def _served(h, path, **kw):
     from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.layers.dp_attention import initialize_dp_attention
 
     sa = h.server_args(str(path), trust_remote_code=True, **kw)
     h.publish(sa)
     mc = ModelConfig.from_server_args(sa)
-    initialize_dp_attention(sa, mc)
+    init_dp_attention(sa, mc)
     yield sa, mc
 
 
@@ -61,14 +61,17 @@ def _build(h, path, **kw):
 
 
 def test_sglang_reads_the_config_and_builds_its_processor(sglang_cpu, kimi_dir):
-    from sglang.srt.utils.hf_transformers.processor import get_processor
+    try:
+        from sglang.srt.utils.hf_transformers.processor import get_processor
+    except ImportError:   # <= 0.5.10
+        from sglang.srt.utils.hf_transformers_utils import get_processor
 
     with _served(sglang_cpu, kimi_dir) as (sa, mc):
         assert type(mc.hf_config).__name__ == "KimiK25Config" and mc.hf_config.model_type == "kimi_k25"
         assert mc.hf_config.architectures == ["KimiK25ForConditionalGeneration"]
         assert mc.hf_text_config.num_hidden_layers == SMALL["num_hidden_layers"]
         assert mc.is_multimodal                       # so SGLang builds a processor even without a tokenizer
-        proc = get_processor(sa.tokenizer_path, trust_remote_code=True, model_name=sa.model_path)
+        proc = get_processor(sa.tokenizer_path or sa.model_path, trust_remote_code=True, model_name=sa.model_path)
         from sglang.srt.managers.multimodal_processor import get_mm_processor, import_processors
 
         import_processors("sglang.srt.multimodal.processors")

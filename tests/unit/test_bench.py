@@ -17,7 +17,7 @@ from sglang_eagle3_ext import bench
 N_DRAFT = 3  # speculative_num_draft_tokens 4
 
 
-def serve(accept_p: float | None, shift: int = 0, delay_s: float = 0.0, health: bool = True):
+def serve(accept_p: float | None, shift: int = 0, delay_s: float = 0.0, health: bool = True, reply: str = "ok"):
     """A fake SGLang server. accept_p: each draft token is accepted with this probability given the one before
     was (None: no speculation). Per request it draws the verify steps and reports them as SGLang does."""
     seen = {"generate": 0}
@@ -49,6 +49,13 @@ def serve(accept_p: float | None, shift: int = 0, delay_s: float = 0.0, health: 
             if self.path != "/generate":
                 return self._reply({"detail": "Not Found"}, 404)
             seen["generate"] += 1
+            if reply == "400":  # what a --skip-tokenizer-init server says to a text prompt
+                return self._reply({"error": {"message": "text input needs a tokenizer"}}, 400)
+            if reply == "garbage":
+                self.send_response(200)
+                self.send_header("Content-Length", "8")
+                self.end_headers()
+                return self.wfile.write(b"<html>hi")
             n = body["sampling_params"]["max_new_tokens"]
             ids = body.get("input_ids") or list(body.get("text", "x").encode())
             meta = {"completion_tokens": n}
@@ -221,3 +228,15 @@ def test_unreachable_server(capsys):
     rc = run_tool("bench", bench.main, ["--url", f"http://127.0.0.1:{port}", "--wait-for-server", "1", "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2 and "cannot connect" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("reply,words", [("400", "HTTP 400: {\"error\": {\"message\": \"text input needs a tokenizer"),
+                                         ("garbage", "the reply is not JSON")])
+def test_bad_server_reply_is_one_line(servers, capsys, reply, words):
+    from sglang_eagle3_ext.cli_common import run_tool
+
+    url = servers(0.8, reply=reply)
+    rc = run_tool("bench", bench.main, ["--url", url, "--quiet", "--num-prompts", "2", "--concurrency", "1"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and f"POST {url}/generate" in err and words in err, err
+    assert "Traceback" not in err and len(err.splitlines()) == 1

@@ -36,7 +36,7 @@ def _meta():
 def _writer(tmp_path, pending=1 << 20):
     w = ProcessDumpWriter(C.DumpConfig(dump_dir=str(tmp_path), layers=(1, 2, 3), final="both",
                                        max_pending_bytes=pending, writer="process"), _meta())
-    w.open_staging(pin=False)
+    assert w.staging is not None and w.staging.capacity == w._mem.nbytes    # the shared memory, from the start
     return w
 
 
@@ -176,7 +176,7 @@ def test_an_aborted_request_gives_its_shared_memory_back(tmp_path):
 
 
 def test_a_stalled_wait_stops_the_child_too(tmp_path):
-    """The forward thread's bounded wait (writer.STALL_S) ends dumping in the child as well: its status says so."""
+    """The forward thread's bounded wait (backpressure.STALL_S) ends dumping in the child as well: its status says so."""
     w = _writer(tmp_path)
     w.stop_stalled("test stall")
     assert not w.accepting and "test stall" in w.stop_reason
