@@ -191,7 +191,13 @@ def train_from_args(a) -> dict:
 
     data, target, out = Path(a.data), Path(a.target), Path(a.out)
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    tcfg = text_config(target)
+    try:
+        tcfg = text_config(target)
+    except (OSError, ValueError) as e:
+        raise TrainDraftError(f"--target {target}: cannot read its config.json ({e})") from e
+    missing = [k for k in ("num_hidden_layers", "hidden_size", "vocab_size") if k not in tcfg]
+    if missing:
+        raise TrainDraftError(f"--target {target}: config.json has no {missing[0]}; pass the target model's directory")
     n = int(tcfg["num_hidden_layers"])
     files = list_hs_files(find_hs_dir(data))
     layer_ids, src = parse_layer_ids(a.layer_ids), "--layer-ids"
@@ -208,6 +214,8 @@ def train_from_args(a) -> dict:
     if len(shape) != 3 or shape[1] != len(layer_ids) + 1 or shape[2] != int(tcfg["hidden_size"]):
         raise TrainDraftError(f"{files[0].name}: hidden_states {shape}, expected [L, {len(layer_ids) + 1}, "
                               f"{tcfg['hidden_size']}] ({len(layer_ids)} aux layers {layer_ids} ({src}) + the final state)")
+    if getattr(a, "num_layers", 1) != 1:
+        raise TrainDraftError("--draft-arch mla: SGLang's MLA EAGLE-3 draft has exactly one layer (--num-layers 1)")
     if a.draft_vocab_size not in (None, int(tcfg["vocab_size"])):
         raise TrainDraftError("--draft-arch mla trains the full target vocabulary (no --draft-vocab-size)")
     steps = a.steps or (a.epochs or DEFAULT_EPOCHS) * len(files)
