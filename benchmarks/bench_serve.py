@@ -95,7 +95,7 @@ def make_draft(model: Path, out: Path) -> Path:
 
     import torch
 
-    from sglang_eagle3_ext.draft.tiny import make_speculators_draft
+    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
 
     cfg = json.loads((model / "config.json").read_text())
     h, n, v = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]

@@ -55,10 +55,11 @@ def loop_rate(seconds: float) -> float:
 def run_writer(a, root: Path, use_save_file: bool, process: bool = False) -> dict:
     import torch
 
-    import sglang_eagle3_ext.dump.fmt as F
+    import sglang_eagle3_ext.dump.sample_file as F
     from sglang_eagle3_ext.dump import config as C
     from sglang_eagle3_ext.dump.assemble import ChunkBatch
-    from sglang_eagle3_ext.dump.capture import _rows_finite, make_writer
+    from sglang_eagle3_ext.dump.copy import rows_finite as _rows_finite
+    from sglang_eagle3_ext.dump.start import make_writer
     from sglang_eagle3_ext.dump.manifest import read_manifest
     from sglang_eagle3_ext.dump.staging import region_size
 

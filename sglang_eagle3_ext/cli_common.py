@@ -26,8 +26,8 @@ COMMAND = "sglang-eagle3"
 MODULES = {"launch": "launch_server", "dump": "dump", "convert": "convert", "check": "check", "bench": "bench",
            "train": "train_draft", "compat": "compat", "tiny": "tiny", "patches": "patches_cli"}
 # subcommand -> "module:function" implementing it (imported only when that subcommand runs)
-MAINS = {"launch": "launch_server:main", "dump": "dump.client:main", "convert": "draft.convert:main",
-         "check": "draft.check:main", "bench": "bench:main", "train": "train_draft:main", "compat": "compat:main",
+MAINS = {"launch": "launch_server:main", "dump": "dump.client:main", "convert": "convert:main",
+         "check": "check:main", "bench": "bench:main", "train": "train_draft:main", "compat": "compat:main",
          "tiny": "tiny:main", "patches": "patches_cli:main"}
 # import name -> what to pip install (messages name installable things only)
 PIP_NAMES = {"yaml": "pyyaml", "pynvml": "nvidia-ml-py", "sklearn": "scikit-learn", "PIL": "pillow"}
@@ -80,6 +80,13 @@ def finish(parser: argparse.ArgumentParser, tool: str) -> argparse.ArgumentParse
 def hidden_alias(parser, old: str, dest: str, **kw) -> None:
     """Keep an old flag spelling working without showing it in --help."""
     parser.add_argument(old, dest=dest, help=argparse.SUPPRESS, **kw)
+
+
+def add_sglang_release(parser, what: str) -> None:
+    """`--sglang VERSION` (older spelling --sglang-version) -> args.sglang_version: the release `what` is for."""
+    parser.add_argument("--sglang", dest="sglang_version", metavar="VERSION",
+                        help=f"{what} (default: the installed one)")
+    hidden_alias(parser, "--sglang-version", dest="sglang_version")
 
 
 def add_json_out(parser, what: str = "the results") -> None:

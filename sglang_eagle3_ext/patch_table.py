@@ -2,6 +2,7 @@
 
 target:   "module:Qualified.attr" in SGLang;  wrapper: "module:function" here (wrapt signature).
 feature:  which switch turns it on (see `features_from_env`);  requires: a capability flag or None.
+params:   the target's parameters the wrapper reads by name (targets/_bind.py); `compat` checks each release has them.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ class PatchSpec:
     does: str
     feature: str
     requires: str | None = None
+    params: tuple[str, ...] = ()
 
     @property
     def module(self) -> str:
@@ -36,23 +38,23 @@ PATCHES: tuple[PatchSpec, ...] = (
     PatchSpec("draft.strict_load", f"{_EAGLE}:LlamaForCausalLMEagle3.load_weights",
               f"{_T}.llama_eagle3:strict_load_weights",
               "normalise key names for this release, load, then account for every tensor and check shapes/values",
-              feature="draft"),
+              feature="draft", params=("weights",)),
     PatchSpec("draft.fc_width_guard", f"{_EAGLE}:LlamaModel.forward",
               f"{_T}.llama_eagle3:fc_width_guard",
               "refuse target-fed batches whose hidden width is not the fc input width (no silent fc bypass)",
-              feature="draft"),
+              feature="draft", params=("forward_batch",)),
     PatchSpec("draft.mla_strict_load", f"{_MLA}:Eagle3DeepseekV2ForCausalLM.load_weights",
               f"{_T}.kimi_k25_eagle3:strict_load_weights",
               "MLA draft (Kimi-K2.5): normalise keys, load, account for every tensor and parameter, check shapes/values",
-              feature="draft", requires="HAS_MLA_DRAFT"),
+              feature="draft", requires="HAS_MLA_DRAFT", params=("weights",)),
     PatchSpec("draft.mla_fc_width_guard", f"{_MLA}:Eagle3MLAModel.forward",
               f"{_T}.kimi_k25_eagle3:fc_width_guard",
               "MLA draft: refuse target-fed batches whose hidden width is not the fc input width",
-              feature="draft", requires="HAS_MLA_DRAFT"),
+              feature="draft", requires="HAS_MLA_DRAFT", params=("forward_batch",)),
     PatchSpec("target.explicit_capture_layers", f"{_DS}:DeepseekV2ForCausalLM.set_eagle3_layers_to_capture",
               f"{_T}.deepseek_v2:explicit_capture_layers",
               "capture exactly the HF hidden_states indices recorded by the draft/dump, whatever the release's +1 rule",
-              feature="draft"),
+              feature="draft", params=("layer_ids",)),
     PatchSpec("dump.capture_switch", f"{_DS}:DeepseekV2ForCausalLM.__init__",
               f"{_T}.deepseek_v2:enable_dump_capture",
               "turn on aux-state capture at the configured dump layers on the target model",
@@ -60,7 +62,8 @@ PATCHES: tuple[PatchSpec, ...] = (
     PatchSpec("dump.prefill_hook", f"{_LP}:LogitsProcessor.forward",
               f"{_T}.logits_processor:dump_prefill",
               "hand aux + final hidden states of pure EXTEND batches of the target to the dump writer",
-              feature="dump"),
+              feature="dump",
+              params=("hidden_states", "logits_metadata", "aux_hidden_states")),
     PatchSpec("dump.serving_check", f"{_EW2}:EAGLEWorkerV2.__init__",
               f"{_T}.eagle_worker_v2:check_serving_dump",
               "dump while serving EAGLE-3: the target must capture exactly the dump's (= the draft's) layers, "
@@ -68,11 +71,11 @@ PATCHES: tuple[PatchSpec, ...] = (
     PatchSpec("dump.verify_hook", f"{_EW2}:EAGLEWorkerV2.verify",
               f"{_T}.eagle_worker_v2:dump_verify",
               "dump while serving EAGLE-3: copy the TARGET_VERIFY states of the accepted tokens + bonus to the writer",
-              feature="dump", requires="SPEC_V2_VERIFY_SCHEDULE_BATCH"),
+              feature="dump", requires="SPEC_V2_VERIFY_SCHEDULE_BATCH", params=("batch",)),
     PatchSpec("dump.request_end", f"{_OS}:SchedulerOutputStreamer.stream_output",
               f"{_T}.output_streamer:dump_request_end",
               "dump while serving EAGLE-3: a finished request is written as prompt+response, an aborted one forgotten",
-              feature="dump", requires="HAS_OUTPUT_STREAMER"),
+              feature="dump", requires="HAS_OUTPUT_STREAMER", params=("reqs",)),
 )
 
 ENV_ENABLE = envs.ENABLE           # patch every SGLang process (via the .pth)

@@ -165,6 +165,12 @@ def locate(root: Path, spec: PatchSpec) -> Location:
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return Location("reachable", f"{attr} is an assignment on {fcls.name} (line {node.lineno}), not a def",
                         fpath, node, inherited)
+    a = node.args
+    named = {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs}
+    gone = [p for p in spec.params if p not in named]
+    if gone:   # the wrapper reads these by name (targets/_bind.py)
+        return Location("moved", f"param {', '.join(gone)} gone from {fcls.name}.{attr} "
+                                 f"({_rel(root, fpath)}:{node.lineno})", fpath, node, inherited)
     if fpath == f and not inherited:
         return Location("found", f"{_rel(root, fpath)}:{node.lineno}", fpath, node)
     how = f"inherited from {fcls.name}" if inherited else f"class defined in {_rel(root, fpath)}"

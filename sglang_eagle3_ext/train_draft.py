@@ -35,7 +35,8 @@ What speculators needs besides the ``hs_{i}.safetensors`` files, and how this mo
   ``dump_meta.json``, keys ``hf_hidden_state_indices``/``layer_indices_hf``/...), else
   speculators' default ``[2, n//2, n-3]``; checked against the files' slot count.
 
-Small adaptations, all outside the math (a ``Trainer`` subclass swapped in for the call):
+Small adaptations, all outside the math (a ``Trainer`` subclass swapped in for the call, see
+training/speculators_patches.py):
 
 * ``Trainer.setup_model`` does ``model.to(local_rank)`` (an int -> an accelerator) and its step
   timer calls ``torch.accelerator.synchronize()``; both raise on a CPU-only torch.  On CPU the
@@ -78,8 +79,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import math
 import shutil
 import sys
 import time
@@ -89,6 +88,7 @@ from pathlib import Path
 from .training.data import (META_FILES, META_KEYS, TrainDraftError, _existing_loss_masks, _say,  # noqa: F401
                             find_hs_dir, list_hs_files, parse_layer_ids, prepare_data,
                             read_layer_ids_from_metadata)
+from .training import speculators_patches
 from .training.progress import _Progress
 
 RUN_DIR = "_speculators_run"
@@ -131,48 +131,6 @@ def draft_layer_config(target_cfg: dict, *, num_layers: int = 1, intermediate_si
 
 
 # ----------------------------------------------------------------------------- training
-
-def _make_trainer_class(base, *, device: str, out: Path, steps: int | None, epochs_given: bool,
-                        keep_checkpoints: bool, progress: _Progress, result: dict):
-    import torch
-
-    class DraftTrainer(base):
-        def __init__(self, model, config, train_loader, val_loader=None):
-            n = len(train_loader)
-            if n == 0:
-                raise TrainDraftError("the training split has no batches")
-            if steps is not None:
-                need = math.ceil(steps / n)
-                config = config._replace(num_epochs=min(config.num_epochs, need) if epochs_given else need)
-            if not keep_checkpoints:
-                # stock saves model+optimizer every epoch; with freq = epochs it saves after the first and last
-                config = config._replace(checkpoint_freq=float(config.num_epochs))
-            result["steps_per_epoch"] = n
-            result["epochs"] = config.num_epochs
-            progress.total = steps if steps is not None else config.num_epochs * n
-            _say(f"{n} batches/epoch, {config.num_epochs} epoch(s), {progress.total} steps")
-            logging.getLogger("speculators.metrics").addHandler(progress)
-            super().__init__(model, config, train_loader, val_loader)
-
-        def setup_model(self):
-            # stock code: model.to(local_rank) with local_rank an int, i.e. an accelerator
-            self.local_rank = torch.device(device) if device == "cpu" else self.local_rank
-            super().setup_model()
-
-        def run_training(self):
-            t0 = time.perf_counter()
-            super().run_training()
-            result["train_seconds"] = time.perf_counter() - t0
-            from speculators.train.checkpointer import convert_float_dtype, patch_config_dtype
-
-            out.mkdir(parents=True, exist_ok=True)
-            sd = convert_float_dtype(self.model.state_dict(), torch.bfloat16)
-            self.model.save_pretrained(out, state_dict=sd)
-            patch_config_dtype(out / "config.json", torch.bfloat16)
-            result["saved"] = str(out)
-
-    return DraftTrainer
-
 
 def build_argv(a, *, prep: Path, hs_dir: Path, run: Path, layer_ids: list[int], draft_cfg_path: Path,
                draft_vocab_size: int | None, device: str, max_steps: int | None) -> list[str]:
@@ -290,21 +248,10 @@ def train(a) -> dict:
 
     progress = _Progress(a.log_every, a.ttt_steps, None)
     result: dict = {"device": device, "layer_ids": layer_ids, "draft_vocab_size": dvs or vocab, **info}
-    trainer_cls = _make_trainer_class(spec_cli.Trainer, device=device, out=out, steps=steps,
-                                      epochs_given=a.epochs is not None, keep_checkpoints=a.keep_checkpoints,
-                                      progress=progress, result=result)
-    orig = spec_cli.Trainer
-    orig_sync = torch.accelerator.synchronize
-    spec_cli.Trainer = trainer_cls
-    if torch.accelerator.current_accelerator() is None:
-        # the step timer calls torch.accelerator.synchronize(), which raises on a CPU-only torch
-        torch.accelerator.synchronize = lambda *args, **kw: None
-    try:
+    with speculators_patches.applied(spec_cli, device=device, out=out, steps=steps,
+                                     epochs_given=a.epochs is not None, keep_checkpoints=a.keep_checkpoints,
+                                     progress=progress, result=result):
         spec_cli.main(cfg)
-    finally:
-        spec_cli.Trainer = orig
-        torch.accelerator.synchronize = orig_sync
-        logging.getLogger("speculators.metrics").removeHandler(progress)
     if "saved" not in result:
         raise TrainDraftError("speculators' trainer returned without training (see its log above)")
     if not a.keep_checkpoints:

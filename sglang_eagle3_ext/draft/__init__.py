@@ -8,9 +8,9 @@
     errors.py          Problem codes and the exceptions people see
     loader.py          strict accounting around SGLang's own load_weights
     guard.py           fc input-width check at forward time
-    capture.py         which target hidden states the draft was trained on
-    tiny.py, tiny_mla.py   tiny drafts (Llama via speculators, MLA) and malformed variants for tests
-    check.py, convert.py   the CLIs
+    capture_layers.py  which target hidden states the draft was trained on
+    tiny_draft.py, tiny_mla_draft.py   tiny drafts (Llama via speculators, MLA) and malformed variants for tests
+    (the CLIs are ../check.py and ../convert.py)
 
 Nothing heavy is imported here.
 """

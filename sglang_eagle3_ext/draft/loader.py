@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .. import envs
 from .._log import log_once
+from ..targets._bind import bind
 from . import errors as E
 from . import keys, mla, rules
 from .errors import DraftLoadError, Problem
@@ -88,7 +89,8 @@ class _Recorder:
         hits, feed = self.hits, self.feed
 
         def loader(param, loaded, *args, **kwargs):
-            shard = args[0] if args else kwargs.get("shard_id", kwargs.get("loaded_shard_id"))
+            call = bind(orig, (param, loaded, *args), kwargs)     # the name moved across releases
+            shard = call.get("loaded_shard_id", call.get("shard_id"))
             hits.append((feed.current, pname, shard))
             return orig(param, loaded, *args, **kwargs)
         return loader
@@ -140,7 +142,7 @@ def _draft_dir(config) -> Path | None:
     for cand in (getattr(config, "_name_or_path", None), getattr(config, "name_or_path", None)):
         if cand and os.path.isdir(cand):
             return Path(cand)
-    from .context import draft_dir_and_config
+    from ..sglang_runtime import draft_dir_and_config
     from .hub import cached_snapshot, looks_like_hub_id
 
     path, _ = draft_dir_and_config()
@@ -150,7 +152,7 @@ def _draft_dir(config) -> Path | None:
 
 
 def _model_path_is(d: Path | None) -> bool:
-    from .context import server_args
+    from ..sglang_runtime import server_args
 
     mp = getattr(server_args(), "model_path", None)
     try:
@@ -161,7 +163,7 @@ def _model_path_is(d: Path | None) -> bool:
 
 def pre_load_problems(model, layout) -> tuple[rules.DraftSpec | None, list[Problem], str]:
     """Files, config and target checks: everything decidable before a tensor is read."""
-    from .context import target_config
+    from ..sglang_runtime import target_config
     from .safetensors_io import scan_headers
 
     d = _draft_dir(model.config)

@@ -19,7 +19,7 @@ import collections
 import dataclasses
 import threading
 
-from .fmt import T_AUX, T_IDS, T_POST, T_PRE
+from .sample_file import T_AUX, T_IDS, T_POST, T_PRE
 from .manifest import sanitize_id
 from .._log import log_once
 from .config import NODUMP_RID_PREFIX

@@ -118,7 +118,7 @@ class ForwardThreadApi(Protocol):
     def unreserve(self, nbytes: int) -> None:
         self.budget.release(nbytes)
 
-    def _release(self, batch: ChunkBatch) -> None:
+    def release_host(self, batch: ChunkBatch) -> None:
         """Nothing holds the batch's host copies any more: their staging region and budget go back (once)."""
         if batch.free_host is not None:
             batch.free_host()

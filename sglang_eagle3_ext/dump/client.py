@@ -119,11 +119,12 @@ def writer_status(d: Path) -> dict:
     """name -> the writer's status file (status/<name>.json); one that is unreadable or lies outside the
     dump dir says so instead of stopping the reader."""
     from .export import ExportError, inside
+    from .status import STATUS_DIR
 
     out = {}
-    for st in sorted((d / "status").glob("*.json")) if (d / "status").is_dir() else []:
+    for st in sorted((d / STATUS_DIR).glob("*.json")) if (d / STATUS_DIR).is_dir() else []:
         try:
-            s = json.loads(inside(d, f"status/{st.name}").read_text())
+            s = json.loads(inside(d, f"{STATUS_DIR}/{st.name}").read_text())
             out[st.stem] = s if isinstance(s, dict) else {"state": "unreadable", "error": "not a JSON object"}
         except (OSError, ValueError, ExportError) as e:
             out[st.stem] = {"state": "unreadable", "error": str(e)}

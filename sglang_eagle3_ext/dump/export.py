@@ -21,12 +21,21 @@ import tempfile
 from pathlib import Path
 
 from .config import META_FILE, NORM_FILE
-from .fmt import T_AUX, T_IDS, T_POST, T_PRE, atomic_write, read_sample, rms_norm
+from .sample_file import T_AUX, T_IDS, T_POST, T_PRE, atomic_write, read_sample
 from .manifest import read_manifest
 from .serving_mode import default_loss_mask
 
 SPECFORGE_GROUP = 2000
 EXPORT_MARKER = "sge3_export.json"     # in every --out we wrote: what may be replaced by a new export
+
+
+def rms_norm(x, weight, eps: float):
+    """The model's final RMSNorm in fp32 (as SGLang's kernels compute it), cast back to x's dtype."""
+    import torch
+
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (y * weight.float()).to(x.dtype)
 
 
 class ExportError(RuntimeError):

@@ -22,7 +22,7 @@ import time
 
 from .._log import log_once
 from .assemble import Assembler, Sample
-from .fmt import T_AUX, T_IDS, T_POST, T_PRE
+from .sample_file import T_AUX, T_IDS, T_POST, T_PRE
 from .serving_mode import sampled
 from .verify_capture import RequestEnd, VerifyBatch
 
@@ -84,7 +84,7 @@ class Held:
 
 class ServingAssembler(Assembler):
     def __init__(self, writer, scfg, vc):
-        super().__init__(writer.is_done, writer._release, writer.cfg.min_tokens)
+        super().__init__(writer.is_done, writer.release_host, writer.cfg.min_tokens)
         self.w, self.scfg, self.vc = writer, scfg, vc
         self.num_aux = writer.num_aux
         self.final_keys = [k for k, want in ((T_PRE, writer.cfg.want_prenorm), (T_POST, writer.cfg.want_postnorm))
@@ -92,18 +92,14 @@ class ServingAssembler(Assembler):
         self.held: dict[str, Held] = {}
         self.max_held_bytes = writer.cfg.max_pending_bytes
         self.held_bytes = 0
-        with writer._count_lock:
-            for k in COUNTERS:
-                writer.stats.setdefault(k, 0)
+        writer.add_counters(COUNTERS)
 
     # ---- counters ----------------------------------------------------------------------------------
     def _inc(self, key: str, n: int = 1) -> None:
-        self.w._inc(key, n)
+        self.w.count(key, n)
 
     def _gauges(self) -> None:
-        with self.w._count_lock:
-            self.w.stats["held_requests"] = len(self.held)
-            self.w.stats["held_mb"] = round(self.held_bytes / 2 ** 20, 1)
+        self.w.set_gauges(held_requests=len(self.held), held_mb=round(self.held_bytes / 2 ** 20, 1))
 
     def _refuse(self, rid: str, key: str, msg: str, *a) -> None:
         self._forget(rid)
@@ -171,8 +167,7 @@ class ServingAssembler(Assembler):
                     self._refuse(rid, "dropped_memory", "held requests exceed %d MB "
                                  "(SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB)", self.max_held_bytes >> 20)
         finally:
-            vb.add_ref()                 # its host copies are no longer needed: release now
-            self._unref(vb)
+            self.release_unused(vb)      # its host copies are no longer needed: release now
 
     def _feed_end(self, ev: RequestEnd) -> list:
         done = []
@@ -195,8 +190,7 @@ class ServingAssembler(Assembler):
                     self.held_bytes -= h.nbytes
                     done.append(s)
         finally:
-            ev.add_ref()
-            self._unref(ev)
+            self.release_unused(ev)
         return done
 
     def _stitch(self, h: Held, prompt_ids, output_ids):

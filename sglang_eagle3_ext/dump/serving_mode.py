@@ -67,7 +67,7 @@ def sampled(sample_id: str, rate: float) -> bool:
 
 
 def _server_args():
-    from ..draft.context import server_args
+    from ..sglang_runtime import server_args
 
     return server_args()
 
@@ -79,7 +79,7 @@ def eagle3_on(sa) -> bool:
 def draft_hf_indices(n: int) -> tuple[list[int] | None, str]:
     """(HF hidden_states indices the EAGLE-3 draft is fed, where that came from); None when the draft's
     config cannot be read here (a hub id): the worker's start-up check then compares what SGLang set."""
-    from ..draft.context import draft_dir_and_config
+    from ..sglang_runtime import draft_dir_and_config
     from ..draft.keys import HF_INDICES_FIELD
 
     path, cfg = draft_dir_and_config()
@@ -93,7 +93,7 @@ def draft_hf_indices(n: int) -> tuple[list[int] | None, str]:
         return [2, n // 2, n - 3], f"{path}: no layer ids, SGLang's default"
     from ..versions import capabilities
 
-    plus_one = capabilities().CAPTURE_ALWAYS_PLUS_ONE or ids[0] == 1   # the release's rule (see draft/capture.py)
+    plus_one = capabilities().CAPTURE_ALWAYS_PLUS_ONE or ids[0] == 1   # the release's rule (see draft/capture_layers.py)
     return ([int(i) + 1 for i in ids] if plus_one else [int(i) for i in ids]), \
         f"{path}: eagle_aux_hidden_state_layer_ids={list(ids)} under this release's +1 rule"
 
@@ -132,7 +132,7 @@ def _responses_supported() -> str | None:
 
 
 def install(target, model, sa=None):
-    """Called by capture.attach after the DumpTarget exists. Applies the sampling rate to every dump; with
+    """Called by start.attach after the DumpTarget exists. Applies the sampling rate to every dump; with
     EAGLE-3 on and responses wanted, wires the verify capture and the serving assembler into the writer.
     Returns the VerifyCapture (None: prompts only, written at prefill)."""
     _targets.append(target)
@@ -164,7 +164,7 @@ def install(target, model, sa=None):
     if w is not None:
         from .serving_assembler import ServingAssembler
 
-        w._asm = ServingAssembler(w, scfg, vc)
+        w.use_assembler(ServingAssembler(w, scfg, vc))
         verify_capture.set_active(vc)
     logger.info("dump while serving EAGLE-3: response states from TARGET_VERIFY, one prompt+response sample per "
                 "finished request (sample rate %g, accept length below %s)", scfg.sample_rate,

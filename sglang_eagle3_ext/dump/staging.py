@@ -166,3 +166,28 @@ def tensor_at(buf, offset: int, shape, dtype):
     """The contiguous tensor of `shape`/`dtype` that starts `offset` bytes into uint8 tensor `buf`."""
     n = _nbytes(shape, dtype)
     return buf[offset:offset + n].view(dtype).view(shape)
+
+
+def ring_for(cfg):
+    """The pinned staging ring of a CUDA model's thread writer, allocated at model init, before any CUDA graph
+    capture and before serving. None when pinning fails (per-batch pinned allocations then). The writer
+    process brings its own, shared with it (writer_process.py)."""
+    import logging
+    import time
+
+    from .._log import log_once
+
+    try:
+        t0 = time.monotonic()
+        # PyTorch's pinned allocator rounds up to a power of two: round down instead, so the pinned
+        # memory never exceeds the budget (what does not fit falls back to per-batch allocations)
+        ring = PinnedRing(1 << (cfg.max_pending_bytes.bit_length() - 1))
+    except Exception as e:  # noqa: BLE001 - slower, still correct
+        log_once("dump.ring", "dump: could not pin a %d MB staging buffer (%s: %s): each batch allocates its own "
+                 "pinned memory (slower); lower SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB", cfg.max_pending_bytes >> 20,
+                 type(e).__name__, e, level=logging.WARNING)
+        return None
+    log_once("dump.ring", "dump: pinned a %d MB host staging buffer for the device->host copies in %.1f s "
+             "(SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB; allocated once instead of per request)",
+             ring.capacity >> 20, time.monotonic() - t0)
+    return ring

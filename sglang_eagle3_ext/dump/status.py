@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .config import ENV_ENCODING, META_FILE
 from .encoding import NATIVE
-from .fmt import write_json_atomic
+from .sample_file import write_json_atomic
 
 STATUS_DIR = "status"
 # Fields of dump_meta.json that must match when a run appends to an existing dump dir.

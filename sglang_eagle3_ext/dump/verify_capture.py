@@ -16,7 +16,6 @@ The end of a request (finished / aborted) comes from SchedulerOutputStreamer.str
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 
 from .._log import log_once, logger
@@ -188,40 +187,22 @@ class VerifyCapture:
         self._copy_and_submit(batch, idx, ndt, srcs, cuda)
 
     def _copy_and_submit(self, batch, idx, ndt, srcs: dict, cuda: bool) -> None:
-        import torch
-
-        w = self.writer
+        w, copier = self.writer, self.target.copier
         nbytes = sum(t.numel() * t.element_size() for t in srcs.values())
         if w.reserve(nbytes) is False:   # the writer stalled and stopped
             return
-        region = None
-        try:
-            side = self.target._side_stream(srcs["aux"].device) if cuda else None
-            if side is not None:
+        with copier.staged(w, nbytes) as st:
+            if copier.uses_side_stream(cuda):
                 # the rows leave graph-owned buffers (the next replay rewrites them): a device copy first, on the
                 # compute stream (microseconds), then the device->host copies overlap the next forward
                 srcs = {k: t.clone() for k, t in srcs.items()}
-                side.wait_stream(torch.cuda.current_stream())
-            dst, region = self.target._host_buffers({k: (tuple(t.shape), t.dtype) for k, t in srcs.items()}, cuda)
-            with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+            dst, st.region = copier.host_buffers({k: (tuple(t.shape), t.dtype) for k, t in srcs.items()}, cuda)
+            with copier.copies(srcs["aux"].device, cuda) as copy:
                 for k, t in srcs.items():
-                    if side is not None:
-                        t.record_stream(side)    # not reused by the allocator before the side stream read it
-                    dst[k].copy_(t, non_blocking=cuda)
-                event = None
-                if cuda:
-                    event = torch.cuda.Event()
-                    event.record()
-            vb = VerifyBatch([batch.reqs[i].rid for i in idx], ndt, dst["ids"], dst["pos"], dst["acc"], dst["aux"],
-                             dst["finals"], event, nbytes)
-            if region is not None:
-                vb.free_host = lambda r=region, ring=self.target.ring: ring.free(r)
-        except BaseException:
-            w.unreserve(nbytes)
-            if region is not None:
-                self.target.ring.free(region)
-            raise
-        w.submit(vb)
+                    copy(dst[k], t)
+            st.batch = VerifyBatch([batch.reqs[i].rid for i in idx], ndt, dst["ids"], dst["pos"], dst["acc"],
+                                   dst["aux"], dst["finals"], copy.event, nbytes)
+        w.submit(st.batch)
 
     # ---- SchedulerOutputStreamer.stream_output wrapper: requests that ended ----------------------------
     def on_streamed(self, reqs) -> None:
@@ -242,7 +223,8 @@ class VerifyCapture:
                 self._ended.popitem(last=False)
             self.refused.discard(rid)
             ended.append((rid, self._sids.pop(rid, None) or sanitize_id(rid), kind, req.origin_input_ids,
-                          list(req.output_ids)))
+                          # what the client gets: spec verify steps can overshoot finished_len
+                          list(getattr(req, "output_ids_through_stop", req.output_ids))))
         if ended and w.accepting:
             w.submit(RequestEnd(ended))
 
@@ -263,7 +245,9 @@ def verify_hook(wrapped, args, kwargs):
     vc = _active
     plan = None
     if vc is not None and not vc.disabled:
-        batch = args[0] if args else kwargs.get("batch")
+        from ..targets._bind import bind
+
+        batch = bind(wrapped, args, kwargs).get("batch")
         try:
             plan = vc.before_verify(batch)
         except Exception as e:  # noqa: BLE001 - serving must go on

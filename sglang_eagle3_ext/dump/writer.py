@@ -29,7 +29,7 @@ from .assemble import Assembler, ChunkBatch, Sample
 from .backpressure import Budget, ForwardThreadApi
 from .config import ENV_DISCARD, MANIFEST_DIR, NORM_FILE, SAMPLES_DIR, DumpConfig
 from .encoding import BY_ENV, NATIVE, describe, encode_sample
-from .fmt import T_AUX, T_IDS, atomic_write, dir_known, write_sample
+from .sample_file import T_AUX, T_IDS, atomic_write, dir_known, write_sample
 from .manifest import ManifestWriter, read_manifest, sample_path, sample_relpath
 from .staging import PinnedRing
 from .status import STATUS_DIR, StatusFile, meta_mismatch
@@ -106,7 +106,7 @@ class DumpWriter(ForwardThreadApi):
         self._io_pending = 0      # samples handed to io, not yet finished
         self._count_lock = threading.Lock()
         self.budget = Budget(cfg.max_pending_bytes, lambda: self.busy() > 0)
-        self._asm = Assembler(self.is_done, self._release, cfg.min_tokens)
+        self._asm = Assembler(self.is_done, self.release_host, cfg.min_tokens)
         self._io = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix="sge3-dump-io")
         self._norm_written = (self.root / NORM_FILE).exists()
         self.staging = staging
@@ -193,14 +193,14 @@ class DumpWriter(ForwardThreadApi):
                     continue
                 batch.wait()
                 self._last_batch_at = time.monotonic()
-                self._inc("batches")
+                self.count("batches")
                 if batch.norm is not None and not self._norm_written:
                     self._write_norm(*batch.norm)
                 ended = self._asm.ended
                 done, refused = self._asm.feed(batch)
-                self._inc("ended_unfinished", self._asm.ended - ended)
+                self.count("ended_unfinished", self._asm.ended - ended)
                 for r in refused:
-                    self._inc(REFUSAL_COUNTERS.get(r.kind, "refused_other"))
+                    self.count(REFUSAL_COUNTERS.get(r.kind, "refused_other"))
                     log_once(f"dump.refuse.{r.kind}", "dump: not writing request %s: %s (said once per kind; "
                              "counted in status/%s.json)", r.rid, r.reason, self.name, level=logging.WARNING)
                 for s in done:
@@ -220,7 +220,7 @@ class DumpWriter(ForwardThreadApi):
         """No batch for STATUS_EVERY_S: release requests that ended unfinished once no prefill can be running,
         refresh the status file (and check the dump dir is still ours)."""
         if self._asm.partials and time.monotonic() - self._last_batch_at >= IDLE_RELEASE_S:
-            self._inc("ended_unfinished", self._asm.release_ended(0))
+            self.count("ended_unfinished", self._asm.release_ended(0))
         self._refresh_status()
 
     def _root_ok(self) -> bool:
@@ -252,17 +252,17 @@ class DumpWriter(ForwardThreadApi):
         try:
             if not self.accepting or s.sample_id in self.done_ids:
                 if s.sample_id in self.done_ids:
-                    self._inc("already_done")
+                    self.count("already_done")
                 return
             if self.cfg.discard:
-                self._inc("discarded")
+                self.count("discarded")
                 return
             tensors = s.materialize(self.num_aux)
             finite = s.finite()
             if finite is None:
                 finite = all(bool(t.isfinite().all()) for k, t in tensors.items() if k != T_IDS)
             if not finite:
-                self._inc("nonfinite")
+                self.count("nonfinite")
                 log_once("dump.nonfinite", "dump: skipping request %s: NaN/Inf in its hidden states (counted in "
                          "status/%s.json)", s.rid, self.name, level=logging.WARNING)
                 return
@@ -283,9 +283,9 @@ class DumpWriter(ForwardThreadApi):
             self.done_ids.add(s.sample_id)
             if self.on_written is not None:
                 self.on_written(s.sample_id)
-            self._inc("written")
-            self._inc("tokens", n)
-            self._inc("bytes", size)
+            self.count("written")
+            self.count("tokens", n)
+            self.count("bytes", size)
             self._consecutive_errors = 0
         except OSError as e:
             if self._root_ok():
@@ -303,7 +303,7 @@ class DumpWriter(ForwardThreadApi):
             self._progressed()
 
     def _sample_failed(self, s: Sample, e: BaseException) -> None:
-        self._inc("write_errors")
+        self.count("write_errors")
         self._consecutive_errors += 1
         log_once("dump.write_error", "dump: failed to write request %s (%s: %s); skipped, the others go on (said "
                  "once; counted as write_errors in status/%s.json)", s.rid, type(e).__name__, e, self.name,
@@ -321,9 +321,24 @@ class DumpWriter(ForwardThreadApi):
         if self.on_progress is not None:
             self.on_progress()
 
-    def _inc(self, key: str, n: int = 1) -> None:
+    def count(self, key: str, n: int = 1) -> None:
         with self._count_lock:
             self.stats[key] += n
+
+    def add_counters(self, names) -> None:
+        """Counters of an assembler of its own (serving_assembler.py), shown with the writer's."""
+        with self._count_lock:
+            for k in names:
+                self.stats.setdefault(k, 0)
+
+    def set_gauges(self, **values) -> None:
+        with self._count_lock:
+            self.stats.update(values)
+
+    def use_assembler(self, asm) -> None:
+        """Stitch with `asm` (dump while serving: prompt+response samples) instead of the prefill Assembler;
+        called at start-up, before the first batch."""
+        self._asm = asm
 
     def _stop(self, exc: BaseException, status: bool = True) -> None:
         with self._count_lock:           # several io threads may fail at once: one stops, once

@@ -266,8 +266,8 @@ class ProcessDumpWriter(ForwardThreadApi):
             w[0].set()
 
     def _release_with(self, batch, segs) -> None:
-        """The batch's ring region and budget (ForwardThreadApi._release), then its own segments."""
-        self._release(batch)
+        """The batch's ring region and budget (ForwardThreadApi.release_host), then its own segments."""
+        self.release_host(batch)
         for s in segs:
             s.close()
 

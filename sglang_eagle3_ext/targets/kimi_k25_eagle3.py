@@ -5,23 +5,7 @@ the MLA-specific rules live in draft/mla.py.
 """
 from __future__ import annotations
 
+# The same two wrappers as the Llama draft class: strict_load picks the MLA rules from the model's class.
+from .llama_eagle3 import fc_width_guard, strict_load_weights
 
-def strict_load_weights(wrapped, instance, args, kwargs):
-    """Eagle3DeepseekV2ForCausalLM.load_weights(weights): normalise, load (the release fuses q/kv_a and splits
-    kv_b_proj itself), then account for every tensor and every parameter."""
-    from ..draft.loader import strict_load
-
-    weights = args[0] if args else kwargs["weights"]
-    return strict_load(wrapped, instance, weights)
-
-
-def fc_width_guard(wrapped, instance, args, kwargs):
-    """Eagle3MLAModel.forward(input_ids, positions, forward_batch, ...): refuse un-fused target states."""
-    from ..draft.guard import check_width
-
-    fb = kwargs.get("forward_batch")
-    if fb is None and len(args) > 2:
-        fb = args[2]
-    if fb is not None:
-        check_width(instance, fb)
-    return wrapped(*args, **kwargs)
+__all__ = ["fc_width_guard", "strict_load_weights"]

@@ -8,22 +8,21 @@ registered class would only protect checkpoints we converted ourselves.
 """
 from __future__ import annotations
 
+from ._bind import bind
+
 
 def strict_load_weights(wrapped, instance, args, kwargs):
     """LlamaForCausalLMEagle3.load_weights(weights): normalise, load, account for every tensor."""
     from ..draft.loader import strict_load
 
-    weights = args[0] if args else kwargs["weights"]
-    return strict_load(wrapped, instance, weights)
+    return strict_load(wrapped, instance, bind(wrapped, args, kwargs)["weights"])
 
 
 def fc_width_guard(wrapped, instance, args, kwargs):
     """llama_eagle3.LlamaModel.forward(input_ids, positions, forward_batch, ...): refuse un-fused target states."""
     from ..draft.guard import check_width
 
-    fb = kwargs.get("forward_batch")
-    if fb is None and len(args) > 2:
-        fb = args[2]
+    fb = bind(wrapped, args, kwargs).get("forward_batch")
     if fb is not None:
         check_width(instance, fb)
     return wrapped(*args, **kwargs)

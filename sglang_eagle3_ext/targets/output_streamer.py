@@ -8,7 +8,9 @@ def dump_request_end(wrapped, instance, args, kwargs):
     from ..dump.verify_capture import get_active, streamed_hook
 
     if get_active() is not None:
-        reqs = args[0] if args else kwargs.get("reqs")
+        from ._bind import bind
+
+        reqs = bind(wrapped, args, kwargs).get("reqs")
         if reqs:
             streamed_hook(reqs)
     return result

@@ -1,7 +1,7 @@
 """Kimi-K2.5's draft class on a real SGLang server (GPU host; tests/gpu/run.sh, SGLang 0.5.16 and 0.5.14).
 
 - an MLA EAGLE-3 draft (`Eagle3DeepseekV2ForCausalLM`: MLA attention over cat(embeds, hidden), dense MLP,
-  fc over K=3 aux states) made for the tiny DeepSeek-V3 target by draft/tiny_mla.py, converted (HF indices
+  fc over K=3 aux states) made for the tiny DeepSeek-V3 target by draft/tiny_mla_draft.py, converted (HF indices
   recorded), served with EAGLE3 steps 3 / topk 1 / 4 draft tokens: it answers, speculation ran, and the log
   shows our strict loader accounted for it under this class and the explicit capture layers ran. The draft
   is random: accept length ~1.00 is legitimate here, "serves" is the criterion;
@@ -27,8 +27,8 @@ MLA_CLASS = "Eagle3DeepseekV2ForCausalLM"
 
 @pytest.fixture(scope="module")
 def mla_draft(tiny_target, tmp_path_factory):
-    from sglang_eagle3_ext.draft.convert import convert
-    from sglang_eagle3_ext.draft.tiny_mla import make_mla_draft_for_tiny_target
+    from sglang_eagle3_ext.convert import convert
+    from sglang_eagle3_ext.draft.tiny_mla_draft import make_mla_draft_for_tiny_target
     from sglang_eagle3_ext.versions import capabilities
 
     if not capabilities().HAS_MLA_DRAFT:

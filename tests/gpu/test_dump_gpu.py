@@ -105,7 +105,7 @@ def test_dump_matches_transformers(variant, backend, tiny_target, tmp_path):
     transformers-bf16 must be no worse than transformers-bf16 vs transformers-fp32 (fraction of tokens
     >= 0.999 within 3 points, worst token within 0.005), and the mean >= 0.9995.
     CUDA graphs on (decode graphs captured; prefill graphs as the release resolves them: off for MLA)."""
-    from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, read_sample
+    from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
     from sglang_eagle3_ext.dump.manifest import read_manifest
     from sglang_eagle3_ext.tiny import ensure_tiny_target
 
@@ -172,7 +172,7 @@ def test_dump_matches_transformers(variant, backend, tiny_target, tmp_path):
 
 
 def test_sigkill_restart_resume(tiny_target, tmp_path):
-    from sglang_eagle3_ext.dump.fmt import T_IDS, read_sample
+    from sglang_eagle3_ext.dump.sample_file import T_IDS, read_sample
     from sglang_eagle3_ext.dump.manifest import read_manifest
 
     dump = tmp_path / "dump"
@@ -206,7 +206,7 @@ def test_sigkill_restart_resume(tiny_target, tmp_path):
 def test_tp_writes_one_copy_with_tp1_values(tmp_path):
     """TP=N (every GPU up to 8, or $SGE3_TP): each sample dumped once (attention-TP rank 0 writes), values
     equal to TP=1's (per-token cosine >= 0.999; dense variant so no router near-tie can flip an expert)."""
-    from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, read_sample
+    from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
     from sglang_eagle3_ext.dump.config import SAMPLES_DIR
     from sglang_eagle3_ext.dump.manifest import MANIFEST_DIR, read_manifest
     from sglang_eagle3_ext.tiny import ensure_tiny_target

@@ -38,7 +38,7 @@ def _target_and_draft(work: Path) -> tuple[Path, Path, str]:
     rt = Path(os.environ.get("SGE3_RT_DIR") or "/nonexistent")
     if (rt / "draft_sglang" / "config.json").exists() and (rt / "target" / ".complete").exists():
         return rt / "target", rt / "draft_sglang", "round trip"
-    from sglang_eagle3_ext.draft.tiny import make_speculators_draft
+    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
     from sglang_eagle3_ext.tiny import PREDICTABLE, ensure_tiny_target
 
     target = ensure_tiny_target(work / "target", **PREDICTABLE)
@@ -75,7 +75,7 @@ def _cos(a, b):
 
 
 def test_dumped_states_are_what_the_draft_is_fed(tmp_path):
-    from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, read_sample
+    from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
 
     work = tmp_path
     target, draft, kind = _target_and_draft(work)

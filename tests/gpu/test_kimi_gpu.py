@@ -34,7 +34,7 @@ MIN_ACCEPT = 2.0
 def test_kimi_dump_matches_transformers(tmp_path):
     from transformers import DeepseekV3ForCausalLM
 
-    from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, read_sample
+    from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
     from sglang_eagle3_ext.dump.manifest import read_manifest
     from sglang_eagle3_ext.tiny_kimi import ensure_tiny_kimi_target
 

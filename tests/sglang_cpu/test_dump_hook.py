@@ -2,14 +2,30 @@
 enum, SGLang's RMSNorm and LogitsProcessor, the patch-table wrappers applied through wrapt."""
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 
-from sglang_eagle3_ext.dump import capture
+from sglang_eagle3_ext.dump import start
 from sglang_eagle3_ext.dump import config as C
-from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, read_sample, rms_norm
+from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
+from sglang_eagle3_ext.dump.export import rms_norm
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.targets.logits_processor import dump_prefill
+
+
+def _original_forward(lp, seen: list | None = None):
+    """LogitsProcessor.forward bound to `lp` with its real signature (the wrapper binds the call's arguments
+    by name), the logits computation replaced by a stand-in that records the call."""
+    import functools
+
+    @functools.wraps(type(lp).forward)
+    def forward(self, *a, **k):
+        if seen is not None:
+            seen.append(a)
+        return "logits"
+    return types.MethodType(forward, lp)
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +85,7 @@ def _forward(m, fb, packed, layers, nan_row=None, pad=0):
         aux[1][nan_row, 3] = float("nan")
     aux_arg = torch.cat(aux, -1) if packed else aux
     seen = []
-    dump_prefill(lambda *a, **k: seen.append(a) or "logits", m.logits_processor,
+    dump_prefill(_original_forward(m.logits_processor, seen), m.logits_processor,
                  (None, post, None, fb, aux_arg), {})          # Kimi-K2.5 passes input_ids=None
     assert seen, "the original forward must always run"
     return prenorm, post, torch.cat(aux, -1)
@@ -95,14 +111,14 @@ def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkey
 
     from sglang_eagle3_ext.dump.staging import PinnedRing
 
-    monkeypatch.setattr(capture, "_writer", None)
+    monkeypatch.setattr(start, "_writer", None)
     cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "0,2,5", C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
     m = _model(sglang_cpu)
-    target = capture.attach(m, cfg)
-    assert target.ring is None                      # CPU model: no pinned staging buffer
-    ring = target.ring = PinnedRing(staging, pin=False) if staging else None
+    target = start.attach(m, cfg)
+    assert target.copier.ring is None                      # CPU model: no pinned staging buffer
+    ring = target.copier.ring = PinnedRing(staging, pin=False) if staging else None
     assert m.capture_aux_hidden_states and m.model.layers_to_capture == [0, 2, 5]   # HF indices, no +1
-    w = capture.get_writer()
+    w = start.get_writer()
     # chunk 1: "p1" tokens 0..3 of 6, plus a nodump- request; chunk 2: p1 tokens 4..5 and p2 (3 tokens)
     fb1 = _fb(ForwardMode.EXTEND, ["p1", "nodump-g"], [0, 0], [4, 2], [6, 2], torch.arange(6))
     r1 = _forward(m, fb1, packed, [0, 2, 5])
@@ -128,13 +144,13 @@ def test_hook_feeds_the_writer_process(sglang_cpu, tmp_path, monkeypatch, packed
     which stitches and writes the same files."""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    monkeypatch.setattr(capture, "_writer", None)
+    monkeypatch.setattr(start, "_writer", None)
     cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "0,2,5", C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1",
                       C.ENV_WRITER: "process"})
     m = _model(sglang_cpu)
-    target = capture.attach(m, cfg)
-    w = capture.get_writer()
-    assert target.ring is not None and target.ring is w.staging          # shared memory, also on CPU
+    target = start.attach(m, cfg)
+    w = start.get_writer()
+    assert target.copier.ring is not None and target.copier.ring is w.staging          # shared memory, also on CPU
     r1 = _forward(m, _fb(ForwardMode.EXTEND, ["p1", "p2"], [0, 0], [4, 3], [6, 3], torch.arange(7)), packed,
                   [0, 2, 5])
     r2 = _forward(m, _fb(ForwardMode.EXTEND, ["p1"], [4], [2], [6], torch.arange(100, 102)), packed, [0, 2, 5])
@@ -147,17 +163,17 @@ def test_hook_feeds_the_writer_process(sglang_cpu, tmp_path, monkeypatch, packed
     norm = load_file(str(tmp_path / "final_norm.safetensors"))["weight"]   # the norm weight crossed over too
     assert torch.equal(norm, m.model.norm.weight.data)
     w.close()
-    assert not target.ring._live and w.budget.used == 0
+    assert not target.copier.ring._live and w.budget.used == 0
 
 
 def test_hook_refuses_prefix_cache_hit_and_changed_layers(sglang_cpu, tmp_path, monkeypatch):
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    monkeypatch.setattr(capture, "_writer", None)
+    monkeypatch.setattr(start, "_writer", None)
     m = _model(sglang_cpu)
-    capture.attach(m, C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_MIN_TOKENS: "1"}))
+    start.attach(m, C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_MIN_TOKENS: "1"}))
     assert m.model.layers_to_capture == C.default_layers(N) == [1, 3, 5]
-    w = capture.get_writer()
+    w = start.get_writer()
     _forward(m, _fb(ForwardMode.EXTEND, ["hit"], [3], [2], [5], torch.arange(2)), False, C.default_layers(N))
     assert w.flush(30) and w.stats["refused_prefix_cache"] == 1
     m.model.layers_to_capture = [3, 4, 5]      # e.g. speculative decoding re-set the layers
@@ -169,18 +185,18 @@ def test_hook_refuses_prefix_cache_hit_and_changed_layers(sglang_cpu, tmp_path, 
 def test_bad_config_stops_start_up_with_the_fix(sglang_cpu, tmp_path, monkeypatch):
     from sglang_eagle3_ext.dump.writer import DumpStartupError
 
-    monkeypatch.setattr(capture, "_writer", None)
+    monkeypatch.setattr(start, "_writer", None)
     monkeypatch.setenv(C.ENV_DIR, str(tmp_path))
     monkeypatch.setenv(C.ENV_LAYERS, "1,99")
     m = _model(sglang_cpu)
     with pytest.raises(DumpStartupError, match="out of range"):
-        capture.install_from_init(m)                 # the server refuses to start, naming the variable
-    assert capture.get_writer() is None
+        start.install_from_init(m)                 # the server refuses to start, naming the variable
+    assert start.get_writer() is None
     monkeypatch.setenv(C.ENV_LAYERS, "1,2,3")
     monkeypatch.setenv(C.ENV_DIR, str(tmp_path / "missing"))
     with pytest.raises(DumpStartupError, match="does not exist"):
-        capture.install_from_init(m)
-    assert capture.get_writer() is None
+        start.install_from_init(m)
+    assert start.get_writer() is None
 
 
 @pytest.mark.parametrize("packed", [False, True])
@@ -190,11 +206,11 @@ def test_nan_rows_skip_only_their_request(sglang_cpu, tmp_path, monkeypatch, pac
     capture's per-row flags do, see test_dump_staging.)"""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    monkeypatch.setattr(capture, "_writer", None)
+    monkeypatch.setattr(start, "_writer", None)
     cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "0,2,5", C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
     m = _model(sglang_cpu)
-    capture.attach(m, cfg)
-    w = capture.get_writer()
+    start.attach(m, cfg)
+    w = start.get_writer()
     fb = _fb(ForwardMode.EXTEND, ["good", "bad"], [0, 0], [3, 4], [3, 4], torch.arange(7))
     fb.input_ids = torch.arange(7)
     _forward(m, fb, packed, [0, 2, 5], nan_row=5, pad=2)
@@ -212,12 +228,12 @@ def test_request_aborted_mid_chunked_prefill_frees_the_ring(sglang_cpu, tmp_path
     from sglang_eagle3_ext.dump.assemble import STALE_BATCHES
     from sglang_eagle3_ext.dump.staging import PinnedRing
 
-    monkeypatch.setattr(capture, "_writer", None)
+    monkeypatch.setattr(start, "_writer", None)
     cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "0,2,5", C.ENV_MIN_TOKENS: "1"})
     m = _model(sglang_cpu)
-    target = capture.attach(m, cfg)
-    ring = target.ring = PinnedRing(1 << 16, pin=False)
-    w = capture.get_writer()
+    target = start.attach(m, cfg)
+    ring = target.copier.ring = PinnedRing(1 << 16, pin=False)
+    w = start.get_writer()
     _forward(m, _fb(ForwardMode.EXTEND, ["dead", "a"], [0, 0], [4, 3], [64, 3], torch.arange(7)), False, [0, 2, 5])
     for i in range(STALE_BATCHES + 3):
         _forward(m, _fb(ForwardMode.EXTEND, [f"n{i}"], [0], [5], [5], torch.arange(5)), False, [0, 2, 5])

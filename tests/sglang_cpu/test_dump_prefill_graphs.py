@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from sglang_eagle3_ext.dump import capture
+from sglang_eagle3_ext import sglang_runtime
+from sglang_eagle3_ext.dump import start
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.prefill_graphs import FIX_NEW, prefill_graph_backend, refusal
 
@@ -106,8 +107,8 @@ def test_server_start_stops_with_the_flag(sglang_cpu, deepseek_dir, tmp_path, mo
     """Through the start-up path the patched DeepseekV2ForCausalLM.__init__ takes: no writer, no capture."""
     from sglang_eagle3_ext.dump.writer import DumpStartupError
 
-    before = capture._server_args()
-    monkeypatch.setattr(capture, "_writer", None)
+    before = sglang_runtime.server_args()
+    monkeypatch.setattr(start, "_writer", None)
     monkeypatch.setenv(C.ENV_DIR, str(tmp_path))
     monkeypatch.setenv(C.ENV_LAYERS, "1,2")
     monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "1")
@@ -115,12 +116,12 @@ def test_server_start_stops_with_the_flag(sglang_cpu, deepseek_dir, tmp_path, mo
     try:
         sglang_cpu.publish(_args(sglang_cpu, deepseek_dir, cuda_graph_backend_prefill="tc_piecewise"))
         with pytest.raises(DumpStartupError, match=FIX_NEW):
-            capture.install_from_init(m)
-        assert capture.get_writer() is None and not m.capture_aux_hidden_states
+            start.install_from_init(m)
+        assert start.get_writer() is None and not m.capture_aux_hidden_states
         sglang_cpu.publish(_args(sglang_cpu, deepseek_dir, disable_prefill_cuda_graph=True))
-        capture.install_from_init(m)
-        assert capture.get_writer() is not None and m.capture_aux_hidden_states
-        capture.get_writer().close()
+        start.install_from_init(m)
+        assert start.get_writer() is not None and m.capture_aux_hidden_states
+        start.get_writer().close()
     finally:
         if before is not None:
             sglang_cpu.publish(before)

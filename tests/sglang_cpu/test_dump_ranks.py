@@ -32,7 +32,7 @@ def worker(rank, port, d, q, extra):
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.layers.dp_attention import initialize_dp_attention
     initialize_dp_attention(sa, ModelConfig.from_server_args(sa))
-    from sglang_eagle3_ext.dump.capture import _ranks, is_writer
+    from sglang_eagle3_ext.dump.ranks import _ranks, is_writer
     r = _ranks()
     q.put({"rank": rank, "ranks": r, "writes": is_writer(r)})
 
@@ -94,25 +94,25 @@ def test_rank_probe_failure_fails_closed_in_a_multi_rank_world(sglang_cpu, tmp_p
     write the same samples into one manifest): no writer."""
     import torch.distributed as dist
 
-    from sglang_eagle3_ext.dump import capture
+    from sglang_eagle3_ext.dump import start
     from sglang_eagle3_ext.dump import config as C
 
     _break_attn_tp_probe(monkeypatch)
     monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: 2)      # one rank of a world of two
-    r = capture._ranks()
-    assert r["attn_tp_rank"] is None and not capture.is_writer(r)
-    monkeypatch.setattr(capture, "_writer", None)
+    r = start._ranks()
+    assert r["attn_tp_rank"] is None and not start.is_writer(r)
+    monkeypatch.setattr(start, "_writer", None)
     from test_dump_hook import _model
 
-    target = capture.attach(_model(sglang_cpu), C.from_env({C.ENV_DIR: str(tmp_path)}))
-    assert target.writer is None and capture.get_writer() is None
+    target = start.attach(_model(sglang_cpu), C.from_env({C.ENV_DIR: str(tmp_path)}))
+    assert target.writer is None and start.get_writer() is None
     assert not (tmp_path / "dump_meta.json").exists()
 
 
 def test_rank_probe_failure_in_a_world_of_one_still_writes(sglang_cpu, monkeypatch):
     """A single process is rank 0 of everything: a broken probe there must not turn the dump off."""
-    from sglang_eagle3_ext.dump import capture
+    from sglang_eagle3_ext.dump import start
 
     _break_attn_tp_probe(monkeypatch)
-    r = capture._ranks()
-    assert r["attn_tp_rank"] == 0 and capture.is_writer(r)
+    r = start._ranks()
+    assert r["attn_tp_rank"] == 0 and start.is_writer(r)

@@ -11,13 +11,14 @@ import types
 import pytest
 import torch
 
-from sglang_eagle3_ext.dump import capture, serving_mode, verify_capture
+from sglang_eagle3_ext.dump import serving_mode, start, verify_capture
 from sglang_eagle3_ext.dump import config as C
-from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, read_sample
+from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.targets.eagle_worker_v2 import dump_verify
 from sglang_eagle3_ext.targets.logits_processor import dump_prefill
 from sglang_eagle3_ext.targets.output_streamer import dump_request_end
+from test_dump_hook import _original_forward
 
 pytestmark = pytest.mark.sglang
 H, N = 16, 6
@@ -36,10 +37,9 @@ def serving(sglang_cpu, tmp_path, monkeypatch):
     sa = types.SimpleNamespace(speculative_algorithm="EAGLE3", speculative_eagle_topk=1,
                                speculative_draft_model_path=str(draft), disable_radix_cache=True, model_path=None,
                                served_model_name=None, chunked_prefill_size=None, dtype="float32")
-    monkeypatch.setattr(capture, "_server_args", lambda: sa)
-    monkeypatch.setattr("sglang_eagle3_ext.draft.context.server_args", lambda: sa)
+    monkeypatch.setattr("sglang_eagle3_ext.sglang_runtime.server_args", lambda: sa)
     monkeypatch.setattr("sglang_eagle3_ext.dump.prefill_graphs.check", lambda sa: None)
-    monkeypatch.setattr(capture, "_writer", None)
+    monkeypatch.setattr(start, "_writer", None)
     monkeypatch.setattr(verify_capture, "_active", None)
     monkeypatch.setattr(serving_mode, "_targets", [])
     dump = tmp_path / "dump"
@@ -52,10 +52,10 @@ def serving(sglang_cpu, tmp_path, monkeypatch):
                           **{k: v for k, v in env.items() if k.startswith("SGLANG_EAGLE3_EXT_DUMP_") and
                              k in C.ALL_ENV}})
         m = _model()
-        target = capture.attach(m, cfg)
-        return types.SimpleNamespace(model=m, target=target, writer=capture.get_writer(), dir=dump, sa=sa)
+        target = start.attach(m, cfg)
+        return types.SimpleNamespace(model=m, target=target, writer=start.get_writer(), dir=dump, sa=sa)
     yield make
-    w = capture.get_writer()
+    w = start.get_writer()
     if w is not None:
         w.close()
 
@@ -93,7 +93,7 @@ def _target_forward(m, fb, T):
     x, residual = torch.randn(T, H), torch.randn(T, H)
     post, _ = m.model.norm(x.clone(), residual.clone())
     aux = [torch.randn(T, H) for _ in DRAFT_LAYERS]
-    dump_prefill(lambda *a, **k: None, m.logits_processor, (None, post, None, fb, aux), {})
+    dump_prefill(_original_forward(m.logits_processor), m.logits_processor, (None, post, None, fb, aux), {})
     return {"aux": torch.cat(aux, -1), "pre": x + residual, "post": post}
 
 
@@ -136,8 +136,8 @@ def _verify(m, reqs_seqs, accepts, *, eager=True, static_fill=None):
     batch = ScheduleBatch(reqs=[s.req for s in reqs_seqs], forward_mode=ForwardMode.DECODE, spec_info=vi)
     seen = {}
 
-    def sglang_verify(b):
-        assert b is batch
+    def sglang_verify(batch, expected=batch):     # EAGLEWorkerV2.verify(batch): the hook binds it by name
+        assert batch is expected
         fb = _fb(ForwardMode.TARGET_VERIFY, [s.req.rid for s in reqs_seqs], [0] * bs, [NDT] * bs, vi.draft_token)
         if eager:
             seen.update(_target_forward(m, fb, bs * NDT))
@@ -161,7 +161,9 @@ def _end(reqs_seqs, kinds):
     for s, kind in zip(reqs_seqs, kinds):
         s.req.output_ids = s.tokens[s.P:s.pos + 1]          # + the last bonus token, whose state nobody computed
         s.req.finished_reason = FINISH_ABORT() if kind == "abort" else FINISH_LENGTH(len(s.req.output_ids))
-    dump_request_end(lambda *a, **k: None, types.SimpleNamespace(), ([s.req for s in reqs_seqs], False), {})
+    def stream_output(reqs, return_logprob):   # SchedulerOutputStreamer.stream_output: the hook binds reqs by name
+        return None
+    dump_request_end(stream_output, types.SimpleNamespace(), ([s.req for s in reqs_seqs], False), {})
 
 
 def _prefill(m, seqs):

@@ -127,9 +127,9 @@ def test_capture_layers_reach_the_language_model_through_the_wrapper(sglang_cpu,
 
 def test_dump_attaches_to_the_language_model_inside_the_wrapper(sglang_cpu, cpu_dir, tmp_path, monkeypatch):
     import sglang_eagle3_ext
-    from sglang_eagle3_ext.dump import capture
+    from sglang_eagle3_ext.dump import capture, start
 
-    monkeypatch.setattr(capture, "_writer", None)
+    monkeypatch.setattr(start, "_writer", None)
     monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_DIR", str(tmp_path))
     monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_LAYERS", "1,2,3")
     sglang_eagle3_ext.apply(["dump"])
@@ -142,6 +142,6 @@ def test_dump_attaches_to_the_language_model_inside_the_wrapper(sglang_cpu, cpu_
     assert lm.model.layers_to_capture == [1, 2, 3] and lm.capture_aux_hidden_states
     target = lm.logits_processor.__dict__.get(capture.ATTR)
     assert target is not None and target.layers == [1, 2, 3]
-    w = capture.get_writer()
+    w = start.get_writer()
     assert w is not None
     w.close()

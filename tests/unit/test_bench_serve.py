@@ -22,8 +22,8 @@ def _bench_serve():
 
 
 def _converted(tmp_path, aux_ids) -> Path:
-    from sglang_eagle3_ext.draft.convert import convert
-    from sglang_eagle3_ext.draft.tiny import make_speculators_draft
+    from sglang_eagle3_ext.convert import convert
+    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
 
     src = make_speculators_draft(tmp_path / "spec", aux_ids=aux_ids)
     return convert(src, tmp_path / "sglang", progress=False, log=lambda *a: None)

@@ -139,7 +139,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
 
 def test_check_bad_draft_folder(tmp_path, capsys):
     (tmp_path / "config.json").write_text("{not json")
-    rc = run_tool("check", __import__("sglang_eagle3_ext.draft.check", fromlist=["main"]).main,
+    rc = run_tool("check", __import__("sglang_eagle3_ext.check", fromlist=["main"]).main,
                   [str(tmp_path), "--sglang", "0.5.16"])
     out = capsys.readouterr()
     assert rc in (1, 2) and "Traceback" not in out.out + out.err and "config.json" in out.out + out.err

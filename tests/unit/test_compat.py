@@ -126,6 +126,15 @@ def test_moved_class_names_where_it_went(pristine, tmp_path, capsys):
     assert "class LogitsProcessor not in sglang.srt.layers.logits_processor" in verdict
 
 
+def test_renamed_parameter_fails_compat_with_its_name(pristine, tmp_path, capsys):
+    """The wrappers read SGLang's arguments by name (PatchSpec.params): a renamed one is a moved target."""
+    src = _copy_with(pristine, tmp_path, "sglang/srt/models/llama_eagle3.py",
+                     "def load_weights(self, weights:", "def load_weights(self, checkpoint_weights:")
+    assert compat.main(["--sglang", V, "--source", str(src)]) == 1
+    verdict = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "LlamaForCausalLMEagle3.load_weights" in verdict and "param weights gone" in verdict
+
+
 @pytest.mark.parametrize("version", ["0.5.5", "0.6.0"])
 def test_release_outside_range_is_unsupported(pristine, version, capsys):
     assert compat.main(["--sglang", version, "--source", str(pristine)]) == 1

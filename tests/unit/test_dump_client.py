@@ -93,7 +93,7 @@ def test_export_uses_generated_masks(tmp_path):
 
     from sglang_eagle3_ext.dump.client import generated_loss_masks
     from sglang_eagle3_ext.dump.export import export_speculators
-    from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_PRE, write_sample
+    from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_PRE, write_sample
     from sglang_eagle3_ext.dump.manifest import ManifestWriter
 
     dump = tmp_path / "dump"

@@ -17,7 +17,8 @@ from sglang_eagle3_ext.dump.assemble import ChunkBatch
 from sglang_eagle3_ext.dump.encoding import (FP8_ROWWISE, NATIVE, SCALE_SUFFIX, EncodingError, dequantize_rows,
                                              quantize_rows)
 from sglang_eagle3_ext.dump.export import ExportError, export_specforge, export_speculators
-from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, read_sample, rms_norm
+from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
+from sglang_eagle3_ext.dump.export import rms_norm
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.dump.writer import DumpStartupError, DumpWriter
 
@@ -276,7 +277,7 @@ def test_cli_export_on_fp8_dump(tmp_path):
 
 
 def test_unknown_encoding_is_a_clear_error(tmp_path):
-    from sglang_eagle3_ext.dump.fmt import write_sample
+    from sglang_eagle3_ext.dump.sample_file import write_sample
 
     f8, _ = _dump(tmp_path / "fp8", "fp8")
     rec = read_manifest(f8)["s0"]

@@ -8,7 +8,7 @@ import torch
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.assemble import ChunkBatch
 from sglang_eagle3_ext.dump.export import ExportError, export_specforge, export_speculators
-from sglang_eagle3_ext.dump.fmt import rms_norm
+from sglang_eagle3_ext.dump.export import rms_norm
 from sglang_eagle3_ext.dump.writer import DumpWriter
 
 

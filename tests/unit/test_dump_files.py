@@ -10,7 +10,7 @@ import torch
 
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.assemble import ChunkBatch
-from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, read_sample, write_sample
+from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample, write_sample
 from sglang_eagle3_ext.dump.manifest import ManifestWriter, read_manifest, sample_path, sanitize_id
 from sglang_eagle3_ext.dump.writer import DumpStartupError, DumpWriter
 

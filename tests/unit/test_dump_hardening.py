@@ -17,7 +17,7 @@ from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.assemble import STALE_BATCHES, ChunkBatch
 from sglang_eagle3_ext.dump.client import main as dump_cli
 from sglang_eagle3_ext.dump.export import ExportError, export_specforge, export_speculators
-from sglang_eagle3_ext.dump.fmt import T_AUX, T_IDS, T_POST, T_PRE, write_sample
+from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, write_sample
 from sglang_eagle3_ext.dump.manifest import read_manifest, sanitize_id
 from sglang_eagle3_ext.dump.staging import PinnedRing, region_size
 from sglang_eagle3_ext.dump.writer import DumpWriter

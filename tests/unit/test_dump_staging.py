@@ -10,7 +10,7 @@ import threading
 import pytest
 import torch
 
-from sglang_eagle3_ext.dump.fmt import read_sample, save_safetensors, write_sample
+from sglang_eagle3_ext.dump.sample_file import read_sample, save_safetensors, write_sample
 from sglang_eagle3_ext.dump.manifest import ManifestWriter, read_manifest
 from sglang_eagle3_ext.dump.staging import ALIGN, PinnedRing, region_size
 
@@ -64,7 +64,7 @@ def test_ring_views_hold_their_own_bytes():
 def test_direct_safetensors_file_reads_back_with_safetensors(tmp_path, monkeypatch, write_max):
     from safetensors import safe_open
 
-    import sglang_eagle3_ext.dump.fmt as F
+    import sglang_eagle3_ext.dump.sample_file as F
 
     if write_max:
         monkeypatch.setattr(F, "_WRITE_MAX", write_max)
@@ -134,7 +134,7 @@ def test_group_commit_failure_reaches_every_waiter_of_that_commit(tmp_path, monk
 
 
 def test_rows_finite_flags_mark_exactly_the_bad_rows():
-    from sglang_eagle3_ext.dump.capture import _rows_finite
+    from sglang_eagle3_ext.dump.copy import rows_finite as _rows_finite
 
     a, b = torch.randn(6, 8).bfloat16(), torch.randn(6, 4)
     a[1, 3], b[4, 0], b[5, 2] = float("nan"), float("inf"), -float("inf")

@@ -8,6 +8,7 @@ captures exactly the recorded states, whatever the release's +1 rule (0.5.10: al
 from __future__ import annotations
 
 from .._log import log_once
+from ..targets._bind import bind
 from . import errors as E
 from .errors import DraftLoadError, Problem
 from .keys import HF_INDICES_FIELD
@@ -20,12 +21,13 @@ def draft_k(cfg: dict) -> int | None:
 
 
 def set_capture_layers(wrapped, instance, args, kwargs):
-    from .context import draft_dir_and_config
+    from ..sglang_runtime import draft_dir_and_config
 
     result = wrapped(*args, **kwargs)
+    call = bind(wrapped, args, kwargs)
     if instance is None:  # called through the class: Cls.set_eagle3_layers_to_capture(model, ids)
-        instance, args = args[0], args[1:]
-    layer_ids = args[0] if args else kwargs.get("layer_ids")
+        instance = call.get("self")
+    layer_ids = call.get("layer_ids")
     pp = getattr(instance, "pp_group", None)
     if pp is not None and not pp.is_last_rank:
         return result

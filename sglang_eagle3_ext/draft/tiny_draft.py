@@ -107,12 +107,17 @@ def _v_d2t_range(d):
     _edit_tensors(d, f)
 
 
-def _v_nan(d):
+def nan_at(key: str):
+    """A tensor edit: one NaN in tensor `key` (the value scan must name it)."""
     def f(t):
-        w = t["layers.0.mlp.down_proj.weight"].clone()
+        w = t[key].clone()
         w[0, 0] = float("nan")
-        t["layers.0.mlp.down_proj.weight"] = w
-    _edit_tensors(d, f)
+        t[key] = w
+    return f
+
+
+def _v_nan(d):
+    _edit_tensors(d, nan_at("layers.0.mlp.down_proj.weight"))
 
 
 def _v_truncated(d):

@@ -5,7 +5,7 @@ import json
 import os
 from pathlib import Path
 
-from .._log import logger
+from ._log import logger
 
 
 def server_args():
@@ -33,7 +33,7 @@ def read_config(path) -> dict | None:
         return None
     p = Path(os.path.expanduser(str(path))) / "config.json"
     if not p.parent.is_dir():
-        from .hub import cached_snapshot, looks_like_hub_id
+        from .draft.hub import cached_snapshot, looks_like_hub_id
 
         snap = cached_snapshot(str(path)) if looks_like_hub_id(str(path)) else None
         p = snap / "config.json" if snap is not None else p

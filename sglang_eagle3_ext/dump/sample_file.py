@@ -156,12 +156,3 @@ def write_json_atomic(path, obj) -> None:
         with open(p, "wb") as fh:
             fh.write(data)
     atomic_write(path, w)
-
-
-def rms_norm(x, weight, eps: float):
-    """The model's final RMSNorm in fp32 (as SGLang's kernels compute it), cast back to x's dtype."""
-    import torch
-
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (y * weight.float()).to(x.dtype)
