@@ -52,9 +52,12 @@ README = REPO / "README.md"
 START, END = "<!-- compat-matrix:start -->", "<!-- compat-matrix:end -->"
 STUB = REPO / "tests" / "cpu_shims" / "sgl_kernel_stub.py"
 STUB_RELEASES = {"0.5.10"}
-PYTEST_K = "test_patch_registry or test_dump_hook or speculators or specforge or mla"
+PYTEST_K = "test_patch_registry or test_dump_hook or speculators or specforge or mla or wrapper"
 # more files counted in a column: the MLA (Kimi-K2.5) draft loader runs in the loader column
-EXTRA_FILES = {"tests/sglang_cpu/test_draft_mla_loader.py": "loader"}
+# and the Kimi-K2.5 wrapper's capture hook (the language model inside it is the target) in the dump column
+EXTRA_FILES = {"tests/sglang_cpu/test_draft_mla_loader.py": "loader",
+               "tests/sglang_cpu/test_mla_draft_equiv.py": "loader",
+               "tests/sglang_cpu/test_tiny_kimi.py": "dump"}
 PYTEST_FILES = {"runtime": "tests/sglang_cpu/test_patch_registry.py",
                 "loader": "tests/sglang_cpu/test_draft_loader.py",
                 "dump": "tests/sglang_cpu/test_dump_hook.py"}
@@ -291,8 +294,9 @@ def update_readme(results, total_s: float, path: Path = README) -> None:
     legend = ("Columns: **install** wheel + pinned transformers; **targets** `python -m sglang_eagle3_ext.compat` "
               "(static); **patch** `patches/<release>/` is current, applies (`patch --dry-run`) and compiles; "
               "**baked** that patch installed: SGLang's methods carry the runtime wrappers; **runtime** "
-              "`test_patch_registry.py`; **loader** `test_draft_loader.py -k 'speculators or specforge'` + `test_draft_mla_loader.py`; "
-              "**dump** `test_dump_hook.py`.")
+              "`test_patch_registry.py`; **loader** `test_draft_loader.py -k 'speculators or specforge'` + `test_draft_mla_loader.py` + "
+              "`test_mla_draft_equiv.py` (MLA drafts, Kimi-K2.5); **dump** `test_dump_hook.py` + `test_tiny_kimi.py -k wrapper` "
+              "(the Kimi-K2.5 wrapper's capture hook).")
     when = datetime.date.today().isoformat()
     body = (f"\nCompatibility matrix (CPU, measured {when} by `python patches/compat_matrix.py --update-readme`, "
             f"{total_s / 60:.1f} min):\n\n{table(results)}\n\n{legend}\n")
