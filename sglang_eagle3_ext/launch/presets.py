@@ -73,8 +73,12 @@ def load(name: str | None = None, path: str | os.PathLike | None = None) -> Pres
         data = yaml.safe_load(p.read_text()) or {}
     except FileNotFoundError:
         raise PresetError(f"config file {p} not found") from None
-    except yaml.YAMLError as e:
-        raise PresetError(f"config file {p}: not valid YAML: {e}") from None
+    except yaml.YAMLError as e:   # one line: where, and yaml's own reason
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise PresetError(f"config file {p}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise PresetError(f"config file {p}: cannot be read ({e.strerror if isinstance(e, OSError) else e})") from None
     if not isinstance(data, dict):
         raise PresetError(f"config file {p}: top level must be a mapping of ServerArgs fields")
     ext = data.pop(EXT_SECTION, None) or {}

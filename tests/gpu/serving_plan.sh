@@ -26,6 +26,6 @@ $BG start s16_triton "$S16 $SMALL SGE3_TINY_DIR=/tmp/tiny16t SGE3_BACKENDS=trito
 $BG start s16_flashinfer "$S16 $SMALL SGE3_TINY_DIR=/tmp/tiny16f SGE3_BACKENDS=flashinfer,fa3 tests/gpu/run.sh tests/gpu/test_dump_gpu.py tests/gpu/test_launch_gpu.py -k 'flashinfer or fa3'"
 $BG start s14_triton "$S14 $SMALL SGE3_BACKENDS=triton tests/gpu/run.sh tests/gpu/test_dump_gpu.py -k 'dense-triton or moe_pinned-triton or refusal'"
 $BG start s14_rt "$S14 $SMALL SGE3_RT_DIR=/tmp/rt14 tests/gpu/run.sh tests/gpu/test_roundtrip_gpu.py::test_roundtrip"
-$BG start kimi "$S16 SGE3_MEM_FRACTION=0.2 SGE3_RT_TARGET=kimi SGE3_RT_DIR=/tmp/rt tests/gpu/run.sh tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \
+$BG start kimi "$S16 SGE3_MEM_FRACTION=0.3 SGE3_RT_TARGET=kimi SGE3_RT_DIR=/tmp/rt tests/gpu/run.sh tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \
   $S16 SGE3_MEM_FRACTION=0.2 python3 benchmarks/bench_serve.py --model /tmp/rt/kimi/target --draft /tmp/rt/kimi/draft_sglang --rounds 4 --new-tokens 96"
 exec $BG wait "${1:-540}"

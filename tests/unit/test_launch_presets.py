@@ -89,3 +89,17 @@ def test_wheel_ships_presets():
     fi = cfg["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
     assert fi.get("server_configs") == "sglang_eagle3_ext/server_configs"
     assert dataclasses.is_dataclass(presets.Preset)
+
+
+def test_bad_yaml_and_unreadable_config_are_one_line_errors(tmp_path):
+    """A preset file that is not YAML, or not a file, gets one line naming it (no raw yaml dump)."""
+    from sglang_eagle3_ext.launch.presets import PresetError, load
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1,\nb: 2\n")
+    with pytest.raises(PresetError) as e:
+        load(path=bad)
+    assert "\n" not in str(e.value) and str(bad) in str(e.value) and "line 3" in str(e.value)
+    with pytest.raises(PresetError) as e:
+        load(path=tmp_path)
+    assert "\n" not in str(e.value) and "cannot be read" in str(e.value)
