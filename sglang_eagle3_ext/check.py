@@ -137,6 +137,10 @@ def main(argv=None) -> int:
     ap.add_argument("--scan-values", action="store_true", help="also scan every weight for NaN/Inf (reads all data)")
     cli_common.add_json_out(ap, "the report")
     a = cli_common.finish(ap, "check").parse_args(argv)
+    from .draft.hub import looks_like_hub_id
+
+    if not Path(a.draft).exists() and not looks_like_hub_id(a.draft):   # a bad path, not a verdict on a draft
+        raise cli_common.CliError(f"{a.draft}: no such directory (and not a hub id org/name)")
     rep = check_draft(a.draft, a.target, a.sglang_version, a.scan_values)
     if a.json:
         cli_common.write_json(a.json, {"release": rep.release, "draft_class": rep.draft_class, "checked": rep.checked,

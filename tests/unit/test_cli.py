@@ -126,6 +126,8 @@ def _one_line_error(capsys, rc, code=EXIT_BAD_INPUT, *words):
     (["patches", "--print", "0.0.1"], ["no static patch for SGLang '0.0.1'"]),
     (["tiny", "--", "-x"], ["looks like an option"]),
     (["check", "/tmp", "--bogus-flag"], ["unrecognized arguments: --bogus-flag"]),
+    (["check", "/nonexistent/draft"], ["/nonexistent/draft", "no such directory"]),
+    (["launch", "--config", "/tmp", "--dry-run"], ["/tmp", "cannot be read"]),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
     try:
