@@ -42,14 +42,16 @@ class RefAttention:
         return out.to(q.dtype).reshape(T, -1)
 
 
-def use_reference_attention():
-    """0.5.16+: the backend is read from the forward context; older releases read forward_batch.attn_backend."""
+def use_reference_attention(monkeypatch):
+    """0.5.16+: the backend is read from the forward context; older releases read forward_batch.attn_backend.
+    The context is set through monkeypatch, so it ends with the test: a context left behind makes later tests
+    that build models fail SGLang's own "called inside a forward" checks (0.5.18+)."""
     backend = RefAttention()
     try:
-        from sglang.srt.model_executor.forward_context import ForwardContext, set_forward_context
+        from sglang.srt.model_executor import forward_context
     except ImportError:
         return backend
-    set_forward_context(ForwardContext(attn_backend=backend))
+    monkeypatch.setattr(forward_context, "_current", forward_context.ForwardContext(attn_backend=backend))
     return backend
 
 

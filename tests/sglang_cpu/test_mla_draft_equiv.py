@@ -90,7 +90,7 @@ def _sglang_draft(h, path):
 
 
 @pytest.mark.parametrize("own_states", [False, True], ids=["target-fed", "draft-states"])
-def test_same_logits_as_sglang(ext, draft_dir, own_states):
+def test_same_logits_as_sglang(ext, draft_dir, own_states, monkeypatch):
     pytest.importorskip("sglang.srt.models.kimi_k25_eagle3")   # SGLang's MLA draft: 0.5.12+
     ours = load_checkpoint(draft_dir).float().eval()
     theirs = _sglang_draft(ext, draft_dir)
@@ -101,7 +101,7 @@ def test_same_logits_as_sglang(ext, draft_dir, own_states):
     ids = torch.randint(0, TARGET["vocab_size"], (T,))
     width = TARGET["hidden_size"] * (1 if own_states else len(AUX))
     hidden = torch.randn(T, width)
-    backend = use_reference_attention()
+    backend = use_reference_attention(monkeypatch)
     fb, pos = extend_batch(ids, lens, hidden, backend)
     # the draft's own states come in draft-extend/decode batches, where our fc width guard lets them through;
     # in this EXTEND batch call SGLang's forward under the guard (wrapt keeps it as __wrapped__)
