@@ -87,7 +87,7 @@ from pathlib import Path
 # the data side (shared with the MLA trainer) lives in training/data.py; re-exported for callers and tests
 from .training.data import (META_FILES, META_KEYS, TrainDraftError, _existing_loss_masks, _say,  # noqa: F401
                             find_hs_dir, list_hs_files, parse_layer_ids, prepare_data,
-                            read_layer_ids_from_metadata)
+                            read_layer_ids_from_metadata, require_learned)
 from .training import speculators_patches
 from .training.progress import _Progress
 
@@ -278,6 +278,7 @@ def train(a) -> dict:
          f"loss {result['first_loss']:.4f}->{result['final_loss']:.4f} "
          f"val_acc={va.get('full_acc_0_epoch', float('nan')):.4f} "
          f"avg_tok/s={result['tokens_per_s']:.0f} time={result.get('train_seconds', 0):.1f}s out={out}")
+    require_learned(va.get("full_acc_0_epoch"), a.min_val_acc, out)
     return result
 
 
@@ -317,6 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-workers", type=int, default=4, help="speculators DataLoader workers (0 = in-process)")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--log-every", type=int, default=10, help="print metrics every N steps")
+    p.add_argument("--min-val-acc", type=float, default=0.05,
+                   help="exit non-zero when the draft's validation accuracy is at or below this (0 = never)")
     p.add_argument("--keep-checkpoints", action="store_true",
                    help=f"keep speculators' per-epoch checkpoints under OUT/{RUN_DIR}/checkpoints")
     return p

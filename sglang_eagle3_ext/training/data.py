@@ -24,6 +24,17 @@ def _say(msg: str) -> None:
     print(f"[train_draft] {msg}", flush=True)
 
 
+def require_learned(val_acc: float | None, min_acc: float, out: Path) -> None:
+    """Fail the run when the draft's validation accuracy (first speculative step) is <= min_acc: a draft that
+    did not learn otherwise shows up only later, as an accept length of ~1 when served (issue #18)."""
+    if min_acc <= 0 or val_acc is None or val_acc != val_acc:      # disabled, or no validation split (NaN)
+        return
+    if val_acc <= min_acc:
+        raise TrainDraftError(f"the trained draft's validation accuracy is {val_acc:.4f} (<= --min-val-acc "
+                              f"{min_acc}): it did not learn and would serve at an accept length of ~1; "
+                              f"checkpoint kept in {out}; train longer / with another --lr, or check the data")
+
+
 # ----------------------------------------------------------------------------- data preparation
 
 def find_hs_dir(data: Path) -> Path:

@@ -124,8 +124,11 @@ class MLAAttention(nn.Module):
         k = torch.cat([k_nope, k_pe], -1)
         return q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
 
-    def attend(self, q, k, v, mask: torch.Tensor) -> torch.Tensor:
-        """q [heads, T, d], k/v [heads, S, d], mask [T, S] (True = visible) -> [T, H]."""
+    def attend(self, q, k, v, mask: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """q [heads, T, d], k/v [heads, S, d], mask [T, S] (True = visible), bias [T, S] added to the visible
+        scores (training only) -> [T, H]."""
+        if bias is not None:
+            mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf")) + bias.to(q.dtype)
         out = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask[None, None], scale=self.scale)
         return self.o_proj(out[0].transpose(0, 1).reshape(q.shape[1], -1))
 
@@ -205,10 +208,12 @@ class Eagle3MLADraft(nn.Module):
         normed, state = self._post(layer, layer.self_attn.attend(q, k, v, mask), hidden)
         return self.lm_head(normed), state
 
-    def forward_steps(self, input_ids: torch.Tensor, target_states: torch.Tensor, steps: int):
+    def forward_steps(self, input_ids: torch.Tensor, target_states: torch.Tensor, steps: int, self_bias: float = 0.0):
         """TTT unroll on one sequence. input_ids[p] = token p+1 (the token after the target state p);
         target_states [T, K*H]. Returns one logits tensor [T, V] per step; row p of step k predicts the
-        token two after the target's position p, from a state chain k steps long (rows p < k are unused)."""
+        token two after the target's position p, from a state chain k steps long (rows p < k are unused).
+        self_bias > 0 adds that much to each query's score for its own key (a training warm-up, see
+        mla_train.self_bias_at: the token to pass on enters only through the attention's value of its own row)."""
         T = input_ids.shape[0]
         pos = torch.arange(T, device=input_ids.device)
         layer = self.layers[0]
@@ -227,7 +232,11 @@ class Eagle3MLADraft(nn.Module):
             mask = torch.cat(masks, dim=1)
             mask[:k, :] = False
             mask[:k, 0] = True            # rows p < k have no valid chain; keep softmax finite
-            attn = layer.self_attn.attend(q, torch.cat(ks, 1), torch.cat(vs, 1), mask)
+            bias = None
+            if self_bias:
+                bias = torch.zeros(mask.shape, device=x.device)
+                bias[:, k * T:] = eye.float() * self_bias      # the own key: this step's block, same row
+            attn = layer.self_attn.attend(q, torch.cat(ks, 1), torch.cat(vs, 1), mask, bias)
             normed, state = self._post(layer, attn, hidden)
             out.append(self.lm_head(normed))
             # step k+1 at position p continues the chain of position p-1

@@ -30,7 +30,8 @@ SGLANG_LAYOUT = {"embed_tokens.weight", "fc.weight", "norm.weight", "lm_head.wei
 def _train(world, out, target=None, *extra):
     args = td.build_parser().parse_args(
         ["--data", str(world["data"]), "--target", str(target or world["target"]), "--out", str(out),
-         "--device", "cpu", "--total-seq-len", "512", "--num-workers", "0", "--log-every", "20", *extra])
+         "--device", "cpu", "--total-seq-len", "512", "--num-workers", "0", "--log-every", "20", "--min-val-acc", "0",
+         *extra])
     return td.train(args)
 
 
@@ -75,3 +76,26 @@ def test_both_drafts_train_against_the_kimi_wrapper(world, kimi, arch, tmp_path)
     assert r["steps"] == 4 and r["layer_ids"] == AUX
     cfg = json.loads((tmp_path / arch / "config.json").read_text())
     assert cfg.get("draft_vocab_size") == SMALL["vocab_size"] or cfg.get("vocab_size") == SMALL["vocab_size"]
+
+
+def test_train_draft_fails_when_the_draft_did_not_learn(world, tmp_path, capsys):
+    """No validation accuracy can reach 1.01: the run must end non-zero with the reason (both archs share
+    training/data.require_learned; --min-val-acc 0 turns it off, as _train does)."""
+    rc = td.main(["--data", str(world["data"]), "--target", str(world["target"]), "--out", str(tmp_path / "o"),
+                  "--device", "cpu", "--draft-arch", "mla", "--steps", "2", "--min-val-acc", "1.01"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "did not learn" in err and "--min-val-acc" in err
+    assert (tmp_path / "o" / "model.safetensors").exists()          # kept for inspection
+
+
+@pytest.mark.parametrize("val, ok", [(0.0, False), (0.05, False), (0.06, True), (float("nan"), True), (None, True)])
+def test_require_learned(val, ok, tmp_path):
+    from sglang_eagle3_ext.training.data import require_learned
+
+    if ok:
+        require_learned(val, 0.05, tmp_path)
+    else:
+        with pytest.raises(td.TrainDraftError, match="did not learn"):
+            require_learned(val, 0.05, tmp_path)
+    require_learned(0.0, 0.0, tmp_path)                               # 0 = off
