@@ -20,17 +20,7 @@ from sglang_eagle3_ext.dump.staging import region_size
 from sglang_eagle3_ext.dump.writer import DumpStartupError
 from sglang_eagle3_ext.dump.writer_process import ProcessDumpWriter
 
-H, K = 8, 3
-
-
-@pytest.fixture(autouse=True)
-def _short_samples_allowed(monkeypatch):
-    monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "1")
-
-
-def _meta():
-    return {"layer_indices_hf": [1, 2, 3], "hidden_size": H, "num_hidden_layers": 4,
-            "architecture": "DeepseekV3ForCausalLM", "final": "both", "dtype": "float32"}
+from dump_writer_fixtures import H, K, _meta, _short_samples_allowed  # noqa: F401 (autouse fixture)
 
 
 def _writer(tmp_path, pending=1 << 20):
