@@ -191,6 +191,10 @@ class ServingAssembler(Assembler):
                     done.append(s)
         finally:
             self.release_unused(ev)
+            # here, on the writer thread after every batch of these requests (refusals of _stitch and of queued
+            # verify batches come after the end): a later request with the same rid starts unrefused
+            for rid, *_ in ev.ended:
+                self.vc.refused.discard(rid)
         return done
 
     def _stitch(self, h: Held, prompt_ids, output_ids):

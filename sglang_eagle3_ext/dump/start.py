@@ -98,8 +98,8 @@ def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
             log_once("dump.radix", "dump: the radix cache is on: requests whose prompt head is cached are refused "
                      "(launch with --disable-radix-cache to dump every request)", level=logging.WARNING)
     target = DumpTarget(model, cfg, layers, _writer if writes else None)
-    setattr(model.logits_processor, ATTR, target)
     serving_mode.install(target, model, sa)   # sampling rate; EAGLE-3: verify capture
+    setattr(model.logits_processor, ATTR, target)   # last: an error above leaves no half-attached dump
     logger.info("dump: capturing HF hidden_states %s + final (%s) of %s; %s", layers, cfg.final,
                 type(model).__name__, f"writing to {cfg.dump_dir}" if writes else "not the writer rank")
     return target

@@ -15,7 +15,6 @@ The end of a request (finished / aborted) comes from SchedulerOutputStreamer.str
 """
 from __future__ import annotations
 
-import collections
 import logging
 
 from .._log import log_once, logger
@@ -24,7 +23,6 @@ from .config import NODUMP_RID_PREFIX
 from .manifest import sanitize_id
 
 _active = None          # the VerifyCapture of this process's writer rank
-ENDED_MEMORY = 4096     # finished rids remembered (a finished request can be streamed twice under overlap)
 
 
 def set_active(vc) -> None:
@@ -71,7 +69,6 @@ class VerifyCapture:
         self.eager = None           # finals of the last eager TARGET_VERIFY forward
         self.disabled: str | None = None
         self.refused: set[str] = set()      # rids the assembler will not write (it says so)
-        self._ended: collections.OrderedDict = collections.OrderedDict()
         self._sids: dict[str, str] = {}     # rid -> sanitised id, while the request runs
 
     def fail(self, msg: str, *a) -> None:
@@ -215,13 +212,11 @@ class VerifyCapture:
             if kind is None:
                 continue
             rid = req.rid
-            key = (rid, id(req))            # this request object, not a later request reusing the rid
-            if key in self._ended or rid.startswith(NODUMP_RID_PREFIX):
+            # a finished request can be streamed twice (overlap): mark the request object itself (an id() of a
+            # freed Req is reused by a later one, which must not be taken for seen)
+            if getattr(req, "_sge3_ended", False) or rid.startswith(NODUMP_RID_PREFIX):
                 continue
-            self._ended[key] = None
-            if len(self._ended) > ENDED_MEMORY:
-                self._ended.popitem(last=False)
-            self.refused.discard(rid)
+            req._sge3_ended = True
             ended.append((rid, self._sids.pop(rid, None) or sanitize_id(rid), kind, req.origin_input_ids,
                           # what the client gets: spec verify steps can overshoot finished_len
                           list(getattr(req, "output_ids_through_stop", req.output_ids))))

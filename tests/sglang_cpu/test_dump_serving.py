@@ -255,6 +255,10 @@ def test_wrong_token_or_gap_refuses_the_request(serving):
     assert read_manifest(sv.dir) == {}
     st = sv.writer.stats
     assert st["refused_token_mismatch"] == 1 and st["refused_verify_gap"] == 1 and st["held_requests"] == 0
+    # refusals made after the end (the stitch's) do not outlive the request: a re-sent rid is dumped again
+    from sglang_eagle3_ext.dump.verify_capture import get_active
+
+    assert not ({"a", "b"} & get_active().refused)
 
 
 def test_cuda_graph_path_reads_the_static_buffer(serving, monkeypatch):
