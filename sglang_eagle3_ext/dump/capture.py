@@ -22,7 +22,7 @@ import weakref
 from .._log import log_once, logger
 from .config import NODUMP_RID_PREFIX, DumpConfig, DumpConfigError
 from .copy import CopyRequest, HostCopier, copy_prefill
-from ..targets._bind import bind
+from ..targets._bind import arg
 from .manifest import sanitize_id
 
 ATTR = "_sge3_dump_target"            # on the target's LogitsProcessor instance
@@ -63,8 +63,7 @@ class DumpTarget:
         w = self.writer
         if w is None or not w.accepting or self.disabled:
             return
-        call = bind(wrapped, args, kwargs)
-        fb, hidden = call.get("logits_metadata"), call.get("hidden_states")
+        fb, hidden = arg(wrapped, args, kwargs, "logits_metadata"), arg(wrapped, args, kwargs, "hidden_states")
         vc = getattr(self, "verify", None)   # dump while serving: TARGET_VERIFY final states (verify_capture.py)
         if vc is not None and vc.on_logits(fb, pre, hidden):
             return
@@ -91,7 +90,7 @@ class DumpTarget:
                                if model else None, self.layers)
         T = int(sum(ext))
         ids = getattr(fb, "input_ids", None)
-        aux = call.get("aux_hidden_states")
+        aux = arg(wrapped, args, kwargs, "aux_hidden_states")
         orig = getattr(fb, "orig_seq_lens", None)
         K, H = len(self.layers), self.hidden
         if orig is None:

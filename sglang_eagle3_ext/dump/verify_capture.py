@@ -240,9 +240,9 @@ def verify_hook(wrapped, args, kwargs):
     vc = _active
     plan = None
     if vc is not None and not vc.disabled:
-        from ..targets._bind import bind
+        from ..targets._bind import arg
 
-        batch = bind(wrapped, args, kwargs).get("batch")
+        batch = arg(wrapped, args, kwargs, "batch")
         try:
             plan = vc.before_verify(batch)
         except Exception as e:  # noqa: BLE001 - serving must go on

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 
 _SIGNATURES: dict = {}
+_POSITIONS: dict = {}
 
 
 def _signature(fn):
@@ -29,3 +30,22 @@ def bind(wrapped, args, kwargs) -> dict:
         return dict(sig.bind_partial(*args, **kwargs).arguments)
     except (TypeError, ValueError):
         return {}
+
+
+def arg(wrapped, args, kwargs, name: str, default=None):
+    """One argument of this call by name, for the per-forward paths: kwargs, else its position (read once per
+    function from the signature) — no Signature.bind per call (~3 us against ~0.1 us)."""
+    if name in kwargs:
+        return kwargs[name]
+    func = getattr(wrapped, "__func__", wrapped)
+    try:
+        names = _POSITIONS.get(func)
+        if names is None:
+            names = _POSITIONS[func] = [p.name for p in _signature(func).parameters.values()
+                                        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return bind(wrapped, args, kwargs).get(name, default)
+    if name not in names:
+        return default
+    pos = names.index(name) - (1 if getattr(wrapped, "__self__", None) is not None and func is not wrapped else 0)
+    return args[pos] if 0 <= pos < len(args) else default

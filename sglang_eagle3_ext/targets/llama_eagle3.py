@@ -8,7 +8,7 @@ registered class would only protect checkpoints we converted ourselves.
 """
 from __future__ import annotations
 
-from ._bind import bind
+from ._bind import arg, bind
 
 
 def strict_load_weights(wrapped, instance, args, kwargs):
@@ -22,7 +22,7 @@ def fc_width_guard(wrapped, instance, args, kwargs):
     """llama_eagle3.LlamaModel.forward(input_ids, positions, forward_batch, ...): refuse un-fused target states."""
     from ..draft.guard import check_width
 
-    fb = bind(wrapped, args, kwargs).get("forward_batch")
+    fb = arg(wrapped, args, kwargs, "forward_batch")
     if fb is not None:
         check_width(instance, fb)
     return wrapped(*args, **kwargs)
