@@ -32,21 +32,24 @@ class EnvError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Var:
     name: str
-    type: str                         # bool | int | choice | path | str | layers
+    type: str                         # bool | int | float | choice | path | str | layers
     default: Any                      # parsed value when unset (None: no default); callable: computed
     doc: str
     section: str = "general"          # README table it belongs to: general | dump
     preset_key: str | None = None     # key in a preset's `eagle3_ext:` section (launch/presets.py)
     choices: tuple[str, ...] = ()
-    minimum: int | None = None
+    minimum: float | None = None      # int / float: inclusive bounds
+    maximum: float | None = None
     default_doc: str | None = None    # how the README shows the default, when not the value itself
 
     @property
     def legal(self) -> str:
         if self.type == "bool":
             return "1/true/yes/on or 0/false/no/off"
-        if self.type == "int":
-            return "an integer" + (f" >= {self.minimum}" if self.minimum is not None else "")
+        if self.type in ("int", "float"):
+            lo = f" >= {self.minimum}" if self.minimum is not None else ""
+            hi = f" <= {self.maximum}" if self.maximum is not None else ""
+            return ("an integer" if self.type == "int" else "a number") + lo + (" and" if lo and hi else "") + hi
         if self.type == "choice":
             return "one of " + ", ".join(repr(c) for c in self.choices)
         if self.type == "layers":
@@ -67,6 +70,15 @@ class Var:
             if self.minimum is not None and n < self.minimum:
                 raise EnvError(self.name, text, self.legal)
             return n
+        if self.type == "float":
+            try:
+                v = float(s)
+            except ValueError:
+                raise EnvError(self.name, text, self.legal) from None
+            if not (v == v and (self.minimum is None or v >= self.minimum)   # NaN fails every comparison
+                    and (self.maximum is None or v <= self.maximum) and v != float("inf")):
+                raise EnvError(self.name, text, self.legal)
+            return v
         if self.type == "choice":
             if s.lower() not in self.choices:
                 raise EnvError(self.name, text, self.legal)
@@ -164,12 +176,12 @@ _VARS: tuple[Var, ...] = (
         "with EAGLE-3 on (dump while serving, at the draft's layers): also capture the response's states from the "
         "TARGET_VERIFY batches and write prompt+response per finished request (aborted: nothing); `0`: prompts "
         "only, written at prefill", section="dump", preset_key="dump_responses"),
-    Var(DUMP_SAMPLE_RATE, "str", None,
+    Var(DUMP_SAMPLE_RATE, "float", None,
         "fraction of requests dumped, 0..1 (a hash of the request id: the same choice on every rank and re-run)",
-        section="dump", preset_key="dump_sample_rate", default_doc="`1`"),
-    Var(DUMP_MAX_ACCEPT_LEN, "str", None,
+        section="dump", preset_key="dump_sample_rate", default_doc="`1`", minimum=0.0, maximum=1.0),
+    Var(DUMP_MAX_ACCEPT_LEN, "float", None,
         "dump while serving: write only requests whose own accept length is below this number (where the draft "
-        "is weakest)", section="dump", preset_key="dump_max_accept_len"),
+        "is weakest)", section="dump", preset_key="dump_max_accept_len", minimum=1.0),
 )
 VARS: dict[str, Var] = {v.name: v for v in _VARS}
 

@@ -34,28 +34,15 @@ class ServingConfig:
     max_accept_len: float | None = None     # None: every request
 
 
-def _float(name: str, env, lo: float, hi: float | None) -> float | None:
-    text = (envs.raw(name, env) or "").strip()
-    if not text:
-        return None
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not (v >= lo and (hi is None or v <= hi)):
-        raise DumpConfigError(f"{name}={text!r}: expected a number in [{lo}, {hi if hi is not None else 'inf'}]")
-    return v
-
-
 def serving_config(env=None) -> ServingConfig:
     try:
         responses = envs.get(ENV_RESPONSES, env)
+        rate = envs.get(ENV_SAMPLE_RATE, env)
+        max_accept_len = envs.get(ENV_MAX_ACCEPT_LEN, env)
     except envs.EnvError as e:
         raise DumpConfigError(str(e)) from None
-    rate = _float(ENV_SAMPLE_RATE, env, 0.0, 1.0)
     return ServingConfig(responses=responses, responses_explicit=envs.raw(ENV_RESPONSES, env) is not None,
-                         sample_rate=1.0 if rate is None else rate,
-                         max_accept_len=_float(ENV_MAX_ACCEPT_LEN, env, 1.0, None))
+                         sample_rate=1.0 if rate is None else rate, max_accept_len=max_accept_len)
 
 
 def sampled(sample_id: str, rate: float) -> bool:

@@ -176,3 +176,20 @@ def test_launcher_refuses_an_illegal_value_in_one_line(tmp_path):
     assert p.returncode == 2, p.stderr[-2000:]
     err = [ln for ln in p.stderr.splitlines() if envs.DUMP_WRITER in ln]
     assert len(err) == 1 and "'fork'" in err[0] and "'thread', 'process'" in err[0] and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("name,text,want", [
+    ("SGLANG_EAGLE3_EXT_DUMP_SAMPLE_RATE", "0.25", 0.25), ("SGLANG_EAGLE3_EXT_DUMP_SAMPLE_RATE", "1", 1.0),
+    ("SGLANG_EAGLE3_EXT_DUMP_SAMPLE_RATE", " ", None), ("SGLANG_EAGLE3_EXT_DUMP_MAX_ACCEPT_LEN", "2.5", 2.5),
+    ("SGLANG_EAGLE3_EXT_DUMP_SAMPLE_RATE", "abc", ValueError), ("SGLANG_EAGLE3_EXT_DUMP_SAMPLE_RATE", "1.5", ValueError),
+    ("SGLANG_EAGLE3_EXT_DUMP_SAMPLE_RATE", "nan", ValueError), ("SGLANG_EAGLE3_EXT_DUMP_SAMPLE_RATE", "-0.1", ValueError),
+    ("SGLANG_EAGLE3_EXT_DUMP_MAX_ACCEPT_LEN", "0.5", ValueError), ("SGLANG_EAGLE3_EXT_DUMP_MAX_ACCEPT_LEN", "inf", ValueError),
+])
+def test_float_variables_are_checked_up_front(name, text, want):
+    """Numbers with bounds are parsed by the registry, so `problems()` (the CLIs' up-front check) sees them."""
+    if want is ValueError:
+        with pytest.raises(envs.EnvError):
+            envs.get(name, {name: text})
+        assert any(name in p for p in envs.problems({name: text}))
+    else:
+        assert envs.get(name, {name: text}) == want
