@@ -157,6 +157,8 @@ def main():
     ap.add_argument("--only", default="spec,base,dump,specdump",
                     help="groups to run: spec, base, dump (needs base), specdump (needs spec)")
     ap.add_argument("--attention-backend", default="triton")
+    ap.add_argument("--max-total-tokens", type=int, default=65536,
+                    help="each server's KV cap in tokens (default 65536: 16 x (64 + 128) tokens with room to spare)")
     a = ap.parse_args()
     from gpu_helpers import defaults_refused, server_args
 
@@ -176,8 +178,12 @@ def main():
     dump_dir = tmp / "dump"
     dump_dir.mkdir()
     envs = server_envs(tmp, dump_dir)
-    frac = os.environ.get("SGE3_MEM_FRACTION") or "0.2"
-    common = ["--model-path", str(model), *server_args(a.attention_backend), "--mem-fraction-static", frac]
+    # Three Kimi-width servers (16 GB target + 2.6 GB draft each) side by side: the fraction only has to pass
+    # SGLang's floor (weights / memory free at start-up) for the last one, the KV cap keeps each server small
+    # (SGLang 0.5.16 otherwise gave one EAGLE-3 server 75 GB of KV at fraction 0.3 and the next one failed)
+    frac = os.environ.get("SGE3_MEM_FRACTION") or "0.5"
+    common = ["--model-path", str(model), *server_args(a.attention_backend), "--mem-fraction-static", frac,
+              "--max-total-tokens", str(a.max_total_tokens)]
     if defaults_refused(model, a.attention_backend):   # every server alike: the dump needs eager prefill here
         common.append("--disable-prefill-cuda-graph")
     res["server_args"] = common

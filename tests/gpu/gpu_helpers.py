@@ -5,6 +5,7 @@ Logs go to $OUT (the device tool's folder) or a temp dir, one file per server.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import os
 import subprocess
@@ -99,6 +100,14 @@ def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = N
     cmd = [sys.executable, "-m", launcher, *args, "--port", str(port)]
     if os.environ.get("SGE3_MEM_FRACTION"):  # several test servers sharing one GPU (the last flag wins)
         cmd += ["--mem-fraction-static", os.environ["SGE3_MEM_FRACTION"]]
+    if os.environ.get("SGE3_MAX_TOTAL_TOKENS"):
+        # a KV cap: SGLang 0.5.16 sized an EAGLE-3 server's KV (target + draft) at 75 GB under
+        # --mem-fraction-static 0.3 on an H200 (the draft's pool is sized apart), leaving no room for the next one
+        cmd += ["--max-total-tokens", os.environ["SGE3_MAX_TOTAL_TOKENS"]]
+    # One start-up at a time on this host, across test processes: SGLang sizes its KV cache from the memory
+    # free when it starts, so a neighbour loading at the same moment left "no GPU memory for the KV cache".
+    start_lock = open(os.environ.get("SGE3_START_LOCK", "/tmp/sge3_gpu_start.lock"), "a")
+    fcntl.flock(start_lock, fcntl.LOCK_EX)
     with open(log, "w") as f:
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
@@ -106,16 +115,20 @@ def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = N
     base = f"http://127.0.0.1:{port}"
     try:
         t0 = time.time()
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server {name} exited with {proc.returncode}; see {log}:\n" + log.read_text()[-4000:])
-            try:
-                http_json(base + "/health", timeout=5)
-                break
-            except Exception:
-                if time.time() - t0 > timeout:
-                    raise TimeoutError(f"server {name} not healthy after {timeout}s; see {log}")
-                time.sleep(2)
+        try:
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"server {name} exited with {proc.returncode}; see {log}:\n"
+                                       + log.read_text()[-4000:])
+                try:
+                    http_json(base + "/health", timeout=5)
+                    break
+                except Exception:
+                    if time.time() - t0 > timeout:
+                        raise TimeoutError(f"server {name} not healthy after {timeout}s; see {log}")
+                    time.sleep(2)
+        finally:
+            start_lock.close()            # releases the lock
         yield base, log, proc
     finally:
         import signal
