@@ -11,6 +11,7 @@ requests whose own accept length is below it: the traffic where the draft is wea
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import logging
 
@@ -47,10 +48,13 @@ def serving_config(env=None) -> ServingConfig:
 
 def sampled(sample_id: str, rate: float) -> bool:
     """The request is in the sample: a hash of its id, so every rank and every re-run decides alike."""
-    if rate >= 1.0:
-        return True
-    h = int.from_bytes(hashlib.sha1(sample_id.encode("utf-8", "surrogatepass")).digest()[:8], "big")
-    return h < rate * 2.0 ** 64
+    return rate >= 1.0 or _id_hash(sample_id) < rate * 2.0 ** 64
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _id_hash(sample_id: str) -> int:
+    # asked on every verify step of a running request (the writer's is_done): hashed once per id
+    return int.from_bytes(hashlib.sha1(sample_id.encode("utf-8", "surrogatepass")).digest()[:8], "big")
 
 
 def _server_args():

@@ -14,6 +14,7 @@ it coming back, then dumping stops.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import logging
@@ -125,12 +126,20 @@ class DumpWriter(ForwardThreadApi):
     def _clean_own_tmp(self) -> None:
         """Temporary files a killed run of this writer left behind (never listed in a manifest)."""
         tag = f".tmp{self.name}."
-        for p in (self.root / SAMPLES_DIR).rglob(".*"):
-            if tag in p.name:
-                try:
-                    p.unlink()
-                except OSError:
-                    pass
+        # os.scandir over the shard folders: a restart into a dump of millions of samples lists names only
+        # (pathlib's rglob builds a Path per file and was the slow part of the start-up)
+        stack = [str(self.root / SAMPLES_DIR)]
+        while stack:
+            try:
+                entries = list(os.scandir(stack.pop()))
+            except OSError:
+                continue
+            for e in entries:
+                if e.name.startswith(".") and tag in e.name:
+                    with contextlib.suppress(OSError):
+                        os.unlink(e.path)
+                elif e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
 
     def _counters(self) -> dict:
         """The counters, plus the host memory held and the requests half-stitched (status file, `dump status`)."""

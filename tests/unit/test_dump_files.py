@@ -145,6 +145,19 @@ def test_writer_startup_errors(tmp_path):
         DumpWriter(C.DumpConfig(str(tmp_path), None), other)
 
 
+def test_writer_start_removes_only_its_own_leftover_temporaries(tmp_path):
+    """A killed run leaves `.NAME.tmpdp0.N.PID` files in the shard folders: the next dp0 writer removes
+    those (never listed in a manifest) and leaves other writers' temporaries and every sample alone."""
+    shard = tmp_path / C.SAMPLES_DIR / "ab"
+    shard.mkdir(parents=True)
+    mine, theirs = shard / ".s1.safetensors.tmpdp0.3.999", shard / ".s2.safetensors.tmpdp1.0.999"
+    sample = shard / "s3.safetensors"
+    for p in (mine, theirs, sample):
+        p.write_bytes(b"x")
+    _writer(tmp_path).close()
+    assert not mine.exists() and theirs.exists() and sample.exists()
+
+
 def test_writer_stitches_chunks_and_resumes(tmp_path):
     w = _writer(tmp_path)
     # r1: 10 tokens in chunks 4+6; r2: 3 tokens in one go; nodump-: never written
