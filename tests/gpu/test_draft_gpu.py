@@ -51,7 +51,8 @@ def _args(target, draft_dir):
             "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", *BASE_ARGS]
 
 
-def _no_aux_draft(draft, tmp_path) -> Path:
+def no_aux_draft(draft, tmp_path) -> Path:
+    """A copy of `draft` whose config says use_aux_hidden_state false: the target then sends 1 x hidden."""
     d = tmp_path / "no_aux"
     shutil.copytree(draft, d)
     c = json.loads((d / "config.json").read_text())
@@ -98,16 +99,21 @@ def _run_expect_width_failure(tiny_target, draft_dir, tmp_path, name, **env):
     return log_text
 
 
-def test_target_not_capturing_fails_at_startup(tiny_target, draft, tmp_path):
-    text = _run_expect_width_failure(tiny_target, _no_aux_draft(draft, tmp_path), tmp_path, "draft_no_aux_startup")
-    assert "[fc-width]" in text and "not capturing aux hidden states" in text, text[-3000:]
+def assert_width_refused(tiny_target, bad_draft, tmp_path, name, *, at_forward: bool) -> None:
+    """A target sending 1 x hidden to `bad_draft` (its fc wants 3 x): refused at start-up, or with the
+    start-up check deferred, by the forward guard at the first target-fed batch; never accept len 1.00."""
+    from sglang_eagle3_ext.draft.loader import DEFER_WIDTH_ENV
+
+    env = {DEFER_WIDTH_ENV: "1"} if at_forward else {}
+    text = _run_expect_width_failure(tiny_target, bad_draft, tmp_path, name, **env)
+    want = "batch): the target sends 1024-wide hidden states" if at_forward else "not capturing aux hidden states"
+    assert "[fc-width]" in text and want in text, text[-3000:]
     assert "accept len: 1.00" not in text
+
+
+def test_target_not_capturing_fails_at_startup(tiny_target, draft, tmp_path):
+    assert_width_refused(tiny_target, no_aux_draft(draft, tmp_path), tmp_path, "draft_no_aux_startup", at_forward=False)
 
 
 def test_target_not_capturing_caught_by_forward_guard(tiny_target, draft, tmp_path):
-    from sglang_eagle3_ext.draft.loader import DEFER_WIDTH_ENV
-
-    text = _run_expect_width_failure(tiny_target, _no_aux_draft(draft, tmp_path), tmp_path, "draft_no_aux_guard",
-                                     **{DEFER_WIDTH_ENV: "1"})
-    assert "[fc-width]" in text and "batch): the target sends 1024-wide hidden states" in text, text[-3000:]
-    assert "accept len: 1.00" not in text
+    assert_width_refused(tiny_target, no_aux_draft(draft, tmp_path), tmp_path, "draft_no_aux_guard", at_forward=True)

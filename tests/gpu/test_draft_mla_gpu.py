@@ -11,14 +11,11 @@
 """
 from __future__ import annotations
 
-import json
-import shutil
-from pathlib import Path
 
 import pytest
 
 from gpu_helpers import LOG_DIR, free_port, generate, sglang_server
-from test_draft_gpu import _args, _env, _launcher, _run_expect_width_failure
+from test_draft_gpu import _args, _env, _launcher, assert_width_refused, no_aux_draft
 
 pytestmark = pytest.mark.gpu
 HF_INDICES = (1, 2, 3)  # HF hidden_states of the 4-layer tiny target
@@ -38,15 +35,6 @@ def mla_draft(tiny_target, tmp_path_factory):
     return convert(src, root / "sglang", hf_indices=list(HF_INDICES), log=print)
 
 
-def _no_aux(draft, tmp_path) -> Path:
-    d = tmp_path / "mla_no_aux"
-    shutil.copytree(draft, d)
-    c = json.loads((d / "config.json").read_text())
-    c["eagle_config"]["use_aux_hidden_state"] = False
-    (d / "config.json").write_text(json.dumps(c, indent=2))
-    return d
-
-
 def test_mla_draft_loads_strictly_and_serves(tiny_target, mla_draft, tmp_path):
     with sglang_server(_args(tiny_target, mla_draft), name="mla_draft_eagle3", port=free_port(),
                        env=_env(tmp_path), launcher=_launcher()) as (base, log, _):
@@ -63,15 +51,8 @@ def test_mla_draft_loads_strictly_and_serves(tiny_target, mla_draft, tmp_path):
 
 
 def test_mla_draft_target_sending_1xH_fails_at_startup(tiny_target, mla_draft, tmp_path):
-    text = _run_expect_width_failure(tiny_target, _no_aux(mla_draft, tmp_path), tmp_path, "mla_no_aux_startup")
-    assert "[fc-width]" in text and "not capturing aux hidden states" in text, text[-3000:]
-    assert "accept len: 1.00" not in text
+    assert_width_refused(tiny_target, no_aux_draft(mla_draft, tmp_path), tmp_path, "mla_no_aux_startup", at_forward=False)
 
 
 def test_mla_draft_target_sending_1xH_caught_by_forward_guard(tiny_target, mla_draft, tmp_path):
-    from sglang_eagle3_ext.draft.loader import DEFER_WIDTH_ENV
-
-    text = _run_expect_width_failure(tiny_target, _no_aux(mla_draft, tmp_path), tmp_path, "mla_no_aux_guard",
-                                     **{DEFER_WIDTH_ENV: "1"})
-    assert "[fc-width]" in text and "batch): the target sends 1024-wide hidden states" in text, text[-3000:]
-    assert "accept len: 1.00" not in text
+    assert_width_refused(tiny_target, no_aux_draft(mla_draft, tmp_path), tmp_path, "mla_no_aux_guard", at_forward=True)

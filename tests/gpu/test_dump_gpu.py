@@ -80,6 +80,24 @@ def _hf_states(model, ids) -> dict:
     return out
 
 
+def dumped_vs_hf(dump: Path, man: dict, prompts: list, ref, cos: dict) -> dict:
+    """Per-token cosine of every dumped slot (aux layers, pre/post-norm finals) of samples s0000.. against
+    transformers' `ref` on the same ids, appended to cos[name]; returns {i: transformers' states} for reuse."""
+    from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
+
+    wants = {}
+    for i, ids in enumerate(prompts):
+        t, _ = read_sample(dump / man[f"s{i:04d}"]["file"])
+        assert t[T_IDS].tolist() == ids
+        aux = t[T_AUX].cuda().view(len(ids), len(LAYERS), -1)
+        dumped = {f"aux{li}": aux[:, k] for k, li in enumerate(LAYERS)}
+        dumped.update(prenorm=t[T_PRE].cuda(), postnorm=t[T_POST].cuda())
+        wants[i] = want = _hf_states(ref, ids)
+        for name, a in dumped.items():
+            cos.setdefault(name, []).append(_cos(a, want[name]).cpu())
+    return wants
+
+
 def _stats(cos: dict) -> dict:
     return {k: {"min": torch.cat(v).min().item(), "mean": torch.cat(v).mean().item(),
                 "frac_ge_0.999": (torch.cat(v) >= 0.999).float().mean().item(), "tokens": torch.cat(v).numel()}
@@ -105,7 +123,6 @@ def test_dump_matches_transformers(variant, backend, tiny_target, tmp_path):
     transformers-bf16 must be no worse than transformers-bf16 vs transformers-fp32 (fraction of tokens
     >= 0.999 within 3 points, worst token within 0.005), and the mean >= 0.9995.
     CUDA graphs on (decode graphs captured; prefill graphs as the release resolves them: off for MLA)."""
-    from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
     from sglang_eagle3_ext.dump.manifest import read_manifest
     from sglang_eagle3_ext.tiny import ensure_tiny_target
 
@@ -144,19 +161,12 @@ def test_dump_matches_transformers(variant, backend, tiny_target, tmp_path):
     ref32 = DeepseekV3ForCausalLM.from_pretrained(str(tiny_target), dtype=torch.float32).cuda().eval() \
         if variant == "moe" else None
     cos, noise = {}, {}
-    for i, ids in enumerate(prompts):
-        t, _ = read_sample(dump / man[f"s{i:04d}"]["file"])
-        assert t[T_IDS].tolist() == ids
-        aux = t[T_AUX].cuda().view(len(ids), len(LAYERS), -1)
-        dumped = {f"aux{li}": aux[:, k] for k, li in enumerate(LAYERS)}
-        dumped.update(prenorm=t[T_PRE].cuda(), postnorm=t[T_POST].cuda())
-        want = _hf_states(ref, ids)
-        for name, a in dumped.items():
-            cos.setdefault(name, []).append(_cos(a, want[name]).cpu())
-        if ref32 is not None:
+    wants = dumped_vs_hf(dump, man, prompts, ref, cos)
+    if ref32 is not None:      # bf16 vs fp32 transformers: the reference's own noise
+        for i, ids in enumerate(prompts):
             want32 = _hf_states(ref32, ids)
-            for name in dumped:
-                noise.setdefault(name, []).append(_cos(want[name], want32[name]).cpu())
+            for name in cos:
+                noise.setdefault(name, []).append(_cos(wants[i][name], want32[name]).cpu())
     stats, ref_noise = _stats(cos), _stats(noise)
     print(f"\ndump vs transformers [{variant}, {backend}, CUDA graphs on]: min per-token cosine "
           + ", ".join(f"{k} {v['min']:.5f}" for k, v in stats.items()))

@@ -12,7 +12,6 @@ Figures: $OUT/kimi_dump_cosines.json, $OUT/kimi_roundtrip.json (also printed).
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -21,9 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 from gpu_helpers import LOG_DIR, activation_env, decode_graphs_captured, free_port, sglang_server
-from test_dump_gpu import LAYERS, _activation_env, _client, _cos, _hf_states, _stats, dump_args
+from test_dump_gpu import LAYERS, _activation_env, _client, _stats, dump_args, dumped_vs_hf
 from test_dump_gpu import _prompts as _long_prompts
-from test_roundtrip_gpu import BACKEND, SERVE_ARGS, SPEC_ARGS, _done, _mark, _prompts, _run
+from test_roundtrip_gpu import BACKEND, SERVE_ARGS, SPEC_ARGS, _prompts, _run, dump_and_export
 
 pytestmark = pytest.mark.gpu
 KIMI_ARGS = ["--trust-remote-code"]    # the wrapper's processor is remote code, as Kimi-K2.5's own
@@ -34,7 +33,6 @@ MIN_ACCEPT = 2.0
 def test_kimi_dump_matches_transformers(tmp_path):
     from transformers import DeepseekV3ForCausalLM
 
-    from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
     from sglang_eagle3_ext.dump.manifest import read_manifest
     from sglang_eagle3_ext.tiny_kimi import ensure_tiny_kimi_target
 
@@ -57,15 +55,7 @@ def test_kimi_dump_matches_transformers(tmp_path):
     assert meta["layer_indices_hf"] == LAYERS and meta["hidden_size"] == 1024
     ref = DeepseekV3ForCausalLM.from_pretrained(str(kimi / "text"), dtype=torch.bfloat16).cuda().eval()
     cos: dict = {}
-    for i, ids in enumerate(prompts):
-        t, _ = read_sample(dump / man[f"s{i:04d}"]["file"])
-        assert t[T_IDS].tolist() == ids
-        aux = t[T_AUX].cuda().view(len(ids), len(LAYERS), -1)
-        dumped = {f"aux{li}": aux[:, k] for k, li in enumerate(LAYERS)}
-        dumped.update(prenorm=t[T_PRE].cuda(), postnorm=t[T_POST].cuda())
-        want = _hf_states(ref, ids)
-        for name, a in dumped.items():
-            cos.setdefault(name, []).append(_cos(a, want[name]).cpu())
+    dumped_vs_hf(dump, man, prompts, ref, cos)
     stats = _stats(cos)
     (LOG_DIR / "kimi_dump_cosines.json").write_text(json.dumps(stats, indent=2))
     print("\nKimi wrapper dump vs transformers DeepseekV3 (chunked prefill 64, CUDA graphs on): min per-token cosine "
@@ -102,20 +92,7 @@ def test_kimi_roundtrip(tmp_path):
     dump.mkdir(exist_ok=True)
     env = activation_env(work, SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump))
     t = time.time()
-    server = contextlib.nullcontext(("", None, None)) if _done(dump) else sglang_server(
-        ["--preset", "tiny-kimi-k25-dump", "--model-path", str(target), *SERVE_ARGS], name="kimi_rt_dump",
-        port=free_port(), env=env)
-    with server as (base, _, _):
-        if not _done(dump):
-            p = _run(["sglang_eagle3_ext.dump", "run", "--url", base, "--data", str(train), "--dump-dir", str(dump),
-                      "--generate", "--max-new-tokens", "96", "--concurrency", "64", "--quiet"], "kimi_dump_client", env)
-            assert p.returncode == 0, p.stderr[-3000:]
-            _mark(dump)
-    if not _done(hs):
-        p = _run(["sglang_eagle3_ext.dump", "export", "--dump-dir", str(dump), "--to", "speculators", "--out", str(hs),
-                  "--data", str(train)], "kimi_export")
-        assert p.returncode == 0, p.stderr[-3000:]
-        _mark(hs)
+    dump_and_export("tiny-kimi-k25-dump", target, train, dump, hs, env, "kimi_")
     fig["dump_s"] = round(time.time() - t, 1)
 
     drafts = {}

@@ -72,6 +72,26 @@ def _mark(d: Path) -> None:
     (d / ".rt_stage_done").touch()
 
 
+def dump_and_export(preset: str, target: Path, train: Path, dump: Path, hs: Path, env: dict, tag: str) -> None:
+    """Stages 1-3 of a round trip, each skipped when a previous run finished it: serve `target` with the dump
+    `preset`, generate 96 greedy tokens for every train prompt through `dump run --generate`, export for
+    speculators (response-only loss masks from the --generate run)."""
+    server = contextlib.nullcontext(("", None, None)) if _done(dump) else sglang_server(
+        ["--preset", preset, "--model-path", str(target), *SERVE_ARGS], name=f"rt_{tag}dump_server", port=free_port(),
+        env=env)
+    with server as (base, _, _):
+        if not _done(dump):
+            p = _run(["sglang_eagle3_ext.dump", "run", "--url", base, "--data", str(train), "--dump-dir", str(dump),
+                      "--generate", "--max-new-tokens", "96", "--concurrency", "64", "--quiet"], f"{tag}dump_client", env)
+            assert p.returncode == 0, p.stderr[-3000:]
+            _mark(dump)
+    if not _done(hs):
+        p = _run(["sglang_eagle3_ext.dump", "export", "--dump-dir", str(dump), "--to", "speculators", "--out", str(hs),
+                  "--data", str(train)], f"{tag}export")
+        assert p.returncode == 0, p.stderr[-3000:]
+        _mark(hs)
+
+
 def test_roundtrip(tmp_path):
     """SGE3_RT_DIR=DIR keeps the stages' outputs there and skips finished stages on a re-run, so the
     round trip can span two device calls (each at most 10 minutes) on a host that stays warm."""
@@ -103,26 +123,13 @@ def test_roundtrip(tmp_path):
     layers = {"SGLANG_EAGLE3_EXT_DUMP_LAYERS": f"2,{n // 2},{n - 3}"} if KIMI else {}
     env = activation_env(work, SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump), SGLANG_EAGLE3_EXT_DUMP_ENCODING=ENCODING, **layers)
 
-    # 1-2. dump the target's own generations through the launch wrapper's dump preset
+    # 1-3. dump the target's own generations through the launch wrapper's dump preset, export
     t = time.time()
-    server = contextlib.nullcontext(("", None, None)) if _done(dump) else sglang_server(
-        ["--preset", "tiny-dump", "--model-path", str(tiny_target), *SERVE_ARGS], name="rt_dump_server",
-        port=free_port(), env=env)
-    with server as (base, _, _):
-        if not _done(dump):
-            p = _run(["sglang_eagle3_ext.dump", "run", "--url", base, "--data", str(train), "--dump-dir", str(dump),
-                      "--generate", "--max-new-tokens", "96", "--concurrency", "64", "--quiet"], "dump_client", env)
-            assert p.returncode == 0, p.stderr[-3000:]
-            _mark(dump)
+    hs = work / "hs"
+    dump_and_export("tiny-dump", tiny_target, train, dump, hs, env, "")
     fig["dump_s"] = round(time.time() - t, 1)
 
-    # 3. export (response-only loss masks from the --generate run) + train with speculators
-    hs = work / "hs"
-    if not _done(hs):
-        p = _run(["sglang_eagle3_ext.dump", "export", "--dump-dir", str(dump), "--to", "speculators", "--out", str(hs),
-                  "--data", str(train)], "export")
-        assert p.returncode == 0, p.stderr[-3000:]
-        _mark(hs)
+    # 4. train with speculators
     t = time.time()
     spec_ckpt = work / "draft_speculators"
     if not (spec_ckpt / "config.json").exists():
