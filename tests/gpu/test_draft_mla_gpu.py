@@ -11,9 +11,7 @@
 """
 from __future__ import annotations
 
-
 import pytest
-
 from gpu_helpers import LOG_DIR, free_port, generate, sglang_server
 from test_draft_gpu import _args, _env, _launcher, assert_width_refused, no_aux_draft
 
