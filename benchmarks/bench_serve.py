@@ -157,8 +157,10 @@ def main():
     ap.add_argument("--only", default="spec,base,dump,specdump",
                     help="groups to run: spec, base, dump (needs base), specdump (needs spec)")
     ap.add_argument("--attention-backend", default="triton")
-    ap.add_argument("--max-total-tokens", type=int, default=65536,
-                    help="each server's KV cap in tokens (default 65536: 16 x (64 + 128) tokens with room to spare)")
+    # the default follows SGE3_MAX_TOTAL_TOKENS, which gpu_helpers.sglang_server appends after these flags (last wins)
+    ap.add_argument("--max-total-tokens", type=int, default=int(os.environ.get("SGE3_MAX_TOTAL_TOKENS") or 65536),
+                    help="each server's KV cap in tokens (default $SGE3_MAX_TOTAL_TOKENS or 65536: 16 x (64 + 128) "
+                         "tokens with room to spare)")
     a = ap.parse_args()
     from gpu_helpers import defaults_refused, server_args
 

@@ -13,6 +13,7 @@ empty value means "unset" (the default). The README's variable tables are genera
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from typing import Any, Callable, Mapping
@@ -75,8 +76,8 @@ class Var:
                 v = float(s)
             except ValueError:
                 raise EnvError(self.name, text, self.legal) from None
-            if not (v == v and (self.minimum is None or v >= self.minimum)   # NaN fails every comparison
-                    and (self.maximum is None or v <= self.maximum) and v != float("inf")):
+            if not (math.isfinite(v) and (self.minimum is None or v >= self.minimum)
+                    and (self.maximum is None or v <= self.maximum)):
                 raise EnvError(self.name, text, self.legal)
             return v
         if self.type == "choice":
