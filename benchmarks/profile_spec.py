@@ -1,0 +1,141 @@
+"""GPU diagnosis: where one serving step's time goes, EAGLE-3 settings vs target-only, at one batch size.
+
+    python benchmarks/profile_spec.py [--model DIR --draft DIR] [--bs 16] [--new-tokens 128]
+        [--attention-backend triton] [--spec 3,1,4 --spec 1,1,2 ...] [--profile-steps 40]
+
+Why it exists: the Kimi-width round trip (SGLang 0.5.16, H200, GPU alone, CUDA graphs on) ran 2.02x at batch 1
+but 0.87x at batch 16: a speculative iteration cost ~1.8 target steps at batch 1 and ~4 at batch 16. Whether
+that is GPU work that grows with the verify batch (attention kernels at 4 tokens x 16 requests, MoE tiles) or
+CPU scheduling the GPU waits on decides the fix, and only a profile says which.
+
+One server at a time (the GPU to itself): target-only, then one per --spec STEPS,TOPK,DRAFT_TOKENS. Each is
+warmed with the workload, timed (output tok/s, greedy, --bs requests in flight), then profiled with SGLang's
+own profiler (/start_profile with num_steps, GPU activities) over the same workload. Printed per server:
+tok/s and the ratio to target-only, wall ms per scheduler step, the GPU busy fraction (union of kernel time /
+the profiled span: low means the GPU waits on the CPU) and the kernels with the most GPU time per step.
+Defaults as benchmarks/bench_serve.py: the Kimi-width predictable target and a random draft at its width (accept
+length ~1 does not change what one iteration costs: the verify still runs every draft token). Writes
+$OUT/profile_spec.json when $OUT is set.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "gpu"), str(REPO / "benchmarks")]
+
+
+def kernel_summary(trace_dir: Path, steps: int, top: int = 15) -> dict:
+    """GPU kernels of SGLang's trace files under trace_dir: busy fraction and time per step by kernel name."""
+    events = []
+    for f in sorted(trace_dir.rglob("*.json*")):
+        opener = gzip.open if f.suffix == ".gz" else open
+        with opener(f, "rt") as fh:
+            doc = json.load(fh)
+        events += [e for e in doc.get("traceEvents", []) if e.get("cat") == "kernel" and "dur" in e]
+    if not events:
+        return {"error": f"no kernel events in {trace_dir}"}
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events)
+    busy, end = 0.0, spans[0][0]
+    for s, t in spans:                    # union of intervals: overlapping streams are not counted twice
+        if t > end:
+            busy += t - max(s, end)
+            end = t
+    wall = spans[-1][1] - spans[0][0]
+    by_name: dict[str, float] = defaultdict(float)
+    for e in events:
+        by_name[e["name"]] += float(e["dur"])
+    ranked = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
+    return {"wall_ms_per_step": round(wall / 1e3 / steps, 3), "gpu_busy": round(busy / wall, 3),
+            "kernel_ms_per_step": round(sum(by_name.values()) / 1e3 / steps, 3),
+            "top_kernels_ms_per_step": {n[:120]: round(us / 1e3 / steps, 3) for n, us in ranked}}
+
+
+def profile_server(base: str, prompts, a, out_dir: Path) -> dict:
+    """Timed workload, then the same workload under SGLang's profiler for a.profile_steps scheduler steps."""
+    from bench_serve import workload
+    from gpu_helpers import http_json
+
+    workload(base, prompts, a.bs, a.new_tokens)                      # warm: JIT, graphs, prefill shapes
+    timed = workload(base, prompts, a.bs, a.new_tokens)
+    done = threading.Event()
+    th = threading.Thread(target=lambda: (workload(base, prompts, a.bs, a.new_tokens), done.set()))
+    th.start()
+    time.sleep(1.0)                                                  # past the first prefills: decode steady state
+    http_json(base + "/start_profile", {"output_dir": str(out_dir), "num_steps": a.profile_steps,
+                                        "activities": ["GPU"]})
+    th.join()
+    deadline, sizes = time.time() + 180, None          # the trace is written after the last step: wait until
+    while time.time() < deadline:                        # trace files exist and stopped growing
+        now = {f: f.stat().st_size for f in out_dir.rglob("*.json*")}
+        if now and now == sizes:
+            break
+        sizes = now
+        time.sleep(3)
+    res = {"tok_s": round(timed["tok_s"], 1), "accept_length": timed["accept_length"]}
+    res.update(kernel_summary(out_dir, a.profile_steps))
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", help="target dir (default: the Kimi-width predictable target, made on first use)")
+    ap.add_argument("--draft", help="converted EAGLE-3 draft dir (default: a random one at the target's width)")
+    ap.add_argument("--bs", type=int, default=16)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--requests", type=int, default=64)
+    ap.add_argument("--attention-backend", default="triton")
+    ap.add_argument("--spec", action="append", help="STEPS,TOPK,DRAFT_TOKENS (repeatable; default 3,1,4)")
+    ap.add_argument("--profile-steps", type=int, default=40)
+    ap.add_argument("--max-total-tokens", type=int, default=int(os.environ.get("SGE3_MAX_TOTAL_TOKENS") or 65536))
+    a = ap.parse_args()
+    from bench_serve import make_draft, prompts_for
+    from gpu_helpers import activation_env, free_port, server_args, sglang_server
+
+    from sglang_eagle3_ext.tiny import ensure_target
+
+    tmp = Path(tempfile.mkdtemp(prefix="sge3_profile_"))
+    model = Path(a.model) if a.model else ensure_target("kimi-width-predictable")
+    draft = Path(a.draft) if a.draft else make_draft(model, tmp / "draft")
+    common = ["--model-path", str(model), *server_args(a.attention_backend), "--mem-fraction-static",
+              os.environ.get("SGE3_MEM_FRACTION") or "0.5", "--max-total-tokens", str(a.max_total_tokens)]
+    settings = {"base": []}
+    for s in a.spec or ["3,1,4"]:
+        steps, topk, ndt = (int(x) for x in s.split(","))
+        settings[f"spec_{steps}_{topk}_{ndt}"] = [
+            "--speculative-draft-model-path", str(draft), "--speculative-algorithm", "EAGLE3",
+            "--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk),
+            "--speculative-num-draft-tokens", str(ndt)]
+    prompts = prompts_for(a.bs, max(1, a.requests // a.bs), seed=4242)
+    res = {"sglang": __import__("importlib.metadata").metadata.version("sglang"), "bs": a.bs, "model": str(model),
+           "draft": str(draft),
+           "new_tokens": a.new_tokens, "attention_backend": a.attention_backend, "servers": {}}
+    for name, extra in settings.items():
+        with sglang_server([*common, *extra], name=f"profile_{name}", port=free_port(), env=activation_env(tmp),
+                           launcher="sglang.launch_server", timeout=900) as (base, _, _):
+            r = profile_server(base, prompts, a, tmp / f"trace_{name}")
+        res["servers"][name] = r
+        print(f"{name}: {r['tok_s']} tok/s, accept {r['accept_length']}, {r.get('wall_ms_per_step')} ms/step, "
+              f"GPU busy {r.get('gpu_busy')}", flush=True)
+        for k, v in list(r.get("top_kernels_ms_per_step", {}).items())[:8]:
+            print(f"    {v:8.3f} ms  {k}")
+    b = res["servers"]["base"]["tok_s"]
+    for name, r in res["servers"].items():
+        if name != "base":
+            r["over_base"] = round(r["tok_s"] / b, 3)
+            print(f"{name}/base bs{a.bs}: {r['over_base']:.3f}")
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "profile_spec.json").write_text(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()
