@@ -3,13 +3,13 @@
 #   tests/gpu/full_plan.sh s16      right after the 0.5.16 bundles (PYTHONPATH=/tmp/site)
 #   tests/gpu/full_plan.sh s14      right after the 0.5.14 bundles (PYTHONPATH=/tmp/site14)
 #   tests/gpu/bg.sh wait SECONDS    figures + $OUT/bg_logs.tgz
-# First, with the GPU to itself (job "timed", ~10 min): benchmarks/bench_serve.py (patches on / off for EAGLE-3
-# and target-only, dump-while-serving / EAGLE-3, batch 1 and 16) and benchmarks/profile_spec.py at batch 16
-# (where one speculative iteration's time goes: session 8 measured the Kimi-width round trip at 2.02x at
-# batch 1 but 0.87x at batch 16 with the GPU alone). Both on the Kimi-width predictable target with a random
-# draft at its width: accept length ~1, but every iteration still drafts and verifies 4 tokens, so what the
-# patches, the dump and one iteration cost is a trained draft's. Shared-GPU timings say little (session 7:
-# 0.81x-1.51x at batch 16 for one tiny round trip), hence the wait of the other jobs.
+# First, with the GPU to itself (job "timed", ~10 min): benchmarks/profile_spec.py at batch 16 (where one
+# speculative iteration's time goes: session 8 measured the Kimi-width round trip at 2.02x at batch 1 but 0.87x
+# at batch 16 with the GPU alone), then benchmarks/bench_serve.py (patches on / off for EAGLE-3 and target-only,
+# dump-while-serving / EAGLE-3, batch 1 and 16). Both on the Kimi-width predictable target with a random draft
+# at its width: accept length ~1, but every iteration still drafts and verifies 4 tokens, so what the patches,
+# the dump and one iteration cost is a trained draft's. Shared-GPU timings say little (session 7: 0.81x-1.51x
+# at batch 16 for one tiny round trip), hence the other jobs wait.
 # Then side by side (accept lengths, not timings): the tiny round trips on 0.5.16 and 0.5.14, each followed
 # by the draft retrained on a dump-while-serving run (issue 20).
 # Memory: tests/gpu/gpu_helpers.sglang_server starts one server at a time on the host (SGLang sizes its KV
@@ -31,8 +31,9 @@ case ${1:?stage} in
 s16)
   S="PYTHONPATH=/tmp/site $C"
   K="PYTHONPATH=/tmp/site TRITON_CACHE_DIR=/tmp/triton_cache SGE3_MEM_FRACTION=0.5 SGE3_MAX_TOTAL_TOKENS=65536"
-  $BG start timed "$K python3 benchmarks/bench_serve.py --rounds 4 --new-tokens 128 --only spec,specdump,base; \
-    $K python3 benchmarks/profile_spec.py --bs 16 --spec 3,1,4 --spec 1,1,2"
+  # the profile first: short, and it decides the next fix whichever way the benchmark goes
+  $BG start timed "$K python3 benchmarks/profile_spec.py --bs 16 --spec 3,1,4 --spec 1,1,2; \
+    $K python3 benchmarks/bench_serve.py --rounds 4 --new-tokens 128 --only spec,specdump,base"
   # the round trip's trained draft feeds the retrained-on-serving-dump comparison
   $BG start rt16 "$AFTER_TIMED; $S $RT SGE3_TINY_DIR=/tmp/t16r SGE3_RT_DIR=/tmp/rt16 $R tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \
     $S $RT SGE3_TINY_DIR=/tmp/t16r SGE3_RT_DIR=/tmp/rt16 SGE3_SRV_DIR=/tmp/srv16 $R tests/gpu/test_dump_serving_gpu.py -k retrained" ;;
