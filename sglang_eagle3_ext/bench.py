@@ -138,8 +138,28 @@ def run_level(srv, label: str, prompts: list[dict], max_new_tokens: int, concurr
     return st
 
 
-def verdict(levels: list[dict], has_spec_stats: bool, fail_on_slower: bool) -> tuple[str, list[str]]:
-    """('OK' | 'WARNING' | 'FAIL', lines); lines[0] is the summary."""
+def slower_fix(args: dict, c: int, levels: list[dict]) -> str:
+    """What to try when speculation loses at concurrency c, from the EAGLE-3 server's own arguments."""
+    tips = []
+    if args.get("disable_cuda_graph") or args.get("disable_decode_cuda_graph"):
+        tips.append("CUDA graphs are off on the EAGLE-3 server (--disable-cuda-graph): speculation's many small "
+                    "launches pay for that most; serve with CUDA graphs on")
+    steps, ndt = args.get("speculative_num_steps"), args.get("speculative_num_draft_tokens")
+    tips.append("a cheaper draft or fewer " + (f"--speculative-num-steps (now {steps}) / --speculative-num-draft-tokens "
+                                               f"(now {ndt})" if steps and ndt else "--speculative-num-steps"))
+    paid = [lv for lv in levels if lv["concurrency"] < c and (lv.get("speedup") or 0) >= 1]
+    if paid:
+        best = max(paid, key=lambda lv: lv["speedup"])
+        tips.append(f"it pays at concurrency {best['concurrency']} ({best['speedup']:.2f}x): at {c} each verify "
+                    f"runs {ndt or 'num-draft-tokens'} x {c} tokens through the target, which can cost more than the "
+                    "steps it saves (SGLang's /start_profile shows where a step's time goes)")
+    return "; ".join(tips)
+
+
+def verdict(levels: list[dict], has_spec_stats: bool, fail_on_slower: bool,
+            server_args: dict | None = None) -> tuple[str, list[str]]:
+    """('OK' | 'WARNING' | 'FAIL', lines); lines[0] is the summary. server_args: the EAGLE-3 server's, for the
+    advice on a slower run."""
     fails, warns = [], []
     for lv in levels:
         spec, c = lv["spec"], lv["concurrency"]
@@ -153,7 +173,7 @@ def verdict(levels: list[dict], has_spec_stats: bool, fail_on_slower: bool) -> t
         if lv.get("speedup") is not None and lv["speedup"] < 1:
             warns.append(f"speculation is slower than the baseline at concurrency {c}: speedup {lv['speedup']:.2f}x "
                          f"({spec['tokens_per_s']:.1f} vs {lv['baseline']['tokens_per_s']:.1f} tokens/s); the draft "
-                         f"costs more than it saves here (cheaper draft, fewer --speculative-num-steps, or CUDA graphs on)")
+                         f"costs more than it saves here. Try: {slower_fix(server_args or {}, c, levels)}")
     if not has_spec_stats:
         fails.insert(0, "the server reported no speculative statistics: is --speculative-algorithm set? " + CAUSES)
     ok_bits = []
@@ -267,7 +287,7 @@ def benchmark(a) -> dict:
     finally:
         bar.close()
     has_stats = any(lv["spec"]["verify_ct"] or lv["spec"]["server_avg_accept_length"] is not None for lv in levels)
-    status, lines = verdict(levels, has_stats, a.fail_on_slower)
+    status, lines = verdict(levels, has_stats, a.fail_on_slower, args)
     from . import __version__
 
     return {"tool": "sglang-eagle3 bench", "version": __version__, "created": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

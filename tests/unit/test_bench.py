@@ -38,6 +38,7 @@ def serve(accept_p: float | None, shift: int = 0, delay_s: float = 0.0, health: 
                 return self._reply({}, 200 if health else 503)
             if self.path == "/get_server_info":
                 return self._reply({"speculative_num_draft_tokens": N_DRAFT + 1 if accept_p is not None else None,
+                                    "speculative_num_steps": N_DRAFT if accept_p is not None else None,
                                     "speculative_algorithm": "EAGLE3" if accept_p is not None else None,
                                     "model_path": "/nonexistent/model", "version": "0.5.16",
                                     "internal_states": [{"avg_spec_accept_length": 1.0 + 3 * accept_p}
@@ -154,6 +155,9 @@ def test_slower_than_baseline_warns(servers, capsys, tmp_path):
     out = capsys.readouterr().out
     assert rc == 0 and r["status"] == "WARNING" and r["ok"] is True
     assert "WARNING: speculation is slower than the baseline at concurrency 2" in out
+    # the advice names the server's own settings, and leaves out CUDA graphs where they are on
+    assert "--speculative-num-steps (now 3) / --speculative-num-draft-tokens (now 4)" in out
+    assert "CUDA graphs are off" not in out
     assert r["levels"][0]["speedup"] < 1
     rc, r = _run(tmp_path, *args, "--fail-on-slower")
     assert rc == 1 and r["status"] == "FAIL"
@@ -240,3 +244,17 @@ def test_bad_server_reply_is_one_line(servers, capsys, reply, words):
     err = capsys.readouterr().err.strip()
     assert rc == 2 and f"POST {url}/generate" in err and words in err, err
     assert "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def _level(c, speedup):
+    return {"concurrency": c, "speedup": speedup}
+
+
+def test_slower_fix_names_what_applies():
+    args = {"speculative_num_steps": 3, "speculative_num_draft_tokens": 4}
+    fix = bench.slower_fix(args, 16, [_level(1, 2.02), _level(4, 1.4), _level(16, 0.87)])
+    assert "CUDA graphs are off" not in fix and "(now 3)" in fix
+    assert "it pays at concurrency 1 (2.02x): at 16 each verify runs 4 x 16 tokens" in fix
+    fix = bench.slower_fix({**args, "disable_cuda_graph": True}, 1, [_level(1, 0.5)])
+    assert fix.startswith("CUDA graphs are off on the EAGLE-3 server") and "it pays" not in fix
+    assert "--speculative-num-steps" in bench.slower_fix({}, 1, [_level(1, 0.5)])
