@@ -148,38 +148,26 @@ def run_group(names, args_for, envs, a, prompts, res) -> None:
                                                          for n in names), flush=True)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_serving_args(ap: argparse.ArgumentParser) -> None:
+    """The target, draft and server flags of this benchmark and benchmarks/profile_spec.py."""
     ap.add_argument("--model", help="target dir (default: the Kimi-width predictable target, made on first use)")
     ap.add_argument("--draft", help="converted EAGLE-3 draft dir (default: a random one at the target's width)")
-    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--only", default="spec,base,dump,specdump",
-                    help="groups to run: spec, base, dump (needs base), specdump (needs spec)")
     ap.add_argument("--attention-backend", default="triton")
     # the default follows SGE3_MAX_TOTAL_TOKENS, which gpu_helpers.sglang_server appends after these flags (last wins)
     ap.add_argument("--max-total-tokens", type=int, default=int(os.environ.get("SGE3_MAX_TOTAL_TOKENS") or 65536),
                     help="each server's KV cap in tokens (default $SGE3_MAX_TOTAL_TOKENS or 65536: 16 x (64 + 128) "
                          "tokens with room to spare)")
-    a = ap.parse_args()
+
+
+def serving_setup(a, tmp: Path, need_draft: bool = True) -> tuple[Path, Path | None, list[str]]:
+    """(target, draft, the server flags every server shares) from add_serving_args' flags."""
     from gpu_helpers import defaults_refused, server_args
 
     from sglang_eagle3_ext.tiny import ensure_target
 
-    only = [g for g in a.only.split(",") if g]
-    if "dump" in only and "base" not in only:
-        raise SystemExit("--only dump needs base too (dump_on is compared with base_on)")
-    tmp = Path(tempfile.mkdtemp(prefix="sge3_bench_serve_"))
     model = Path(a.model) if a.model else ensure_target("kimi-width-predictable")
-    draft = Path(a.draft) if a.draft else (make_draft(model, tmp / "draft") if "spec" in only else None)
-    res = {"model": str(model), "draft": str(draft), "attention_backend": a.attention_backend, "cuda_graphs": "on",
-           "new_tokens": a.new_tokens, "rounds": {},
-           "sglang": __import__("importlib.metadata").metadata.version("sglang")}
-    if draft is not None:
-        res["draft_eagle_config"] = check_draft(draft)
-    dump_dir = tmp / "dump"
-    dump_dir.mkdir()
-    envs = server_envs(tmp, dump_dir)
+    draft = Path(a.draft) if a.draft else (make_draft(model, tmp / "draft") if need_draft else None)
     # Three Kimi-width servers (16 GB target + 2.6 GB draft each) side by side: the fraction only has to pass
     # SGLang's floor (weights / memory free at start-up) for the last one, the KV cap keeps each server small
     # (SGLang 0.5.16 otherwise gave one EAGLE-3 server 75 GB of KV at fraction 0.3 and the next one failed)
@@ -188,6 +176,29 @@ def main():
               "--max-total-tokens", str(a.max_total_tokens)]
     if defaults_refused(model, a.attention_backend):   # every server alike: the dump needs eager prefill here
         common.append("--disable-prefill-cuda-graph")
+    return model, draft, common
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_serving_args(ap)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--only", default="spec,base,dump,specdump",
+                    help="groups to run: spec, base, dump (needs base), specdump (needs spec)")
+    a = ap.parse_args()
+    only = [g for g in a.only.split(",") if g]
+    if "dump" in only and "base" not in only:
+        raise SystemExit("--only dump needs base too (dump_on is compared with base_on)")
+    tmp = Path(tempfile.mkdtemp(prefix="sge3_bench_serve_"))
+    model, draft, common = serving_setup(a, tmp, need_draft="spec" in only)
+    res = {"model": str(model), "draft": str(draft), "attention_backend": a.attention_backend, "cuda_graphs": "on",
+           "new_tokens": a.new_tokens, "rounds": {},
+           "sglang": __import__("importlib.metadata").metadata.version("sglang")}
+    if draft is not None:
+        res["draft_eagle_config"] = check_draft(draft)
+    dump_dir = tmp / "dump"
+    dump_dir.mkdir()
+    envs = server_envs(tmp, dump_dir)
     res["server_args"] = common
 
     def args_for(name):

@@ -33,6 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests" / "gpu"), str(REPO / "benchmarks")]
 
+from bench_serve import add_serving_args  # noqa: E402  (benchmarks/ on the path above)
+
 
 def kernel_summary(trace_dir: Path, steps: int, top: int = 15) -> dict:
     """GPU kernels of SGLang's trace files under trace_dir: busy fraction and time per step by kernel name."""
@@ -88,26 +90,17 @@ def profile_server(base: str, prompts, a, out_dir: Path) -> dict:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", help="target dir (default: the Kimi-width predictable target, made on first use)")
-    ap.add_argument("--draft", help="converted EAGLE-3 draft dir (default: a random one at the target's width)")
+    add_serving_args(ap)
     ap.add_argument("--bs", type=int, default=16)
-    ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--requests", type=int, default=64)
-    ap.add_argument("--attention-backend", default="triton")
     ap.add_argument("--spec", action="append", help="STEPS,TOPK,DRAFT_TOKENS (repeatable; default 3,1,4)")
     ap.add_argument("--profile-steps", type=int, default=40)
-    ap.add_argument("--max-total-tokens", type=int, default=int(os.environ.get("SGE3_MAX_TOTAL_TOKENS") or 65536))
     a = ap.parse_args()
-    from bench_serve import make_draft, prompts_for
-    from gpu_helpers import activation_env, free_port, server_args, sglang_server
-
-    from sglang_eagle3_ext.tiny import ensure_target
+    from bench_serve import prompts_for, serving_setup
+    from gpu_helpers import activation_env, free_port, sglang_server
 
     tmp = Path(tempfile.mkdtemp(prefix="sge3_profile_"))
-    model = Path(a.model) if a.model else ensure_target("kimi-width-predictable")
-    draft = Path(a.draft) if a.draft else make_draft(model, tmp / "draft")
-    common = ["--model-path", str(model), *server_args(a.attention_backend), "--mem-fraction-static",
-              os.environ.get("SGE3_MEM_FRACTION") or "0.5", "--max-total-tokens", str(a.max_total_tokens)]
+    model, draft, common = serving_setup(a, tmp)
     settings = {"base": []}
     for s in a.spec or ["3,1,4"]:
         steps, topk, ndt = (int(x) for x in s.split(","))
