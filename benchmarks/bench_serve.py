@@ -89,25 +89,30 @@ def check_draft(draft: Path) -> dict:
     return ec
 
 
-def make_draft(model: Path, out: Path) -> Path:
-    """A random 1-layer draft at the target's width, made by speculators and converted for this release."""
+def make_draft(model: Path, out: Path | None = None) -> Path:
+    """A random 1-layer draft at the target's width, made by speculators and converted for this release; kept
+    beside the target (out=None), so the benchmarks of one GPU session make it once."""
     import subprocess
 
     import torch
 
     from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
 
+    out = out or model.with_name(model.name + "-random-draft")
+    if (out / "sglang" / "config.json").exists():
+        return out / "sglang"
     cfg = json.loads((model / "config.json").read_text())
     h, n, v = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
     hf = [2, n // 2, n - 3]          # speculators' default; not starting with 1: every release captures it as is
     src = make_speculators_draft(out / "spec", hidden=h, vocab=v, draft_vocab=v, aux_ids=hf, heads=h // 128,
                                  kv_heads=8, intermediate=cfg["intermediate_size"], target_hidden=h,
                                  dtype=torch.bfloat16)
-    dst = out / "sglang"
-    p = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.convert", str(src), str(dst)], cwd=REPO,
-                       capture_output=True, text=True)
+    dst, part = out / "sglang", out / "sglang.partial"
+    p = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.convert", str(src), str(part), "--force"],
+                       cwd=REPO, capture_output=True, text=True)
     if p.returncode:
         raise SystemExit(f"converting the random draft failed:\n{p.stdout}\n{p.stderr}")
+    part.rename(dst)                 # whole or absent: the next benchmark reuses only a finished draft
     return dst
 
 
@@ -160,14 +165,14 @@ def add_serving_args(ap: argparse.ArgumentParser) -> None:
                          "tokens with room to spare)")
 
 
-def serving_setup(a, tmp: Path, need_draft: bool = True) -> tuple[Path, Path | None, list[str]]:
+def serving_setup(a, need_draft: bool = True) -> tuple[Path, Path | None, list[str]]:
     """(target, draft, the server flags every server shares) from add_serving_args' flags."""
     from gpu_helpers import defaults_refused, server_args
 
     from sglang_eagle3_ext.tiny import ensure_target
 
     model = Path(a.model) if a.model else ensure_target("kimi-width-predictable")
-    draft = Path(a.draft) if a.draft else (make_draft(model, tmp / "draft") if need_draft else None)
+    draft = Path(a.draft) if a.draft else (make_draft(model) if need_draft else None)
     # Three Kimi-width servers (16 GB target + 2.6 GB draft each) side by side: the fraction only has to pass
     # SGLang's floor (weights / memory free at start-up) for the last one, the KV cap keeps each server small
     # (SGLang 0.5.16 otherwise gave one EAGLE-3 server 75 GB of KV at fraction 0.3 and the next one failed)
@@ -190,7 +195,7 @@ def main():
     if "dump" in only and "base" not in only:
         raise SystemExit("--only dump needs base too (dump_on is compared with base_on)")
     tmp = Path(tempfile.mkdtemp(prefix="sge3_bench_serve_"))
-    model, draft, common = serving_setup(a, tmp, need_draft="spec" in only)
+    model, draft, common = serving_setup(a, need_draft="spec" in only)
     res = {"model": str(model), "draft": str(draft), "attention_backend": a.attention_backend, "cuda_graphs": "on",
            "new_tokens": a.new_tokens, "rounds": {},
            "sglang": __import__("importlib.metadata").metadata.version("sglang")}
@@ -238,7 +243,7 @@ def main():
         Path(os.environ["OUT"], "bench_serve.json").write_text(json.dumps(res, indent=2))
     import shutil
 
-    shutil.rmtree(tmp, ignore_errors=True)   # the dumped samples (and a random draft)
+    shutil.rmtree(tmp, ignore_errors=True)   # the dumped samples
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ tok/s and the ratio to target-only, wall ms per scheduler step, the GPU busy fra
 the profiled span: low means the GPU waits on the CPU) and the kernels with the most GPU time per step.
 Defaults as benchmarks/bench_serve.py: the Kimi-width predictable target and a random draft at its width (accept
 length ~1 does not change what one iteration costs: the verify still runs every draft token). Writes
-$OUT/profile_spec.json when $OUT is set.
+$OUT/profile_spec_BACKEND_bsN.json when $OUT is set.
 """
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def main():
     from gpu_helpers import activation_env, free_port, sglang_server
 
     tmp = Path(tempfile.mkdtemp(prefix="sge3_profile_"))
-    model, draft, common = serving_setup(a, tmp)
+    model, draft, common = serving_setup(a)
     settings = {"base": []}
     for s in a.spec or ["3,1,4"]:
         steps, topk, ndt = (int(x) for x in s.split(","))
@@ -127,7 +127,7 @@ def main():
             r["over_base"] = round(r["tok_s"] / b, 3)
             print(f"{name}/base bs{a.bs}: {r['over_base']:.3f}")
     if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "profile_spec.json").write_text(json.dumps(res, indent=2))
+        Path(os.environ["OUT"], f"profile_spec_{a.attention_backend}_bs{a.bs}.json").write_text(json.dumps(res, indent=2))
 
 
 if __name__ == "__main__":

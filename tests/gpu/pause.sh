@@ -20,6 +20,7 @@ flock 9
 [ -n "${pids// /}" ] && kill -STOP $pids
 flock -u 9
 echo "frozen:$pids"
-pkill -f "bg.sh wait .*$*" || true
+# only a `bg.sh wait` process itself: a job's own `bash -c` line may contain the same words
+pkill -f "^bash [^ ]*bg\.sh wait .*$*" || true
 setsid nohup bash -c "while [ ! -e '$ROOT/$timed/rc' ]; do sleep 2; done; kill -CONT $pids; echo thawed $pids" \
   > "$ROOT/pause_$timed.log" 2>&1 < /dev/null &

@@ -135,7 +135,7 @@ def test_profile_spec_profiles_each_setting_against_target_only(benches, target_
     assert [n for n, _, _ in started] == ["profile_base", "profile_spec_3_1_4", "profile_spec_1_1_2"]
     spec_args = started[2][1]
     assert spec_args[spec_args.index("--speculative-num-draft-tokens") + 1] == "2"
-    res = json.loads((tmp_path / "profile_spec.json").read_text())
+    res = json.loads((tmp_path / "profile_spec_triton_bs16.json").read_text())
     s = res["servers"]["spec_1_1_2"]
     assert s["gpu_busy"] == pytest.approx(0.5, abs=0.01) and s["over_base"] > 0
     assert set(s["top_kernels_ms_per_step"]) == {"k0", "k1", "k2"}

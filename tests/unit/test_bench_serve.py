@@ -55,3 +55,15 @@ def test_prompt_sets_are_fixed_and_distinct():
     bs = _bench_serve()
     assert bs.prompts_for(16, 2, 0) == bs.prompts_for(16, 2, 0) and len(bs.prompts_for(16, 2, 0)) == 32
     assert bs.prompts_for(1, 3, 0) != bs.prompts_for(1, 3, 1)
+
+
+def test_random_draft_is_made_once_beside_the_target(tmp_path):
+    from sglang_eagle3_ext.tiny import ensure_tiny_target
+
+    bs = _bench_serve()
+    target = ensure_tiny_target(tmp_path / "target", num_hidden_layers=8)
+    d = bs.make_draft(target)
+    assert d == tmp_path / "target-random-draft" / "sglang" and not d.with_name("sglang.partial").exists()
+    assert bs.check_draft(d)["hf_hidden_state_indices"] == [2, 4, 5]     # what plain SGLang captures too
+    stamp = (d / "config.json").stat().st_mtime_ns
+    assert bs.make_draft(target) == d and (d / "config.json").stat().st_mtime_ns == stamp
