@@ -2,7 +2,7 @@
 # The GPU acceptance runs still open, as detached jobs on one H200 (see bg.sh):
 #   tests/gpu/full_plan.sh s16      right after the 0.5.16 bundles (PYTHONPATH=/tmp/site)
 #   tests/gpu/full_plan.sh s14      right after the 0.5.14 bundles (PYTHONPATH=/tmp/site14)
-#   tests/gpu/poll.sh SECONDS       in every later call, back to back (the host is given back after ~30 s
+#   tests/gpu/bg.sh poll SECONDS    in every later call, back to back (the host is given back after ~30 s
 #                                   without a call): states, figures, $OUT/results.tgz
 # Side by side first (accept lengths, training and compiles, not timings): the tiny round trips on 0.5.16 and
 # 0.5.14, each followed by the draft retrained on a dump-while-serving run (issue 20), and "kimifi", the
