@@ -69,8 +69,7 @@ def profile_server(base: str, prompts, a, out_dir: Path) -> dict:
 
     workload(base, prompts, a.bs, a.new_tokens)                      # warm: JIT, graphs, prefill shapes
     timed = workload(base, prompts, a.bs, a.new_tokens)
-    done = threading.Event()
-    th = threading.Thread(target=lambda: (workload(base, prompts, a.bs, a.new_tokens), done.set()))
+    th = threading.Thread(target=workload, args=(base, prompts, a.bs, a.new_tokens))
     th.start()
     time.sleep(1.0)                                                  # past the first prefills: decode steady state
     http_json(base + "/start_profile", {"output_dir": str(out_dir), "num_steps": a.profile_steps,
@@ -110,8 +109,7 @@ def main():
             "--speculative-num-draft-tokens", str(ndt)]
     prompts = prompts_for(a.bs, max(1, a.requests // a.bs), seed=4242)
     res = {"sglang": __import__("importlib.metadata").metadata.version("sglang"), "bs": a.bs, "model": str(model),
-           "draft": str(draft),
-           "new_tokens": a.new_tokens, "attention_backend": a.attention_backend, "servers": {}}
+           "draft": str(draft), "new_tokens": a.new_tokens, "attention_backend": a.attention_backend, "servers": {}}
     for name, extra in settings.items():
         with sglang_server([*common, *extra], name=f"profile_{name}", port=free_port(), env=activation_env(tmp),
                            launcher="sglang.launch_server", timeout=900) as (base, _, _):
