@@ -65,15 +65,15 @@ def kernel_summary(trace_dir: Path, steps: int, top: int = 15) -> dict:
 def profile_server(base: str, prompts, a, out_dir: Path) -> dict:
     """Timed workload, then the same workload under SGLang's profiler for a.profile_steps scheduler steps."""
     from bench_serve import workload
-    from gpu_helpers import http_json
+    from gpu_helpers import _server
 
     workload(base, prompts, a.bs, a.new_tokens)                      # warm: JIT, graphs, prefill shapes
     timed = workload(base, prompts, a.bs, a.new_tokens)
     th = threading.Thread(target=workload, args=(base, prompts, a.bs, a.new_tokens))
     th.start()
     time.sleep(1.0)                                                  # past the first prefills: decode steady state
-    http_json(base + "/start_profile", {"output_dir": str(out_dir), "num_steps": a.profile_steps,
-                                        "activities": ["GPU"]})
+    _server(base).request("POST", "/start_profile", {"output_dir": str(out_dir), "num_steps": a.profile_steps,
+                                                    "activities": ["GPU"]}, text=True)   # plain text reply
     th.join()
     deadline, sizes = time.time() + 180, None          # the trace is written after the last step: wait until
     while time.time() < deadline:                        # trace files exist and stopped growing

@@ -31,7 +31,9 @@ class Server:
         self.session.mount("https://", HTTPAdapter(max_retries=retry, pool_maxsize=256))
         self.probe = requests.Session()  # /health polling retries in its own loop, within its deadline
 
-    def request(self, method: str, path: str, payload=None, timeout: float | None = None, quiet_404=False):
+    def request(self, method: str, path: str, payload=None, timeout: float | None = None, quiet_404=False,
+                text=False):
+        """The reply's JSON (its text with text=True: SGLang's /start_profile answers "Start profiling.")."""
         import requests
 
         where = f"{method} {self.url}{path}"
@@ -49,6 +51,8 @@ class Server:
             return None
         if r.status_code >= 400:
             raise ServerError(f"{where}: HTTP {r.status_code}: {r.text.strip()[:300]}")
+        if text:
+            return r.text
         try:
             return r.json() if r.content else {}
         except ValueError:

@@ -52,6 +52,13 @@ def _loopback(spec: bool):
                     with gzip.open(out / "p-TP-0.trace.json.gz", "wt") as fh:
                         json.dump({"traceEvents": ev}, fh)
                 threading.Thread(target=write).start()
+                # as SGLang's http_server.start_profile_async (0.5.14, 0.5.16): plain text, not JSON
+                data = b"Start profiling.\n"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                return self.wfile.write(data)
             self._reply({})
     class Srv(ThreadingHTTPServer):
         request_queue_size = 128      # 16 requests in flight (socketserver's 5 resets connections; uvicorn: 2048)
