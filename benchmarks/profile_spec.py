@@ -3,14 +3,15 @@
     python benchmarks/profile_spec.py [--model DIR --draft DIR] [--bs 16] [--new-tokens 128]
         [--attention-backend triton] [--spec 3,1,4 --spec 1,1,2 ...] [--profile-steps 40]
 
-Why it exists: the Kimi-width round trip (SGLang 0.5.16, H200, GPU alone, CUDA graphs on) ran 2.02x at batch 1
-but 0.87x at batch 16: a speculative iteration cost ~1.8 target steps at batch 1 and ~4 at batch 16. Whether
-that is GPU work that grows with the verify batch (attention kernels at 4 tokens x 16 requests, MoE tiles) or
-CPU scheduling the GPU waits on decides the fix, and only a profile says which.
+Why it exists: the Kimi-width round trip (SGLang 0.5.16, H200, GPU alone, CUDA graphs on) ran ~2x at batch 1
+but 0.87x (Triton) / 0.80x (FlashInfer) at concurrency 16. Its server log (session 9, benchmarks/step_log.py)
+put one speculative iteration at batch 16 at 7.6 ms (target-only step 3.6 ms; accept 3.6: ~1.9x between
+admissions) and each admission at ~47 ms per prefill batch (target-only: ~4 ms), 55% of the time. Which
+part of an admission costs that (the draft's eager extend, CPU work, kernels) is what this profile shows.
 
 One server at a time (the GPU to itself): target-only, then one per --spec STEPS,TOPK,DRAFT_TOKENS. Each is
 warmed with the workload, timed (output tok/s, greedy, --bs requests in flight), then profiled with SGLang's
-own profiler (/start_profile with num_steps, GPU activities) over the same workload. Printed per server:
+own profiler (/start_profile with num_steps, CPU and GPU activities) over the same workload. Printed per server:
 tok/s and the ratio to target-only, wall ms per scheduler step, the GPU busy fraction (union of kernel time /
 the profiled span: low means the GPU waits on the CPU) and the kernels with the most GPU time per step.
 Defaults as benchmarks/bench_serve.py: the Kimi-width predictable target and a random draft at its width (accept
@@ -37,43 +38,57 @@ from bench_serve import add_serving_args  # noqa: E402  (benchmarks/ on the path
 
 
 def kernel_summary(trace_dir: Path, steps: int, top: int = 15) -> dict:
-    """GPU kernels of SGLang's trace files under trace_dir: busy fraction and time per step by kernel name."""
+    """SGLang's trace files under trace_dir: GPU busy fraction and time per step by kernel name, and the CPU ops
+    and annotations with the most (inclusive) time per step (a CPU-bound step shows there, not in the kernels)."""
     events = []
     for f in sorted(trace_dir.rglob("*.json*")):
         opener = gzip.open if f.suffix == ".gz" else open
         with opener(f, "rt") as fh:
             doc = json.load(fh)
-        events += [e for e in doc.get("traceEvents", []) if e.get("cat") == "kernel" and "dur" in e]
-    if not events:
+        events += [e for e in doc.get("traceEvents", []) if "dur" in e]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    if not kernels:
         return {"error": f"no kernel events in {trace_dir}"}
-    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events)
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels)
     busy, end = 0.0, spans[0][0]
     for s, t in spans:                    # union of intervals: overlapping streams are not counted twice
         if t > end:
             busy += t - max(s, end)
             end = t
     wall = spans[-1][1] - spans[0][0]
-    by_name: dict[str, float] = defaultdict(float)
-    for e in events:
-        by_name[e["name"]] += float(e["dur"])
-    ranked = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
-    return {"wall_ms_per_step": round(wall / 1e3 / steps, 3), "gpu_busy": round(busy / wall, 3),
-            "kernel_ms_per_step": round(sum(by_name.values()) / 1e3 / steps, 3),
-            "top_kernels_ms_per_step": {n[:120]: round(us / 1e3 / steps, 3) for n, us in ranked}}
+
+    def per_step(evs):
+        by_name: dict[str, float] = defaultdict(float)
+        for e in evs:
+            by_name[e["name"]] += float(e["dur"])
+        return by_name
+    by_kernel = per_step(kernels)
+    by_cpu = per_step(e for e in events if e.get("cat") in ("cpu_op", "user_annotation", "python_function"))
+    top_of = lambda d: {n[:120]: round(us / 1e3 / steps, 3)                        # noqa: E731
+                        for n, us in sorted(d.items(), key=lambda kv: -kv[1])[:top]}
+    res = {"wall_ms_per_step": round(wall / 1e3 / steps, 3), "gpu_busy": round(busy / wall, 3),
+           "kernel_ms_per_step": round(sum(by_kernel.values()) / 1e3 / steps, 3),
+           "top_kernels_ms_per_step": top_of(by_kernel)}
+    if by_cpu:
+        res["top_cpu_ms_per_step"] = top_of(by_cpu)
+    return res
 
 
-def profile_server(base: str, prompts, a, out_dir: Path) -> dict:
-    """Timed workload, then the same workload under SGLang's profiler for a.profile_steps scheduler steps."""
+def profile_server(base: str, log: Path, prompts, a, out_dir: Path) -> dict:
+    """Timed workload (then its iterations and admissions from the server's log at --decode-log-interval 1), then
+    the same workload under SGLang's profiler for a.profile_steps scheduler steps."""
     from bench_serve import workload
     from gpu_helpers import _server
+    from step_log import step_summary
 
     workload(base, prompts, a.bs, a.new_tokens)                      # warm: JIT, graphs, prefill shapes
     timed = workload(base, prompts, a.bs, a.new_tokens)
+    steps = step_summary(log.read_text(errors="replace"), a.bs) if log.exists() else {"error": f"no log {log}"}
     th = threading.Thread(target=workload, args=(base, prompts, a.bs, a.new_tokens))
     th.start()
     time.sleep(1.0)                                                  # past the first prefills: decode steady state
     _server(base).request("POST", "/start_profile", {"output_dir": str(out_dir), "num_steps": a.profile_steps,
-                                                    "activities": ["GPU"]}, text=True)   # plain text reply
+                                                    "activities": ["CPU", "GPU"]}, text=True)   # plain text reply
     th.join()
     deadline, sizes = time.time() + 180, None          # the trace is written after the last step: wait until
     while time.time() < deadline:                        # trace files exist and stopped growing
@@ -82,7 +97,7 @@ def profile_server(base: str, prompts, a, out_dir: Path) -> dict:
             break
         sizes = now
         time.sleep(3)
-    res = {"tok_s": round(timed["tok_s"], 1), "accept_length": timed["accept_length"]}
+    res = {"tok_s": round(timed["tok_s"], 1), "accept_length": timed["accept_length"], "steps": steps}
     res.update(kernel_summary(out_dir, a.profile_steps))
     return res
 
@@ -111,14 +126,21 @@ def main():
     res = {"sglang": __import__("importlib.metadata").metadata.version("sglang"), "bs": a.bs, "model": str(model),
            "draft": str(draft), "new_tokens": a.new_tokens, "attention_backend": a.attention_backend, "servers": {}}
     for name, extra in settings.items():
-        with sglang_server([*common, *extra], name=f"profile_{name}", port=free_port(), env=activation_env(tmp),
-                           launcher="sglang.launch_server", timeout=900) as (base, _, _):
-            r = profile_server(base, prompts, a, tmp / f"trace_{name}")
+        # every decode iteration logged: benchmarks/step_log.py reads iteration and admission costs from it
+        with sglang_server([*common, *extra, "--decode-log-interval", "1"], name=f"profile_{name}", port=free_port(),
+                           env=activation_env(tmp), launcher="sglang.launch_server", timeout=900) as (base, log, _):
+            r = profile_server(base, log, prompts, a, tmp / f"trace_{name}")
         res["servers"][name] = r
         print(f"{name}: {r['tok_s']} tok/s, accept {r['accept_length']}, {r.get('wall_ms_per_step')} ms/step, "
               f"GPU busy {r.get('gpu_busy')}", flush=True)
+        st = r["steps"]
+        print(f"    iteration {st.get('iteration_ms')} ms at batch {a.bs}; admission {st.get('admission_ms')} ms per "
+              f"prefill batch ({st.get('seqs_per_prefill_batch')} requests each), {st.get('admission_share')} of "
+              f"the time" if "error" not in st else f"    steps: {st['error']}")
         for k, v in list(r.get("top_kernels_ms_per_step", {}).items())[:8]:
             print(f"    {v:8.3f} ms  {k}")
+        for k, v in list(r.get("top_cpu_ms_per_step", {}).items())[:6]:
+            print(f"    {v:8.3f} ms  CPU {k}")
     b = res["servers"]["base"]["tok_s"]
     for name, r in res["servers"].items():
         if name != "base":

@@ -84,7 +84,13 @@ def benches(tmp_path, monkeypatch):
     @contextlib.contextmanager
     def server(args, *, name, port, env=None, launcher=None, timeout=600):
         started.append((name, list(args), dict(env or {})))
-        srv = _loopback("--speculative-draft-model-path" in args)
+        spec = "--speculative-draft-model-path" in args
+        srv = _loopback(spec)
+        if "--decode-log-interval" in args:       # the scheduler's log (SGLang's format): 16 in flight, 2 admissions
+            from test_step_log import decode_line, prefill_line
+            it, acc = (0.0075, 4.0) if spec else (0.0036, None)
+            (tmp_path / f"{name}.log").write_text("\n".join(
+                [decode_line(16, it, acc)] * 5 + [prefill_line(1), prefill_line(2), decode_line(16, it + 0.08, acc)]))
         try:
             yield f"http://127.0.0.1:{srv.server_port}", tmp_path / f"{name}.log", None
         finally:
@@ -146,3 +152,6 @@ def test_profile_spec_profiles_each_setting_against_target_only(benches, target_
     s = res["servers"]["spec_1_1_2"]
     assert s["gpu_busy"] == pytest.approx(0.5, abs=0.01) and s["over_base"] > 0
     assert set(s["top_kernels_ms_per_step"]) == {"k0", "k1", "k2"}
+    assert "--decode-log-interval" in spec_args                      # every iteration logged, read back:
+    assert s["steps"]["iteration_ms"] == 7.5 and s["steps"]["admission_ms"] == 40.0
+    assert res["servers"]["base"]["steps"]["iteration_ms"] == 3.6

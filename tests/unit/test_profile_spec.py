@@ -35,3 +35,14 @@ def test_busy_is_the_union_of_kernel_intervals(tmp_path):
 def test_no_kernels_is_reported_not_divided_by_zero(tmp_path):
     (tmp_path / "t.json").write_text(json.dumps({"traceEvents": [{"cat": "cpu_op", "name": "a", "ts": 0, "dur": 1}]}))
     assert "no kernel events" in _summary()(tmp_path, steps=4)["error"]
+
+
+def test_cpu_ops_are_reported_apart_from_kernels(tmp_path):
+    ev = [{"cat": "kernel", "name": "moe", "ts": 0, "dur": 100},
+          {"cat": "cpu_op", "name": "aten::item", "ts": 0, "dur": 3000},          # a host sync the GPU waits on
+          {"cat": "user_annotation", "name": "draft_extend", "ts": 0, "dur": 5000},
+          {"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 0, "dur": 7}]  # neither kernel nor op
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": ev}))
+    s = _summary()(tmp_path, steps=1)
+    assert list(s["top_kernels_ms_per_step"]) == ["moe"]
+    assert s["top_cpu_ms_per_step"] == {"draft_extend": 5.0, "aten::item": 3.0}
