@@ -18,6 +18,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import bench_prompts, cli_common
 from .cli_common import CliError
@@ -139,20 +140,42 @@ def run_level(srv, label: str, prompts: list[dict], max_new_tokens: int, concurr
 
 
 def slower_fix(args: dict, c: int, levels: list[dict]) -> str:
-    """What to try when speculation loses at concurrency c, from the EAGLE-3 server's own arguments."""
+    """What to try when speculation loses at concurrency c, from the EAGLE-3 server's own arguments and, where
+    the servers' logs were given (--spec-log / --baseline-log), from what their iterations and admissions cost."""
     tips = []
     if args.get("disable_cuda_graph") or args.get("disable_decode_cuda_graph"):
         tips.append("CUDA graphs are off on the EAGLE-3 server (--disable-cuda-graph): speculation's many small "
                     "launches pay for that most; serve with CUDA graphs on")
     steps, ndt = args.get("speculative_num_steps"), args.get("speculative_num_draft_tokens")
-    tips.append("a cheaper draft or fewer " + (f"--speculative-num-steps (now {steps}) / --speculative-num-draft-tokens "
-                                               f"(now {ndt})" if steps and ndt else "--speculative-num-steps"))
+    fewer = "fewer " + (f"--speculative-num-steps (now {steps}) / --speculative-num-draft-tokens (now {ndt})"
+                        if steps and ndt else "--speculative-num-steps")
     paid = [lv for lv in levels if lv["concurrency"] < c and (lv.get("speedup") or 0) >= 1]
     if paid:
         best = max(paid, key=lambda lv: lv["speedup"])
-        tips.append(f"it pays at concurrency {best['concurrency']} ({best['speedup']:.2f}x): at {c} each verify "
-                    f"runs {ndt or 'num-draft-tokens'} x {c} tokens through the target, which can cost more than the "
-                    "steps it saves (SGLang's /start_profile shows where a step's time goes)")
+        tips.append(f"it pays at concurrency {best['concurrency']} ({best['speedup']:.2f}x)")
+    lv = next((x for x in levels if x["concurrency"] == c), {})
+    st = lv.get("steps") or {}
+    sp, bs = st.get("spec") or {}, st.get("baseline") or {}
+    al = (lv.get("spec") or {}).get("accept_length")
+    if "iteration_ms" not in sp:
+        tips.append(f"a cheaper draft or {fewer}")
+        if c > 1:
+            tips.append("to see whether the iterations (draft + verify of the whole batch) or the admissions (each "
+                        "new request's prefill and draft extend stall the batch) cost it, serve both with "
+                        "--decode-log-interval 1 and pass their logs: --spec-log / --baseline-log")
+        return "; ".join(tips)
+    between = (f"{al * bs['iteration_ms'] / sp['iteration_ms']:.2f}x" if al and bs.get("iteration_ms") else "n/a")
+    iters = (f"one iteration at batch {c} costs {sp['iteration_ms']:.1f} ms"
+             + (f" vs {bs['iteration_ms']:.1f} ms a target-only step" if bs.get("iteration_ms") else "")
+             + (f" ({between} between admissions at accept length {al:.2f})" if al else ""))
+    if (sp.get("admission_share") or 0) >= 0.25:
+        base_adm = f" (target-only: {bs['admission_ms']:.1f} ms)" if bs.get("admission_ms") is not None else ""
+        tips.append(f"admissions: each prefill batch stalls the running batch {sp['admission_ms']:.1f} ms{base_adm}, "
+                    f"{sp['admission_share']:.0%} of the time, while {iters}; longer outputs amortize them, and "
+                    "a server at --max-running-requests admits in groups with --min-free-slots-delay N "
+                    "(SGLang 0.5.16+)")
+    else:
+        tips.append(f"the iterations: {iters}; a cheaper draft or {fewer}")
     return "; ".join(tips)
 
 
@@ -230,6 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "(PNGs beside it; needs matplotlib for the plots)")
     ap.add_argument("--fail-on-slower", action="store_true", help="exit 1 (not only warn) when slower than baseline")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--spec-log", metavar="PATH", help="the EAGLE-3 server's log, run with --decode-log-interval 1: "
+                    "what one iteration and one admission cost at each concurrency (bench_steps), and advice from it")
+    ap.add_argument("--baseline-log", metavar="PATH", help="the baseline server's log, likewise")
+    ap.add_argument("--log-interval", type=int, default=1, metavar="N", help="the servers' --decode-log-interval")
     return cli_common.finish(ap, "bench")
 
 
@@ -243,6 +270,23 @@ def _bar(total: int, quiet: bool):
             def close(self): pass
         return _Null()
     return tqdm(total=total, unit="req", disable=True if quiet else None, file=sys.stderr, dynamic_ncols=True)
+
+
+def add_step_costs(levels: list[dict], spec_log: str | None, baseline_log: str | None, interval: int = 1) -> None:
+    """lv["steps"] = {"spec": ..., "baseline": ...}: iteration and admission costs at each concurrency c > 1, from
+    the servers' logs (read after the run; each level's lines are those at a running batch of c)."""
+    from .bench_steps import step_summary
+
+    logs = {k: p for k, p in (("spec", spec_log), ("baseline", baseline_log)) if p}
+    texts = {}
+    for k, p in logs.items():
+        try:
+            texts[k] = Path(p).read_text(errors="replace")
+        except OSError as e:
+            raise CliError(f"--{k}-log {p}: {e.strerror}") from None
+    for lv in levels:
+        if texts and lv["concurrency"] > 1:
+            lv["steps"] = {k: step_summary(t, lv["concurrency"], interval) for k, t in texts.items()}
 
 
 def benchmark(a) -> dict:
@@ -286,6 +330,7 @@ def benchmark(a) -> dict:
             levels.append(lv)
     finally:
         bar.close()
+    add_step_costs(levels, a.spec_log, a.baseline_log, a.log_interval)
     has_stats = any(lv["spec"]["verify_ct"] or lv["spec"]["server_avg_accept_length"] is not None for lv in levels)
     status, lines = verdict(levels, has_stats, a.fail_on_slower, args)
     from . import __version__
@@ -314,6 +359,10 @@ def render(res: dict) -> str:
         if pa:
             rows.append(f"     draft token accepted (c={lv['concurrency']}): "
                         + "  ".join(f"#{k} {p:.3f}" for k, p in enumerate(pa, 1)))
+        for label, st in (lv.get("steps") or {}).items():
+            rows.append(f"     {label} log (c={lv['concurrency']}): " + (st["error"] if "error" in st else
+                        f"iteration {st['iteration_ms']:.1f} ms, admission {f(st.get('admission_ms'), '.1f')} ms per "
+                        f"prefill batch x {st.get('prefill_batches', 0)}, {f(st.get('admission_share'), '.0%')} of the time"))
     notes = [f"prompts: {res['prompts']['source']}"] + [f"note: {n}" for n in res["prompts"]["notes"]]
     return "\n".join(notes + rows + res["verdict_lines"])
 

@@ -42,8 +42,10 @@ MIN_ACCEPT = 3.0 if KIMI else 2.0
 MIN_SPEEDUP = {1: 1.8, 16: 1.3} if KIMI else {}   # batch -> speedup vs the same server without speculation
 # CUDA graphs stay on; a small capture range keeps start-up quick and covers batch 16
 SERVE_ARGS = ["--attention-backend", BACKEND, "--cuda-graph-max-bs", "16"]
+# both servers log every 5th decode iteration: bench reads iteration and admission costs from the logs
+LOG_ARGS = ["--decode-log-interval", "5"]
 SPEC_ARGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-             "--speculative-num-draft-tokens", "4", "--decode-log-interval", "5"]
+             "--speculative-num-draft-tokens", "4", *LOG_ARGS]
 
 
 def _prompts(path: Path, n: int, seed: int, prefix: str) -> None:
@@ -171,9 +173,9 @@ def test_roundtrip(tmp_path):
     n_new = int(os.environ.get("SGE3_RT_NEW_TOKENS", "128" if KIMI else "64"))
     with sglang_server(["--preset", "tiny", "--model-path", str(tiny_target), *SERVE_ARGS,
                         "--speculative-draft-model-path", str(draft), *SPEC_ARGS], name="rt_spec_server",
-                       port=free_port(), env=serve_env) as (spec_url, _, _), \
-         sglang_server(["--preset", "tiny", "--model-path", str(tiny_target), *SERVE_ARGS], name="rt_base_server",
-                       port=free_port(), env=serve_env) as (base, _, _):
+                       port=free_port(), env=serve_env) as (spec_url, spec_log, _), \
+         sglang_server(["--preset", "tiny", "--model-path", str(tiny_target), *SERVE_ARGS, *LOG_ARGS],
+                       name="rt_base_server", port=free_port(), env=serve_env) as (base, base_log, _):
         fig["bench"] = {}
         for bs in (1, 16):
             _run(["sglang_eagle3_ext.bench", "--url", spec_url, "--baseline-url", base, "--prompts", str(held),
@@ -181,7 +183,9 @@ def test_roundtrip(tmp_path):
             out_json = LOG_DIR / f"rt_bench_bs{bs}.json"
             p = _run(["sglang_eagle3_ext.bench", "--url", spec_url, "--baseline-url", base, "--prompts",
                       str(held if bs == 1 else held16),
-                      "--max-new-tokens", str(n_new), "--concurrency", str(bs), "--json", str(out_json)], f"bench_bs{bs}")
+                      "--max-new-tokens", str(n_new), "--concurrency", str(bs), "--json", str(out_json),
+                      "--spec-log", str(spec_log), "--baseline-log", str(base_log), "--log-interval", LOG_ARGS[1]],
+                     f"bench_bs{bs}")
             res = json.loads(out_json.read_text())
             res["rc"] = p.returncode
             fig["bench"][f"bs{bs}"] = res

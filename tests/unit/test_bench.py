@@ -253,8 +253,48 @@ def _level(c, speedup):
 def test_slower_fix_names_what_applies():
     args = {"speculative_num_steps": 3, "speculative_num_draft_tokens": 4}
     fix = bench.slower_fix(args, 16, [_level(1, 2.02), _level(4, 1.4), _level(16, 0.87)])
-    assert "CUDA graphs are off" not in fix and "(now 3)" in fix
-    assert "it pays at concurrency 1 (2.02x): at 16 each verify runs 4 x 16 tokens" in fix
+    assert "CUDA graphs are off" not in fix and "(now 3)" in fix and "it pays at concurrency 1 (2.02x)" in fix
+    assert "--spec-log / --baseline-log" in fix           # without logs: how to tell iterations from admissions
     fix = bench.slower_fix({**args, "disable_cuda_graph": True}, 1, [_level(1, 0.5)])
     assert fix.startswith("CUDA graphs are off on the EAGLE-3 server") and "it pays" not in fix
+    assert "--spec-log" not in fix                        # batch 1: no admission stalls another request
     assert "--speculative-num-steps" in bench.slower_fix({}, 1, [_level(1, 0.5)])
+
+
+def _with_steps(spec_steps, base_steps, accept=3.6):
+    lv = {**_level(16, 0.8), "spec": {"accept_length": accept}, "steps": {"spec": spec_steps, "baseline": base_steps}}
+    return [_level(1, 1.9), lv]
+
+
+def test_slower_fix_from_the_logs_names_admissions_or_iterations():
+    args = {"speculative_num_steps": 3, "speculative_num_draft_tokens": 4}
+    # session 9's Kimi-width round trip: cheap iterations, costly admissions
+    fix = bench.slower_fix(args, 16, _with_steps(
+        {"iteration_ms": 7.6, "admission_ms": 47.5, "admission_share": 0.55},
+        {"iteration_ms": 3.6, "admission_ms": 3.9, "admission_share": 0.12}))
+    assert "admissions: each prefill batch stalls the running batch 47.5 ms (target-only: 3.9 ms), 55%" in fix
+    assert "(1.71x between admissions at accept length 3.60)" in fix and "--min-free-slots-delay" in fix
+    assert "a cheaper draft" not in fix
+    # iterations that cost more than they save, few admissions
+    fix = bench.slower_fix(args, 16, _with_steps(
+        {"iteration_ms": 16.0, "admission_ms": 5.0, "admission_share": 0.05},
+        {"iteration_ms": 4.5, "admission_ms": 4.0}))
+    assert fix.startswith("it pays at concurrency 1") and "the iterations: one iteration at batch 16 costs 16.0 ms " \
+        "vs 4.5 ms a target-only step (1.01x between admissions" in fix and "(now 3)" in fix
+    assert "admissions:" not in fix
+
+
+def test_bench_reads_the_server_logs_per_concurrency(tmp_path):
+    from test_bench_steps import decode_line, prefill_line
+
+    spec_log, base_log = tmp_path / "spec.log", tmp_path / "base.log"
+    spec_log.write_text("\n".join([decode_line(16, 0.0076, 3.6)] * 4 + [prefill_line(1), decode_line(16, 0.0556, 3.6)]
+                                  + [decode_line(1, 0.006, 3.6)] * 3))
+    base_log.write_text("\n".join([decode_line(16, 0.0036)] * 4))
+    levels = [{"concurrency": 1}, {"concurrency": 16}]
+    bench.add_step_costs(levels, str(spec_log), str(base_log))
+    assert "steps" not in levels[0]                       # batch 1: nothing admitted beside a running request
+    assert levels[1]["steps"]["spec"]["iteration_ms"] == 7.6 and levels[1]["steps"]["spec"]["admission_ms"] == 48.0
+    assert levels[1]["steps"]["baseline"]["iteration_ms"] == 3.6
+    with pytest.raises(bench.CliError, match="--spec-log .*missing.log"):
+        bench.add_step_costs(levels, str(tmp_path / "missing.log"), None)

@@ -87,7 +87,7 @@ def benches(tmp_path, monkeypatch):
         spec = "--speculative-draft-model-path" in args
         srv = _loopback(spec)
         if "--decode-log-interval" in args:       # the scheduler's log (SGLang's format): 16 in flight, 2 admissions
-            from test_step_log import decode_line, prefill_line
+            from test_bench_steps import decode_line, prefill_line
             it, acc = (0.0075, 4.0) if spec else (0.0036, None)
             (tmp_path / f"{name}.log").write_text("\n".join(
                 [decode_line(16, it, acc)] * 5 + [prefill_line(1), prefill_line(2), decode_line(16, it + 0.08, acc)]))

@@ -1,4 +1,4 @@
-"""benchmarks/step_log.py: one iteration's and one admission's cost from a SGLang server's log at
+"""sglang_eagle3_ext.bench_steps: one iteration's and one admission's cost from a SGLang server's log at
 --decode-log-interval 1. The lines are SGLang's own format (the fields read are checked in the installed
 release's source), plus an excerpt of a real 0.5.16 EAGLE-3 server log."""
 from __future__ import annotations
@@ -8,14 +8,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
 def _mod():
-    spec = importlib.util.spec_from_file_location("step_log", REPO / "benchmarks" / "step_log.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from sglang_eagle3_ext import bench_steps
+
+    return bench_steps
 
 
 def decode_line(run: int, seconds: float, accept: float | None = None, interval: int = 1) -> str:
@@ -43,7 +39,7 @@ REAL_0_5_16 = """\
 
 
 def test_the_fields_read_are_in_the_installed_releases_log_format():
-    """The f-string fragments step_log's patterns rely on, in the source of the installed SGLang's decode and
+    """The f-string fragments bench_steps' patterns rely on, in the source of the installed SGLang's decode and
     prefill log lines (metrics_reporter in 0.5.16, scheduler_metrics_mixin before)."""
     pytest.importorskip("sglang")
     src = ""

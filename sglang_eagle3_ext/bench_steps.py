@@ -1,6 +1,7 @@
 """What one serving step and one admission cost, read from a SGLang server's own log.
 
-    python benchmarks/step_log.py SERVER.log --bs 16 [--interval 1]
+    python -m sglang_eagle3_ext.bench_steps SERVER.log --bs 16 [--interval 1]
+    (or `bench --spec-log SPEC.log --baseline-log BASE.log`, which reads both at each concurrency)
 
 Run the server with `--decode-log-interval 1` (benchmarks/profile_spec.py does): SGLang then logs every
 decode (or speculative) iteration with `gen throughput`, the tokens of that interval over the time since the
