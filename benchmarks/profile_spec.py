@@ -37,11 +37,11 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "gpu"), str(REPO / "benchmarks")
 from bench_serve import add_serving_args  # noqa: E402  (benchmarks/ on the path above)
 
 
-def kernel_summary(trace_dir: Path, steps: int, top: int = 15) -> dict:
+def kernel_summary(trace_dir: Path, steps: int, top: int = 15, pattern: str = "*.json*") -> dict:
     """SGLang's trace files under trace_dir: GPU busy fraction and time per step by kernel name, and the CPU ops
     and annotations with the most (inclusive) time per step (a CPU-bound step shows there, not in the kernels)."""
     events = []
-    for f in sorted(trace_dir.rglob("*.json*")):
+    for f in sorted(trace_dir.rglob(pattern)):
         opener = gzip.open if f.suffix == ".gz" else open
         with opener(f, "rt") as fh:
             doc = json.load(fh)
@@ -66,7 +66,9 @@ def kernel_summary(trace_dir: Path, steps: int, top: int = 15) -> dict:
     by_cpu = per_step(e for e in events if e.get("cat") in ("cpu_op", "user_annotation", "python_function"))
     top_of = lambda d: {n[:120]: round(us / 1e3 / steps, 3)                        # noqa: E731
                         for n, us in sorted(d.items(), key=lambda kv: -kv[1])[:top]}
+    t0, t1 = min(float(e["ts"]) for e in events), max(float(e["ts"]) + float(e["dur"]) for e in events)
     res = {"wall_ms_per_step": round(wall / 1e3 / steps, 3), "gpu_busy": round(busy / wall, 3),
+           "trace_ms": round((t1 - t0) / 1e3, 3),             # CPU and GPU events: the whole profiled span
            "kernel_ms_per_step": round(sum(by_kernel.values()) / 1e3 / steps, 3),
            "top_kernels_ms_per_step": top_of(by_kernel)}
     if by_cpu:
@@ -78,28 +80,40 @@ def profile_server(base: str, log: Path, prompts, a, out_dir: Path) -> dict:
     """Timed workload (then its iterations and admissions from the server's log at --decode-log-interval 1), then
     the same workload under SGLang's profiler for a.profile_steps scheduler steps."""
     from bench_serve import workload
-    from gpu_helpers import _server
+
     from sglang_eagle3_ext.bench_steps import step_summary
 
     workload(base, prompts, a.bs, a.new_tokens)                      # warm: JIT, graphs, prefill shapes
     timed = workload(base, prompts, a.bs, a.new_tokens)
     steps = step_summary(log.read_text(errors="replace"), a.bs) if log.exists() else {"error": f"no log {log}"}
+    res = {"tok_s": round(timed["tok_s"], 1), "accept_length": timed["accept_length"], "steps": steps}
+    profile_during(base, prompts, a, out_dir / "steps", {"num_steps": a.profile_steps})
+    res.update(kernel_summary(out_dir / "steps", a.profile_steps))
+    # one admission alone: SGLang's by-stage profile traces the prefill steps up to the next decode (EXTEND)
+    profile_during(base, prompts, a, out_dir / "stage", {"num_steps": 1, "profile_by_stage": True})
+    res["admission_profile"] = kernel_summary(out_dir / "stage", 1, pattern="*EXTEND*.json*")
+    return res
+
+
+def profile_during(base: str, prompts, a, out_dir: Path, req: dict) -> None:
+    """SGLang's profiler (CPU and GPU activities) started 1 s into the workload; returns once the traces are
+    written (they appear after the last profiled step and grow until written)."""
+    from bench_serve import workload
+    from gpu_helpers import _server
+
     th = threading.Thread(target=workload, args=(base, prompts, a.bs, a.new_tokens))
     th.start()
     time.sleep(1.0)                                                  # past the first prefills: decode steady state
-    _server(base).request("POST", "/start_profile", {"output_dir": str(out_dir), "num_steps": a.profile_steps,
-                                                    "activities": ["CPU", "GPU"]}, text=True)   # plain text reply
+    _server(base).request("POST", "/start_profile", {"output_dir": str(out_dir), "activities": ["CPU", "GPU"], **req},
+                          text=True)                                 # plain text reply
     th.join()
-    deadline, sizes = time.time() + 180, None          # the trace is written after the last step: wait until
-    while time.time() < deadline:                        # trace files exist and stopped growing
+    deadline, sizes = time.time() + 180, None
+    while time.time() < deadline:
         now = {f: f.stat().st_size for f in out_dir.rglob("*.json*")}
         if now and now == sizes:
             break
         sizes = now
         time.sleep(3)
-    res = {"tok_s": round(timed["tok_s"], 1), "accept_length": timed["accept_length"], "steps": steps}
-    res.update(kernel_summary(out_dir, a.profile_steps))
-    return res
 
 
 def main():
@@ -141,6 +155,12 @@ def main():
             print(f"    {v:8.3f} ms  {k}")
         for k, v in list(r.get("top_cpu_ms_per_step", {}).items())[:6]:
             print(f"    {v:8.3f} ms  CPU {k}")
+        ad = r["admission_profile"]
+        print(f"  one admission (by-stage EXTEND trace): {ad.get('trace_ms')} ms traced, GPU busy {ad.get('gpu_busy')}"
+              if "error" not in ad else f"  one admission: {ad['error']}")
+        for k, v in [*list(ad.get("top_kernels_ms_per_step", {}).items())[:5],
+                     *[("CPU " + n, t) for n, t in list(ad.get("top_cpu_ms_per_step", {}).items())[:8]]]:
+            print(f"    {v:8.3f} ms  {k}")
     b = res["servers"]["base"]["tok_s"]
     for name, r in res["servers"].items():
         if name != "base":

@@ -47,9 +47,11 @@ def _loopback(spec: bool):
                 out.mkdir(parents=True, exist_ok=True)
                 ev = [{"cat": "kernel", "name": f"k{i % 3}", "ts": i * 10, "dur": 5} for i in range(60)]
 
+                name = "p-TP-0-EXTEND" if body.get("profile_by_stage") else "p-TP-0"   # SGLang's by-stage names
+
                 def write():
                     time.sleep(0.5)
-                    with gzip.open(out / "p-TP-0.trace.json.gz", "wt") as fh:
+                    with gzip.open(out / f"{name}.trace.json.gz", "wt") as fh:
                         json.dump({"traceEvents": ev}, fh)
                 threading.Thread(target=write).start()
                 # as SGLang's http_server.start_profile_async (0.5.14, 0.5.16): plain text, not JSON
@@ -155,3 +157,4 @@ def test_profile_spec_profiles_each_setting_against_target_only(benches, target_
     assert "--decode-log-interval" in spec_args                      # every iteration logged, read back:
     assert s["steps"]["iteration_ms"] == 7.5 and s["steps"]["admission_ms"] == 40.0
     assert res["servers"]["base"]["steps"]["iteration_ms"] == 3.6
+    assert s["admission_profile"]["gpu_busy"] == pytest.approx(0.5, abs=0.01)   # its own (by-stage) trace
