@@ -14,7 +14,7 @@ verb=${1:?usage: bg.sh start NAME CMD | wait SECONDS [NAME..] | collect | poll S
 
 wait_jobs() {   # wait_jobs SECONDS [NAME..]: until those jobs (default: all) have an exit status
   local end=$((SECONDS + $1)); shift
-  local names=${*:-$(cd "$ROOT" && ls -d */ | tr -d /)} left n   # job folders only (pause.sh logs beside them)
+  local names=${*:-$(cd "$ROOT" && ls -d */ | tr -d /)} left n   # job folders only (a log file beside them is no job)
   while [ $SECONDS -lt $end ]; do
     left=0; for n in $names; do [ -e "$ROOT/$n/rc" ] || left=1; done
     [ $left = 0 ] && break; sleep 5

@@ -4,7 +4,7 @@
 #   tests/gpu/full_plan.sh s14      right after the 0.5.14 bundles (PYTHONPATH=/tmp/site14)
 #   tests/gpu/bg.sh poll SECONDS    in every later call, back to back (the host is given back after ~30 s
 #                                   without a call): states, figures, $OUT/results.tgz
-# Timed work first, with the GPU to itself (session 9: jobs frozen by pause.sh kept their GPU memory and a
+# Timed work first, with the GPU to itself (session 9: jobs frozen with SIGSTOP kept their GPU memory and a
 # half-trained preparation was redone; no freezing now):
 #   job "timed": benchmarks/bench_serve.py (issue 19: patches on / off for EAGLE-3 and target-only >= 0.99;
 #     issue 20: dump-while-serving / EAGLE-3 >= 0.95 at batch 16, Kimi width), then benchmarks/profile_spec.py
