@@ -57,13 +57,13 @@ def kernel_summary(trace_dir: Path, steps: int, top: int = 15, pattern: str = "*
             end = t
     wall = spans[-1][1] - spans[0][0]
 
-    def per_step(evs):
+    def total_by_name(evs):
         by_name: dict[str, float] = defaultdict(float)
         for e in evs:
             by_name[e["name"]] += float(e["dur"])
         return by_name
-    by_kernel = per_step(kernels)
-    by_cpu = per_step(e for e in events if e.get("cat") in ("cpu_op", "user_annotation", "python_function"))
+    by_kernel = total_by_name(kernels)
+    by_cpu = total_by_name(e for e in events if e.get("cat") in ("cpu_op", "user_annotation", "python_function"))
     top_of = lambda d: {n[:120]: round(us / 1e3 / steps, 3)                        # noqa: E731
                         for n, us in sorted(d.items(), key=lambda kv: -kv[1])[:top]}
     t0, t1 = min(float(e["ts"]) for e in events), max(float(e["ts"]) + float(e["dur"]) for e in events)
@@ -167,7 +167,8 @@ def main():
             r["over_base"] = round(r["tok_s"] / b, 3)
             print(f"{name}/base bs{a.bs}: {r['over_base']:.3f}")
     if os.environ.get("OUT"):
-        Path(os.environ["OUT"], f"profile_spec_{a.attention_backend}_bs{a.bs}.json").write_text(json.dumps(res, indent=2))
+        out = Path(os.environ["OUT"], f"profile_spec_{a.attention_backend}_bs{a.bs}.json")
+        out.write_text(json.dumps(res, indent=2))
 
 
 if __name__ == "__main__":

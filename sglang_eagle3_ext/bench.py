@@ -155,7 +155,7 @@ def slower_fix(args: dict, c: int, levels: list[dict]) -> str:
         tips.append(f"it pays at concurrency {best['concurrency']} ({best['speedup']:.2f}x)")
     lv = next((x for x in levels if x["concurrency"] == c), {})
     st = lv.get("steps") or {}
-    sp, bs = st.get("spec") or {}, st.get("baseline") or {}
+    sp, base = st.get("spec") or {}, st.get("baseline") or {}
     al = (lv.get("spec") or {}).get("accept_length")
     if "iteration_ms" not in sp:
         tips.append(f"a cheaper draft or {fewer}")
@@ -164,12 +164,12 @@ def slower_fix(args: dict, c: int, levels: list[dict]) -> str:
                         "new request's prefill and draft extend stall the batch) cost it, serve both with "
                         "--decode-log-interval 1 and pass their logs: --spec-log / --baseline-log")
         return "; ".join(tips)
-    between = (f"{al * bs['iteration_ms'] / sp['iteration_ms']:.2f}x" if al and bs.get("iteration_ms") else "n/a")
+    between = (f"{al * base['iteration_ms'] / sp['iteration_ms']:.2f}x" if al and base.get("iteration_ms") else "n/a")
     iters = (f"one iteration at batch {c} costs {sp['iteration_ms']:.1f} ms"
-             + (f" vs {bs['iteration_ms']:.1f} ms a target-only step" if bs.get("iteration_ms") else "")
+             + (f" vs {base['iteration_ms']:.1f} ms a target-only step" if base.get("iteration_ms") else "")
              + (f" ({between} between admissions at accept length {al:.2f})" if al else ""))
     if (sp.get("admission_share") or 0) >= 0.25:
-        base_adm = f" (target-only: {bs['admission_ms']:.1f} ms)" if bs.get("admission_ms") is not None else ""
+        base_adm = f" (target-only: {base['admission_ms']:.1f} ms)" if base.get("admission_ms") is not None else ""
         tips.append(f"admissions: each prefill batch stalls the running batch {sp['admission_ms']:.1f} ms{base_adm}, "
                     f"{sp['admission_share']:.0%} of the time, while {iters}; longer outputs amortize them, and "
                     "a server at --max-running-requests admits in groups with --min-free-slots-delay N "
@@ -362,7 +362,8 @@ def render(res: dict) -> str:
         for label, st in (lv.get("steps") or {}).items():
             rows.append(f"     {label} log (c={lv['concurrency']}): " + (st["error"] if "error" in st else
                         f"iteration {st['iteration_ms']:.1f} ms, admission {f(st.get('admission_ms'), '.1f')} ms per "
-                        f"prefill batch x {st.get('prefill_batches', 0)}, {f(st.get('admission_share'), '.0%')} of the time"))
+                        f"prefill batch x {st.get('prefill_batches', 0)}, "
+                        f"{f(st.get('admission_share'), '.0%')} of the time"))
     notes = [f"prompts: {res['prompts']['source']}"] + [f"note: {n}" for n in res["prompts"]["notes"]]
     return "\n".join(notes + rows + res["verdict_lines"])
 

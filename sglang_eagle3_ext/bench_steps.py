@@ -40,7 +40,10 @@ def step_summary(text: str, bs: int, interval: int = 1, idle_s: float = 0.5) -> 
         run, tput = int(m["run"]), float(m["tput"])
         dt = run * float(m["acc"] or 1) * interval / tput if tput > 0 else None
         if dt is not None and dt <= idle_s and run == bs:    # other batches: other workloads
-            (mixed.append((dt, prefills, new_seqs)) if prefills else pure.append(dt))
+            if prefills:
+                mixed.append((dt, prefills, new_seqs))
+            else:
+                pure.append(dt)
         prefills = new_seqs = 0
     if not pure:
         return {"error": f"no decode interval at batch {bs} without a prefill (is --decode-log-interval "
@@ -62,7 +65,8 @@ def main():
     ap.add_argument("log")
     ap.add_argument("--bs", type=int, default=16, help="the full batch whose iterations are timed")
     ap.add_argument("--interval", type=int, default=1, help="the server's --decode-log-interval")
-    ap.add_argument("--idle", type=float, default=0.5, help="longer intervals per iteration: the server was idle")
+    ap.add_argument("--idle", type=float, default=0.5,
+                    help="seconds: a longer interval means the server was idle (left out)")
     a = ap.parse_args()
     with open(a.log, errors="replace") as f:
         print(json.dumps(step_summary(f.read(), a.bs, a.interval, a.idle), indent=2))

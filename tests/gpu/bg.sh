@@ -31,7 +31,7 @@ states() {      # states [newest]: each job's exit status and figures (and its n
     fi
     grep -aE "passed|failed|error" "$d/log" | tail -n 3
     # the figures the tests and benchmarks print (cosines, accept lengths, speedups, cost ratios)
-    grep -aE "^(dump vs transformers|round trip \[|[a-z_0-9]+/[a-z_]+ bs[0-9]+: |alone at )" "$d/log" | sort -u | head -n 40
+    grep -aE "^(dump vs transformers|round trip \[|[a-z_0-9]+/[a-z_]+ bs[0-9]+: |start at )" "$d/log" | sort -u | head -n 40
   done
 }
 

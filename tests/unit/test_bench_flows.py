@@ -27,8 +27,9 @@ def _loopback(spec: bool):
             pass
 
         def _reply(self, out):
-            data = json.dumps(out).encode()
+            data = out if isinstance(out, bytes) else json.dumps(out).encode()
             self.send_response(200)
+            self.send_header("Content-Type", "text/plain" if isinstance(out, bytes) else "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -46,7 +47,6 @@ def _loopback(spec: bool):
                 out = Path(body["output_dir"])
                 out.mkdir(parents=True, exist_ok=True)
                 ev = [{"cat": "kernel", "name": f"k{i % 3}", "ts": i * 10, "dur": 5} for i in range(60)]
-
                 name = "p-TP-0-EXTEND" if body.get("profile_by_stage") else "p-TP-0"   # SGLang's by-stage names
 
                 def write():
@@ -55,12 +55,7 @@ def _loopback(spec: bool):
                         json.dump({"traceEvents": ev}, fh)
                 threading.Thread(target=write).start()
                 # as SGLang's http_server.start_profile_async (0.5.14, 0.5.16): plain text, not JSON
-                data = b"Start profiling.\n"
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                return self.wfile.write(data)
+                return self._reply(b"Start profiling.\n")
             self._reply({})
     class Srv(ThreadingHTTPServer):
         request_queue_size = 128      # 16 requests in flight (socketserver's 5 resets connections; uvicorn: 2048)
