@@ -169,8 +169,11 @@ def slower_fix(args: dict, c: int, levels: list[dict]) -> str:
              + (f" vs {base['iteration_ms']:.1f} ms a target-only step" if base.get("iteration_ms") else "")
              + (f" ({between} between admissions at accept length {al:.2f})" if al else ""))
     if (sp.get("admission_share") or 0) >= 0.25:
-        base_adm = f" (target-only: {base['admission_ms']:.1f} ms)" if base.get("admission_ms") is not None else ""
-        tips.append(f"admissions: each prefill batch stalls the running batch {sp['admission_ms']:.1f} ms{base_adm}, "
+        # how often each server admits: EAGLE-3's requests finish out of step, so it admits more, smaller batches
+        base_adm = (f" (target-only: {base.get('prefill_batches')} at {base['admission_ms']:.1f} ms)"
+                    if base.get("admission_ms") is not None else "")
+        tips.append(f"admissions: each of {sp.get('prefill_batches')} prefill batches stalls the running batch "
+                    f"{sp['admission_ms']:.1f} ms{base_adm}, "
                     f"{sp['admission_share']:.0%} of the time, while {iters}; longer outputs amortize them, and "
                     "a server at --max-running-requests admits in groups with --min-free-slots-delay N "
                     "(SGLang 0.5.16+)")

@@ -270,9 +270,10 @@ def test_slower_fix_from_the_logs_names_admissions_or_iterations():
     args = {"speculative_num_steps": 3, "speculative_num_draft_tokens": 4}
     # session 9's Kimi-width round trip: cheap iterations, costly admissions
     fix = bench.slower_fix(args, 16, _with_steps(
-        {"iteration_ms": 7.6, "admission_ms": 47.5, "admission_share": 0.55},
-        {"iteration_ms": 3.6, "admission_ms": 3.9, "admission_share": 0.12}))
-    assert "admissions: each prefill batch stalls the running batch 47.5 ms (target-only: 3.9 ms), 55%" in fix
+        {"iteration_ms": 7.6, "admission_ms": 47.5, "admission_share": 0.55, "prefill_batches": 42},
+        {"iteration_ms": 3.6, "admission_ms": 3.9, "admission_share": 0.12, "prefill_batches": 14}))
+    assert "admissions: each of 42 prefill batches stalls the running batch 47.5 ms (target-only: 14 at 3.9 ms), " \
+        "55%" in fix
     assert "(1.71x between admissions at accept length 3.60)" in fix and "--min-free-slots-delay" in fix
     assert "a cheaper draft" not in fix
     # iterations that cost more than they save, few admissions
