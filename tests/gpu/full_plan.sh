@@ -9,7 +9,8 @@
 # and EAGLE-3 admits ~3x as often; test_roundtrip_gpu.py now times batch 16 at 128 and at 512 tokens per
 # request (its docstring says why 512). Job "kimi", with the GPU to itself: the round trip on Triton
 # (dump 1000 generations, train, convert, check, serve, bench bs1 / bs16 x 128 / bs16 x 512), then the same
-# prepared draft served on FlashInfer (its ~3 min JIT compile inside the job).
+# prepared draft served again with admissions grouped (--max-running-requests 16 --min-free-slots-delay 3, on
+# both servers; its figures under out/grouped).
 # Done and not re-run here (session 10): bench_serve.py (patches on / off, dump while serving / EAGLE-3), the tiny
 # round trips with the retrained-on-serving-dump comparison on 0.5.16 and 0.5.14 (stage s14 keeps the latter).
 # Memory: tests/gpu/gpu_helpers.sglang_server starts one server at a time on the host (SGLang sizes its KV
@@ -26,8 +27,9 @@ case ${1:?stage} in
 s16)
   K="PYTHONPATH=/tmp/site TRITON_CACHE_DIR=/tmp/triton_cache SGE3_MEM_FRACTION=0.5 SGE3_MAX_TOTAL_TOKENS=65536"
   KRT="$K SGE3_RT_TARGET=kimi SGE3_RT_DIR=/tmp/rtk"
-  $BG start kimi "$KRT SGE3_RT_BACKEND=triton $R tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \
-    $KRT SGE3_RT_BACKEND=flashinfer $R tests/gpu/test_roundtrip_gpu.py::test_roundtrip" ;;
+  $BG start kimi "$KRT $R tests/gpu/test_roundtrip_gpu.py::test_roundtrip; mkdir -p \$OUT/grouped; \
+    OUT=\$OUT/grouped $KRT SGE3_RT_SERVE_ARGS='--max-running-requests 16 --min-free-slots-delay 3' \
+    $R tests/gpu/test_roundtrip_gpu.py::test_roundtrip" ;;
 s14)
   S="PYTHONPATH=/tmp/site14 $C"
   $BG start rt14 "$S $RT SGE3_TINY_DIR=/tmp/t14r SGE3_RT_DIR=/tmp/rt14 $R tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \

@@ -17,7 +17,8 @@ SGE3_RT_TARGET picks the target:
   admits ~3x as often (its requests finish out of step). On Kimi-K2.5 itself a decode step at TP8 over PCIe costs
   tens of ms, so an admission is ~2-3 steps, and its answers run to thousands of tokens: 512 tokens on the toy
   keeps admissions at about the share 128 tokens have there. Both figures are printed and kept in the JSON.
-SGE3_RT_BACKEND: the attention backend of every server (default triton).
+SGE3_RT_BACKEND: the attention backend of every server (default triton). SGE3_RT_SERVE_ARGS: more SGLang arguments
+for both timed servers (e.g. `--max-running-requests 16 --min-free-slots-delay 3`: admissions in groups, 0.5.16+).
 SGE3_RT_PREPARE_ONLY=1 (with SGE3_RT_DIR): stop after dump, train, convert and check; the next run serves and benches.
 """
 from __future__ import annotations
@@ -53,6 +54,7 @@ LEVELS = [("bs1", 1, N_NEW), ("bs16", 16, N_NEW)] + ([(f"bs16_{N_LONG}", 16, N_L
 MIN_SPEEDUP = {"bs1": 1.8, f"bs16_{N_LONG}": 1.3} if KIMI else {}
 # CUDA graphs stay on; a small capture range keeps start-up quick and covers batch 16
 SERVE_ARGS = ["--attention-backend", BACKEND, "--cuda-graph-max-bs", "16"]
+TIMED_ARGS = os.environ.get("SGE3_RT_SERVE_ARGS", "").split()   # the same for the EAGLE-3 and the baseline server
 # both servers log every 5th decode iteration: bench reads iteration and admission costs from the logs
 LOG_ARGS = ["--decode-log-interval", "5"]
 SPEC_ARGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
@@ -181,10 +183,11 @@ def test_roundtrip(tmp_path):
     # 5. serve target + draft and the plain target side by side (CUDA graphs on); bench on held-out prompts at
     # batch 1 and 16, each after a warm-up pass (first-request JIT and prefill shapes off the clock)
     serve_env = activation_env(work)
-    with sglang_server(["--preset", "tiny", "--model-path", str(tiny_target), *SERVE_ARGS,
+    fig["serve_args"] = TIMED_ARGS
+    with sglang_server(["--preset", "tiny", "--model-path", str(tiny_target), *SERVE_ARGS, *TIMED_ARGS,
                         "--speculative-draft-model-path", str(draft), *SPEC_ARGS], name="rt_spec_server",
                        port=free_port(), env=serve_env) as (spec_url, spec_log, _), \
-         sglang_server(["--preset", "tiny", "--model-path", str(tiny_target), *SERVE_ARGS, *LOG_ARGS],
+         sglang_server(["--preset", "tiny", "--model-path", str(tiny_target), *SERVE_ARGS, *TIMED_ARGS, *LOG_ARGS],
                        name="rt_base_server", port=free_port(), env=serve_env) as (base, base_log, _):
         fig["bench"] = {}
         for name, bs, n_new in LEVELS:
