@@ -110,12 +110,13 @@ def avg_accept_length(info: dict) -> float | None:
     return float(v) if v is not None else None
 
 
-def run_level(srv, label: str, prompts: list[dict], max_new_tokens: int, concurrency: int, bar) -> RunStats:
+def run_level(srv, label: str, prompts: list[dict], new_tokens: list[int], concurrency: int, bar) -> RunStats:
+    """Every prompt once, `concurrency` in flight; prompt i generates new_tokens[i] greedy tokens."""
     st = RunStats(label=label, concurrency=concurrency)
 
-    def one(p):
+    def one(p, n):
         t = time.perf_counter()
-        body = {**p, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens, "ignore_eos": True}}
+        body = {**p, "sampling_params": {"temperature": 0, "max_new_tokens": n, "ignore_eos": True}}
         out = srv.post("/generate", body)
         if not isinstance(out, dict) or ("output_ids" not in out and "text" not in out):
             raise CliError(f"POST {srv.url}/generate: unexpected reply (no output_ids/text): {str(out)[:200]}")
@@ -123,7 +124,7 @@ def run_level(srv, label: str, prompts: list[dict], max_new_tokens: int, concurr
 
     t0 = time.perf_counter()
     with cf.ThreadPoolExecutor(concurrency) as ex:
-        futs = [ex.submit(one, p) for p in prompts]
+        futs = [ex.submit(one, p, n) for p, n in zip(prompts, new_tokens)]
         try:
             results = []
             for f in futs:  # in prompt order: outputs line up with the baseline's
@@ -228,6 +229,26 @@ def _levels(s: str) -> list[int]:
     return out
 
 
+def _new_tokens(s: str) -> tuple[int, int]:
+    """'N' -> (N, N); 'LO:HI' -> (LO, HI): each request's length drawn from LO..HI."""
+    try:
+        lo, hi = (int(x) for x in s.split(":")) if ":" in s else (int(s),) * 2
+    except ValueError:
+        lo = hi = 0
+    if not 1 <= lo <= hi:
+        raise argparse.ArgumentTypeError(f"{s!r}: a positive integer N or a range LO:HI (1 <= LO <= HI), e.g. 128:896")
+    return lo, hi
+
+
+def request_lengths(span: tuple[int, int], n: int, seed: int) -> list[int]:
+    """Each request's greedy token count: fixed, or drawn from the span (seeded: both servers, every level,
+    get the same length for the same prompt, so their outputs still compare token for token)."""
+    import random
+
+    rng = random.Random(f"bench-lengths-{seed}")
+    return [rng.randint(*span) for _ in range(n)]
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=cli_common.prog("bench"), description=__doc__.split("\n\n")[1])
     ap.add_argument("--url", required=True, help="server with speculative decoding")
@@ -244,7 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="prompts per run (default: every record of --prompts; built-in: max(16, 2 x concurrency))")
     ap.add_argument("--seed", type=int, default=0, help="seed of the built-in prompt set")
     ap.add_argument("--vocab-size", type=int, default=4096, help="token-id range of the built-in prompt set")
-    ap.add_argument("--max-new-tokens", type=int, default=64, help="greedy tokens per request (ignore_eos)")
+    ap.add_argument("--max-new-tokens", type=_new_tokens, default="64", metavar="N|LO:HI",
+                    help="greedy tokens per request (ignore_eos); LO:HI draws each request's count from that range "
+                    "(seeded by --seed, the same for both servers). Fixed lengths let a server without speculation "
+                    "finish and admit its requests in whole cohorts, which real traffic (answers of every "
+                    "length) never does; speculation's requests finish out of step and are admitted more often")
     ap.add_argument("--concurrency", type=_levels, default="1,8", metavar="N[,N..]",
                     help="requests in flight; several levels run one after another, e.g. 1,8,32")
     ap.add_argument("--warmup", type=int, default=2, help="unmeasured requests per server before the first level")
@@ -309,6 +334,8 @@ def benchmark(a) -> dict:
     else:
         ps = bench_prompts.builtin(a.builtin, a.num_prompts or max(16, 2 * max(a.concurrency)), a.seed, a.vocab_size)
     servers = [("spec", spec)] + ([("baseline", base)] if base else [])
+    lo, hi = a.max_new_tokens
+    lengths = request_lengths(a.max_new_tokens, len(ps.prompts), a.seed)
     bar = _bar(len(ps.prompts) * len(a.concurrency) * len(servers) + a.warmup * len(servers), a.quiet)
     try:
         for label, s in servers:
@@ -322,7 +349,7 @@ def benchmark(a) -> dict:
             runs = {}
             for label, s in servers:  # interleaved per level: drift hits both servers alike
                 bar.set_description(f"{label} c={c}")
-                runs[label] = run_level(s, label, ps.prompts, a.max_new_tokens, c, bar)
+                runs[label] = run_level(s, label, ps.prompts, lengths, c, bar)
             runs["spec"].server_avg_accept_length = avg_accept_length(server_info(spec))
             lv["spec"] = runs["spec"].as_dict(n_draft)
             lv["baseline"] = runs["baseline"].as_dict() if base else None
@@ -342,7 +369,8 @@ def benchmark(a) -> dict:
             "spec_url": a.url, "baseline_url": a.baseline_url,
             "server": {k: args.get(k) for k in SERVER_KEYS if k in args},
             "prompts": {"source": ps.source, "count": len(ps.prompts), "notes": ps.notes},
-            "max_new_tokens": a.max_new_tokens, "concurrency": a.concurrency, "levels": levels,
+            "max_new_tokens": lo if lo == hi else f"{lo}:{hi}", "new_tokens_mean": sum(lengths) / len(lengths),
+            "concurrency": a.concurrency, "levels": levels,
             # the first level's figures at the top level (what earlier versions wrote)
             "spec": levels[0]["spec"], "speedup": levels[0].get("speedup"),
             "status": status, "ok": status != "FAIL", "verdict": "\n".join(lines), "verdict_lines": lines}
@@ -367,7 +395,9 @@ def render(res: dict) -> str:
                         f"iteration {st['iteration_ms']:.1f} ms, admission {f(st.get('admission_ms'), '.1f')} ms per "
                         f"prefill batch x {st.get('prefill_batches', 0)}, "
                         f"{f(st.get('admission_share'), '.0%')} of the time"))
-    notes = [f"prompts: {res['prompts']['source']}"] + [f"note: {n}" for n in res["prompts"]["notes"]]
+    notes = [f"prompts: {res['prompts']['source']}, new tokens per request: {res['max_new_tokens']}"
+             + (f" (mean {res['new_tokens_mean']:.0f})" if isinstance(res["max_new_tokens"], str) else "")]
+    notes += [f"note: {n}" for n in res["prompts"]["notes"]]
     return "\n".join(notes + rows + res["verdict_lines"])
 
 

@@ -6,9 +6,10 @@
 #                                   without a call): states, figures, $OUT/results.tgz
 # Open (issue 19): the Kimi-width round trip's batch-16 speedup (>= 1.3x). Session 10's profile: an admission
 # (a new request's prefill) costs the same in both servers (~30 ms per prefill batch, CPU-bound: GPU busy 5%),
-# and EAGLE-3 admits ~3x as often; test_roundtrip_gpu.py now times batch 16 at 128 and at 512 tokens per
-# request (its docstring says why 512). Job "kimi", with the GPU to itself: the round trip on Triton
-# (dump 1000 generations, train, convert, check, serve, bench bs1 / bs16 x 128 / bs16 x 512), then the same
+# and EAGLE-3 admits ~3x as often (with one fixed output length the baseline admits whole cohorts);
+# test_roundtrip_gpu.py now times batch 16 at 128 tokens per request and at lengths drawn from 128:896 (its
+# docstring says why). Job "kimi", with the GPU to itself: the round trip on Triton (dump 1000 generations,
+# train, convert, check, serve, bench bs1 / bs16 x 128 / bs16 x 128:896), then the same
 # prepared draft served again with admissions grouped (--max-running-requests 16 --min-free-slots-delay 3, on
 # both servers; its figures under out/grouped).
 # Done and not re-run here (session 10): bench_serve.py (patches on / off, dump while serving / EAGLE-3), the tiny

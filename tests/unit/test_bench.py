@@ -59,6 +59,7 @@ def serve(accept_p: float | None, shift: int = 0, delay_s: float = 0.0, health: 
                 return self.wfile.write(b"<html>hi")
             n = body["sampling_params"]["max_new_tokens"]
             ids = body.get("input_ids") or list(body.get("text", "x").encode())
+            seen.setdefault("lengths", {}).setdefault(tuple(ids), []).append(n)   # what each prompt was asked for
             meta = {"completion_tokens": n}
             if accept_p is not None:
                 rng, made, hist = random.Random(len(ids) * 1000 + ids[0]), 0, [0] * (N_DRAFT + 1)
@@ -146,6 +147,32 @@ def test_levels_speedup_report_and_identical_outputs(servers, capsys, tmp_path):
     for name in ("acceptance", "throughput"):
         png = report.with_name(f"bench_{name}.png").read_bytes()
         assert png.startswith(b"\x89PNG") and len(png) > 2000
+
+
+def test_request_lengths_drawn_from_a_range_alike_for_both_servers(capsys, tmp_path):
+    (s1, spec, spec_seen), (s2, base, base_seen) = serve(0.8), serve(None)
+    try:
+        _check_request_lengths(capsys, tmp_path, spec, spec_seen, base, base_seen)
+    finally:
+        s1.shutdown(), s2.shutdown()
+
+
+def _check_request_lengths(capsys, tmp_path, spec, spec_seen, base, base_seen):
+    rc, r = _run(tmp_path, "--url", spec, "--baseline-url", base, "--num-prompts", "12", "--max-new-tokens", "8:40",
+                 "--concurrency", "1,4")
+    assert rc == 0 and r["max_new_tokens"] == "8:40" and all(lv["greedy_mismatches"] == 0 for lv in r["levels"])
+    asked = spec_seen["lengths"]
+    assert asked == base_seen["lengths"] and len(asked) == 12          # same prompt, same length, on both servers
+    assert all(len(set(ns)) == 1 and 8 <= ns[0] <= 40 for ns in asked.values())   # and at every level
+    lengths = [ns[0] for ns in asked.values()]
+    assert len(set(lengths)) > 3 and r["new_tokens_mean"] == pytest.approx(sum(lengths) / 12)
+    assert r["levels"][0]["spec"]["output_tokens"] == sum(lengths)
+    assert f"new tokens per request: 8:40 (mean {sum(lengths) / 12:.0f})" in capsys.readouterr().out
+    for bad in ("40:8", "0", "8:", "x"):
+        with pytest.raises(SystemExit) as e:
+            bench.build_parser().parse_args(["--url", spec, "--max-new-tokens", bad])
+        assert e.value.code == 2
+    assert "LO:HI" in capsys.readouterr().err
 
 
 def test_slower_than_baseline_warns(servers, capsys, tmp_path):
