@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import os
+import random
 import sys
 import time
 from dataclasses import dataclass, field
@@ -243,8 +244,6 @@ def _new_tokens(s: str) -> tuple[int, int]:
 def request_lengths(span: tuple[int, int], n: int, seed: int) -> list[int]:
     """Each request's greedy token count: fixed, or drawn from the span (seeded: both servers, every level,
     get the same length for the same prompt, so their outputs still compare token for token)."""
-    import random
-
     rng = random.Random(f"bench-lengths-{seed}")
     return [rng.randint(*span) for _ in range(n)]
 
@@ -369,7 +368,7 @@ def benchmark(a) -> dict:
             "spec_url": a.url, "baseline_url": a.baseline_url,
             "server": {k: args.get(k) for k in SERVER_KEYS if k in args},
             "prompts": {"source": ps.source, "count": len(ps.prompts), "notes": ps.notes},
-            "max_new_tokens": lo if lo == hi else f"{lo}:{hi}", "new_tokens_mean": sum(lengths) / len(lengths),
+            "max_new_tokens": lo if lo == hi else f"{lo}:{hi}", "new_tokens_mean": sum(lengths) / max(len(lengths), 1),
             "concurrency": a.concurrency, "levels": levels,
             # the first level's figures at the top level (what earlier versions wrote)
             "spec": levels[0]["spec"], "speedup": levels[0].get("speedup"),
