@@ -8,6 +8,9 @@ but 0.87x (Triton) / 0.80x (FlashInfer) at concurrency 16. Its server log (sessi
 put one speculative iteration at batch 16 at 7.6 ms (target-only step 3.6 ms; accept 3.6: ~1.7x between
 admissions) and each admission at ~47 ms per prefill batch (target-only: ~4 ms), 55% of the time. Which
 part of an admission costs that (the draft's eager extend, CPU work, kernels) is what this profile shows.
+Session 10's run of it (Triton, 16 requests at once): 29.4 ms per prefill batch with EAGLE-3 vs 31.6 ms
+target-only, GPU busy 5% in the admission's trace: an admission costs the same (a CPU-bound eager prefill on the
+10-layer toy); EAGLE-3 admits more often, its requests finishing out of step.
 
 One server at a time (the GPU to itself): target-only, then one per --spec STEPS,TOPK,DRAFT_TOKENS. Each is
 warmed with the workload, timed (output tok/s, greedy, --bs requests in flight), then profiled with SGLang's

@@ -94,8 +94,10 @@ def servers():
     def make(*a, **k):
         srv, url, seen = serve(*a, **k)
         made.append(srv)
+        make.seen[url] = seen         # what that server was asked
         return url
 
+    make.seen = {}
     yield make
     for s in made:
         s.shutdown()
@@ -149,20 +151,13 @@ def test_levels_speedup_report_and_identical_outputs(servers, capsys, tmp_path):
         assert png.startswith(b"\x89PNG") and len(png) > 2000
 
 
-def test_request_lengths_drawn_from_a_range_alike_for_both_servers(capsys, tmp_path):
-    (s1, spec, spec_seen), (s2, base, base_seen) = serve(0.8), serve(None)
-    try:
-        _check_request_lengths(capsys, tmp_path, spec, spec_seen, base, base_seen)
-    finally:
-        s1.shutdown(), s2.shutdown()
-
-
-def _check_request_lengths(capsys, tmp_path, spec, spec_seen, base, base_seen):
+def test_request_lengths_drawn_from_a_range_alike_for_both_servers(servers, capsys, tmp_path):
+    spec, base = servers(0.8), servers(None)
     rc, r = _run(tmp_path, "--url", spec, "--baseline-url", base, "--num-prompts", "12", "--max-new-tokens", "8:40",
                  "--concurrency", "1,4")
     assert rc == 0 and r["max_new_tokens"] == "8:40" and all(lv["greedy_mismatches"] == 0 for lv in r["levels"])
-    asked = spec_seen["lengths"]
-    assert asked == base_seen["lengths"] and len(asked) == 12          # same prompt, same length, on both servers
+    asked = servers.seen[spec]["lengths"]
+    assert asked == servers.seen[base]["lengths"] and len(asked) == 12          # same prompt, same length, on both servers
     assert all(len(set(ns)) == 1 and 8 <= ns[0] <= 40 for ns in asked.values())   # and at every level
     lengths = [ns[0] for ns in asked.values()]
     assert len(set(lengths)) > 3 and r["new_tokens_mean"] == pytest.approx(sum(lengths) / 12)
