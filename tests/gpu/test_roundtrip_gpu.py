@@ -20,8 +20,14 @@ SGE3_RT_TARGET picks the target:
   8x a 3.6 ms decode step; on Kimi-K2.5 itself (a decode step of tens of ms at TP8 over PCIe, answers of
   thousands of tokens) admissions are a far smaller share, which a mean of 512 tokens here approaches.
   Both figures are printed and kept in the JSON.
-SGE3_RT_BACKEND: the attention backend of every server (default triton). SGE3_RT_SERVE_ARGS: more SGLang arguments
-for both timed servers (e.g. `--max-running-requests 16 --min-free-slots-delay 3`: admissions in groups, 0.5.16+).
+SGE3_RT_BACKEND: the attention backend of every server (default triton). SGE3_RT_VERIFY_BACKEND (e.g. flashmla): the
+timed servers decode and the EAGLE-3 target verifies through that backend instead (`--decode-attention-backend X
+--speculative-attention-mode decode`, on both servers); prefill, the dump and the draft stay on SGE3_RT_BACKEND. Why:
+Triton verifies an MLA target with its extend kernel, which reads the shared latent KV once per head (64 heads on
+this TP1 toy): session 10's profile at batch 16 put it at 4.7 ms of an 11.4 ms iteration (decode's grouped kernel:
+0.3 ms), the iteration cost that caps batch 16; Hopper deployments verify with FA3 or FlashMLA.
+SGE3_RT_SERVE_ARGS: more SGLang arguments for both timed servers (e.g. `--max-running-requests 16
+--min-free-slots-delay 3`: admissions in groups, 0.5.16+). SGE3_RT_SPEC_STEPS: --speculative-num-steps (3).
 SGE3_RT_PREPARE_ONLY=1 (with SGE3_RT_DIR): stop after dump, train, convert and check; the next run serves and benches.
 """
 from __future__ import annotations
@@ -48,6 +54,9 @@ N_HELDOUT = 32
 # bf16 (as captured) or fp8 (compact dumps, issue 8): the accept lengths of the two runs are compared
 ENCODING = os.environ.get("SGE3_RT_ENCODING", "bf16")
 BACKEND = os.environ.get("SGE3_RT_BACKEND", "triton")
+VERIFY_BACKEND = os.environ.get("SGE3_RT_VERIFY_BACKEND", "")
+# the attention set-up of the timed servers, as printed and in the results' file name
+ATTN = f"{BACKEND}+{VERIFY_BACKEND}-verify" if VERIFY_BACKEND else BACKEND
 MIN_ACCEPT = 3.0 if KIMI else 2.0
 N_NEW = int(os.environ.get("SGE3_RT_NEW_TOKENS", "128" if KIMI else "64"))
 N_LONG = os.environ.get("SGE3_RT_LONG_TOKENS", "128:896")   # bench --max-new-tokens: N or LO:HI
@@ -57,11 +66,15 @@ LEVELS = [("bs1", 1, N_NEW), ("bs16", 16, N_NEW)] + ([("bs16_long", 16, N_LONG)]
 MIN_SPEEDUP = {"bs1": 1.8, "bs16_long": 1.3} if KIMI else {}
 # CUDA graphs stay on; a small capture range keeps start-up quick and covers batch 16
 SERVE_ARGS = ["--attention-backend", BACKEND, "--cuda-graph-max-bs", "16"]
-TIMED_ARGS = os.environ.get("SGE3_RT_SERVE_ARGS", "").split()   # the same for the EAGLE-3 and the baseline server
+# the same for the EAGLE-3 and the baseline server
+TIMED_ARGS = os.environ.get("SGE3_RT_SERVE_ARGS", "").split() + (
+    ["--decode-attention-backend", VERIFY_BACKEND, "--speculative-attention-mode", "decode"] if VERIFY_BACKEND else [])
 # both servers log every 5th decode iteration: bench reads iteration and admission costs from the logs
 LOG_ARGS = ["--decode-log-interval", "5"]
-SPEC_ARGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-             "--speculative-num-draft-tokens", "4", *LOG_ARGS]
+# SGE3_RT_SPEC_STEPS: --speculative-num-steps of the EAGLE-3 server (draft tokens = steps + 1, top-k 1)
+SPEC_STEPS = int(os.environ.get("SGE3_RT_SPEC_STEPS", "3"))
+SPEC_ARGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(SPEC_STEPS), "--speculative-eagle-topk",
+             "1", "--speculative-num-draft-tokens", str(SPEC_STEPS + 1), *LOG_ARGS]
 
 
 def _prompts(path: Path, n: int, seed: int, prefix: str) -> None:
@@ -122,7 +135,8 @@ def test_roundtrip(tmp_path):
     t = time.time()
     tiny_target = ensure_tiny_target(work / "target", **spec)
     fig: dict = {"sglang": __import__("importlib.metadata").metadata.version("sglang"), "samples": N_TRAIN,
-                 "target": spec, "target_name": TARGET, "attention_backend": BACKEND, "cuda_graphs": "on",
+                 "target": spec, "target_name": TARGET, "attention_backend": BACKEND,
+                 "verify_backend": VERIFY_BACKEND or BACKEND, "cuda_graphs": "on",
                  "encoding": ENCODING, "target_s": round(time.time() - t, 1)}
     t_all = time.time()
     train, held = work / "train.jsonl", work / "heldout.jsonl"
@@ -208,10 +222,10 @@ def test_roundtrip(tmp_path):
         # the reference of test_draft_at_tp_n and test_draft_retrained_on_serving_dump: heldout.jsonl's figures
         (work / "bench_tp1.json").write_text((LOG_DIR / "rt_bench_bs1.json").read_text())
     fig["wall_s"] = round(time.time() - t_all, 1)
-    (LOG_DIR / f"roundtrip_{TARGET}_{BACKEND}.json").write_text(json.dumps(fig, indent=2))
+    (LOG_DIR / f"roundtrip_{TARGET}_{ATTN}.json").write_text(json.dumps(fig, indent=2))
     print(json.dumps(fig, indent=2))
     for name, res in fig["bench"].items():
-        print(f"round trip [{TARGET}, {BACKEND}, CUDA graphs on] {name} x {res['max_new_tokens']} tokens: accept "
+        print(f"round trip [{TARGET}, {ATTN}, CUDA graphs on] {name} x {res['max_new_tokens']} tokens: accept "
               f"length {res['spec']['accept_length']:.2f}, speedup {res.get('speedup') or 0:.2f}x, {res['verdict']}")
     for name, res in fig["bench"].items():
         # bench fails on an unused draft or changed outputs (asserted below by name); on the 1024-wide target it
