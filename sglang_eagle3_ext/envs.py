@@ -16,7 +16,7 @@ import dataclasses
 import math
 import os
 import re
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off", "")

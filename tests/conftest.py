@@ -7,7 +7,6 @@ marked `sglang` and skipped when SGLang is not installed.
 from __future__ import annotations
 
 import importlib.util
-import os
 import socket
 
 import pytest

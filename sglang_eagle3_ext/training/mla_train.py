@@ -80,7 +80,6 @@ def _rms(x, w, eps):
 
 
 def _sample(path: Path, device):
-    import torch
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as f:
