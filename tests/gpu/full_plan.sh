@@ -9,9 +9,9 @@
 # costs 10.1 ms vs a 3.9 ms target-only step. Session 10's profile says where: Triton verifies the MLA target with
 # its extend kernel, 4.7 ms of an 11.4 ms iteration (each of the 64 heads re-reads the latent KV; decode's grouped
 # kernel: 0.3 ms). Job "kimi", with the GPU to itself: prepare the draft once on Triton (dump 1000 generations,
-# train, convert, check), then serve it with decode + verify through FlashMLA (SGLang's hybrid backend: prefill,
-# the draft on Triton) on both servers, then the same with admissions grouped, then everything on FlashMLA
-# (prefill on FlashInfer: its JIT adds ~3 min). Figures under out/<stage>/.
+# train, convert, check), then serve it on FlashMLA (`--attention-backend flashmla`: FlashMLA decodes and verifies,
+# FlashInfer prefills - its JIT adds ~3 min to the first start; the draft on Triton), the same with admissions
+# grouped, then on FlashInfer at 128:896 (session 9 timed it at 128 only). Figures under out/<stage>/.
 # Memory: tests/gpu/gpu_helpers.sglang_server starts one server at a time on the host (SGLang sizes its KV
 # cache from the memory free at its start); Kimi-width servers get a KV cap and a fraction that only has to
 # clear weights / free memory.
@@ -29,10 +29,10 @@ s16)
   T=tests/gpu/test_roundtrip_gpu.py::test_roundtrip
   G="SGE3_RT_SERVE_ARGS='--max-running-requests 16 --min-free-slots-delay 3'"
   $BG start kimi "$KRT SGE3_RT_PREPARE_ONLY=1 $R $T; \
-    mkdir -p \$OUT/flashmla \$OUT/flashmla_grouped \$OUT/flashmla_all; \
-    OUT=\$OUT/flashmla $KRT SGE3_RT_VERIFY_BACKEND=flashmla $R $T; \
-    OUT=\$OUT/flashmla_grouped $KRT SGE3_RT_VERIFY_BACKEND=flashmla $G $R $T; \
-    OUT=\$OUT/flashmla_all $KRT SGE3_RT_BACKEND=flashmla $R $T" ;;
+    mkdir -p \$OUT/flashmla \$OUT/flashmla_grouped \$OUT/flashinfer; \
+    OUT=\$OUT/flashmla $KRT SGE3_RT_SERVE_BACKEND=flashmla $R $T; \
+    OUT=\$OUT/flashmla_grouped $KRT SGE3_RT_SERVE_BACKEND=flashmla $G $R $T; \
+    OUT=\$OUT/flashinfer $KRT SGE3_RT_SERVE_BACKEND=flashinfer $R $T" ;;
 s14)
   S="PYTHONPATH=/tmp/site14 $C"
   $BG start rt14 "$S $RT SGE3_TINY_DIR=/tmp/t14r SGE3_RT_DIR=/tmp/rt14 $R tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \

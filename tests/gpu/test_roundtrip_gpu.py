@@ -20,12 +20,13 @@ SGE3_RT_TARGET picks the target:
   8x a 3.6 ms decode step; on Kimi-K2.5 itself (a decode step of tens of ms at TP8 over PCIe, answers of
   thousands of tokens) admissions are a far smaller share, which a mean of 512 tokens here approaches.
   Both figures are printed and kept in the JSON.
-SGE3_RT_BACKEND: the attention backend of every server (default triton). SGE3_RT_VERIFY_BACKEND (e.g. flashmla): the
-timed servers decode and the EAGLE-3 target verifies through that backend instead (`--decode-attention-backend X
---speculative-attention-mode decode`, on both servers); prefill, the dump and the draft stay on SGE3_RT_BACKEND. Why:
-Triton verifies an MLA target with its extend kernel, which reads the shared latent KV once per head (64 heads on
-this TP1 toy): session 10's profile at batch 16 put it at 4.7 ms of an 11.4 ms iteration (decode's grouped kernel:
-0.3 ms), the iteration cost that caps batch 16; Hopper deployments verify with FA3 or FlashMLA.
+SGE3_RT_BACKEND: the attention backend of every server (default triton). SGE3_RT_SERVE_BACKEND (e.g. flashmla):
+the two timed servers' backend instead (the dump stays on SGE3_RT_BACKEND; the draft of an MLA-only backend on
+Triton). Why: Triton verifies an MLA target with its extend kernel, which reads the shared latent KV once per head
+(64 heads on this TP1 toy): session 10's profile at batch 16 put it at 4.7 ms of an 11.4 ms iteration (decode's
+grouped kernel: 0.3 ms), the iteration cost that caps batch 16; Hopper deployments verify with FA3 or FlashMLA.
+(SGLang 0.5.16's hybrid `--decode-attention-backend flashmla --speculative-attention-mode decode` is no way round:
+with Triton prefill, EAGLE's verify asks HybridAttnBackend for `max_context_len`, which it lacks.)
 SGE3_RT_SERVE_ARGS: more SGLang arguments for both timed servers (e.g. `--max-running-requests 16
 --min-free-slots-delay 3`: admissions in groups, 0.5.16+). SGE3_RT_SPEC_STEPS: --speculative-num-steps (3).
 SGE3_RT_PREPARE_ONLY=1 (with SGE3_RT_DIR): stop after dump, train, convert and check; the next run serves and benches.
@@ -54,9 +55,11 @@ N_HELDOUT = 32
 # bf16 (as captured) or fp8 (compact dumps, issue 8): the accept lengths of the two runs are compared
 ENCODING = os.environ.get("SGE3_RT_ENCODING", "bf16")
 BACKEND = os.environ.get("SGE3_RT_BACKEND", "triton")
-VERIFY_BACKEND = os.environ.get("SGE3_RT_VERIFY_BACKEND", "")
-# the attention set-up of the timed servers, as printed and in the results' file name
-ATTN = f"{BACKEND}+{VERIFY_BACKEND}-verify" if VERIFY_BACKEND else BACKEND
+# the timed servers' attention backend, as printed and in the results' file name
+ATTN = os.environ.get("SGE3_RT_SERVE_BACKEND") or BACKEND
+# backends that serve MLA layers only: the (Llama) draft runs on Triton beside them
+MLA_ONLY = ("flashmla", "cutlass_mla", "trtllm_mla")
+DRAFT_ARGS = ["--speculative-draft-attention-backend", "triton"] if ATTN in MLA_ONLY else []
 MIN_ACCEPT = 3.0 if KIMI else 2.0
 N_NEW = int(os.environ.get("SGE3_RT_NEW_TOKENS", "128" if KIMI else "64"))
 N_LONG = os.environ.get("SGE3_RT_LONG_TOKENS", "128:896")   # bench --max-new-tokens: N or LO:HI
@@ -67,8 +70,7 @@ MIN_SPEEDUP = {"bs1": 1.8, "bs16_long": 1.3} if KIMI else {}
 # CUDA graphs stay on; a small capture range keeps start-up quick and covers batch 16
 SERVE_ARGS = ["--attention-backend", BACKEND, "--cuda-graph-max-bs", "16"]
 # the same for the EAGLE-3 and the baseline server
-TIMED_ARGS = os.environ.get("SGE3_RT_SERVE_ARGS", "").split() + (
-    ["--decode-attention-backend", VERIFY_BACKEND, "--speculative-attention-mode", "decode"] if VERIFY_BACKEND else [])
+TIMED_ARGS = ["--attention-backend", ATTN, *os.environ.get("SGE3_RT_SERVE_ARGS", "").split()]
 # both servers log every 5th decode iteration: bench reads iteration and admission costs from the logs
 LOG_ARGS = ["--decode-log-interval", "5"]
 # SGE3_RT_SPEC_STEPS: --speculative-num-steps of the EAGLE-3 server (draft tokens = steps + 1, top-k 1)
@@ -136,7 +138,7 @@ def test_roundtrip(tmp_path):
     tiny_target = ensure_tiny_target(work / "target", **spec)
     fig: dict = {"sglang": __import__("importlib.metadata").metadata.version("sglang"), "samples": N_TRAIN,
                  "target": spec, "target_name": TARGET, "attention_backend": BACKEND,
-                 "verify_backend": VERIFY_BACKEND or BACKEND, "cuda_graphs": "on",
+                 "serve_backend": ATTN, "cuda_graphs": "on",
                  "encoding": ENCODING, "target_s": round(time.time() - t, 1)}
     t_all = time.time()
     train, held = work / "train.jsonl", work / "heldout.jsonl"
@@ -202,7 +204,7 @@ def test_roundtrip(tmp_path):
     serve_env = activation_env(work)
     fig["serve_args"] = TIMED_ARGS
     with sglang_server(["--preset", "tiny", "--model-path", str(tiny_target), *SERVE_ARGS, *TIMED_ARGS,
-                        "--speculative-draft-model-path", str(draft), *SPEC_ARGS], name="rt_spec_server",
+                        "--speculative-draft-model-path", str(draft), *SPEC_ARGS, *DRAFT_ARGS], name="rt_spec_server",
                        port=free_port(), env=serve_env) as (spec_url, spec_log, _), \
          sglang_server(["--preset", "tiny", "--model-path", str(tiny_target), *SERVE_ARGS, *TIMED_ARGS, *LOG_ARGS],
                        name="rt_base_server", port=free_port(), env=serve_env) as (base, base_log, _):
