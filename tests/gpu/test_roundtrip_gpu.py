@@ -68,9 +68,10 @@ LEVELS = [("bs1", 1, N_NEW), ("bs16", 16, N_NEW)] + ([("bs16_long", 16, N_LONG)]
 # level -> speedup vs the same server without speculation (the docstring says why batch 16 at N_LONG)
 MIN_SPEEDUP = {"bs1": 1.8, "bs16_long": 1.3} if KIMI else {}
 # CUDA graphs stay on; a small capture range keeps start-up quick and covers batch 16
-SERVE_ARGS = ["--attention-backend", BACKEND, "--cuda-graph-max-bs", "16"]
-# the same for the EAGLE-3 and the baseline server
-TIMED_ARGS = ["--attention-backend", ATTN, *os.environ.get("SGE3_RT_SERVE_ARGS", "").split()]
+GRAPH_ARGS = ["--cuda-graph-max-bs", "16"]
+SERVE_ARGS = ["--attention-backend", BACKEND, *GRAPH_ARGS]
+# the timed servers' arguments, the same for the EAGLE-3 and the baseline server
+TIMED_ARGS = ["--attention-backend", ATTN, *GRAPH_ARGS, *os.environ.get("SGE3_RT_SERVE_ARGS", "").split()]
 # both servers log every 5th decode iteration: bench reads iteration and admission costs from the logs
 LOG_ARGS = ["--decode-log-interval", "5"]
 # SGE3_RT_SPEC_STEPS: --speculative-num-steps of the EAGLE-3 server (draft tokens = steps + 1, top-k 1)
@@ -203,11 +204,11 @@ def test_roundtrip(tmp_path):
     # batch 1 and 16, each after a warm-up pass (first-request JIT and prefill shapes off the clock)
     serve_env = activation_env(work)
     fig["serve_args"] = TIMED_ARGS
-    with sglang_server(["--preset", "tiny", "--model-path", str(tiny_target), *SERVE_ARGS, *TIMED_ARGS,
-                        "--speculative-draft-model-path", str(draft), *SPEC_ARGS, *DRAFT_ARGS], name="rt_spec_server",
-                       port=free_port(), env=serve_env) as (spec_url, spec_log, _), \
-         sglang_server(["--preset", "tiny", "--model-path", str(tiny_target), *SERVE_ARGS, *TIMED_ARGS, *LOG_ARGS],
-                       name="rt_base_server", port=free_port(), env=serve_env) as (base, base_log, _):
+    timed = ["--preset", "tiny", "--model-path", str(tiny_target), *TIMED_ARGS]
+    with sglang_server([*timed, "--speculative-draft-model-path", str(draft), *SPEC_ARGS, *DRAFT_ARGS],
+                       name="rt_spec_server", port=free_port(), env=serve_env) as (spec_url, spec_log, _), \
+         sglang_server([*timed, *LOG_ARGS], name="rt_base_server", port=free_port(),
+                       env=serve_env) as (base, base_log, _):
         fig["bench"] = {}
         for name, bs, n_new in LEVELS:
             _run(["sglang_eagle3_ext.bench", "--url", spec_url, "--baseline-url", base, "--prompts", str(held),
