@@ -22,7 +22,8 @@ SGE3_RT_TARGET picks the target:
   Both figures are printed and kept in the JSON.
 SGE3_RT_BACKEND: the attention backend of every server (default triton). SGE3_RT_SERVE_BACKEND (e.g. flashmla):
 the two timed servers' backend instead (the dump stays on SGE3_RT_BACKEND; the draft of an MLA-only backend on
-Triton). Why: Triton verifies an MLA target with its extend kernel, which reads the shared latent KV once per head
+Triton); for the `kimi` target on Hopper it defaults to flashmla (session 12: batch 16 at 128:896 1.58x there,
+1.24x on Triton, same draft). Why: Triton verifies an MLA target with its extend kernel, which reads the shared latent KV once per head
 (64 heads on this TP1 toy): session 10's profile at batch 16 put it at 4.7 ms of an 11.4 ms iteration (decode's
 grouped kernel: 0.3 ms), the iteration cost that caps batch 16; Hopper deployments verify with FA3 or FlashMLA.
 (SGLang 0.5.16's hybrid `--decode-attention-backend flashmla --speculative-attention-mode decode` is no way round:
@@ -55,8 +56,17 @@ N_HELDOUT = 32
 # bf16 (as captured) or fp8 (compact dumps, issue 8): the accept lengths of the two runs are compared
 ENCODING = os.environ.get("SGE3_RT_ENCODING", "bf16")
 BACKEND = os.environ.get("SGE3_RT_BACKEND", "triton")
-# the timed servers' attention backend, as printed and in the results' file name
-ATTN = os.environ.get("SGE3_RT_SERVE_BACKEND") or BACKEND
+
+
+def _hopper() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+# the timed servers' attention backend, as printed and in the results' file name. The Kimi-width target is
+# timed on FlashMLA on Hopper by default (as deployments verify MLA; the docstring says why not Triton)
+ATTN = os.environ.get("SGE3_RT_SERVE_BACKEND") or ("flashmla" if KIMI and _hopper() else BACKEND)
 # backends that serve MLA layers only: the (Llama) draft runs on Triton beside them
 MLA_ONLY = ("flashmla", "cutlass_mla", "trtllm_mla")
 DRAFT_ARGS = ["--speculative-draft-attention-backend", "triton"] if ATTN in MLA_ONLY else []

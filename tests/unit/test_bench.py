@@ -321,3 +321,26 @@ def test_bench_reads_the_server_logs_per_concurrency(tmp_path):
     assert levels[1]["steps"]["baseline"]["iteration_ms"] == 3.6
     with pytest.raises(bench.CliError, match="--spec-log .*missing.log"):
         bench.add_step_costs(levels, str(tmp_path / "missing.log"), None)
+
+
+def _target_dir(tmp_path, name, cfg):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    return str(d)
+
+
+def test_slower_fix_names_the_mla_verify_backend_on_triton(tmp_path):
+    """Triton verifies MLA with its extend kernel (session 10's profile: 4.7 of 11.4 ms at batch 16); the tip
+    names FA3 / FlashMLA where the target is MLA or unknown, never for a non-MLA target or another backend."""
+    kimi = _target_dir(tmp_path, "kimi", {"model_type": "kimi_k25", "text_config": {"kv_lora_rank": 512}})
+    llama = _target_dir(tmp_path, "llama", {"model_type": "llama", "num_key_value_heads": 8})
+    lv = [_level(16, 0.8)]
+    fix = bench.slower_fix({"attention_backend": "triton", "model_path": kimi}, 16, lv)
+    assert "Triton verifies MLA with its extend kernel" in fix and "--attention-backend fa3 or flashmla" in fix
+    assert "if the target uses MLA" not in fix
+    fix = bench.slower_fix({"attention_backend": "triton", "model_path": "org/not-in-cache"}, 16, lv)
+    assert fix.startswith("if the target uses MLA (DeepSeek-V3, Kimi-K2.5): Triton verifies")
+    assert "flashmla" not in bench.slower_fix({"attention_backend": "triton", "model_path": llama}, 16, lv)
+    assert "flashmla" not in bench.slower_fix({"attention_backend": "flashmla", "model_path": kimi}, 16, lv)
+    assert bench.target_is_mla(kimi) is True and bench.target_is_mla(llama) is False
