@@ -144,13 +144,10 @@ def run_level(srv, label: str, prompts: list[dict], new_tokens: list[int], concu
 def target_is_mla(model_path: str | None) -> bool | None:
     """Whether the served target uses MLA (kv_lora_rank in its config, or a wrapper's text_config); None when
     its config is not at hand (nothing is fetched)."""
-    from .sglang_runtime import read_config
+    from .sglang_runtime import language_config, read_config
 
     c = read_config(model_path)
-    if c is None:
-        return None
-    text = c.get("text_config") if isinstance(c.get("text_config"), dict) else c
-    return bool(text.get("kv_lora_rank"))
+    return None if c is None else bool(language_config(c).get("kv_lora_rank"))
 
 
 def slower_fix(args: dict, c: int, levels: list[dict]) -> str:
@@ -160,8 +157,8 @@ def slower_fix(args: dict, c: int, levels: list[dict]) -> str:
     if args.get("disable_cuda_graph") or args.get("disable_decode_cuda_graph"):
         tips.append("CUDA graphs are off on the EAGLE-3 server (--disable-cuda-graph): speculation's many small "
                     "launches pay for that most; serve with CUDA graphs on")
-    mla = target_is_mla(args.get("model_path"))
-    if args.get("attention_backend") == "triton" and mla is not False:
+    mla = target_is_mla(args.get("model_path")) if args.get("attention_backend") == "triton" else False
+    if mla is not False:
         # measured (README, issue 19): Triton's extend kernel was 4.7 ms of an 11.4 ms iteration at batch 16
         tips.append(("" if mla else "if the target uses MLA (DeepSeek-V3, Kimi-K2.5): ")
                     + "Triton verifies MLA with its extend kernel, which reads the latent KV once per head; on "

@@ -44,6 +44,12 @@ def read_config(path) -> dict | None:
         return None
 
 
+
+def language_config(cfg: dict) -> dict:
+    """The language model's config: a wrapper's (Kimi-K2.5: `model_type: kimi_k25`) `text_config`, else cfg."""
+    return cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
+
+
 def draft_dir_and_config() -> tuple[str | None, dict | None]:
     sa = server_args()
     path = getattr(sa, "speculative_draft_model_path", None) if sa is not None else None

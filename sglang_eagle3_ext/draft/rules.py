@@ -11,6 +11,7 @@ import re
 from . import errors as E
 from . import mla
 from .errors import Problem
+from ..sglang_runtime import language_config
 from .keys import HF_INDICES_FIELD, Layout, ignored_reason
 
 ARCH = "LlamaForCausalLMEagle3"
@@ -305,7 +306,7 @@ def serving_dtype(declared: str | None) -> str:
 
 def target_problems(spec: DraftSpec, target_cfg: dict, where: str, draft_cfg: dict | None = None) -> list[Problem]:
     """Draft vs target model config (hidden, vocab, layer indices, serving dtype)."""
-    t = target_cfg.get("text_config") if isinstance(target_cfg.get("text_config"), dict) else target_cfg
+    t = language_config(target_cfg)
     # a wrapper's text_config often leaves the dtype to the top level; declared nowhere: not judged here
     t_declared = declared_dtype(t, target_cfg)
     t_dtype = serving_dtype(t_declared)

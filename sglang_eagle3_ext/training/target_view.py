@@ -7,13 +7,14 @@ import json
 import os
 from pathlib import Path
 
+from ..sglang_runtime import language_config
+
 # tensors found by name suffix (a wrapper prefixes them; vision tensors never end like these)
 EMBED, HEAD, NORM = "model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"
 
 
 def text_config(target: Path) -> dict:
-    cfg = json.loads((Path(target) / "config.json").read_text())
-    return dict(cfg["text_config"]) if isinstance(cfg.get("text_config"), dict) else cfg
+    return dict(language_config(json.loads((Path(target) / "config.json").read_text())))
 
 
 def is_wrapper(target: Path) -> bool:

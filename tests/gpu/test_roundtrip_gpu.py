@@ -23,8 +23,8 @@ SGE3_RT_TARGET picks the target:
 SGE3_RT_BACKEND: the attention backend of every server (default triton). SGE3_RT_SERVE_BACKEND (e.g. flashmla):
 the two timed servers' backend instead (the dump stays on SGE3_RT_BACKEND; the draft of an MLA-only backend on
 Triton); for the `kimi` target on Hopper it defaults to flashmla (session 12: batch 16 at 128:896 1.58x there,
-1.24x on Triton, same draft). Why: Triton verifies an MLA target with its extend kernel, which reads the shared latent KV once per head
-(64 heads on this TP1 toy): session 10's profile at batch 16 put it at 4.7 ms of an 11.4 ms iteration (decode's
+1.24x on Triton, same draft). Why: Triton verifies an MLA target with its extend kernel, which reads the shared
+latent KV once per head (64 heads on this TP1 toy): session 10's profile at batch 16 put it at 4.7 ms of an 11.4 ms iteration (decode's
 grouped kernel: 0.3 ms), the iteration cost that caps batch 16; Hopper deployments verify with FA3 or FlashMLA.
 (SGLang 0.5.16's hybrid `--decode-attention-backend flashmla --speculative-attention-mode decode` is no way round:
 with Triton prefill, EAGLE's verify asks HybridAttnBackend for `max_context_len`, which it lacks.)
