@@ -101,6 +101,9 @@ class Capabilities:
     HAS_MLA_DRAFT: bool = False  # MLA EAGLE-3 draft class Eagle3DeepseekV2ForCausalLM (kimi_k25_eagle3.py, 0.5.14+)
     SPEC_V2_VERIFY_SCHEDULE_BATCH: bool = False  # EAGLEWorkerV2.verify(batch: ScheduleBatch) (0.5.14+): dump responses
     HAS_OUTPUT_STREAMER: bool = False  # SchedulerOutputStreamer.stream_output sees every ended request (0.5.14+)
+    # HF index 0 (the embeddings) can be captured: the layer captures its input after prepare_attn (0.5.14+);
+    # before, DeepseekV2Model's loop appends `hidden_states + residual` with residual None at layer 0
+    CAPTURE_LAYER0: bool = False
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -141,6 +144,7 @@ def capabilities_from_source(root: Path, version: str) -> Capabilities:
                                                      _read(root, "srt/speculative/eagle_worker_v2.py"))),
         HAS_OUTPUT_STREAMER="class SchedulerOutputStreamer" in _read(
             root, "srt/managers/scheduler_components/output_streamer.py"),
+        CAPTURE_LAYER0="captured_last_layer_outputs" in ds,
     )
 
 
@@ -149,7 +153,8 @@ def capabilities_from_source(root: Path, version: str) -> Capabilities:
 _FLAG_SINCE = {"HAS_LAYERS_LIST": "0.5.14", "HAS_FC_NORM": "0.5.14", "HAS_INPUT_NORM": "0.5.18",
                "HAS_NORM_OUTPUT": "0.5.14", "HAS_PLUGINS": "0.5.14",
                "AUX_PACKED": "0.5.18", "HAS_RUNTIME_CONTEXT": "0.5.22", "HAS_FORWARD_BATCH_RIDS": "0.5.10",
-               "HAS_MLA_DRAFT": "0.5.14", "SPEC_V2_VERIFY_SCHEDULE_BATCH": "0.5.14", "HAS_OUTPUT_STREAMER": "0.5.14"}
+               "HAS_MLA_DRAFT": "0.5.14", "SPEC_V2_VERIFY_SCHEDULE_BATCH": "0.5.14", "HAS_OUTPUT_STREAMER": "0.5.14",
+               "CAPTURE_LAYER0": "0.5.14"}
 _FLAG_UNTIL = {"HAS_MIDLAYER": "0.5.14", "CAPTURE_ALWAYS_PLUS_ONE": "0.5.14"}  # true before this release
 
 
@@ -159,6 +164,17 @@ def capabilities_for_version(version: str) -> Capabilities:
     flags = {k: v >= parse(since) for k, since in _FLAG_SINCE.items()}
     flags.update({k: v < parse(until) for k, until in _FLAG_UNTIL.items()})
     return Capabilities(version=version, **flags)
+
+
+def layer0_refusal(caps: Capabilities | None = None) -> str | None:
+    """Why HF index 0 (the embeddings) cannot be captured on this release (installed when `caps` is None);
+    None where it can. Said by the dump's layer check, the capture-layer patch and `convert`."""
+    caps = caps if caps is not None else capabilities()
+    if caps.CAPTURE_LAYER0:
+        return None
+    return (f"HF index 0 (the embeddings) cannot be captured on SGLang {caps.version}: its DeepseekV2Model adds the "
+            f"residual, still None before layer 0, and the scheduler dies; use indices >= 1 (e.g. 2,n//2,n-3), or "
+            f"SGLang {_FLAG_SINCE['CAPTURE_LAYER0']}+ for index 0")
 
 
 @functools.lru_cache(maxsize=1)

@@ -13,6 +13,28 @@ from . import errors as E
 from .errors import DraftLoadError, Problem
 from .keys import HF_INDICES_FIELD
 
+TBO_FLAG = "--enable-two-batch-overlap"
+
+
+def aux_capture_refusal(sa, who: str) -> str | None:
+    """Why the target cannot hand aux hidden states to `who` (the dump, an EAGLE-3 draft) under the server args
+    `sa`; None when it can. Under two-batch overlap DeepseekV2Model runs its layers from first_k_dense_replace
+    on through model_forward_maybe_tbo, which captures no aux state: such batches arrive with too few layers
+    (refused by the dump, or a packer error on 0.5.18+; a draft fed the wrong width)."""
+    if sa is None or not getattr(sa, "enable_two_batch_overlap", False):
+        return None
+    return (f"{who} needs the target's aux hidden states, but {TBO_FLAG} runs DeepseekV2's MoE layers through the "
+            f"two-batch-overlap path, which captures none of them: launch without {TBO_FLAG}")
+
+
+def _refuse_layer0(layers: list[int], where: str) -> None:
+    from ..versions import layer0_refusal
+
+    why = layer0_refusal() if 0 in layers else None
+    if why:
+        raise DraftLoadError([Problem(E.LAYER_INDEX, f"{where}: captures HF hidden_states{layers}; {why}")],
+                             "EAGLE-3 capture layers cannot be captured by this SGLang release:")
+
 
 def draft_k(cfg: dict) -> int | None:
     ec = cfg.get("eagle_config") or {}
@@ -21,8 +43,11 @@ def draft_k(cfg: dict) -> int | None:
 
 
 def set_capture_layers(wrapped, instance, args, kwargs):
-    from ..sglang_runtime import draft_dir_and_config
+    from ..sglang_runtime import draft_dir_and_config, server_args
 
+    why = aux_capture_refusal(server_args(), "the EAGLE-3 draft")
+    if why:
+        raise DraftLoadError([Problem(E.UNSUPPORTED_OPTION, why)], "EAGLE-3 target cannot feed its draft:")
     result = wrapped(*args, **kwargs)
     call = bind(wrapped, args, kwargs)
     if instance is None:  # called through the class: Cls.set_eagle3_layers_to_capture(model, ids)
@@ -62,4 +87,5 @@ def set_capture_layers(wrapped, instance, args, kwargs):
                  "hidden_states%s (loop index = HF index) — record the trained indices with "
                  "`python -m sglang_eagle3_ext.convert` to make this explicit", HF_INDICES_FIELD, layer_ids,
                  release_choice)
+    _refuse_layer0(list(instance.model.layers_to_capture), where)
     return result

@@ -77,7 +77,11 @@ def release_aux_ids(hf_indices: list[int], layout: Layout) -> tuple[list[int], s
     hf = list(hf_indices)
     if layout.capture_always_plus_one:
         if min(hf) < 1:
-            return hf, f"SGLang {layout.release} adds 1 to every id, so HF index 0 cannot be expressed; serve with sglang_eagle3_ext active"
+            from ..versions import capabilities_for_version, layer0_refusal
+
+            return hf, layer0_refusal(capabilities_for_version(layout.release)) or (
+                f"SGLang {layout.release} adds 1 to every id, so HF index 0 cannot be expressed; serve with "
+                f"sglang_eagle3_ext active")
         return [i - 1 for i in hf], None
     if hf and hf[0] == 1:
         return hf, (f"SGLang {layout.release} adds 1 to ids starting with 1, so HF indices {hf} are only captured "

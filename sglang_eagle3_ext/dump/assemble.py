@@ -35,7 +35,7 @@ class ChunkBatch:
     asynchronous device->host copies have landed."""
 
     def __init__(self, rids, prefix_lens, extend_lens, orig_lens, ids, aux, aux_layout: str,
-                 pre=None, post=None, event=None, nbytes: int = 0, norm=None, row_ok=None):
+                 pre=None, post=None, event=None, nbytes: int = 0, norm=None, row_ok=None, multimodal=None):
         self.rids = list(rids)
         self.prefix_lens = [int(x) for x in prefix_lens]
         self.extend_lens = [int(x) for x in extend_lens]
@@ -47,6 +47,7 @@ class ChunkBatch:
         self.norm = norm                    # (weight [H] host, eps) once per process, else None
         self.free_host = None               # returns the staging-ring region the host copies live in
         self.row_ok = row_ok                # [T] bool, row free of NaN/Inf (None: the writer checks itself)
+        self.multimodal = multimodal        # per request: it carries images/audio/video (None: no request does)
         self.refs = 0
         self.released = False
         self._lock = threading.Lock()
@@ -124,7 +125,7 @@ class Sample:
 class Refusal:
     rid: str
     reason: str
-    kind: str      # "prefix_cache" | "gap" | "overrun" | "duplicate_id" | "ended"
+    kind: str      # "prefix_cache" | "gap" | "overrun" | "duplicate_id" | "ended" | "multimodal"
 
 
 class Assembler:
@@ -160,6 +161,9 @@ class Assembler:
             sid = sanitize_id(rid)
             if self.is_done(sid):
                 self._drop(rid)
+                continue
+            if batch.multimodal is not None and batch.multimodal[i]:
+                self._skip_multimodal(rid, refused)
                 continue
             part = self.partials.get(rid)
             if p == 0:
@@ -207,6 +211,15 @@ class Assembler:
             self.release_unused(batch)
         self.release_ended(STALE_BATCHES)
         return done, refused
+
+    def _skip_multimodal(self, rid: str, refused: list) -> None:
+        """Never a training sample: SGLang put pad values (MM_PAD_SHIFT_VALUE + a hash), not token ids, where
+        the request's images go, and the states there are the vision tower's. Refused once per request."""
+        self._drop(rid)
+        if self._recent.get(rid) != "multimodal":
+            refused.append(Refusal(rid, "it carries multimodal inputs (their positions hold pad values, not token "
+                                        "ids); send text-only requests to dump", "multimodal"))
+            self._remember(rid, "multimodal")
 
     def restitch(self, rid: str) -> bool:
         """A request whose sample is still in flight (being written) is prefilled again from token 0 (a

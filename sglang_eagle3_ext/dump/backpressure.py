@@ -16,6 +16,7 @@ from .._log import log_once
 
 if TYPE_CHECKING:
     from .assemble import ChunkBatch
+    from .config import DumpConfig
     from .staging import PinnedRing
 
 STALL_S = 120.0          # the forward thread waited this long and no host memory came back: the writer is stuck
@@ -75,6 +76,7 @@ class ForwardThreadApi(Protocol):
     explicitly (writer.DumpWriter in this process, writer_process.ProcessDumpWriter for a child process) and
     inherit the budget handling below; each implements the abstract methods."""
 
+    cfg: DumpConfig                 # the dump's settings (its sample rate decides which requests are dumped)
     done_ids: set[str]              # sample ids already in the manifest: not copied again
     budget: Budget                  # host memory held by batches in flight
     accepting: bool                 # False once dumping stopped (serving goes on)
@@ -104,7 +106,9 @@ class ForwardThreadApi(Protocol):
         """Flush, then stop the writer's threads (and process)."""
 
     def is_done(self, sample_id: str) -> bool:
-        return sample_id in self.done_ids
+        """Nothing (more) to dump for this id: in the manifest already, or outside the dump's sample. The one
+        decision the capture and both writers' assemblers ask (a writer process's child has the same cfg)."""
+        return sample_id in self.done_ids or not self.cfg.wanted(sample_id)
 
     def reserve(self, nbytes: int) -> bool:
         """Backpressure: may block the forward thread until host memory is free; never drops. False (and

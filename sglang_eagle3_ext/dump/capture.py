@@ -54,6 +54,15 @@ class DumpTarget:
         elif inputs:
             self._prenorm = inputs[0]
 
+    @staticmethod
+    def _send_skips(w, rids, mm, pfx, ext) -> None:
+        """A batch whose only dumpable requests carry multimodal inputs: nothing to copy, but the writer counts
+        them (a batch of layout only; prompt lengths are this chunk's ends: no device read here)."""
+        from .assemble import ChunkBatch
+
+        w.submit(ChunkBatch(rids, pfx, ext, [int(p) + int(n) for p, n in zip(pfx, ext)], None, None, "list",
+                            multimodal=mm))
+
     def refuse(self, key: str, msg: str, *a) -> None:
         log_once(f"dump.skip.{key}", "dump: skipping batches: " + msg, *a, level=logging.WARNING)
 
@@ -80,7 +89,11 @@ class DumpTarget:
         pfx = getattr(fb, "extend_prefix_lens_cpu", None)
         if rids is None or ext is None or pfx is None:
             return self.refuse("fields", "ForwardBatch has no rids/extend_seq_lens_cpu/extend_prefix_lens_cpu")
-        if not any(not r.startswith(NODUMP_RID_PREFIX) and not w.is_done(sanitize_id(r)) for r in rids):
+        mm = multimodal_requests(fb, len(rids))
+        if not any(not r.startswith(NODUMP_RID_PREFIX) and not (mm and mm[i]) and not w.is_done(sanitize_id(r))
+                   for i, r in enumerate(rids)):
+            if mm and w.accepting:      # counted by the writer once per request (dump status)
+                self._send_skips(w, rids, mm, pfx, ext)
             return
         model = self.model_ref()
         if model is None or list(model.model.layers_to_capture) != self.layers \
@@ -116,9 +129,27 @@ class DumpTarget:
             return self.refuse("prenorm", "the final norm's hook did not see this forward (compiled/graph "
                                "prefill?): disable prefill CUDA graphs or set SGLANG_EAGLE3_EXT_DUMP_FINAL=postnorm")
         send_norm = self.cfg.want_prenorm and not self._norm_sent and self.norm is not None
-        if copy_prefill(self.copier, w, CopyRequest(rids, pfx, ext, orig, ids, aux, layout, pre, hidden, T, K, H),
+        if copy_prefill(self.copier, w, CopyRequest(rids, pfx, ext, orig, ids, aux, layout, pre, hidden, T, K, H, mm),
                         norm=self.norm if send_norm else None):
             self._norm_sent = self._norm_sent or send_norm
+
+
+def multimodal_requests(fb, bs: int) -> list[bool] | None:
+    """Per request of the batch: it carries images/audio/video (ForwardBatch.mm_inputs). SGLang replaced their
+    positions in input_ids by pad values (MM_PAD_SHIFT_VALUE + a hash) and the states there are the vision
+    tower's: never a training sample. None when no request does."""
+    mm = getattr(fb, "mm_inputs", None)
+    if not mm:
+        return None
+    if len(mm) != bs:           # not per request: no request of this batch can be told apart
+        return [True] * bs
+    flags = [carries_multimodal(x) for x in mm]
+    return flags if any(flags) else None
+
+
+def carries_multimodal(mm_inputs) -> bool:
+    """A request's MultimodalInputs (Req.multimodal_inputs, one entry of ForwardBatch.mm_inputs) holds items."""
+    return mm_inputs is not None and bool(getattr(mm_inputs, "mm_items", True))
 
 
 def dump_prefill_hook(instance, wrapped, args, kwargs) -> None:

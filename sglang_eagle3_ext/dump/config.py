@@ -9,6 +9,8 @@ index i captures exactly that, so `layers_to_capture = hf_indices` with no +1 an
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import os
 import re
 
@@ -24,6 +26,7 @@ ENV_COPY_STREAM = envs.DUMP_COPY_STREAM        # 1 (default): device->host copie
 ENV_DISCARD = envs.DUMP_DISCARD                # 1: benchmarking aid, capture + stitch, write nothing
 ENV_WRITER = envs.DUMP_WRITER                  # thread (default) | process: where the file io runs
 ENV_MIN_TOKENS = envs.DUMP_MIN_TOKENS
+ENV_SAMPLE_RATE = envs.DUMP_SAMPLE_RATE        # fraction of requests dumped (a hash of the sample id)
 WRITERS = envs.VARS[ENV_WRITER].choices
 
 ALL_ENV = tuple(v.name for v in envs.VARS.values() if v.section == "dump")
@@ -63,6 +66,17 @@ class DumpConfigError(ValueError):
     pass
 
 
+def sampled(sample_id: str, rate: float) -> bool:
+    """The request is in the sample: a hash of its id, so every rank and every re-run decides alike."""
+    return rate >= 1.0 or _id_hash(sample_id) < rate * 2.0 ** 64
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _id_hash(sample_id: str) -> int:
+    # asked for every batch of a running request (and every verify step): hashed once per id
+    return int.from_bytes(hashlib.sha1(sample_id.encode("utf-8", "surrogatepass")).digest()[:8], "big")
+
+
 def default_layers(num_layers: int) -> list[int]:
     """[2, n//2, n-3] as HF indices ([2, 30, 58] for 61 layers): SGLang's own EAGLE-3 default
     (its loop indices equal HF indices) and speculators' default. Models too shallow for three distinct
@@ -89,10 +103,19 @@ class DumpConfig:
     discard: bool = False
     # process: the writer runs in a child process, off the scheduler's GIL (writer_process.py)
     writer: str = "thread"
+    # fraction of requests dumped: part of the config (not of one writer object) so that the capture, the
+    # thread writer and the writer process's child all take the same decision (wanted)
+    sample_rate: float = 1.0
 
     def __post_init__(self):
         if self.encoding not in ENCODINGS:
             raise DumpConfigError(f"{ENV_ENCODING}={self.encoding!r}: expected one of {ENCODINGS}")
+        if not 0.0 <= self.sample_rate <= 1.0:
+            raise DumpConfigError(f"{ENV_SAMPLE_RATE}={self.sample_rate!r}: expected a fraction in 0..1")
+
+    def wanted(self, sample_id: str) -> bool:
+        """The request is in the dump's sample (SGLANG_EAGLE3_EXT_DUMP_SAMPLE_RATE)."""
+        return sampled(sample_id, self.sample_rate)
 
     @property
     def want_prenorm(self) -> bool:
@@ -102,9 +125,12 @@ class DumpConfig:
     def want_postnorm(self) -> bool:
         return self.final in ("postnorm", "both")
 
-    def resolve_layers(self, num_layers: int) -> list[int]:
-        """Validated HF indices for a model of `num_layers` decoder layers."""
+    def resolve_layers(self, num_layers: int, layer0_refusal: str | None = None) -> list[int]:
+        """Validated HF indices for a model of `num_layers` decoder layers; layer0_refusal: why the release
+        cannot capture index 0 (versions.layer0_refusal), None where it can."""
         layers = list(self.layers) if self.layers is not None else default_layers(num_layers)
+        if layer0_refusal and 0 in layers:
+            raise DumpConfigError(f"{ENV_LAYERS}={','.join(map(str, layers))}: {layer0_refusal}")
         for i in layers:
             if i == num_layers:
                 raise DumpConfigError(
@@ -193,4 +219,10 @@ def from_env(env=None) -> DumpConfig | None:
                       final=_get(ENV_FINAL, env), max_pending_bytes=pending_budget_bytes(env),
                       io_threads=_get(ENV_IO_THREADS, env), encoding=_get(ENV_ENCODING, env),
                       min_tokens=min_sample_tokens(env), copy_stream=_get(ENV_COPY_STREAM, env),
-                      discard=_get(ENV_DISCARD, env), writer=_get(ENV_WRITER, env))
+                      discard=_get(ENV_DISCARD, env), writer=_get(ENV_WRITER, env),
+                      sample_rate=_sample_rate(env))
+
+
+def _sample_rate(env=None) -> float:
+    rate = _get(ENV_SAMPLE_RATE, env)
+    return 1.0 if rate is None else float(rate)

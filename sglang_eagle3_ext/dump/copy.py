@@ -24,6 +24,7 @@ class CopyRequest:
     T: int                    # extend tokens of the batch
     K: int                    # aux layers
     H: int                    # hidden size
+    multimodal: list | None = None   # per request: carries multimodal inputs (not dumped); None: none does
 
 
 class _Copies:
@@ -122,7 +123,12 @@ def copy_prefill(copier: HostCopier, w, r: CopyRequest, norm=None) -> bool:
     cuda = r.hidden.is_cuda
     with copier.staged(w, nbytes) as st:
         # host destinations: views of one ring region when it has room, else pinned allocations
-        srcs = {"ids": r.ids[:T], "aux": r.aux[:T] if r.layout == "packed" else None,
+        ids = r.ids[:T]
+        if copier.uses_side_stream(cuda):
+            # SGLang's spec-v1 draft extend (0.5.10 prepare_for_extend) rewrites the batch's input_ids in place on
+            # the compute stream right after this forward: the side stream reads a copy taken here, in order
+            ids = ids.clone()
+        srcs = {"ids": ids, "aux": r.aux[:T] if r.layout == "packed" else None,
                 "pre": r.pre[:T] if cfg.want_prenorm else None,
                 "post": r.hidden[:T] if cfg.want_postnorm else None,
                 "orig": r.orig[:bs] if hasattr(r.orig, "shape") else None}
@@ -150,7 +156,8 @@ def copy_prefill(copier: HostCopier, w, r: CopyRequest, norm=None) -> bool:
                           float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))))
         orig_h = dst["orig"] if "orig" in dst else list(r.orig)[:bs]
         st.batch = ChunkBatch(r.rids, r.pfx, r.ext, orig_h, dst["ids"], dst["aux"], r.layout, dst.get("pre"),
-                              dst.get("post"), copy.event, nbytes, norm_h, row_ok=dst.get("ok"))
+                              dst.get("post"), copy.event, nbytes, norm_h, row_ok=dst.get("ok"),
+                              multimodal=r.multimodal)
     w.submit(st.batch)
     return True
 

@@ -23,7 +23,6 @@ import time
 from .._log import log_once
 from .assemble import Assembler, Sample
 from .sample_file import T_AUX, T_IDS, T_POST, T_PRE
-from .serving_mode import sampled
 from .verify_capture import RequestEnd, VerifyBatch
 
 HELD_IDLE_S = 900.0      # a held request that saw no verify and no end for this long is dropped (lost hook)
@@ -177,7 +176,7 @@ class ServingAssembler(Assembler):
                     self._drop(rid)
                 h = self.held.get(rid)
                 if h is None:
-                    if kind == "finished" and not sampled(sid, self.scfg.sample_rate):
+                    if kind == "finished" and not self.w.cfg.wanted(sid):
                         self._inc("skipped_not_sampled")
                     continue
                 if kind != "finished":

@@ -4,23 +4,21 @@ With `--speculative-algorithm EAGLE3` the dump captures exactly the layers the d
 indices; a different SGLANG_EAGLE3_EXT_DUMP_LAYERS is a start-up error naming both), and, unless
 SGLANG_EAGLE3_EXT_DUMP_RESPONSES=0, the response's states come from the TARGET_VERIFY batches
 (verify_capture.py) and each finished request is written as one prompt+response sample
-(serving_assembler.py). Which requests: SGLANG_EAGLE3_EXT_DUMP_SAMPLE_RATE (a stable hash of the sample
-id, the same decision on every rank and every restart) and SGLANG_EAGLE3_EXT_DUMP_MAX_ACCEPT_LEN (only
-requests whose own accept length is below it: the traffic where the draft is weakest).
+(serving_assembler.py). Which requests: SGLANG_EAGLE3_EXT_DUMP_SAMPLE_RATE (a setting of every dump, see
+config.DumpConfig.wanted: a stable hash of the sample id, the same decision on every rank and every restart)
+and SGLANG_EAGLE3_EXT_DUMP_MAX_ACCEPT_LEN (only requests whose own accept length is below it: the traffic
+where the draft is weakest).
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import logging
 
 from .. import envs
 from .._log import log_once, logger
-from .config import ENV_LAYERS, DumpConfig, DumpConfigError
+from .config import ENV_LAYERS, ENV_SAMPLE_RATE, DumpConfig, DumpConfigError
 
 ENV_RESPONSES = envs.DUMP_RESPONSES
-ENV_SAMPLE_RATE = envs.DUMP_SAMPLE_RATE
 ENV_MAX_ACCEPT_LEN = envs.DUMP_MAX_ACCEPT_LEN
 EAGLE3_ALGORITHMS = ("EAGLE3",)
 
@@ -31,30 +29,17 @@ _targets: list = []          # every DumpTarget of this process (the worker's st
 class ServingConfig:
     responses: bool = True                  # capture verify states and write prompt+response
     responses_explicit: bool = False        # set by the user (an unsupported release is then an error)
-    sample_rate: float = 1.0
     max_accept_len: float | None = None     # None: every request
 
 
 def serving_config(env=None) -> ServingConfig:
     try:
         responses = envs.get(ENV_RESPONSES, env)
-        rate = envs.get(ENV_SAMPLE_RATE, env)
         max_accept_len = envs.get(ENV_MAX_ACCEPT_LEN, env)
     except envs.EnvError as e:
         raise DumpConfigError(str(e)) from None
     return ServingConfig(responses=responses, responses_explicit=envs.raw(ENV_RESPONSES, env) is not None,
-                         sample_rate=1.0 if rate is None else rate, max_accept_len=max_accept_len)
-
-
-def sampled(sample_id: str, rate: float) -> bool:
-    """The request is in the sample: a hash of its id, so every rank and every re-run decides alike."""
-    return rate >= 1.0 or _id_hash(sample_id) < rate * 2.0 ** 64
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _id_hash(sample_id: str) -> int:
-    # asked on every verify step of a running request (the writer's is_done): hashed once per id
-    return int.from_bytes(hashlib.sha1(sample_id.encode("utf-8", "surrogatepass")).digest()[:8], "big")
+                         max_accept_len=max_accept_len)
 
 
 def _server_args():
@@ -123,14 +108,15 @@ def _responses_supported() -> str | None:
 
 
 def install(target, model, sa=None):
-    """Called by start.attach after the DumpTarget exists. Applies the sampling rate to every dump; with
-    EAGLE-3 on and responses wanted, wires the verify capture and the serving assembler into the writer.
-    Returns the VerifyCapture (None: prompts only, written at prefill)."""
+    """Called by start.attach after the DumpTarget exists. With EAGLE-3 on and responses wanted, wires the
+    verify capture and the serving assembler into the writer. Returns the VerifyCapture (None: prompts only,
+    written at prefill)."""
     _targets.append(target)
     scfg = serving_config()
     w = target.writer
-    if w is not None and scfg.sample_rate < 1.0:
-        _apply_sample_rate(w, scfg.sample_rate)
+    if target.cfg.sample_rate < 1.0:
+        log_once("dump.sample_rate", "dump: writing a %g share of the requests (%s; a hash of the request id, the "
+                 "same on every rank and re-run)", target.cfg.sample_rate, ENV_SAMPLE_RATE)
     sa = sa if sa is not None else _server_args()
     if not (eagle3_on(sa) and scfg.responses):
         return None
@@ -158,16 +144,9 @@ def install(target, model, sa=None):
         w.use_assembler(ServingAssembler(w, scfg, vc))
         verify_capture.set_active(vc)
     logger.info("dump while serving EAGLE-3: response states from TARGET_VERIFY, one prompt+response sample per "
-                "finished request (sample rate %g, accept length below %s)", scfg.sample_rate,
+                "finished request (sample rate %g, accept length below %s)", target.cfg.sample_rate,
                 scfg.max_accept_len if scfg.max_accept_len is not None else "any")
     return vc
-
-
-def _apply_sample_rate(w, rate: float) -> None:
-    """A request outside the sample counts as done for the capture: no batch is copied for it."""
-    done = w.is_done
-    w.is_done = lambda sid, _done=done: _done(sid) or not sampled(sid, rate)
-    w.sample_rate = rate
 
 
 def check_worker(worker) -> None:

@@ -34,6 +34,8 @@ def build_meta(model, cfg: DumpConfig, layers: list[int], ranks: dict) -> dict:
                                           "(speculators' last hidden_states slot)",
                          "final_postnorm": "after model.norm = HF hidden_states[n] (SpecForge hidden_state)"},
         "hidden_size": int(config.hidden_size), "num_hidden_layers": int(config.num_hidden_layers),
+        # token ids must lie in [0, vocab_size): the writer and export refuse samples that hold others
+        "vocab_size": int(config.vocab_size) if getattr(config, "vocab_size", None) else None,
         "architecture": (getattr(config, "architectures", None) or [type(model).__name__])[0],
         "model_class": type(model).__name__,
         "model_path": getattr(sa, "model_path", None), "served_model_name": getattr(sa, "served_model_name", None),
@@ -63,6 +65,19 @@ def get_writer():
     return _writer
 
 
+def refuse_unsupported(sa) -> None:
+    """Start-up errors (DumpConfigError) where the server would run the target so that the dump cannot read
+    its states: prefill inside CUDA graphs, two-batch overlap."""
+    from ..draft.capture_layers import aux_capture_refusal
+    from .config import DumpConfigError
+    from .prefill_graphs import check as refuse_prefill_graphs
+
+    refuse_prefill_graphs(sa)
+    why = aux_capture_refusal(sa, "the dump")
+    if why:
+        raise DumpConfigError(why)
+
+
 def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
     """Turn capture on for `model` (called right after its __init__) and start this process's writer.
     Raises DumpConfigError/DumpStartupError; the patch wrapper logs and disables."""
@@ -73,12 +88,13 @@ def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
     if cfg is None:
         return None
     sa = sglang_runtime.server_args()
-    from .prefill_graphs import check as refuse_prefill_graphs   # start-up error where prefill runs in a graph
-    refuse_prefill_graphs(sa)
+    refuse_unsupported(sa)
     n = int(model.config.num_hidden_layers)
-    from . import serving_mode      # EAGLE-3 on: the draft's layers (dump while serving, issue 20)
+    from . import serving_mode      # EAGLE-3 on: the draft's layers (dump while serving)
+    from ..versions import layer0_refusal
+
     cfg = serving_mode.config_for_target(cfg, n, sa)
-    layers = cfg.resolve_layers(n)
+    layers = cfg.resolve_layers(n, layer0_refusal())
     ranks = _ranks()
     if ranks["pp_rank"] != ranks["pp_size"] - 1:
         log_once("dump.pp", "dump: pipeline rank %d is not the last: no capture here", ranks["pp_rank"])

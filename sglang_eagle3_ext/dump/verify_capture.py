@@ -19,6 +19,7 @@ import logging
 
 from .._log import log_once, logger
 from .assemble import ChunkBatch
+from .capture import carries_multimodal
 from .config import NODUMP_RID_PREFIX
 from .manifest import sanitize_id
 
@@ -122,7 +123,8 @@ class VerifyCapture:
         out = []
         for i, req in enumerate(batch.reqs):
             rid = req.rid
-            if rid.startswith(NODUMP_RID_PREFIX) or rid in self.refused or len(req.origin_input_ids) < min_tokens:
+            if rid.startswith(NODUMP_RID_PREFIX) or rid in self.refused or len(req.origin_input_ids) < min_tokens \
+                    or carries_multimodal(getattr(req, "multimodal_inputs", None)):   # refused at its prefill
                 continue
             sid = self._sids.get(rid)
             if sid is None:

@@ -23,7 +23,6 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from .._log import log_once, logger
 from .assemble import Assembler, ChunkBatch, Sample
@@ -33,7 +32,7 @@ from .encoding import BY_ENV, NATIVE, describe, encode_sample
 from .sample_file import T_AUX, T_IDS, atomic_write, dir_known, write_sample
 from .manifest import ManifestWriter, read_manifest, sample_path, sample_relpath
 from .staging import PinnedRing
-from .status import STATUS_DIR, StatusFile, meta_mismatch
+from .status import STATUS_DIR, DumpStartupError, StatusFile, dir_identity, meta_mismatch, validate_dump_root
 
 STATUS_EVERY_S = 5.0     # status file refresh (and dump dir check) while dumping
 IDLE_RELEASE_S = 30.0    # no batch for this long: no request can be mid-prefill, partials are dead requests
@@ -42,38 +41,8 @@ PER_SAMPLE_ERRNOS = frozenset({errno.ENOENT, errno.ENAMETOOLONG, errno.EINVAL})
 MAX_CONSECUTIVE_ERRORS = 16
 
 
-class DumpStartupError(RuntimeError):
-    pass
-
-
-REFUSAL_COUNTERS = {"prefix_cache": "refused_prefix_cache", "duplicate_id": "refused_duplicate_id"}
-
-
-def _identity(path) -> tuple | None:
-    """(device, inode) of a directory, None when it is gone."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def validate_dump_root(path: str) -> Path:
-    """The dump dir (the root every run writes under) exists, is a directory and is writable: a typo must
-    not silently create a new tree. DumpStartupError otherwise."""
-    p = Path(path)
-    if not p.is_dir():
-        raise DumpStartupError(f"dump dir {path} does not exist (create it first; it is not created for you)")
-    probe = p / f".write_probe.{os.getpid()}"
-    try:
-        with open(probe, "wb") as fh:
-            fh.write(b"ok")
-            fh.flush()
-            os.fsync(fh.fileno())
-        probe.unlink()
-    except OSError as e:
-        raise DumpStartupError(f"dump dir {path} is not writable: {e}") from e
-    return p
+REFUSAL_COUNTERS = {"prefix_cache": "refused_prefix_cache", "duplicate_id": "refused_duplicate_id",
+                    "multimodal": "skipped_multimodal"}
 
 
 class DumpWriter(ForwardThreadApi):
@@ -85,7 +54,7 @@ class DumpWriter(ForwardThreadApi):
         self.encoding = BY_ENV[cfg.encoding]
         self.meta.update(describe(self.encoding))
         self.root = validate_dump_root(cfg.dump_dir)
-        self._root_id = _identity(self.root)   # a dump dir removed or replaced while serving stops dumping
+        self._root_id = dir_identity(self.root)   # a dump dir removed or replaced while serving stops dumping
         for sub in (SAMPLES_DIR, MANIFEST_DIR, STATUS_DIR):
             (self.root / sub).mkdir(exist_ok=True)
         why = meta_mismatch(self.root, self.meta)
@@ -97,7 +66,7 @@ class DumpWriter(ForwardThreadApi):
         self.num_aux = len(meta["layer_indices_hf"])
         self.stats = dict(written=0, tokens=0, bytes=0, nonfinite=0, refused_prefix_cache=0, refused_other=0,
                           refused_duplicate_id=0, ended_unfinished=0, write_errors=0, already_done=0, batches=0,
-                          discarded=0)
+                          discarded=0, skipped_multimodal=0, refused_token_id=0)
         self._consecutive_errors = 0
         self._tmp_seq = itertools.count()     # a temporary file name of its own for every write
         self.accepting = True
@@ -234,7 +203,7 @@ class DumpWriter(ForwardThreadApi):
 
     def _root_ok(self) -> bool:
         """The dump dir is the one this writer started in; else dumping stops (said loudly, once)."""
-        now = _identity(self.root)
+        now = dir_identity(self.root)
         if now == self._root_id:
             return True
         self._stop(RuntimeError(f"the dump dir {self.root} was {'removed' if now is None else 'replaced'} while "
@@ -267,13 +236,7 @@ class DumpWriter(ForwardThreadApi):
                 self.count("discarded")
                 return
             tensors = s.materialize(self.num_aux)
-            finite = s.finite()
-            if finite is None:
-                finite = all(bool(t.isfinite().all()) for k, t in tensors.items() if k != T_IDS)
-            if not finite:
-                self.count("nonfinite")
-                log_once("dump.nonfinite", "dump: skipping request %s: NaN/Inf in its hidden states (counted in "
-                         "status/%s.json)", s.rid, self.name, level=logging.WARNING)
+            if self._unfit(s, tensors):
                 return
             n = int(tensors[T_IDS].shape[0])
             extra = getattr(s, "record_extra", None) or {}   # dump while serving: token sources (serving_assembler)
@@ -310,6 +273,26 @@ class DumpWriter(ForwardThreadApi):
                 self._io_pending -= 1
             self.budget.poke()
             self._progressed()
+
+    def _unfit(self, s: Sample, tensors: dict) -> bool:
+        """The sample is no training sample (counted, said once): NaN/Inf in its states, or a token id outside
+        the target's vocab (a multimodal pad value, MM_PAD_SHIFT_VALUE + a hash, that the capture missed)."""
+        finite = s.finite()
+        if finite is None:
+            finite = all(bool(t.isfinite().all()) for k, t in tensors.items() if k != T_IDS)
+        if not finite:
+            self.count("nonfinite")
+            log_once("dump.nonfinite", "dump: skipping request %s: NaN/Inf in its hidden states (counted in "
+                     "status/%s.json)", s.rid, self.name, level=logging.WARNING)
+            return True
+        ids, vocab = tensors[T_IDS], self.meta.get("vocab_size")
+        if vocab and ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < vocab:
+            self.count("refused_token_id")
+            log_once("dump.token_id", "dump: skipping request %s: a token id outside the target's vocab [0, %d) "
+                     "(a multimodal pad value?); counted in status/%s.json", s.rid, vocab, self.name,
+                     level=logging.WARNING)
+            return True
+        return False
 
     def _sample_failed(self, s: Sample, e: BaseException) -> None:
         self.count("write_errors")

@@ -40,7 +40,8 @@ def _batch_from(msg: m.Batch, ring: PinnedRing, seg_bufs: list):
         n = msg.norm
         norm = (torch.frombuffer(bytearray(n.raw), dtype=torch.float32).view(n.shape).to(_dtype(n.dtype)), n.eps)
     return ChunkBatch(msg.rids, msg.prefix_lens, msg.extend_lens, get("orig_lens"), get("ids"), get("aux"),
-                      msg.aux_layout, get("pre"), get("post"), None, msg.nbytes, norm, row_ok=get("row_ok"))
+                      msg.aux_layout, get("pre"), get("post"), None, msg.nbytes, norm, row_ok=get("row_ok"),
+                      multimodal=msg.fields.get("multimodal"))
 
 
 def child_main(sock_fd: int, ring_fd: int, ring_bytes: int, name: str) -> int:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-FIELDS = ("ids", "aux", "pre", "post", "row_ok", "orig_lens")   # ChunkBatch host tensors (or plain lists)
+# ChunkBatch host tensors (or plain lists of ints: orig_lens on a CPU model, multimodal flags per request)
+FIELDS = ("ids", "aux", "pre", "post", "row_ok", "orig_lens", "multimodal")
 
 
 # ---- server -> child ----------------------------------------------------------------------------------

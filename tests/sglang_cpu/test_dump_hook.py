@@ -43,7 +43,7 @@ def _model(sglang_cpu):
     from sglang.srt.layers.layernorm import RMSNorm
     from sglang.srt.layers.logits_processor import LogitsProcessor
 
-    cfg = PretrainedConfig(hidden_size=H, num_hidden_layers=N, vocab_size=32, architectures=["DeepseekV3ForCausalLM"])
+    cfg = PretrainedConfig(hidden_size=H, num_hidden_layers=N, vocab_size=256, architectures=["DeepseekV3ForCausalLM"])
 
     class Inner(torch.nn.Module):
         def __init__(self):

@@ -65,7 +65,7 @@ def _model():
     from sglang.srt.layers.layernorm import RMSNorm
     from sglang.srt.layers.logits_processor import LogitsProcessor
 
-    cfg = PretrainedConfig(hidden_size=H, num_hidden_layers=N, vocab_size=32, architectures=["DeepseekV3ForCausalLM"])
+    cfg = PretrainedConfig(hidden_size=H, num_hidden_layers=N, vocab_size=256, architectures=["DeepseekV3ForCausalLM"])
     inner = torch.nn.Module()
     inner.norm = RMSNorm(H, eps=1e-6)
     inner.norm.weight.data = torch.rand(H) + 0.5
@@ -299,11 +299,11 @@ def test_sample_rate_and_accept_length_threshold(serving):
     """Sampling is a stable hash of the id (the capture copies nothing for requests outside it); the threshold
     keeps only requests whose own accept length is below it."""
     rate_ids = [f"r{i}" for i in range(2000)]
-    frac = sum(serving_mode.sampled(i, 0.25) for i in rate_ids) / len(rate_ids)
-    assert 0.2 < frac < 0.3 and serving_mode.sampled("r1", 0.25) == serving_mode.sampled("r1", 0.25)
+    frac = sum(C.sampled(i, 0.25) for i in rate_ids) / len(rate_ids)
+    assert 0.2 < frac < 0.3 and C.sampled("r1", 0.25) == C.sampled("r1", 0.25)
     sv = serving(SGLANG_EAGLE3_EXT_DUMP_SAMPLE_RATE="0.5", SGLANG_EAGLE3_EXT_DUMP_MAX_ACCEPT_LEN="2.5")
     ids = [f"q{i}" for i in range(40)]
-    inside = [i for i in ids if serving_mode.sampled(i, 0.5)]
+    inside = [i for i in ids if C.sampled(i, 0.5)]
     outside = [i for i in ids if i not in inside]
     fast, slow, out = Seq(_req(inside[0], range(1, 6)), 12, 1), Seq(_req(inside[1], range(1, 6)), 12, 2), \
         Seq(_req(outside[0], range(1, 6)), 12, 3)
