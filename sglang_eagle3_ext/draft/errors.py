@@ -31,6 +31,8 @@ FUSED_HALF = "fused-half-missing"          # MLA: one of q_a_proj / kv_a_proj_wi
 MLA_INPUT = "mla-input-width"              # MLA q/kv down-projection takes 1xhidden, EAGLE-3 needs cat(embed, hidden)
 MLA_DIMS = "mla-dims"                      # MLA tensor disagrees with the config's lora/rope/head dims
 DRAFT_CLASS = "draft-class-unsupported"    # the draft's class does not exist in this SGLang release
+HEAD_DISCARDED = "lm-head-discarded"       # a trained lm_head SGLang replaces with the target's (draft_vocab_size null)
+NOT_A_DRAFT = "not-an-eagle3-draft"        # the folder holds another kind of model (a target, ...)
 
 
 @dataclasses.dataclass(frozen=True)

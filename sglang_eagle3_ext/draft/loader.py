@@ -30,8 +30,11 @@ VALUE_SCAN_ENV = envs.VALUE_SCAN          # 0: skip the NaN/Inf scan (one read p
 class _Feed:
     """Iterable handed to the release: normalised names, each tensor checked; remembers the current one."""
 
-    def __init__(self, weights, layout, spec, where):
+    def __init__(self, weights, layout, spec, where, target=(None, None)):
         self.weights, self.layout, self.spec, self.where = weights, layout, spec, where
+        # None: the draft is served as the model itself, no EAGLE worker will swap its head
+        self.as_draft = target is not None
+        self.target_dir, self.target_cfg = target or (None, None)
         self.shapes = rules.expected_shapes(spec)
         self.current: str | None = None
         self.seen: dict[str, str] = {}          # canonical -> name in the checkpoint
@@ -64,8 +67,16 @@ class _Feed:
             target, refused = keys.to_release(canon, self.layout, mla=self.spec.mla)
             if refused is not None:
                 bad.append(refused)
+            if canon == rules.HEAD and not bad and self.as_draft and rules.head_from_target(self.spec):
+                why, problem = self._trained_head(tensor)
+                if why is not None:
+                    self.ignored[canon] = why
+                    log_once(f"draft-head-ignored:{self.where}", "EAGLE-3 draft %s: %s not loaded: it %s",
+                             self.where, canon, why)
+                    continue
+                bad.append(problem)
             if canon == "d2t" and not bad:
-                bad += rules.d2t_problems(tensor.cpu().numpy(), self.spec, self.where)
+                bad += rules.d2t_problems(tensor.cpu(), self.spec, self.where)
                 self.d2t = tensor
             if bad:
                 self.problems += bad
@@ -75,6 +86,16 @@ class _Feed:
             self.current = canon
             yield target, tensor
         self.current = None
+
+    def _trained_head(self, tensor):
+        """SGLang will replace this head with the target's: ignored if equal to it, else refused (rules.trained_head)."""
+        from .target import same_as_target_head
+
+        shape = tuple(tensor.shape)
+        same, about = same_as_target_head(tensor, self.target_dir, self.target_cfg, shape)
+        if self.target_dir is None:
+            about = "the target's weights are not readable here"
+        return rules.trained_head(self.spec, shape, self.where, same, about)
 
 
 class _Recorder:
@@ -126,6 +147,9 @@ def _config_dict(config) -> dict:
               *mla.DIM_FIELDS):
         if hasattr(config, k):
             d[k] = getattr(config, k)
+    for k in ("torch_dtype", "dtype"):  # transformers holds a torch.dtype where config.json holds its name
+        if d.get(k) is not None and not isinstance(d[k], str):
+            d[k] = str(d[k]).replace("torch.", "")
     return d
 
 
@@ -161,8 +185,18 @@ def _model_path_is(d: Path | None) -> bool:
         return False
 
 
-def pre_load_problems(model, layout) -> tuple[rules.DraftSpec | None, list[Problem], str]:
-    """Files, config and target checks: everything decidable before a tensor is read."""
+def _target_dir() -> Path | None:
+    """The served target's folder (a hub id: its local cache snapshot, as SGLang downloaded it), or None."""
+    from ..sglang_runtime import server_args
+    from .hub import resolve
+
+    mp = getattr(server_args(), "model_path", None)
+    return resolve(str(mp))[0] if mp else None
+
+
+def pre_load_problems(model, layout) -> tuple[rules.DraftSpec | None, list[Problem], str, tuple]:
+    """Files, config and target checks: everything decidable before a tensor is read; and the target
+    (folder, config) when there is one, for the lm_head rule."""
     from ..sglang_runtime import target_config
     from .safetensors_io import scan_headers
 
@@ -174,21 +208,22 @@ def pre_load_problems(model, layout) -> tuple[rules.DraftSpec | None, list[Probl
         problems += fp
     spec, cp = rules.spec_from_config(_model_config_dict(model), layout, where=f"{where}/config.json")
     problems += cp
-    tc = None if _model_path_is(d) else target_config()  # the draft itself as "model": nothing to compare
+    as_model = _model_path_is(d)
+    tc = None if as_model else target_config()  # the draft itself as "model": nothing to compare
     if spec is not None and tc is not None:
         problems += rules.target_problems(spec, tc, where=f"{where} vs target")
     if envs.get(DEFER_WIDTH_ENV):
         problems = [p for p in problems if p.code != E.FC_WIDTH]
-    return spec, problems, where
+    return spec, problems, where, (None if as_model else (_target_dir() if tc is not None else None, tc))
 
 
 def strict_load(wrapped, model, weights):
     layout = keys.installed_layout()
-    spec, problems, where = pre_load_problems(model, layout)
+    spec, problems, where, target = pre_load_problems(model, layout)
     fatal = [p for p in problems if not p.warning]
     if spec is None or fatal:
         raise DraftLoadError(problems, f"EAGLE-3 draft {where} cannot be served by SGLang {layout.release}:")
-    feed = _Feed(weights, layout, spec, where)
+    feed = _Feed(weights, layout, spec, where, target)
     default_loader = getattr(sys.modules[type(model).__module__], "default_weight_loader", None)
     if default_loader is None:
         from sglang.srt.model_loader.weight_utils import default_weight_loader as default_loader
@@ -209,7 +244,7 @@ def strict_load(wrapped, model, weights):
                                        f"(SGLang alone would have loaded it silently):")
     loaded = len(_used(recorder, feed, spec))
     fc_out, fc_in = model.model.fc.weight.shape
-    log_once("draft-load-summary",
+    log_once(f"draft-load-summary:{where}",
              "EAGLE-3 draft %s (%s): %d tensors loaded, %d ignored (%s), renames: %s; fc %dx%d (K=%d), SGLang %s",
              where, type(model).__name__, loaded + (feed.d2t is not None), len(feed.ignored),
              ", ".join(sorted(feed.ignored)) or "none",
@@ -298,4 +333,4 @@ def _accounting(model, feed, recorder, spec, layout, where) -> list[Problem]:
     if spec.needs_d2t and getattr(model, "hot_token_id", None) is None:
         missing.add("d2t")
     missing -= fed_bad  # already reported with a precise reason
-    return P + rules.missing_problems(required - missing, spec, where)
+    return P + rules.missing_problems((required - missing) | ({rules.HEAD} & set(feed.seen)), spec, where)

@@ -10,9 +10,10 @@ import re
 
 from . import errors as E
 from . import mla
+from .config_schema import type_problems
 from .errors import Problem
-from ..sglang_runtime import language_config
 from .keys import HF_INDICES_FIELD, Layout, ignored_reason
+from .target import declared_dtype, serving_dtype, target_problems  # noqa: F401 - part of the rules' interface
 
 ARCH = "LlamaForCausalLMEagle3"
 _LAYER = re.compile(r"^layers\.(\d+)\.(.*)$")
@@ -68,38 +69,118 @@ def _eagle_cfg(cfg: dict) -> dict:
     return ec if isinstance(ec, dict) else {}
 
 
-def spec_from_config(cfg: dict, layout: Layout, where: str = "config.json") -> tuple[DraftSpec | None, list[Problem]]:
-    """DraftSpec from a (SGLang-format) draft config, plus every config-level problem."""
+def _not_a_draft(cfg: dict, archs: list, where: str) -> Problem:
+    """One line for a folder whose config names no EAGLE-3 draft class: another format, or not a draft at all."""
+    if "draft_vocab_size" in cfg or "eagle_config" in cfg or any("eagle" in a.lower() for a in archs):
+        return Problem(E.CONFIG_INVALID, f"{where}: architectures is {archs}, SGLang picks an EAGLE-3 draft class "
+                                         f"only for [\"{ARCH}\"] or [\"{mla.ARCH}\"] (MLA) — {CONVERT_HINT}")
+    what = f"a {archs[0]} model" if archs else "a model config without architectures"
+    return Problem(E.NOT_A_DRAFT, f"{where}: this is {what}, not an EAGLE-3 draft (SGLang builds drafts from "
+                                  f"architectures [\"{ARCH}\"] or [\"{mla.ARCH}\"]); point at the draft's folder")
+
+
+def _class_problems(cfg: dict, where: str) -> tuple[bool, list[Problem]]:
+    """(MLA class?, problems that stop the rules: another format, wrong types, not a draft)."""
+    if isinstance(cfg, dict) and (cfg.get("speculators_model_type") or "transformer_layer_config" in cfg):
+        archs = cfg.get("architectures")
+        return False, [Problem(E.CONFIG_INVALID, f"{where}: speculators-format config ({archs or 'no architectures'}); "
+                                                 f"SGLang does not read it and would fall back to a wrong model class "
+                                                 f"— {CONVERT_HINT}")]
+    if not isinstance(cfg, dict):
+        return False, type_problems(cfg, where)
+    archs = cfg.get("architectures")
+    is_mla = isinstance(archs, list) and mla.ARCH in archs
+    bad = type_problems(cfg, where, mla=is_mla)
+    if bad:
+        return is_mla, bad
+    if ARCH not in (archs or []) and not is_mla:
+        return is_mla, [_not_a_draft(cfg, archs or [], where)]
+    return is_mla, []
+
+
+def _aux_ids(cfg: dict, where: str) -> tuple[list | None, list[Problem]]:
+    ids = _eagle_cfg(cfg).get("eagle_aux_hidden_state_layer_ids")
+    if ids is not None:
+        return ids, []
+    return None, [Problem(E.CONFIG_MISSING, f"{where}: `eagle_config.eagle_aux_hidden_state_layer_ids` missing: SGLang "
+                                            f"would silently capture its default target layers, not the ones the draft "
+                                            f"was trained on — add them (and `{HF_INDICES_FIELD}`), or {CONVERT_HINT}")]
+
+
+def _k(cfg: dict, ids, layout: Layout, is_mla: bool, where: str) -> tuple[int, list[Problem]]:
+    """K, the number of aux states the release builds fc for, and disagreements about it."""
     P: list[Problem] = []
-    archs = cfg.get("architectures") or []
-    if cfg.get("speculators_model_type") or "transformer_layer_config" in cfg:
-        return None, [Problem(E.CONFIG_INVALID, f"{where}: speculators-format config ({archs or 'no architectures'}); "
-                                                f"SGLang does not read it and would fall back to a wrong model class — {CONVERT_HINT}")]
-    is_mla = mla.ARCH in archs
-    if ARCH not in archs and not is_mla:
-        P.append(Problem(E.CONFIG_INVALID, f"{where}: architectures is {archs}, SGLang picks an EAGLE-3 draft class "
-                                           f"only for [\"{ARCH}\"] or [\"{mla.ARCH}\"] (MLA) — {CONVERT_HINT}"))
-    missing_ints = [f for f in ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
-                                "num_hidden_layers") if not isinstance(cfg.get(f), int)]
-    for field in missing_ints:
-        P.append(Problem(E.CONFIG_MISSING, f"{where}: `{field}` missing or not an integer"))
-    if "draft_vocab_size" not in cfg and not is_mla:  # the MLA class reads a missing one as null
-        P.append(Problem(E.CONFIG_MISSING, f"{where}: `draft_vocab_size` missing (SGLang's draft class fails "
-                                           f"without it; null means 'share the target's lm_head')"))
+    n_aux = cfg.get("num_aux_hidden_states")
+    if is_mla:
+        k = mla.release_k(cfg)
+        if n_aux and n_aux != k:
+            P.append(Problem(E.AUX_COUNT, f"{where}: num_aux_hidden_states={n_aux} but SGLang's {mla.ARCH} ignores it "
+                                          f"and builds fc for K={k} (the number of eagle_aux_hidden_state_layer_ids)"))
+        return k, P
+    if layout.midlayer:
+        if ids and len(ids) != 3:  # <=0.5.10 builds Linear(3*hidden_in, hidden) whatever the config says
+            P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: {len(ids)} aux layers, but SGLang {layout.release} "
+                                                       f"only supports 3; use SGLang >= 0.5.14"))
+        if cfg["num_hidden_layers"] != 1:
+            P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: num_hidden_layers={cfg['num_hidden_layers']}, SGLang "
+                                                       f"{layout.release} supports exactly 1 draft layer"))
+        return 3, P
+    if ids and n_aux and n_aux != len(ids):
+        P.append(Problem(E.AUX_COUNT, f"{where}: num_aux_hidden_states={n_aux} but eagle_aux_hidden_state_layer_ids "
+                                      f"has {len(ids)} entries {ids}"))
+    return n_aux or (len(ids) if ids else 3), P
+
+
+def _option_problems(cfg: dict, layout: Layout, is_mla: bool, k: int, target_hidden: int, where: str) -> list[Problem]:
+    """Training options SGLang cannot reproduce, or that this release would ignore."""
+    P: list[Problem] = []
     ec = _eagle_cfg(cfg)
-    ids = ec.get("eagle_aux_hidden_state_layer_ids")
-    if ids is None:
-        P.append(Problem(E.CONFIG_MISSING, f"{where}: `eagle_config.eagle_aux_hidden_state_layer_ids` missing: SGLang "
-                                           f"would silently capture its default target layers, not the ones the draft "
-                                           f"was trained on — add them (and `{HF_INDICES_FIELD}`), or {CONVERT_HINT}"))
-    elif not (isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids)):
-        P.append(Problem(E.CONFIG_INVALID, f"{where}: eagle_aux_hidden_state_layer_ids must be a non-empty list of ints, got {ids!r}"))
-        ids = None
     for holder, name in ((cfg, "config"), (ec, "eagle_config")):
         if holder.get("norm_before_residual"):
             P.append(Problem(E.UNSUPPORTED_OPTION, f"{where}: {name}.norm_before_residual=true — the draft was trained with "
                                                    f"a normed residual; SGLang always uses the un-normed residual, so it "
                                                    f"would run a different network. Retrain with norm_before_residual=false."))
+    if not is_mla:  # mla.config_fields judges these for the MLA class
+        if cfg.get("fc_norm") or cfg.get("use_aux_norm"):
+            if not layout.fc_norm:
+                P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: fc_norm=true but SGLang {layout.release} has no "
+                                                           f"fc_norm (it would be ignored); use SGLang >= 0.5.14"))
+        if _norm_before_fc(cfg) and not layout.input_norm:
+            P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: norm_before_fc=true but SGLang {layout.release} has no "
+                                                       f"input_norm (it would be ignored); use SGLang >= 0.5.18"))
+        if cfg.get("norm_output") and not layout.norm_output:
+            P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: norm_output=true but SGLang {layout.release} ignores it"))
+    if not ec.get("use_aux_hidden_state", True) and k != 1:
+        from .guard import width_message
+        P.append(Problem(E.FC_WIDTH, f"{where}: eagle_config.use_aux_hidden_state=false, so the target will not "
+                                     f"capture aux states. " + width_message(target_hidden, k * target_hidden, k, target_hidden, "start-up")))
+    mpe = cfg.get("max_position_embeddings")
+    if isinstance(mpe, int) and mpe <= 4096 and not cfg.get("rope_scaling"):
+        P.append(Problem("short-context", f"{where}: max_position_embeddings={mpe}: SGLang clamps draft RoPE there and "
+                                          f"acceptance collapses past {mpe} tokens; set it to the target's context length",
+                         warning=True))
+    return P
+
+
+def _norm_before_fc(cfg: dict) -> bool:
+    return bool(_eagle_cfg(cfg).get("norm_before_fc", cfg.get("norm_before_fc", False)))
+
+
+def spec_from_config(cfg: dict, layout: Layout, where: str = "config.json") -> tuple[DraftSpec | None, list[Problem]]:
+    """DraftSpec from a (SGLang-format) draft config, plus every config-level problem."""
+    is_mla, stop = _class_problems(cfg, where)
+    if stop:
+        return None, stop
+    P: list[Problem] = []
+    missing_ints = [f for f in ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
+                                "num_hidden_layers") if cfg.get(f) is None]
+    for field in missing_ints:
+        P.append(Problem(E.CONFIG_MISSING, f"{where}: `{field}` missing or not an integer"))
+    if "draft_vocab_size" not in cfg and not is_mla:  # the MLA class reads a missing one as null
+        P.append(Problem(E.CONFIG_MISSING, f"{where}: `draft_vocab_size` missing (SGLang's draft class fails "
+                                           f"without it; null means 'share the target's lm_head')"))
+    ids, ip = _aux_ids(cfg, where)
+    P += ip
     mla_fields = {}
     if is_mla:
         mla_fields, mp = mla.config_fields(cfg, layout, where)
@@ -108,63 +189,24 @@ def spec_from_config(cfg: dict, layout: Layout, where: str = "config.json") -> t
             return None, P
     if missing_ints:
         return None, P
-    hidden = cfg["hidden_size"]
-    n_heads = cfg["num_attention_heads"]
+    hidden, n_heads = cfg["hidden_size"], cfg["num_attention_heads"]
     target_hidden = cfg.get("target_hidden_size") or hidden
-    k = cfg.get("num_aux_hidden_states") or (len(ids) if ids else 3)
-    if is_mla:
-        k = mla.release_k(cfg)
-        if cfg.get("num_aux_hidden_states") and cfg["num_aux_hidden_states"] != k:
-            P.append(Problem(E.AUX_COUNT, f"{where}: num_aux_hidden_states={cfg['num_aux_hidden_states']} but SGLang's "
-                                          f"{mla.ARCH} ignores it and builds fc for K={k} (the number of "
-                                          f"eagle_aux_hidden_state_layer_ids)"))
-    elif layout.midlayer:
-        k = 3  # <=0.5.10 builds Linear(3*hidden_in, hidden) whatever the config says
-        if ids and len(ids) != 3:
-            P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: {len(ids)} aux layers, but SGLang {layout.release} "
-                                                       f"only supports 3; use SGLang >= 0.5.14"))
-        if cfg["num_hidden_layers"] != 1:
-            P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: num_hidden_layers={cfg['num_hidden_layers']}, SGLang "
-                                                       f"{layout.release} supports exactly 1 draft layer"))
-    elif ids and cfg.get("num_aux_hidden_states") and cfg["num_aux_hidden_states"] != len(ids):
-        P.append(Problem(E.AUX_COUNT, f"{where}: num_aux_hidden_states={cfg['num_aux_hidden_states']} but "
-                                      f"eagle_aux_hidden_state_layer_ids has {len(ids)} entries {ids}"))
-    hf = ec.get(HF_INDICES_FIELD)
-    if hf is not None:
-        if not (isinstance(hf, list) and all(isinstance(i, int) and i >= 0 for i in hf)):
-            P.append(Problem(E.CONFIG_INVALID, f"{where}: eagle_config.{HF_INDICES_FIELD} must be a list of ints >= 0, got {hf!r}"))
-            hf = None
-        elif len(hf) != k:
-            P.append(Problem(E.AUX_COUNT, f"{where}: eagle_config.{HF_INDICES_FIELD}={hf} names {len(hf)} target layers "
-                                          f"but the draft takes K={k} aux states (fc width {k}x{target_hidden})"))
-    fc_norm = bool(cfg.get("fc_norm") or cfg.get("use_aux_norm"))
-    norm_before_fc = bool(ec.get("norm_before_fc", cfg.get("norm_before_fc", False)))
-    if fc_norm and not layout.fc_norm and not is_mla:
-        P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: fc_norm=true but SGLang {layout.release} has no fc_norm "
-                                                   f"(it would be ignored); use SGLang >= 0.5.14"))
-    if norm_before_fc and not layout.input_norm and not is_mla:  # mla.config_fields refuses it
-        P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: norm_before_fc=true but SGLang {layout.release} has no "
-                                                   f"input_norm (it would be ignored); use SGLang >= 0.5.18"))
-    if cfg.get("norm_output") and not layout.norm_output and not is_mla:
-        P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: norm_output=true but SGLang {layout.release} ignores it"))
-    use_aux = bool(ec.get("use_aux_hidden_state", True))
-    if not use_aux and k != 1:
-        from .guard import width_message
-        P.append(Problem(E.FC_WIDTH, f"{where}: eagle_config.use_aux_hidden_state=false, so the target will not "
-                                     f"capture aux states. " + width_message(target_hidden, k * target_hidden, k, target_hidden, "start-up")))
-    dvs = cfg.get("draft_vocab_size")
+    k, kp = _k(cfg, ids, layout, is_mla, where)
+    P += kp
+    hf = _eagle_cfg(cfg).get(HF_INDICES_FIELD)
+    if hf is not None and len(hf) != k:
+        P.append(Problem(E.AUX_COUNT, f"{where}: eagle_config.{HF_INDICES_FIELD}={hf} names {len(hf)} target layers "
+                                      f"but the draft takes K={k} aux states (fc width {k}x{target_hidden})"))
+    P += _option_problems(cfg, layout, is_mla, k, target_hidden, where)
     spec = DraftSpec(hidden=hidden, target_hidden=target_hidden, k=k, aux_ids=tuple(ids) if ids else None,
                      hf_indices=tuple(hf) if hf is not None else None, n_layers=cfg["num_hidden_layers"],
                      n_heads=n_heads, n_kv=cfg.get("num_key_value_heads") or n_heads,
                      head_dim=cfg.get("head_dim") or hidden // n_heads, inter=cfg["intermediate_size"],
-                     vocab=cfg["vocab_size"], draft_vocab=dvs, tie=bool(cfg.get("tie_word_embeddings", False)),
-                     fc_bias=bool(cfg.get("bias", False)), fc_norm=fc_norm, norm_before_fc=norm_before_fc, use_aux=use_aux,
+                     vocab=cfg["vocab_size"], draft_vocab=cfg.get("draft_vocab_size"),
+                     tie=bool(cfg.get("tie_word_embeddings", False)), fc_bias=bool(cfg.get("bias", False)),
+                     fc_norm=bool(cfg.get("fc_norm") or cfg.get("use_aux_norm")), norm_before_fc=_norm_before_fc(cfg),
+                     use_aux=bool(_eagle_cfg(cfg).get("use_aux_hidden_state", True)),
                      arch=mla.ARCH if is_mla else ARCH, **mla_fields)
-    mpe = cfg.get("max_position_embeddings")
-    if isinstance(mpe, int) and mpe <= 4096 and not cfg.get("rope_scaling"):
-        P.append(Problem("short-context", f"{where}: max_position_embeddings={mpe}: SGLang clamps draft RoPE there and "
-                                          f"acceptance collapses past {mpe} tokens; set it to the target's context length",
-                         warning=True))
     return spec, P
 
 
@@ -262,19 +304,73 @@ def missing_problems(present: set[str], spec: DraftSpec, where: str) -> list[Pro
         missing.discard(half[0])
     for k in sorted(missing):
         why = " (draft_vocab_size != vocab_size: without it draft token ids are read as target ids)" if k == "d2t" else ""
-        if k == "lm_head.weight":
+        if k == HEAD:
             why = (f" (draft_vocab_size={spec.draft_vocab} is set, so SGLang does not take the target's lm_head: the "
                    f"draft would predict from an uninitialised head and serve at accept length ~1.00; add the trained "
                    f"lm_head, or set draft_vocab_size null only if the draft was trained with the target's head)")
         out.append(Problem(E.MISSING_WEIGHT, f"{where}: {k} missing — the draft would run with untrained values{why}", key=k))
+    if head_from_target(spec) and HEAD not in present and spec.target_hidden != spec.hidden:
+        out.append(Problem(E.CONFIG_INVALID, f"{where}: draft_vocab_size null makes SGLang give the draft the target's "
+                                             f"lm_head and embeddings, which are target_hidden_size={spec.target_hidden} "
+                                             f"wide, but the draft's hidden_size is {spec.hidden}: the first request "
+                                             f"would fail. Fix: train the draft's own lm_head and set draft_vocab_size to "
+                                             f"vocab_size ({spec.vocab})"))
     return out
 
 
+# --- a trained lm_head that SGLang would replace with the target's ---------------------------------------
+HEAD = "lm_head.weight"
+
+
+def head_from_target(spec: DraftSpec) -> bool:
+    """SGLang's draft classes (Llama and MLA) set load_lm_head_from_target when draft_vocab_size is null and the
+    head is untied; the EAGLE worker's init_lm_head then installs the target's lm_head and embeddings
+    (set_embed_and_head), replacing whatever the checkpoint gave."""
+    return spec.draft_vocab is None and not spec.tie
+
+
+def trained_head(spec: DraftSpec, shape: tuple, where: str, same: bool | None,
+                 about: str) -> tuple[str | None, Problem | None]:
+    """Verdict on a checkpoint lm_head under head_from_target: (reason to ignore it, None) when it equals the
+    target's head, else (None, a refusal naming the fix). same/about: the comparison with the target's head
+    and where that head was read (or why it could not be)."""
+    if same:
+        return f"equals the target's lm_head ({about}), which SGLang uses (draft_vocab_size null)", None
+    detail = f"it differs from the target's ({about})" if same is False else \
+        f"whether it equals the target's head cannot be told: {about}"
+    return None, Problem(E.HEAD_DISCARDED, f"{where}: {HEAD} {list(shape)} is in the checkpoint but config.json has "
+                                           f"draft_vocab_size null (untied): SGLang loads it, then replaces it with the "
+                                           f"target's lm_head at start-up (load_lm_head_from_target), so the trained head "
+                                           f"would be thrown away; {detail}. Fix: set \"draft_vocab_size\": {spec.vocab} "
+                                           f"(= vocab_size) in config.json so SGLang keeps it (python -m "
+                                           f"sglang_eagle3_ext.convert SRC DST does this), or delete {HEAD} if the draft "
+                                           f"was trained with the target's head", key=HEAD)
+
+
+def keep_trained_head(cfg: dict, spec: DraftSpec) -> str:
+    """convert's fix for trained_head: draft_vocab_size = vocab_size, so SGLang loads and keeps the checkpoint's
+    head (exactly the network trained; a head equal to the target's only costs its memory). Returns the reason."""
+    cfg["draft_vocab_size"] = spec.vocab
+    return (f"draft_vocab_size was null but the checkpoint holds a trained {HEAD} [{spec.vocab}, {spec.hidden}]: "
+            f"recorded draft_vocab_size={spec.vocab} so SGLang keeps it (null makes SGLang replace it with the "
+            f"target's lm_head at start-up)")
+
+
+def d2t_dtype_problem(dtype: str, where: str) -> Problem:
+    return Problem(E.D2T_RANGE, f"{where}: d2t is {dtype}; it must hold integer offsets (target_id - draft_id): "
+                                f"SGLang adds them to arange() and indexes the vocabulary with the result", key="d2t")
+
+
 def d2t_problems(d2t, spec: DraftSpec, where: str) -> list[Problem]:
-    """d2t[i] = target_id - i; every target id must lie in [0, vocab)."""
+    """d2t[i] = target_id - i; every target id must lie in [0, vocab). d2t: an array or a CPU tensor."""
     import numpy as np
 
-    d = np.asarray(d2t).astype(np.int64).reshape(-1)
+    if hasattr(d2t, "is_floating_point") and (d2t.is_floating_point() or d2t.is_complex()):
+        return [d2t_dtype_problem(str(d2t.dtype), where)]  # numpy has no bfloat16
+    d = np.asarray(d2t)
+    if d.dtype.kind not in "iu":
+        return [d2t_dtype_problem(str(d.dtype), where)]
+    d = d.astype(np.int64).reshape(-1)
     ids = d + np.arange(d.shape[0])
     bad = np.nonzero((ids < 0) | (ids >= spec.vocab))[0]
     if bad.size == 0:
@@ -290,45 +386,3 @@ def non_finite_problem(canon: str, n_bad: int, numel: int, where: str) -> Proble
     return Problem(E.NON_FINITE, f"{where}: {canon} has {n_bad} NaN/Inf values of {numel} — the draft was saved "
                                  f"before these weights were trained/loaded (speculators initialises lm_head/embeddings "
                                  f"to NaN until the verifier's are loaded)", key=canon)
-
-
-def declared_dtype(*cfgs: dict) -> str | None:
-    """The first torch_dtype/dtype that these configs declare, in order; None if none does."""
-    return next((c.get(k) for c in cfgs for k in ("torch_dtype", "dtype") if c.get(k)), None)
-
-
-def serving_dtype(declared: str | None) -> str:
-    """The dtype SGLang's `--dtype auto` gives a model whose config declares `declared`:
-    float32 (or none) becomes float16."""
-    d = str(declared or "float32").replace("torch.", "")
-    return "float16" if d == "float32" else d
-
-
-def target_problems(spec: DraftSpec, target_cfg: dict, where: str, draft_cfg: dict | None = None) -> list[Problem]:
-    """Draft vs target model config (hidden, vocab, layer indices, serving dtype)."""
-    t = language_config(target_cfg)
-    # a wrapper's text_config often leaves the dtype to the top level; declared nowhere: not judged here
-    t_declared = declared_dtype(t, target_cfg)
-    t_dtype = serving_dtype(t_declared)
-    d_declared = declared_dtype(draft_cfg) if draft_cfg is not None else None
-    P = []
-    if draft_cfg is not None and t_declared and serving_dtype(d_declared) != t_dtype:
-        P.append(Problem(E.DTYPE, f"{where}: SGLang would run the draft in {serving_dtype(d_declared)} (config "
-                                  f"torch_dtype={d_declared!r}; auto maps "
-                                  f"float32/none to float16) but the target in {t_dtype}: the first "
-                                  f"request fails with 'expected mat1 and mat2 to have the same dtype'. Fix: set "
-                                  f"torch_dtype to {t_dtype!r} in the draft config (`convert` writes the "
-                                  f"weights' dtype), or serve with an explicit --dtype"))
-    th, tv, tn = t.get("hidden_size"), t.get("vocab_size"), t.get("num_hidden_layers")
-    if isinstance(th, int) and th != spec.target_hidden:
-        P.append(Problem(E.TARGET_MISMATCH, f"{where}: draft expects target hidden size {spec.target_hidden} "
-                                            f"(target_hidden_size/hidden_size) but the target has hidden_size={th}: "
-                                            f"this draft was trained for another model"))
-    if isinstance(tv, int) and tv != spec.vocab:
-        P.append(Problem(E.TARGET_MISMATCH, f"{where}: draft vocab_size={spec.vocab} but the target has vocab_size={tv}"))
-    if isinstance(tn, int) and spec.hf_indices:
-        bad = [i for i in spec.hf_indices if not 0 <= i < tn]
-        if bad:
-            P.append(Problem(E.LAYER_INDEX, f"{where}: {HF_INDICES_FIELD}={list(spec.hf_indices)} but the target has "
-                                            f"{tn} layers; SGLang can capture HF hidden_states[0..{tn - 1}]"))
-    return P

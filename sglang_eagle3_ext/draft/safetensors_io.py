@@ -1,12 +1,11 @@
 """Header-only reading of .safetensors files: 8-byte little-endian length + JSON header + data.
 
 Fast on multi-GB drafts (reads a few KB per file) and needs neither torch nor SGLang; small
-tensors (d2t) and the opt-in value scan read their bytes through a memory map.
+tensors (d2t) and the value scan (`check`'s default) read their bytes through a memory map.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import struct
 from pathlib import Path
@@ -16,6 +15,7 @@ from .errors import BAD_FILE, NO_WEIGHTS, PICKLE_ONLY, Problem
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
                "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
+INT_DTYPES = {"I64", "I32", "I16", "I8", "U8", "U16", "U32", "U64"}
 _MAX_HEADER = 100 * 1024 * 1024
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
@@ -37,52 +37,75 @@ class TensorInfo:
         return n
 
 
+def _entry(name: str, meta, data_start: int, path: Path) -> tuple[TensorInfo | None, str | None]:
+    """One header entry as a TensorInfo, or what is wrong with it."""
+    if not isinstance(meta, dict) or not {"dtype", "shape", "data_offsets"} <= set(meta):
+        return None, f"header entry {name!r} is not an object with dtype, shape and data_offsets"
+    dtype, shape, offsets = meta["dtype"], meta["shape"], meta["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
+        return None, f"tensor {name} has dtype {dtype!r}, which safetensors does not know"
+    ints = lambda v: isinstance(v, list) and all(type(x) is int and x >= 0 for x in v)  # noqa: E731 - no bools
+    if not ints(shape):
+        return None, f"tensor {name} has shape {shape!r}; expected a list of integers >= 0"
+    if not (ints(offsets) and len(offsets) == 2):
+        return None, f"tensor {name} has data_offsets {offsets!r}; expected [begin, end], integers >= 0"
+    b, e = offsets
+    if b > e:
+        return None, f"tensor {name} has data_offsets [{b}, {e}] (begin after end)"
+    return TensorInfo(name, dtype, tuple(shape), path, data_start + b, data_start + e), None
+
+
+def _header_json(path: Path) -> tuple[dict | None, int, str | None]:
+    """(parsed header, data start, None) or (None, 0, what is wrong). A FIFO, special file or folder is refused by name
+    (reading one would block or mislead)."""
+    from ..boundary import BadInput, parse_json, regular_file
+
+    try:
+        size = regular_file(path, "safetensors file").stat().st_size
+        if size < 8:
+            return None, 0, f"only {size} bytes"
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > min(size - 8, _MAX_HEADER):
+                return None, 0, f"header length field says {n} bytes but the file has {size - 8} after it"
+            raw = f.read(n)
+        header = parse_json(raw, "", "header", expect=None)
+    except BadInput as e:
+        return None, 0, e.problem
+    except OSError as e:
+        return None, 0, f"cannot be read ({e.strerror or e})"
+    if not isinstance(header, dict):
+        return None, 0, "header is not a JSON object"
+    return header, 8 + n, None
+
+
 def read_header(path: Path) -> tuple[dict[str, TensorInfo], list[Problem]]:
     """Tensors described by the header, or a BAD_FILE problem saying what is wrong with the file."""
     path = Path(path)
-    size = path.stat().st_size
 
     def bad(why: str):
         return {}, [Problem(BAD_FILE, f"{path}: {why}; the file is truncated or not safetensors — "
                                       f"re-copy/re-download it or re-save the draft")]
 
-    if size < 8:
-        return bad(f"only {size} bytes")
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        if n > min(size - 8, _MAX_HEADER):
-            return bad(f"header length field says {n} bytes but the file has {size - 8} after it")
-        raw = f.read(n)
-    try:
-        header = json.loads(raw)
-    except ValueError as e:
-        return bad(f"header is not valid JSON ({e})")
-    if not isinstance(header, dict):
-        return bad("header is not a JSON object")
-    data_start = 8 + n
+    header, data_start, why = _header_json(path)
+    if header is None:
+        return bad(why)
+    size = path.stat().st_size
     out, problems = {}, []
     for name, meta in header.items():
         if name == "__metadata__":
             if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
                 return bad("__metadata__ must map strings to strings")
             continue
-        try:
-            dtype, shape, (b, e) = meta["dtype"], tuple(meta["shape"]), meta["data_offsets"]
-            if not all(isinstance(x, int) and x >= 0 for x in (*shape, b, e)):
-                raise ValueError
-        except (KeyError, TypeError, ValueError):
-            return bad(f"header entry {name!r} is malformed")
-        if dtype not in DTYPE_BYTES:
-            return bad(f"tensor {name} has dtype {dtype!r}, which safetensors does not know")
-        if b > e:
-            return bad(f"tensor {name} has data_offsets [{b}, {e}] (begin after end)")
-        info = TensorInfo(name, dtype, shape, path, data_start + b, data_start + e)
-        want = info.numel * DTYPE_BYTES[dtype]
-        if e - b != want:
-            problems.append(Problem(BAD_FILE, f"{path}: tensor {name} {dtype}{list(shape)} needs {want} bytes, "
-                                              f"header gives {e - b}", key=name))
-        if data_start + e > size:
-            return bad(f"tensor {name} ends at byte {data_start + e} but the file has {size} bytes")
+        info, why = _entry(name, meta, data_start, path)
+        if info is None:
+            return bad(why)
+        want = info.numel * DTYPE_BYTES[info.dtype]
+        if info.end - info.begin != want:
+            problems.append(Problem(BAD_FILE, f"{path}: tensor {name} {info.dtype}{list(info.shape)} needs {want} "
+                                              f"bytes, header gives {info.end - info.begin}", key=name))
+        if info.end > size:
+            return bad(f"tensor {name} ends at byte {info.end} but the file has {size} bytes")
         out[name] = info
     # safetensors' own rule (and SGLang's loader through it): the tensors tile the data exactly, in offset
     # order, from byte 0 to the end of the file -- no overlap, no gap, nothing after the last one.
@@ -100,19 +123,30 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], list[Problem]]:
     return out, problems
 
 
+def _index_files(d: Path, index: Path) -> tuple[list[Path], list[Problem]]:
+    """The shard files a model.safetensors.index.json names, each a plain file inside d."""
+    from ..boundary import BadInput, field, read_json_file
+
+    try:
+        wm = field(read_json_file(index, "safetensors index"), "weight_map", dict, str(index))
+        names = sorted(set(wm.values()))
+        for n in names:
+            if not isinstance(n, str) or not n or Path(n).name != n:
+                raise BadInput(f"{index}: 'weight_map'", f"names {n!r}; expected a file name in {d}")
+    except BadInput as e:
+        return [], [Problem(BAD_FILE, f"unreadable index: {e}")]
+    missing = [n for n in names if not (d / n).exists()]
+    if missing:
+        return [], [Problem(BAD_FILE, f"{index} lists {missing} which are not in {d}")]
+    return [d / n for n in names], []
+
+
 def weight_files(draft_dir: Path) -> tuple[list[Path], list[Problem]]:
     """The safetensors files of a checkpoint dir (index json first), or why there are none usable."""
     d = Path(draft_dir)
     index = d / "model.safetensors.index.json"
     if index.exists():
-        try:
-            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (ValueError, KeyError) as e:
-            return [], [Problem(BAD_FILE, f"{index}: unreadable index ({e})")]
-        missing = [n for n in names if not (d / n).exists()]
-        if missing:
-            return [], [Problem(BAD_FILE, f"{index} lists {missing} which are not in {d}")]
-        return [d / n for n in names], []
+        return _index_files(d, index)
     files = sorted(d.glob("*.safetensors"))
     if files:
         return files, []
@@ -152,15 +186,45 @@ def read_array(info: TensorInfo, start: int = 0, count: int | None = None):
     return arr
 
 
-def count_non_finite(info: TensorInfo, chunk: int = 1 << 24) -> int:
-    """Number of NaN/Inf elements, reading the file in chunks (bounded memory)."""
+def count_non_finite(info: TensorInfo, chunk: int = 1 << 24, progress=None) -> int:
+    """Number of NaN/Inf elements, reading the file in chunks (bounded memory); progress.add(bytes) per chunk."""
     import numpy as np
 
     bad = 0
     for s in range(0, info.numel, chunk):
-        a = read_array(info, s, min(chunk, info.numel - s))
+        n = min(chunk, info.numel - s)
+        a = read_array(info, s, n)
         bad += int(a.size - np.count_nonzero(np.isfinite(a)))
+        if progress is not None:
+            progress.add(n * DTYPE_BYTES[info.dtype])
     return bad
+
+
+def _flat_chunk(t, start: int, count: int):
+    """float64 numpy copy of elements [start, start+count) of a TensorInfo or a tensor."""
+    import numpy as np
+
+    if isinstance(t, TensorInfo):
+        return np.asarray(read_array(t, start, count), dtype=np.float64)
+    return t.detach().reshape(-1)[start:start + count].cpu().double().numpy()
+
+
+def values_equal(a, b: TensorInfo, chunk: int = 1 << 22) -> bool | None:
+    """Exact equality of two float tensors of one shape (a: TensorInfo or tensor), compared in float64 chunk by
+    chunk; None when a's dtype cannot be compared here."""
+    import numpy as np
+
+    if isinstance(a, TensorInfo) and a.dtype not in FLOAT_DTYPES:
+        return None
+    if not isinstance(a, TensorInfo) and not a.is_floating_point():
+        return None
+    if tuple(a.shape) != b.shape:
+        return False
+    for s in range(0, b.numel, chunk):
+        n = min(chunk, b.numel - s)
+        if not np.array_equal(_flat_chunk(a, s, n), _flat_chunk(b, s, n)):
+            return False
+    return True
 
 
 def file_size_mb(paths) -> float:

@@ -1,8 +1,10 @@
 """Before SGLang starts: run `check` on the EAGLE-3 draft the command names.
 
-Why in the launcher: an unconverted speculators checkpoint, a wrong K or a draft/target dtype mismatch
-otherwise surfaces minutes later inside a scheduler (or, historically, as accept length 1.00). The check
-reads safetensors headers only, so it costs milliseconds even on multi-GB drafts.
+Why in the launcher: an unconverted speculators checkpoint, a wrong K, a draft/target dtype mismatch or a NaN
+weight otherwise surfaces minutes later inside a scheduler (or, historically, as accept length 1.00). The check
+reads every weight once (the NaN/Inf scan the loader would refuse on), with a progress line when that takes
+long; SGLang then reads the same files, mostly from the page cache. scan_values=False: headers only, and the
+decision says "values not scanned".
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ class DraftCheckFailed(Exception):
 
 
 def precheck(algorithm: str | None, draft: str | None, target: str | None, version: str | None,
-             dtype: str | None = "auto") -> Decision | None:
+             dtype: str | None = "auto", scan_values: bool = True) -> Decision | None:
     """None when there is nothing to check; a Decision (kind check) when the draft is fine or cannot be
     checked here; raises DraftCheckFailed with the report when it would not serve correctly.
     dtype: SGLang's --dtype; an explicit one runs draft and target alike, so no dtype mismatch can arise."""
@@ -38,14 +40,17 @@ def precheck(algorithm: str | None, draft: str | None, target: str | None, versi
 
     from ..draft import errors as E
 
-    rep = check_draft(local, target=target if target and Path(target).is_dir() else None, sglang_version=version)
+    rep = check_draft(local, target=target if target and Path(target).is_dir() else None, sglang_version=version,
+                      scan_values=scan_values, progress=True)
     if (dtype or "auto") != "auto":
         rep.problems = [p for p in rep.problems if p.code != E.DTYPE]
     if rep.errors:
         raise DraftCheckFailed(rep.render())
     warn = [p for p in rep.problems if p.warning]
     where = f"{draft} ({note})" if hub_id else draft
+    values = (f"values scanned ({rep.scanned_bytes / 2**20:.1f} MiB, no NaN/Inf)" if rep.values_scanned
+              else "values not scanned")
     return Decision(NAME, "passed", f"{where}: SGLang builds {rep.draft_class}; {len(rep.loads)} tensors would load "
-                    f"for SGLang {rep.release}"
+                    f"for SGLang {rep.release}; {values}"
                     + (f"; {len(warn)} warning(s): " + "; ".join(map(str, warn)) if warn else ""), kind="check",
                     action="warn" if warn else "ok")

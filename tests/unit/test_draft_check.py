@@ -136,12 +136,13 @@ def test_malformed_variants_each_give_their_own_code(good, target, tmp_path):
     assert len(set(seen.values())) == len(MALFORMED) == 12
 
 
-def test_nan_needs_scan_values(good, tmp_path):
+def test_nan_found_by_default_and_headers_only_says_so(good, tmp_path):
     from sglang_eagle3_ext.draft.tiny_draft import make_variant
 
     _, d = make_variant(good, "nan_weight", tmp_path / "nan")
-    assert not check_draft(d, sglang_version="0.5.16").errors      # headers only: cannot see values
-    assert E.NON_FINITE in check_draft(d, sglang_version="0.5.16", scan_values=True).codes
+    assert E.NON_FINITE in check_draft(d, sglang_version="0.5.16").codes
+    fast = check_draft(d, sglang_version="0.5.16", scan_values=False)   # headers only: cannot see values
+    assert not fast.errors and "values not scanned" in fast.render()
 
 
 def test_check_cli_exit_codes(good, tmp_path):
