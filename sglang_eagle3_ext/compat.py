@@ -18,7 +18,8 @@ import re
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
+import zlib
+from pathlib import Path, PurePosixPath
 
 from . import envs
 from .patch_table import PATCHES
@@ -54,6 +55,8 @@ def download_wheel(version: str, dest: Path, python: str = sys.executable) -> Pa
     hit = find_wheel(version, [dest])
     if hit:
         return hit
+    print(f"compat: downloading the sglang {version} wheel (no dependencies) into {dest} ...", file=sys.stderr,
+          flush=True)
     cmd = [python, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
            "--only-binary=:all:", f"sglang=={version}", "-d", str(dest)]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -64,32 +67,56 @@ def download_wheel(version: str, dest: Path, python: str = sys.executable) -> Pa
     return hit
 
 
-def unpack_wheel(wheel: Path, dest: Path) -> Path:
+class BadWheel(ReleaseUnavailable):
+    pass
+
+
+def unpack_wheel(wheel: Path, dest: Path, flag: str = "wheel") -> Path:
     """Extract the wheel's Python sources (sglang/**/*.py) into dest; returns dest/'sglang'.
 
-    Reused when dest already holds a complete extraction (marker file)."""
+    Reused when dest already holds a complete extraction (marker file, written last). A wheel that is not a
+    readable zip holding sglang/ is refused naming it (BadWheel); a partial extraction is never marked."""
     marker = dest / ".sge3_unpacked"
-    if not marker.exists():
-        dest.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(wheel) as z:
-            for name in z.namelist():
-                if name.startswith("sglang/") and name.endswith(".py"):
-                    z.extract(name, dest)
-        marker.write_text(wheel.name + "\n")
+    if marker.exists():
+        return dest / "sglang"
+    fix = (f"{flag} {wheel}: not a usable SGLang wheel ({{}}); delete it and download it again "
+           f"(`pip download --no-deps sglang==VERSION`, or compat --download)")
+    try:
+        sources = _read_sources(wheel)   # every member read (CRC checked) before anything is written
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, NotImplementedError, ValueError) as e:
+        raise BadWheel(fix.format(f"{type(e).__name__}: {e}")) from None
+    except OSError as e:
+        raise BadWheel(fix.format(e.strerror or e)) from None
+    bad = [n for n in sources if n.startswith("/") or ".." in PurePosixPath(n).parts]
+    if bad or not any(n.startswith("sglang/srt/") for n in sources):
+        raise BadWheel(fix.format(f"unsafe member path {bad[0]!r}" if bad else "no sglang/srt/ sources inside"))
+    for name, data in sources.items():
+        out = dest / name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+    marker.write_text(wheel.name + "\n")
     return dest / "sglang"
+
+
+def _read_sources(wheel: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(wheel) as z:
+        return {n: z.read(n) for n in z.namelist() if n.startswith("sglang/") and n.endswith(".py")}
 
 
 def source_for(version: str, *, download: bool = False, wheel_dirs=()) -> Path:
     """The `sglang/` source dir of a named release, from a local wheel or (download=True) PyPI."""
     cache = cache_dir()
-    wheel = find_wheel(version, [*wheel_dirs, cache / "wheels"])
+    wheel = find_wheel(version, wheel_dirs)
+    flag = "--wheel-dir wheel"
+    if wheel is None:
+        wheel, flag = find_wheel(version, [cache / "wheels"]), "cached wheel"
     if wheel is None:
         if not download:
             raise ReleaseUnavailable(
                 f"no wheel for sglang {version} in {', '.join(str(d) for d in [*wheel_dirs, cache / 'wheels'])}; "
                 f"add --download to fetch it (no dependencies) or --source DIR for an unpacked tree")
-        wheel = download_wheel(version, cache / "wheels")
-    return unpack_wheel(wheel, cache / "src" / wheel.stem)
+        wheel, flag = download_wheel(version, cache / "wheels"), "downloaded wheel"
+    return unpack_wheel(wheel, cache / "src" / wheel.stem, flag)
 
 
 def sglang_dir(path: Path) -> Path:
@@ -223,7 +250,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.compat", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sglang", metavar="VERSION", help="check this release (default: the installed one)")
     ap.add_argument("--download", action="store_true", help="download the release's wheel (no deps) if not cached")
-    ap.add_argument("--source", metavar="DIR", help="an unpacked SGLang tree (DIR/sglang or the sglang dir)")
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--source", metavar="DIR", help="an unpacked SGLang tree (DIR/sglang or the sglang dir)")
+    src.add_argument("--wheel", metavar="FILE", help="this SGLang wheel file (its version from the file name)")
     ap.add_argument("--wheel-dir", action="append", default=[], metavar="DIR",
                     help=f"also look for sglang-VERSION-*.whl here (cache: ${CACHE_ENV} or ~/.cache/sglang_eagle3_ext)")
     from . import cli_common
@@ -231,18 +260,8 @@ def main(argv=None) -> int:
     cli_common.add_json_out(ap, "the report")
     a = cli_common.finish(ap, "compat").parse_args(argv)
     try:
-        if a.source:
-            root = Path(a.source)
-        elif a.sglang:
-            root = source_for(a.sglang, download=a.download, wheel_dirs=a.wheel_dir)
-        else:
-            from .versions import _sglang_root, installed_version
-
-            root = _sglang_root()
-            if root is None:
-                raise ReleaseUnavailable("sglang is not installed here; name a release with --sglang VERSION [--download]")
-            a.sglang = installed_version()
-        rep = check_source(root, a.sglang)
+        _check_local_inputs(a)   # before any download: a typo must not cost a network wait
+        rep = check_source(_release_root(a), a.sglang)
     except ReleaseUnavailable as e:
         print(f"{cli_common.prog('compat')}: error: {e}", file=sys.stderr)
         return cli_common.EXIT_BAD_INPUT
@@ -251,6 +270,50 @@ def main(argv=None) -> int:
     if a.json != "-":
         print(format_report(rep))
     return 0 if rep.supported else 1
+
+
+def _check_local_inputs(a) -> None:
+    from .boundary import BadInput, regular_file
+
+    if a.sglang is not None and (not parse(a.sglang) or "/" in a.sglang or a.sglang != a.sglang.strip()):
+        raise ReleaseUnavailable(f"--sglang {a.sglang!r}: not a release number (e.g. 0.5.16)")
+    for d in a.wheel_dir:
+        if not Path(d).is_dir():
+            raise ReleaseUnavailable(f"--wheel-dir {d}: no such folder")
+    if a.source is not None and not Path(a.source).is_dir():
+        raise ReleaseUnavailable(f"--source {a.source}: no such folder")
+    if a.wheel is not None:
+        try:
+            regular_file(a.wheel, "wheel")
+        except BadInput as e:
+            raise ReleaseUnavailable(f"--wheel {e}") from None
+    if a.json not in (None, "-") and not Path(a.json).resolve().parent.is_dir():
+        raise ReleaseUnavailable(f"--json {a.json}: its folder does not exist")
+
+
+def _release_root(a) -> Path:
+    if a.source:
+        return Path(a.source)
+    if a.wheel:
+        wheel = Path(a.wheel)
+        m = re.match(r"sglang-([^-]+)-", wheel.name)
+        a.sglang = a.sglang or (m.group(1) if m else None)
+        return unpack_wheel(wheel, cache_dir() / "src" / f"{wheel.stem}-{_digest(wheel)}", "--wheel")
+    if a.sglang:
+        return source_for(a.sglang, download=a.download, wheel_dirs=a.wheel_dir)
+    from .versions import _sglang_root, installed_version
+
+    root = _sglang_root()
+    if root is None:
+        raise ReleaseUnavailable("sglang is not installed here; name a release with --sglang VERSION [--download]")
+    a.sglang = installed_version()
+    return root
+
+
+def _digest(path: Path) -> str:
+    """Size and mtime: a re-downloaded wheel under the same name is unpacked afresh."""
+    st = path.stat()
+    return f"{st.st_size:x}{int(st.st_mtime):x}"
 
 
 if __name__ == "__main__":

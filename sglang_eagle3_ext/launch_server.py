@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import shlex
 import sys
@@ -38,7 +39,10 @@ def our_parser() -> argparse.ArgumentParser:
                    help="auto (default): from the detected topology; pcie/nvlink: force; off: set nothing")
     p.add_argument("--preflight", action="store_true",
                    help="all-reduce check across the TP group's GPUs before starting SGLang")
-    p.add_argument("--preflight-timeout", type=float, default=120.0, metavar="S",
+    p.add_argument("--loopback-only", action="store_true",
+                   help="single node: NCCL/gloo bootstrap on lo and IB off (breaks cross-node groups such as RLHF "
+                        "weight sync; preset key loopback_only)")
+    p.add_argument("--preflight-timeout", type=_seconds, default=120.0, metavar="S",
                    help="seconds per preflight attempt (default 120; a hang is retried once with NCCL_P2P_DISABLE=1)")
     p.add_argument("--dry-run", action="store_true",
                    help="print topology, decisions and the SGLang command; start nothing (works without GPUs)")
@@ -50,6 +54,16 @@ def our_parser() -> argparse.ArgumentParser:
     from . import cli_common
 
     return cli_common.finish(p, "launch")
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return v
 
 
 class LaunchError(SystemExit):
@@ -154,6 +168,7 @@ def build_plan(ours: argparse.Namespace, rest: list[str], env=None) -> Plan:
     try:
         if preset and fields is not None:
             presets.validate(preset, fields, version)
+            presets.check_values(preset, parser)
         elif preset:
             presets.validate(dataclasses.replace(preset, server_args={}), [], version or "?")
     except presets.PresetError as e:
@@ -162,7 +177,7 @@ def build_plan(ours: argparse.Namespace, rest: list[str], env=None) -> Plan:
     user = presets.user_dests(parser, rest) if parser else _crude_dests(rest)
     try:
         from_preset = presets.to_cli_args({k: v for k, v in preset_args.items() if k not in user}, parser,
-                                          where=f"preset {preset.name}" if preset else "preset")
+                                          where=preset.where if preset else "preset")
     except presets.PresetError as e:
         raise LaunchError(str(e)) from None
     try:
@@ -170,21 +185,16 @@ def build_plan(ours: argparse.Namespace, rest: list[str], env=None) -> Plan:
     except presets.PresetError as e:
         raise LaunchError(str(e)) from None
     ns = presets.quiet_parse(parser, args) if parser else None
-    tp = int(_value(ns, preset_args, rest, "tp_size", 1) or 1)
-    nnodes = int(_value(ns, preset_args, rest, "nnodes", 1) or 1)
-    base_gpu = int(_value(ns, preset_args, rest, "base_gpu_id", 0) or 0)
+    count = _Counts(ns, preset, rest, parser, user)
+    tp, nnodes, base_gpu = count("tp_size", 1, 1), count("nnodes", 1, 1), count("base_gpu_id", 0, 0)
+    loopback = bool(ours.loopback_only or ext.get("loopback_only"))
+    if loopback and nnodes > 1:
+        raise LaunchError(f"--loopback-only{' (preset loopback_only)' if not ours.loopback_only else ''} with "
+                          f"{count.name('nnodes')} {nnodes}: loopback cannot reach the other nodes; drop one of them")
 
-    if ours.topology_file:
-        try:
-            full = topology.Topology.load(ours.topology_file)
-        except (OSError, ValueError, TypeError) as e:
-            raise LaunchError(f"--topology-file {ours.topology_file}: {e}") from None
-    else:
-        full = topology.detect()
+    full = _topology(ours.topology_file)
     group = topology.group_of(full, tp, base_gpu, env) if full.gpus else full
     profile = ours.nccl_profile or ext.get("nccl_profile") or "auto"
-    if profile not in nccl.PROFILES:
-        raise LaunchError(f"nccl_profile {profile!r} in preset: choose one of {', '.join(nccl.PROFILES)}")
 
     decisions = [nccl.env_decision(env, ENV_ENABLE, "1", "our patches in every SGLang process (the installed .pth)")]
     dump_env = presets.ext_env(ext, base_dir=None)
@@ -198,7 +208,7 @@ def build_plan(ours: argparse.Namespace, rest: list[str], env=None) -> Plan:
     user_flags = set(user) | set(preset_args)
     enabled = {d for d in user_flags if (getattr(ns, d, None) if ns is not None else preset_args.get(d, True))}
     decisions += nccl.decide(group, profile=profile, tp_size=tp, nnodes=nnodes, env=env, user_flags=user_flags,
-                             available_flags=available, enabled_flags=enabled)
+                             available_flags=available, enabled_flags=enabled, loopback_only=loopback)
     if not ours.skip_draft_check:
         decisions += _draft_precheck(ns, preset_args, rest, version)
     env_updates = {d.name: d.value for d in decisions if d.kind == "env" and d.applies}
@@ -212,6 +222,57 @@ def build_plan(ours: argparse.Namespace, rest: list[str], env=None) -> Plan:
     dump_dir = env.get(presets.ENV_DUMP_DIR) or env_updates.get(presets.ENV_DUMP_DIR)
     return Plan(args, env_updates, decisions, group, tp, profile, preset_note, model_note, sglang_note,
                 tiny_dir=tiny_dir, dump_dir=dump_dir)
+
+
+def _topology(path: str | None) -> Topology:
+    from .boundary import BadInput
+    from .launch import topology
+
+    if not path:
+        return topology.detect()
+    try:
+        return topology.Topology.load(path)
+    except BadInput as e:   # names the file and the key
+        raise LaunchError(f"--topology-file {e}") from None
+
+
+class _Counts:
+    """Whole-number settings (TP size, nodes, first GPU) read once, checked, and named as the user gave them:
+    the flag typed (`--tp`, an abbreviation SGLang accepts) or the preset file and key."""
+
+    def __init__(self, ns, preset, rest: list[str], parser, user_dests: set[str]):
+        self.ns, self.preset, self.rest, self.parser, self.user = ns, preset, rest, parser, user_dests
+        self.preset_args = preset.server_args if preset else {}
+
+    def __call__(self, dest: str, default: int, minimum: int) -> int:
+        value = _value(self.ns, self.preset_args, self.rest, dest, default)
+        value = default if value is None else value
+        try:
+            n = int(value) if not isinstance(value, (bool, float)) else None
+        except (TypeError, ValueError):
+            n = None
+        if n is None or n < minimum:
+            raise LaunchError(f"{self.name(dest)}: expected a whole number >= {minimum}, got {value!r}")
+        return n
+
+    def name(self, dest: str) -> str:
+        if dest not in self.user and dest in self.preset_args:
+            return f"{self.preset.where}: key {dest!r}"
+        typed = None
+        for tok in self.rest:
+            opt = tok.split("=", 1)[0] if tok.startswith("--") else None
+            if opt and self._dest_of(opt) == dest:
+                typed = opt
+        return typed or "--" + dest.replace("_", "-")
+
+    def _dest_of(self, opt: str) -> str | None:
+        if self.parser is None:
+            return opt[2:].replace("-", "_")
+        known = self.parser._option_string_actions
+        if opt in known:
+            return known[opt].dest
+        dests = {a.dest for s, a in known.items() if s.startswith(opt)}   # argparse's abbreviations
+        return dests.pop() if len(dests) == 1 else None
 
 
 def _draft_precheck(ns, preset_args: dict, rest: list[str], version: str | None) -> list[nccl.Decision]:
@@ -254,6 +315,8 @@ def _run_preflight(plan: Plan, ours, child_env: dict) -> None:
               file=sys.stderr)
         return
     hints = [msg for _, msg in nccl.host_warnings(plan.topology)]
+    print(f"preflight: all-reduce across {n} GPUs, up to {ours.preflight_timeout:.0f}s per attempt ...",
+          file=sys.stderr, flush=True)
     res = preflight.run_preflight(n, env=child_env, timeout=ours.preflight_timeout, host_hints=hints)
     print(res.report(), file=sys.stderr)
     if not res.ok:

@@ -1,8 +1,10 @@
 """Pieces of `python -m sglang_eagle3_ext.launch_server`.
 
-topology: what the GPUs can do to each other (NVML, no CUDA context), JSON round-trip.
-nccl:     Decisions (env vars / SGLang args, each with its reason) from a topology.
-presets:  server_configs/*.yaml -> validated SGLang arguments + our own env settings.
+topology: what the GPUs can do to each other (NVML, no CUDA context), JSON round-trip
+          (topology_schema: what a topology file must hold, checked field by field).
+nccl:     Decisions (env vars / SGLang args, each with its reason) from a topology; NCCL_PROTO read as NCCL reads it.
+presets:  server_configs/*.yaml -> validated SGLang arguments + our own env settings
+          (preset_schema: no duplicate keys, every value checked against SGLang's flag or envs.py).
 preflight: an all-reduce check across the TP group before SGLang starts.
 
 Nothing heavy is imported here.

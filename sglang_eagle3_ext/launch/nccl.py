@@ -7,6 +7,7 @@ NCCL's guide lists most tuning variables as debugging aids, so everything else s
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Iterable, Mapping
 
 from .. import envs
@@ -84,10 +85,12 @@ class _Builder:
 
 def decide(topo: Topology, *, profile: str = "auto", tp_size: int = 1, nnodes: int = 1,
            env: Mapping[str, str] | None = None, user_flags: Iterable[str] = (),
-           available_flags: set[str] | None = None, enabled_flags: Iterable[str] | None = None) -> list[Decision]:
+           available_flags: set[str] | None = None, enabled_flags: Iterable[str] | None = None,
+           loopback_only: bool = False) -> list[Decision]:
     """Decisions for one SGLang launch. `topo` is the TP group's topology; `user_flags` are the
     ServerArgs dests the user or preset set (never overridden), `enabled_flags` those of them that are
-    on (default: all of them); `available_flags` the dests this SGLang knows (None: all)."""
+    on (default: all of them); `available_flags` the dests this SGLang knows (None: all);
+    `loopback_only`: pin a single-node launch's bootstrap to `lo` and skip IB (asked for, never automatic)."""
     if profile not in PROFILES:
         raise ValueError(f"--nccl-profile {profile!r}: choose one of {', '.join(PROFILES)}")
     env = envs.environ() if env is None else env
@@ -95,18 +98,17 @@ def decide(topo: Topology, *, profile: str = "auto", tp_size: int = 1, nnodes: i
     b.enabled = set(b.user_flags if enabled_flags is None else enabled_flags)
     for name, msg in host_warnings(topo):
         b.warn(name, msg)
+    if loopback_only and nnodes > 1:
+        raise ValueError(f"--loopback-only with --nnodes {nnodes}: loopback cannot reach the other nodes")
+    _loopback(b, nnodes, loopback_only)  # an explicit request: honoured under every profile
     if profile == "off":
+        _proto(b, topo.classify(), "", quiet=True)
         b.out.append(Decision("(nccl profile)", "off", "--nccl-profile off: no NCCL settings made", kind="check",
                               action="unset"))
         return b.out
     cls = effective_class(topo, profile)
     forced = f" (forced by --nccl-profile {profile})" if profile != "auto" else ""
-    single_node = nnodes <= 1
 
-    if single_node:
-        b.env_var("NCCL_IB_DISABLE", "1", "single node: skip IB/RoCE probing")
-        b.env_var("NCCL_SOCKET_IFNAME", "lo", "single node: bootstrap on loopback, not docker/VPN interfaces")
-        b.env_var("GLOO_SOCKET_IFNAME", "lo", "single node: gloo (CPU groups) on loopback too")
     if cls == TopologyClass.NVLINK and topo.nvswitch:
         b.leave("NCCL_NVLS_ENABLE", "NVSwitch present: NCCL decides about NVLS")
     else:
@@ -114,7 +116,9 @@ def decide(topo: Topology, *, profile: str = "auto", tp_size: int = 1, nnodes: i
 
     if cls.is_pcie:
         _pcie(b, cls, topo, tp_size, forced, available_flags)
-    elif cls == TopologyClass.NO_GPU and tp_size > 1:
+    else:
+        _proto(b, cls, forced)
+    if cls == TopologyClass.NO_GPU and tp_size > 1:
         b.warn("topology", f"unknown ({topo.note or 'no GPUs seen'}): no P2P/custom all-reduce decisions; "
                            f"pass --nccl-profile pcie|nvlink or --topology-file to choose")
     b.leave("NCCL_CUMEM_ENABLE", "SGLang sets it itself")
@@ -129,12 +133,7 @@ def _pcie(b: _Builder, cls: TopologyClass, topo: Topology, tp_size: int, forced:
     b.leave("NCCL_P2P_DISABLE", "1 only as fallback after a failed/hung preflight (IOMMU/ACS)")
     b.leave("NCCL_P2P_LEVEL", "NCCL's default (P2P below the CPU, SHM through it at 3+ GPUs); "
                               "SYS only as an opt-in after a preflight")
-    proto = b.env.get("NCCL_PROTO", "")
-    if "LL128" in proto.upper() and not proto.startswith("^"):
-        b.warn("NCCL_PROTO", f"user set NCCL_PROTO={proto}: LL128 off NVLink can corrupt data; kept as asked, "
-                             f"but unset it unless you know why")
-    else:
-        b.leave("NCCL_PROTO", "never LL128 off NVLink (data corruption); NCCL's default otherwise")
+    _proto(b, cls, forced)
     if tp_size > 2 or (cls == TopologyClass.NO_P2P and tp_size > 1):
         why = ("no P2P: custom all-reduce needs it" if cls == TopologyClass.NO_P2P
                else f"{tp_size} GPUs over PCIe ({where}): NCCL beats the custom all-reduce")
@@ -150,6 +149,83 @@ def _pcie(b: _Builder, cls: TopologyClass, topo: Topology, tp_size: int, forced:
                        ("--enable-flashinfer-allreduce-fusion", "enable_flashinfer_allreduce_fusion")):
         if dest in b.enabled and cls.is_pcie:
             b.warn(flag, f"passed on a PCIe machine ({where}): keep it off unless a benchmark says otherwise")
+
+
+LOOPBACK_WHY = ("a single-node server still opens cross-node groups (RLHF weight sync through "
+                "init_weights_update_group)")
+
+
+def _loopback(b: _Builder, nnodes: int, asked: bool) -> None:
+    if nnodes > 1:
+        return
+    if not asked:
+        b.out.append(Decision("(loopback-only)", "off", "NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, NCCL_IB_DISABLE left "
+                              f"to NCCL and you: {LOOPBACK_WHY}; --loopback-only (preset loopback_only: true) pins "
+                              f"them to lo, IB off", kind="check", action="unset"))
+        return
+    asked_by = "--loopback-only / loopback_only"
+    b.env_var("NCCL_IB_DISABLE", "1", f"{asked_by}: single node, skip IB/RoCE probing")
+    b.env_var("NCCL_SOCKET_IFNAME", "lo", f"{asked_by}: NCCL bootstrap on loopback, not docker/VPN interfaces")
+    b.env_var("GLOO_SOCKET_IFNAME", "lo", f"{asked_by}: gloo (CPU groups) on loopback too")
+
+
+# NCCL's names (src/init.cc ncclFuncStr / ncclProtoStr), matched case-insensitively as NCCL does
+NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
+NCCL_FUNCTIONS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
+
+
+def _strtok(text: str, delims: str) -> list[tuple[int, str]]:
+    """C strtok_r: the non-empty pieces between delimiters, each with its offset."""
+    return [(m.start(), m.group()) for m in re.finditer(f"[^{re.escape(delims)}]+", text)]
+
+
+def nccl_proto_enabled(value: str) -> dict[str, dict[str, str]]:
+    """NCCL_PROTO as NCCL >= 2.24 reads it (src/graph/tuning.cc parseList): `[^]P,P;FUNC:[^]P,...`; `^` means
+    every protocol except those listed. -> function -> protocol -> on | off | auto (LL128's default: NCCL turns
+    it on only where it was tested safe, i.e. NVLink). ValueError where NCCL refuses the value at start-up."""
+    state = {f: {p: "auto" if p == "LL128" else "on" for p in NCCL_PROTOCOLS} for f in NCCL_FUNCTIONS}
+    for pos, entry in _strtok(value, ";"):
+        parts = _strtok(entry, ":")
+        if not parts:
+            raise ValueError(f"entry {entry!r} names nothing")
+        if len(parts) == 1 and pos != 0:
+            raise ValueError(f"entry {entry!r}: every entry after the first needs a FUNCTION: prefix")
+        prefix, elems = (None, parts[0][1]) if len(parts) == 1 else (parts[0][1], parts[1][1])
+        negate = elems.startswith("^")
+        funcs = [f for f in NCCL_FUNCTIONS if prefix is None or f.lower() == prefix.lower()]
+        if not funcs:
+            raise ValueError(f"unknown function {prefix!r} (one of {', '.join(NCCL_FUNCTIONS)})")
+        listed = set()
+        for _, tok in _strtok(elems[1:] if negate else elems, ","):
+            hit = [p for p in NCCL_PROTOCOLS if p.lower() == tok.lower()]
+            if not hit:
+                raise ValueError(f"unknown protocol {tok!r} (one of {', '.join(NCCL_PROTOCOLS)})")
+            listed.add(hit[0])
+        for f in funcs:
+            state[f] = {p: "on" if (p in listed) != negate else "off" for p in NCCL_PROTOCOLS}
+    return state
+
+
+def _proto(b: _Builder, cls: TopologyClass, forced: str, quiet: bool = False) -> None:
+    """The user's NCCL_PROTO judged by the protocols it actually enables (never changed: theirs to keep)."""
+    value = b.env.get("NCCL_PROTO")
+    try:
+        on = [f for f, st in nccl_proto_enabled(value or "").items() if st["LL128"] == "on"]
+    except ValueError as e:
+        b.out.append(Decision("NCCL_PROTO", value, f"user set NCCL_PROTO={value}: NCCL (>= 2.24) will refuse it at "
+                                                   f"start-up ({e}); fix or unset it", kind="check", action="warn"))
+        return
+    funcs = "every collective" if len(on) == len(NCCL_FUNCTIONS) else ", ".join(on)
+    if on and cls != TopologyClass.NVLINK:
+        b.out.append(Decision("NCCL_PROTO", value, f"user set NCCL_PROTO={value}: this turns LL128 on ({funcs}), and "
+                                                   f"LL128 off NVLink can corrupt data ({cls.value}{forced}); kept as "
+                                                   f"asked, but unset it unless you know why", kind="check",
+                              action="warn"))
+    elif on:
+        b.out.append(Decision("NCCL_PROTO", value, f"user set it: LL128 forced on ({funcs}), past NCCL's own "
+                                                   f"per-GPU LL128 check", action="user"))
+    elif cls.is_pcie and not quiet:
+        b.leave("NCCL_PROTO", "never LL128 off NVLink (data corruption); NCCL's default otherwise")
 
 
 def host_warnings(topo: Topology) -> list[tuple[str, str]]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import signal
 import socket
@@ -277,20 +278,37 @@ def _failure_message(first: Attempt, second: Attempt | None, hints: list[str], w
     return " ".join(parts)
 
 
+def _at_least(minimum: float, kind):
+    """argparse type: a finite `kind` >= minimum (a zero rank count or NaN timeout must not start anything)."""
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or not math.isfinite(v) or v < minimum:
+            raise argparse.ArgumentTypeError(f"expected {kind.__name__} >= {minimum}, got {text!r}")
+        return v
+    return parse
+
+
+def _sizes(text: str) -> list[int]:
+    return [_at_least(1, int)(t) for t in text.split(",")]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["worker"]:
         return _worker_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.launch.preflight",
                                  description="All-reduce check across N local GPUs (or CPU ranks with gloo)")
-    ap.add_argument("--nprocs", type=int, required=True)
+    ap.add_argument("--nprocs", type=_at_least(1, int), required=True)
     ap.add_argument("--backend", default="nccl", choices=("nccl", "gloo"))
-    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per attempt")
-    ap.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="bytes, comma-separated")
-    ap.add_argument("--base-gpu-id", type=int, default=0)
+    ap.add_argument("--timeout", type=_at_least(1e-3, float), default=DEFAULT_TIMEOUT, help="seconds per attempt")
+    ap.add_argument("--sizes", type=_sizes, default=",".join(map(str, DEFAULT_SIZES)), help="bytes, comma-separated")
+    ap.add_argument("--base-gpu-id", type=_at_least(0, int), default=0)
     ap.add_argument("--no-retry", action="store_true")
     a = ap.parse_args(argv)
-    res = run_preflight(a.nprocs, timeout=a.timeout, backend=a.backend, sizes=[int(s) for s in a.sizes.split(",")],
+    res = run_preflight(a.nprocs, timeout=a.timeout, backend=a.backend, sizes=a.sizes,
                         base_gpu_id=a.base_gpu_id, retry=not a.no_retry)
     print(res.report())
     return 0 if res.ok else 1

@@ -8,31 +8,28 @@
 
 The flat part is also what SGLang's own `--config` reads, so SGLang config files work as presets.
 Keys are checked against the installed SGLang's ServerArgs (unknown -> error with the nearest
-name); values become command-line arguments through SGLang's own parser, so the command line
-(which comes after) overrides them.
+name), each value against that field's own flag (type, list or not, choices) and our section's values
+against envs.py; a key given twice is refused (preset_schema.py). Values become command-line arguments
+through SGLang's own parser, so the command line (which comes after) overrides them.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import difflib
-import json
 import os
 import sys
 from pathlib import Path
 
 from .. import envs
+from ..boundary import BadInput, read_text_file
+from .preset_schema import (EXT_KEYS, EXT_SECTION, PresetError, as_text, check_keys, check_server_value,  # noqa: F401
+                            check_shape, ext_text, unique_key_loader)
 
 ENV_DUMP_DIR = envs.DUMP_DIR
-EXT_SECTION = "eagle3_ext"
-# eagle3_ext key -> env var ("" = consumed by the launcher itself); declared once, in envs.py
-EXT_KEYS = {**envs.preset_keys(), "nccl_profile": ""}
 BUILTIN_PREFIX = "builtin:"
 BUILTIN_MODELS = ("tiny-deepseek-v3", "tiny-kimi-k25")   # made by tiny.ensure_builtin
-
-
-class PresetError(ValueError):
-    pass
+MAX_PRESET_BYTES = 1 << 20
 
 
 @dataclasses.dataclass
@@ -41,6 +38,12 @@ class Preset:
     path: Path
     server_args: dict       # ServerArgs field -> value
     ext: dict               # our eagle3_ext section
+    by_name: bool = True    # given as --preset NAME (else --config FILE)
+
+    @property
+    def where(self) -> str:
+        """How the user named it, for messages."""
+        return f"--preset {self.name} ({self.path})" if self.by_name else f"--config {self.path}"
 
 
 def preset_dirs() -> list[Path]:
@@ -66,26 +69,48 @@ def find_preset(name: str) -> Path:
 
 
 def load(name: str | None = None, path: str | os.PathLike | None = None) -> Preset:
+    """Read and check a preset file: structure, keys, value shapes, our section's values (ServerArgs values
+    are checked against SGLang's parser by `check_values`)."""
+    p = Path(path) if path else find_preset(name)
+    where = f"--preset {name} ({p})" if not path else f"--config {p}"
+    data = _read_yaml(p, where)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PresetError(f"{where}: top level must be a mapping of ServerArgs fields")
+    check_keys(data, where)
+    ext = data.pop(EXT_SECTION, None)
+    ext = {} if ext is None else ext
+    if not isinstance(ext, dict):
+        raise PresetError(f"{where}: `{EXT_SECTION}:` must be a mapping, got {type(ext).__name__} {ext!r:.40}")
+    check_keys(ext, f"{where}: {EXT_SECTION}")
+    args: dict = {}
+    for key, value in data.items():
+        dest = key.replace("-", "_")
+        if dest in args:
+            raise PresetError(f"{where}: {key!r} and {dest!r} name the same field; keep one")
+        args[dest] = check_shape(value, f"{where}: key {key!r}")
+    for key, value in ext.items():
+        if key in EXT_KEYS and value is not None:   # unknown keys: validate() names the nearest one
+            ext_text(key, value, f"{where}: {EXT_SECTION}.{key}")
+    return Preset(name=name or p.stem, path=p, server_args=args, ext=dict(ext), by_name=not path)
+
+
+def _read_yaml(p: Path, where: str):
     import yaml
 
-    p = Path(path) if path else find_preset(name)
     try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except FileNotFoundError:
-        raise PresetError(f"config file {p} not found") from None
+        text = read_text_file(p, "config file", max_bytes=MAX_PRESET_BYTES)
+    except BadInput as e:
+        raise PresetError(f"{where}: cannot be read ({e.problem})") from None
+    try:
+        return yaml.load(text, Loader=unique_key_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:   # one line: where, and yaml's own reason
         mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise PresetError(f"config file {p}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise PresetError(f"config file {p}: cannot be read ({e.strerror if isinstance(e, OSError) else e})") from None
-    if not isinstance(data, dict):
-        raise PresetError(f"config file {p}: top level must be a mapping of ServerArgs fields")
-    ext = data.pop(EXT_SECTION, None) or {}
-    if not isinstance(ext, dict):
-        raise PresetError(f"config file {p}: `{EXT_SECTION}:` must be a mapping")
-    args = {str(k).replace("-", "_"): v for k, v in data.items()}
-    return Preset(name=name or p.stem, path=p, server_args=args, ext=dict(ext))
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise PresetError(f"{where}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
+    except (ValueError, TypeError, OverflowError, RecursionError) as e:  # a tag's constructor (e.g. `!!int x`)
+        raise PresetError(f"{where}: not valid YAML: {type(e).__name__}: {e}") from None
 
 
 def _unknown(kind: str, key: str, valid, where: str) -> PresetError:
@@ -96,7 +121,7 @@ def _unknown(kind: str, key: str, valid, where: str) -> PresetError:
 
 def validate(preset: Preset, field_names, sglang_version: str = "?") -> None:
     """Every key must be a ServerArgs field of the installed SGLang (and our section keys ours)."""
-    where = f"preset {preset.name} ({preset.path})"
+    where = preset.where
     fields = set(field_names)
     for key in preset.server_args:
         if key not in fields:
@@ -104,6 +129,18 @@ def validate(preset: Preset, field_names, sglang_version: str = "?") -> None:
     for key in preset.ext:
         if key not in EXT_KEYS:
             raise _unknown(f"`{EXT_SECTION}:` key", key, EXT_KEYS, where)
+
+
+def check_values(preset: Preset, parser: argparse.ArgumentParser) -> None:
+    """Every ServerArgs value is what SGLang's own flag accepts (type, list or not, choices), named by file and key."""
+    where = preset.where
+    for dest, value in preset.server_args.items():
+        a = _action_for(parser, dest)
+        if value is None or a is None:   # no flag: to_cli_args says so
+            continue
+        flag = "--" + dest.replace("_", "-")
+        check_server_value(a, value, f"{where}: key {dest!r}", flag if flag in a.option_strings else
+                           a.option_strings[0])
 
 
 def server_args_fields():
@@ -164,12 +201,7 @@ def to_cli_args(server_args: dict, parser: argparse.ArgumentParser | None, where
     return out
 
 
-def _str(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, dict):
-        return json.dumps(v)
-    return str(v)
+_str = as_text
 
 
 def quiet_parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
@@ -206,17 +238,10 @@ def ext_env(ext: dict, base_dir: Path | None = None) -> dict[str, str]:
     for key, var in EXT_KEYS.items():
         if not var or ext.get(key) is None:
             continue
-        v = ext[key]
+        v = ext_text(key, ext[key], f"{EXT_SECTION}.{key}")
         if key == "dump_dir":
-            v = str((Path(base_dir or Path.cwd()) / os.path.expanduser(str(v))).resolve())
-        elif key == "dump_layers":
-            from ..dump.config import DumpConfigError, layers_text
-
-            try:   # integers only: [1.9, 2.9] must not become 1,2
-                v = layers_text(v, f"{EXT_SECTION}.dump_layers")
-            except DumpConfigError as e:
-                raise PresetError(str(e)) from None
-        env[var] = str(v)
+            v = str((Path(base_dir or Path.cwd()) / os.path.expanduser(v)).resolve())
+        env[var] = v
     return env
 
 

@@ -14,12 +14,10 @@ import re
 from pathlib import Path
 
 from .. import envs
+from ..boundary import BadInput, parse_json, read_json_file
+from .topology_schema import (ANCESTOR_NAMES, GPU_FIELDS, LINK_FIELDS, P2P_STATUS_NAMES,  # noqa: F401
+                              TOPOLOGY_FIELDS, checked, listed)
 
-# nvmlDeviceGetTopologyCommonAncestor -> the nvidia-smi topo names
-ANCESTOR_NAMES = {0: "INTERNAL", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
-# nvmlDeviceGetP2PStatus results
-P2P_STATUS_NAMES = {0: "OK", 1: "CHIPSET_NOT_SUPPORTED", 2: "GPU_NOT_SUPPORTED",
-                    3: "IOH_TOPOLOGY_NOT_SUPPORTED", 4: "DISABLED_BY_REGKEY", 5: "NOT_SUPPORTED"}
 SWITCH_PATHS = ("INTERNAL", "PIX", "PXB")   # P2P stays below the CPU: NCCL uses P2P by default
 CPU_PATHS = ("PHB", "NODE", "SYS")          # through the CPU: NCCL >= 2.23.4 uses SHM at 3+ GPUs
 
@@ -95,23 +93,30 @@ class Topology:
         return json.dumps(self.to_dict(), indent=2)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Topology":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"topology JSON: unknown keys {sorted(unknown)} (known: {sorted(known)})")
-        d = dict(d)
-        d["gpus"] = [GPU(**g) for g in d.get("gpus", [])]
-        d["links"] = [Link(**lk) for lk in d.get("links", [])]
-        return cls(**d)
+    def from_dict(cls, d, where: str = "topology JSON") -> "Topology":
+        """Checked field by field (boundary.BadInput naming `where` and the key): nothing later trusts it."""
+        if not isinstance(d, dict):
+            raise BadInput(where, f"top level must be an object of topology fields, got {type(d).__name__}")
+        fields = checked(d, TOPOLOGY_FIELDS, where)
+        gpus, seen = [], set()
+        for i, g in enumerate(listed(d, "gpus", where)):
+            gpu = GPU(**checked(g, GPU_FIELDS, f"{where}: gpus[{i}]"))
+            if gpu.index in seen:
+                raise BadInput(f"{where}: gpus[{i}]", f"GPU index {gpu.index} is listed twice")
+            seen.add(gpu.index)
+            gpus.append(gpu)
+        links = [Link(**checked(lk, LINK_FIELDS, f"{where}: links[{i}]"))
+                 for i, lk in enumerate(listed(d, "links", where))]
+        return cls(gpus=gpus, links=links, **fields)
 
     @classmethod
-    def from_json(cls, text: str) -> "Topology":
-        return cls.from_dict(json.loads(text))
+    def from_json(cls, text: str, where: str = "topology JSON") -> "Topology":
+        return cls.from_dict(parse_json(text, where, "topology JSON", expect=None), where)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Topology":
-        topo = cls.from_json(Path(path).read_text())
+        where = str(path)
+        topo = cls.from_dict(read_json_file(path, "topology file", expect=None, max_bytes=16 << 20), where)
         topo.source = f"file:{path}"
         return topo
 
@@ -359,7 +364,7 @@ def visible_indices(topo: Topology, env=None) -> list[int]:
         return all_idx
     out = []
     for tok in (t.strip() for t in cvd.split(",") if t.strip()):
-        if tok.isdigit():
+        if re.fullmatch(r"[0-9]+", tok):   # str.isdigit() also takes '²', which int() refuses
             if int(tok) in all_idx:
                 out.append(int(tok))
         else:

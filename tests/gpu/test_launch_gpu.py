@@ -50,7 +50,8 @@ def test_preflight_busbw_default_and_forced_shm(tp, tmp_path):
 def test_tiny_tp_pcie_profile_with_preflight_serves(tp, tmp_path):
     cache = tmp_path / "cache"
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV", "SGLANG_EAGLE3_EXT_CACHE": str(cache)}
-    args = ["--preset", "tiny", "--tp", str(tp), "--nccl-profile", "pcie", "--preflight"]
+    # --loopback-only: NCCL_IB_DISABLE=1 then comes from the launcher, so NCCL's log proves our env reached the ranks
+    args = ["--preset", "tiny", "--tp", str(tp), "--nccl-profile", "pcie", "--preflight", "--loopback-only"]
     with sglang_server(args, name=f"launch_tiny_tp{tp}_pcie", port=_port(), env=env, timeout=900) as (base, log, _):
         out = generate(base, [1, 2, 3, 4, 5, 6, 7, 8], max_new_tokens=8)
         assert len(out["output_ids"]) == 8

@@ -60,7 +60,7 @@ def test_readme_run_command_dry_run_on_a_cpu_machine(tmp_path):
     assert "SGLANG_EAGLE3_EXT=1" in cmd
     assert f"SGLANG_EAGLE3_EXT_DUMP_DIR={tmp_path / 'dumps'}" in cmd
     assert "SGLANG_EAGLE3_EXT_DUMP_LAYERS=1,2,3" in cmd
-    assert "NCCL_IB_DISABLE=1" in cmd and "NCCL_P2P_DISABLE" not in cmd
+    assert "NCCL_IB_DISABLE" not in cmd and "NCCL_P2P_DISABLE" not in cmd  # loopback/IB settings only on request
     assert not (tmp_path / "dumps").exists()
 
 
@@ -86,13 +86,13 @@ def test_dry_run_per_topology(tmp_path, name):
     assert "LL128" not in cmd and "NCCL_P2P_DISABLE" not in cmd and "NCCL_P2P_LEVEL" not in cmd
     # every decision has a reason
     table = out.split("decisions (", 1)[1].split("SGLang command:", 1)[0]
-    assert re.search(r"NCCL_IB_DISABLE\s+1\s+set\s+single node", table)
+    assert re.search(r"NCCL_NVLS_ENABLE\s+0\s+set\s+no NVSwitch", table) or not nvls
 
 
 def test_dry_run_keeps_user_env_and_user_args(tmp_path):
     env = _clean_env(tmp_path, NCCL_SOCKET_IFNAME="eth7", NCCL_DEBUG="INFO")
     out = dry_run(tmp_path, "--preset", "tiny", "--tp", "8", "--disable-custom-all-reduce", "--mem-fraction-static",
-                  "0.55", "--topology-file", _topo_file(tmp_path, cpu_root_ports()), env=env).stdout
+                  "0.55", "--loopback-only", "--topology-file", _topo_file(tmp_path, cpu_root_ports()), env=env).stdout
     cmd = _command(out)
     assert "NCCL_SOCKET_IFNAME=" not in cmd and "NCCL_DEBUG=" not in cmd  # left to the inherited env
     assert re.search(r"NCCL_SOCKET_IFNAME\s+eth7\s+user", out)

@@ -91,9 +91,8 @@ def test_from_json_rejects_unknown_keys():
 def test_pcie_like_decisions(name):
     topo = FAKES[name][0]()
     ds = _by_name(nccl.decide(topo, tp_size=len(topo.gpus), env={}))
-    assert ds["NCCL_IB_DISABLE"].value == "1" and ds["NCCL_IB_DISABLE"].applies
+    assert "NCCL_IB_DISABLE" not in ds and "NCCL_SOCKET_IFNAME" not in ds  # loopback only on request
     assert ds["NCCL_NVLS_ENABLE"].value == "0" and ds["NCCL_NVLS_ENABLE"].applies
-    assert ds["NCCL_SOCKET_IFNAME"].value == "lo" and ds["GLOO_SOCKET_IFNAME"].value == "lo"
     assert ds["--disable-custom-all-reduce"].applies
     env = nccl.apply_env(ds.values(), {})
     assert "NCCL_P2P_DISABLE" not in env and "NCCL_P2P_LEVEL" not in env
@@ -119,7 +118,7 @@ def test_tp2_pcie_asks_sglang_to_check_p2p_and_no_p2p_disables_custom_all_reduce
 
 def test_user_environment_is_never_overridden():
     env = {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_NVLS_ENABLE": "1", "NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "0"}
-    ds = nccl.decide(cpu_root_ports(), tp_size=8, env=env)
+    ds = nccl.decide(cpu_root_ports(), tp_size=8, env=env, loopback_only=True)
     out = nccl.apply_env(ds, dict(env))
     assert {k: out[k] for k in env} == env  # every variable the user set is exactly as it was
     by = _by_name(ds)
