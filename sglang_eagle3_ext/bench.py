@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import os
 import random
 import sys
 import time
@@ -22,13 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import bench_prompts, cli_common
+from .bench_verdict import CAUSES, NOT_USED_THRESHOLD, slower_fix, target_is_mla, verdict  # noqa: F401 - API
 from .cli_common import CliError
 
-NOT_USED_THRESHOLD = 1.05
-CAUSES = ("usual causes: the target sends 1x hidden instead of K x hidden (aux capture off: the fc is skipped); "
-          "the draft's trained layer was dropped at load (layers.0.* vs midlayer.*); aux layer indices differ "
-          "between the dump used for training and serving; wrong --speculative-algorithm; an untrained draft. "
-          "Run `sglang-eagle3 check DRAFT --target TARGET` and start the server with SGLANG_EAGLE3_EXT=1.")
+MAX_CONCURRENCY = 4096     # requests in flight (one client thread each)
 SERVER_KEYS = ("model_path", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                "speculative_num_draft_tokens", "attention_backend", "disable_cuda_graph", "tp_size", "version")
 
@@ -68,23 +64,28 @@ class RunStats:
         if not steps:
             return []
         n = max(len(self.histogram) - 1, n_draft or 0)
-        return [sum(self.histogram[k:]) / steps for k in range(1, n + 1)]
+        tail, out = steps, []
+        for k in range(1, n + 1):             # steps with j >= k, one subtraction per position
+            tail -= self.histogram[k - 1] if k - 1 < len(self.histogram) else 0
+            out.append(tail / steps)
+        return out
 
     def add(self, out: dict, latency: float) -> None:
-        meta = out.get("meta_info") or {}
-        n = int(meta.get("completion_tokens", len(out.get("output_ids") or [])))
+        """out: a reply checked by server_replies.generate_reply."""
+        meta = out["meta"]
+        n = meta.get("completion_tokens", len(out["output_ids"] or []))
         self.requests += 1
         self.output_tokens += n
         self.latency_s.append(latency)
-        self.verify_ct += int(meta.get("spec_verify_ct") or 0)
-        self.accepted_drafts += int(meta.get("spec_num_correct_drafts", meta.get("spec_accepted_drafts")) or 0)
-        self.proposed_drafts += int(meta.get("spec_num_proposed_drafts", meta.get("spec_proposed_drafts")) or 0)
-        hist = meta.get("spec_correct_drafts_histogram") or meta.get("spec_accept_histogram") or []
+        self.verify_ct += meta.get("spec_verify_ct", 0)
+        self.accepted_drafts += meta.get("spec_num_correct_drafts", meta.get("spec_accepted_drafts", 0))
+        self.proposed_drafts += meta.get("spec_num_proposed_drafts", meta.get("spec_proposed_drafts", 0))
+        hist = out["histogram"]
         if len(hist) > len(self.histogram):
             self.histogram += [0] * (len(hist) - len(self.histogram))
         for j, c in enumerate(hist):
-            self.histogram[j] += int(c)
-        self.outputs.append(out.get("output_ids", out.get("text")))
+            self.histogram[j] += c
+        self.outputs.append(out["output_ids"] if out["output_ids"] is not None else out["text"])
 
     def as_dict(self, n_draft: int | None = None) -> dict:
         lat = sorted(self.latency_s)
@@ -97,30 +98,31 @@ class RunStats:
                 "latency_p50_s": lat[len(lat) // 2] if lat else None, "latency_max_s": lat[-1] if lat else None}
 
 
-def server_info(srv) -> dict:
-    """The server's info, {} when it has no such route or fails to answer (the bench runs on without it)."""
+def server_info(srv):
+    """The server's /get_server_info reply (checked by its reader), None when it has no such route or does not
+    answer: the bench runs on without it."""
     try:
-        return srv.server_info() or {}
+        return srv.server_info()
     except CliError:
-        return {}
+        return None
 
 
-def avg_accept_length(info: dict) -> float | None:
-    states = info.get("internal_states") or [{}]
-    v = states[0].get("avg_spec_accept_length") if isinstance(states[0], dict) else None
-    return float(v) if v is not None else None
+def avg_accept_length(srv, info) -> float | None:
+    from .server_replies import avg_accept_length as read
+
+    return None if info is None else read(info, srv.where("GET", "/get_server_info"))
 
 
 def run_level(srv, label: str, prompts: list[dict], new_tokens: list[int], concurrency: int, bar) -> RunStats:
     """Every prompt once, `concurrency` in flight; prompt i generates new_tokens[i] greedy tokens."""
+    from .server_replies import generate_reply
+
     st = RunStats(label=label, concurrency=concurrency)
 
     def one(p, n):
         t = time.perf_counter()
         body = {**p, "sampling_params": {"temperature": 0, "max_new_tokens": n, "ignore_eos": True}}
-        out = srv.post("/generate", body)
-        if not isinstance(out, dict) or ("output_ids" not in out and "text" not in out):
-            raise CliError(f"POST {srv.url}/generate: unexpected reply (no output_ids/text): {str(out)[:200]}")
+        out = generate_reply(srv.post("/generate", body), srv.where("POST", "/generate"))
         return out, time.perf_counter() - t
 
     t0 = time.perf_counter()
@@ -141,108 +143,13 @@ def run_level(srv, label: str, prompts: list[dict], new_tokens: list[int], concu
     return st
 
 
-def target_is_mla(model_path: str | None) -> bool | None:
-    """Whether the served target uses MLA (kv_lora_rank in its config, or a wrapper's text_config); None when
-    its config is not at hand (nothing is fetched)."""
-    from .sglang_runtime import language_config, read_config
-
-    c = read_config(model_path)
-    return None if c is None else bool(language_config(c).get("kv_lora_rank"))
-
-
-def slower_fix(args: dict, c: int, levels: list[dict]) -> str:
-    """What to try when speculation loses at concurrency c, from the EAGLE-3 server's own arguments and, where
-    the servers' logs were given (--spec-log / --baseline-log), from what their iterations and admissions cost."""
-    tips = []
-    if args.get("disable_cuda_graph") or args.get("disable_decode_cuda_graph"):
-        tips.append("CUDA graphs are off on the EAGLE-3 server (--disable-cuda-graph): speculation's many small "
-                    "launches pay for that most; serve with CUDA graphs on")
-    mla = target_is_mla(args.get("model_path")) if args.get("attention_backend") == "triton" else False
-    if mla is not False:
-        # measured (README, issue 19): Triton's extend kernel was 4.7 ms of an 11.4 ms iteration at batch 16
-        tips.append(("" if mla else "if the target uses MLA (DeepSeek-V3, Kimi-K2.5): ")
-                    + "Triton verifies MLA with its extend kernel, which reads the latent KV once per head; on "
-                    "Hopper serve with --attention-backend fa3 or flashmla (a Kimi-width target at batch 16: "
-                    "10.1 -> 6.9 ms per iteration, 1.24x -> 1.58x)")
-    steps, ndt = args.get("speculative_num_steps"), args.get("speculative_num_draft_tokens")
-    fewer = "fewer " + (f"--speculative-num-steps (now {steps}) / --speculative-num-draft-tokens (now {ndt})"
-                        if steps and ndt else "--speculative-num-steps")
-    paid = [lv for lv in levels if lv["concurrency"] < c and (lv.get("speedup") or 0) >= 1]
-    if paid:
-        best = max(paid, key=lambda lv: lv["speedup"])
-        tips.append(f"it pays at concurrency {best['concurrency']} ({best['speedup']:.2f}x)")
-    lv = next((x for x in levels if x["concurrency"] == c), {})
-    st = lv.get("steps") or {}
-    sp, base = st.get("spec") or {}, st.get("baseline") or {}
-    al = (lv.get("spec") or {}).get("accept_length")
-    if "iteration_ms" not in sp:
-        tips.append(f"a cheaper draft or {fewer}")
-        if c > 1:
-            tips.append("to see whether the iterations (draft + verify of the whole batch) or the admissions (each "
-                        "new request's prefill and draft extend stall the batch) cost it, serve both with "
-                        "--decode-log-interval 1 and pass their logs: --spec-log / --baseline-log")
-        return "; ".join(tips)
-    between = (f"{al * base['iteration_ms'] / sp['iteration_ms']:.2f}x" if al and base.get("iteration_ms") else "n/a")
-    iters = (f"one iteration at batch {c} costs {sp['iteration_ms']:.1f} ms"
-             + (f" vs {base['iteration_ms']:.1f} ms a target-only step" if base.get("iteration_ms") else "")
-             + (f" ({between} between admissions at accept length {al:.2f})" if al else ""))
-    if (sp.get("admission_share") or 0) >= 0.25:
-        # how often each server admits: EAGLE-3's requests finish out of step, so it admits more, smaller batches
-        base_adm = (f" (target-only: {base.get('prefill_batches')} at {base['admission_ms']:.1f} ms)"
-                    if base.get("admission_ms") is not None else "")
-        tips.append(f"admissions: each of {sp.get('prefill_batches')} prefill batches stalls the running batch "
-                    f"{sp['admission_ms']:.1f} ms{base_adm}, "
-                    f"{sp['admission_share']:.0%} of the time, while {iters}; longer outputs amortize them, and "
-                    "a server at --max-running-requests admits in groups with --min-free-slots-delay N "
-                    "(SGLang 0.5.16+)")
-    else:
-        tips.append(f"the iterations: {iters}; a cheaper draft or {fewer}")
-    return "; ".join(tips)
-
-
-def verdict(levels: list[dict], has_spec_stats: bool, fail_on_slower: bool,
-            server_args: dict | None = None) -> tuple[str, list[str]]:
-    """('OK' | 'WARNING' | 'FAIL', lines); lines[0] is the summary. server_args: the EAGLE-3 server's, for the
-    advice on a slower run."""
-    fails, warns = [], []
-    for lv in levels:
-        spec, c = lv["spec"], lv["concurrency"]
-        al = spec["accept_length"] if spec["accept_length"] is not None else spec["server_avg_accept_length"]
-        if al is not None and al <= NOT_USED_THRESHOLD:
-            fails.append(f"the draft is not being used: accept length {al:.2f} <= {NOT_USED_THRESHOLD} at "
-                         f"concurrency {c}; " + CAUSES)
-        if lv.get("greedy_mismatches"):
-            fails.append(f"{lv['greedy_mismatches']}/{spec['requests']} greedy outputs differ from the baseline at "
-                         f"concurrency {c}: speculation changed results")
-        if lv.get("speedup") is not None and lv["speedup"] < 1:
-            warns.append(f"speculation is slower than the baseline at concurrency {c}: speedup {lv['speedup']:.2f}x "
-                         f"({spec['tokens_per_s']:.1f} vs {lv['baseline']['tokens_per_s']:.1f} tokens/s); the draft "
-                         f"costs more than it saves here. Try: {slower_fix(server_args or {}, c, levels)}")
-    if not has_spec_stats:
-        fails.insert(0, "the server reported no speculative statistics: is --speculative-algorithm set? " + CAUSES)
-    ok_bits = []
-    lv0 = levels[0]["spec"]
-    al0 = lv0["accept_length"] or lv0["server_avg_accept_length"]
-    if al0:
-        ok_bits.append(f"accept length {al0:.2f}")
-    sp = [f"{lv['speedup']:.2f}x@{lv['concurrency']}" for lv in levels if lv.get("speedup") is not None]
-    if sp:
-        ok_bits += [f"speedup {' '.join(sp)}", "greedy outputs identical"]
-    if fails:
-        return "FAIL", [f"FAIL: {fails[0]}"] + [f"FAIL: {f}" for f in fails[1:]] + [f"WARNING: {w}" for w in warns]
-    if warns:
-        status = "FAIL" if fail_on_slower else "WARNING"
-        return status, [f"{status}: {warns[0]}"] + [f"WARNING: {w}" for w in warns[1:]] + [f"({', '.join(ok_bits)})"]
-    return "OK", ["OK: " + ", ".join(ok_bits)]
-
-
 def _levels(s: str) -> list[int]:
     try:
         out = [int(x) for x in s.replace(" ", "").split(",") if x]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated positive integers, e.g. 1,8,32") from None
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated positive integers, e.g. 1,8,32")
+        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated integers 1..{MAX_CONCURRENCY}, e.g. 1,8,32") from None
+    if not out or min(out) < 1 or max(out) > MAX_CONCURRENCY:
+        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated integers 1..{MAX_CONCURRENCY}, e.g. 1,8,32")
     return out
 
 
@@ -274,12 +181,16 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--builtin", default="random-ids", choices=bench_prompts.BUILTIN,
                      help="built-in prompt set when no --prompts")
     ap.add_argument("--target", metavar="DIR", help="target model dir or HF id: its tokenizer and chat template "
-                    "turn text/chat prompts into token ids (default: the server's model path, if a local folder)")
+                    "turn text/chat prompts into token ids (chat prompts need it; without it text is sent as text; "
+                    "a tokenizer is never loaded from a path the server names)")
     cli_common.hidden_alias(ap, "--tokenizer", dest="target")
-    ap.add_argument("--num-prompts", type=int, default=None,
+    ap.add_argument("--trust-remote-code", action="store_true",
+                    help="let --target's tokenizer run the code it ships (only for a model you trust)")
+    ap.add_argument("--num-prompts", type=cli_common.positive_int, default=None,
                     help="prompts per run (default: every record of --prompts; built-in: max(16, 2 x concurrency))")
     ap.add_argument("--seed", type=int, default=0, help="seed of the built-in prompt set")
-    ap.add_argument("--vocab-size", type=int, default=4096, help="token-id range of the built-in prompt set")
+    ap.add_argument("--vocab-size", type=cli_common.positive_int, default=4096,
+                    help="token-id range of the built-in prompt set")
     ap.add_argument("--max-new-tokens", type=_new_tokens, default="64", metavar="N|LO:HI",
                     help="greedy tokens per request (ignore_eos); LO:HI draws each request's count from that range "
                     "(seeded by --seed, the same for both servers). Fixed lengths let a server without speculation "
@@ -287,10 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "length) never does; speculation's requests finish out of step and are admitted more often")
     ap.add_argument("--concurrency", type=_levels, default="1,8", metavar="N[,N..]",
                     help="requests in flight; several levels run one after another, e.g. 1,8,32")
-    ap.add_argument("--warmup", type=int, default=2, help="unmeasured requests per server before the first level")
-    ap.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds to wait for one reply")
-    ap.add_argument("--wait-for-server", type=float, default=60.0, metavar="S",
-                    help="seconds to wait for GET /health to answer before starting")
+    ap.add_argument("--warmup", type=cli_common.non_negative_int, default=2,
+                    help="unmeasured requests per server before the first level")
+    ap.add_argument("--timeout", type=cli_common.positive_float, default=300.0, metavar="S",
+                    help="seconds for one request, all of its reply included")
+    ap.add_argument("--wait-for-server", type=cli_common.non_negative_float, default=60.0, metavar="S",
+                    help="seconds to wait, in all, for GET /health to answer before starting (0: do not wait)")
     cli_common.add_json_out(ap)
     ap.add_argument("--report", metavar="PATH", help="write a self-contained HTML report with plots here "
                     "(PNGs beside it; needs matplotlib for the plots)")
@@ -299,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--spec-log", metavar="PATH", help="the EAGLE-3 server's log, run with --decode-log-interval 1: "
                     "what one iteration and one admission cost at each concurrency (bench_steps), and advice from it")
     ap.add_argument("--baseline-log", metavar="PATH", help="the baseline server's log, likewise")
-    ap.add_argument("--log-interval", type=int, default=1, metavar="N", help="the servers' --decode-log-interval")
+    ap.add_argument("--log-interval", type=cli_common.positive_int, default=1, metavar="N",
+                    help="the servers' --decode-log-interval")
     return cli_common.finish(ap, "bench")
 
 
@@ -315,39 +229,71 @@ def _bar(total: int, quiet: bool):
     return tqdm(total=total, unit="req", disable=True if quiet else None, file=sys.stderr, dynamic_ncols=True)
 
 
-def add_step_costs(levels: list[dict], spec_log: str | None, baseline_log: str | None, interval: int = 1) -> None:
+def read_logs(spec_log: str | None, baseline_log: str | None) -> dict[str, str]:
+    """{"spec": text, "baseline": text} of the servers' logs given (regular files only: a FIFO would block)."""
+    from .boundary import BadInput, regular_file
+
+    texts = {}
+    for k, p in (("spec", spec_log), ("baseline", baseline_log)):
+        if not p:
+            continue
+        try:
+            texts[k] = regular_file(p, "server log").read_text(errors="replace")
+        except BadInput as e:
+            raise CliError(f"--{k}-log {e}") from None
+        except OSError as e:
+            raise CliError(f"--{k}-log {p}: {e.strerror or e}") from None
+    return texts
+
+
+def add_step_costs(levels: list[dict], spec_log: str | None, baseline_log: str | None, interval: int = 1,
+                   texts: dict | None = None) -> None:
     """lv["steps"] = {"spec": ..., "baseline": ...}: iteration and admission costs at each concurrency c > 1, from
-    the servers' logs (read after the run; each level's lines are those at a running batch of c)."""
+    the servers' logs (`texts`, read before the run, or read here; each level's lines are those at a running
+    batch of c)."""
     from .bench_steps import step_summary
 
-    logs = {k: p for k, p in (("spec", spec_log), ("baseline", baseline_log)) if p}
-    texts = {}
-    for k, p in logs.items():
-        try:
-            texts[k] = Path(p).read_text(errors="replace")
-        except OSError as e:
-            raise CliError(f"--{k}-log {p}: {e.strerror}") from None
+    texts = read_logs(spec_log, baseline_log) if texts is None else texts
     for lv in levels:
         if texts and lv["concurrency"] > 1:
             lv["steps"] = {k: step_summary(t, lv["concurrency"], interval) for k, t in texts.items()}
 
 
-def benchmark(a) -> dict:
-    from .http_client import Server
+def _check_outputs(a) -> None:
+    """--json / --report must be writable files-to-be, known before any server time is spent."""
+    for flag, dest in (("--json", a.json if a.json != "-" else None), ("--report", a.report)):
+        if not dest:
+            continue
+        p = Path(dest)
+        if p.is_dir():
+            raise CliError(f"{flag} {dest}: is a folder; give a file path")
+        if flag == "--json" and not p.parent.is_dir():
+            raise CliError(f"{flag} {dest}: no folder {p.parent}; create it or give another path")
 
-    spec = Server(a.url, timeout=a.timeout)
-    base = Server(a.baseline_url, timeout=a.timeout) if a.baseline_url else None
-    for s in filter(None, (spec, base)):
-        s.wait_healthy(a.wait_for_server)
-    info = server_info(spec)
-    args = info.get("server_args", info) if isinstance(info, dict) else {}
-    n_draft = (args.get("speculative_num_draft_tokens") or 0) - 1 if args.get("speculative_num_draft_tokens") else None
+
+def local_inputs(a):
+    """(prompt set, server log texts): every local input checked before any network wait."""
+    texts = read_logs(a.spec_log, a.baseline_log)
+    _check_outputs(a)
     if a.prompts:
-        model = args.get("model_path")
-        target = a.target or (model if model and os.path.isdir(model) else None)
-        ps = bench_prompts.from_file(a.prompts, a.num_prompts, target)
+        ps = bench_prompts.from_file(a.prompts, a.num_prompts, a.target, a.trust_remote_code)
     else:
         ps = bench_prompts.builtin(a.builtin, a.num_prompts or max(16, 2 * max(a.concurrency)), a.seed, a.vocab_size)
+    return ps, texts
+
+
+def benchmark(a) -> dict:
+    from .http_client import Server
+    from .server_replies import generate_reply, server_args
+
+    ps, texts = local_inputs(a)
+    spec = Server(a.url, timeout=a.timeout)
+    base = Server(a.baseline_url, timeout=a.timeout) if a.baseline_url else None
+    for s in filter(None, (spec, base)) if a.wait_for_server > 0 else ():
+        s.wait_healthy(a.wait_for_server)
+    info = server_info(spec)
+    args = {} if info is None else server_args(info, spec.where("GET", "/get_server_info"))
+    n_draft = args["speculative_num_draft_tokens"] - 1 if args.get("speculative_num_draft_tokens") else None
     servers = [("spec", spec)] + ([("baseline", base)] if base else [])
     lo, hi = a.max_new_tokens
     lengths = request_lengths(a.max_new_tokens, len(ps.prompts), a.seed)
@@ -356,7 +302,8 @@ def benchmark(a) -> dict:
         for label, s in servers:
             bar.set_description(f"warm-up {label}")
             for p in (ps.prompts[i % len(ps.prompts)] for i in range(a.warmup)):
-                s.post("/generate", {**p, "sampling_params": {"temperature": 0, "max_new_tokens": 8}})
+                generate_reply(s.post("/generate", {**p, "sampling_params": {"temperature": 0, "max_new_tokens": 8}}),
+                               s.where("POST", "/generate"))
                 bar.update(1)
         levels = []
         for c in a.concurrency:
@@ -365,7 +312,7 @@ def benchmark(a) -> dict:
             for label, s in servers:  # interleaved per level: drift hits both servers alike
                 bar.set_description(f"{label} c={c}")
                 runs[label] = run_level(s, label, ps.prompts, lengths, c, bar)
-            runs["spec"].server_avg_accept_length = avg_accept_length(server_info(spec))
+            runs["spec"].server_avg_accept_length = avg_accept_length(spec, server_info(spec))
             lv["spec"] = runs["spec"].as_dict(n_draft)
             lv["baseline"] = runs["baseline"].as_dict() if base else None
             if base:
@@ -375,7 +322,7 @@ def benchmark(a) -> dict:
             levels.append(lv)
     finally:
         bar.close()
-    add_step_costs(levels, a.spec_log, a.baseline_log, a.log_interval)
+    add_step_costs(levels, a.spec_log, a.baseline_log, a.log_interval, texts)
     has_stats = any(lv["spec"]["verify_ct"] or lv["spec"]["server_avg_accept_length"] is not None for lv in levels)
     status, lines = verdict(levels, has_stats, a.fail_on_slower, args)
     from . import __version__

@@ -6,9 +6,11 @@ Record shapes (one per JSONL line, or a JSON array of them):
     {"messages": [{"role": "user", "content": "..."}]}    chat (OpenAI style)
     {"conversations": [{"from": "human", "value": ...}]}  ShareGPT: the turns before the first reply
     {"turns": ["...", ...]}                               MT-bench question.jsonl: the first turn
-Chat prompts go through the target's chat template when its tokenizer has one (`--target DIR`, or the
-server's model path when it is a local folder); text is then sent as token ids. Without a tokenizer the
-text is sent as text (the server tokenizes it; a --skip-tokenizer-init server needs token ids).
+Chat prompts go through the chat template of the target's tokenizer (`--target DIR`, the model the server
+serves; `--trust-remote-code` only for a tokenizer that ships code you trust): they are refused without it.
+A tokenizer is never loaded from a path the server names. With --target, text is sent as token ids;
+without, as text (the server tokenizes it; a --skip-tokenizer-init server needs token ids). Every record is
+checked where it is read: a wrong one is named by file:line (JSONL) or file[index] (array) and key.
 """
 from __future__ import annotations
 
@@ -17,9 +19,13 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .boundary import BadInput, check_type, list_of, parse_json, read_text_file, regular_file
+from .boundary import field as key
 from .cli_common import CliError
 
 BUILTIN = ("random-ids",)
+MAX_ARRAY_FILE = 2 << 30      # a JSON array is parsed whole (ShareGPT's is ~0.7 GB); JSONL streams
+SHAREGPT_ROLES = {"human": "user", "user": "user", "system": "system", "gpt": "assistant", "assistant": "assistant"}
 
 
 @dataclass
@@ -29,99 +35,120 @@ class PromptSet:
     notes: list[str] = field(default_factory=list)
 
 
-def _records(path: Path) -> list[tuple[str, dict]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise CliError(f"--prompts {path}: cannot read ({e})") from None
-    if text.lstrip().startswith("["):  # ShareGPT dumps are one JSON array
-        try:
-            recs = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise CliError(f"--prompts {path}: not valid JSON ({e})") from None
-        return [(f"{path}[{i}]", r) for i, r in enumerate(recs)]
-    out = []
-    for i, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append((f"{path}:{i}", json.loads(line)))
-        except json.JSONDecodeError as e:
-            raise CliError(f"{path}:{i}: not JSON ({e})") from None
-    return out
+def _records(path: Path, limit: int | None) -> tuple[list[tuple[str, object]], int]:
+    """([(where, record)] of the first `limit` records, how many records the file holds)."""
+    with open(path, "rb") as fh:
+        head = fh.read(4096).lstrip()
+    if head.startswith(b"["):  # ShareGPT dumps are one JSON array
+        recs = parse_json(read_text_file(path, "prompt file", MAX_ARRAY_FILE), str(path), "prompt file", list)
+        return [(f"{path}[{i}]", r) for i, r in enumerate(recs[:limit])], len(recs)
+    out, total = [], 0
+    with open(path, "rb") as fh:
+        for i, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            total += 1
+            if limit is not None and len(out) >= limit:
+                continue                      # counted, not parsed
+            try:
+                out.append((f"{path}:{i}", json.loads(raw)))
+            except (ValueError, RecursionError) as e:
+                raise BadInput(f"{path}:{i}", f"not JSON ({str(e)[:160]})") from None
+    return out, total
+
+
+def _messages(where: str, turns: list, role_key: str, content_key: str) -> list[dict]:
+    msgs = []
+    for i, m in enumerate(turns):
+        at = f"{where}[{i}]"
+        check_type(m, dict, at)
+        role = key(m, role_key, str, at, optional=True, default=None)
+        if role is None and role_key == "from":
+            role = key(m, "role", str, at, optional=True, default="user")
+        content = key(m, content_key, str, at, optional=True, default=None)
+        if content is None and content_key == "value":
+            content = key(m, "content", str, at, optional=True, default="")
+        msgs.append({"role": role or "user", "content": content or ""})
+    return msgs
 
 
 def _chat(where: str, rec: dict) -> list[dict] | None:
-    if isinstance(rec.get("messages"), list):
-        msgs = [{"role": m.get("role", "user"), "content": m.get("content", "")} for m in rec["messages"]]
+    if "messages" in rec:
+        msgs = _messages(f"{where}: 'messages'", key(rec, "messages", list, where), "role", "content")
         while msgs and msgs[-1]["role"] == "assistant":  # prompt = everything before the last reply
             msgs.pop()
         return msgs
-    if isinstance(rec.get("conversations"), list):
-        roles = {"human": "user", "user": "user", "system": "system", "gpt": "assistant", "assistant": "assistant"}
-        msgs = []
-        for turn in rec["conversations"]:
-            role = roles.get(turn.get("from", turn.get("role")), "user")
-            if role == "assistant" and any(m["role"] == "user" for m in msgs):
+    if "conversations" in rec:
+        out = []
+        for m in _messages(f"{where}: 'conversations'", key(rec, "conversations", list, where), "from", "value"):
+            role = SHAREGPT_ROLES.get(m["role"], "user")
+            if role == "assistant" and any(x["role"] == "user" for x in out):
                 break
-            msgs.append({"role": role, "content": turn.get("value", turn.get("content", ""))})
-        return msgs
-    if isinstance(rec.get("turns"), list) and rec["turns"]:
-        return [{"role": "user", "content": str(rec["turns"][0])}]
+            out.append({"role": role, "content": m["content"]})
+        return out
+    if "turns" in rec:
+        turns = key(rec, "turns", list, where, nonempty=True)
+        return [{"role": "user", "content": check_type(turns[0], str, f"{where}: 'turns'[0]")}]
     return None
 
 
 def parse_record(where: str, rec) -> dict:
-    """One record -> {"input_ids"} | {"text"} | {"messages"}."""
-    if not isinstance(rec, dict):
-        raise CliError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+    """One record -> {"input_ids"} | {"text"} | {"messages"}; BadInput naming where and the key."""
+    check_type(rec, dict, where)
     if "input_ids" in rec:
-        ids = rec["input_ids"]
-        if not (isinstance(ids, list) and ids and all(isinstance(t, int) and t >= 0 for t in ids)):
-            raise CliError(f"{where}: 'input_ids' must be a non-empty list of token ids")
-        return {"input_ids": ids}
-    for key in ("text", "prompt"):
-        if isinstance(rec.get(key), str):
-            return {"text": rec[key]}
+        ids = key(rec, "input_ids", list, where, nonempty=True)
+        return {"input_ids": list_of(ids, int, f"{where}: 'input_ids'", minimum=0)}
+    for k in ("text", "prompt"):
+        if k in rec:
+            return {"text": key(rec, k, str, where, nonempty=True)}
     msgs = _chat(where, rec)
     if msgs and any(m["content"] for m in msgs):
         return {"messages": msgs}
-    raise CliError(f"{where}: needs 'input_ids', 'text'/'prompt', 'messages', 'conversations' (ShareGPT) or "
-                   f"'turns' (MT-bench)")
+    if msgs is not None:
+        raise BadInput(where, "the conversation holds no prompt text before the first reply")
+    raise BadInput(where, "needs 'input_ids', 'text'/'prompt', 'messages', 'conversations' (ShareGPT) or "
+                          "'turns' (MT-bench)")
 
 
-def load_tokenizer(target: str | None):
-    """The target's tokenizer, or None when there is no target or it has none."""
+def load_tokenizer(target: str | None, trust_remote_code: bool = False):
+    """The tokenizer of the model the user named with --target, or None without one."""
     if not target:
         return None
-    from .cli_common import optional
+    from .cli_common import load_tokenizer as load
 
-    tf = optional("transformers", f"tokenizing prompts with the tokenizer of {target}")
+    return load(target, trust_remote_code, "--target")
+
+
+def _chat_ids(tok, where: str, msgs: list[dict]) -> list[int]:
     try:
-        return tf.AutoTokenizer.from_pretrained(target, trust_remote_code=True)
-    except Exception as e:  # noqa: BLE001 - any loader failure: say which folder and why
-        raise CliError(f"--target {target}: cannot load its tokenizer ({type(e).__name__}: {str(e)[:200]})") from None
+        ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+    except Exception as e:  # noqa: BLE001 - a template refusing a conversation: name the record
+        raise BadInput(where, f"the chat template of --target refuses this conversation "
+                              f"({type(e).__name__}: {str(e)[:160]})") from None
+    ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+    return list(ids)
 
 
-def tokenize(parsed: list[dict], tok) -> tuple[list[dict], list[str]]:
-    notes: list[str] = []
+def tokenize(parsed: list[tuple[str, dict]], tok) -> tuple[list[dict], list[str]]:
+    """parsed: [(where, record)]; chat records need `tok` (refused without: a joined conversation is not
+    what the model serves)."""
     if tok is None:
-        if any("messages" in p for p in parsed):
-            notes.append("no tokenizer: chat turns joined as plain text, no chat template (pass --target DIR)")
-        return [{"text": "\n\n".join(m["content"] for m in p["messages"])} if "messages" in p else p
-                for p in parsed], notes
+        chat = next((w for w, p in parsed if "messages" in p), None)
+        if chat is not None:
+            raise BadInput(chat, "chat prompts need the chat template of the target's tokenizer: pass --target DIR "
+                                 "(the model the server serves; a tokenizer is never loaded from a path the server "
+                                 "names), plus --trust-remote-code if its tokenizer ships code you trust")
+        return [p for _, p in parsed], []
     templ = bool(getattr(tok, "chat_template", None))
-    notes.append("chat template of the target's tokenizer" if templ else "the target's tokenizer has no chat "
-                 "template: chat turns joined as plain text")
+    notes = ["chat template of the target's tokenizer" if templ else "the target's tokenizer has no chat "
+             "template: chat turns joined as plain text"]
     out = []
-    for p in parsed:
+    for where, p in parsed:
         if "messages" in p and templ:
-            ids = tok.apply_chat_template(p["messages"], add_generation_prompt=True, tokenize=True)
-            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-            out.append({"input_ids": list(ids)})
+            out.append({"input_ids": _chat_ids(tok, where, p["messages"])})
         elif "messages" in p or "text" in p:
             text = p.get("text") or "\n\n".join(m["content"] for m in p["messages"])
-            out.append({"input_ids": tok(text)["input_ids"]})
+            out.append({"input_ids": list(tok(text)["input_ids"])})
         else:
             out.append(p)
     return out, notes
@@ -137,11 +164,18 @@ def builtin(name: str, n: int, seed: int, vocab: int, length: int = 64) -> Promp
                      ["random token ids: acceptance on them says little about real text; use --prompts"])
 
 
-def from_file(path: str, limit: int | None, target: str | None) -> PromptSet:
-    recs = _records(Path(path))
-    if not recs:
-        raise CliError(f"--prompts {path}: no prompts in the file")
-    parsed = [parse_record(w, r) for w, r in recs[: limit or None]]
-    tok = load_tokenizer(target) if any("input_ids" not in p for p in parsed) else None
-    prompts, notes = tokenize(parsed, tok)
-    return PromptSet(prompts, f"{path} ({len(prompts)} of {len(recs)} records)", notes)
+def from_file(path: str, limit: int | None, target: str | None, trust_remote_code: bool = False) -> PromptSet:
+    """The first `limit` records of the file (all: None); CliError naming --prompts, file:line and key."""
+    try:
+        p = regular_file(path, "prompt file")
+        recs, total = _records(p, limit)
+        if not recs:
+            raise BadInput(str(p), "no prompts in the file")
+        parsed = [(w, parse_record(w, r)) for w, r in recs]
+        tok = load_tokenizer(target, trust_remote_code) if any("input_ids" not in r for _, r in parsed) else None
+        prompts, notes = tokenize(parsed, tok)
+    except BadInput as e:
+        raise CliError(f"--prompts {e}") from None
+    except OSError as e:
+        raise CliError(f"--prompts {path}: cannot read ({e.strerror or e})") from None
+    return PromptSet(prompts, f"{path} ({len(prompts)} of {total} records)", notes)

@@ -60,17 +60,25 @@ def step_summary(text: str, bs: int, interval: int = 1, idle_s: float = 0.5) -> 
     return res
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None) -> int:
+    from .boundary import regular_file
+    from .cli_common import non_negative_float, positive_int
+
+    ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.bench_steps", description=__doc__.split("\n\n")[0])
     ap.add_argument("log")
-    ap.add_argument("--bs", type=int, default=16, help="the full batch whose iterations are timed")
-    ap.add_argument("--interval", type=int, default=1, help="the server's --decode-log-interval")
-    ap.add_argument("--idle", type=float, default=0.5,
+    ap.add_argument("--bs", type=positive_int, default=16, help="the full batch whose iterations are timed")
+    ap.add_argument("--interval", type=positive_int, default=1, help="the server's --decode-log-interval")
+    ap.add_argument("--idle", type=non_negative_float, default=0.5,
                     help="seconds: a longer interval means the server was idle (left out)")
-    a = ap.parse_args()
-    with open(a.log, errors="replace") as f:
-        print(json.dumps(step_summary(f.read(), a.bs, a.interval, a.idle), indent=2))
+    a = ap.parse_args(argv)
+    text = regular_file(a.log, "server log").read_text(errors="replace")
+    print(json.dumps(step_summary(text, a.bs, a.interval, a.idle), indent=2))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from .cli_common import run_tool
+
+    sys.exit(run_tool("bench_steps", main))

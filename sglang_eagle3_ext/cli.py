@@ -15,7 +15,7 @@ SUMMARIES = {
     "launch": "start SGLang with the patches, a preset and NCCL settings from the topology (--dry-run: plan only)",
     "dump": "run | export | status: drive a dumping server, export the dump for speculators/SpecForge",
     "convert": "convert a speculators / SpecForge / EAGLE draft into the installed SGLang's layout",
-    "check": "check a draft offline (headers only) against the installed SGLang and the target",
+    "check": "check a draft offline against the installed SGLang and the target: will this serve?",
     "bench": "acceptance benchmark: accept length per draft position, tokens/s and speedup per concurrency",
     "train": "train an EAGLE-3 draft with speculators on exported hidden states",
     "compat": "check that a SGLang release still has every function the patches target",

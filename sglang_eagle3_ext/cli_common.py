@@ -18,6 +18,7 @@ import sys
 import traceback
 
 from . import envs
+from .boundary import BadInput
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 ENV_DEBUG = envs.DEBUG
@@ -104,6 +105,45 @@ def write_json(dest: str, obj) -> None:
         f.write(text + "\n")
 
 
+def _number(kind, minimum: float, what: str):
+    """An argparse `type` refusing what is not a finite `kind` >= minimum; argparse names the flag."""
+    import math
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or (kind is float and not math.isfinite(v)) or v < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return v
+    parse.__name__ = what
+    return parse
+
+
+# shared argparse types: a count of 0 or -1 must not silently mean "all" or slice from the end
+positive_int = _number(int, 1, "a positive integer")
+non_negative_int = _number(int, 0, "an integer >= 0")
+positive_float = _number(float, 1e-9, "a positive number of seconds")
+non_negative_float = _number(float, 0.0, "a number >= 0")
+
+
+def load_tokenizer(name: str, trust_remote_code: bool = False, flag: str = "--target"):
+    """The tokenizer of `name`, a model the user named with `flag`. Code shipped with it runs only with
+    trust_remote_code (the user's explicit --trust-remote-code); never load one from a path a server or a
+    file named: that would run code nobody chose to run."""
+    tf = optional("transformers", f"tokenizing with the tokenizer of {flag} {name}")
+    try:
+        return tf.AutoTokenizer.from_pretrained(name, trust_remote_code=bool(trust_remote_code))
+    except Exception as e:  # noqa: BLE001 - any loader failure: say which model and why
+        text = str(e)
+        if not trust_remote_code and "trust_remote_code" in text:
+            raise CliError(f"{flag} {name}: its tokenizer ships its own code, which runs only with "
+                           f"--trust-remote-code: add that flag if you trust the code in {name}") from None
+        raise CliError(f"{flag} {name}: cannot load its tokenizer ({type(e).__name__}: "
+                       f"{text.splitlines()[0][:200] if text else ''})") from None
+
+
 class CliError(Exception):
     """A refusal whose message already names the input and the fix; exit code `code`."""
 
@@ -142,6 +182,8 @@ def describe(e: BaseException) -> tuple[int, str]:
     mod = type(e).__module__ or ""
     if isinstance(e, CliError):
         return e.code, str(e)
+    if isinstance(e, BadInput):  # its message already names the input and what it must be
+        return EXIT_BAD_INPUT, str(e).replace("\n", " ")
     if isinstance(e, ModuleNotFoundError) and e.name:
         top = e.name.split(".")[0]
         return EXIT_BAD_INPUT, f"{top} is not installed here: pip install {PIP_NAMES.get(top, top)}"
@@ -194,7 +236,8 @@ def run_tool(tool: str, main, argv=None) -> int:
         if debug:
             traceback.print_exc()
         code, line = describe(e)
-        hint = "" if debug or code == EXIT_INTERNAL or isinstance(e, CliError) else f"  [--debug or {ENV_DEBUG}=1: traceback]"
+        said = isinstance(e, (CliError, BadInput))   # the message is the whole story
+        hint = "" if debug or code == EXIT_INTERNAL or said else f"  [--debug or {ENV_DEBUG}=1: traceback]"
         print(f"{prog(tool)}: error: {line}{hint}", file=sys.stderr)
         return code
     return EXIT_OK if rc is None else int(rc)

@@ -1,7 +1,6 @@
 """What the running SGLang process knows: server args (API moved across releases), model configs."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -27,8 +26,8 @@ def server_args():
 
 
 def read_config(path) -> dict | None:
-    """config.json of a local model dir or of a hub id already in the local HF cache (SGLang fetched it
-    before building the draft), else None (nothing is fetched here)."""
+    """config.json (a JSON object) of a local model dir or of a hub id already in the local HF cache (SGLang
+    fetched it before building the draft), else None (nothing is fetched here)."""
     if not path:
         return None
     p = Path(os.path.expanduser(str(path))) / "config.json"
@@ -37,12 +36,13 @@ def read_config(path) -> dict | None:
 
         snap = cached_snapshot(str(path)) if looks_like_hub_id(str(path)) else None
         p = snap / "config.json" if snap is not None else p
-    try:
-        return json.loads(p.read_text())
-    except (OSError, ValueError) as e:
+    from .boundary import read_json_file
+
+    try:   # a regular file holding an object: a FIFO would block, a list has no keys to read
+        return read_json_file(p, "model config", max_bytes=1 << 24)
+    except ValueError as e:   # BadInput, or a path no file can have (a NUL byte)
         logger.debug("no readable config at %s: %s", p, e)
         return None
-
 
 
 def language_config(cfg: dict) -> dict:

@@ -7,10 +7,11 @@
   status  what the manifest and the writers' status files say
 
 Input lines: {"id": ..., "input_ids": [...]} | {"id": ..., "text": "..."} | {"id": ..., "messages": [...]}
-(optional "loss_mask" for input_ids lines, used by export --data). Text and messages need a tokenizer:
---target DIR (its tokenizer), or the server's own when it runs with a tokenizer. A --skip-tokenizer-init server only
-accepts token ids. The dump dir must be visible to this client (shared filesystem): resume and
-completion are read from its manifests.
+(optional "loss_mask": 0/1 per token, used by export --data). A malformed line is skipped, named with its
+file:line (exit 1). Text and messages need the target's tokenizer: --target DIR (with --trust-remote-code only
+for a tokenizer that ships code you trust); a tokenizer is never loaded from a path the server names. The dump
+dir must be visible to this client (shared filesystem): resume and completion are read from its manifests.
+`status` also sums the writers' skip counters (e.g. skipped_multimodal: image requests, not dumped).
 """
 from __future__ import annotations
 
@@ -24,145 +25,27 @@ import uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from .config import ENV_DIR, ENV_DISCARD, GENERATED_FILE, META_FILE, NODUMP_RID_PREFIX
-from .manifest import MANIFEST_DIR, sanitize_id
+from ..boundary import BadInput
+from .client_files import (ClientError, ManifestTail, generated_loss_masks, read_samples,  # noqa: F401 - API
+                           require_server_dumping_to, skip_counters, writer_status)
+from .config import GENERATED_FILE, NODUMP_RID_PREFIX
 
 log = logging.getLogger("sglang_eagle3_ext.dump.client")
 
 
-class ClientError(RuntimeError):
-    pass
-
-
-# ---- input ------------------------------------------------------------------------------------------
-def read_samples(path, limit: int | None = None) -> tuple[list[dict], int]:
-    """Parsed samples (id sanitised, duplicates dropped) and the number of skipped lines (logged)."""
-    out, seen, bad = [], set(), 0
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                if not isinstance(obj, dict):
-                    raise ValueError("not a JSON object")
-                kinds = [k for k in ("input_ids", "text", "messages") if k in obj]
-                if len(kinds) != 1:
-                    raise ValueError("needs exactly one of input_ids / text / messages")
-                kind = kinds[0]
-                val = obj[kind]
-                if kind == "input_ids" and not (isinstance(val, list) and val and all(isinstance(x, int) and x >= 0 for x in val)):
-                    raise ValueError("input_ids must be a non-empty list of non-negative ints")
-                if kind == "text" and not (isinstance(val, str) and val):
-                    raise ValueError("text must be a non-empty string")
-                if kind == "messages" and not (isinstance(val, list) and val and all(isinstance(m, dict) and "role" in m for m in val)):
-                    raise ValueError("messages must be a list of {role, content}")
-                raw_id = obj.get("id", f"line-{n}")
-                sid = sanitize_id(str(raw_id))
-            except (ValueError, TypeError) as e:
-                bad += 1
-                log.warning("%s:%d: skipped malformed line (%s)", path, n, e)
-                continue
-            if sid in seen:
-                bad += 1
-                log.warning("%s:%d: skipped duplicate id %r", path, n, raw_id)
-                continue
-            seen.add(sid)
-            out.append({"id": sid, "kind": kind, "value": val, "loss_mask": obj.get("loss_mask")})
-            if limit and len(out) >= limit:
-                break
-    return out, bad
-
-
-# ---- server -----------------------------------------------------------------------------------------
-def server_info(srv) -> dict:
-    """srv: an http_client.Server (its failures are one-line ServerErrors, reported by main)."""
-    info = srv.server_info()
-    if info is None:
-        raise ClientError(f"server {srv.url} answers neither /get_server_info nor /server_info")
-    return info
-
-
-class ManifestTail:
-    """Incrementally reads manifests/*.jsonl: ids, tokens and bytes of complete samples."""
-
-    def __init__(self, dump_dir):
-        self.dir = Path(dump_dir) / MANIFEST_DIR
-        self.offsets: dict[Path, int] = {}
-        self.ids: set[str] = set()
-        self.tokens = 0
-        self.bytes = 0
-
-    def poll(self) -> None:
-        if not self.dir.is_dir():
-            return
-        for f in sorted(self.dir.glob("*.jsonl")):
-            off = self.offsets.get(f, 0)
-            with open(f, "rb") as fh:
-                fh.seek(off)
-                data = fh.read()
-            end = data.rfind(b"\n") + 1          # only whole lines
-            for line in data[:end].splitlines():
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if rec.get("id") in self.ids:
-                    continue
-                self.ids.add(rec["id"])
-                self.tokens += int(rec.get("num_tokens", 0))
-                self.bytes += int(rec.get("bytes", 0))
-            self.offsets[f] = off + end
-
-
-def writer_status(d: Path) -> dict:
-    """name -> the writer's status file (status/<name>.json); one that is unreadable or lies outside the
-    dump dir says so instead of stopping the reader."""
-    from .export import ExportError, inside
-    from .status import STATUS_DIR
-
-    out = {}
-    for st in sorted((d / STATUS_DIR).glob("*.json")) if (d / STATUS_DIR).is_dir() else []:
-        try:
-            s = json.loads(inside(d, f"{STATUS_DIR}/{st.name}").read_text())
-            out[st.stem] = s if isinstance(s, dict) else {"state": "unreadable", "error": "not a JSON object"}
-        except (OSError, ValueError, ExportError) as e:
-            out[st.stem] = {"state": "unreadable", "error": str(e)}
-    return out
-
-
-def require_server_dumping_to(dump_dir) -> dict:
-    """The dump dir's meta, once its meta and status files show a server dumping into it (not stopped,
-    not discarding); else ClientError saying what to fix."""
-    d = Path(dump_dir)
-    meta = d / META_FILE
-    if not meta.exists():
-        raise ClientError(f"{meta} not found: the server is not dumping to {d} (is {ENV_DIR} set to this path, "
-                          f"SGLANG_EAGLE3_EXT=1, and the dir shared with this client? see the server log for "
-                          f"'dump: DISABLED')")
-    for name, s in writer_status(d).items():
-        if s.get("state") == "stopped":
-            raise ClientError(f"writer {name} stopped: {s.get('error')} (fix it and restart the server)")
-        if s.get("state") == "discarding":
-            raise ClientError(f"writer {name} writes nothing: the server runs with {ENV_DISCARD}=1 (a benchmarking "
-                              f"aid); restart it without that variable to dump")
-    try:
-        return json.loads(meta.read_text())
-    except (OSError, ValueError) as e:
-        raise ClientError(f"{meta}: unreadable ({e}); is {d} a dump dir?") from None
-
-
 class Tokenizer:
-    def __init__(self, name):
-        from transformers import AutoTokenizer
+    """The tokenizer of the model the user named with --target (never one a server's reply names)."""
 
-        self.tok = AutoTokenizer.from_pretrained(name, trust_remote_code=True)
+    def __init__(self, name, trust_remote_code: bool = False):
+        from ..cli_common import load_tokenizer
+
+        self.tok = load_tokenizer(name, trust_remote_code)
 
     def ids(self, sample: dict, generation_prompt: bool) -> list[int]:
         if sample["kind"] == "text":
             return list(self.tok(sample["value"], add_special_tokens=True)["input_ids"])
         out = self.tok.apply_chat_template(sample["value"], tokenize=True, add_generation_prompt=generation_prompt)
-        if isinstance(out, dict):
+        if isinstance(out, dict) or hasattr(out, "keys"):
             out = out["input_ids"]
         return list(out)
 
@@ -173,140 +56,173 @@ def _generate(srv, ids, rid, max_new_tokens, temperature=0.0, timeout=600.0):
                     timeout=timeout)
 
 
-def run(args) -> int:
+def _inputs(args):
+    """Everything local, checked before the server is asked anything: (samples, malformed, duplicates, the
+    dump's meta, the tokenizer or None)."""
+    samples, bad, dups = read_samples(args.data, args.limit)
+    if not samples:
+        raise ClientError(f"--data {args.data}: no sample to send ({bad} malformed lines, each named above)")
     meta = require_server_dumping_to(args.dump_dir)
-    from ..http_client import Server
-
-    srv = Server(args.url)
-    info = server_info(srv)
-    skip_tok = bool(info.get("skip_tokenizer_init"))
-    samples, bad = read_samples(args.data, args.limit)
     tail = ManifestTail(args.dump_dir)
     tail.poll()
-    todo = [s for s in samples if s["id"] not in tail.ids]
-    need_tok = any(s["kind"] != "input_ids" for s in todo)
     tok = None
-    if need_tok:
-        name = args.tokenizer or (None if skip_tok else info.get("tokenizer_path") or info.get("model_path"))
-        if name is None:
-            raise ClientError("text/messages lines need a tokenizer: this server runs with --skip-tokenizer-init "
-                              "(it only accepts token ids); pass --target MODEL_DIR or send input_ids")
-        tok = Tokenizer(name)
-    log.info("dump run: %d samples (%d already in the manifest, %d lines skipped); layers %s", len(samples),
-             len(samples) - len(todo), bad, meta.get("layer_indices_hf"))
+    if any(s["kind"] != "input_ids" and s["id"] not in tail.ids for s in samples):
+        if not args.tokenizer:
+            raise ClientError("text/messages lines need the target's tokenizer: pass --target DIR (the model the "
+                              "server serves; a tokenizer is never loaded from a path the server names), plus "
+                              "--trust-remote-code if its tokenizer ships code you trust; or send input_ids")
+        tok = Tokenizer(args.tokenizer, args.trust_remote_code)
+    return samples, bad, dups, meta, tail, tok
 
-    failed: dict[str, str] = {}
-    stop = threading.Event()
-    gen_log = open(Path(args.dump_dir) / GENERATED_FILE, "a") if args.generate else None
-    gen_lock = threading.Lock()
 
-    def one(s):
-        if stop.is_set():
+class _Sender:
+    """Sends the samples, `concurrency` in flight, and follows the manifest: progress bar, what failed, and
+    the first refusal that makes every later sample fail alike (a malformed reply, a missing tokenizer)."""
+
+    def __init__(self, args, srv, tok, tail: ManifestTail, samples: list[dict], done: int):
+        self.args, self.srv, self.tok, self.tail, self.samples = args, srv, tok, tail, samples
+        self.failed: dict[str, str] = {}
+        self.fatal: Exception | None = None
+        self.sent: set[str] = set()
+        self.stop = threading.Event()
+        self.gen_lock = threading.Lock()
+        self.gen_log = open(Path(args.dump_dir) / GENERATED_FILE, "a") if args.generate else None
+        self.t0, self.base = time.monotonic(), (len(tail.ids), tail.tokens, tail.bytes)
+        self.bar = None
+        try:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=len(samples), initial=done, unit="sample", disable=args.quiet)
+        except ImportError:
+            pass
+
+    def one(self, s) -> None:
+        from ..server_replies import generate_reply
+
+        if self.stop.is_set():
             return
-        ids = s["value"] if s["kind"] == "input_ids" else tok.ids(s, generation_prompt=args.generate)
-        if args.generate:
-            out = _generate(srv, ids, f"{NODUMP_RID_PREFIX}{s['id']}-{uuid.uuid4().hex[:8]}",
-                            args.max_new_tokens, args.temperature, args.timeout)
-            gen = out.get("output_ids")
+        a, tok = self.args, self.tok
+        ids = s["value"] if s["kind"] == "input_ids" else tok.ids(s, generation_prompt=a.generate)
+        if a.generate:
+            where = self.srv.where("POST", "/generate")
+            out = generate_reply(_generate(self.srv, ids, f"{NODUMP_RID_PREFIX}{s['id']}-{uuid.uuid4().hex[:8]}",
+                                           a.max_new_tokens, a.temperature, a.timeout), where)
+            gen = out["output_ids"]
             if gen is None:
                 if tok is None:
-                    raise ClientError("the server returned no output_ids; pass --target MODEL_DIR")
+                    raise ClientError(f"{where}: the reply has no output_ids, only text; pass --target DIR")
                 gen = tok.tok(out["text"], add_special_tokens=False)["input_ids"]
             prompt_len, ids = len(ids), list(ids) + list(gen)
-            with gen_lock:  # before the dump request: a listed sample always has its mask
-                gen_log.write(json.dumps({"id": s["id"], "prompt_len": prompt_len, "len": len(ids)}) + "\n")
-                gen_log.flush()
-        _generate(srv, list(ids), s["id"], 1, 0.0, args.timeout)
+            with self.gen_lock:  # before the dump request: a listed sample always has its mask
+                self.gen_log.write(json.dumps({"id": s["id"], "prompt_len": prompt_len, "len": len(ids)}) + "\n")
+                self.gen_log.flush()
+        _generate(self.srv, list(ids), s["id"], 1, 0.0, a.timeout)
 
-    bar = None
-    try:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(samples), initial=len(samples) - len(todo), unit="sample", disable=args.quiet)
-    except ImportError:
-        pass
-    t0, base_n, base_tok, base_b = time.monotonic(), len(tail.ids), tail.tokens, tail.bytes
-    sent = set()
-
-    def refresh():
+    def refresh(self) -> None:
+        tail, bar = self.tail, self.bar
         tail.poll()
         if bar is not None:
-            bar.n = len(tail.ids & {s["id"] for s in samples}) if len(samples) < 200_000 else len(tail.ids)
-            dt = max(time.monotonic() - t0, 1e-6)
-            bar.set_postfix_str(f"{(len(tail.ids) - base_n) / dt:.1f} samples/s {(tail.tokens - base_tok) / dt:,.0f} "
-                                f"tok/s {(tail.bytes - base_b) / 1e9:.2f} GB")
+            n0, tok0, b0 = self.base
+            bar.n = len(tail.ids & {s["id"] for s in self.samples}) if len(self.samples) < 200_000 else len(tail.ids)
+            dt = max(time.monotonic() - self.t0, 1e-6)
+            bar.set_postfix_str(f"{(len(tail.ids) - n0) / dt:.1f} samples/s {(tail.tokens - tok0) / dt:,.0f} "
+                                f"tok/s {(tail.bytes - b0) / 1e9:.2f} GB")
             bar.refresh()
 
-    with ThreadPoolExecutor(args.concurrency) as pool:
-        pending = {}
-        it = iter(todo)
-        while True:
-            while len(pending) < args.concurrency * 2:
-                s = next(it, None)
-                if s is None:
+    def send(self, todo: list[dict]) -> None:
+        c = self.args.concurrency
+        with ThreadPoolExecutor(c) as pool:
+            pending, it = {}, iter(todo)
+            while True:
+                while len(pending) < c * 2 and not self.stop.is_set():
+                    s = next(it, None)
+                    if s is None:
+                        break
+                    pending[pool.submit(self.one, s)] = s
+                    self.sent.add(s["id"])
+                if not pending:
                     break
-                pending[pool.submit(one, s)] = s
-                sent.add(s["id"])
-            if not pending:
+                done, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                for f in done:
+                    self.settle(pending.pop(f), f.exception())
+                self.refresh()
+
+    def settle(self, s: dict, e: BaseException | None) -> None:
+        if e is None:
+            return
+        self.failed[s["id"]] = f"{type(e).__name__}: {e}"
+        log.warning("sample %s failed: %s", s["id"], self.failed[s["id"]])
+        if isinstance(e, (ClientError, BadInput)) and self.fatal is None:   # the next would fail alike
+            self.fatal = e
+            self.stop.set()
+
+    def await_writes(self) -> None:
+        """Writes are asynchronous: wait (--wait-s) for the manifest to list what was sent."""
+        deadline = time.monotonic() + self.args.wait_s
+        left = len(self.sent - set(self.failed) - self.tail.ids)
+        if left and self.args.wait_s > 0:
+            log.info("waiting up to %g s for the writers to list %d more samples (--wait-s)", self.args.wait_s, left)
+        while time.monotonic() < deadline and not (self.sent - set(self.failed)) <= self.tail.ids:
+            time.sleep(0.5)
+            self.refresh()
+            try:
+                require_server_dumping_to(self.args.dump_dir)
+            except ClientError as e:
+                self.failed["<writer>"] = str(e)
                 break
-            done, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-            for f in done:
-                s = pending.pop(f)
-                e = f.exception()
-                if e is not None:
-                    failed[s["id"]] = f"{type(e).__name__}: {e}"
-                    log.warning("sample %s failed: %s", s["id"], failed[s["id"]])
-                    if isinstance(e, ClientError):
-                        stop.set()
-            refresh()
-    # Writes are asynchronous: wait for the manifest to list what was sent.
-    deadline = time.monotonic() + args.wait_s
-    while time.monotonic() < deadline and not (sent - set(failed)) <= tail.ids:
-        time.sleep(0.5)
-        refresh()
-        try:
-            require_server_dumping_to(args.dump_dir)
-        except ClientError as e:
-            failed["<writer>"] = str(e)
-            break
-    if bar is not None:
-        bar.close()
-    if gen_log is not None:
-        gen_log.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.gen_log is not None:
+            self.gen_log.close()
+
+
+def run(args) -> int:
+    samples, bad, dups, meta, tail, tok = _inputs(args)
+    from ..http_client import Server
+    from ..server_replies import server_args
+
+    srv = Server(args.url, timeout=args.timeout)
+    info = srv.server_info()
+    if info is None:
+        raise ClientError(f"server {srv.url} answers neither /get_server_info nor /server_info: is it SGLang?")
+    server_args(info, srv.where("GET", "/get_server_info"))   # a server that answers sanely
+    todo = [s for s in samples if s["id"] not in tail.ids]
+    log.info("dump run: %d samples (%d already in the manifest, %d malformed lines, %d duplicate ids skipped); "
+             "layers %s", len(samples), len(samples) - len(todo), bad, dups, meta.get("layer_indices_hf"))
+    job = _Sender(args, srv, tok, tail, samples, len(samples) - len(todo))
+    try:
+        job.send(todo)
+        job.await_writes()
+    finally:
+        job.close()
+    sent, failed = job.sent, job.failed
     missing = sorted(sent - tail.ids - set(failed))
-    dt = time.monotonic() - t0
+    n0, tok0, b0 = job.base
     summary = {"samples": len(samples), "already_done": len(samples) - len(todo), "sent": len(sent),
                "written": len(sent & tail.ids), "failed_requests": len(failed), "not_written": len(missing),
-               "malformed_lines": bad, "seconds": round(dt, 1),
-               "tokens_written": tail.tokens - base_tok, "gb_written": round((tail.bytes - base_b) / 1e9, 3),
-               "dump_dir": str(args.dump_dir)}
+               "malformed_lines": bad, "duplicate_ids": dups, "seconds": round(time.monotonic() - job.t0, 1),
+               "tokens_written": tail.tokens - tok0, "gb_written": round((tail.bytes - b0) / 1e9, 3),
+               "dump_dir": str(args.dump_dir), **skip_counters(writer_status(Path(args.dump_dir)))}
     print(json.dumps(summary, indent=2))
     if missing:
         log.warning("%d sent samples are not in the manifest (refused: prefix cache / NaN / writer stopped; see "
                     "the server log and %s/status/); e.g. %s", len(missing), args.dump_dir, missing[:5])
-    return 0 if not failed and not missing else 1
+    if bad:
+        log.warning("%d malformed lines of %s were not sent (each named above)", bad, args.data)
+    if job.fatal is not None:
+        raise job.fatal
+    return 0 if not failed and not missing and not bad else 1
 
 
 def _loss_masks_and_order(data):
+    """(sample order, {id: loss_mask}) from the dataset of the dump; a malformed line is an error here (it
+    would silently lose its sample's mask or order)."""
     if not data:
         return None, None
-    samples, _ = read_samples(data)
+    samples, _, _ = read_samples(data, strict=True)
     return [s["id"] for s in samples], {s["id"]: s["loss_mask"] for s in samples if s.get("loss_mask")}
-
-
-def generated_loss_masks(dump_dir) -> dict:
-    """Response-only masks of `run --generate` samples (last record per id wins: a re-run regenerates)."""
-    from .export import inside
-
-    masks = {}
-    if (Path(dump_dir) / GENERATED_FILE).exists():
-        for line in inside(dump_dir, GENERATED_FILE).read_text().splitlines():
-            try:
-                r = json.loads(line)
-                masks[r["id"]] = [0] * r["prompt_len"] + [1] * (r["len"] - r["prompt_len"])
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn last line after a crash
-    return masks
 
 
 def export(args) -> int:
@@ -320,7 +236,7 @@ def export(args) -> int:
                  len(gen), GENERATED_FILE)
         masks = {**gen, **(masks or {})}
     fn = export_speculators if args.to == "speculators" else export_specforge
-    n = fn(args.dump_dir, args.out, order=order, loss_masks=masks, workers=max(1, args.workers),
+    n = fn(args.dump_dir, args.out, order=order, loss_masks=masks, workers=args.workers,
            progress=not args.quiet)
     print(json.dumps({"exported": n, "to": args.to, "out": str(args.out)}))
     return 0
@@ -334,7 +250,8 @@ def status(args) -> int:
     man = read_manifest(d)
     st = writer_status(d)
     print(json.dumps({"complete_samples": len(man), "tokens": sum(r.get("num_tokens", 0) for r in man.values()),
-                      "bytes": sum(r.get("bytes", 0) for r in man.values()), "writers": st}, indent=2))
+                      "bytes": sum(r.get("bytes", 0) for r in man.values()), **skip_counters(st), "writers": st},
+                     indent=2))
     return 0
 
 
@@ -348,25 +265,31 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--url", default="http://127.0.0.1:30000", help="the dumping SGLang server")
     r.add_argument("--data", required=True, metavar="PATH", help="JSONL dataset (input lines: see above)")
     r.add_argument("--dump-dir", required=True, help="the server's SGLANG_EAGLE3_EXT_DUMP_DIR, as seen from here")
-    r.add_argument("--concurrency", type=int, default=8, help="requests in flight")
+    r.add_argument("--concurrency", type=cli_common.positive_int, default=8, help="requests in flight")
     r.add_argument("--target", dest="tokenizer", metavar="DIR",
-                   help="target model dir or HF id whose tokenizer turns text/messages into token ids "
-                        "(default: the server's own tokenizer)")
+                   help="target model dir or HF id whose tokenizer turns text/messages into token ids (needed for "
+                        "them: a tokenizer is never loaded from a path the server names)")
     cli_common.hidden_alias(r, "--tokenizer", dest="tokenizer")
+    r.add_argument("--trust-remote-code", action="store_true",
+                   help="let --target's tokenizer run the code it ships (only for a model you trust)")
     r.add_argument("--generate", action="store_true", help="target writes a response first; dump prompt+response")
-    r.add_argument("--max-new-tokens", type=int, default=512, help="response length with --generate")
-    r.add_argument("--temperature", type=float, default=0.0, help="sampling temperature with --generate")
-    r.add_argument("--limit", type=int, help="send only the first N samples")
-    r.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds to wait for one reply")
-    r.add_argument("--wait-s", type=float, default=300.0, help="how long to wait for the last writes")
+    r.add_argument("--max-new-tokens", type=cli_common.positive_int, default=512,
+                   help="response length with --generate")
+    r.add_argument("--temperature", type=cli_common.non_negative_float, default=0.0,
+                   help="sampling temperature with --generate")
+    r.add_argument("--limit", type=cli_common.positive_int, help="send only the first N samples")
+    r.add_argument("--timeout", type=cli_common.positive_float, default=600.0, metavar="S",
+                   help="seconds for one request, all of its reply included")
+    r.add_argument("--wait-s", type=cli_common.non_negative_float, default=300.0,
+                   help="how long to wait for the last writes")
     r.add_argument("--quiet", action="store_true", help="no progress output")
     e = sub.add_parser("export", help="convert a dump for speculators or SpecForge")
     e.add_argument("--dump-dir", required=True, help="the dump directory (the server's SGLANG_EAGLE3_EXT_DUMP_DIR)")
     e.add_argument("--to", choices=("speculators", "specforge"), required=True, help="output format")
     e.add_argument("--out", required=True, help="output directory")
     e.add_argument("--data", help="the JSONL used for the dump: sample order and loss_mask fields")
-    e.add_argument("--workers", type=int, default=8, help="samples converted in parallel (threads: file io and "
-                   "tensor copies release the GIL)")
+    e.add_argument("--workers", type=cli_common.positive_int, default=8,
+                   help="samples converted in parallel (threads: file io and tensor copies release the GIL)")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
     s = sub.add_parser("status", help="manifest and writer status")
     s.add_argument("--dump-dir", required=True, help="the dump directory")
@@ -377,17 +300,11 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     logging.getLogger("urllib3").setLevel(logging.ERROR)   # its retries: the final error says it once
     args = build_parser().parse_args(argv)
-    from ..cli_common import CliError   # http_client.ServerError among them
+    from ..cli_common import CliError, prog   # http_client.ServerError among them
+    from .export import ExportError
 
     try:
         return {"run": run, "export": export, "status": status}[args.cmd](args)
-    except (ClientError, CliError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ClientError, CliError, BadInput, ExportError) as e:   # each names the input and the fix
+        print(f"{prog('dump')}: error: {e}", file=sys.stderr)
         return 2
-    except Exception as e:  # noqa: BLE001 - the export's own errors are user-facing
-        from .export import ExportError
-
-        if isinstance(e, ExportError):
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        raise

@@ -18,10 +18,12 @@ import re
 import threading
 from pathlib import Path
 
+from ..boundary import BadInput, check_type, field, regular_file
 from .config import MANIFEST_DIR, SAMPLES_DIR
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 MAX_ID_LEN = 120
+RECORD_COUNTS = ("num_tokens", "bytes")   # counts of a manifest record: integers >= 0 where present
 
 
 def sanitize_id(raw: str) -> str:
@@ -67,23 +69,46 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def read_manifest(dump_dir: str | os.PathLike) -> dict[str, dict]:
-    """id -> record for every complete sample (union over all writers' manifests)."""
-    out: dict[str, dict] = {}
+def manifest_files(dump_dir: str | os.PathLike) -> list[Path]:
+    """Every writer's manifest of this dump: regular files only (a FIFO would block its reader: BadInput);
+    a manifest linked from outside the dump is not this dump's and is left out."""
     mdir = Path(dump_dir) / MANIFEST_DIR
     if not mdir.is_dir():
-        return out
+        return []
     root = Path(dump_dir).resolve()
-    for f in sorted(mdir.glob("*.jsonl")):
-        if root not in f.resolve().parents:
-            continue   # a manifest linked from elsewhere is not this dump's
+    return [regular_file(f, "manifest") for f in sorted(mdir.glob("*.jsonl")) if root in f.resolve().parents]
+
+
+def parse_manifest_line(line: bytes | str, where: str) -> dict | None:
+    """One manifest line as its record; None for a torn line (a crash mid-append: that sample is not
+    complete; the writer starts its next line on a fresh one). A line that parses but is not a record the
+    writer writes is a BadInput naming `where` (file:line) and the key."""
+    try:
+        rec = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    check_type(rec, dict, f"{where} (manifest line)")
+    field(rec, "id", str, where, nonempty=True)
+    field(rec, "file", str, where, nonempty=True)
+    for key in RECORD_COUNTS:
+        if key in rec:
+            check_type(rec[key], int, f"{where}: {key!r}")
+            if rec[key] < 0:
+                raise BadInput(f"{where}: {key!r}", f"must be >= 0, got {rec[key]}")
+    return rec
+
+
+def read_manifest(dump_dir: str | os.PathLike) -> dict[str, dict]:
+    """id -> record for every complete sample (union over all writers' manifests); BadInput naming
+    file:line and key for a line that is not a manifest record."""
+    out: dict[str, dict] = {}
+    for f in manifest_files(dump_dir):
         with open(f, "rb") as fh:
-            for line in fh:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue  # torn line from a crash mid-append: that sample is not complete
-                if isinstance(rec, dict) and isinstance(rec.get("id"), str) and isinstance(rec.get("file"), str):
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                rec = parse_manifest_line(line, f"{f}:{n}")
+                if rec is not None:
                     out.setdefault(rec["id"], rec)
     return out
 

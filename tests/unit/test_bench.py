@@ -229,8 +229,27 @@ def test_silent_server_fails_in_bounded_time(capsys):
         s.close()
     err = capsys.readouterr().err
     assert rc == 2 and took < 6, (rc, took)
-    assert f"GET {url}/health: not healthy within 1.5 s" in err and "no answer" in err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"GET {url}/health: not healthy within 1.5 s" in err and "no complete answer" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err     # its one probe took the wait
+
+
+def test_a_wait_says_so_in_one_line(capsys):
+    """A server that comes up late: one line says bench waits for it, then the run goes on."""
+    from sglang_eagle3_ext.http_client import Server
+    from trust_client_servers import Replies
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]   # nothing listens there yet
+    late = {}
+    threading.Timer(1.5, lambda: late.setdefault("srv", Replies({"/health": {}}, port=port))).start()
+    try:
+        took = Server(f"http://127.0.0.1:{port}").wait_healthy(10, poll_s=0.25)
+    finally:
+        threading.Event().wait(0.1)
+        late["srv"].close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert 1.4 < took < 5 and len(err) == 1 and err[0].startswith(f"waiting up to 10 s for http://127.0.0.1:{port}")
 
 
 def test_generate_timeout_after_health(servers, capsys):
@@ -242,7 +261,7 @@ def test_generate_timeout_after_health(servers, capsys):
                                         "--warmup", "0", "--concurrency", "1"])
     err = capsys.readouterr().err
     assert rc == 2 and time.monotonic() - t < 3.5
-    assert f"POST {url}/generate: no answer within 0.5 s" in err and "Traceback" not in err
+    assert f"POST {url}/generate: no complete answer within 0.5 s" in err and "Traceback" not in err
 
 
 def test_unreachable_server(capsys):

@@ -58,11 +58,12 @@ def test_sharegpt_array_through_chat_template(tmp_path, tokenizer_dir):
     assert "chat template" in ps.notes[0]
 
 
-def test_mtbench_without_tokenizer_sends_text(tmp_path):
-    path = _write(tmp_path / "q.jsonl", [{"question_id": 1, "turns": ["be brief", "more"]}, {"text": "hello"}])
-    ps = bench_prompts.from_file(path, None, None)
-    assert ps.prompts == [{"text": "be brief"}, {"text": "hello"}]
-    assert any("no chat template" in n for n in ps.notes)
+def test_text_without_tokenizer_is_sent_as_text_chat_is_refused(tmp_path):
+    path = _write(tmp_path / "t.jsonl", [{"prompt": "be brief"}, {"text": "hello"}])
+    assert bench_prompts.from_file(path, None, None).prompts == [{"text": "be brief"}, {"text": "hello"}]
+    path = _write(tmp_path / "q.jsonl", [{"text": "hello"}, {"question_id": 1, "turns": ["be brief", "more"]}])
+    with pytest.raises(CliError, match=r"q.jsonl:2: chat prompts need the chat template .*pass --target DIR"):
+        bench_prompts.from_file(path, None, None)
 
 
 def test_limit_and_ids_need_no_tokenizer(tmp_path):
@@ -72,8 +73,15 @@ def test_limit_and_ids_need_no_tokenizer(tmp_path):
 
 @pytest.mark.parametrize("content,where", [('{"input_ids": [1,2]}\nnot json\n', "p.jsonl:2: not JSON"),
                                            ('{"foo": 1}\n', "p.jsonl:1: needs 'input_ids'"),
-                                           ('{"input_ids": [-1]}\n', "p.jsonl:1: 'input_ids' must be"),
-                                           ('[{"text": "a"}, 3]', r"p.jsonl\[1\]: expected a JSON object"),
+                                           ('{"input_ids": [-1]}\n', r"p.jsonl:1: 'input_ids'\[0\]: must be >= 0"),
+                                           ('{"input_ids": [1, true]}\n', r"p.jsonl:1: 'input_ids'\[1\]: expected"),
+                                           ('{"messages": [{"role": "user", "content": 5}]}\n',
+                                            r"p.jsonl:1: 'messages'\[0\]: 'content': expected a string"),
+                                           ('{"conversations": ["hi"]}\n', r"p.jsonl:1: 'conversations'\[0\]: expected"),
+                                           ('{"turns": [3]}\n', r"p.jsonl:1: 'turns'\[0\]: expected a string"),
+                                           ('{"text": ""}\n', r"p.jsonl:1: 'text': must not be empty"),
+                                           ('[{"text": "a"}, 3]', r"p.jsonl\[1\]: expected an object"),
+                                           ('{"a": 1}', r"p.jsonl \(prompt file\): expected a list|needs 'input_ids'"),
                                            ("", "no prompts in the file")])
 def test_bad_files_named(tmp_path, content, where):
     p = tmp_path / "p.jsonl"
@@ -83,8 +91,16 @@ def test_bad_files_named(tmp_path, content, where):
 
 
 def test_missing_file_and_bad_tokenizer(tmp_path):
-    with pytest.raises(CliError, match="--prompts .*nope.jsonl: cannot read"):
+    with pytest.raises(CliError, match="--prompts .*nope.jsonl: prompt file not found"):
         bench_prompts.from_file(str(tmp_path / "nope.jsonl"), None, None)
     p = _write(tmp_path / "t.jsonl", [{"text": "x"}])
     with pytest.raises(CliError, match="--target .*: cannot load its tokenizer"):
         bench_prompts.from_file(p, None, str(tmp_path / "no_model"))
+
+
+def test_a_huge_array_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_prompts, "MAX_ARRAY_FILE", 100)
+    p = _write(tmp_path / "sg.json", [{"text": "hello world"}] * 20, array=True)
+    with pytest.raises(CliError, match=r"--prompts .*sg.json: prompt file is larger than 100 bytes"):
+        bench_prompts.from_file(p, 1, None)
+    assert len(bench_prompts.from_file(_write(tmp_path / "p.jsonl", [{"text": "a"}] * 50), 2, None).prompts) == 2

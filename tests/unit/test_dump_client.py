@@ -14,10 +14,12 @@ def test_malformed_lines_skipped(tmp_path, caplog):
     p.write_text("\n".join([json.dumps({"id": "a", "input_ids": [1, 2]}), "{not json", json.dumps([1, 2]),
                             json.dumps({"id": "b", "input_ids": []}), json.dumps({"id": "c", "text": "hi", "input_ids": [1]}),
                             json.dumps({"id": "a", "input_ids": [3]}), json.dumps({"id": "../x", "text": "ok"}), ""]))
-    samples, bad = read_samples(p)
-    assert [s["id"] for s in samples][0] == "a" and len(samples) == 2 and bad == 5
+    samples, bad, dups = read_samples(p)
+    assert [s["id"] for s in samples][0] == "a" and len(samples) == 2 and bad == 4 and dups == 1
     assert "/" not in samples[1]["id"]
-    assert sum(": skipped " in r.getMessage() for r in caplog.records) == 5
+    msgs = [r.getMessage() for r in caplog.records]
+    assert sum("skipped " in m for m in msgs) == 5
+    assert any(f"{p}:3 (" in m or f"{p}:3:" in m for m in msgs)     # each skipped line named by file:line
 
 
 class _Server:
@@ -57,7 +59,7 @@ def test_client_fails_loudly(tmp_path, capsys):
     assert "not dumping" in capsys.readouterr().err                  # no dump_meta.json: server not dumping
     (dump / "dump_meta.json").write_text("{}")
     assert main(["run", "--url", srv.url, "--data", str(data), "--dump-dir", str(dump)]) == 2
-    assert "--skip-tokenizer-init" in capsys.readouterr().err         # text needs a tokenizer
+    assert "pass --target DIR" in capsys.readouterr().err            # text needs the user's tokenizer
     (dump / "status").mkdir()
     (dump / "status" / "dp0.json").write_text(json.dumps({"state": "discarding"}))
     assert main(["run", "--url", srv.url, "--data", str(data), "--dump-dir", str(dump)]) == 2
