@@ -14,10 +14,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
-import shutil
 import sys
-import time
 from pathlib import Path
 
 from .draft import errors as E
@@ -118,17 +115,77 @@ def convert_config(cfg: dict, layout: keys.Layout, hf_override=None) -> tuple[di
     return out, fmt, warnings
 
 
+def _source_config(src: Path) -> dict:
+    """The source's config.json, its keys that convert reads checked for type (ConversionRefused / BadInput:
+    exit 2, naming the file and key) before anything reads them."""
+    from .boundary import field, read_json_file
+    from .draft.config_schema import type_problems
+
+    where = str(src / "config.json")
+    cfg = read_json_file(src / "config.json", "draft config")
+    field(cfg, "speculators_model_type", str, where, optional=True)
+    archs = cfg.get("architectures")
+    problems = type_problems(cfg, where, mla=isinstance(archs, list) and mla.ARCH in archs)
+    if not problems and (cfg.get("speculators_model_type") or "transformer_layer_config" in cfg):
+        tl = field(cfg, "transformer_layer_config", dict, where)
+        field(tl, "hidden_size", int, f"{where}: transformer_layer_config", minimum=1)
+        problems = type_problems(tl, f"{where}: transformer_layer_config")
+    if problems:
+        raise ConversionRefused(problems, f"convert: {where} is not a draft config convert can read:")
+    return cfg
+
+
+def _safe_dtypes() -> set:
+    import torch
+
+    from .draft.safetensors_io import DTYPE_BYTES
+
+    names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",
+             "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool", "F8_E4M3": "float8_e4m3fn",
+             "F8_E5M2": "float8_e5m2", "U16": "uint16", "U32": "uint32", "U64": "uint64"}
+    return {getattr(torch, names[k]) for k in DTYPE_BYTES if hasattr(torch, names[k])}
+
+
+def _read_pickle(f: Path) -> dict:
+    """A .bin/.pt state dict through torch.load(weights_only=True) (no code runs), checked to be a flat mapping
+    name -> dense tensor that safetensors can store. Anything else is bad input naming the file."""
+    import torch
+
+    from .boundary import BadInput, regular_file
+
+    regular_file(f, "pickle checkpoint")
+    try:
+        sd = torch.load(f, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - whatever the unpickler makes of outside bytes is bad input, not a bug
+        raise BadInput(str(f), f"not a readable torch checkpoint ({type(e).__name__}: {str(e)[:200]})") from None
+    if not isinstance(sd, dict):
+        raise BadInput(str(f), f"holds a {type(sd).__name__}; expected a state dict (mapping name -> tensor)")
+    safe, out, storages = _safe_dtypes(), {}, set()
+    for k, v in sd.items():
+        if not isinstance(k, str):
+            raise BadInput(str(f), f"key {k!r} is not a string; expected a state dict (mapping name -> tensor)")
+        if not isinstance(v, torch.Tensor):
+            raise BadInput(f"{f}: {k!r}", f"holds a {type(v).__name__}, not a tensor (a training checkpoint? save the "
+                                          f"model's state_dict())")
+        if v.layout != torch.strided or v.dtype not in safe:
+            raise BadInput(f"{f}: {k!r}", f"is a {v.dtype} {v.layout} tensor; safetensors stores dense tensors of "
+                                          f"{', '.join(sorted(str(d).replace('torch.', '') for d in safe))}")
+        v = v.detach()
+        ptr = v.untyped_storage().data_ptr()
+        out[k] = v.clone() if v.numel() and ptr in storages else v  # tied weights: safetensors refuses shared storage
+        storages.add(ptr)
+    return out
+
+
 def _iter_source(src: Path, allow_pickle: bool):
     from safetensors import safe_open
 
-    from .draft.safetensors_io import scan_headers, weight_files
+    from .draft.safetensors_io import PICKLE_SUFFIXES, scan_headers, weight_files
 
     files, problems = weight_files(src)
     if problems and problems[0].code == E.PICKLE_ONLY and allow_pickle:
-        import torch
-        for f in sorted(p for p in src.iterdir() if p.suffix in (".bin", ".pt", ".pth")):
-            sd = torch.load(f, map_location="cpu", weights_only=True)  # weights_only: no code execution
-            for k, v in sd.items():
+        for f in sorted(p for p in src.iterdir() if p.suffix in PICKLE_SUFFIXES):
+            for k, v in _read_pickle(f).items():
                 yield f.name.rsplit(".", 1)[0] + ".safetensors", k, v
         return
     _, hp = scan_headers(src)
@@ -140,45 +197,27 @@ def _iter_source(src: Path, allow_pickle: bool):
                 yield f.name, k, h.get_tensor(k)
 
 
-class _Progress:
-    def __init__(self, total_bytes: int, enabled: bool):
-        self.total, self.done, self.enabled, self.t = total_bytes, 0, enabled and total_bytes > 256 * 2**20, 0.0
-
-    def add(self, n: int):
-        self.done += n
-        if self.enabled and (time.time() - self.t > 1 or self.done >= self.total):
-            self.t = time.time()
-            print(f"\r[convert] {self.done / 2**30:.2f}/{self.total / 2**30:.2f} GiB", end="", file=sys.stderr, flush=True)
-
-    def close(self):
-        if self.enabled:
-            print(file=sys.stderr)
-
-
 _OUR_FILES = ("config.json", "model.safetensors.index.json")
 
 
-def _check_destination(src: Path, dst: Path, force: bool) -> None:
-    """Never delete the source, or anything that is not a previous output of ours (--force replaces only that)."""
-    s, d = src.resolve(), dst.resolve()
-    if d == s or d in s.parents:
-        raise SystemExit(f"{dst} contains the source draft {src}: replacing it would delete the source; "
-                         f"choose an output directory outside {src}")
-    if not d.exists():
-        return
-    if not d.is_dir():
-        raise SystemExit(f"{dst} exists and is not a directory; choose another output directory")
-    entries = list(d.iterdir())
-    if not entries:
-        return
-    if not force:
-        raise SystemExit(f"{dst} exists and is not empty (use --force to replace a previous convert output)")
-    foreign = [e.name for e in entries if not (e.is_file() and (e.name in _OUR_FILES or e.suffix == ".safetensors"))]
-    ours = bool(entries) and all(_converted_by_us(e) for e in entries if e.suffix == ".safetensors")
-    if foreign or not ours or not (d / "config.json").is_file():
-        what = f"it holds {', '.join(sorted(foreign)[:5])}" if foreign else "its weights were not written by convert"
-        raise SystemExit(f"{dst} is not a previous output of convert ({what}): --force only replaces those; "
-                         f"remove it yourself or choose another output directory")
+def _check_destination(src: Path, dst: Path, force: bool) -> dict:
+    """Never write into, around or through the source, nor over anything that is not a previous output of
+    convert (--force replaces only that): outdir.py's rule, checked before anything is read. Returns the
+    rule for outdir.writing. Refusals stay SystemExit (one line, exit 2), as convert always raised them."""
+    from . import outdir
+
+    def legacy(d: Path) -> bool:   # outputs written before outdir.MARKER: our file names, our weights
+        entries = list(d.iterdir())
+        foreign = [e for e in entries if not (e.is_file() and (e.name in _OUR_FILES or e.suffix == ".safetensors"))]
+        return not foreign and (d / "config.json").is_file() and \
+            all(_converted_by_us(e) for e in entries if e.suffix == ".safetensors")
+
+    rule = dict(tool="convert", flag="DST", inputs=[("source draft", src)], replace=force, legacy=legacy)
+    try:
+        outdir.check(dst, **rule)
+    except outdir.OutputDirRefused as e:
+        raise SystemExit(str(e)) from None
+    return rule
 
 
 def _converted_by_us(path: Path) -> bool:
@@ -201,7 +240,7 @@ def convert(src, dst, sglang_version: str | None = None, hf_indices=None, force:
     src, dst = Path(src), Path(dst)
     _check_destination(src, dst, force)
     layout = keys.resolve_layout(sglang_version)
-    cfg = json.loads((src / "config.json").read_text())
+    cfg = _source_config(src)
     out_cfg, fmt, warnings = convert_config(cfg, layout, hf_indices)
     spec, problems = rules.spec_from_config(out_cfg, layout, where=f"{dst}/config.json")
     fatal = [p for p in problems if not p.warning]
@@ -210,8 +249,9 @@ def convert(src, dst, sglang_version: str | None = None, hf_indices=None, force:
     warnings += [p.message for p in problems if p.warning]
     shapes = rules.expected_shapes(spec)
 
+    from .draft.progress import ByteProgress
     from .draft.safetensors_io import file_size_mb
-    prog = _Progress(int(file_size_mb([p for p in src.iterdir() if p.is_file()]) * 2**20), progress)
+    prog = ByteProgress("convert", int(file_size_mb([p for p in src.iterdir() if p.is_file()]) * 2**20), progress)
     shards: dict[str, dict] = {}
     present, renames, dropped = set(), {}, []
     for fname, name, t in _iter_source(src, allow_pickle):
@@ -240,13 +280,19 @@ def convert(src, dst, sglang_version: str | None = None, hf_indices=None, force:
         if refused:
             problems.append(refused)
             continue
+        # the sum is a fast screen (NaN/Inf propagate); a finite tensor whose sum overflows is counted exactly
         if t.is_floating_point() and not torch.isfinite(t.sum(dtype=torch.float32)):
-            problems.append(rules.non_finite_problem(canon, int((~torch.isfinite(t)).sum()), t.numel(), f"{src}/{fname}"))
+            n_bad = int((~torch.isfinite(t)).sum())
+            if n_bad:
+                problems.append(rules.non_finite_problem(canon, n_bad, t.numel(), f"{src}/{fname}"))
         if canon == "d2t":
-            problems += rules.d2t_problems(t.numpy(), spec, f"{src}/{fname}")
+            problems += rules.d2t_problems(t, spec, f"{src}/{fname}")
         present.add(canon)
         shards.setdefault(fname, {})[target] = t.contiguous()
     prog.close()
+    if rules.HEAD in present and rules.head_from_target(spec):
+        warnings.append(rules.keep_trained_head(out_cfg, spec))  # else SGLang swaps in the target's head
+        spec, _ = rules.spec_from_config(out_cfg, layout, where=f"{dst}/config.json")
     # SGLang's --dtype auto takes the draft's dtype from its config (none/float32 -> float16): record the
     # weights' own dtype, or a bf16 target meets a float16 draft at the first request.
     float_dtypes = collections.Counter(str(t.dtype).replace("torch.", "") for ts in shards.values()
@@ -261,10 +307,9 @@ def convert(src, dst, sglang_version: str | None = None, hf_indices=None, force:
     if fatal:
         raise ConversionRefused(fatal, f"convert: {src} cannot become a faithful SGLang {layout.release} draft:")
 
-    tmp = dst.parent / f".{dst.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    from . import outdir
+
+    with outdir.writing(dst, **_check_destination(src, dst, force), record={"source": str(src)}) as tmp:
         names = {f: ("model.safetensors" if len(shards) == 1 else f) for f in shards}
         for f, tensors in shards.items():
             save_file(tensors, str(tmp / names[f]), metadata={"format": "pt", "converted_by": "sglang_eagle3_ext"})
@@ -272,15 +317,6 @@ def convert(src, dst, sglang_version: str | None = None, hf_indices=None, force:
             wm = {k: names[f] for f, ts in shards.items() for k in ts}
             (tmp / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": wm}, indent=2))
         (tmp / "config.json").write_text(json.dumps(out_cfg, indent=2, sort_keys=True) + "\n")
-        if dst.exists():
-            old = dst.parent / f".{dst.name}.old-{os.getpid()}"
-            os.replace(dst, old)
-            os.replace(tmp, dst)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, dst)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     log(f"converted {fmt} draft {src} -> {dst} for SGLang {layout.release}: {len(present)} tensors; "
         f"renames: {keys.summarize_renames(renames)}; dropped: {', '.join(dropped) or 'none'}; "
         f"aux ids {out_cfg['eagle_config'].get('eagle_aux_hidden_state_layer_ids')}, "

@@ -130,33 +130,58 @@ def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, bran
     Kimi-width model is drawn there in bf16 in seconds instead of minutes of CPU fp32 init -- else the CPU,
     whose seeded weights the 1024-wide targets' measurements were made with)."""
     out = Path(out) if out else default_dir()
-    done = out / ".complete"
-    if done.exists():
+    settings = dict(seed=seed, branch_scale=branch_scale, successor_weight=successor_weight, route_bias=route_bias,
+                    **overrides)
+    if reuse_existing(out, "tiny", settings):
         return out
     import torch
 
     from ._log import log_once
+    from .outdir import OutputDirRefused, writing
 
     log_once("tiny", "making the tiny DeepSeek-V3 target in %s (first use, ~20 s)", out)
-    model = build_model(seed=seed, branch_scale=branch_scale, successor_weight=successor_weight,
-                        route_bias=route_bias, device=device, **overrides)
-    device = str(next(model.parameters()).device)
-    tmp = out.with_name(out.name + ".tmp")
-    model.save_pretrained(tmp, safe_serialization=True)
-    p = tmp / "config.json"
-    c = json.loads(p.read_text())
-    c.update(SGLANG_EXTRA_KEYS)
-    c["torch_dtype"] = "bfloat16"
-    p.write_text(json.dumps(c, indent=2))
-    if out.exists():
-        import shutil
-        shutil.rmtree(out)
-    tmp.rename(out)
-    done.touch()
+    try:
+        with writing(out, tool="tiny", flag="OUT", record={"settings": settings}) as tmp:
+            model = build_model(seed=seed, branch_scale=branch_scale, successor_weight=successor_weight,
+                                route_bias=route_bias, device=device, **overrides)
+            device = str(next(model.parameters()).device)
+            model.save_pretrained(tmp, safe_serialization=True)
+            p = tmp / "config.json"
+            c = json.loads(p.read_text())
+            c.update(SGLANG_EXTRA_KEYS)
+            c["torch_dtype"] = "bfloat16"
+            p.write_text(json.dumps(c, indent=2))
+            (tmp / ".complete").touch()
+    except OutputDirRefused:
+        if reuse_existing(out, "tiny", settings):   # another process made the same target meanwhile
+            return out
+        raise
     if device != "cpu":   # the caller goes on to start servers on this GPU
         del model
         torch.cuda.empty_cache()
     return out
+
+
+def reuse_existing(out: Path, tool: str, settings: dict) -> bool:
+    """True when `out` already holds this built-in target (made with `settings`); a copy made with other
+    settings is refused rather than served as if it were the one asked for."""
+    if not (out / ".complete").exists():
+        return False
+    from .outdir import OutputDirRefused, read_marker
+
+    try:
+        marker = read_marker(out)
+    except ValueError:
+        marker = None
+    if marker is not None and marker["tool"] != tool:
+        raise OutputDirRefused(out, f"holds the output of `{marker['tool']}`, not a {tool} target; give another "
+                                    f"folder")
+    made = (marker or {}).get("settings")
+    if isinstance(made, dict) and made != json.loads(json.dumps(settings, default=str)):
+        diff = {k: (made.get(k), v) for k, v in settings.items() if made.get(k) != v}
+        raise OutputDirRefused(out, f"holds a {tool} target made with other settings {diff} (there, asked); "
+                                    f"give another folder, or remove this one to remake it")
+    return True
 
 
 def main(argv=None) -> int:
@@ -166,7 +191,8 @@ def main(argv=None) -> int:
     from . import cli_common
 
     ap = argparse.ArgumentParser(prog=cli_common.prog("tiny"), description=__doc__.split("\n\n")[0])
-    ap.add_argument("out", nargs="?", help=f"output folder (default: the cache, {default_dir()})")
+    ap.add_argument("out", nargs="?", help=f"output folder, new or empty (default: the cache, {default_dir()}); one "
+                                           f"holding other files is refused, one holding this target is reused")
     ap.add_argument("--predictable", action="store_true",
                     help="the round trip's target: a greedy walk a draft can learn (tiny.PREDICTABLE)")
     ap.add_argument("--seed", type=int, default=0, help="weights' random seed")

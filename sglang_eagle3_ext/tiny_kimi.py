@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 # vt_* are the names the HF Kimi-K2.5 config uses (SGLang's projector reads vt_hidden_size); the plain names
@@ -130,41 +129,44 @@ def ensure_tiny_kimi_target(out: str | os.PathLike | None = None, seed: int = 0,
     tiny.ensure_tiny_target (e.g. **tiny.PREDICTABLE, route_bias, DeepseekV3Config overrides); the text-only
     DeepSeek-V3 with the same language-model weights stays in `out/text` (the reference)."""
     out = Path(out) if out else default_dir()
-    if (out / ".complete").exists():
+    from .tiny import ensure_tiny_target, reuse_existing
+
+    settings = dict(seed=seed, **tiny_kwargs)
+    if reuse_existing(out, "tiny --kimi", settings):
         return out
     import torch
     from safetensors.torch import load_file, save_file
 
     from ._log import log_once
-    from .tiny import ensure_tiny_target
+    from .outdir import OutputDirRefused, writing
 
     log_once("tiny-kimi", "making the tiny Kimi-K2.5 target in %s (first use)", out)
-    tmp = out.with_name(out.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    text_dir = ensure_tiny_target(tmp / "text", seed=seed, **tiny_kwargs)
-    text_cfg = json.loads((text_dir / "config.json").read_text())
-    tensors = {}
-    for f in sorted(text_dir.glob("*.safetensors")):
-        for k, t in load_file(str(f)).items():
-            tensors["language_model." + k] = t       # model.* -> language_model.model.*, lm_head -> language_model.lm_head
-    vision = vision_config(int(text_cfg["hidden_size"]))
-    g = torch.Generator().manual_seed(seed + 7)
-    for k, shape in vision_shapes(vision).items():
-        t = torch.randn(shape, generator=g) * 0.02
-        if k.endswith(("norm0.weight", "norm1.weight", "final_layernorm.weight", "pre_norm.weight")):
-            t = torch.ones(shape)
-        tensors[k] = t.to(torch.bfloat16)
-    save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    (tmp / "config.json").write_text(json.dumps(kimi_config(text_cfg, vision), indent=2))
-    (tmp / "processor_config.json").write_text(json.dumps(
-        {"auto_map": {"AutoProcessor": PROCESSOR_FILE[:-3] + ".TinyKimiK25Processor"},
-         "processor_class": "TinyKimiK25Processor"}, indent=2))
-    (tmp / PROCESSOR_FILE).write_text(PROCESSOR_SRC)
-    write_tokenizer(tmp, int(text_cfg["vocab_size"]))
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
-    (out / ".complete").touch()
+    try:
+        with writing(out, tool="tiny --kimi", flag="OUT", record={"settings": settings}) as tmp:
+            text_dir = ensure_tiny_target(tmp / "text", seed=seed, **tiny_kwargs)
+            text_cfg = json.loads((text_dir / "config.json").read_text())
+            tensors = {}
+            for f in sorted(text_dir.glob("*.safetensors")):
+                for k, t in load_file(str(f)).items():
+                    # model.* -> language_model.model.*, lm_head -> language_model.lm_head
+                    tensors["language_model." + k] = t
+            vision = vision_config(int(text_cfg["hidden_size"]))
+            g = torch.Generator().manual_seed(seed + 7)
+            for k, shape in vision_shapes(vision).items():
+                t = torch.randn(shape, generator=g) * 0.02
+                if k.endswith(("norm0.weight", "norm1.weight", "final_layernorm.weight", "pre_norm.weight")):
+                    t = torch.ones(shape)
+                tensors[k] = t.to(torch.bfloat16)
+            save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+            (tmp / "config.json").write_text(json.dumps(kimi_config(text_cfg, vision), indent=2))
+            (tmp / "processor_config.json").write_text(json.dumps(
+                {"auto_map": {"AutoProcessor": PROCESSOR_FILE[:-3] + ".TinyKimiK25Processor"},
+                 "processor_class": "TinyKimiK25Processor"}, indent=2))
+            (tmp / PROCESSOR_FILE).write_text(PROCESSOR_SRC)
+            write_tokenizer(tmp, int(text_cfg["vocab_size"]))
+            (tmp / ".complete").touch()
+    except OutputDirRefused:
+        if reuse_existing(out, "tiny --kimi", settings):   # another process made the same target meanwhile
+            return out
+        raise
     return out

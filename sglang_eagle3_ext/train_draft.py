@@ -70,6 +70,13 @@ SGLang's class, same loss kind, checkpoint in the layout SGLang's load_weights r
 target (``model_type: kimi_k25``) works for both: its ``text_config`` is the target config, and speculators
 gets a verifier view of it (training/target_view.py).
 
+What is refused before training, by name: an ``--out`` that is a symlink, is or holds or lies inside
+``--target``/``--data``, or holds anything but an earlier output of train (that one only with ``--force``;
+outdir.py: the output is built beside OUT and renamed into place); a sample file that is not finite,
+integer token ids in the target's vocab and states ``[L, K+1, H]`` (training/samples.py, every file is read
+once first); a target whose embed / lm_head / norm are not finite. A run whose draft weights end non-finite
+saves nothing.
+
 CPU runs (tests): fp32 hidden states (autocast is CUDA-only), SDPA attention (flex attention
 and the Triton fused loss are GPU paths), eager loss.  GPU defaults: bf16, speculators'
 ``simple_flex_attention``, fused (Triton) loss, ``torch.compile`` of the forward (speculators
@@ -79,7 +86,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -88,10 +94,24 @@ from pathlib import Path
 from .training.data import (META_FILES, META_KEYS, TrainDraftError, _existing_loss_masks, _say,  # noqa: F401
                             find_hs_dir, list_hs_files, parse_layer_ids, prepare_data,
                             read_layer_ids_from_metadata, require_learned)
-from .training import speculators_patches
-from .training.progress import _Progress
+from .training.speculators_run import _run_speculators, _summarize, build_argv  # noqa: F401 (re-exported)
+from .cli_common import non_negative_int, positive_int
 
 RUN_DIR = "_speculators_run"
+# what a train --out held before outputs carried outdir.MARKER: replaceable with --force
+_LEGACY_OUTPUT = {"config.json", "model.safetensors", RUN_DIR, "train_summary.json", "generation_config.json"}
+
+
+def _legacy_output(d: Path) -> bool:
+    names = {p.name for p in d.iterdir()}
+    return {"config.json", "model.safetensors"} <= names and bool(names & {RUN_DIR, "train_summary.json"}) \
+        and names <= _LEGACY_OUTPUT
+
+
+def output_rule(a) -> dict:
+    """How train writes --out (outdir.py): never into or around its inputs; an earlier output only with --force."""
+    return dict(tool="train", flag="--out", inputs=[("target (--target)", a.target), ("data (--data)", a.data)],
+                replace=bool(getattr(a, "force", False)), legacy=_legacy_output)
 
 
 # ----------------------------------------------------------------------------- draft config
@@ -132,49 +152,10 @@ def draft_layer_config(target_cfg: dict, *, num_layers: int = 1, intermediate_si
 
 # ----------------------------------------------------------------------------- training
 
-def build_argv(a, *, prep: Path, hs_dir: Path, run: Path, layer_ids: list[int], draft_cfg_path: Path,
-               draft_vocab_size: int | None, device: str, max_steps: int | None) -> list[str]:
-    cpu = device == "cpu"
-    argv = [
-        "--speculator-type", "eagle3",
-        "--verifier-name-or-path", str(a.target),
-        "--data-path", str(prep),
-        "--hidden-states-path", str(hs_dir),
-        "--hidden-states-backend", "file",
-        "--on-missing", "raise",
-        "--save-path", str(run / "checkpoints"),
-        "--log-dir", str(run / "logs"),
-        "--draft-config", str(draft_cfg_path),
-        "--target-layer-ids", *[str(x) for x in layer_ids],
-        "--mask-token-id", "0",
-        "--no-norm-before-residual", "--no-norm-before-fc", "--no-norm-output",
-        "--ttt-steps", str(a.ttt_steps),
-        "--total-seq-len", str(a.total_seq_len),
-        "--train-data-ratio", str(a.train_ratio),
-        "--epochs", str(a.epochs or 1),
-        "--lr", str(a.lr),
-        "--optimizer", a.optimizer,
-        "--scheduler-type", a.scheduler,
-        "--num-workers", str(a.num_workers),
-        "--seed", str(a.seed),
-        "--log-freq", "1",
-        "--no-resume-from-checkpoint",
-        "--hidden-states-dtype", "float32" if cpu else "bfloat16",
-        "--draft-attn-impl", "sdpa" if cpu else a.attn_impl,
-        "--loss-implementation", "eager" if cpu else a.loss_impl,
-    ]
-    if a.loss_fn:
-        argv += ["--loss-fn", a.loss_fn]
-    if draft_vocab_size is not None:
-        argv += ["--draft-vocab-size", str(draft_vocab_size), "--token-freq-path", str(prep / "token_freq.pt")]
-    if max_steps is not None:
-        argv += ["--max-steps", str(max_steps)]
-    if a.warmup_steps is not None:
-        argv += ["--scheduler-warmup-steps", str(a.warmup_steps)]
-    return argv
-
-
 def train(a) -> dict:
+    from . import outdir
+
+    outdir.check(a.out, **output_rule(a))           # before anything is read or written
     if getattr(a, "draft_arch", "llama") == "mla":   # our own trainer (training/mla_train.py): no speculators
         from .training.mla_train import train_from_args
 
@@ -188,12 +169,13 @@ def train(a) -> dict:
     import torch
 
     data, target, out = Path(a.data), Path(a.target), Path(a.out)
+    rule = output_rule(a)
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise TrainDraftError("--device cuda but torch sees no CUDA device")
     if device == "cpu" and torch.cuda.is_available():
         _say("note: --device cpu on a CUDA host: speculators still compiles its forward for CUDA hosts")
-    from .training.target_view import is_wrapper, text_config, verifier_view
+    from .training.target_view import is_wrapper, read_tensors, text_config, verifier_view
 
     target_cfg = text_config(target)     # a Kimi-K2.5 wrapper: its language model's config
     vocab = int(target_cfg["vocab_size"])
@@ -201,10 +183,58 @@ def train(a) -> dict:
 
     hs_dir = find_hs_dir(data)
     hs_files = list_hs_files(hs_dir)
+    layer_ids, src = _resolve_layer_ids(a, data, target, n_target_layers, is_wrapper(target))
+    dvs = a.draft_vocab_size
+    if dvs is not None and (dvs <= 0 or dvs > vocab):
+        raise TrainDraftError(f"--draft-vocab-size {dvs} must be in [1, {vocab}]")
+    if dvs == vocab:
+        dvs = None   # full vocab: speculators keeps no mapping
+    try:
+        read_tensors(target)             # the teacher's embed / lm_head / norm: present and finite
+    except ValueError as e:
+        raise TrainDraftError(str(e)) from e
+
+    result: dict = {"device": device, "layer_ids": layer_ids, "draft_vocab_size": dvs or vocab}
+    with outdir.writing(out, **rule, record={"arch": "llama", "target": str(target), "data": str(data)}) as tmp:
+        run = tmp / RUN_DIR
+        prep = run / "data"
+        t0 = time.perf_counter()
+        info = prepare_data(data, hs_files, prep, len(layer_ids) + 1, vocab, int(target_cfg["hidden_size"]),
+                            f"{len(layer_ids)} aux layers {layer_ids} ({src}) + the final state")
+        result.update(info)
+        if info["n_samples"] < 2:
+            raise TrainDraftError("need at least 2 samples (speculators holds out a validation split)")
+        _say(f"data: {info['n_samples']} samples, {info['n_tokens']} tokens ({info['n_loss_tokens']} in the loss), "
+             f"{info['n_slots'] - 1} aux layers {layer_ids} ({src}) + final; "
+             f"checked and prepared in {time.perf_counter() - t0:.1f}s")
+        cfg_path = run / "draft_config.json"
+        dcfg = draft_layer_config(target_cfg, num_layers=a.num_layers, intermediate_size=a.intermediate_size,
+                                  head_dim=a.head_dim, max_position_embeddings=a.max_position_embeddings)
+        cfg_path.write_text(json.dumps(dcfg, indent=2))
+        a.target = str(verifier_view(target, run / "verifier"))   # speculators reads a top-level text config
+        progress = _run_speculators(a, spec_cli, TrainConfig, prep=prep, hs_dir=hs_dir, run=run, out=tmp,
+                                    layer_ids=layer_ids, cfg_path=cfg_path, dvs=dvs, device=device, result=result)
+        result["saved"] = str(out)
+        _summarize(a, result, progress, run)
+    va = result["val"] or {}
+    _say(f"DONE steps={result['steps']} train_acc={result['train_acc']:.4f} "
+         f"(ttt accs {' '.join(f'{x:.3f}' for x in result['train_acc_by_step'])}, mean of last "
+         f"{result['tail_steps']} steps) loss {_num(result['first_loss']):.4f}->{result['final_loss']:.4f} "
+         f"val_acc={va.get('full_acc_0_epoch', float('nan')):.4f} "
+         f"avg_tok/s={result['tokens_per_s']:.0f} time={result.get('train_seconds', 0):.1f}s out={out}")
+    require_learned(va.get("full_acc_0_epoch"), a.min_val_acc, out)
+    return result
+
+
+def _num(x) -> float:
+    return float("nan") if x is None else x
+
+
+def _resolve_layer_ids(a, data: Path, target: Path, n_target_layers: int, wrapper: bool) -> tuple[list[int], str]:
     layer_ids, src = parse_layer_ids(a.layer_ids), "--layer-ids"
     if layer_ids is None:
         layer_ids, src = read_layer_ids_from_metadata(data)
-    if layer_ids is None and is_wrapper(target):
+    if layer_ids is None and wrapper:
         n = n_target_layers
         layer_ids, src = [2, n // 2, n - 3], "speculators' default [2, n//2, n-3]"
     if layer_ids is None:
@@ -214,110 +244,68 @@ def train(a) -> dict:
     if len(set(layer_ids)) != len(layer_ids) or min(layer_ids) < 0 or max(layer_ids) > n_target_layers:
         raise TrainDraftError(f"layer ids {layer_ids} ({src}) must be distinct HF hidden_states indices in "
                               f"[0, {n_target_layers}]")
-    dvs = a.draft_vocab_size
-    if dvs is not None and (dvs <= 0 or dvs > vocab):
-        raise TrainDraftError(f"--draft-vocab-size {dvs} must be in [1, {vocab}]")
-    if dvs == vocab:
-        dvs = None   # full vocab: speculators keeps no mapping
-
-    run = out / RUN_DIR
-    if run.exists():
-        shutil.rmtree(run)
-    prep = run / "data"
-    t0 = time.perf_counter()
-    info = prepare_data(data, hs_files, prep, len(layer_ids) + 1, vocab)
-    if info["hidden_size"] != int(target_cfg["hidden_size"]):
-        raise TrainDraftError(f"hs files have hidden {info['hidden_size']}, target has {target_cfg['hidden_size']}")
-    if info["n_samples"] < 2:
-        raise TrainDraftError("need at least 2 samples (speculators holds out a validation split)")
-    _say(f"data: {info['n_samples']} samples, {info['n_tokens']} tokens ({info['n_loss_tokens']} in the loss), "
-         f"{info['n_slots'] - 1} aux layers {layer_ids} ({src}) + final; "
-         f"prepared in {time.perf_counter() - t0:.1f}s")
-    cfg_path = run / "draft_config.json"
-    dcfg = draft_layer_config(target_cfg, num_layers=a.num_layers, intermediate_size=a.intermediate_size,
-                              head_dim=a.head_dim, max_position_embeddings=a.max_position_embeddings)
-    cfg_path.write_text(json.dumps(dcfg, indent=2))
-    a.target = str(verifier_view(target, run / "verifier"))   # speculators reads a top-level text config
-
-    steps = a.steps
-    argv = build_argv(a, prep=prep, hs_dir=hs_dir, run=run, layer_ids=layer_ids, draft_cfg_path=cfg_path,
-                      draft_vocab_size=dvs, device=device, max_steps=steps)
-    if a.epochs is None and steps is None:
-        argv[argv.index("--epochs") + 1] = str(DEFAULT_EPOCHS)
-    cfg = TrainConfig.resolve(argv)
-
-    progress = _Progress(a.log_every, a.ttt_steps, None)
-    result: dict = {"device": device, "layer_ids": layer_ids, "draft_vocab_size": dvs or vocab, **info}
-    with speculators_patches.applied(spec_cli, device=device, out=out, steps=steps,
-                                     epochs_given=a.epochs is not None, keep_checkpoints=a.keep_checkpoints,
-                                     progress=progress, result=result):
-        spec_cli.main(cfg)
-    if "saved" not in result:
-        raise TrainDraftError("speculators' trainer returned without training (see its log above)")
-    if not a.keep_checkpoints:
-        shutil.rmtree(run / "checkpoints", ignore_errors=True)
-
-    hist = progress.history
-    tail = hist[-max(1, len(hist) // 10):]
-    def mean(key, rows):
-        vals = [r[key] for r in rows if key in r]
-        return sum(vals) / len(vals) if vals else float("nan")
-    result.update(
-        steps=len(hist), first_loss=hist[0].get("loss") if hist else None,
-        final_loss=mean("loss", tail), train_acc=mean("full_acc_0", tail),
-        train_acc_by_step=[mean(f"full_acc_{k}", tail) for k in range(a.ttt_steps)],
-        val=progress.val[-1] if progress.val else None,
-        tokens_per_s=(sum(r["tokens"] for r in hist) / result.get("train_seconds", 1.0)) if hist else 0.0,
-        history=[{k: r.get(k) for k in ("step", "loss", "full_acc_0", "tokens_per_s")} for r in hist],
-    )
-    (run / "summary.json").write_text(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2,
-                                                 default=str))
-    va = result["val"] or {}
-    _say(f"DONE steps={result['steps']} train_acc={result['train_acc']:.4f} "
-         f"(ttt accs {' '.join(f'{x:.3f}' for x in result['train_acc_by_step'])}, mean of last {len(tail)} steps) "
-         f"loss {result['first_loss']:.4f}->{result['final_loss']:.4f} "
-         f"val_acc={va.get('full_acc_0_epoch', float('nan')):.4f} "
-         f"avg_tok/s={result['tokens_per_s']:.0f} time={result.get('train_seconds', 0):.1f}s out={out}")
-    require_learned(va.get("full_acc_0_epoch"), a.min_val_acc, out)
-    return result
+    return layer_ids, src
 
 
 DEFAULT_EPOCHS = 10
+
+
+def _number_in(low: float, high: float):
+    """argparse type: a finite number in (low, high] (argparse names the flag)."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = float("nan")
+        if not (low < v <= high and v != float("inf")):
+            what = f"in ({low:g}, {high:g}]" if high != float("inf") else f"> {low:g}"
+            raise argparse.ArgumentTypeError(f"expected a finite number {what}, got {text!r}")
+        return v
+    return parse
+
+
+positive_number, _ratio = _number_in(0.0, float("inf")), _number_in(0.0, 1.0)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.train_draft", description=__doc__.split("\n")[0])
     p.add_argument("--data", required=True, help="dir with hs_{i}.safetensors (or DIR/hidden_states/ with them)")
     p.add_argument("--target", required=True, help="the target's local HF directory (config + safetensors)")
-    p.add_argument("--out", required=True, help="where the speculators Eagle3 checkpoint is written")
-    p.add_argument("--epochs", type=int, default=None, help=f"default {DEFAULT_EPOCHS} (or as many as --steps needs)")
-    p.add_argument("--steps", type=int, default=None, help="stop after this many optimizer steps")
-    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    p.add_argument("--out", required=True, help="where the speculators Eagle3 checkpoint is written (a new or empty "
+                   "directory, or an earlier output of train with --force)")
+    p.add_argument("--force", action="store_true", help="replace --out when it holds an earlier output of train")
+    p.add_argument("--epochs", type=positive_int, default=None,
+                   help=f"default {DEFAULT_EPOCHS} (or as many as --steps needs)")
+    p.add_argument("--steps", type=positive_int, default=None, help="stop after this many optimizer steps")
+    p.add_argument("--lr", type=positive_number, default=1e-3, help="peak learning rate")
     p.add_argument("--optimizer", choices=("muon", "adamw"), default="adamw", help="speculators optimizer")
     p.add_argument("--scheduler", choices=("linear", "cosine", "none"), default="cosine",
                    help="learning-rate schedule after warm-up")
-    p.add_argument("--warmup-steps", type=int, default=None, help="default: speculators' own")
+    p.add_argument("--warmup-steps", type=non_negative_int, default=None, help="default: speculators' own")
     p.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available")
     p.add_argument("--draft-arch", choices=("llama", "mla"), default="llama",
                    help="llama: speculators' Eagle3 (LlamaForCausalLMEagle3); mla: SGLang's MLA EAGLE-3 draft for "
                         "DeepSeek/Kimi targets (Eagle3DeepseekV2ForCausalLM), trained by training/mla_train.py")
     p.add_argument("--layer-ids", default=None,
                    help="aux HF hidden_states indices, e.g. 1,2,3 (default: DIR metadata, else speculators' default)")
-    p.add_argument("--draft-vocab-size", type=int, default=None, help="default: the target's full vocab")
-    p.add_argument("--num-layers", type=int, default=1, help="draft decoder layers")
-    p.add_argument("--intermediate-size", type=int, default=None, help="default: the target's intermediate_size")
-    p.add_argument("--head-dim", type=int, default=None, help="default: 128 (64 if 128 does not divide hidden)")
-    p.add_argument("--max-position-embeddings", type=int, default=None, help="default: max(target's, 8192)")
-    p.add_argument("--ttt-steps", type=int, default=3, help="training-time-test unroll steps (EAGLE-3)")
-    p.add_argument("--total-seq-len", type=int, default=8192, help="tokens per packed batch")
-    p.add_argument("--train-ratio", type=float, default=0.95, help="the rest is speculators' validation split")
+    p.add_argument("--draft-vocab-size", type=positive_int, default=None, help="default: the target's full vocab")
+    p.add_argument("--num-layers", type=positive_int, default=1, help="draft decoder layers")
+    p.add_argument("--intermediate-size", type=positive_int, default=None,
+                   help="default: the target's intermediate_size")
+    p.add_argument("--head-dim", type=positive_int, default=None,
+                   help="default: 128 (64 if 128 does not divide hidden)")
+    p.add_argument("--max-position-embeddings", type=positive_int, default=None, help="default: max(target's, 8192)")
+    p.add_argument("--ttt-steps", type=positive_int, default=3, help="training-time-test unroll steps (EAGLE-3)")
+    p.add_argument("--total-seq-len", type=positive_int, default=8192, help="tokens per packed batch")
+    p.add_argument("--train-ratio", type=_ratio, default=0.95, help="the rest is speculators' validation split")
     p.add_argument("--loss-fn", default=None, help="speculators loss spec (default: its kl_div)")
     p.add_argument("--loss-impl", choices=("fused", "eager"), default="fused", help="GPU only; CPU uses eager")
     p.add_argument("--attn-impl", choices=("simple_flex_attention", "sdpa", "eager"),
                    default="simple_flex_attention", help="GPU only; CPU uses sdpa")
-    p.add_argument("--num-workers", type=int, default=4, help="speculators DataLoader workers (0 = in-process)")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--log-every", type=int, default=10, help="print metrics every N steps")
+    p.add_argument("--num-workers", type=non_negative_int, default=4,
+                   help="speculators DataLoader workers (0 = in-process)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="random seed")
+    p.add_argument("--log-every", type=positive_int, default=10, help="print metrics every N steps")
     p.add_argument("--min-val-acc", type=float, default=0.05,
                    help="exit non-zero when the draft's validation accuracy is at or below this (0 = never)")
     p.add_argument("--keep-checkpoints", action="store_true",

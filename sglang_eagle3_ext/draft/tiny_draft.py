@@ -43,9 +43,11 @@ def make_speculators_draft(out, *, hidden: int = 64, vocab: int = 128, draft_voc
             model.t2d[hot] = True
     if dtype is not None:
         model = model.to(dtype)
-    out = Path(out)
-    model.save_pretrained(out)
-    return out
+    from ..outdir import writing
+
+    with writing(out, tool="tiny speculators draft", flag="out", replace=True) as tmp:   # never over a user's dir
+        model.save_pretrained(tmp)
+    return Path(out)
 
 
 def sglang_weights_iterator(draft_dir):
@@ -188,10 +190,11 @@ def write_target_config(out, *, hidden: int = 64, vocab: int = 128, layers: int 
     """A target-model config.json only (enough for the draft/target consistency rules)."""
     import json
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    from ..outdir import writing
+
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
            "intermediate_size": 2 * hidden, "num_hidden_layers": layers, "num_attention_heads": 4,
            "num_key_value_heads": 2, "vocab_size": vocab, "max_position_embeddings": 8192, **overrides}
-    (out / "config.json").write_text(json.dumps(cfg, indent=2))
-    return out
+    with writing(out, tool="tiny target config", flag="out", replace=True) as tmp:   # never a real target's
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+    return Path(out)

@@ -69,13 +69,16 @@ def mla_tensors(cfg: dict, seed: int = 0) -> dict:
 
 
 def write_draft(out, cfg: dict, tensors: dict) -> Path:
+    """Write (or rewrite, when `out` is one made here) a draft; a directory of anyone else's is refused."""
     from safetensors.torch import save_file
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(cfg, indent=2))
-    return out
+    from ..outdir import writing
+
+    with writing(out, tool="tiny mla draft", flag="out", replace=True) as tmp:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / "model.safetensors"),
+                  metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+    return Path(out)
 
 
 def make_mla_draft(out, seed: int = 0, **config) -> Path:
@@ -106,7 +109,11 @@ def _edit(d: Path, tensors_fn=None, config_fn=None):
         tensors_fn(t)
     if config_fn:
         config_fn(c)
-    write_draft(d, c, t)
+    from safetensors.torch import save_file
+
+    # in place: `d` is the copy make_mla_variant has just made
+    save_file({k: v.contiguous() for k, v in t.items()}, str(d / "model.safetensors"), metadata={"format": "pt"})
+    (d / "config.json").write_text(json.dumps(c, indent=2))
 
 
 def _v_missing_lm_head(d):

@@ -22,6 +22,7 @@ FP8_MAX = 448.0                       # torch.finfo(torch.float8_e4m3fn).max
 SCALE_SUFFIX = ".scale"
 SCALE_DTYPE = "float32"
 ENCODED = ("aux_hidden_states", "final_prenorm", "final_postnorm")   # = fmt.T_AUX, T_PRE, T_POST
+DECODED_DTYPES = ("bfloat16", "float16", "float32")   # what encoded tensors decode to (the captured dtype)
 CHUNK_ROWS = 256                      # bounds the float32 temporaries (and keeps them cache-friendly)
 
 
@@ -99,7 +100,8 @@ def encode_sample(tensors: dict, groups: dict) -> tuple[dict, dict]:
 
 
 def decode_sample(tensors: dict, meta: dict) -> dict:
-    """Stored tensors of one sample -> the tensors as captured (dtype from the metadata)."""
+    """Stored tensors of one sample -> the tensors as captured (dtype from the metadata). A record or tensor
+    that is not what encode_sample writes raises EncodingError saying which."""
     import torch
 
     enc = meta.get("encoding", NATIVE)
@@ -107,9 +109,29 @@ def decode_sample(tensors: dict, meta: dict) -> dict:
         return tensors
     if enc != FP8_ROWWISE:
         raise EncodingError(f"sample encoding {enc!r} is unknown to this version (known: {NATIVE}, {FP8_ROWWISE})")
+    records = meta.get("encoded") or {}
+    if not isinstance(records, dict):
+        raise EncodingError(f"'encoded' metadata is {type(records).__name__}, not an object")
     out = {k: v for k, v in tensors.items() if not k.endswith(SCALE_SUFFIX)}
-    for k, rec in (meta.get("encoded") or {}).items():
-        if k not in tensors or rec["scale"] not in tensors:
-            raise EncodingError(f"encoded tensor {k!r} or its scale {rec['scale']!r} is missing from the file")
-        out[k] = dequantize_rows(tensors[k], tensors[rec["scale"]], getattr(torch, rec["dtype"]))
+    for k, rec in records.items():
+        q, scale, dtype = _encoded_parts(tensors, k, rec)
+        out[k] = dequantize_rows(q, scale, getattr(torch, dtype))
     return out
+
+
+def _encoded_parts(tensors: dict, k: str, rec) -> tuple:
+    """(q, scale, dtype name) of encoded tensor k, checked against what quantize_rows writes."""
+    import torch
+
+    if not isinstance(rec, dict) or not isinstance(rec.get("scale"), str) or rec.get("dtype") not in DECODED_DTYPES:
+        raise EncodingError(f"the 'encoded' record of {k!r} is not {{'scale': name, 'dtype': one of "
+                            f"{', '.join(DECODED_DTYPES)}}}: {str(rec)[:80]}")
+    if k not in tensors or rec["scale"] not in tensors:
+        raise EncodingError(f"encoded tensor {k!r} or its scale {rec['scale']!r} is missing from the file")
+    q, scale = tensors[k], tensors[rec["scale"]]
+    if q.dtype != torch.float8_e4m3fn or scale.dtype != torch.float32 or q.dim() != 2 or scale.dim() != 2 \
+            or q.shape[0] != scale.shape[0] or scale.shape[1] < 1 or q.shape[1] % scale.shape[1]:
+        raise EncodingError(f"encoded tensor {k!r} {str(q.dtype)[6:]} {list(q.shape)} with scale "
+                            f"{str(scale.dtype)[6:]} {list(scale.shape)}: expected float8_e4m3fn [L, G*W] and "
+                            f"float32 [L, G]")
+    return q, scale, rec["dtype"]

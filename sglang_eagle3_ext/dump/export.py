@@ -8,25 +8,31 @@ SpecForge:   <out>/rows_{g}-{g+2000}/data_{i}.ckpt  torch.save({input_ids [L], l
 Sample i is the i-th id in `order` (e.g. the dataset's line order), else sorted ids.
 
 Safety: --dump-dir must be a dump dir (it has dump_meta.json); every file read from it must resolve inside
-it (a manifest line naming /etc/passwd or ../x is refused). The export is built in a temporary directory
-beside --out and renamed into place: an --out holding an earlier export of ours is replaced as a whole (no
-stale hs_N files of a larger older export survive), any other non-empty --out is refused.
+it (a manifest line naming /etc/passwd or ../x is refused). Every sample is checked against dump_meta.json
+before it is exported (sample_file.sample_problem: tensors present, rows == its token ids, state widths,
+dtype, finite values; ids inside the target's vocab, which dump_meta.json or the target's config.json gives,
+and never multimodal pad values), and so are the manifest fields export reads; a bad one stops the export
+naming the file. --out follows outdir.py's rule: built beside it and renamed into place; an earlier export of
+ours is replaced as a whole (no stale hs_N files of a larger older export survive); a symlink, the dump dir or
+anything around it, and any other non-empty directory are refused.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-import shutil
-import tempfile
+import re
 from pathlib import Path
 
-from .config import META_FILE, NORM_FILE
-from .sample_file import T_AUX, T_IDS, T_POST, T_PRE, atomic_write, read_sample
+from .._log import log_once
+from ..boundary import BadInput, check_type, field, list_of, read_json_file
+from .config import FINAL_MODES, META_FILE, NORM_FILE
+from .sample_file import T_AUX, T_IDS, T_POST, T_PRE, atomic_write, read_sample, sample_problem
 from .manifest import read_manifest
 from .serving_mode import default_loss_mask
 
 SPECFORGE_GROUP = 2000
-EXPORT_MARKER = "sge3_export.json"     # in every --out we wrote: what may be replaced by a new export
+EXPORT_MARKER = "sge3_export.json"     # what marked an export before outdir.MARKER (still recognised)
 
 
 def rms_norm(x, weight, eps: float):
@@ -66,75 +72,144 @@ def require_dump_dir(path) -> Path:
     return d
 
 
+# what an export writes at its top level (speculators: + the Arrow dataset's files; SpecForge: rows_G-G+2000/)
+_EXPORT_ENTRY = re.compile(r"hidden_states|index\.jsonl|sge3_dump_meta\.json|sge3_export\.json|dataset_info\.json|"
+                           r"state\.json|_arrow_tmp|data-\d+-of-\d+\.arrow|rows_\d+-\d+")
+
+
 def _is_our_export(out: Path) -> bool:
-    if (out / EXPORT_MARKER).is_file():
-        return True
-    # exports made before the marker: an index plus the dump's metadata copied beside it
-    return (out / "index.jsonl").is_file() and (out / "sge3_dump_meta.json").is_file()
+    """An export made before outdir.MARKER: its old marker (or an index plus the dump's metadata), and nothing
+    at the top level an export does not write (anything else is someone's file: not ours to replace)."""
+    if not ((out / EXPORT_MARKER).is_file() or ((out / "index.jsonl").is_file() and
+                                                (out / "sge3_dump_meta.json").is_file())):
+        return False
+    return all(_EXPORT_ENTRY.fullmatch(p.name) for p in out.iterdir())
 
 
-def _staging_dir(out: Path, dump_dir: Path) -> Path:
-    """A fresh directory beside `out` to build the export in; refuses an --out that is not ours to replace."""
-    o, d = out.resolve(), dump_dir.resolve()
-    if o == d or d in o.parents or o in d.parents:
-        raise ExportError(f"--out {out} must be outside the dump dir {dump_dir} and must not contain it")
-    if out.is_symlink() or out.exists():
-        if not out.is_dir() or out.is_symlink():
-            raise ExportError(f"--out {out} exists and is {'a symlink' if out.is_symlink() else 'not a directory'}; "
-                              f"choose a new directory")
-        if any(out.iterdir()) and not _is_our_export(out):
-            raise ExportError(f"--out {out} is not empty and holds no export of this tool (no {EXPORT_MARKER}); "
-                              f"choose a new or empty directory (nothing there was changed)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.export-tmp.", dir=out.parent))
+@dataclasses.dataclass(frozen=True)
+class DumpSpec:
+    """What dump_meta.json says every sample of the dump holds."""
+    n_aux: int
+    hidden: int
+    final: str
+    dtype: str | None
+    vocab: int | None
 
 
-def _into_place(tmp: Path, out: Path) -> None:
-    """Rename the finished export to `out`; an earlier export there is moved aside first, then deleted."""
-    old = None
-    if out.exists():
-        old = out.parent / f".{out.name}.export-old.{os.getpid()}"
-        shutil.rmtree(old, ignore_errors=True)
-        os.rename(out, old)
-    os.rename(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+def dump_spec(dump_dir: Path) -> DumpSpec:
+    """dump_meta.json, checked; the vocab size from it or from the target's config.json (model_path)."""
+    p = inside(dump_dir, META_FILE)
+    try:
+        meta = read_json_file(p, "dump metadata")
+        where = str(p)
+        layers = list_of(field(meta, "layer_indices_hf", list, where, nonempty=True), int,
+                         f"{where}: 'layer_indices_hf'", minimum=0)
+        spec = DumpSpec(len(layers), field(meta, "hidden_size", int, where, minimum=1),
+                        field(meta, "final", str, where, choices=FINAL_MODES),
+                        field(meta, "dtype", str, where, optional=True),
+                        field(meta, "vocab_size", int, where, optional=True, minimum=1))
+    except BadInput as e:
+        raise ExportError(f"{e}; this is not a dump_meta.json the dump writer wrote") from None
+    if spec.vocab is None:
+        spec = dataclasses.replace(spec, vocab=_target_vocab(meta.get("model_path")))
+    return spec
+
+
+def _target_vocab(model_path) -> int | None:
+    """The vocab size in the served model's config.json when that is a local directory (reading JSON only)."""
+    cfg = Path(model_path) / "config.json" if isinstance(model_path, str) and model_path else None
+    if cfg is None or not cfg.is_file():
+        log_once("export-vocab", "token ids are checked against no vocab size (%s has no vocab_size and the model "
+                 "path %r is not a local directory): only negative ids and multimodal pad values are refused",
+                 META_FILE, model_path)
+        return None
+    from ..sglang_runtime import language_config
+
+    try:
+        text = language_config(read_json_file(cfg, "target config"))
+        vocab = field(dict(text), "vocab_size", int, str(cfg), minimum=1)
+    except (BadInput, TypeError, ValueError) as e:
+        raise ExportError(f"{cfg}: the served model's config gives no vocab size to check token ids against "
+                          f"({e}); add \"vocab_size\" to {META_FILE}") from None
+    log_once("export-vocab", "token ids are checked against vocab size %d (%s)", vocab, cfg)
+    return vocab
 
 
 def _export(build, to: str, dump_dir, out, **kw) -> int:
+    from .. import outdir
+
     dump_dir, out = require_dump_dir(dump_dir), Path(out)
-    tmp = _staging_dir(out, dump_dir)
+    rule = dict(tool="dump export", flag="--out", inputs=[("dump dir", dump_dir)], replace=True,
+                legacy=_is_our_export)
+    record = {"to": to, "dump_dir": str(dump_dir.resolve())}
     try:
-        n = build(dump_dir, tmp, **kw)
-        (tmp / EXPORT_MARKER).write_text(json.dumps({"format": "sge3_export", "to": to, "samples": n,
-                                                     "dump_dir": str(dump_dir.resolve())}) + "\n")
-        _into_place(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return n
+        outdir.check(out, **rule)                   # before anything is read
+        spec = dump_spec(dump_dir)
+        with outdir.writing(out, **rule, record=record) as tmp:
+            record["samples"] = build(dump_dir, tmp, spec=spec, **kw)
+    except outdir.OutputDirRefused as e:
+        raise ExportError(str(e)) from None
+    return record["samples"]
 
 
-def _load_norm(dump_dir):
+def _load_norm(dump_dir, hidden: int):
     if not (Path(dump_dir) / NORM_FILE).exists():
         return None
     p = inside(dump_dir, NORM_FILE)
     from safetensors import safe_open
 
-    with safe_open(str(p), framework="pt") as f:
-        meta = json.loads((f.metadata() or {}).get("sge3_norm", "{}"))
-        return f.get_tensor("weight"), float(meta["eps"])
-
-
-def _read(dump_dir: Path, rec: dict):
-    """A sample as captured: compact encodings (SGLANG_EAGLE3_EXT_DUMP_ENCODING=fp8) are decoded here, so
-    exports are always in the captured dtype (bf16) whatever the dump's encoding."""
-    from .encoding import EncodingError
-
     try:
-        return read_sample(inside(dump_dir, rec["file"]))
-    except EncodingError as e:
-        raise ExportError(f"{rec['file']}: {e}") from e
+        with safe_open(str(p), framework="pt") as f:
+            eps = float(json.loads((f.metadata() or {}).get("sge3_norm", "{}"))["eps"])
+            weight = f.get_tensor("weight")
+    except Exception as e:  # noqa: BLE001 - safetensors, JSON, key and number errors alike: a bad side file
+        raise ExportError(f"{p}: not the final norm the dump writer stores ({type(e).__name__}: {e})") from None
+    if list(weight.shape) != [hidden] or not weight.is_floating_point() or not eps > 0:
+        raise ExportError(f"{p}: weight {list(weight.shape)} eps {eps}, expected [{hidden}] and eps > 0")
+    return weight, eps
+
+
+def _read(dump_dir: Path, rec: dict, spec: DumpSpec):
+    """A sample as captured, checked against dump_meta.json: compact encodings (SGLANG_EAGLE3_EXT_DUMP_ENCODING=fp8)
+    are decoded here, so exports are always in the captured dtype (bf16) whatever the dump's encoding."""
+    rel = rec["file"]
+    p = inside(dump_dir, rel)
+    try:
+        t, meta = read_sample(p)
+    except Exception as e:  # noqa: BLE001 - safetensors/JSON/encoding errors say what, not which file
+        raise ExportError(f"{rel}: not a readable sample file ({type(e).__name__}: {e})".replace("\n", " ")) from None
+    problem = sample_problem(t, n_aux=spec.n_aux, hidden=spec.hidden, final=spec.final, dtype=spec.dtype,
+                             vocab=spec.vocab)
+    if problem:
+        raise ExportError(f"{rel} (sample {rec['id']!r}): {problem}; nothing was exported: remove its line from "
+                          f"{dump_dir}/manifests/ to export the rest")
+    _check_record(dump_dir, rec, int(t[T_IDS].shape[0]))
+    return t, meta
+
+
+RECORD_INTS = ("num_tokens", "prompt_len", "prefill_tokens", "verify_tokens")
+
+
+def _check_record(dump_dir: Path, rec: dict, L: int) -> None:
+    """The manifest fields export reads: integers >= 0 when present; num_tokens == the sample's rows."""
+    where = f"the manifest line of sample {rec['id']!r} (in {dump_dir}/manifests/)"
+    try:
+        for k in RECORD_INTS:
+            if k in rec and check_type(rec[k], int, f"{where}: {k!r}") < 0:
+                raise BadInput(f"{where}: {k!r}", f"must be >= 0, got {rec[k]}")
+    except BadInput as e:
+        raise ExportError(str(e)) from None
+    if "num_tokens" in rec and rec["num_tokens"] != L:
+        raise ExportError(f"{where}: 'num_tokens' is {rec['num_tokens']} but {rec['file']} holds {L} tokens")
+
+
+def _loss_mask(rec: dict, L: int, loss_masks: dict | None) -> list[int]:
+    lm = (loss_masks or {}).get(rec["id"]) or default_loss_mask(rec, L)   # serving samples: the response
+    if not isinstance(lm, list) or len(lm) != L or any(type(x) is not int or x not in (0, 1) for x in lm):
+        n = len(lm) if isinstance(lm, list) else type(lm).__name__
+        raise ExportError(f"loss_mask of {rec['id']} ({n} entries) is not {L} values of 0/1 (one per token of "
+                          f"the sample)")
+    return lm
 
 
 def ordered_records(dump_dir, order: list[str] | None = None) -> list[dict]:
@@ -206,8 +281,8 @@ def _map_samples(recs: list, fn, workers: int = 1, progress: bool = False, desc:
             bar.close()
 
 
-def _speculators_into(dump_dir: Path, out: Path, order=None, loss_masks: dict | None = None, arrow: bool = True,
-                      workers: int = 1, progress: bool = False) -> int:
+def _speculators_into(dump_dir: Path, out: Path, spec: DumpSpec, order=None, loss_masks: dict | None = None,
+                      arrow: bool = True, workers: int = 1, progress: bool = False) -> int:
     recs = ordered_records(dump_dir, order)
     hs_dir = out / "hidden_states"
     hs_dir.mkdir(parents=True, exist_ok=True)
@@ -217,7 +292,7 @@ def _speculators_into(dump_dir: Path, out: Path, order=None, loss_masks: dict | 
     index = []
 
     def one(i, rec):
-        t, meta = _read(dump_dir, rec)
+        t, meta = _read(dump_dir, rec, spec)
         if T_PRE not in t:
             raise ExportError(f"{rec['file']}: speculators needs the final state before the norm; this dump was "
                               f"made with SGLANG_EAGLE3_EXT_DUMP_FINAL=postnorm")
@@ -226,9 +301,7 @@ def _speculators_into(dump_dir: Path, out: Path, order=None, loss_masks: dict | 
         hs = __import__("torch").cat([t[T_AUX].view(L, KH // H, H), t[T_PRE].view(L, 1, H)], 1).contiguous()
         ids = t[T_IDS].long().contiguous()
         atomic_write(hs_dir / f"hs_{i}.safetensors", lambda p: save_file({"token_ids": ids, "hidden_states": hs}, p))
-        lm = (loss_masks or {}).get(rec["id"]) or default_loss_mask(rec, L)   # serving samples: the response
-        if len(lm) != L:
-            raise ExportError(f"loss_mask of {rec['id']} has {len(lm)} entries, sample has {L} tokens")
+        lm = _loss_mask(rec, L, loss_masks)
         return ids.tolist(), [int(x) for x in lm], L
 
     for i, (rec, (ids, lm, L)) in enumerate(zip(recs, _map_samples(recs, one, workers, progress, "export speculators"))):
@@ -249,20 +322,18 @@ def _speculators_into(dump_dir: Path, out: Path, order=None, loss_masks: dict | 
     return len(recs)
 
 
-def _specforge_into(dump_dir: Path, out: Path, order=None, loss_masks: dict | None = None, workers: int = 1,
-                    progress: bool = False) -> int:
+def _specforge_into(dump_dir: Path, out: Path, spec: DumpSpec, order=None, loss_masks: dict | None = None,
+                    workers: int = 1, progress: bool = False) -> int:
     import torch
 
     recs = ordered_records(dump_dir, order)
-    norm = _load_norm(dump_dir)
+    norm = _load_norm(dump_dir, spec.hidden)
 
     def one(i, rec):
-        t, meta = _read(dump_dir, rec)
+        t, meta = _read(dump_dir, rec, spec)
         _, post = _finals(t, norm, rec["file"])
         L = t[T_IDS].shape[0]
-        lm = (loss_masks or {}).get(rec["id"]) or default_loss_mask(rec, L)   # serving samples: the response
-        if len(lm) != L:
-            raise ExportError(f"loss_mask of {rec['id']} has {len(lm)} entries, sample has {L} tokens")
+        lm = _loss_mask(rec, L, loss_masks)
         record = {"input_ids": t[T_IDS].long().clone(), "loss_mask": torch.tensor(lm, dtype=torch.long),
                   "hidden_state": post.unsqueeze(0).contiguous(), "aux_hidden_state": t[T_AUX].unsqueeze(0).contiguous()}
         g = i // SPECFORGE_GROUP * SPECFORGE_GROUP

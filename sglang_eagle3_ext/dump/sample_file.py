@@ -134,19 +134,95 @@ def write_sample(path, tensors: dict, meta: dict, tmp_tag: str = "", sync_dir: b
                         cache_dir=True)
 
 
+class SampleFileError(ValueError):
+    """A sample file whose header is not what this module writes."""
+
+
 def read_sample(path, raw: bool = False) -> tuple[dict, dict]:
     """(tensors, metadata) of one native sample file. Compact encodings (metadata "encoding", see
     encoding.py) are decoded to the captured dtype; raw=True returns the tensors as stored (fp8 + scales)."""
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as f:
-        meta = json.loads((f.metadata() or {}).get(META_KEY, "{}"))
+        try:
+            meta = json.loads((f.metadata() or {}).get(META_KEY, "{}"))
+        except ValueError as e:
+            raise SampleFileError(f"{path}: its {META_KEY} metadata is not JSON ({e})") from None
+        if not isinstance(meta, dict):
+            raise SampleFileError(f"{path}: its {META_KEY} metadata is {type(meta).__name__}, not an object")
         tensors = {k: f.get_tensor(k) for k in f.keys()}
     if not raw and meta.get("encoding") not in (None, "native"):
         from .encoding import decode_sample
 
         tensors = decode_sample(tensors, meta)
     return tensors, meta
+
+
+# SGLang replaces the positions of images/videos in input_ids by MM_PAD_SHIFT_VALUE + a hash
+# (managers/schedule_batch.py): such ids are no tokens of any vocabulary.
+MM_PAD_SHIFT_VALUE = 1_000_000
+
+
+def token_id_problem(ids, vocab: int | None) -> str | None:
+    """Why an integer ids tensor holds something that is not a token of a `vocab`-sized vocabulary (None: fine;
+    vocab None: only what is never a token is refused)."""
+    if ids.numel() == 0:
+        return None
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0:
+        return f"token id {lo} is negative"
+    if hi >= MM_PAD_SHIFT_VALUE:
+        n = int((ids >= MM_PAD_SHIFT_VALUE).sum())
+        return (f"{n} token ids >= {MM_PAD_SHIFT_VALUE} (e.g. {hi}): multimodal pad values SGLang puts where an "
+                f"image or video was, not tokens; a request with images is no text training sample")
+    if vocab is not None and hi >= vocab:
+        return f"token id {hi} is outside the target's vocab [0, {vocab})"
+    return None
+
+
+FLOAT_DTYPES = ("bfloat16", "float16", "float32")
+FINALS = {"prenorm": (T_PRE,), "postnorm": (T_POST,), "both": (T_PRE, T_POST)}
+
+
+def _dtype(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def sample_problem(t: dict, *, n_aux: int, hidden: int, final: str, dtype: str | None = None,
+                   vocab: int | None = None) -> str | None:
+    """Why the tensors of one sample are not what dump_meta.json says every sample holds (None: they are):
+    input_ids [L] integer ids of the vocab, aux_hidden_states [L, n_aux*hidden], the finals `final` names
+    [L, hidden], all of one float dtype (`dtype` when it names one), all finite."""
+    import torch
+
+    missing = [k for k in (T_IDS, T_AUX, *FINALS[final]) if k not in t]
+    if missing:
+        return f"no {' and no '.join(missing)} tensor (dump_meta.json: final={final!r}; the file has {sorted(t)})"
+    ids = t[T_IDS]
+    if ids.dim() != 1 or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        return f"{T_IDS} must be a 1-D integer tensor, got {_dtype(ids)} {list(ids.shape)}"
+    L = int(ids.shape[0])
+    if L == 0:
+        return "holds no tokens"
+    problem = token_id_problem(ids, vocab)
+    if problem:
+        return problem
+    want = {T_AUX: [L, n_aux * hidden], T_PRE: [L, hidden], T_POST: [L, hidden]}
+    states = [k for k in (T_AUX, T_PRE, T_POST) if k in t]
+    for k in states:
+        if list(t[k].shape) != want[k]:
+            return (f"{k} is {list(t[k].shape)}, expected {want[k]}: {L} rows (one per token id), "
+                    f"{'{} aux layers x '.format(n_aux) if k == T_AUX else ''}hidden size {hidden} (dump_meta.json)")
+    dts = {_dtype(t[k]) for k in states}
+    expect = dtype if dtype in FLOAT_DTYPES else None
+    if len(dts) > 1 or not dts <= set(FLOAT_DTYPES) or (expect and dts != {expect}):
+        return (f"states are {', '.join(sorted(dts))}, expected {expect or 'one of ' + ', '.join(FLOAT_DTYPES)}"
+                f"{' (dump_meta.json dtype)' if expect else ''}")
+    for k in states:
+        bad = ~torch.isfinite(t[k])
+        if bool(bad.any()):
+            return f"{k} holds {int(bad.sum())} NaN/Inf values"
+    return None
 
 
 def write_json_atomic(path, obj) -> None:

@@ -2,16 +2,15 @@
 the aux layer ids recorded beside them, and speculators' Arrow dataset built from them (train_draft.py)."""
 from __future__ import annotations
 
-import json
 import logging
+import os
 import re
-import shutil
 from pathlib import Path
 
 META_FILES = ("metadata.json", "sge3_dump_meta.json", "dump_meta.json")
 META_KEYS = ("hf_hidden_state_indices", "layer_indices_hf", "eagle_aux_hidden_state_layer_ids",
              "aux_hidden_state_layer_ids", "target_layer_ids", "layer_ids")
-_HS_RE = re.compile(r"^hs_(\d+)\.safetensors$")
+_HS_RE = re.compile(r"^hs_(0|[1-9][0-9]*)\.safetensors$")
 
 log = logging.getLogger("sglang_eagle3_ext.train_draft")
 
@@ -55,26 +54,37 @@ def list_hs_files(hs_dir: Path) -> list[Path]:
 
 
 def read_layer_ids_from_metadata(data: Path) -> tuple[list[int] | None, str | None]:
+    """The aux layer ids recorded beside the files (the first metadata file that names them). A metadata file
+    that is there but unreadable, or whose ids are not integers >= 0, is refused: falling back to a default
+    would train on other layers than the files hold."""
+    from ..boundary import BadInput, list_of, read_json_file
+
     for d in (data, data / "hidden_states"):
         for name in META_FILES:
             p = d / name
-            if not p.is_file():
+            if not os.path.lexists(p):
                 continue
             try:
-                meta = json.loads(p.read_text())
-            except (OSError, ValueError):
-                continue
-            for holder in (meta, meta.get("eagle_config") or {}):
-                for k in META_KEYS:
-                    if holder.get(k):
-                        return [int(x) for x in holder[k]], f"{p.name}:{k}"
+                meta = read_json_file(p, "hidden-state metadata")
+                ec = meta.get("eagle_config")
+                for holder in (meta, ec if isinstance(ec, dict) else {}):
+                    for k in META_KEYS:
+                        if holder.get(k):
+                            where = f"{p}: {k!r}"
+                            return list(list_of(holder[k], int, where, minimum=0)), f"{p.name}:{k}"
+            except BadInput as e:
+                raise TrainDraftError(f"{e}; fix the file or pass --layer-ids") from None
     return None, None
 
 
 def parse_layer_ids(text: str | None) -> list[int] | None:
     if not text:
         return None
-    return [int(x) for x in re.split(r"[,\s]+", text.strip()) if x]
+    parts = [x for x in re.split(r"[,\s]+", text.strip()) if x]
+    if not parts or not all(re.fullmatch(r"[0-9]+", x) for x in parts):
+        raise TrainDraftError(f"--layer-ids {text!r}: expected HF hidden_states indices, integers >= 0 separated "
+                              f"by commas (e.g. 1,2,3)")
+    return [int(x) for x in parts]
 
 
 def _existing_loss_masks(data: Path, n: int):
@@ -85,7 +95,11 @@ def _existing_loss_masks(data: Path, n: int):
         import datasets
 
         ds = datasets.load_from_disk(str(data))
-        if len(ds) != n or "loss_mask" not in ds.column_names or "input_ids" not in ds.column_names:
+        if "loss_mask" not in ds.column_names or "input_ids" not in ds.column_names:
+            _say(f"ignoring the Arrow dataset in {data}: no input_ids/loss_mask columns; training on every token")
+            return None
+        if len(ds) != n:
+            _say(f"ignoring the Arrow dataset in {data}: {len(ds)} rows for {n} hs files; training on every token")
             return None
         return ds.with_format(None)
     except Exception as e:  # noqa: BLE001 - an unreadable optional side file must not stop training
@@ -93,56 +107,59 @@ def _existing_loss_masks(data: Path, n: int):
         return None
 
 
+def _loss_mask(existing, i: int, p: Path, ids: list, data: Path) -> list[int]:
+    """Row i's loss mask from the dataset exported with the files; its token ids must be the file's."""
+    L = len(ids)
+    if existing is None:
+        return [1] * L
+    row = existing[i]
+    mask = row["loss_mask"]
+    if list(row["input_ids"]) != ids:
+        raise TrainDraftError(f"{p}: its token_ids differ from row {i} of the Arrow dataset in {data}, whose "
+                              f"loss_mask it would take: the two were not exported together; re-export, or remove "
+                              f"the dataset's files from {data} to train on every token")
+    if not isinstance(mask, list) or len(mask) != L or any(x not in (0, 1) or isinstance(x, float) for x in mask):
+        raise TrainDraftError(f"{p}: row {i} of the Arrow dataset in {data} has a loss_mask that is not {L} "
+                              f"values of 0/1; re-export the data")
+    return [int(x) for x in mask]
+
+
 def prepare_data(data: Path, hs_files: list[Path], prep: Path, n_slots_expected: int | None,
-                 vocab_size: int) -> dict:
-    """Write speculators' Arrow dataset (input_ids, loss_mask, seq_len) + token_freq.pt into `prep`."""
-    import datasets
+                 vocab_size: int, hidden_size: int | None = None, slots_from: str = "") -> dict:
+    """Check every file (training/samples.py), then write speculators' Arrow dataset (input_ids, loss_mask,
+    seq_len) + token_freq.pt into `prep`."""
     import torch
-    from safetensors import safe_open
+
+    from .samples import SampleSpec, load_sample
 
     existing = _existing_loss_masks(data, len(hs_files))
     rows = {"input_ids": [], "loss_mask": [], "seq_len": []}
     freq = torch.zeros(vocab_size, dtype=torch.long)
-    n_slots = hidden = None
+    spec = SampleSpec(n_slots_expected, hidden_size, vocab_size, slots_from)
     used_existing = 0
     for i, p in enumerate(hs_files):
-        with safe_open(str(p), framework="pt") as f:
-            keys = set(f.keys())
-            if not {"token_ids", "hidden_states"} <= keys:
-                raise TrainDraftError(f"{p.name}: needs keys token_ids and hidden_states, has {sorted(keys)}")
-            ids = f.get_tensor("token_ids").long()
-            shape = f.get_slice("hidden_states").get_shape()
-        if len(shape) != 3 or shape[0] != ids.shape[0]:
-            raise TrainDraftError(f"{p.name}: hidden_states {shape} does not match token_ids [{ids.shape[0]}] "
-                                  f"(expected [L, n_layers, H])")
-        if n_slots is None:
-            n_slots, hidden = shape[1], shape[2]
-        elif (shape[1], shape[2]) != (n_slots, hidden):
-            raise TrainDraftError(f"{p.name}: hidden_states {shape} differs from hs_0's [L, {n_slots}, {hidden}]")
-        if int(ids.max()) >= vocab_size or int(ids.min()) < 0:
-            raise TrainDraftError(f"{p.name}: token id out of the target vocab [0, {vocab_size})")
-        L = int(ids.shape[0])
-        mask = [1] * L
-        if existing is not None:
-            row = existing[i]
-            if list(row["input_ids"]) == ids.tolist() and len(row["loss_mask"]) == L:
-                mask = [int(x) for x in row["loss_mask"]]
-                used_existing += 1
-        rows["input_ids"].append(ids.tolist())
+        ids, hs = load_sample(p, spec)
+        if spec.n_slots is None or spec.hidden is None:
+            spec = SampleSpec(int(hs.shape[1]), int(hs.shape[2]), vocab_size, f"as {p.name}")
+        ids_list = ids.tolist()
+        mask = _loss_mask(existing, i, p, ids_list, data)
+        used_existing += existing is not None
+        rows["input_ids"].append(ids_list)
         rows["loss_mask"].append(mask)
-        rows["seq_len"].append(L)
-        m = torch.tensor(mask, dtype=torch.bool)
-        freq += torch.bincount(ids[m], minlength=vocab_size)
-    if n_slots_expected is not None and n_slots != n_slots_expected:
-        raise TrainDraftError(f"hs files carry {n_slots} slots per token but {n_slots_expected - 1} aux layer ids "
-                              f"+ the final state were given: layer ids and the dump disagree")
-    if prep.exists():
-        shutil.rmtree(prep)
+        rows["seq_len"].append(len(ids_list))
+        freq += torch.bincount(ids[torch.tensor(mask, dtype=torch.bool)], minlength=vocab_size)
+    _write_prepared(prep, rows, freq)
+    return {"n_samples": len(hs_files), "n_tokens": sum(rows["seq_len"]), "n_slots": spec.n_slots,
+            "hidden_size": spec.hidden, "loss_mask_from_dataset": used_existing,
+            "n_loss_tokens": int(freq.sum())}
+
+
+def _write_prepared(prep: Path, rows: dict, freq) -> None:
+    import datasets
+    import torch
+
     prep.mkdir(parents=True)
     ds = datasets.Dataset.from_dict(rows).with_format("torch")
     ds.save_to_disk(str(prep))
     token_freq = {int(t): int(c) for t, c in enumerate(freq.tolist()) if c}
     torch.save(token_freq, prep / "token_freq.pt")
-    return {"n_samples": len(hs_files), "n_tokens": sum(rows["seq_len"]), "n_slots": n_slots,
-            "hidden_size": hidden, "loss_mask_from_dataset": used_existing,
-            "n_loss_tokens": int(freq.sum())}

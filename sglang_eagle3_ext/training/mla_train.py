@@ -52,12 +52,23 @@ def mla_draft_config(target_cfg: dict, layer_ids: list[int], intermediate_size: 
     return cfg
 
 
+def non_finite(state_dict: dict) -> list[str]:
+    """Names of the floating tensors holding NaN/Inf (a diverged run; never saved as a draft)."""
+    import torch
+
+    return [k for k, v in state_dict.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+
+
 def save_checkpoint(model: Eagle3MLADraft, cfg: dict, out: Path) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    out.mkdir(parents=True, exist_ok=True)
     sd = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    bad = non_finite(sd)
+    if bad:
+        raise ValueError(f"the trained draft's weights are not finite ({', '.join(bad[:3])}"
+                         f"{', ...' if len(bad) > 3 else ''}): training diverged; nothing saved; lower --lr")
+    out.mkdir(parents=True, exist_ok=True)
     save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     return out
@@ -121,8 +132,18 @@ def step_loss(model, ids, hs, head, norm_w, eps, steps: int, dtype, self_bias: f
     for k, lg in enumerate(logits):
         lg, tch = lg[k: T - 1].float(), teacher[k:]
         loss = loss + F.kl_div(F.log_softmax(lg, -1), F.log_softmax(tch, -1), log_target=True, reduction="batchmean")
-        accs.append((lg.argmax(-1) == tch.argmax(-1)).float().mean().item())
+        valid = torch.isfinite(lg).all(-1) & torch.isfinite(tch).all(-1)
+        accs.append(accuracy(lg.argmax(-1), tch.argmax(-1), valid))
     return loss, accs
+
+
+def accuracy(pred, ref, valid=None) -> float:
+    """Share of positions where pred == ref among the valid ones; NaN when none is valid (nothing measured:
+    never a perfect score, e.g. from NaN rows whose argmaxes all agree)."""
+    ok = pred == ref
+    if valid is not None:
+        ok = ok[valid]
+    return float(ok.float().mean()) if ok.numel() else float("nan")
 
 
 def train_mla(*, data_files: list[Path], target: Path, out: Path, layer_ids: list[int], steps: int, lr: float,
@@ -171,6 +192,9 @@ def train_mla(*, data_files: list[Path], target: Path, out: Path, layer_ids: lis
             loss, accs = step_loss(model, ids, hs, head, norm_w, eps, ttt_steps, dtype, self_bias_at(step, steps))
         if loss is None:
             continue
+        if not bool(torch.isfinite(loss.detach())):
+            raise ValueError(f"the loss is not finite at step {step} (lr {lr}): training diverged; the draft's "
+                             f"weights would not be finite; nothing saved; lower --lr")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -180,6 +204,9 @@ def train_mla(*, data_files: list[Path], target: Path, out: Path, layer_ids: lis
         if step == 1 or step % log_every == 0 or step == steps:
             say(f"step {step}/{steps} loss={float(loss.detach()):.4f} " + " ".join(f"acc{k}={a:.3f}" for k, a in enumerate(accs))
                 + f" elapsed={time.perf_counter() - t0:.1f}s")
+    if not hist:
+        raise ValueError(f"no training step ran: every training sample has fewer than {ttt_steps + 2} tokens "
+                         f"(--ttt-steps {ttt_steps} + 2)")
     model.eval()
     val_accs = []
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.startswith("cuda")):
@@ -190,7 +217,10 @@ def train_mla(*, data_files: list[Path], target: Path, out: Path, layer_ids: lis
                 val_accs.append(accs)
     save_checkpoint(model.float().cpu(), cfg, out)
     tail = hist[-max(1, len(hist) // 10):]
-    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+
+    def mean(xs):   # over what was measured: a NaN accuracy measured nothing
+        xs = [x for x in xs if x == x]
+        return sum(xs) / len(xs) if xs else float("nan")
     return {"arch": ARCH, "steps": len(hist), "first_loss": hist[0]["loss"] if hist else None,
             "final_loss": mean([h["loss"] for h in tail]), "train_acc": mean([h["accs"][0] for h in tail]),
             "train_acc_by_step": [mean([h["accs"][k] for h in tail]) for k in range(ttt_steps)],
@@ -202,11 +232,15 @@ def train_from_args(a) -> dict:
     """`train_draft --draft-arch mla`: same data, target and layer-id resolution as the Llama path."""
     import torch
 
-    from ..train_draft import DEFAULT_EPOCHS
+    from .. import outdir
+    from ..train_draft import DEFAULT_EPOCHS, output_rule
     from .data import (TrainDraftError, _say, find_hs_dir, list_hs_files, parse_layer_ids,
                        read_layer_ids_from_metadata, require_learned)
+    from .samples import SampleSpec, check_samples
 
     data, target, out = Path(a.data), Path(a.target), Path(a.out)
+    rule = output_rule(a)
+    outdir.check(out, **rule)                      # before anything is read or written
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         tcfg = text_config(target)
@@ -224,26 +258,25 @@ def train_from_args(a) -> dict:
         layer_ids, src = [2, n // 2, n - 3], "default [2, n//2, n-3]"
     if len(set(layer_ids)) != len(layer_ids) or min(layer_ids) < 0 or max(layer_ids) >= n:
         raise TrainDraftError(f"layer ids {layer_ids} ({src}) must be distinct HF hidden_states indices in [0, {n - 1}]")
-    from safetensors import safe_open
-
-    with safe_open(str(files[0]), framework="pt") as f:
-        shape = f.get_slice("hidden_states").get_shape()
-    if len(shape) != 3 or shape[1] != len(layer_ids) + 1 or shape[2] != int(tcfg["hidden_size"]):
-        raise TrainDraftError(f"{files[0].name}: hidden_states {shape}, expected [L, {len(layer_ids) + 1}, "
-                              f"{tcfg['hidden_size']}] ({len(layer_ids)} aux layers {layer_ids} ({src}) + the final state)")
     if getattr(a, "num_layers", 1) != 1:
         raise TrainDraftError("--draft-arch mla: SGLang's MLA EAGLE-3 draft has exactly one layer (--num-layers 1)")
     if a.draft_vocab_size not in (None, int(tcfg["vocab_size"])):
         raise TrainDraftError("--draft-arch mla trains the full target vocabulary (no --draft-vocab-size)")
+    check_samples(files, SampleSpec(len(layer_ids) + 1, int(tcfg["hidden_size"]), int(tcfg["vocab_size"]),
+                                    f"{len(layer_ids)} aux layers {layer_ids} ({src}) + the final state"), _say)
     steps = a.steps or (a.epochs or DEFAULT_EPOCHS) * len(files)
     _say(f"MLA draft ({ARCH}): {len(files)} samples, aux layers {layer_ids} ({src}), {steps} steps on {device}")
     try:
-        r = train_mla(data_files=files, target=target, out=out, layer_ids=layer_ids, steps=steps, lr=a.lr,
-                      ttt_steps=a.ttt_steps, device=device, seed=a.seed, intermediate_size=a.intermediate_size,
-                      log_every=a.log_every, say=_say)
+        with outdir.writing(out, **rule, record={"arch": "mla", "target": str(target), "data": str(data)}) as tmp:
+            r = train_mla(data_files=files, target=target, out=tmp, layer_ids=layer_ids, steps=steps, lr=a.lr,
+                          ttt_steps=a.ttt_steps, device=device, seed=a.seed, intermediate_size=a.intermediate_size,
+                          log_every=a.log_every, say=_say)
+            r["saved"] = str(out)
+            (tmp / "train_summary.json").write_text(json.dumps(r, indent=2, default=str))
+    except outdir.OutputDirRefused:
+        raise
     except ValueError as e:
         raise TrainDraftError(str(e)) from e
-    (out / "train_summary.json").write_text(json.dumps(r, indent=2, default=str))
     va = r["val_acc_by_step"] or [float("nan")]
     _say(f"DONE steps={r['steps']} train_acc={r['train_acc']:.4f} (ttt accs "
          f"{' '.join(f'{x:.3f}' for x in r['train_acc_by_step'])}) loss {r['first_loss']:.4f}->{r['final_loss']:.4f} "

@@ -4,7 +4,7 @@ sglang_eagle3_ext.patch_table, which patches SGLang only); `applied(...)` undoes
 * ``speculators.train.cli.Trainer`` -> a subclass (`make_trainer_class`): places the model on ``cpu`` on a
   CPU run (stock ``model.to(local_rank)`` means an accelerator), maps ``--steps`` onto whole epochs, saves
   per-epoch checkpoints only after the first and last epoch, reports progress, and saves the final model
-  to OUT with a bf16 state dict the way speculators' own checkpointer does.
+  to OUT with a bf16 state dict the way speculators' own checkpointer does (never a non-finite one).
 * ``torch.accelerator.synchronize`` -> a no-op on a CPU-only torch (speculators' step timer calls it and
   it raises there). Nothing changes on CUDA.
 """
@@ -74,8 +74,15 @@ def make_trainer_class(base, *, device: str, out: Path, steps: int | None, epoch
             result["train_seconds"] = time.perf_counter() - t0
             from speculators.train.checkpointer import convert_float_dtype, patch_config_dtype
 
-            out.mkdir(parents=True, exist_ok=True)
+            from .mla_train import non_finite
+
             sd = convert_float_dtype(self.model.state_dict(), torch.bfloat16)
+            bad = non_finite(sd)
+            if bad:
+                raise TrainDraftError(f"the trained draft's weights are not finite ({', '.join(bad[:3])}"
+                                      f"{', ...' if len(bad) > 3 else ''}): training diverged; nothing saved; "
+                                      f"lower --lr")
+            out.mkdir(parents=True, exist_ok=True)
             self.model.save_pretrained(out, state_dict=sd)
             patch_config_dtype(out / "config.json", torch.bfloat16)
             result["saved"] = str(out)

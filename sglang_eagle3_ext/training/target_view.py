@@ -13,12 +13,25 @@ from ..sglang_runtime import language_config
 EMBED, HEAD, NORM = "model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"
 
 
+def _config(target: Path) -> dict:
+    from ..boundary import read_json_file
+
+    return read_json_file(Path(target) / "config.json", "target config")
+
+
 def text_config(target: Path) -> dict:
-    return dict(language_config(json.loads((Path(target) / "config.json").read_text())))
+    """The language model's config, with the sizes training needs checked (BadInput naming the file)."""
+    from ..boundary import field
+
+    cfg = dict(language_config(_config(target)))
+    where = str(Path(target) / "config.json")
+    for k in ("vocab_size", "hidden_size", "num_hidden_layers"):
+        field(cfg, k, int, where, minimum=1)
+    return cfg
 
 
 def is_wrapper(target: Path) -> bool:
-    return isinstance(json.loads((Path(target) / "config.json").read_text()).get("text_config"), dict)
+    return isinstance(_config(target).get("text_config"), dict)
 
 
 def read_tensors(target: Path, suffixes=(EMBED, HEAD, NORM)) -> dict:
@@ -36,6 +49,12 @@ def read_tensors(target: Path, suffixes=(EMBED, HEAD, NORM)) -> dict:
     missing = [s for s in suffixes if s not in found]
     if missing:
         raise FileNotFoundError(f"{target}: no tensor named *{missing[0]} in its safetensors files")
+    import torch
+
+    for s, t in found.items():   # a NaN teacher makes every argmax agree: accuracy 1.0 from nothing
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{target}: the target's {s} is not finite ({int((~torch.isfinite(t)).sum())} NaN/Inf "
+                             f"values): the teacher distribution would be NaN; check the target checkpoint")
     return found
 
 
