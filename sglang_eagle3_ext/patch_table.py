@@ -32,6 +32,7 @@ _DS = "sglang.srt.models.deepseek_v2"
 _LP = "sglang.srt.layers.logits_processor"
 _EW2 = "sglang.srt.speculative.eagle_worker_v2"
 _OS = "sglang.srt.managers.scheduler_components.output_streamer"
+_FB = "sglang.srt.model_executor.forward_batch_info"
 _T = "sglang_eagle3_ext.targets"
 
 PATCHES: tuple[PatchSpec, ...] = (
@@ -58,6 +59,10 @@ PATCHES: tuple[PatchSpec, ...] = (
     PatchSpec("dump.capture_switch", f"{_DS}:DeepseekV2ForCausalLM.__init__",
               f"{_T}.deepseek_v2:enable_dump_capture",
               "turn on aux-state capture at the configured dump layers on the target model",
+              feature="dump"),
+    PatchSpec("dump.multimodal_flags", f"{_FB}:ForwardBatch.init_new",
+              f"{_T}.forward_batch_info:record_multimodal",
+              "remember which requests of a batch carry images/audio/video before the embedding step clears it",
               feature="dump"),
     PatchSpec("dump.prefill_hook", f"{_LP}:LogitsProcessor.forward",
               f"{_T}.logits_processor:dump_prefill",

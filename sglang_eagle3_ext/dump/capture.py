@@ -135,15 +135,20 @@ class DumpTarget:
 
 
 def multimodal_requests(fb, bs: int) -> list[bool] | None:
-    """Per request of the batch: it carries images/audio/video (ForwardBatch.mm_inputs). SGLang replaced their
-    positions in input_ids by pad values (MM_PAD_SHIFT_VALUE + a hash) and the states there are the vision
-    tower's: never a training sample. None when no request does."""
-    mm = getattr(fb, "mm_inputs", None)
-    if not mm:
+    """Per request of the batch: it carries images/audio/video. SGLang replaced their positions in input_ids by
+    pad values, then clamped those into the vocab, and the states there are the vision tower's: never a training
+    sample. Read from the flags recorded when the batch was built (targets/forward_batch_info.py), as the
+    embedding step clears `mm_inputs` before the logits processor runs. None when no request does."""
+    from ..targets.forward_batch_info import MULTIMODAL_ATTR
+
+    flags = getattr(fb, MULTIMODAL_ATTR, None)
+    if flags is None:
+        mm = getattr(fb, "mm_inputs", None)
+        flags = [carries_multimodal(x) for x in mm] if mm else None
+    if not flags:
         return None
-    if len(mm) != bs:           # not per request: no request of this batch can be told apart
+    if len(flags) != bs:        # not per request: no request of this batch can be told apart
         return [True] * bs
-    flags = [carries_multimodal(x) for x in mm]
     return flags if any(flags) else None
 
 

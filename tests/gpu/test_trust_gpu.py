@@ -34,7 +34,8 @@ RATE = 0.25
 N_REQUESTS = 400
 BURST = 50               # requests in flight at once: prefill batches mix sampled and unsampled requests
 PROMPT = 32
-KIMI_ARGS = ["--trust-remote-code"]    # the wrapper's processor is remote code, as Kimi-K2.5's own
+KIMI_ARGS = ["--trust-remote-code",    # the wrapper's processor is remote code, as Kimi-K2.5's own
+             "--mm-attention-backend", "triton_attn"]   # the vision tower off FA3 (SGLang's Hopper default)
 MEDIA_PAD = "<|media_pad|>"
 
 

@@ -116,6 +116,41 @@ def test_multimodal_requests_are_counted_not_written(sglang_cpu, tmp_path, monke
     assert stats["skipped_multimodal"] == 2 and stats["written"] == 1 and stats["refused_token_id"] == 0
 
 
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_multimodal_requests_are_told_apart_after_the_embedding_step(sglang_cpu, tmp_path, monkeypatch, writer):
+    """SGLang's multimodal embedding step (mm_utils.general_mm_embed_routine) clears ForwardBatch.mm_inputs and
+    clamps the pad values in input_ids into the vocab, in place, before the logits processor runs: at dump time
+    the image request looks like text. The flags recorded when the batch was built (the patch-table wrapper of
+    ForwardBatch.init_new) still tell it apart."""
+    import inspect
+
+    from sglang.srt.managers import mm_utils
+    from sglang.srt.managers.schedule_batch import MM_PAD_SHIFT_VALUE
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    from sglang_eagle3_ext.targets.forward_batch_info import record_multimodal
+
+    src = inspect.getsource(mm_utils)
+    assert "forward_batch.mm_inputs = None" in src and "input_ids.clamp_(" in src   # what this test replays
+    _serve_env(monkeypatch, tmp_path, **{C.ENV_WRITER: writer})
+    m = _model(sglang_cpu)
+    vocab = m.config.vocab_size
+    start.attach(m)
+    w = start.get_writer()
+    pad = MM_PAD_SHIFT_VALUE + 12345
+    ids = torch.tensor([1, 2, 3, 4] + [5, pad, pad, pad, 6])
+    built = _fb(ForwardMode.EXTEND, ["text", "image"], [0, 0], [4, 5], [4, 5], ids)
+    built.mm_inputs = [None, _image_inputs(pad)]
+    fb = record_multimodal(lambda: built, None, (), {})       # ForwardBatch.init_new, as patched
+    fb.mm_inputs = None                                       # the embedding step, as SGLang does it
+    fb.input_ids.clamp_(min=0, max=vocab - 1)
+    _forward(m, fb, False, LAYERS)
+    assert w.flush(30)
+    assert set(read_manifest(tmp_path)) == {"text"}
+    w.close()
+    assert _status(tmp_path)["skipped_multimodal"] == 1
+
+
 def test_ids_outside_the_vocab_are_refused_even_without_mm_inputs(sglang_cpu, tmp_path, monkeypatch):
     """The writer's own check: a sample holding an id >= the target's vocab size is never a training sample."""
     _serve_env(monkeypatch, tmp_path)
