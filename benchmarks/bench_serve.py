@@ -9,7 +9,7 @@ Servers, same target (default: the Kimi-width predictable target, tiny.KIMI_PRED
   base_on / base_off   target only, with / without the package
   dump_on   target only, the package dumping every prefill (compared with base_on)
   spec_dump EAGLE-3 dumping while serving: prompt + response states (verify batches) of every request at the
-            draft's layers (compared with spec_on; issue 20's acceptance: >= 0.95 at Kimi width, batch 16)
+            draft's layers (compared with spec_on; the target: >= 0.95 at Kimi width, batch 16)
 The draft must be one plain SGLang serves identically: its recorded HF indices must be what the installed
 release's own +1 rule captures from its layer ids (checked; a converted draft of ours qualifies). Default:
 a random draft at the target's width, made with speculators and converted (accept length ~1, which still

@@ -4,11 +4,11 @@
         [--attention-backend triton] [--spec 3,1,4 --spec 1,1,2 ...] [--profile-steps 40]
 
 Why it exists: the Kimi-width round trip (SGLang 0.5.16, H200, GPU alone, CUDA graphs on) ran ~2x at batch 1
-but 0.87x (Triton) / 0.80x (FlashInfer) at concurrency 16. Its server log (session 9, sglang_eagle3_ext/bench_steps.py)
+but 0.87x (Triton) / 0.80x (FlashInfer) at concurrency 16. Its server log (read by sglang_eagle3_ext/bench_steps.py)
 put one speculative iteration at batch 16 at 7.6 ms (target-only step 3.6 ms; accept 3.6: ~1.7x between
 admissions) and each admission at ~47 ms per prefill batch (target-only: ~4 ms), 55% of the time. Which
 part of an admission costs that (the draft's eager extend, CPU work, kernels) is what this profile shows.
-Session 10's run of it (Triton, 16 requests at once): 29.4 ms per prefill batch with EAGLE-3 vs 31.6 ms
+A run of it (Triton, 16 requests at once): 29.4 ms per prefill batch with EAGLE-3 vs 31.6 ms
 target-only, GPU busy 5% in the admission's trace: an admission costs the same (a CPU-bound eager prefill on the
 10-layer toy); EAGLE-3 admits more often, its requests finishing out of step.
 

@@ -25,7 +25,7 @@ def _say(msg: str) -> None:
 
 def require_learned(val_acc: float | None, min_acc: float, out: Path) -> None:
     """Fail the run when the draft's validation accuracy (first speculative step) is <= min_acc: a draft that
-    did not learn otherwise shows up only later, as an accept length of ~1 when served (issue #18)."""
+    did not learn otherwise shows up only later, as an accept length of ~1 when served."""
     if min_acc <= 0 or val_acc is None or val_acc != val_acc:      # disabled, or no validation split (NaN)
         return
     if val_acc <= min_acc:

@@ -6,7 +6,7 @@ The loss is speculators' kind: KL from the target's distribution (its lm_head ov
 final state) to the draft's, summed over `--ttt-steps` unrolled steps (see mla_draft.forward_steps), the
 embedding frozen (SGLang replaces it with the target's at load time), lm_head starting from the target's.
 For the first SELF_BIAS_FRACTION of the steps each query's score for its own key gets a fading bonus (see
-self_bias_at; without it the draft can stay at accuracy 0, issue #18).
+self_bias_at; without it the draft can stay at accuracy 0).
 The checkpoint is what SGLang's Eagle3DeepseekV2ForCausalLM.load_weights reads: `layers.0.*` with q_a_proj +
 kv_a_proj_with_mqa unfused, gate_proj/up_proj unstacked, bf16 safetensors, plus a config whose eagle_config
 records the HF hidden_states indices (`hf_hidden_state_indices`, captured exactly with sglang_eagle3_ext on).
@@ -99,7 +99,7 @@ def _sample(path: Path, device):
     return ids, hs
 
 
-# The warm-up that gets the MLA draft off its plateau (issue #18): the one place the next token enters the
+# The warm-up that gets the MLA draft off its plateau: the one place the next token enters the
 # draft is its embedding, through the attention's value of the query's own row; at init the attention spreads
 # over the whole prefix, so that value arrives diluted and its path learns too slowly to teach the attention to
 # look at it (trained per sample, the draft sat at accuracy 0 for 2400 steps on the predictable Kimi target).

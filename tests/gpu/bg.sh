@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Background GPU jobs that outlive one device call (a held host keeps them running between calls),
+# Background GPU jobs that outlive one shell command (a host that stays up keeps them running between commands),
 # so independent GPU tests run side by side instead of one 10-minute call after another.
 #   tests/gpu/bg.sh start NAME 'COMMAND'   run COMMAND detached (setsid) with OUT=/tmp/sge3_bg/NAME/out
 #   tests/gpu/bg.sh wait SECONDS [NAME..]   wait until those jobs (default: all) end or SECONDS pass; collect
 #   tests/gpu/bg.sh collect                 each job's state and figures; every log into $OUT/bg_logs.tgz
-#   tests/gpu/bg.sh poll SECONDS            one device call's wait (the host is given back after ~30 s without a
+#   tests/gpu/bg.sh poll SECONDS            one command's wait (a host released after ~30 s idle loses its jobs: poll with commands
 #                                           call, and everything on it is lost: poll with calls back to back):
 #                                           states, figures, each job's newest log line; every job's JSON
 #                                           results into $OUT/results.tgz and its log tail into $OUT

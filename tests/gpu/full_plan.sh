@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU acceptance runs, as detached jobs on one H200 (see bg.sh):
-#   tests/gpu/full_plan.sh s16      right after the 0.5.16 bundles (PYTHONPATH=/tmp/site)
-#   tests/gpu/full_plan.sh s14      right after the 0.5.14 bundles (PYTHONPATH=/tmp/site14), when its runs are wanted
-#   tests/gpu/bg.sh poll SECONDS    in every later call, back to back (the host is given back after ~30 s
+#   tests/gpu/full_plan.sh s16      with SGLang 0.5.16 on PYTHONPATH=/tmp/site
+#   tests/gpu/full_plan.sh s14      with SGLang 0.5.14 on PYTHONPATH=/tmp/site14, when its runs are wanted
+#   tests/gpu/bg.sh poll SECONDS    in every later call, back to back (an idle host may be released after ~30 s
 #                                   without a call): states, figures, $OUT/results.tgz
-# The Kimi-width round trip (issue 19, closed in session 12 on 0.5.16: timed on FlashMLA, bs1 2.00x, bs16 x 128:896
+# The Kimi-width round trip (0.5.16, timed on FlashMLA, docs/results.md: bs1 2.00x, bs16 x 128:896
 # 1.58x, accept 3.63 / 3.84, greedy outputs identical; Triton 1.24x there: its extend kernel verifies MLA re-reading
 # the latent KV per head). Job "kimi", with the GPU to itself: prepare the draft once on Triton (dump 1000
 # generations, train, convert, check; ~10 min), serve and time it on the test's default (FlashMLA on Hopper:

@@ -33,7 +33,7 @@ def server_args(backend: str = "triton") -> list[str]:
 def backend_missing(backend: str) -> str | None:
     """Why `backend` cannot run here (None: it can). FA3: the import SGLang itself does for it
     (sgl_kernel.flash_attn raises "Can not import FA3 in sgl_kernel" without the flash_ops kernels,
-    which the GPU host's bundles leave out: 1.1 GB)."""
+    which a slim SGLang install may leave out: 1.1 GB)."""
     if backend == "fa3":
         try:
             import sgl_kernel.flash_attn  # noqa: F401

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the GPU tests on a CUDA host with SGLang installed (e.g. after .gpu/install.sh bundles).
+# Run the GPU tests on a CUDA host with SGLang installed (SGLang importable, e.g. via PYTHONPATH).
 # Usage: tests/gpu/run.sh [pytest args]     Logs: $OUT (or /tmp/sge3_logs)
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -1,4 +1,4 @@
-"""GPU (issue #16): requests aborted mid-prefill must not leak the dump's host memory or slow it down.
+"""GPU: requests aborted mid-prefill must not leak the dump's host memory or slow it down.
 
 One server (tiny target, chunked prefill 256, 2K-token prompts, radix cache off), four phases:
   warm-up   16 sequential requests: L = the latency of one lone 2K prefill (8 chunks)
@@ -131,7 +131,7 @@ def test_aborted_requests_leak_nothing_and_cost_no_rate(tiny_target, tmp_path):
                          SGLANG_REQUEST_STATE_WAIT_TIMEOUT="1")
     args = ["--model-path", str(tiny_target), *server_args("triton"), "--chunked-prefill-size", "256",
             "--disable-radix-cache"]
-    try:   # issue #19: the dump refuses prefill CUDA graphs where a release would capture them
+    try:   # the dump refuses prefill CUDA graphs where a release would capture them
         from sglang.srt.server_args import ServerArgs
 
         from sglang_eagle3_ext.dump.prefill_graphs import refusal

@@ -1,4 +1,4 @@
-"""GPU: dump while serving EAGLE-3 (issue 20) -- the dumped states are, bit for bit, what the draft is fed.
+"""GPU: dump while serving EAGLE-3 -- the dumped states are, bit for bit, what the draft is fed.
 
 A server runs the tiny target with an EAGLE-3 draft and the dump on (CUDA graphs on: the TARGET_VERIFY
 forward replays a graph). Every SGLang process also records the hidden states the draft-extend batches get

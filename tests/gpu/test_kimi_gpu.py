@@ -7,7 +7,7 @@ round trip through it with an MLA draft trained by `train_draft --draft-arch mla
 - test_kimi_roundtrip: tiny.PREDICTABLE inside the wrapper; dump 600 generations through the tiny-kimi-k25-dump
   preset, export, train an MLA draft (ours) and a Llama draft (speculators), check, serve each with the wrapper,
   bench on 32 held-out prompts against the plain wrapper: accept length >= 2.0 and greedy outputs identical.
-  ~6 min; SGE3_KIMI_RT_DIR=DIR keeps finished stages (a re-run resumes after a device call's 10-minute limit).
+  ~6 min; SGE3_KIMI_RT_DIR=DIR keeps finished stages (a re-run resumes after an interrupted run).
 Figures: $OUT/kimi_dump_cosines.json, $OUT/kimi_roundtrip.json (also printed).
 """
 from __future__ import annotations

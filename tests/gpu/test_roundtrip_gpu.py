@@ -22,9 +22,9 @@ SGE3_RT_TARGET picks the target:
   Both figures are printed and kept in the JSON.
 SGE3_RT_BACKEND: the attention backend of every server (default triton). SGE3_RT_SERVE_BACKEND (e.g. flashmla):
 the two timed servers' backend instead (the dump stays on SGE3_RT_BACKEND; the draft of an MLA-only backend on
-Triton); for the `kimi` target on Hopper it defaults to flashmla (session 12: batch 16 at 128:896 1.58x there,
+Triton); for the `kimi` target on Hopper it defaults to flashmla (docs/results.md: batch 16 at 128:896 1.58x there,
 1.24x on Triton, same draft). Why: Triton verifies an MLA target with its extend kernel, which reads the shared
-latent KV once per head (64 heads on this TP1 toy): session 10's profile at batch 16 put it at 4.7 ms of an 11.4 ms iteration (decode's
+latent KV once per head (64 heads on this TP1 toy): a profile at batch 16 put it at 4.7 ms of an 11.4 ms iteration (decode's
 grouped kernel: 0.3 ms), the iteration cost that caps batch 16; Hopper deployments verify with FA3 or FlashMLA.
 (SGLang 0.5.16's hybrid `--decode-attention-backend flashmla --speculative-attention-mode decode` is no way round:
 with Triton prefill, EAGLE's verify asks HybridAttnBackend for `max_context_len`, which it lacks.)
@@ -53,7 +53,7 @@ KIMI = TARGET == "kimi"
 # export under ~15 GB of disk; the draft (~1B parameters) learns the walk from them in a few epochs
 N_TRAIN = int(os.environ.get("SGE3_RT_SAMPLES", "1000" if KIMI else "2000"))
 N_HELDOUT = 32
-# bf16 (as captured) or fp8 (compact dumps, issue 8): the accept lengths of the two runs are compared
+# bf16 (as captured) or fp8 (compact dumps): the accept lengths of the two runs are compared
 ENCODING = os.environ.get("SGE3_RT_ENCODING", "bf16")
 BACKEND = os.environ.get("SGE3_RT_BACKEND", "triton")
 
@@ -138,7 +138,7 @@ def dump_and_export(preset: str, target: Path, train: Path, dump: Path, hs: Path
 
 def test_roundtrip(tmp_path):
     """SGE3_RT_DIR=DIR keeps the stages' outputs there and skips finished stages on a re-run, so the
-    round trip can span two device calls (each at most 10 minutes) on a host that stays warm."""
+    round trip can span two runs (e.g. two commands with a time limit each) on a host that stays up."""
     work = Path(os.environ.get("SGE3_RT_DIR") or tmp_path) / ("kimi" if KIMI else "")   # own stages per target
     work.mkdir(parents=True, exist_ok=True)
     from sglang_eagle3_ext.tiny import KIMI_PREDICTABLE, PREDICTABLE, ensure_tiny_target
@@ -156,7 +156,7 @@ def test_roundtrip(tmp_path):
     _prompts(train, N_TRAIN, 1, "t")
     _prompts(held, N_HELDOUT, 2, "h")
     # batch 16 is timed on 4x as many held-out prompts: 32 prompts at concurrency 16 gave a 0.2-0.5 s window on
-    # the tiny target, where one scheduling hiccup moved the speedup by 2x (session 7: 0.81x and 1.51x)
+    # the tiny target, where one scheduling hiccup moved the speedup by 2x (0.81x and 1.51x seen)
     held16 = work / "heldout_bs16.jsonl"
     _prompts(held16, 4 * N_HELDOUT, 3, "g")
     dump = work / "dump"

@@ -220,7 +220,7 @@ def test_nan_rows_skip_only_their_request(sglang_cpu, tmp_path, monkeypatch, pac
 
 
 def test_request_aborted_mid_chunked_prefill_frees_the_ring(sglang_cpu, tmp_path, monkeypatch):
-    """Issue #16: a request aborted after its first chunk (client disconnect, /abort_request) is never
+    """A request aborted after its first chunk (client disconnect, /abort_request) is never
     continued; once the next batches no longer carry it, its staging-ring region and budget come back,
     so later batches keep fitting the ring (the old code pinned the ring's tail for ever)."""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode

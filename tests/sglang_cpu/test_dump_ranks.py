@@ -90,7 +90,7 @@ def _break_attn_tp_probe(monkeypatch):
 
 
 def test_rank_probe_failure_fails_closed_in_a_multi_rank_world(sglang_cpu, tmp_path, monkeypatch):
-    """Issue #16: with TP > 1 an unreadable attention-TP rank must not default to 0 (every rank would
+    """With TP > 1 an unreadable attention-TP rank must not default to 0 (every rank would
     write the same samples into one manifest): no writer."""
     import torch.distributed as dist
 

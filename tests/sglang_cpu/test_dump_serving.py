@@ -1,4 +1,4 @@
-"""Dump while serving EAGLE-3 against real SGLang objects on CPU (issue 20): a real ForwardBatch in EXTEND and
+"""Dump while serving EAGLE-3 against real SGLang objects on CPU: a real ForwardBatch in EXTEND and
 TARGET_VERIFY mode through the patch-table LogitsProcessor wrapper, real Req / ScheduleBatch /
 EagleVerifyInput / LogitsProcessorOutput / GenerationBatchResult through the EAGLEWorkerV2.verify and
 SchedulerOutputStreamer.stream_output wrappers. Only the target's forward itself is a stand-in (random states

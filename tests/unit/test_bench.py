@@ -309,7 +309,7 @@ def _with_steps(spec_steps, base_steps, accept=3.6):
 
 def test_slower_fix_from_the_logs_names_admissions_or_iterations():
     args = {"speculative_num_steps": 3, "speculative_num_draft_tokens": 4}
-    # session 9's Kimi-width round trip: cheap iterations, costly admissions
+    # a Kimi-width round trip: cheap iterations, costly admissions
     fix = bench.slower_fix(args, 16, _with_steps(
         {"iteration_ms": 7.6, "admission_ms": 47.5, "admission_share": 0.55, "prefill_batches": 42},
         {"iteration_ms": 3.6, "admission_ms": 3.9, "admission_share": 0.12, "prefill_batches": 14}))
@@ -350,7 +350,7 @@ def _target_dir(tmp_path, name, cfg):
 
 
 def test_slower_fix_names_the_mla_verify_backend_on_triton(tmp_path):
-    """Triton verifies MLA with its extend kernel (session 10's profile: 4.7 of 11.4 ms at batch 16); the tip
+    """Triton verifies MLA with its extend kernel (a profile: 4.7 of 11.4 ms at batch 16); the tip
     names FA3 / FlashMLA where the target is MLA or unknown, never for a non-MLA target or another backend."""
     kimi = _target_dir(tmp_path, "kimi", {"model_type": "kimi_k25", "text_config": {"kv_lora_rank": 512}})
     llama = _target_dir(tmp_path, "llama", {"model_type": "llama", "num_key_value_heads": 8})

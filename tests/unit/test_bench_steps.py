@@ -88,7 +88,7 @@ def test_interval_other_than_one():
 
 
 def test_a_real_log_excerpt():
-    """Session 9's Kimi-width round trip, EAGLE-3 server, --decode-log-interval 5."""
+    """A Kimi-width round trip, EAGLE-3 server, --decode-log-interval 5."""
     s = _mod().step_summary(REAL_0_5_16, bs=16, interval=5)
     assert 7.0 < s["iteration_ms"] < 7.8                       # 16 x 4 x 5 tokens at ~8200-9000 tok/s
     # (16 x 3.85 x 5 / 1559.87 s - 5 x 7.4 ms) / 2 prefill batches

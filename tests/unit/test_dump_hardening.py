@@ -1,4 +1,4 @@
-"""Issue #16, the dump side: aborted requests, colliding ids, a stuck writer, a vanished dump dir, hostile
+"""The dump side: aborted requests, colliding ids, a stuck writer, a vanished dump dir, hostile
 or mistyped paths given to export/status, layer lists that are not integers, a budget larger than the host.
 Pure CPU, no SGLang; each test failed on the code before the fix."""
 from __future__ import annotations

@@ -150,7 +150,7 @@ def test_when_the_server_dies_the_child_starts_nothing_new_and_exits(tmp_path):
 
 
 def test_an_aborted_request_gives_its_shared_memory_back(tmp_path):
-    """Issue #16: a request aborted mid-prefill, stitched in the child, is released there once the next
+    """A request aborted mid-prefill, stitched in the child, is released there once the next
     batches no longer carry it; its ring region and budget come back in the server."""
     from sglang_eagle3_ext.dump.assemble import STALE_BATCHES
 

@@ -1,4 +1,4 @@
-"""Issue #18: `train_draft --draft-arch mla` on the data the GPU round trip trains on -- hidden states of the tiny
+"""`train_draft --draft-arch mla` on the data the GPU round trip trains on -- hidden states of the tiny
 predictable Kimi-K2.5 wrapper (tiny.PREDICTABLE, hidden 1024, vocab 4096), from transformers' DeepseekV3 on the
 wrapper's language-model weights (the SGLang dump equals them to cosine 0.9999), prompts of random tokens
 followed by the target's greedy walk, bf16 `hs_{i}.safetensors` as `dump export --to speculators` writes them.
