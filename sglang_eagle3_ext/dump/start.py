@@ -126,14 +126,16 @@ def install_from_init(instance) -> None:
 
     The user asked for a dump: a bad configuration (missing/unwritable dir, layer out of range, a
     dump dir made with other settings) stops the server at start-up with the fix in the message,
-    rather than serving for hours and writing nothing. Anything unexpected only disables dumping.
+    rather than serving for hours and writing nothing; so does a dump dir whose files (manifest, settings) are
+    not what they must be. Anything unexpected only disables dumping.
     """
+    from ..boundary import BadInput
     from .config import DumpConfigError
     from .writer import DumpStartupError
 
     try:
         attach(instance)
-    except (DumpConfigError, DumpStartupError) as e:
+    except (DumpConfigError, DumpStartupError, BadInput) as e:
         raise DumpStartupError(f"sglang_eagle3_ext dump: {e}") from e
     except Exception as e:  # noqa: BLE001 - not a user error: keep serving without the dump
         logger.error("dump: DISABLED in this process (pid %d): %s: %s", os.getpid(), type(e).__name__, e)

@@ -343,3 +343,16 @@ def test_side_stream_copy_of_ids_survives_the_in_place_rewrite(sglang_cpu, tmp_p
     man = read_manifest(tmp_path)
     assert read_sample(tmp_path / man["a"]["file"])[0][T_IDS].tolist() == [10, 11, 12, 13]
     assert read_sample(tmp_path / man["b"]["file"])[0][T_IDS].tolist() == [20, 21, 22]
+
+
+def test_a_corrupt_manifest_stops_the_dumping_server_with_the_file_named(sglang_cpu, tmp_path, monkeypatch):
+    """A manifest line of the wrong shape in the dump dir the user named: the server stops at start-up naming
+    file:line (it would otherwise serve for hours with the dump disabled)."""
+    from sglang_eagle3_ext.dump.writer import DumpStartupError
+
+    _serve_env(monkeypatch, tmp_path)
+    (tmp_path / C.MANIFEST_DIR).mkdir()
+    (tmp_path / C.MANIFEST_DIR / "dp0.jsonl").write_text('{"id": "a", "file": "samples/a.safetensors", "bytes": -5}\n')
+    with pytest.raises(DumpStartupError, match=r"dp0\.jsonl:1.*bytes"):
+        start.install_from_init(_model(sglang_cpu))
+    assert start.get_writer() is None
