@@ -108,6 +108,38 @@ def regular_file(path, what: str = "file") -> Path:
     return p
 
 
+class NotWritable(BadInput):
+    """A folder this user cannot make or write into (a fact about this machine and user, not about the path)."""
+
+
+def writable_dir(path, what: str = "folder", make: bool = False) -> Path:
+    """`path` (~ expanded, made absolute) as a folder this process can write into. make: create it and its
+    parents (mkdir -p); else a missing folder passes when it could be made. Something that is not a folder, on
+    the way or at the end, is refused by name (BadInput); a folder that cannot be made or written: NotWritable."""
+    text = os.fspath(path)
+    if not text.strip() or "\x00" in text:
+        raise BadInput(repr(text), f"{what} must be a folder name (not empty, no NUL)")
+    p = Path(os.path.abspath(os.path.expanduser(text)))
+    probe = p
+    while not os.path.lexists(probe) and probe.parent != probe:
+        probe = probe.parent   # the nearest part of the path that exists
+    if not os.path.isdir(probe):
+        kind = ("a broken symlink" if os.path.islink(probe) and not os.path.exists(probe) else
+                "a file" if os.path.isfile(probe) else "not a folder")
+        at = f"{what} is {kind}" if probe == p else f"{what} lies under {probe}, which is {kind}"
+        raise BadInput(str(p), f"{at}; expected a folder")
+    if make and probe != p:
+        try:
+            os.makedirs(p, exist_ok=True)
+        except OSError as e:
+            raise NotWritable(str(p), f"{what} cannot be made ({e.strerror or e})") from None
+        probe = p
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise NotWritable(str(p), f"{what} is not writable by this user" if probe == p else
+                          f"{what} cannot be made: {probe} is not writable by this user")
+    return p
+
+
 def read_text_file(path, what: str = "file", max_bytes: int | None = None) -> str:
     p = regular_file(path, what)
     try:

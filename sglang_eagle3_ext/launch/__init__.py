@@ -5,6 +5,8 @@ topology: what the GPUs can do to each other (NVML, no CUDA context), JSON round
 nccl:     Decisions (env vars / SGLang args, each with its reason) from a topology; NCCL_PROTO read as NCCL reads it.
 presets:  server_configs/*.yaml -> validated SGLang arguments + our own env settings
           (preset_schema: no duplicate keys, every value checked against SGLang's flag or envs.py).
+profile_choice: which NCCL profile runs (command line > a preset's, refused when it contradicts the machine).
+dump_dir: the preset's dump settings and the dump folder (--dump-dir > environment > preset), checked and made.
 preflight: an all-reduce check across the TP group before SGLang starts.
 
 Nothing heavy is imported here.

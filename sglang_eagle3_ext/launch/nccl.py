@@ -1,4 +1,4 @@
-"""NCCL / SGLang communication settings chosen from a topology class (see shared/reference/nccl-pcie.md).
+"""NCCL / SGLang communication settings chosen from a topology class (README: "Launch on PCIe or NVLink machines").
 
 Few variables, each with its reason; a value the user set (environment or SGLang argument) is
 never overridden: the Decision then records the user's value and what we would have done.
@@ -86,11 +86,12 @@ class _Builder:
 def decide(topo: Topology, *, profile: str = "auto", tp_size: int = 1, nnodes: int = 1,
            env: Mapping[str, str] | None = None, user_flags: Iterable[str] = (),
            available_flags: set[str] | None = None, enabled_flags: Iterable[str] | None = None,
-           loopback_only: bool = False) -> list[Decision]:
+           loopback_only: bool = False, forced_by: str | None = None) -> list[Decision]:
     """Decisions for one SGLang launch. `topo` is the TP group's topology; `user_flags` are the
     ServerArgs dests the user or preset set (never overridden), `enabled_flags` those of them that are
     on (default: all of them); `available_flags` the dests this SGLang knows (None: all);
-    `loopback_only`: pin a single-node launch's bootstrap to `lo` and skip IB (asked for, never automatic)."""
+    `loopback_only`: pin a single-node launch's bootstrap to `lo` and skip IB (asked for, never automatic);
+    `forced_by`: who chose a profile other than auto, as the reasons name it (default: `--nccl-profile P`)."""
     if profile not in PROFILES:
         raise ValueError(f"--nccl-profile {profile!r}: choose one of {', '.join(PROFILES)}")
     env = envs.environ() if env is None else env
@@ -101,16 +102,19 @@ def decide(topo: Topology, *, profile: str = "auto", tp_size: int = 1, nnodes: i
     if loopback_only and nnodes > 1:
         raise ValueError(f"--loopback-only with --nnodes {nnodes}: loopback cannot reach the other nodes")
     _loopback(b, nnodes, loopback_only)  # an explicit request: honoured under every profile
+    by = forced_by or f"--nccl-profile {profile}"
     if profile == "off":
         _proto(b, topo.classify(), "", quiet=True)
-        b.out.append(Decision("(nccl profile)", "off", "--nccl-profile off: no NCCL settings made", kind="check",
+        b.out.append(Decision("(nccl profile)", "off", f"{by}: no NCCL settings made", kind="check",
                               action="unset"))
         return b.out
     cls = effective_class(topo, profile)
-    forced = f" (forced by --nccl-profile {profile})" if profile != "auto" else ""
+    forced = f" (forced by {by})" if profile != "auto" else ""
 
     if cls == TopologyClass.NVLINK and topo.nvswitch:
         b.leave("NCCL_NVLS_ENABLE", "NVSwitch present: NCCL decides about NVLS")
+    elif forced and topo.nvswitch:   # the box has one; the forced profile does not use it
+        b.env_var("NCCL_NVLS_ENABLE", "0", f"treated as {cls.value}{forced}: NVLS off")
     else:
         b.env_var("NCCL_NVLS_ENABLE", "0", f"no NVSwitch detected ({cls.value}{forced}): NVLS unusable")
 

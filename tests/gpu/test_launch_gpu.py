@@ -1,17 +1,21 @@
-"""The launcher on real GPUs (run by tests/gpu/run.sh on the 2-GPU H200 host, SGLang 0.5.16).
+"""The launcher on real GPUs (run by tests/gpu/run.sh; SGLang 0.5.16).
 
 - preflight bandwidth with NCCL's default transport and with P2P forced off (SHM), printed;
 - `--preset tiny --tp N --nccl-profile pcie --preflight` (N = every GPU up to 8, or $SGE3_TP): preflight
   passes, the tiny model is made on first use, every TP rank logs its NCCL channels (proof our env reached
   the workers), /generate answers;
-- `--preset tiny-dump` (the README's run command) serves on one GPU.
-The host's NCCL_NVLS_ENABLE=0 / TORCH_SYMM_MEM_DISABLE_MULTICAST=1 / NVSHMEM_DISABLE_NVLS=1 are inherited
-(the launcher never overrides a variable the user set).
+- `--preset tiny-dump` serves on one GPU;
+- `--preset tiny --dump-dir DIR`: the launcher makes DIR and the server dumps there.
+Variables already set in the environment (e.g. NCCL_NVLS_ENABLE=0 where multicast is off) are inherited: the
+launcher never overrides a variable the user set.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -83,4 +87,32 @@ def test_readme_tiny_dump_serves_on_one_gpu(attn_backend, tmp_path):
     assert re.search(r"SGLANG_EAGLE3_EXT_DUMP_DIR\s+\S+\s+user", text) and "--disable-radix-cache" in text
     assert "SGLANG_EAGLE3_EXT_DUMP_LAYERS=1,2,3" in text
     assert "--disable-cuda-graph " not in text and "--disable-prefill-cuda-graph" in text   # decode graphs on
+    assert decode_graphs_captured(text), "no decode CUDA graph captured"
+
+
+def test_dump_dir_flag_makes_the_folder_and_the_server_dumps_there(tmp_path):
+    """`launch --preset tiny --dump-dir DIR`: DIR did not exist; the launcher makes it and hands it to every SGLang
+    process as SGLANG_EAGLE3_EXT_DUMP_DIR; the dump client finds the server dumping there and every prompt lands
+    in its manifest. tiny is not a dump preset: what a dump needs comes on the command line (radix cache off,
+    prefill graphs off; decode graphs stay on)."""
+    if _gpus() < 1:
+        pytest.skip("needs a GPU")
+    from sglang_eagle3_ext.dump.manifest import read_manifest
+
+    dump = tmp_path / "made" / "by" / "the" / "launcher"
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"id": f"s{i}", "input_ids": list(range(10 + i, 74 + i))}) + "\n"
+                            for i in range(4)))
+    env = {"SGLANG_EAGLE3_EXT_CACHE": str(tmp_path / "cache")}
+    args = ["--preset", "tiny", "--dump-dir", str(dump), "--disable-radix-cache", "--disable-prefill-cuda-graph",
+            "--cuda-graph-max-bs", "16"]
+    with sglang_server(args, name="launch_tiny_dump_dir", port=_port(), env=env, timeout=900) as (base, log, _):
+        client = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.dump", "run", "--url", base, "--data",
+                                 str(data), "--dump-dir", str(dump), "--concurrency", "4", "--quiet", "--wait-s",
+                                 "120"], capture_output=True, text=True, timeout=900)
+        assert client.returncode == 0, f"dump client: {client.stdout[-2000:]}{client.stderr[-2000:]}; server log {log}"
+        text = log.read_text(errors="replace")
+    assert re.search(rf"SGLANG_EAGLE3_EXT_DUMP_DIR\s+{re.escape(str(dump))}\s+set\s+--dump-dir", text)
+    assert f"SGLANG_EAGLE3_EXT_DUMP_DIR={dump}" in text
+    assert sorted(read_manifest(dump)) == [f"s{i}" for i in range(4)]
     assert decode_graphs_captured(text), "no decode CUDA graph captured"

@@ -56,7 +56,7 @@ def test_readme_run_command_dry_run_on_a_cpu_machine(tmp_path):
     for a in ("--skip-tokenizer-init", "--attention-backend triton", "--sampling-backend pytorch",
               "--grammar-backend none", "--disable-prefill-cuda-graph", "--mem-fraction-static 0.3", "--disable-radix-cache"):
         assert a in cmd
-    assert "--disable-cuda-graph " not in cmd + " "   # decode CUDA graphs stay on (issue 19)
+    assert "--disable-cuda-graph " not in cmd + " "   # decode CUDA graphs stay on
     assert "SGLANG_EAGLE3_EXT=1" in cmd
     assert f"SGLANG_EAGLE3_EXT_DUMP_DIR={tmp_path / 'dumps'}" in cmd
     assert "SGLANG_EAGLE3_EXT_DUMP_LAYERS=1,2,3" in cmd

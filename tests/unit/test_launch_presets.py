@@ -10,7 +10,8 @@ from sglang_eagle3_ext.launch import presets
 
 def test_shipped_presets_are_found():
     names = presets.available_presets()
-    for n in ("tiny", "tiny-dump", "kimi-k25-eagle3-tp8-pcie", "kimi-k25-dump-tp8", "deepseek-v3-eagle3-tp8-nvlink"):
+    for n in ("tiny", "tiny-dump", "kimi-k25-eagle3-tp8-pcie", "kimi-k25-eagle3-tp8-nvlink", "kimi-k25-dump-tp8-pcie",
+              "kimi-k25-dump-tp8-nvlink", "deepseek-v3-eagle3-tp8-nvlink"):
         assert n in names
 
 
@@ -36,8 +37,7 @@ def test_builtin_names():
 
 
 @pytest.mark.sglang
-@pytest.mark.parametrize("name", ["tiny", "tiny-dump", "kimi-k25-eagle3-tp8-pcie", "kimi-k25-dump-tp8",
-                                  "deepseek-v3-eagle3-tp8-nvlink"])
+@pytest.mark.parametrize("name", presets.available_presets())
 def test_shipped_presets_validate_and_parse(name):
     fields, version = presets.server_args_fields()
     p = presets.load(name)
