@@ -40,7 +40,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "gpu"))
+import knobs  # noqa: E402  (tests/gpu/knobs.py: the declared SGE3_* settings)
 
 
 def disk_write_bps(d: Path, total=1 << 30, block=64 << 20) -> float:
@@ -110,7 +112,7 @@ def specforge_vs_ours(a, model, prompts, res):
     try:
         sf = run_specforge_capture(model, prompts, out, a.specforge_script, timeout=1800,
                                    batch_size=a.specforge_batch_size or a.concurrency,
-                                   mem_fraction=float(os.environ.get("SGE3_MEM_FRACTION", 0.3)))
+                                   mem_fraction=float(knobs.get("SGE3_MEM_FRACTION", "0.3")))
     except Exception as e:  # noqa: BLE001 -- reported in the JSON, the run's own numbers still print
         res["specforge_error"] = f"{type(e).__name__}: {e}"[-4000:]
         return
@@ -176,7 +178,7 @@ def main():
         if wanted:   # dumping with one setting changed, into a dump dir of its own
             variants[name] = _activation_env(tmp, Path(tempfile.mkdtemp(prefix=f"sge3_bench_{name}_")), **{var: value})
     # all servers share the GPU, one at a time under load
-    frac = os.environ.get("SGE3_MEM_FRACTION") or f"{min(0.3, 0.8 / len(variants)):.2f}"
+    frac = knobs.get("SGE3_MEM_FRACTION") or f"{min(0.3, 0.8 / len(variants)):.2f}"
     args += ["--mem-fraction-static", frac]
     tokens_per_burst = (len(prompts) - 1) * a.len
     cfg = json.loads(Path(model, "config.json").read_text())

@@ -43,6 +43,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "gpu"))
+import knobs  # noqa: E402  (tests/gpu/knobs.py: the declared SGE3_* settings)
 
 SPEC_ARGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
              "--speculative-num-draft-tokens", "4"]
@@ -160,7 +161,7 @@ def add_serving_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--attention-backend", default="triton")
     # the default follows SGE3_MAX_TOTAL_TOKENS, which gpu_helpers.sglang_server appends after these flags (last wins)
-    ap.add_argument("--max-total-tokens", type=int, default=int(os.environ.get("SGE3_MAX_TOTAL_TOKENS") or 65536),
+    ap.add_argument("--max-total-tokens", type=int, default=int(knobs.get("SGE3_MAX_TOTAL_TOKENS", "65536")),
                     help="each server's KV cap in tokens (default $SGE3_MAX_TOTAL_TOKENS or 65536: 16 x (64 + 128) "
                          "tokens with room to spare)")
 
@@ -176,7 +177,7 @@ def serving_setup(a, need_draft: bool = True) -> tuple[Path, Path | None, list[s
     # Three Kimi-width servers (16 GB target + 2.6 GB draft each) side by side: the fraction only has to pass
     # SGLang's floor (weights / memory free at start-up) for the last one, the KV cap keeps each server small
     # (SGLang 0.5.16 otherwise gave one EAGLE-3 server 75 GB of KV at fraction 0.3 and the next one failed)
-    frac = os.environ.get("SGE3_MEM_FRACTION") or "0.5"
+    frac = knobs.get("SGE3_MEM_FRACTION", "0.5")
     common = ["--model-path", str(model), *server_args(a.attention_backend), "--mem-fraction-static", frac,
               "--max-total-tokens", str(a.max_total_tokens)]
     if defaults_refused(model, a.attention_backend):   # every server alike: the dump needs eager prefill here

@@ -31,6 +31,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
+import knobs  # noqa: E402  (tests/gpu/knobs.py: the declared SGE3_* settings)
+
 SCRIPT_ENV = "SGE3_SPECFORGE_SCRIPT"
 VENDORED = Path(__file__).resolve().parent / "third_party" / "specforge_prepare_hidden_states.py"
 # SpecForge's layer ids are decoder-layer outputs (id L = HF hidden_states[L+1]), so HF [1,2,3] (our dump) is
@@ -42,7 +45,7 @@ BAR = re.compile(r"Generating Hidden States:.*?\|\s*(\d+)/(\d+)")
 
 def find_script(explicit: str | None = None) -> Path:
     """prepare_hidden_states.py: `explicit`, else $SGE3_SPECFORGE_SCRIPT, else our vendored copy."""
-    p = explicit or os.environ.get(SCRIPT_ENV) or VENDORED
+    p = explicit or knobs.get(SCRIPT_ENV) or VENDORED
     if not Path(p).is_file():
         raise FileNotFoundError(f"SpecForge's prepare_hidden_states.py not found at {p}: the specforge wheel does not "
                                 f"ship scripts/; set {SCRIPT_ENV} to a checkout's scripts/prepare_hidden_states.py")

@@ -2,7 +2,8 @@
 
 `sglang_cpu` builds SGLang's distributed/parallel state for one CPU process with the real
 release installed in the test environment (see .ci/setup_venv.sh); tests that need it are
-marked `sglang` and skipped when SGLang is not installed.
+marked `sglang` and skipped when SGLang is not installed. `ext` adds the draft patches to it;
+`deepseek_dir` is the tiny DeepSeek-V3 config. Functions shared by the tests of every folder: helpers.py.
 """
 from __future__ import annotations
 
@@ -54,11 +55,6 @@ class SGLangCPU:
 
             set_global_server_args_for_scheduler(sa)
 
-    def draft_class(self):
-        from sglang.srt.models.registry import ModelRegistry
-
-        return ModelRegistry.resolve_model_cls(["LlamaForCausalLMEagle3"])[0]
-
 
 @pytest.fixture(scope="session")
 def sglang_cpu(tmp_path_factory):
@@ -88,3 +84,32 @@ def sglang_cpu(tmp_path_factory):
 
     rb._is_cpu = True  # else rotary embedding imports vllm's CUDA ops
     return h
+
+
+@pytest.fixture(scope="module")
+def ext(sglang_cpu):
+    """`sglang_cpu` with the draft patches applied; left applied for later modules (revert tests re-apply)."""
+    import sglang_eagle3_ext
+
+    sglang_eagle3_ext.apply(["draft"])
+    yield sglang_cpu
+    sglang_eagle3_ext.apply(["draft"])
+
+
+@pytest.fixture(scope="module")
+def deepseek_dir(tmp_path_factory):
+    """The tiny DeepSeek-V3 target's config as SGLang reads it (no weights: ServerArgs reads only the config)."""
+    import json
+
+    from transformers import DeepseekV3Config
+
+    from sglang_eagle3_ext.tiny import SGLANG_EXTRA_KEYS, TINY_CONFIG
+
+    d = tmp_path_factory.mktemp("ds")
+    cfg = DeepseekV3Config(**TINY_CONFIG)
+    cfg.architectures = ["DeepseekV3ForCausalLM"]
+    cfg.save_pretrained(d)
+    c = json.loads((d / "config.json").read_text())
+    c.update(SGLANG_EXTRA_KEYS)
+    (d / "config.json").write_text(json.dumps(c))
+    return str(d)

@@ -14,6 +14,8 @@ import itertools
 import os
 from pathlib import Path
 
+import knobs
+
 ENV = "SGE3_RECORD_DRAFT_INPUT"
 _seq = itertools.count()
 
@@ -22,7 +24,7 @@ def _save(records: dict) -> None:
     import torch
 
     if records:
-        torch.save(records, Path(os.environ[ENV]) / f"{os.getpid()}_{next(_seq):06d}.pt")
+        torch.save(records, Path(knobs.get(ENV)) / f"{os.getpid()}_{next(_seq):06d}.pt")
 
 
 def _safe(fn):
@@ -73,7 +75,7 @@ def _patch(module) -> None:
 
 
 def register() -> None:
-    if os.environ.get(ENV):
+    if knobs.get(ENV):
         import wrapt
 
         wrapt.register_post_import_hook(_patch, "sglang.srt.speculative.eagle_worker_v2")

@@ -13,7 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-LOG_DIR = Path(os.environ.get("OUT") or os.environ.get("SGE3_LOG_DIR") or "/tmp/sge3_logs")
+import knobs
+
+LOG_DIR = Path(os.environ.get("OUT") or knobs.get("SGE3_LOG_DIR"))
 # Served as users serve: decode (and EAGLE-3 draft) CUDA graphs ON, SGLang's prefill-graph rules as
 # released. A small capture batch keeps capture quick (~25 s on the tiny target); 16 covers the
 # benchmarks' batch 16. Token ids in/out, PyTorch sampling, no grammar (no tokenizer on the host).
@@ -21,7 +23,7 @@ COMMON_ARGS = ["--skip-tokenizer-init", "--sampling-backend", "pytorch", "--gram
                "--mem-fraction-static", "0.3", "--cuda-graph-max-bs", "16"]
 # The attention backends the GPU tests run on (SGE3_BACKENDS=triton,flashinfer narrows it). fa3 is
 # SGLang's default for MLA targets on Hopper; it is skipped where sgl-kernel lacks its kernels.
-BACKENDS = tuple(b for b in os.environ.get("SGE3_BACKENDS", "triton,flashinfer,fa3").split(",") if b)
+BACKENDS = tuple(b for b in knobs.get("SGE3_BACKENDS").split(",") if b)
 BASE_ARGS = [*COMMON_ARGS, "--attention-backend", "triton"]
 
 
@@ -98,15 +100,15 @@ def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = N
     full_env = {"SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS": "0", **os.environ, **(env or {})}
     full_env = {k: v for k, v in full_env.items() if v is not None}   # env {NAME: None} unsets NAME
     cmd = [sys.executable, "-m", launcher, *args, "--port", str(port)]
-    if os.environ.get("SGE3_MEM_FRACTION"):  # several test servers sharing one GPU (the last flag wins)
-        cmd += ["--mem-fraction-static", os.environ["SGE3_MEM_FRACTION"]]
-    if os.environ.get("SGE3_MAX_TOTAL_TOKENS"):
+    if knobs.get("SGE3_MEM_FRACTION"):  # several test servers sharing one GPU (the last flag wins)
+        cmd += ["--mem-fraction-static", knobs.get("SGE3_MEM_FRACTION")]
+    if knobs.get("SGE3_MAX_TOTAL_TOKENS"):
         # a KV cap: SGLang 0.5.16 sized an EAGLE-3 server's KV (target + draft) at 75 GB under
         # --mem-fraction-static 0.3 on an H200 (the draft's pool is sized apart), leaving no room for the next one
-        cmd += ["--max-total-tokens", os.environ["SGE3_MAX_TOTAL_TOKENS"]]
+        cmd += ["--max-total-tokens", knobs.get("SGE3_MAX_TOTAL_TOKENS")]
     # One start-up at a time on this host, across test processes: SGLang sizes its KV cache from the memory
     # free when it starts, so a neighbour loading at the same moment left "no GPU memory for the KV cache".
-    start_lock = open(os.environ.get("SGE3_START_LOCK", "/tmp/sge3_gpu_start.lock"), "a")
+    start_lock = open(knobs.get("SGE3_START_LOCK"), "a")
     fcntl.flock(start_lock, fcntl.LOCK_EX)
     with open(log, "w") as f:
         f.write("$ " + " ".join(cmd) + "\n")
@@ -156,10 +158,21 @@ def multi_gpu_tp() -> int:
     must divide by it); 0 when fewer than 2 GPUs."""
     import torch
 
-    n = int(os.environ.get("SGE3_TP") or min(torch.cuda.device_count() if torch.cuda.is_available() else 0, 8))
+    n = int(knobs.get("SGE3_TP") or min(torch.cuda.device_count() if torch.cuda.is_available() else 0, 8))
     while n > 1 and 8 % n:
         n -= 1
     return n if n >= 2 else 0
+
+
+def wait_for(cond, timeout: float, what: str, poll: float = 0.2):
+    """cond()'s first truthy value, polled every `poll` s; an assertion naming `what` after `timeout` s."""
+    t_end = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        assert time.monotonic() < t_end, f"timed out after {timeout:.0f} s waiting for {what}"
+        time.sleep(poll)
 
 
 def free_port() -> int:

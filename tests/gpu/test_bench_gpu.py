@@ -7,22 +7,22 @@ and a FAIL verdict (accept length ~1, greedy outputs changed) fails the test.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import knobs
 import pytest
 from gpu_helpers import LOG_DIR, REPO, activation_env, free_port, sglang_server
 from test_roundtrip_gpu import KIMI, SERVE_ARGS, SPEC_ARGS
 
 pytestmark = pytest.mark.gpu
-LEVELS = os.environ.get("SGE3_BENCH_LEVELS", "1,8,32")
+LEVELS = knobs.get("SGE3_BENCH_LEVELS")
 
 
 def test_bench_levels_report():
-    work = Path(os.environ.get("SGE3_RT_DIR") or "/nonexistent") / ("kimi" if KIMI else "")
+    work = Path(knobs.get("SGE3_RT_DIR") or "/nonexistent") / ("kimi" if KIMI else "")
     draft, target, held = work / "draft_sglang", work / "target", work / "heldout.jsonl"
     if not (draft / "config.json").exists() or not held.exists():
         pytest.skip("needs a finished round trip in $SGE3_RT_DIR (run tests/gpu/test_roundtrip_gpu.py first)")
@@ -35,7 +35,7 @@ def test_bench_levels_report():
                        port=free_port(), env=env) as (spec, _, _), \
          sglang_server(serve, name="bench_base_server", port=free_port(), env=env) as (base, _, _):
         cmd = [sys.executable, "-m", "sglang_eagle3_ext", "bench", "--url", spec, "--baseline-url", base,
-               "--prompts", str(held), "--max-new-tokens", os.environ.get("SGE3_RT_NEW_TOKENS", "64"),
+               "--prompts", str(held), "--max-new-tokens", knobs.get("SGE3_RT_NEW_TOKENS", "64"),
                "--concurrency", LEVELS, "--json", str(out_json), "--report", str(report), "--quiet"]
         t = time.time()
         p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)

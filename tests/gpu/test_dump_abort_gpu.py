@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from gpu_helpers import activation_env, free_port, http_json, server_args, sglang_server
+from gpu_helpers import activation_env, free_port, http_json, server_args, sglang_server, wait_for
 
 pytestmark = pytest.mark.gpu
 PROMPT = 2048
@@ -50,16 +50,6 @@ def _status(dump) -> dict:
         return {}
 
 
-def _wait(cond, timeout: float, what: str):
-    t_end = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < t_end, f"timed out after {timeout:.0f} s waiting for {what}"
-        time.sleep(0.05)
-
-
 def _dumped(dump) -> dict:
     from sglang_eagle3_ext.dump.manifest import read_manifest
 
@@ -78,7 +68,7 @@ def _normal_phase(base, dump, rids, g) -> float:
     t0 = time.monotonic()
     with ThreadPoolExecutor(CONCURRENCY) as ex:
         list(ex.map(lambda r: http_json(base + "/generate", _payload(r, prompts[r]), timeout=120), rids))
-    _wait(lambda: set(rids) <= set(_dumped(dump)), 300, "every normal request in the manifest")
+    wait_for(lambda: set(rids) <= set(_dumped(dump)), 300, "every normal request in the manifest", poll=0.05)
     return len(rids) / (time.monotonic() - t0)
 
 
@@ -154,7 +144,7 @@ def test_aborted_requests_leak_nothing_and_cost_no_rate(tiny_target, tmp_path):
 
         base_rids = [f"base-{i:03d}" for i in range(N)]
         fig["rate_baseline"] = _normal_phase(base, dump, base_rids, g)
-        s = _wait(lambda: _settled(dump, 16 + N), 60, "the writer to settle after the baseline")
+        s = wait_for(lambda: _settled(dump, 16 + N), 60, "the writer to settle after the baseline", poll=0.05)
         fb0, ended0 = _fallbacks(dump), s.get("ended_unfinished", 0)
 
         # aborts: 50 by /abort_request (each after a normal request), 50 by disconnect behind ~1 s of queue
@@ -164,14 +154,16 @@ def test_aborted_requests_leak_nothing_and_cost_no_rate(tiny_target, tmp_path):
         b_rids = [f"abortB-{i:03d}" for i in range(N // 4)]
         _abort_by_disconnect(base, port, ahead, b_rids, lone, g)
         normal_mid = [r.replace("abortA", "mixA") for r in a_rids] + ahead
-        _wait(lambda: set(normal_mid) <= set(_dumped(dump)), 120, "the normal requests between the aborts")
+        wait_for(lambda: set(normal_mid) <= set(_dumped(dump)), 120, "the normal requests between the aborts",
+                 poll=0.05)
         time.sleep(3)    # SGLang's disconnect checks of the last burst have fired
         fb1 = _fallbacks(dump)
 
         after_rids = [f"after-{i:03d}" for i in range(N)]
         fig["rate_after_aborts"] = _normal_phase(base, dump, after_rids, g)
         done = _dumped(dump)
-        s = _wait(lambda: _settled(dump, len(done)), 60, "pending bytes and half-stitched requests back to 0")
+        s = wait_for(lambda: _settled(dump, len(done)), 60, "pending bytes and half-stitched requests back to 0",
+                     poll=0.05)
         fb2 = _fallbacks(dump)
         http_json(base + "/health", timeout=10)        # still serving: no hang
 

@@ -24,6 +24,7 @@ import torch
 from gpu_helpers import (BACKENDS, BASE_ARGS, LOG_DIR, REPO, activation_env, backend_missing, decode_graphs_captured,
                          defaults_refused, eager_prefill_args, free_port as _port, multi_gpu_tp, server_args,
                          sglang_server)
+from helpers import cosine
 
 pytestmark = pytest.mark.gpu
 LAYERS = [1, 2, 3]
@@ -61,10 +62,6 @@ def _client(base, data, dump_dir, env, *extra, **popen):
     return subprocess.Popen(cmd, env={**os.environ, **env}, cwd=REPO, **popen)
 
 
-def _cos(a, b):
-    return torch.nn.functional.cosine_similarity(a.float(), b.float(), dim=-1)
-
-
 def _hf_states(model, ids) -> dict:
     """transformers' states at the dumped slots: HF hidden_states[i] for the aux layers, the pre-norm final
     state (input of model.norm) and the post-norm one (hidden_states[n])."""
@@ -94,7 +91,7 @@ def dumped_vs_hf(dump: Path, man: dict, prompts: list, ref, cos: dict) -> dict:
         dumped.update(prenorm=t[T_PRE].cuda(), postnorm=t[T_POST].cuda())
         wants[i] = want = _hf_states(ref, ids)
         for name, a in dumped.items():
-            cos.setdefault(name, []).append(_cos(a, want[name]).cpu())
+            cos.setdefault(name, []).append(cosine(a, want[name]).cpu())
     return wants
 
 
@@ -166,7 +163,7 @@ def test_dump_matches_transformers(variant, backend, tiny_target, tmp_path):
         for i, ids in enumerate(prompts):
             want32 = _hf_states(ref32, ids)
             for name in cos:
-                noise.setdefault(name, []).append(_cos(wants[i][name], want32[name]).cpu())
+                noise.setdefault(name, []).append(cosine(wants[i][name], want32[name]).cpu())
     stats, ref_noise = _stats(cos), _stats(noise)
     print(f"\ndump vs transformers [{variant}, {backend}, CUDA graphs on]: min per-token cosine "
           + ", ".join(f"{k} {v['min']:.5f}" for k, v in stats.items()))
@@ -249,7 +246,7 @@ def test_tp_writes_one_copy_with_tp1_values(tmp_path):
         assert t1[T_IDS].tolist() == t2[T_IDS].tolist() == ids_
         for k in (T_AUX, T_PRE, T_POST):
             a, b = t1[k].view(len(ids_), -1, 1024), t2[k].view(len(ids_), -1, 1024)
-            worst[k] = min(worst.get(k, 1.0), _cos(a, b).min().item())
+            worst[k] = min(worst.get(k, 1.0), cosine(a, b).min().item())
     (LOG_DIR / f"dump_tp{tp}_vs_tp1.json").write_text(json.dumps({"tp": tp, "samples": len(ids), "files": len(files),
                                                                "min_cosine": worst}, indent=2))
     print(f"\nTP={tp} vs TP=1: {len(ids)} samples, one file each; worst per-token cosine {worst}")

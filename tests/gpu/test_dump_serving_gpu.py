@@ -15,17 +15,18 @@ when there is one, else a random speculators draft converted here (accept length
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import knobs
 import pytest
 import torch
 from draft_input_recorder import install as recorder_env, load as load_records
 from gpu_helpers import LOG_DIR, REPO, activation_env, free_port, generate, http_json, sglang_server
+from helpers import cosine
 from test_dump_gpu import dump_args
 
 pytestmark = pytest.mark.gpu
@@ -35,7 +36,7 @@ N_REQ, NEW_TOKENS = 8, 48
 
 
 def _target_and_draft(work: Path) -> tuple[Path, Path, str]:
-    rt = Path(os.environ.get("SGE3_RT_DIR") or "/nonexistent")
+    rt = Path(knobs.get("SGE3_RT_DIR") or "/nonexistent")
     if (rt / "draft_sglang" / "config.json").exists() and (rt / "target" / ".complete").exists():
         return rt / "target", rt / "draft_sglang", "round trip"
     from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
@@ -68,10 +69,6 @@ def _wait_manifest(dump: Path, ids: set, timeout: float = 60) -> dict:
             return man
         time.sleep(0.5)
     return read_manifest(dump)
-
-
-def _cos(a, b):
-    return torch.nn.functional.cosine_similarity(a.float(), b.float(), dim=-1)
 
 
 def test_dumped_states_are_what_the_draft_is_fed(tmp_path):
@@ -144,7 +141,7 @@ def test_dumped_states_are_what_the_draft_is_fed(tmp_path):
         pairs = {f"aux{li}": (a[:, k], b[:, k]) for k, li in enumerate(layers)}
         pairs.update(prenorm=(t[T_PRE], r[T_PRE]), postnorm=(t[T_POST], r[T_POST]))
         for n, (x, y) in pairs.items():
-            c = _cos(x, y)
+            c = cosine(x, y)
             cos["prompt"][n].append(c[:P])
             cos["response"][n].append(c[P:])
     stats = {part: {n: {"min": round(torch.cat(v).min().item(), 6), "mean": round(torch.cat(v).mean().item(), 6),
@@ -165,11 +162,11 @@ def test_draft_retrained_on_serving_dump(tmp_path):
     $SGE3_SRV_DIR. Prints ratio = accept(serving-dump draft) / accept(plain-dump draft)."""
     from test_roundtrip_gpu import SPEC_ARGS as RT_SPEC, _done, _mark, _run
 
-    rt = Path(os.environ.get("SGE3_RT_DIR") or "/nonexistent")
+    rt = Path(knobs.get("SGE3_RT_DIR") or "/nonexistent")
     ref = rt / "bench_tp1.json"
     if not ref.exists():
         pytest.skip("needs a finished round trip in $SGE3_RT_DIR (tests/gpu/test_roundtrip_gpu.py)")
-    work = Path(os.environ.get("SGE3_SRV_DIR") or tmp_path)
+    work = Path(knobs.get("SGE3_SRV_DIR") or tmp_path)
     work.mkdir(parents=True, exist_ok=True)
     target, draft = rt / "target", rt / "draft_sglang"
     dump = work / "dump"
@@ -198,8 +195,8 @@ def test_draft_retrained_on_serving_dump(tmp_path):
     t = time.time()
     if not (spec_ckpt / "config.json").exists():
         p = _run(["sglang_eagle3_ext.train_draft", "--data", str(hs), "--target", str(target), "--out", str(spec_ckpt),
-                  "--device", "cuda", "--epochs", os.environ.get("SGE3_RT_EPOCHS", "12"),
-                  "--lr", os.environ.get("SGE3_RT_LR", "3e-3"), "--loss-impl", "eager"], "srv_train", timeout=900)
+                  "--device", "cuda", "--epochs", knobs.get("SGE3_RT_EPOCHS", "12"),
+                  "--lr", knobs.get("SGE3_RT_LR", "3e-3"), "--loss-impl", "eager"], "srv_train", timeout=900)
         assert p.returncode == 0, p.stderr[-3000:]
         fig["train_summary"] = (p.stdout.strip().splitlines() or [""])[-1]
     fig["train_s"] = round(time.time() - t, 1)

@@ -13,10 +13,10 @@ Figures: $OUT/kimi_dump_cosines.json, $OUT/kimi_roundtrip.json (also printed).
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
+import knobs
 import pytest
 import torch
 from gpu_helpers import LOG_DIR, activation_env, decode_graphs_captured, free_port, sglang_server
@@ -26,7 +26,7 @@ from test_roundtrip_gpu import BACKEND, SERVE_ARGS, SPEC_ARGS, _prompts, _run, d
 
 pytestmark = pytest.mark.gpu
 KIMI_ARGS = ["--trust-remote-code"]    # the wrapper's processor is remote code, as Kimi-K2.5's own
-N_TRAIN = int(os.environ.get("SGE3_KIMI_SAMPLES", "600"))
+N_TRAIN = int(knobs.get("SGE3_KIMI_SAMPLES"))
 MIN_ACCEPT = 2.0
 
 
@@ -64,10 +64,10 @@ def test_kimi_dump_matches_transformers(tmp_path):
 
 
 def _train(hs, target, out, arch: str) -> str:
-    extra = (["--draft-arch", "mla", "--epochs", os.environ.get("SGE3_KIMI_MLA_EPOCHS", "4"), "--lr", "2e-3"]
+    extra = (["--draft-arch", "mla", "--epochs", knobs.get("SGE3_KIMI_MLA_EPOCHS"), "--lr", "2e-3"]
              if arch == "mla" else
              # 600 samples: smaller packed batches (2048 tokens) give ~40 optimizer steps an epoch
-             ["--epochs", os.environ.get("SGE3_KIMI_EPOCHS", "8"), "--lr", "3e-3", "--total-seq-len", "2048",
+             ["--epochs", knobs.get("SGE3_KIMI_EPOCHS"), "--lr", "3e-3", "--total-seq-len", "2048",
               "--loss-impl", "eager"])
     p = _run(["sglang_eagle3_ext.train_draft", "--data", str(hs), "--target", str(target), "--out", str(out),
               "--device", "cuda", *extra], f"kimi_train_{arch}", timeout=900)
@@ -79,7 +79,7 @@ def test_kimi_roundtrip(tmp_path):
     from sglang_eagle3_ext.tiny import PREDICTABLE
     from sglang_eagle3_ext.tiny_kimi import ensure_tiny_kimi_target
 
-    work = Path(os.environ.get("SGE3_KIMI_RT_DIR") or tmp_path)
+    work = Path(knobs.get("SGE3_KIMI_RT_DIR") or tmp_path)
     work.mkdir(parents=True, exist_ok=True)
     t_all = time.time()
     target = ensure_tiny_kimi_target(work / "target", **PREDICTABLE)

@@ -43,19 +43,20 @@ import sys
 import time
 from pathlib import Path
 
+import knobs
 import pytest
 from gpu_helpers import LOG_DIR, REPO, activation_env, free_port, multi_gpu_tp, sglang_server
 
 pytestmark = pytest.mark.gpu
-TARGET = os.environ.get("SGE3_RT_TARGET", "tiny")
+TARGET = knobs.get("SGE3_RT_TARGET")
 KIMI = TARGET == "kimi"
 # Kimi width: ~57 KB of dumped states per token (4 x 7168 x bf16), so fewer samples keep the dump and its
 # export under ~15 GB of disk; the draft (~1B parameters) learns the walk from them in a few epochs
-N_TRAIN = int(os.environ.get("SGE3_RT_SAMPLES", "1000" if KIMI else "2000"))
+N_TRAIN = int(knobs.get("SGE3_RT_SAMPLES", "1000" if KIMI else "2000"))
 N_HELDOUT = 32
 # bf16 (as captured) or fp8 (compact dumps): the accept lengths of the two runs are compared
-ENCODING = os.environ.get("SGE3_RT_ENCODING", "bf16")
-BACKEND = os.environ.get("SGE3_RT_BACKEND", "triton")
+ENCODING = knobs.get("SGE3_RT_ENCODING")
+BACKEND = knobs.get("SGE3_RT_BACKEND")
 
 
 def _hopper() -> bool:
@@ -66,13 +67,13 @@ def _hopper() -> bool:
 
 # the timed servers' attention backend, as printed and in the results' file name. The Kimi-width target is
 # timed on FlashMLA on Hopper by default (as deployments verify MLA; the docstring says why not Triton)
-ATTN = os.environ.get("SGE3_RT_SERVE_BACKEND") or ("flashmla" if KIMI and _hopper() else BACKEND)
+ATTN = knobs.get("SGE3_RT_SERVE_BACKEND") or ("flashmla" if KIMI and _hopper() else BACKEND)
 # backends that serve MLA layers only: the (Llama) draft runs on Triton beside them
 MLA_ONLY = ("flashmla", "cutlass_mla", "trtllm_mla")
 DRAFT_ARGS = ["--speculative-draft-attention-backend", "triton"] if ATTN in MLA_ONLY else []
 MIN_ACCEPT = 3.0 if KIMI else 2.0
-N_NEW = int(os.environ.get("SGE3_RT_NEW_TOKENS", "128" if KIMI else "64"))
-N_LONG = os.environ.get("SGE3_RT_LONG_TOKENS", "128:896")   # bench --max-new-tokens: N or LO:HI
+N_NEW = int(knobs.get("SGE3_RT_NEW_TOKENS", "128" if KIMI else "64"))
+N_LONG = knobs.get("SGE3_RT_LONG_TOKENS")   # bench --max-new-tokens: N or LO:HI
 # (name, batch size, bench --max-new-tokens) of each timed bench run
 LEVELS = [("bs1", 1, N_NEW), ("bs16", 16, N_NEW)] + ([("bs16_long", 16, N_LONG)] if KIMI else [])
 # level -> speedup vs the same server without speculation (the docstring says why batch 16 at N_LONG)
@@ -81,11 +82,11 @@ MIN_SPEEDUP = {"bs1": 1.8, "bs16_long": 1.3} if KIMI else {}
 GRAPH_ARGS = ["--cuda-graph-max-bs", "16"]
 SERVE_ARGS = ["--attention-backend", BACKEND, *GRAPH_ARGS]
 # the timed servers' arguments, the same for the EAGLE-3 and the baseline server
-TIMED_ARGS = ["--attention-backend", ATTN, *GRAPH_ARGS, *os.environ.get("SGE3_RT_SERVE_ARGS", "").split()]
+TIMED_ARGS = ["--attention-backend", ATTN, *GRAPH_ARGS, *knobs.get("SGE3_RT_SERVE_ARGS", "").split()]
 # both servers log every 5th decode iteration: bench reads iteration and admission costs from the logs
 LOG_ARGS = ["--decode-log-interval", "5"]
 # SGE3_RT_SPEC_STEPS: --speculative-num-steps of the EAGLE-3 server (draft tokens = steps + 1, top-k 1)
-SPEC_STEPS = int(os.environ.get("SGE3_RT_SPEC_STEPS", "3"))
+SPEC_STEPS = int(knobs.get("SGE3_RT_SPEC_STEPS"))
 SPEC_ARGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(SPEC_STEPS), "--speculative-eagle-topk",
              "1", "--speculative-num-draft-tokens", str(SPEC_STEPS + 1), *LOG_ARGS]
 
@@ -139,7 +140,7 @@ def dump_and_export(preset: str, target: Path, train: Path, dump: Path, hs: Path
 def test_roundtrip(tmp_path):
     """SGE3_RT_DIR=DIR keeps the stages' outputs there and skips finished stages on a re-run, so the
     round trip can span two runs (e.g. two commands with a time limit each) on a host that stays up."""
-    work = Path(os.environ.get("SGE3_RT_DIR") or tmp_path) / ("kimi" if KIMI else "")   # own stages per target
+    work = Path(knobs.get("SGE3_RT_DIR") or tmp_path) / ("kimi" if KIMI else "")   # own stages per target
     work.mkdir(parents=True, exist_ok=True)
     from sglang_eagle3_ext.tiny import KIMI_PREDICTABLE, PREDICTABLE, ensure_tiny_target
 
@@ -179,10 +180,10 @@ def test_roundtrip(tmp_path):
     spec_ckpt = work / "draft_speculators"
     if not (spec_ckpt / "config.json").exists():
         p = _run(["sglang_eagle3_ext.train_draft", "--data", str(hs), "--target", str(tiny_target), "--out",
-                  str(spec_ckpt), "--device", "cuda", "--epochs", os.environ.get("SGE3_RT_EPOCHS", "8" if KIMI else "12"),
+                  str(spec_ckpt), "--device", "cuda", "--epochs", knobs.get("SGE3_RT_EPOCHS", "8" if KIMI else "12"),
                   # calibrated on CPU (hidden 128 target, 300 samples): lr 1e-3 x 10 epochs -> val acc 0.33,
                   # 3e-3 x 30 -> 0.54 (data-limited); hence more samples and the higher rate here
-                  "--lr", os.environ.get("SGE3_RT_LR", "1e-3" if KIMI else "3e-3"),
+                  "--lr", knobs.get("SGE3_RT_LR", "1e-3" if KIMI else "3e-3"),
                   # speculators 0.9's fused Triton loss fails under torch 2.11 dynamo (ListVariable already tracked)
                   "--loss-impl", "eager"], "train", timeout=900)
         assert p.returncode == 0, p.stderr[-3000:]
@@ -199,7 +200,7 @@ def test_roundtrip(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     p = _run(["sglang_eagle3_ext.check", str(draft), "--target", str(tiny_target), "--scan-values"], "check")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
-    if os.environ.get("SGE3_RT_PREPARE_ONLY"):
+    if knobs.get("SGE3_RT_PREPARE_ONLY"):
         # the timed part (serving, bench) later, on a GPU no other job shares: a re-run resumes from here
         pytest.skip(f"prepared in {work} (dump, train, convert, check); re-run without SGE3_RT_PREPARE_ONLY to serve")
 
@@ -254,7 +255,7 @@ def test_roundtrip(tmp_path):
 def test_draft_at_tp_n():
     """The round trip's draft served with TP=N (every GPU up to 8, or $SGE3_TP): accept length within 5 % of
     TP=1 on the same held-out prompts. Needs a finished round trip in $SGE3_RT_DIR (run it first)."""
-    work = Path(os.environ.get("SGE3_RT_DIR") or "/nonexistent") / ("kimi" if KIMI else "")
+    work = Path(knobs.get("SGE3_RT_DIR") or "/nonexistent") / ("kimi" if KIMI else "")
     ref, draft, target = work / "bench_tp1.json", work / "draft_sglang", work / "target"
     tp = multi_gpu_tp()
     if not tp or not ref.exists():

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from gpu_helpers import LOG_DIR, activation_env, eager_prefill_args, free_port, http_json, server_args, sglang_server
+from gpu_helpers import (LOG_DIR, activation_env, eager_prefill_args, free_port, http_json, server_args, sglang_server,
+                         wait_for)
 from test_dump_gpu import _activation_env, dump_args
 
 pytestmark = pytest.mark.gpu
@@ -56,16 +57,6 @@ def _settled(dump: Path, counted: int):
     s = _status(dump).get("stats", {})
     done = s.get("written", 0) + s.get("skipped_multimodal", 0)
     return s if done >= counted and s.get("pending_bytes") == 0 and s.get("partials") == 0 else None
-
-
-def _wait(cond, timeout: float, what: str):
-    t_end = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < t_end, f"timed out after {timeout:.0f} s waiting for {what}"
-        time.sleep(0.2)
 
 
 def _send(base: str, payloads: list[dict]) -> list[dict]:
@@ -98,7 +89,7 @@ def test_sample_rate_writes_exactly_the_hashed_requests(writer, tiny_target, tmp
                        launcher="sglang.launch_server") as (base, log, _):
         t0 = time.monotonic()
         _send(base, payloads)
-        stats = _wait(lambda: _settled(dump, len(want)), 120, "the writer to write the sampled requests")
+        stats = wait_for(lambda: _settled(dump, len(want)), 120, "the writer to write the sampled requests")
         time.sleep(6)      # one more status refresh: a late extra sample would show now
         stats = _status(dump)["stats"]
         text = Path(log).read_text()
@@ -175,7 +166,7 @@ def test_kimi_image_requests_counted_not_written(tmp_path):
     with sglang_server([*dump_args(kimi, "triton"), *KIMI_ARGS], name="trust_kimi_images", port=free_port(),
                        env=env, launcher="sglang.launch_server") as (base, log, _):
         answers = _send(base, payloads)
-        _wait(lambda: _settled(dump, len(payloads)), 120, "the writer to see every request")
+        wait_for(lambda: _settled(dump, len(payloads)), 120, "the writer to see every request")
         text = Path(log).read_text()
         assert "DISABLED" not in text and "STOPPED" not in text
     prompt_lens = {p["rid"]: a.get("meta_info", {}).get("prompt_tokens") for p, a in zip(payloads, answers)}

@@ -1,7 +1,6 @@
 """The strict loader, fc width guard and capture-layer patch against the real SGLang classes on CPU."""
 from __future__ import annotations
 
-import contextlib
 import logging
 import types
 
@@ -11,18 +10,11 @@ import torch
 from sglang_eagle3_ext.draft import errors as E
 from sglang_eagle3_ext.draft.keys import HF_INDICES_FIELD
 
+from helpers import LLAMA, build_draft, load_draft, serving, stub_deepseek_target
+
 pytestmark = pytest.mark.sglang
 pytest.importorskip("speculators")
 AUX = (2, 4, 6)  # HF hidden_states indices for the 8-layer stand-in target
-
-
-@pytest.fixture(scope="module")
-def ext(sglang_cpu):
-    import sglang_eagle3_ext
-
-    sglang_eagle3_ext.apply(["draft"])
-    yield sglang_cpu
-    sglang_eagle3_ext.apply(["draft"])  # leave applied for later modules; revert tests re-apply themselves
 
 
 @pytest.fixture(scope="module")
@@ -30,18 +22,6 @@ def target_dir(tmp_path_factory):
     from sglang_eagle3_ext.draft.tiny_draft import write_target_config
 
     return write_target_config(tmp_path_factory.mktemp("t") / "target")
-
-
-@contextlib.contextmanager
-def serving(h, target, draft=None):
-    """Publish server args as the scheduler of `target` (+ draft) would see them; restore afterwards."""
-    # the path goes in at construction: 0.5.18+ ServerArgs are read-only once resolved
-    sa = h.server_args(str(target), speculative_draft_model_path=str(draft) if draft else None)
-    h.publish(sa)
-    try:
-        yield sa
-    finally:
-        h.publish(h.server_args(str(target)))
 
 
 @pytest.fixture(scope="module")
@@ -56,21 +36,6 @@ def converted(spec_draft, ext, tmp_path_factory):
     from sglang_eagle3_ext.convert import convert
 
     return convert(spec_draft, tmp_path_factory.mktemp("c") / "conv", log=lambda *_: None)  # installed release
-
-
-def build(h, draft_dir):
-    from transformers import AutoConfig
-
-    return h.draft_class()(AutoConfig.from_pretrained(draft_dir))
-
-
-def load(h, draft_dir, target):
-    from sglang_eagle3_ext.draft.tiny_draft import sglang_weights_iterator
-
-    model = build(h, draft_dir)
-    with serving(h, target, draft_dir):
-        model.load_weights(sglang_weights_iterator(draft_dir))
-    return model
 
 
 def assert_values_equal(model, ckpt: dict[str, torch.Tensor]):
@@ -103,7 +68,7 @@ def _speculators_tensors(spec_draft):
 
 def test_speculators_draft_loads_every_tensor_exactly(ext, spec_draft, converted, target_dir, caplog):
     with caplog.at_level(logging.INFO, logger="sglang_eagle3_ext"):
-        model = load(ext, converted, target_dir)
+        model = load_draft(ext, converted, target_dir, LLAMA)
     assert_values_equal(model, _speculators_tensors(spec_draft))
     assert model.model.fc.in_features == 3 * 64
 
@@ -119,7 +84,7 @@ def test_specforge_midlayer_checkpoint_loads(ext, spec_draft, converted, target_
     t = load_file(str(d / "model.safetensors"))
     renamed = {("model." if i % 2 else "") + k.replace("layers.0.", "midlayer."): v for i, (k, v) in enumerate(t.items())}
     save_file(renamed, str(d / "model.safetensors"))
-    model = load(ext, d, target_dir)
+    model = load_draft(ext, d, target_dir, LLAMA)
     assert_values_equal(model, _speculators_tensors(spec_draft))
 
 
@@ -129,7 +94,7 @@ def test_layer_keys_follow_the_release(ext, spec_draft, target_dir, tmp_path):
 
     other = "0.5.16" if ext.caps.HAS_MIDLAYER else "0.5.10"  # names of the *other* layout
     d = convert(spec_draft, tmp_path / "other", sglang_version=other, log=lambda *_: None)
-    model = load(ext, d, target_dir)
+    model = load_draft(ext, d, target_dir, LLAMA)
     assert_values_equal(model, _speculators_tensors(spec_draft))
 
 
@@ -151,7 +116,7 @@ def test_malformed_variant_refused_by_loader_and_check(ext, variants, name, tmp_
     code, d = variants[name]
     target = write_target_config(tmp_path / "target", **TARGET_OVERRIDES.get(name, {}))
     with pytest.raises(E.DraftLoadError) as ei:
-        load(ext, d, target)
+        load_draft(ext, d, target, LLAMA)
     assert code in ei.value.codes, str(ei.value)
     loader_msg = next(p.message for p in ei.value.problems if p.code == code)
     rep = check_draft(d, target=target, scan_values=True)          # installed release, same rules
@@ -175,7 +140,7 @@ def test_unpatched_release_drops_silently_patched_refuses(ext, converted, target
     _, d = make_variant(converted, "unknown_key", tmp_path / "unknown")
     sglang_eagle3_ext.revert()
     try:
-        model = build(ext, d)
+        model = build_draft(d, LLAMA)
         model.load_weights(sglang_weights_iterator(d))  # silently fine
         assert "q_norm" not in " ".join(n for n, _ in model.named_parameters())
         if ext.caps.HAS_MIDLAYER:  # 0.5.10: layers.0.* dropped, midlayer left at init values
@@ -185,7 +150,7 @@ def test_unpatched_release_drops_silently_patched_refuses(ext, converted, target
     finally:
         sglang_eagle3_ext.apply(["draft"])
     with pytest.raises(E.DraftLoadError) as ei:
-        load(ext, d, target_dir)
+        load_draft(ext, d, target_dir, LLAMA)
     assert ei.value.codes == [E.UNEXPECTED_WEIGHT]
     assert "layers.0.self_attn.q_norm.weight" in str(ei.value)
 
@@ -194,7 +159,7 @@ def test_dropped_by_release_detected_by_accounting(ext, converted, target_dir, t
     """A name the rules accept but the release's load_weights drops (a layer beyond the model) is reported."""
     from safetensors.torch import load_file
 
-    model = build(ext, converted)
+    model = build_draft(converted, LLAMA)
     extra = dict(load_file(str(converted / "model.safetensors")))
     extra["layers.3.mlp.down_proj.weight"] = extra["layers.0.mlp.down_proj.weight"]
     with serving(ext, target_dir, converted), pytest.raises(E.DraftLoadError) as ei:
@@ -213,7 +178,7 @@ def _batch(mode, width, rows=4):
 
 @pytest.fixture(scope="module")
 def draft_model(ext, converted, target_dir):
-    return load(ext, converted, target_dir)
+    return load_draft(ext, converted, target_dir, LLAMA)
 
 
 def test_guard_refuses_unfused_target_states(draft_model):
@@ -250,26 +215,13 @@ def test_startup_width_check_when_target_will_not_capture(ext, converted, target
     shutil.copytree(converted, d)
     _edit_config(d, lambda c: c["eagle_config"].__setitem__("use_aux_hidden_state", False))
     with pytest.raises(E.DraftLoadError) as ei:
-        load(ext, d, target_dir)
+        load_draft(ext, d, target_dir, LLAMA)
     assert ei.value.codes == [E.FC_WIDTH] and "not capturing aux hidden states" in str(ei.value)
     monkeypatch.setenv(DEFER_WIDTH_ENV, "1")  # left to the forward guard
-    load(ext, d, target_dir)
+    load_draft(ext, d, target_dir, LLAMA)
 
 
 # --- capture layers -------------------------------------------------------------------------------
-
-def _stub_target(n_layers=8):
-    """A real DeepseekV2ForCausalLM object without its (GPU-sized) layers: the release's method runs on it."""
-    from sglang.srt.models.deepseek_v2 import DeepseekV2ForCausalLM
-
-    t = DeepseekV2ForCausalLM.__new__(DeepseekV2ForCausalLM)
-    torch.nn.Module.__init__(t)
-    t.pp_group = types.SimpleNamespace(is_last_rank=True)
-    t.config = types.SimpleNamespace(num_hidden_layers=n_layers)
-    t.model = types.SimpleNamespace(layers_to_capture=[])
-    t.capture_aux_hidden_states = False
-    return t
-
 
 def test_explicit_capture_layers_uses_recorded_hf_indices(ext, spec_draft, target_dir, tmp_path):
     """HF indices [1,4,6]: 0.5.14+ would add 1 (ids[0]==1), 0.5.10 always adds 1; we capture exactly [1,4,6]."""
@@ -279,14 +231,14 @@ def test_explicit_capture_layers_uses_recorded_hf_indices(ext, spec_draft, targe
     d = convert(make_speculators_draft(tmp_path / "s", aux_ids=(1, 4, 6)), tmp_path / "c", log=lambda *_: None)
     import json
     ids = json.loads((d / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
-    t = _stub_target()
+    t = stub_deepseek_target()
     with serving(ext, target_dir, d):
         t.set_eagle3_layers_to_capture(ids)
     assert t.model.layers_to_capture == [1, 4, 6] and t.capture_aux_hidden_states is True
     import sglang_eagle3_ext
     sglang_eagle3_ext.revert()
     try:
-        u = _stub_target()
+        u = stub_deepseek_target()
         u.set_eagle3_layers_to_capture(ids)
         assert u.model.layers_to_capture == [2, 5, 7]  # the release's +1 rule: off by one
     finally:
@@ -294,7 +246,7 @@ def test_explicit_capture_layers_uses_recorded_hf_indices(ext, spec_draft, targe
 
 
 def test_capture_layers_out_of_range_refused(ext, converted, target_dir):
-    t = _stub_target(n_layers=4)  # HF indices (2,4,6) do not exist in a 4-layer target
+    t = stub_deepseek_target(n_layers=4)  # HF indices (2,4,6) do not exist in a 4-layer target
     with serving(ext, target_dir, converted), pytest.raises(E.DraftLoadError) as ei:
         t.set_eagle3_layers_to_capture([2, 4, 6])
     assert ei.value.codes == [E.LAYER_INDEX] and HF_INDICES_FIELD in str(ei.value)

@@ -3,7 +3,6 @@ strict loading, every tensor and parameter accounted for, the fc width guard, an
 from `check`. Also: a Llama draft missing lm_head is refused, one sharing the target's is not."""
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import types
@@ -14,18 +13,11 @@ import torch
 from sglang_eagle3_ext.draft import errors as E
 from sglang_eagle3_ext.draft import mla
 
+from helpers import LLAMA, build_draft, checkpoint_tensors, load_draft
+
 pytestmark = pytest.mark.sglang
 MLA_NAMES = ["missing_lm_head", "missing_kv_a_half", "q_a_proj_1xH", "fc_1xH", "unknown_key", "nan_weight",
              "wrong_k", "wrong_rope_dim", "wrong_lora_dim", "prefused_qkv_a"]
-
-
-@pytest.fixture(scope="module")
-def ext(sglang_cpu):
-    import sglang_eagle3_ext
-
-    sglang_eagle3_ext.apply(["draft"])
-    yield sglang_cpu
-    sglang_eagle3_ext.apply(["draft"])
 
 
 @pytest.fixture(scope="module")
@@ -57,37 +49,6 @@ def good31(tmp_path_factory):
                           norm_output=True, seed=1)
 
 
-@contextlib.contextmanager
-def serving(h, target, draft):
-    h.publish(h.server_args(str(target), speculative_draft_model_path=str(draft)))
-    try:
-        yield
-    finally:
-        h.publish(h.server_args(str(target)))
-
-
-def build(draft_dir, arch=mla.ARCH):
-    from sglang.srt.models.registry import ModelRegistry
-    from transformers import AutoConfig
-
-    return ModelRegistry.resolve_model_cls([arch])[0](AutoConfig.from_pretrained(draft_dir))
-
-
-def load(h, draft_dir, target, arch=mla.ARCH):
-    from sglang_eagle3_ext.draft.tiny_draft import sglang_weights_iterator
-
-    model = build(draft_dir, arch)
-    with serving(h, target, draft_dir):
-        model.load_weights(sglang_weights_iterator(draft_dir))
-    return model
-
-
-def _ckpt(d):
-    from safetensors.torch import load_file
-
-    return load_file(str(d / "model.safetensors"))
-
-
 def assert_every_parameter_from_checkpoint(model, ckpt):
     """Each parameter equals the checkpoint tensor(s) it came from: fused q/kv_a, stacked gate/up, the rest 1:1."""
     a, m = "layers.0.self_attn.", "layers.0.mlp."
@@ -116,16 +77,16 @@ def assert_every_parameter_from_checkpoint(model, ckpt):
 
 
 def test_mla_draft_loads_every_tensor(has_mla, good, target_dir):
-    model = load(has_mla, good, target_dir)
+    model = load_draft(has_mla, good, target_dir, mla.ARCH)
     assert type(model).__name__ == mla.ARCH
-    assert_every_parameter_from_checkpoint(model, _ckpt(good))
+    assert_every_parameter_from_checkpoint(model, checkpoint_tensors(good))
     assert model.model.fc.weight.shape == (64, 3 * 64)
     assert model.model.midlayer.self_attn.fused_qkv_a_proj_with_mqa.weight.shape[1] == 2 * 64
 
 
 def test_eagle31_mla_draft_loads_fc_norm_and_norm_output(has_mla, good31, target_dir):
-    model = load(has_mla, good31, target_dir)
-    assert_every_parameter_from_checkpoint(model, _ckpt(good31))
+    model = load_draft(has_mla, good31, target_dir, mla.ARCH)
+    assert_every_parameter_from_checkpoint(model, checkpoint_tensors(good31))
     assert len(model.model.fc_norm) == 3 and model.model.norm_output is True
 
 
@@ -140,7 +101,7 @@ def test_mla_draft_sharing_the_targets_lm_head_loads(has_mla, good, target_dir, 
         for k in ("lm_head.weight", "d2t", "t2d"):
             t.pop(k)
     _edit(d, drop, lambda c: c.__setitem__("draft_vocab_size", None))
-    model = load(has_mla, d, target_dir)
+    model = load_draft(has_mla, d, target_dir, mla.ARCH)
     assert model.load_lm_head_from_target is True
 
 
@@ -158,7 +119,7 @@ def test_malformed_mla_variant_refused_by_loader_and_check(has_mla, variants, na
 
     code, d = variants[name]
     with pytest.raises(E.DraftLoadError) as ei:
-        load(has_mla, d, target_dir)
+        load_draft(has_mla, d, target_dir, mla.ARCH)
     assert code in ei.value.codes, str(ei.value)
     loader_msg = next(p.message for p in ei.value.problems if p.code == code)
     rep = check_draft(d, target=target_dir, scan_values=True)
@@ -189,7 +150,7 @@ def test_unpatched_mla_release_loads_silently(has_mla, variants):
     try:
         for name in ("missing_lm_head", "missing_kv_a_half"):
             d = variants[name][1]
-            build(d).load_weights(sglang_weights_iterator(d))
+            build_draft(d, mla.ARCH).load_weights(sglang_weights_iterator(d))
     finally:
         sglang_eagle3_ext.apply(["draft"])
 
@@ -206,7 +167,7 @@ def _batch(mode, width, rows=4):
 def test_mla_guard_refuses_unfused_target_states(has_mla, good, target_dir):
     from sglang_eagle3_ext.draft.guard import check_width
 
-    model = load(has_mla, good, target_dir)
+    model = load_draft(has_mla, good, target_dir, mla.ARCH)
     with pytest.raises(E.DraftWidthError) as ei:  # through the patched real Eagle3MLAModel.forward
         model.model.forward(torch.zeros(4, dtype=torch.long), torch.zeros(4, dtype=torch.long), _batch("EXTEND", 64))
     assert ei.value.codes == [E.FC_WIDTH] and "192 = K(3) x target hidden(64)" in str(ei.value)
@@ -234,7 +195,7 @@ def test_llama_draft_missing_lm_head_refused(ext, llama_draft, target_dir, tmp_p
     shutil.copytree(llama_draft, d)
     _edit_tensors(d, lambda t: t.pop("lm_head.weight"))
     with pytest.raises(E.DraftLoadError) as ei:
-        load(ext, d, target_dir, arch="LlamaForCausalLMEagle3")
+        load_draft(ext, d, target_dir, LLAMA)
     assert ei.value.codes == [E.MISSING_WEIGHT] and "lm_head.weight" in str(ei.value)
     assert check_draft(d).codes == [E.MISSING_WEIGHT]
 
@@ -252,7 +213,7 @@ def test_llama_draft_sharing_the_targets_lm_head_loads(ext, llama_draft, target_
             t.pop(k, None)
     _edit_tensors(d, drop)
     _edit_config(d, lambda c: c.__setitem__("draft_vocab_size", None))
-    model = load(ext, d, target_dir, arch="LlamaForCausalLMEagle3")
+    model = load_draft(ext, d, target_dir, LLAMA)
     assert model.load_lm_head_from_target is True
     assert json.loads((d / "config.json").read_text())["draft_vocab_size"] is None
 

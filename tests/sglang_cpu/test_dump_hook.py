@@ -14,6 +14,8 @@ from sglang_eagle3_ext.dump.export import rms_norm
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.targets.logits_processor import dump_prefill
 
+from helpers import _short_samples_allowed  # noqa: F401 (autouse fixture)
+
 
 def _original_forward(lp, seen: list | None = None):
     """LogitsProcessor.forward bound to `lp` with its real signature (the wrapper binds the call's arguments
@@ -26,12 +28,6 @@ def _original_forward(lp, seen: list | None = None):
             seen.append(a)
         return "logits"
     return types.MethodType(forward, lp)
-
-
-@pytest.fixture(autouse=True)
-def _short_samples_allowed(monkeypatch):
-    """These tests use a few tokens per sample; the warm-up-sized filter has its own test."""
-    monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "1")
 
 
 pytestmark = pytest.mark.sglang

@@ -3,8 +3,6 @@
 started where it resolves eager prefill (0.5.16's own rule switches breakable graphs off for MLA targets)."""
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -14,23 +12,6 @@ from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.prefill_graphs import FIX_NEW, prefill_graph_backend, refusal
 
 pytestmark = pytest.mark.sglang
-
-
-@pytest.fixture(scope="module")
-def deepseek_dir(tmp_path_factory):
-    """The tiny target's config (no weights: ServerArgs reads only the config)."""
-    from transformers import DeepseekV3Config
-
-    from sglang_eagle3_ext.tiny import SGLANG_EXTRA_KEYS, TINY_CONFIG
-
-    d = tmp_path_factory.mktemp("ds")
-    cfg = DeepseekV3Config(**TINY_CONFIG)
-    cfg.architectures = ["DeepseekV3ForCausalLM"]
-    cfg.save_pretrained(d)
-    c = json.loads((d / "config.json").read_text())
-    c.update(SGLANG_EXTRA_KEYS)
-    (d / "config.json").write_text(json.dumps(c))
-    return str(d)
 
 
 def _on_cuda(sa):

@@ -12,6 +12,7 @@ import torch
 from sglang_eagle3_ext.training.mla_draft import Eagle3MLADraft
 from sglang_eagle3_ext.training.mla_train import load_checkpoint, mla_draft_config, save_checkpoint
 
+from helpers import cosine
 from mla_cpu import YARN, extend_batch, init_dp_attention, use_reference_attention
 
 pytestmark = pytest.mark.sglang
@@ -19,10 +20,6 @@ TARGET = dict(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_l
               q_lora_rank=48, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=24,
               rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=512, rope_scaling=YARN)
 AUX = [1, 3, 5]
-
-
-def _cos(a, b):
-    return torch.nn.functional.cosine_similarity(a.float(), b.float(), dim=-1)
 
 
 # transformers 5 writes RoPE as rope_parameters (theta inside); older configs as rope_theta + rope_scaling
@@ -113,18 +110,18 @@ def test_same_logits_as_sglang(ext, draft_dir, own_states, monkeypatch):
         logits_ours, state_ours = ours(ids, pos, hidden, lens)
         # the class's own forward (LogitsProcessor: last token of each sequence)
         last = None if own_states else theirs(ids, pos, fb).next_token_logits
-    cos = _cos(logits_ours, logits_theirs)
+    cos = cosine(logits_ours, logits_theirs)
     assert torch.isfinite(logits_theirs).all()
     print(f"MLA draft vs SGLang: min per-token logits cosine {cos.min():.6f} over {T} tokens")
     assert cos.min() >= 0.999, f"per-token logits cosine {cos.tolist()}"
-    assert _cos(state_ours, aux_theirs[0]).min() >= 0.999      # the state the next draft step gets
+    assert cosine(state_ours, aux_theirs[0]).min() >= 0.999      # the state the next draft step gets
     ends = torch.tensor(lens).cumsum(0) - 1
     if last is not None:
-        assert _cos(logits_ours[ends], last).min() >= 0.999
+        assert cosine(logits_ours[ends], last).min() >= 0.999
     # the comparison can fail: a draft with a different weight does not match
     ours.layers[0].self_attn.kv_b_proj.weight.data.mul_(-1)
     with torch.no_grad():
-        assert _cos(ours(ids, pos, hidden, lens)[0], logits_theirs).min() < 0.99
+        assert cosine(ours(ids, pos, hidden, lens)[0], logits_theirs).min() < 0.99
 
 
 def test_first_unrolled_step_is_the_plain_forward(draft_dir):

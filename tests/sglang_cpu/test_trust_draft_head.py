@@ -8,7 +8,6 @@ Real SGLang classes (Llama and MLA drafts) on CPU.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import shutil
@@ -19,48 +18,9 @@ import torch
 from sglang_eagle3_ext.draft import errors as E
 from sglang_eagle3_ext.draft import mla
 
+from helpers import LLAMA, build_draft, checkpoint_tensors, load_draft
+
 pytestmark = pytest.mark.sglang
-LLAMA = "LlamaForCausalLMEagle3"
-
-
-@pytest.fixture(scope="module")
-def ext(sglang_cpu):
-    import sglang_eagle3_ext
-
-    sglang_eagle3_ext.apply(["draft"])
-    yield sglang_cpu
-    sglang_eagle3_ext.apply(["draft"])
-
-
-@contextlib.contextmanager
-def serving(h, target, draft):
-    h.publish(h.server_args(str(target), speculative_draft_model_path=str(draft)))
-    try:
-        yield
-    finally:
-        h.publish(h.server_args(str(target)))
-
-
-def build(draft_dir, arch):
-    from sglang.srt.models.registry import ModelRegistry
-    from transformers import AutoConfig
-
-    return ModelRegistry.resolve_model_cls([arch])[0](AutoConfig.from_pretrained(draft_dir))
-
-
-def load(h, draft_dir, target, arch):
-    from sglang_eagle3_ext.draft.tiny_draft import sglang_weights_iterator
-
-    model = build(draft_dir, arch)
-    with serving(h, target, draft_dir):
-        model.load_weights(sglang_weights_iterator(draft_dir))
-    return model
-
-
-def _tensors(d):
-    from safetensors.torch import load_file
-
-    return load_file(str(d / "model.safetensors"))
 
 
 def _target(root, name, head=None):
@@ -111,11 +71,11 @@ def test_discarded_trained_head_is_refused_by_loader_and_check(request, ext, tmp
     from sglang_eagle3_ext.check import check_draft
 
     d = request.getfixturevalue(fixture)
-    assert build(d, arch).load_lm_head_from_target is True   # the release will replace whatever is loaded
+    assert build_draft(d, arch).load_lm_head_from_target is True   # the release will replace whatever is loaded
     other = _target(tmp_path, "t", head=torch.randn(128, 64))
     for target in (_target(tmp_path, "no_weights"), other):  # undecidable / a different head
         with pytest.raises(E.DraftLoadError) as ei:
-            load(ext, d, target, arch)
+            load_draft(ext, d, target, arch)
         assert ei.value.codes == [E.HEAD_DISCARDED], str(ei.value)
         msg = str(ei.value)
         assert '"draft_vocab_size": 128' in msg and "convert" in msg
@@ -132,9 +92,9 @@ def test_head_equal_to_the_targets_is_ignored_with_the_reason(request, ext, tmp_
     _log._said.difference_update({k for k in _log._said if k.startswith("draft-")})  # each said once per draft
 
     d = request.getfixturevalue(fixture)
-    target = _target(tmp_path, "same", head=_tensors(d)["lm_head.weight"].float())
+    target = _target(tmp_path, "same", head=checkpoint_tensors(d)["lm_head.weight"].float())
     with caplog.at_level(logging.INFO, logger="sglang_eagle3_ext"):
-        model = load(ext, d, target, arch)
+        model = load_draft(ext, d, target, arch)
     assert model.load_lm_head_from_target is True
     said = [r.getMessage() for r in caplog.records]
     summary = next(m for m in said if "tensors loaded" in m)
@@ -156,9 +116,10 @@ def test_convert_keeps_the_trained_head(request, ext, tmp_path, fixture, arch):
     assert json.loads((out / "config.json").read_text())["draft_vocab_size"] == 128
     assert any("draft_vocab_size" in line and "lm_head" in line for line in logs), logs
     assert not check_draft(out).errors
-    model = load(ext, out, _target(tmp_path, "t"), arch)
+    model = load_draft(ext, out, _target(tmp_path, "t"), arch)
     assert model.load_lm_head_from_target is False
-    torch.testing.assert_close(model.lm_head.weight.data.float(), _tensors(d)["lm_head.weight"].float(), rtol=0, atol=0)
+    torch.testing.assert_close(model.lm_head.weight.data.float(), checkpoint_tensors(d)["lm_head.weight"].float(),
+                               rtol=0, atol=0)
 
 
 def test_fixed_by_hand_loads(ext, llama_head_draft, tmp_path):
@@ -167,7 +128,7 @@ def test_fixed_by_hand_loads(ext, llama_head_draft, tmp_path):
     d = tmp_path / "by_hand"
     shutil.copytree(llama_head_draft, d)
     _edit_config(d, lambda c: c.__setitem__("draft_vocab_size", 128))
-    model = load(ext, d, _target(tmp_path, "t"), LLAMA)
+    model = load_draft(ext, d, _target(tmp_path, "t"), LLAMA)
     assert model.load_lm_head_from_target is False
 
 
@@ -184,11 +145,11 @@ def test_why_release_alone_throws_the_trained_head_away(ext, llama_head_draft):
 
     sglang_eagle3_ext.revert()
     try:
-        model = build(llama_head_draft, LLAMA)
+        model = build_draft(llama_head_draft, LLAMA)
         model.load_weights(sglang_weights_iterator(llama_head_draft))   # silently fine
     finally:
         sglang_eagle3_ext.apply(["draft"])
-    trained = _tensors(llama_head_draft)["lm_head.weight"]
+    trained = checkpoint_tensors(llama_head_draft)["lm_head.weight"]
     assert torch.equal(model.lm_head.weight.data, trained)
     target_embed, target_head = torch.randn(128, 64), torch.randn(128, 64)
     target_model = types.SimpleNamespace(get_embed_and_head=lambda: (target_embed, target_head), lm_head=None)

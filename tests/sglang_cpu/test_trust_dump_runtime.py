@@ -9,7 +9,6 @@ import contextlib
 import dataclasses
 import json
 import threading
-import types
 
 import pytest
 import torch
@@ -20,6 +19,7 @@ from sglang_eagle3_ext.dump import copy as dump_copy
 from sglang_eagle3_ext.dump import serving_mode, start
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.dump.sample_file import T_IDS, read_sample
+from helpers import stub_deepseek_target
 from test_dump_hook import _fb, _forward, _model
 
 pytestmark = pytest.mark.sglang
@@ -168,22 +168,6 @@ def test_ids_outside_the_vocab_are_refused_even_without_mm_inputs(sglang_cpu, tm
 
 # ---- start-up refusals ------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def deepseek_dir(tmp_path_factory):
-    from transformers import DeepseekV3Config
-
-    from sglang_eagle3_ext.tiny import SGLANG_EXTRA_KEYS, TINY_CONFIG
-
-    d = tmp_path_factory.mktemp("ds")
-    cfg = DeepseekV3Config(**TINY_CONFIG)
-    cfg.architectures = ["DeepseekV3ForCausalLM"]
-    cfg.save_pretrained(d)
-    c = json.loads((d / "config.json").read_text())
-    c.update(SGLANG_EXTRA_KEYS)
-    (d / "config.json").write_text(json.dumps(c))
-    return str(d)
-
-
 def _tbo_args(sglang_cpu, model_dir, **kw):
     """Resolved server args with two-batch overlap on (set after resolution: 0.5.16 resolves it only with DP
     attention or an a2a backend, which a CPU process cannot build)."""
@@ -213,19 +197,6 @@ def _published(h, sa):
         yield sa
     finally:
         h.publish(h.server_args(sa.model_path))
-
-
-def _stub_target(n_layers=8):
-    """A real DeepseekV2ForCausalLM object without its layers: the release's method runs on it."""
-    from sglang.srt.models.deepseek_v2 import DeepseekV2ForCausalLM
-
-    t = DeepseekV2ForCausalLM.__new__(DeepseekV2ForCausalLM)
-    torch.nn.Module.__init__(t)
-    t.pp_group = types.SimpleNamespace(is_last_rank=True)
-    t.config = types.SimpleNamespace(num_hidden_layers=n_layers)
-    t.model = types.SimpleNamespace(layers_to_capture=[])
-    t.capture_aux_hidden_states = False
-    return t
 
 
 def _eagle_draft(tmp_path, hf=None):
@@ -258,7 +229,7 @@ def test_two_batch_overlap_refuses_an_eagle3_target_at_start_up(draft_patches, d
     from sglang_eagle3_ext.draft.errors import DraftLoadError
 
     sa = _tbo_args(draft_patches, deepseek_dir, speculative_draft_model_path=_eagle_draft(tmp_path))
-    t = _stub_target()
+    t = stub_deepseek_target()
     with _published(draft_patches, sa), pytest.raises(DraftLoadError, match="--enable-two-batch-overlap"):
         t.set_eagle3_layers_to_capture([2, 4, 6])
 
@@ -284,13 +255,13 @@ def test_index_0_of_a_draft_refused_where_the_release_cannot_capture_it(draft_pa
     from sglang_eagle3_ext.draft.errors import LAYER_INDEX, DraftLoadError
 
     sa = draft_patches.server_args(deepseek_dir, speculative_draft_model_path=_eagle_draft(tmp_path, [0, 3, 5]))
-    t = _stub_target()
+    t = stub_deepseek_target()
     with _published(draft_patches, sa):
         t.set_eagle3_layers_to_capture([2, 4, 6])           # this release captures index 0
         assert t.model.layers_to_capture == [0, 3, 5]
         _no_layer0(monkeypatch)
         with pytest.raises(DraftLoadError, match="HF index 0") as ei:
-            _stub_target().set_eagle3_layers_to_capture([2, 4, 6])
+            stub_deepseek_target().set_eagle3_layers_to_capture([2, 4, 6])
     assert ei.value.codes == [LAYER_INDEX]
 
 

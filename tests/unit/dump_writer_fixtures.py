@@ -1,12 +1,7 @@
 """Shared by the writer tests (thread and process writers): a tiny sample shape and its dump metadata."""
-import pytest
+from helpers import _short_samples_allowed  # noqa: F401 (autouse where imported)
 
 H, K = 8, 3
-
-
-@pytest.fixture(autouse=True)
-def _short_samples_allowed(monkeypatch):
-    monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "1")
 
 
 def _meta():

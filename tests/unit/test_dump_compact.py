@@ -22,17 +22,10 @@ from sglang_eagle3_ext.dump.export import rms_norm
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.dump.writer import DumpStartupError, DumpWriter
 
+from helpers import _short_samples_allowed, cosine  # noqa: F401 (autouse fixture)
+
 REPO = Path(__file__).resolve().parents[2]
 H, K = 256, 3
-
-
-@pytest.fixture(autouse=True)
-def _short_samples_allowed(monkeypatch):
-    monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "1")
-
-
-def _cos(a, b):
-    return torch.nn.functional.cosine_similarity(a.float(), b.float(), dim=-1)
 
 
 # ---- config ---------------------------------------------------------------------------------------
@@ -60,9 +53,9 @@ def test_roundtrip_gaussian_rows_error_bounds():
     y = dequantize_rows(q, s, torch.bfloat16)
     assert y.dtype == torch.bfloat16 and y.shape == x.shape
     xs, ys = x.float().view(200, K, H), y.float().view(200, K, H)
-    cos = _cos(xs, ys)                                       # per token, per layer slice
+    cos = cosine(xs, ys)                                     # per token, per layer slice
     assert cos.min() >= 0.999, cos.min()
-    assert _cos(x, y).min() >= 0.999
+    assert cosine(x, y).min() >= 0.999
     # element bound: e4m3 round-to-nearest (3 mantissa bits: <= 2^-4 relative; subnormal step 2^-9 * scale)
     # plus the bf16 cast of the decoded value (2^-8 relative)
     err = (ys - xs).abs()
@@ -168,7 +161,7 @@ def test_fp8_files_half_size_metadata_and_decoding(tmp_path):
         for k in (T_AUX, T_PRE, T_POST):
             assert t8[k].dtype == tb[k].dtype == torch.bfloat16 and t8[k].shape == tb[k].shape
             assert not torch.equal(t8[k], tb[k])                 # it really is the lossy copy
-            c = _cos(t8[k].view(L, -1, H), tb[k].view(L, -1, H))
+            c = cosine(t8[k].view(L, -1, H), tb[k].view(L, -1, H))
             assert c.min() >= 0.999, (k, c.min())
 
 
@@ -233,7 +226,7 @@ def _same_layout(a: dict, b: dict, min_cos=0.999):
             assert x.dtype == y.dtype and x.shape == y.shape, (name, k, x.dtype, y.dtype, x.shape, y.shape)
             if x.is_floating_point():
                 assert x.dtype == torch.bfloat16
-                assert _cos(x.reshape(-1, x.shape[-1]), y.reshape(-1, y.shape[-1])).min() >= min_cos, (name, k)
+                assert cosine(x.reshape(-1, x.shape[-1]), y.reshape(-1, y.shape[-1])).min() >= min_cos, (name, k)
             else:
                 assert torch.equal(x, y)
 
@@ -268,7 +261,8 @@ def test_cli_export_on_fp8_dump(tmp_path):
     out = tmp_path / "sf"
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.dump", "export", "--dump-dir", str(f8),
-                        "--to", "specforge", "--out", str(out)], capture_output=True, text=True, env=env, timeout=300)
+                        "--to", "specforge", "--out", str(out), "--json"],
+                       capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.strip().splitlines()[-1])["exported"] == 2
     rec = torch.load(out / "rows_0-2000" / "data_0.ckpt", weights_only=False)

@@ -11,11 +11,7 @@ from sglang_eagle3_ext.dump.export import ExportError, export_specforge, export_
 from sglang_eagle3_ext.dump.export import rms_norm
 from sglang_eagle3_ext.dump.writer import DumpWriter
 
-
-@pytest.fixture(autouse=True)
-def _short_samples_allowed(monkeypatch):
-    """These tests use a few tokens per sample; the warm-up-sized filter has its own test."""
-    monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "1")
+from helpers import _short_samples_allowed  # noqa: F401 (autouse fixture)
 
 
 H, K = 8, 3

@@ -14,11 +14,7 @@ from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read
 from sglang_eagle3_ext.dump.manifest import ManifestWriter, read_manifest, sample_path, sanitize_id
 from sglang_eagle3_ext.dump.writer import DumpStartupError, DumpWriter
 
-
-@pytest.fixture(autouse=True)
-def _short_samples_allowed(monkeypatch):
-    """These tests use a few tokens per sample; the warm-up-sized filter has its own test."""
-    monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "1")
+from helpers import _short_samples_allowed  # noqa: F401 (autouse fixture)
 
 
 H, K = 8, 3

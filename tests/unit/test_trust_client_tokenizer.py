@@ -62,6 +62,16 @@ def _err(capsys):
     return err
 
 
+def _data_and_dump(tmp_path):
+    """A one-sample data file and a dump folder `dump run` accepts."""
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "a", "text": "hello world"}) + "\n")
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    (dump / "dump_meta.json").write_text("{}")
+    return data, dump
+
+
 def test_bench_never_loads_the_tokenizer_the_server_names(tmp_path, evil_model, server, capsys):
     _, marker = evil_model
     prompts = tmp_path / "chat.jsonl"
@@ -76,11 +86,7 @@ def test_bench_never_loads_the_tokenizer_the_server_names(tmp_path, evil_model, 
 
 def test_dump_run_never_loads_the_tokenizer_the_server_names(tmp_path, evil_model, server, capsys):
     _, marker = evil_model
-    data = tmp_path / "d.jsonl"
-    data.write_text(json.dumps({"id": "a", "text": "hello world"}) + "\n")
-    dump = tmp_path / "dump"
-    dump.mkdir()
-    (dump / "dump_meta.json").write_text("{}")
+    data, dump = _data_and_dump(tmp_path)
     rc = run_tool("dump", client.main, ["run", "--url", server.url, "--data", str(data), "--dump-dir", str(dump),
                                         "--quiet", "--wait-s", "0"])
     err = _err(capsys)
@@ -92,11 +98,7 @@ def test_dump_run_never_loads_the_tokenizer_the_server_names(tmp_path, evil_mode
 @pytest.mark.parametrize("tool", ["bench", "dump"])
 def test_a_named_target_runs_its_code_only_when_trusted(tmp_path, evil_model, server, capsys, tool):
     d, marker = evil_model
-    data = tmp_path / "d.jsonl"
-    data.write_text(json.dumps({"id": "a", "text": "hello world"}) + "\n")
-    dump = tmp_path / "dump"
-    dump.mkdir()
-    (dump / "dump_meta.json").write_text("{}")
+    data, dump = _data_and_dump(tmp_path)
     if tool == "bench":
         main, argv = bench.main, ["--url", server.url, "--prompts", str(data), "--quiet", "--warmup", "0",
                                   "--concurrency", "1", "--target", str(d)]

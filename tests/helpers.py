@@ -1,0 +1,76 @@
+"""Helpers shared by the test modules of every folder, imported as a plain module (`from helpers import ...`):
+tests/ is on sys.path through tests/conftest.py. Fixtures every module may request live in conftest.py; this
+module holds functions, and the fixtures a module opts into by importing them."""
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+LLAMA = "LlamaForCausalLMEagle3"  # the release's Llama EAGLE-3 draft class
+
+
+def cosine(a, b):
+    """Cosine similarity along the last dim, in float32 (per token, per row)."""
+    return torch.nn.functional.cosine_similarity(a.float(), b.float(), dim=-1)
+
+
+@pytest.fixture(autouse=True)
+def _short_samples_allowed(monkeypatch):
+    """Autouse where imported: those tests use a few tokens per sample; the warm-up-sized filter has its own test."""
+    monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "1")
+
+
+# ---- real SGLang on CPU -----------------------------------------------------------------------------------
+
+def stub_deepseek_target(n_layers=8):
+    """A real DeepseekV2ForCausalLM object without its (GPU-sized) layers: the release's method runs on it."""
+    import types
+
+    from sglang.srt.models.deepseek_v2 import DeepseekV2ForCausalLM
+
+    t = DeepseekV2ForCausalLM.__new__(DeepseekV2ForCausalLM)
+    torch.nn.Module.__init__(t)
+    t.pp_group = types.SimpleNamespace(is_last_rank=True)
+    t.config = types.SimpleNamespace(num_hidden_layers=n_layers)
+    t.model = types.SimpleNamespace(layers_to_capture=[])
+    t.capture_aux_hidden_states = False
+    return t
+
+
+@contextlib.contextmanager
+def serving(h, target, draft=None):
+    """Publish server args as the scheduler of `target` (+ draft) would see them; restore afterwards."""
+    # the path goes in at construction: 0.5.18+ ServerArgs are read-only once resolved
+    sa = h.server_args(str(target), speculative_draft_model_path=str(draft) if draft else None)
+    h.publish(sa)
+    try:
+        yield sa
+    finally:
+        h.publish(h.server_args(str(target)))
+
+
+def build_draft(draft_dir, arch):
+    """The release's draft class `arch` built from the draft's config (no weights loaded)."""
+    from sglang.srt.models.registry import ModelRegistry
+    from transformers import AutoConfig
+
+    return ModelRegistry.resolve_model_cls([arch])[0](AutoConfig.from_pretrained(draft_dir))
+
+
+def load_draft(h, draft_dir, target, arch):
+    """The draft built and loaded through the release's load_weights, as a server serving `target` loads it."""
+    from sglang_eagle3_ext.draft.tiny_draft import sglang_weights_iterator
+
+    model = build_draft(draft_dir, arch)
+    with serving(h, target, draft_dir):
+        model.load_weights(sglang_weights_iterator(draft_dir))
+    return model
+
+
+def checkpoint_tensors(d):
+    """The tensors of `d`/model.safetensors."""
+    from safetensors.torch import load_file
+
+    return load_file(str(d / "model.safetensors"))
