@@ -172,7 +172,7 @@ def request_lengths(span: tuple[int, int], n: int, seed: int) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=cli_common.prog("bench"), description=__doc__.split("\n\n")[1])
+    ap = cli_common.parser("bench", cli_common.doc_description(__doc__.split("\n\n", 1)[1]))
     ap.add_argument("--url", required=True, help="server with speculative decoding")
     ap.add_argument("--baseline-url", help="the same target without speculative decoding (speedup, greedy check)")
     src = ap.add_mutually_exclusive_group()
@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--report", metavar="PATH", help="write a self-contained HTML report with plots here "
                     "(PNGs beside it; needs matplotlib for the plots)")
     ap.add_argument("--fail-on-slower", action="store_true", help="exit 1 (not only warn) when slower than baseline")
-    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    cli_common.add_verbosity(ap, quiet="no progress bar")
     ap.add_argument("--spec-log", metavar="PATH", help="the EAGLE-3 server's log, run with --decode-log-interval 1: "
                     "what one iteration and one admission cost at each concurrency (bench_steps), and advice from it")
     ap.add_argument("--baseline-log", metavar="PATH", help="the baseline server's log, likewise")
@@ -364,8 +364,11 @@ def render(res: dict) -> str:
 
 
 def main(argv=None) -> int:
+    from .cli_output import library_output
+
     a = build_parser().parse_args(argv)
-    res = benchmark(a)
+    with library_output(a.verbose):
+        res = benchmark(a)
     print(render(res), file=sys.stderr if a.json == "-" else sys.stdout)
     if a.json:
         cli_common.write_json(a.json, res)

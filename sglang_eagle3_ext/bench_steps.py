@@ -64,7 +64,8 @@ def main(argv=None) -> int:
     from .boundary import regular_file
     from .cli_common import non_negative_float, positive_int
 
-    ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.bench_steps", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.bench_steps", description=__doc__.split("\n\n")[0],
+                                 allow_abbrev=False)
     ap.add_argument("log")
     ap.add_argument("--bs", type=positive_int, default=16, help="the full batch whose iterations are timed")
     ap.add_argument("--interval", type=positive_int, default=1, help="the server's --decode-log-interval")

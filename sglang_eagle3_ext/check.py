@@ -10,7 +10,6 @@ cached: "NOT checked", exit 2.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from pathlib import Path
@@ -45,10 +44,13 @@ class Report:
 
     def render(self) -> str:
         cls = f" ({self.draft_class})" if self.draft_class else ""
-        lines = [f"draft {self.draft}{cls} for SGLang {self.release}:"] + ([f"  {self.note}"] if self.note else []) + [
-                 f"  would load {len(self.loads)} tensors; renames: {keys.summarize_renames(self.renames)}"]
+        lines = [f"draft {self.draft}{cls} for SGLang {self.release}:"] + ([f"  {self.note}"] if self.note else [])
+        if any(p.code == E.NOT_A_DRAFT for p in self.problems):   # what the folder is, in one line
+            return "\n".join(lines + [f"  ERROR {p}" for p in self.errors]
+                             + ["  not an EAGLE-3 draft: nothing checked"])
+        lines.append(f"  would load {len(self.loads)} tensors; renames: {keys.summarize_renames(self.renames)}")
         if not self.checked:
-            return "\n".join(lines[:2] + ["  NOT CHECKED"])
+            return "\n".join(lines + ["  NOT CHECKED"])
         if self.ignored:
             lines.append("  ignored: " + "; ".join(f"{k} ({v})" for k, v in sorted(self.ignored.items())))
         if self.values_scanned and self.scanned_bytes:
@@ -75,6 +77,22 @@ def _draft_class(cfg, spec) -> str | None:
         return spec.arch
     archs = cfg.get("architectures") if isinstance(cfg, dict) else None
     return next((a for a in archs if a in (rules.ARCH, mla.ARCH)), None) if isinstance(archs, list) else None
+
+
+def _what_folder(d: Path) -> Problem | None:
+    """A folder without config.json that holds no weights either: what it is instead (None: it holds weights,
+    the usual checks name what is missing)."""
+    names = {p.name for p in d.iterdir()} if d.is_dir() else set()
+    if any(n.endswith(".safetensors") and not n.startswith("hs_") for n in names):
+        return None
+    if "manifests" in names or "dump_meta.json" in names:
+        what, fix = ("a hidden-state dump (what `dump run` writes)",
+                     "export it with `dump export`, train a draft on that, then check the draft")
+    elif "hidden_states" in names or any(n.startswith("hs_") for n in names):
+        what, fix = "training data (hidden states for `train --data`)", "check the draft that `train --out` writes"
+    else:
+        what, fix = "no model folder (no config.json, no *.safetensors)", "point at the draft's folder"
+    return Problem(E.NOT_A_DRAFT, f"{d}: this is {what}, not an EAGLE-3 draft; {fix}")
 
 
 @dataclasses.dataclass
@@ -160,6 +178,10 @@ def check_draft(draft, target=None, sglang_version: str | None = None, scan_valu
             rep.problems.append(Problem(E.CONFIG_MISSING, note))
         return rep
     cfg_path = local / "config.json"
+    other = _what_folder(local) if not cfg_path.exists() else None
+    if other is not None:   # no model folder at all: one line saying what it is, not a list of absent weights
+        rep.problems.append(other)
+        return rep
     cfg = _read_config(cfg_path, rep)
     spec, cp = rules.spec_from_config(cfg, layout, where=str(cfg_path)) if cfg is not None else (None, [])
     rep.draft_class = _draft_class(cfg, spec)
@@ -183,10 +205,10 @@ def check_draft(draft, target=None, sglang_version: str | None = None, scan_valu
     return rep
 
 
-def main(argv=None) -> int:
+def build_parser():
     from . import cli_common
 
-    ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.check", description=__doc__.split("\n")[2])
+    ap = cli_common.parser("check", cli_common.doc_description(__doc__, paragraphs=2))
     ap.add_argument("draft", help="the draft checkpoint folder (config.json + *.safetensors)")
     ap.add_argument("--target", help="target model dir (its config.json; its lm_head when the draft shares it): "
                                      "hidden/vocab/layer checks")
@@ -197,16 +219,27 @@ def main(argv=None) -> int:
     cli_common.hidden_alias(ap, "--no-scan-values", dest="scan_values", action="store_false", default=True)
     cli_common.hidden_alias(ap, "--scan-values", dest="scan_values", action="store_true", default=True)  # the default
     cli_common.add_json_out(ap, "the report")
-    a = cli_common.finish(ap, "check").parse_args(argv)
+    cli_common.add_verbosity(ap, quiet="no progress line while the weights are scanned")
+    return cli_common.finish(ap, "check")
+
+
+def main(argv=None) -> int:
+    from . import cli_common
+
+    a = build_parser().parse_args(argv)
     from .draft.hub import looks_like_hub_id
 
     if not Path(a.draft).exists() and not looks_like_hub_id(a.draft):   # a bad path, not a verdict on a draft
         raise cli_common.CliError(f"{a.draft}: no such directory (and not a hub id org/name)")
     if a.target and not Path(a.target).is_dir():
         raise cli_common.CliError(f"--target {a.target}: no such directory (the target model's folder)")
-    rep = check_draft(a.draft, a.target, a.sglang_version, a.scan_values, progress=True)
+    from .cli_output import library_output
+
+    with library_output(a.verbose):
+        rep = check_draft(a.draft, a.target, a.sglang_version, a.scan_values, progress=not a.quiet)
     if a.json:
-        cli_common.write_json(a.json, {"release": rep.release, "draft_class": rep.draft_class, "checked": rep.checked,
+        cli_common.write_json(a.json, {"draft": str(rep.draft), "release": rep.release, "draft_class": rep.draft_class,
+                                       "checked": rep.checked, "ok": rep.checked and not rep.errors,
                                        "values_scanned": rep.values_scanned, "note": rep.note, "loads": rep.loads,
                                        "ignored": rep.ignored, "renames": rep.renames,
                                        "problems": [dataclasses.asdict(p) for p in rep.problems]})

@@ -52,8 +52,8 @@ def usage() -> str:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        print(usage())
+    if not argv or argv[0] in ("-h", "--help", "help"):  # a group without its subcommand: help on stderr, 2
+        print(usage(), file=sys.stdout if argv else sys.stderr)
         return cli_common.EXIT_OK if argv else cli_common.EXIT_BAD_INPUT
     if argv[0] in ("-V", "--version", "version"):
         print(version_line())
@@ -65,16 +65,24 @@ def main(argv=None) -> int:
         print(f"{cli_common.COMMAND}: error: unknown command {cmd!r}{hint} (choose from {', '.join(cli_common.MAINS)})",
               file=sys.stderr)
         return cli_common.EXIT_BAD_INPUT
-    cli_common._via_command = True
-    return cli_common.entry(cmd)(rest)
+    return _as_command(cmd, rest)
+
+
+def _as_command(cmd: str, argv=None) -> int:
+    """Run a tool as `sglang-eagle3 CMD` (its usage and errors say so), in-process callers unaffected after."""
+    was, cli_common._via_command = cli_common._via_command, True
+    try:
+        return cli_common.entry(cmd)(argv)
+    finally:
+        cli_common._via_command = was
 
 
 def convert_main() -> int:  # the `sglang-eagle3-convert` console script (older name of `convert`)
-    return cli_common.entry("convert")()
+    return _as_command("convert")
 
 
 def check_main() -> int:  # the `sglang-eagle3-check` console script (older name of `check`)
-    return cli_common.entry("check")()
+    return _as_command("check")
 
 
 if __name__ == "__main__":

@@ -12,13 +12,16 @@ Exit codes (the same in every tool, also under `sglang-eagle3 COMMAND`):
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import traceback
 
 from . import envs
 from .boundary import BadInput
+# the parsers and the flags every tool shares (cli_args.py), under the names the tools use
+from .cli_args import (CliParser, HelpFormatter, add_json_out, add_sglang_release, add_verbosity,  # noqa: F401
+                       did_you_mean, doc_description, finish, hidden_alias, non_negative_float, non_negative_int,
+                       parser, positive_float, positive_int, write_json)
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 ENV_DEBUG = envs.DEBUG
@@ -48,84 +51,6 @@ def debug_requested(argv=None) -> bool:
     except envs.EnvError as e:  # said once, then the tool runs without tracebacks
         print(f"warning: {e}", file=sys.stderr)
         return False
-
-
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the description's line breaks; appends '(default: X)' to every option that has a default."""
-
-    def _get_help_string(self, action):
-        h = action.help or ""
-        if (action.default not in (None, argparse.SUPPRESS, [], ()) and "%(default)" not in h and "default" not in h
-                and action.option_strings and not isinstance(action.default, bool)):
-            h += " (default: %(default)s)"
-        return h
-
-
-def finish(parser: argparse.ArgumentParser, tool: str) -> argparse.ArgumentParser:
-    """Give a tool's parser (and its sub-parsers) the shared prog name, help formatter and --debug flag."""
-    old, new = parser.prog, prog(tool)
-    todo = [parser]
-    while todo:
-        p = todo.pop()
-        p.prog = new + p.prog[len(old):] if p.prog.startswith(old) else p.prog
-        p.formatter_class = HelpFormatter
-        if "--debug" not in p._option_string_actions:
-            p.add_argument("--debug", action="store_true",
-                           help=f"show the full traceback of an error (also {ENV_DEBUG}=1)")
-        for a in p._actions:
-            if isinstance(a, argparse._SubParsersAction):
-                todo += list(a.choices.values())
-    return parser
-
-
-def hidden_alias(parser, old: str, dest: str, **kw) -> None:
-    """Keep an old flag spelling working without showing it in --help."""
-    parser.add_argument(old, dest=dest, help=argparse.SUPPRESS, **kw)
-
-
-def add_sglang_release(parser, what: str) -> None:
-    """`--sglang VERSION` (older spelling --sglang-version) -> args.sglang_version: the release `what` is for."""
-    parser.add_argument("--sglang", dest="sglang_version", metavar="VERSION",
-                        help=f"{what} (default: the installed one)")
-    hidden_alias(parser, "--sglang-version", dest="sglang_version")
-
-
-def add_json_out(parser, what: str = "the results") -> None:
-    """`--json [PATH]`: the same flag in every tool; no PATH or '-' prints JSON on stdout."""
-    parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
-                        help=f"write {what} as JSON to PATH ('-' or no PATH: print JSON instead of text)")
-
-
-def write_json(dest: str, obj) -> None:
-    text = json.dumps(obj, indent=2, default=str)
-    if dest == "-":
-        print(text)
-        return
-    with open(dest, "w") as f:
-        f.write(text + "\n")
-
-
-def _number(kind, minimum: float, what: str):
-    """An argparse `type` refusing what is not a finite `kind` >= minimum; argparse names the flag."""
-    import math
-
-    def parse(text: str):
-        try:
-            v = kind(text)
-        except ValueError:
-            v = None
-        if v is None or (kind is float and not math.isfinite(v)) or v < minimum:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return v
-    parse.__name__ = what
-    return parse
-
-
-# shared argparse types: a count of 0 or -1 must not silently mean "all" or slice from the end
-positive_int = _number(int, 1, "a positive integer")
-non_negative_int = _number(int, 0, "an integer >= 0")
-positive_float = _number(float, 1e-9, "a positive number of seconds")
-non_negative_float = _number(float, 0.0, "a number >= 0")
 
 
 def load_tokenizer(name: str, trust_remote_code: bool = False, flag: str = "--target"):
@@ -200,6 +125,17 @@ def describe(e: BaseException) -> tuple[int, str]:
     return EXIT_INTERNAL, f"unexpected {line} (a bug: rerun with --debug and report it)"
 
 
+def error_line(tool: str, msg: str) -> str:
+    """`PROG: error: MSG`, the one form of every tool's errors; a prefix the message brought along (a module's
+    own `NAME: error:`) is replaced by the tool's."""
+    import re
+
+    head, sep, rest = msg.partition(": error: ")
+    if sep and re.fullmatch(r"(python -m )?sglang_eagle3_ext[\w.]*|sglang-eagle3[\w -]*|[a-z_]+", head):
+        msg = rest
+    return f"{prog(tool)}: error: {msg}"
+
+
 def _raised_in_launched_module(e: BaseException) -> bool:
     tb = e.__traceback__
     while tb is not None:
@@ -218,8 +154,7 @@ def run_tool(tool: str, main, argv=None) -> int:
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
             return e.code or 0
-        msg = str(e.code)
-        print(msg if "error:" in msg.split("\n")[0] else f"{prog(tool)}: error: {msg}", file=sys.stderr)
+        print(error_line(tool, str(e.code)), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(f"{prog(tool)}: interrupted", file=sys.stderr)
@@ -238,7 +173,7 @@ def run_tool(tool: str, main, argv=None) -> int:
         code, line = describe(e)
         said = isinstance(e, (CliError, BadInput))   # the message is the whole story
         hint = "" if debug or code == EXIT_INTERNAL or said else f"  [--debug or {ENV_DEBUG}=1: traceback]"
-        print(f"{prog(tool)}: error: {line}{hint}", file=sys.stderr)
+        print(error_line(tool, f"{line}{hint}"), file=sys.stderr)
         return code
     return EXIT_OK if rc is None else int(rc)
 

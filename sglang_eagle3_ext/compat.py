@@ -12,7 +12,6 @@ where it moved. Exit status: 0 supported, 1 unsupported, 2 the release could not
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
 import subprocess
@@ -247,23 +246,23 @@ def format_report(rep: Report) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.compat", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sglang", metavar="VERSION", help="check this release (default: the installed one)")
+    from . import cli_common
+
+    ap = cli_common.parser("compat", cli_common.doc_description(__doc__))
+    cli_common.add_sglang_release(ap, "check this release", dest="sglang")
     ap.add_argument("--download", action="store_true", help="download the release's wheel (no deps) if not cached")
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--source", metavar="DIR", help="an unpacked SGLang tree (DIR/sglang or the sglang dir)")
     src.add_argument("--wheel", metavar="FILE", help="this SGLang wheel file (its version from the file name)")
     ap.add_argument("--wheel-dir", action="append", default=[], metavar="DIR",
                     help=f"also look for sglang-VERSION-*.whl here (cache: ${CACHE_ENV} or ~/.cache/sglang_eagle3_ext)")
-    from . import cli_common
-
     cli_common.add_json_out(ap, "the report")
     a = cli_common.finish(ap, "compat").parse_args(argv)
     try:
         _check_local_inputs(a)   # before any download: a typo must not cost a network wait
         rep = check_source(_release_root(a), a.sglang)
     except ReleaseUnavailable as e:
-        print(f"{cli_common.prog('compat')}: error: {e}", file=sys.stderr)
+        print(cli_common.error_line("compat", str(e)), file=sys.stderr)
         return cli_common.EXIT_BAD_INPUT
     if a.json:
         cli_common.write_json(a.json, rep.as_dict())

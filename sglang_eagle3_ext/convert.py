@@ -11,8 +11,8 @@ cannot reproduce. Output is written to a temp dir beside DST and renamed into pl
 """
 from __future__ import annotations
 
-import argparse
 import collections
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -233,7 +233,8 @@ def _converted_by_us(path: Path) -> bool:
 
 
 def convert(src, dst, sglang_version: str | None = None, hf_indices=None, force: bool = False,
-            allow_pickle: bool = False, progress: bool = True, log=print) -> Path:
+            allow_pickle: bool = False, progress: bool = True, log=print, report: dict | None = None) -> Path:
+    """Write DST; `report` (when given) receives what was done, for --json."""
     import torch
     from safetensors.torch import save_file
 
@@ -323,31 +324,60 @@ def convert(src, dst, sglang_version: str | None = None, hf_indices=None, force:
         f"HF indices {out_cfg['eagle_config'].get(HF_INDICES_FIELD)}")
     for w in warnings:
         log(f"warning: {w}")
+    if report is not None:
+        report.update(src=str(src), dst=str(dst), format=fmt, release=layout.release, tensors=len(present),
+                      renames=dict(renames), dropped=list(dropped), warnings=list(warnings),
+                      aux_ids=out_cfg["eagle_config"].get("eagle_aux_hidden_state_layer_ids"),
+                      hf_indices=out_cfg["eagle_config"].get(HF_INDICES_FIELD))
     return dst
 
 
 def _int_list(s: str) -> list[int]:
-    return [int(x) for x in s.replace(" ", "").split(",") if x]
+    import argparse
+
+    try:
+        return [int(x) for x in s.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 3,31,59, got {s!r}") from None
 
 
-def main(argv=None) -> int:
+def build_parser():
     from . import cli_common
 
-    ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.convert", description=__doc__.split("\n")[0])
+    ap = cli_common.parser("convert", cli_common.doc_description(__doc__))
     ap.add_argument("src", help="the draft to convert (speculators / SpecForge / EAGLE checkpoint folder)")
     ap.add_argument("dst", help="output folder (must be empty or absent, or --force)")
     cli_common.add_sglang_release(ap, "target SGLang release")
     ap.add_argument("--hf-indices", type=_int_list, help="HF hidden_states indices the draft was trained on, e.g. 3,31,59")
     ap.add_argument("--force", action="store_true", help="replace a non-empty DST")
     ap.add_argument("--allow-pickle", action="store_true", help="read .bin/.pt sources (torch.load weights_only=True)")
-    ap.add_argument("--quiet", action="store_true", help="no per-tensor progress lines")
-    a = cli_common.finish(ap, "convert").parse_args(argv)
+    cli_common.add_json_out(ap, "what was converted (or the problems refusing it)")
+    cli_common.add_verbosity(ap, quiet="no progress bar")
+    return cli_common.finish(ap, "convert")
+
+
+def main(argv=None) -> int:
+    from . import cli_common
+
+    a = build_parser().parse_args(argv)
+    report: dict = {}
+    say = (lambda msg: print(msg, file=sys.stderr)) if a.json == "-" else print   # stdout: the JSON only
+    from .cli_output import library_output
+
     try:
-        convert(a.src, a.dst, a.sglang_version, a.hf_indices, a.force, a.allow_pickle, progress=not a.quiet)
+        with library_output(a.verbose):
+            convert(a.src, a.dst, a.sglang_version, a.hf_indices, a.force, a.allow_pickle, progress=not a.quiet,
+                    log=say, report=report)
     except E.DraftError as e:
-        print(e, file=sys.stderr)
-        return 2
-    return 0
+        head, *problems = str(e).splitlines()
+        print(cli_common.error_line("convert", head.removeprefix("convert: ")), *problems, sep="\n", file=sys.stderr)
+        if a.json:
+            cli_common.write_json(a.json, {"ok": False, "src": a.src, "dst": a.dst, "refused": head,
+                                           "problems": [dataclasses.asdict(p) for p in e.problems]})
+        return cli_common.EXIT_BAD_INPUT
+    if a.json:
+        cli_common.write_json(a.json, {"ok": True, **report})
+    return cli_common.EXIT_OK
 
 
 if __name__ == "__main__":

@@ -234,6 +234,20 @@ def external(name: str, default: str | None = None, env: Mapping[str, str] | Non
     return (os.environ if env is None else env).get(name, default)
 
 
+def override_external(name: str, value: str):
+    """Set a variable that is not ours (one a library reads when it loads, e.g. LOGURU_LEVEL) and return the
+    function that puts the old value back."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+
+    def restore() -> None:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+    return restore
+
+
 def preset_keys() -> dict[str, str]:
     """eagle3_ext preset key -> variable."""
     return {v.preset_key: v.name for v in _VARS if v.preset_key}
@@ -284,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.envs", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.envs", description=__doc__.split("\n")[0],
+                                 allow_abbrev=False)
     ap.add_argument("--markdown", action="store_true", help="print the README tables")
     ap.add_argument("--update-readme", metavar="README", help="rewrite the env tables of this README in place")
     ap.add_argument("--check", action="store_true", help="parse every set variable; non-zero on an illegal value")
@@ -301,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.check:
         bad = problems()
         for msg in bad:
-            print(f"error: {msg}", file=sys.stderr)
+            print(f"{ap.prog}: error: {msg}", file=sys.stderr)
         return 2 if bad else 0
     for s in SECTIONS:
         print(readme_block(s) + "\n")

@@ -30,7 +30,8 @@ def our_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m sglang_eagle3_ext.launch_server", add_help=False, allow_abbrev=False,
         description="SGLang launcher with EAGLE-3 patches, presets, NCCL settings from the GPU topology, and a "
-                    "preflight all-reduce check. Every other argument goes to SGLang unchanged.")
+                    "preflight all-reduce check. Every other argument goes to SGLang unchanged; a flag that is neither "
+                    "ours nor SGLang's (a typo, an abbreviation of ours) is refused before anything starts.")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--preset", metavar="NAME", help="a server_configs/NAME.yaml preset (see --list-presets)")
     src.add_argument("--config", metavar="FILE", help="a preset-format YAML file (SGLang --config files work too)")
@@ -46,6 +47,9 @@ def our_parser() -> argparse.ArgumentParser:
                    help="seconds per preflight attempt (default 120; a hang is retried once with NCCL_P2P_DISABLE=1)")
     p.add_argument("--dry-run", action="store_true",
                    help="print topology, decisions and the SGLang command; start nothing (works without GPUs)")
+    p.add_argument("--dump-dir", metavar="DIR",
+                   help="dump prefill hidden states into DIR (made if missing; replaces a preset's dump_dir; "
+                        "passed to SGLang's processes as SGLANG_EAGLE3_EXT_DUMP_DIR)")
     p.add_argument("--topology-file", metavar="F", help="read the topology from JSON instead of NVML")
     p.add_argument("--dump-topology", action="store_true", help="print the detected topology as JSON and exit")
     p.add_argument("--skip-draft-check", action="store_true",
@@ -53,6 +57,7 @@ def our_parser() -> argparse.ArgumentParser:
     p.add_argument("-h", "--help", action="store_true", help="this help, then SGLang's")
     from . import cli_common
 
+    cli_common.add_json_out(p, "the plan (--dry-run; a real launch writes it to PATH first)")
     return cli_common.finish(p, "launch")
 
 
@@ -155,7 +160,7 @@ def _value(ns, preset_args: dict, rest: list[str], dest: str, default):
 
 
 def build_plan(ours: argparse.Namespace, rest: list[str], env=None) -> Plan:
-    from .launch import presets, topology
+    from .launch import dump_dir, presets, profile_choice, topology
 
     env = os.environ if env is None else env
     try:
@@ -194,12 +199,13 @@ def build_plan(ours: argparse.Namespace, rest: list[str], env=None) -> Plan:
 
     full = _topology(ours.topology_file)
     group = topology.group_of(full, tp, base_gpu, env) if full.gpus else full
-    profile = ours.nccl_profile or ext.get("nccl_profile") or "auto"
+    # a preset's forced profile must fit the machine (else exit 2); the command line's is the user's word
+    choice = profile_choice.choose(ours.nccl_profile, preset, group, presets.available_presets())
 
     decisions = [nccl.env_decision(env, ENV_ENABLE, "1", "our patches in every SGLang process (the installed .pth)")]
-    dump_env = presets.ext_env(ext, base_dir=None)
-    for var, val in dump_env.items():
-        decisions.append(nccl.env_decision(env, var, val, f"preset {preset.name}: {EXT_REASON.get(var, 'ours')}"))
+    # the dump settings; the folder (--dump-dir > environment > preset) checked here, made by launch()
+    dump = dump_dir.choose(ours.dump_dir, env, preset, presets.ext_env(ext), dry_run=ours.dry_run)
+    decisions += dump.decisions
     if full.gpus and len(group.gpus) < tp:
         decisions.append(nccl.Decision("GPUs", str(len(group.gpus)), f"TP={tp} but only {len(group.gpus)} GPU(s) "
                                        f"visible from base_gpu_id {base_gpu}: SGLang will fail", kind="check",
@@ -207,8 +213,10 @@ def build_plan(ours: argparse.Namespace, rest: list[str], env=None) -> Plan:
     available = {a.dest for a in parser._actions} if parser else None
     user_flags = set(user) | set(preset_args)
     enabled = {d for d in user_flags if (getattr(ns, d, None) if ns is not None else preset_args.get(d, True))}
-    decisions += nccl.decide(group, profile=profile, tp_size=tp, nnodes=nnodes, env=env, user_flags=user_flags,
-                             available_flags=available, enabled_flags=enabled, loopback_only=loopback)
+    decisions += [choice.decision] if choice.decision else []
+    decisions += nccl.decide(group, profile=choice.profile, tp_size=tp, nnodes=nnodes, env=env, user_flags=user_flags,
+                             available_flags=available, enabled_flags=enabled, loopback_only=loopback,
+                             forced_by=choice.forced_by)
     if not ours.skip_draft_check:
         decisions += _draft_precheck(ns, preset_args, rest, version)
     env_updates = {d.name: d.value for d in decisions if d.kind == "env" and d.applies}
@@ -219,9 +227,8 @@ def build_plan(ours: argparse.Namespace, rest: list[str], env=None) -> Plan:
     if parser:
         presets.quiet_parse(parser, args)  # the final command must parse: fail here, not in SGLang's child
     preset_note = (f"preset: {preset.name} ({preset.path})" if preset else "preset: none")
-    dump_dir = env.get(presets.ENV_DUMP_DIR) or env_updates.get(presets.ENV_DUMP_DIR)
-    return Plan(args, env_updates, decisions, group, tp, profile, preset_note, model_note, sglang_note,
-                tiny_dir=tiny_dir, dump_dir=dump_dir)
+    return Plan(args, env_updates, decisions, group, tp, choice.profile, preset_note, model_note, sglang_note,
+                tiny_dir=tiny_dir, dump_dir=dump.path)
 
 
 def _topology(path: str | None) -> Topology:
@@ -289,12 +296,6 @@ def _draft_precheck(ns, preset_args: dict, rest: list[str], version: str | None)
     return [d] if d else []
 
 
-EXT_REASON = {
-    "SGLANG_EAGLE3_EXT_DUMP_DIR": "prefill hidden-state dumps go here (turns the dump patches on)",
-    "SGLANG_EAGLE3_EXT_DUMP_LAYERS": "HF hidden_states indices to dump",
-}
-
-
 def _print_help(parser: argparse.ArgumentParser) -> None:
     parser.print_help()
     print("\n" + "=" * 30 + " SGLang's own arguments (passed through unchanged) " + "=" * 30)
@@ -340,16 +341,16 @@ def launch(plan: Plan, ours) -> None:
     import runpy
 
     from . import apply
+    from .launch.dump_dir import make
 
     child_env = {**os.environ, **plan.env_updates}
+    make(plan.dump_dir)   # first: a refusal costs nothing yet
     if ours.preflight:
         _run_preflight(plan, ours, child_env)
     if plan.tiny_dir:
         from .tiny import ensure_builtin
 
         ensure_builtin(plan.tiny_dir)
-    if plan.dump_dir:
-        os.makedirs(plan.dump_dir, exist_ok=True)  # fail now on an unwritable path, not in a scheduler
     os.environ.update(plan.env_updates)
     apply()
     sys.argv = [LAUNCH_MODULE, *plan.sglang_args]
@@ -363,11 +364,11 @@ def main(argv: list[str] | None = None) -> int:
     if ours.help:
         _print_help(parser)
         return 0
-    if ours.list_presets:
-        from .launch import presets
+    from . import launch_cli
 
-        for name in presets.available_presets():
-            print(name)
+    launch_cli.check_flags(parser, ours, rest)   # neither ours nor SGLang's (`--dry-runn`): refused, nothing starts
+    if ours.list_presets:
+        launch_cli.list_presets(ours)
         return 0
     if ours.dump_topology:
         from .launch import topology
@@ -375,9 +376,11 @@ def main(argv: list[str] | None = None) -> int:
         print(topology.detect().to_json())
         return 0
     plan = build_plan(ours, rest)
+    text = launch_cli.write_plan(plan, ours)   # --json [PATH]
     if ours.dry_run:
-        print(plan.render())
-        if ours.preflight:
+        if text:
+            print(plan.render())
+        if text and ours.preflight:
             from .launch.preflight import DEFAULT_SIZES, _size
 
             print(f"preflight: would all-reduce {' and '.join(map(_size, DEFAULT_SIZES))} across {plan.tp_size} "

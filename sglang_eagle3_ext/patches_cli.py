@@ -8,7 +8,6 @@ package, so wheel users get them too:
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -50,7 +49,7 @@ def find(release: str) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog=cli_common.prog("patches"), description=__doc__)
+    ap = cli_common.parser("patches", __doc__)
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--list", action="store_true", help="list the releases that have a patch (the default action)")
     g.add_argument("--print", metavar="RELEASE", dest="print_release", help="print that release's patch to stdout")

@@ -186,11 +186,9 @@ def reuse_existing(out: Path, tool: str, settings: dict) -> bool:
 
 def main(argv=None) -> int:
     """`sglang-eagle3 tiny [OUT] [--predictable] [--seed N]`: write the tiny target, print its folder."""
-    import argparse
-
     from . import cli_common
 
-    ap = argparse.ArgumentParser(prog=cli_common.prog("tiny"), description=__doc__.split("\n\n")[0])
+    ap = cli_common.parser("tiny", cli_common.doc_description(__doc__))
     ap.add_argument("out", nargs="?", help=f"output folder, new or empty (default: the cache, {default_dir()}); one "
                                            f"holding other files is refused, one holding this target is reused")
     ap.add_argument("--predictable", action="store_true",

@@ -268,7 +268,9 @@ positive_number, _ratio = _number_in(0.0, float("inf")), _number_in(0.0, 1.0)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.train_draft", description=__doc__.split("\n")[0])
+    from . import cli_common
+
+    p = cli_common.parser("train", cli_common.doc_description(__doc__))
     p.add_argument("--data", required=True, help="dir with hs_{i}.safetensors (or DIR/hidden_states/ with them)")
     p.add_argument("--target", required=True, help="the target's local HF directory (config + safetensors)")
     p.add_argument("--out", required=True, help="where the speculators Eagle3 checkpoint is written (a new or empty "
@@ -310,18 +312,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit non-zero when the draft's validation accuracy is at or below this (0 = never)")
     p.add_argument("--keep-checkpoints", action="store_true",
                    help=f"keep speculators' per-epoch checkpoints under OUT/{RUN_DIR}/checkpoints")
+    cli_common.add_json_out(p, "the run's summary (steps, losses, accuracies, where the draft went)")
+    cli_common.add_verbosity(p, quiet="of the per-step lines only the first and the last one (the trainer's "
+                                      "epoch bar stays)",
+                             verbose="also show speculators', transformers' and torch's logs, warnings and bars")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    import contextlib
+
     from . import cli_common
+    from .cli_output import library_output
 
     a = cli_common.finish(build_parser(), "train").parse_args(argv)
-    try:
-        train(a)
-    except TrainDraftError as e:
-        print(f"train_draft: error: {e}", file=sys.stderr)
-        return 2
+    if a.quiet:
+        a.log_every = 10 ** 9   # progress prints the first and the last step whatever the interval
+    try:   # with --json on stdout, the run's own lines go to stderr
+        with contextlib.redirect_stdout(sys.stderr if a.json == "-" else sys.stdout), \
+                library_output(a.verbose, bars=True):
+            result = train(a)
+    except TrainDraftError as e:   # names the input and the fix
+        print(cli_common.error_line("train", str(e)), file=sys.stderr)
+        return cli_common.EXIT_BAD_INPUT
+    if a.json:
+        cli_common.write_json(a.json, result)
     return 0
 
 

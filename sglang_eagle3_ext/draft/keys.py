@@ -61,13 +61,13 @@ def installed_layout() -> Layout:
 
 
 def resolve_layout(version: str | None) -> Layout:
-    """--sglang-version X: the offline table; none: the installed release's capability flags."""
+    """--sglang X: the offline table; none: the installed release's capability flags."""
     if version:
         return layout_for_version(version)
     from ..versions import installed_version
 
     if installed_version() is None:
-        raise SystemExit("SGLang is not installed here: pass --sglang-version X (e.g. 0.5.16)")
+        raise SystemExit("SGLang is not installed here: pass --sglang X (e.g. 0.5.16), the release to judge for")
     return installed_layout()
 
 

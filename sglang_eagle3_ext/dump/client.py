@@ -205,7 +205,7 @@ def run(args) -> int:
                "malformed_lines": bad, "duplicate_ids": dups, "seconds": round(time.monotonic() - job.t0, 1),
                "tokens_written": tail.tokens - tok0, "gb_written": round((tail.bytes - b0) / 1e9, 3),
                "dump_dir": str(args.dump_dir), **skip_counters(writer_status(Path(args.dump_dir)))}
-    print(json.dumps(summary, indent=2))
+    _report(args, summary, _run_text(summary))
     if missing:
         log.warning("%d sent samples are not in the manifest (refused: prefix cache / NaN / writer stopped; see "
                     "the server log and %s/status/); e.g. %s", len(missing), args.dump_dir, missing[:5])
@@ -238,7 +238,8 @@ def export(args) -> int:
     fn = export_speculators if args.to == "speculators" else export_specforge
     n = fn(args.dump_dir, args.out, order=order, loss_masks=masks, workers=args.workers,
            progress=not args.quiet)
-    print(json.dumps({"exported": n, "to": args.to, "out": str(args.out)}))
+    _report(args, {"exported": n, "to": args.to, "out": str(args.out)},
+            f"exported {n} samples for {args.to} into {args.out}")
     return 0
 
 
@@ -249,18 +250,52 @@ def status(args) -> int:
     d = require_dump_dir(args.dump_dir)  # a mistyped path is an error, not "0 samples"
     man = read_manifest(d)
     st = writer_status(d)
-    print(json.dumps({"complete_samples": len(man), "tokens": sum(r.get("num_tokens", 0) for r in man.values()),
-                      "bytes": sum(r.get("bytes", 0) for r in man.values()), **skip_counters(st), "writers": st},
-                     indent=2))
+    out = {"dump_dir": str(d), "complete_samples": len(man),
+           "tokens": sum(r.get("num_tokens", 0) for r in man.values()),
+           "bytes": sum(r.get("bytes", 0) for r in man.values()), **skip_counters(st), "writers": st}
+    _report(args, out, _status_text(out))
     return 0
 
 
+def _report(args, obj: dict, text: str) -> None:
+    """Text by default; --json [PATH] writes the same as JSON (only JSON on stdout with no PATH)."""
+    from ..cli_common import write_json
+
+    if args.json:
+        write_json(args.json, obj)
+    if args.json != "-":
+        print(text)
+
+
+def _counters(d: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _status_text(st: dict) -> str:
+    skips = {k: v for k, v in st.items() if k.startswith("skipped")}
+    lines = [f"dump {st['dump_dir']}: {st['complete_samples']} complete samples, {st['tokens']} tokens, "
+             f"{st['bytes'] / 1e9:.3f} GB"] + ([f"  not dumped: {_counters(skips)}"] if skips else [])
+    for name, w in st["writers"].items():
+        err = f" ({w['error']})" if w.get("error") else ""
+        stats = w.get("stats") if isinstance(w.get("stats"), dict) else {}
+        lines.append(f"  writer {name}: {w.get('state', '?')}{err}" + (f" ({_counters(stats)})" if stats else ""))
+    return "\n".join(lines)
+
+
+def _run_text(sm: dict) -> str:
+    return (f"dump run: {sm['written']} of {sm['sent']} sent samples written ({sm['already_done']} of "
+            f"{sm['samples']} already in the manifest), {sm['tokens_written']} tokens, {sm['gb_written']} GB in "
+            f"{sm['seconds']} s; failed requests {sm['failed_requests']}, not written {sm['not_written']}, "
+            f"malformed lines {sm['malformed_lines']}, duplicate ids {sm['duplicate_ids']}"
+            + "".join(f", {k} {v}" for k, v in sm.items() if k.startswith("skipped")))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.dump", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="send a JSONL dataset to a dumping server")
     from .. import cli_common
+
+    p = cli_common.parser("dump", __doc__)
+    sub = p.add_subparsers(dest="cmd", metavar="{run,export,status}")
+    r = sub.add_parser("run", help="send a JSONL dataset to a dumping server")
 
     r.add_argument("--url", default="http://127.0.0.1:30000", help="the dumping SGLang server")
     r.add_argument("--data", required=True, metavar="PATH", help="JSONL dataset (input lines: see above)")
@@ -282,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds for one request, all of its reply included")
     r.add_argument("--wait-s", type=cli_common.non_negative_float, default=300.0,
                    help="how long to wait for the last writes")
-    r.add_argument("--quiet", action="store_true", help="no progress output")
+    cli_common.add_json_out(r, "the summary")
+    cli_common.add_verbosity(r, quiet="no progress bar")
     e = sub.add_parser("export", help="convert a dump for speculators or SpecForge")
     e.add_argument("--dump-dir", required=True, help="the dump directory (the server's SGLANG_EAGLE3_EXT_DUMP_DIR)")
     e.add_argument("--to", choices=("speculators", "specforge"), required=True, help="output format")
@@ -290,21 +326,24 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--data", help="the JSONL used for the dump: sample order and loss_mask fields")
     e.add_argument("--workers", type=cli_common.positive_int, default=8,
                    help="samples converted in parallel (threads: file io and tensor copies release the GIL)")
-    e.add_argument("--quiet", action="store_true", help="no progress bar")
+    cli_common.add_json_out(e, "what was exported")
+    cli_common.add_verbosity(e, quiet="no progress bar")
     s = sub.add_parser("status", help="manifest and writer status")
     s.add_argument("--dump-dir", required=True, help="the dump directory")
+    cli_common.add_json_out(s, "the manifest totals and every writer's status")
     return cli_common.finish(p, "dump")
 
 
 def main(argv=None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    logging.getLogger("urllib3").setLevel(logging.ERROR)   # its retries: the final error says it once
     args = build_parser().parse_args(argv)
-    from ..cli_common import CliError, prog   # http_client.ServerError among them
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    if not getattr(args, "verbose", False):
+        logging.getLogger("urllib3").setLevel(logging.ERROR)   # its retries: the final error says it once
+    from ..cli_common import CliError, error_line   # http_client.ServerError among them
     from .export import ExportError
 
     try:
         return {"run": run, "export": export, "status": status}[args.cmd](args)
     except (ClientError, CliError, BadInput, ExportError) as e:   # each names the input and the fix
-        print(f"{prog('dump')}: error: {e}", file=sys.stderr)
+        print(error_line(f"dump {args.cmd}", str(e)), file=sys.stderr)
         return 2

@@ -12,5 +12,11 @@ def record_multimodal(wrapped, instance, args, kwargs):
     if mm:
         from ..dump.capture import carries_multimodal
 
-        setattr(fb, MULTIMODAL_ATTR, [carries_multimodal(x) for x in mm])
+        flags = [carries_multimodal(x) for x in mm]
+        setattr(fb, MULTIMODAL_ATTR, flags)
+        if any(flags):
+            from .._log import log_once
+
+            log_once("dump-multimodal", "dump: requests with images/audio/video are served and counted "
+                     "(skipped_multimodal), never dumped: their positions hold pad values, not token ids")
     return fb

@@ -264,7 +264,7 @@ def test_cli_export_on_fp8_dump(tmp_path):
                         "--to", "specforge", "--out", str(out), "--json"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout.strip().splitlines()[-1])["exported"] == 2
+    assert json.loads(r.stdout)["exported"] == 2
     rec = torch.load(out / "rows_0-2000" / "data_0.ckpt", weights_only=False)
     assert rec["aux_hidden_state"].dtype == torch.bfloat16 and rec["aux_hidden_state"].shape == (1, 64, K * H)
     assert json.loads((out / "sge3_dump_meta.json").read_text())["encoding"] == FP8_ROWWISE

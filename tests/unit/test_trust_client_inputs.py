@@ -117,7 +117,7 @@ def test_dump_status_names_file_line_and_key_of_a_bad_manifest_line(tmp_path, ca
 
 def test_a_torn_last_manifest_line_is_not_a_sample(tmp_path, capsys):
     d = _dump(tmp_path, json.dumps(REC) + "\n" + json.dumps({**REC, "id": "b"})[:25])
-    assert run_tool("dump", client.main, ["status", "--dump-dir", str(d)]) == 0
+    assert run_tool("dump", client.main, ["status", "--dump-dir", str(d), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["complete_samples"] == 1
 
 
@@ -136,12 +136,13 @@ def test_dump_status_names_a_bad_status_file(tmp_path, capsys, status, words):
 def test_dump_status_sums_the_writers_skip_counters(tmp_path, capsys):
     st = {"dp0": {"state": "dumping", "stats": {"written": 4, "skipped_multimodal": 2}},
           "dp1": {"state": "dumping", "stats": {"written": 1, "skipped_multimodal": 3}}}
-    assert run_tool("dump", client.main, ["status", "--dump-dir", str(_dump(tmp_path, "", st))]) == 0
+    assert run_tool("dump", client.main, ["status", "--dump-dir", str(_dump(tmp_path, "", st)), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["skipped_multimodal"] == 5 and out["writers"]["dp1"]["stats"]["skipped_multimodal"] == 3
     d = tmp_path / "older"
     d.mkdir()
-    assert run_tool("dump", client.main, ["status", "--dump-dir", str(_dump(d, "", {"dp0": {"state": "x"}}))]) == 0
+    assert run_tool("dump", client.main, ["status", "--dump-dir", str(_dump(d, "", {"dp0": {"state": "x"}})),
+                                          "--json"]) == 0
     assert "skipped_multimodal" not in json.loads(capsys.readouterr().out)      # a writer without the counter
 
 
@@ -201,6 +202,6 @@ def test_dump_run_exits_1_when_lines_were_skipped(replies, tmp_path, capsys, cap
 
     ManifestWriter(dump, "dp0").append({**REC, "id": "a"})          # "a" is written already
     rc = run_tool("dump", client.main, ["run", "--url", srv.url, "--data", str(data), "--dump-dir", str(dump),
-                                        "--quiet", "--wait-s", "0"])
+                                        "--quiet", "--wait-s", "0", "--json"])
     assert rc == 1 and json.loads(capsys.readouterr().out)["malformed_lines"] == 1
     assert f"{data}:2: 'input_ids'[0]: expected an integer" in caplog.text

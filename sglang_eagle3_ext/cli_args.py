@@ -1,0 +1,212 @@
+"""The argument parsers of every tool (re-exported by cli_common): the shared prog name and help formatter,
+no abbreviated flags, a group's help when its subcommand is missing, one-line usage errors with `did you mean`,
+and the flags every tool spells alike (`--sglang VERSION`, `--json [PATH]`, `--quiet`/`--verbose`) with their
+argparse types. Nothing here imports cli_common at module level (cli_common imports this module)."""
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+
+from . import envs
+
+_EXIT_USAGE = 2   # cli_common.EXIT_BAD_INPUT: a usage error is bad input
+
+
+def _prog(tool: str) -> str:
+    from .cli_common import prog
+
+    return prog(tool)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's line breaks; appends '(default: X)' to every option that has a default."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if (action.default not in (None, argparse.SUPPRESS, [], ()) and "%(default)" not in h and "default" not in h
+                and action.option_strings and not isinstance(action.default, bool)):
+            h += " (default: %(default)s)"
+        return h
+
+
+class CliParser(argparse.ArgumentParser):
+    """argparse under the package's rules (finish() gives every tool's parser and sub-parser this class): a flag
+    is spelled out (allow_abbrev=False: `--dry-ru` is no `--dry-run`); a group called without its subcommand
+    prints its help; a usage error is one line `PROG: error: MSG`, with `did you mean` for a mistyped flag."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)   # error() looks for a mistyped flag in it
+        ns, extras = super().parse_known_args(args, namespace)
+        for a in self._actions:
+            if isinstance(a, argparse._SubParsersAction) and a.dest != argparse.SUPPRESS \
+                    and getattr(ns, a.dest, None) is None:
+                self.print_help(sys.stderr)
+                self.exit(_EXIT_USAGE)
+        return ns, extras
+
+    def error(self, message):
+        self.exit(_EXIT_USAGE, f"{self.prog}: error: {message}{_near_miss(self, message)} "
+                               f"(`{self.prog} --help` lists the options)\n")
+
+
+def _long_flags(parser: argparse.ArgumentParser) -> list[str]:
+    out, todo = [], [parser]
+    while todo:
+        p = todo.pop()
+        out += [s for s in p._option_string_actions if s.startswith("--")]
+        todo += [c for a in p._actions if isinstance(a, argparse._SubParsersAction) for c in a.choices.values()]
+    return sorted(set(out))
+
+
+def did_you_mean(flag: str, candidates) -> str:
+    """'; did you mean --x?' for a mistyped or abbreviated flag ('' when nothing is close)."""
+    name = flag.split("=", 1)[0]
+    cands = list(candidates)
+    near = [c for c in cands if c.startswith(name) and c != name][:3] or difflib.get_close_matches(name, cands, n=1)
+    return f"; did you mean {' or '.join(near)}?" if near else ""
+
+
+def _near_miss(parser, message: str) -> str:
+    """`did you mean` for the first flag of the command line the parser does not know (a mistyped flag may
+    be why an argument is missing, or left unrecognized)."""
+    known = _long_flags(parser)
+    typed = [t.split("=", 1)[0] for t in getattr(parser, "_argv", []) if isinstance(t, str) and t.startswith("--")]
+    unknown = [t for t in typed if t not in known]
+    if not unknown or "did you mean" in message:
+        return ""
+    hint = did_you_mean(unknown[0], known)
+    return hint if unknown[0] in message else f"; {unknown[0]}: {hint[2:]}" if hint else ""
+
+
+def parser(tool: str, description: str | None = None, **kw) -> CliParser:
+    """A tool's parser: its prog name, no abbreviations, help that shows defaults (finish() adds --debug)."""
+    return CliParser(prog=_prog(tool), description=description, formatter_class=HelpFormatter, allow_abbrev=False, **kw)
+
+
+def doc_description(doc: str, paragraphs: int = 1) -> str:
+    """A module docstring's first `paragraphs` paragraphs (after a usage line) as a --help description: whole
+    paragraphs, never a line cut out of one."""
+    paras = [p.strip("\n") for p in doc.strip().split("\n\n")]
+    if "\n" not in paras[0] and paras[0].lstrip("`").startswith(("python -m", "sglang-eagle3")) and len(paras) > 1:
+        paras = paras[1:]
+    return "\n\n".join(paras[:paragraphs])
+
+
+def finish(parser: argparse.ArgumentParser, tool: str) -> argparse.ArgumentParser:
+    """Give a tool's parser (and its sub-parsers) the shared prog name, help formatter, --debug flag and rules
+    (CliParser: no abbreviations, group help, one-line usage errors)."""
+    old, new = parser.prog, _prog(tool)
+    todo = [parser]
+    while todo:
+        p = todo.pop()
+        p.prog = new + p.prog[len(old):] if p.prog.startswith(old) else p.prog
+        p.formatter_class = HelpFormatter
+        p.allow_abbrev = False
+        if type(p) is argparse.ArgumentParser:
+            p.__class__ = CliParser
+        if "--debug" not in p._option_string_actions:
+            p.add_argument("--debug", action="store_true",
+                           help=f"show the full traceback of an error (also {envs.DEBUG}=1)")
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                a.required = False   # CliParser prints the group's help instead of "required: cmd"
+                todo += list(a.choices.values())
+    return parser
+
+
+def hidden_alias(parser, old: str, dest: str, **kw) -> None:
+    """Keep an old flag spelling working without showing it in --help."""
+    parser.add_argument(old, dest=dest, help=argparse.SUPPRESS, **kw)
+
+
+class _SglangRelease(argparse.Action):
+    """`--sglang VERSION`: a PEP 440 release number (else a usage error naming the flag); one outside the
+    supported range is taken with a warning naming the range (the tools judge it with the nearest rules)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from packaging.version import InvalidVersion, Version
+
+        from . import versions
+
+        text = str(values)
+        try:
+            ok = bool(Version(text).release) and text == text.strip() and "/" not in text
+        except InvalidVersion:
+            ok = False
+        if not ok:
+            raise argparse.ArgumentError(self, f"expected a SGLang release number such as {versions.SUPPORTED_MAX}, "
+                                               f"got {text!r}")
+        if not versions.in_range(text):
+            print(f"{parser.prog}: warning: {option_string} {text} is outside the supported range "
+                  f"{versions.SUPPORTED_MIN}..{versions.SUPPORTED_MAX}: judged with the rules of the nearest "
+                  f"supported release", file=sys.stderr)
+        setattr(namespace, self.dest, text)
+
+
+def add_sglang_release(parser, what: str, dest: str = "sglang_version") -> None:
+    """`--sglang VERSION` (older spelling --sglang-version) -> args.<dest>: the release `what` is for."""
+    parser.add_argument("--sglang", dest=dest, metavar="VERSION", action=_SglangRelease,
+                        help=f"{what} (default: the installed one)")
+    hidden_alias(parser, "--sglang-version", dest=dest, action=_SglangRelease)
+
+
+def add_json_out(parser, what: str = "the results") -> None:
+    """`--json [PATH]`: the same flag in every tool; no PATH or '-' prints JSON on stdout."""
+    parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
+                        help=f"write {what} as JSON to PATH ('-' or no PATH: print JSON instead of text)")
+
+
+def add_verbosity(parser, quiet: str = "no progress output", verbose: str | None = None) -> None:
+    """`--quiet` / `--verbose` (args.quiet, args.verbose): the default shows progress and this package's own
+    lines; --verbose adds what the libraries underneath log."""
+    g = parser.add_mutually_exclusive_group()
+    g.add_argument("--quiet", action="store_true", help=quiet)
+    g.add_argument("--verbose", action="store_true",
+                   help=verbose or "also show the logs and warnings of the libraries underneath")
+
+
+def _finite(obj):
+    """NaN/Infinity are not JSON: written as null."""
+    import math
+
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def write_json(dest: str, obj) -> None:
+    text = json.dumps(_finite(obj), indent=2, default=str, allow_nan=False)
+    if dest == "-":
+        print(text)
+        return
+    with open(dest, "w") as f:
+        f.write(text + "\n")
+
+
+def _number(kind, minimum: float, what: str):
+    """An argparse `type` refusing what is not a finite `kind` >= minimum; argparse names the flag."""
+    import math
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or (kind is float and not math.isfinite(v)) or v < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return v
+    parse.__name__ = what
+    return parse
+
+
+# shared argparse types: a count of 0 or -1 must not silently mean "all" or slice from the end
+positive_int = _number(int, 1, "a positive integer")
+non_negative_int = _number(int, 0, "an integer >= 0")
+positive_float = _number(float, 1e-9, "a positive number of seconds")
+non_negative_float = _number(float, 0.0, "a number >= 0")

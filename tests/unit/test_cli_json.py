@@ -1,0 +1,206 @@
+"""`--json [PATH]` on every command that reports (only JSON on stdout without PATH, human text otherwise) and
+quiet defaults: `train` shows its own lines and a progress bar, not the logs, warnings and bars of the
+libraries it drives; `--quiet` / `--verbose` on every command that shows progress."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from sglang_eagle3_ext import cli, cli_common
+
+from test_cli_style import _all, parsers  # noqa: F401  (module fixture: every tool's finished parser)
+
+REPORTING = ["check", "convert", "compat", "bench", "train", "launch", "dump run", "dump export", "dump status"]
+WITH_PROGRESS = ["check", "convert", "bench", "train", "dump run", "dump export"]
+
+
+@pytest.fixture(autouse=True)
+def _as_module_after():
+    yield
+    cli_common._via_command = False
+
+
+def sg(argv, capfd):
+    try:
+        rc = cli.main(list(map(str, argv)))
+    finally:
+        cli_common._via_command = False
+    out = capfd.readouterr()
+    return rc, out.out, out.err
+
+
+def _parser_of(parsers, key):  # noqa: F811
+    tool, *sub = key.split()
+    p = parsers[tool]
+    if sub:
+        p = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices[sub[0]]
+    return p
+
+
+@pytest.mark.parametrize("key", REPORTING)
+def test_every_reporting_command_takes_json(parsers, key):  # noqa: F811
+    a = _parser_of(parsers, key)._option_string_actions.get("--json")
+    assert a is not None and a.nargs == "?" and a.const == "-" and a.metavar == "PATH", key
+
+
+@pytest.mark.parametrize("key", WITH_PROGRESS)
+def test_quiet_and_verbose_where_there_is_progress(parsers, key):  # noqa: F811
+    p = _parser_of(parsers, key)
+    assert {"--quiet", "--verbose"} <= set(p._option_string_actions), key
+    with pytest.raises(SystemExit):
+        p.parse_args(["--quiet", "--verbose"])
+
+
+def _only_json(rc, out, err, codes=(0,)):
+    assert rc in codes, err
+    return json.loads(out)   # stdout holds the JSON and nothing else
+
+
+# ---------------------------------------------------------------------------------------------- drafts
+@pytest.fixture(scope="module")
+def spec_draft(tmp_path_factory):
+    pytest.importorskip("speculators")
+    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
+
+    return make_speculators_draft(tmp_path_factory.mktemp("spec") / "spec", aux_ids=(1, 2, 3))
+
+
+def test_convert_and_check_report_json(spec_draft, tmp_path, capfd):
+    out_dir = tmp_path / "draft"
+    r = _only_json(*sg(["convert", spec_draft, out_dir, "--sglang", "0.5.16", "--json"], capfd))
+    assert r["ok"] is True and r["dst"] == str(out_dir) and r["format"] == "speculators" and r["tensors"] > 0
+    r = _only_json(*sg(["check", out_dir, "--sglang", "0.5.16", "--json"], capfd))
+    assert r["ok"] is True and r["draft_class"] == "LlamaForCausalLMEagle3" and r["values_scanned"] is True
+    # a refusal: JSON with the problems on stdout, the one-line error on stderr
+    rc, out, err = sg(["convert", tmp_path / "nothing", tmp_path / "d2", "--sglang", "0.5.16", "--json"], capfd)
+    assert rc == 2 and err.startswith("sglang-eagle3 convert: error: ")
+
+
+def test_compat_reports_json(capfd):
+    pytest.importorskip("sglang")
+    r = _only_json(*sg(["compat", "--json"], capfd))
+    assert r["supported"] is True
+
+
+# ---------------------------------------------------------------------------------------------- dump
+def test_dump_status_is_text_by_default_and_json_on_request(tmp_path, capfd):
+    from sglang_eagle3_ext.dump.manifest import ManifestWriter
+
+    d = tmp_path / "dump"
+    d.mkdir()
+    (d / "dump_meta.json").write_text("{}")
+    (d / "status").mkdir()
+    (d / "status" / "dp0.json").write_text(json.dumps({"state": "dumping", "stats": {"written": 1,
+                                                                                       "skipped_multimodal": 2}}))
+    ManifestWriter(d, "dp0").append({"id": "a", "file": "a.safetensors", "num_tokens": 7, "bytes": 100})
+    rc, out, err = sg(["dump", "status", "--dump-dir", d], capfd)
+    assert rc == 0 and out.startswith(f"dump {d}: 1 complete samples, 7 tokens") and "skipped_multimodal=2" in out
+    assert "writer dp0: dumping" in out, out
+    r = _only_json(*sg(["dump", "status", "--dump-dir", d, "--json"], capfd))
+    assert r["complete_samples"] == 1 and r["skipped_multimodal"] == 2
+    path = tmp_path / "s.json"
+    rc, out, _ = sg(["dump", "status", "--dump-dir", d, "--json", path], capfd)
+    assert rc == 0 and out.startswith("dump ") and json.loads(path.read_text())["tokens"] == 7
+
+
+def test_dump_run_summary_as_text():
+    from sglang_eagle3_ext.dump.client import _run_text
+
+    sm = {"samples": 10, "already_done": 2, "sent": 8, "written": 7, "failed_requests": 1, "not_written": 0,
+          "malformed_lines": 0, "duplicate_ids": 0, "seconds": 1.5, "tokens_written": 900, "gb_written": 0.001,
+          "dump_dir": "d", "skipped_multimodal": 3}
+    text = _run_text(sm)
+    assert text.startswith("dump run: 7 of 8 sent samples written (2 of 10 already in the manifest)"), text
+    assert "failed requests 1" in text and "skipped_multimodal 3" in text and "\n" not in text
+
+
+def test_dump_export_reports_json(tmp_path, capfd, monkeypatch):
+    pytest.importorskip("torch")
+    from test_dump_export import _make_dump
+
+    monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "1")
+    d, _ = _make_dump(tmp_path)
+    r = _only_json(*sg(["dump", "export", "--dump-dir", d, "--to", "specforge", "--out", tmp_path / "o", "--quiet",
+                        "--json"], capfd))
+    assert r == {"exported": 2, "to": "specforge", "out": str(tmp_path / "o")}
+
+
+# ---------------------------------------------------------------------------------------------- bench, launch
+def test_bench_reports_json(capfd):
+    from test_bench import serve
+
+    srv, url, _ = serve(0.7)
+    try:
+        r = _only_json(*sg(["bench", "--url", url, "--num-prompts", "2", "--concurrency", "1", "--warmup", "0",
+                            "--max-new-tokens", "8", "--quiet", "--json"], capfd))
+    finally:
+        srv.shutdown()
+    assert r["status"] == "OK" and r["levels"][0]["concurrency"] == 1
+
+
+@pytest.mark.sglang
+def test_launch_dry_run_plan_as_json(tmp_path, capfd, monkeypatch):
+    from test_launch_topology import FAKES
+
+    monkeypatch.setenv("SGLANG_EAGLE3_EXT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    topo = tmp_path / "topo.json"
+    topo.write_text(FAKES["nvlink"][0]().to_json())
+    r = _only_json(*sg(["launch", "--preset", "tiny", "--dry-run", "--skip-draft-check", "--topology-file", topo,
+                        "--tp", "2", "--json"], capfd))
+    assert r["command"][1:3] == ["-m", "sglang.launch_server"] and r["tp_size"] == 2
+    assert r["topology"]["class"] == "full NVLink" and any(d["name"] == "SGLANG_EAGLE3_EXT" for d in r["decisions"])
+    names = _only_json(*sg(["launch", "--list-presets", "--json"], capfd))
+    assert "tiny" in names
+    rc, out, err = sg(["launch", "--preset", "tiny", "--json"], capfd)   # JSON on stdout is --dry-run's only
+    assert rc == 2 and "--dry-run" in err and not out
+
+
+# ---------------------------------------------------------------------------------------------- train
+SMALL = dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_attention_heads=4,
+             num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16,
+             v_head_dim=16, vocab_size=256, n_routed_experts=4, num_experts_per_tok=2, num_hidden_layers=4)
+NOISE = ("INFO", "WARNING", "Warning", "Saving the dataset", "Writing model shards", "Loading from local",
+         "speculators.", "Traceback")
+
+
+@pytest.fixture(scope="module")
+def small_world(tmp_path_factory):
+    """A tiny target and 8 samples of random hidden states: enough for speculators' trainer to run 2 steps."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("speculators.train.cli")
+    from safetensors.torch import save_file
+
+    from sglang_eagle3_ext.tiny import ensure_tiny_target
+
+    root = tmp_path_factory.mktemp("train_cli")
+    target = ensure_tiny_target(root / "target", **SMALL)
+    hs = root / "data" / "hidden_states"
+    hs.mkdir(parents=True)
+    g = torch.Generator().manual_seed(0)
+    for i in range(8):
+        save_file({"token_ids": torch.randint(0, SMALL["vocab_size"], (24,), generator=g),
+                   "hidden_states": torch.randn(24, 4, SMALL["hidden_size"], generator=g).bfloat16()},
+                  str(hs / f"hs_{i}.safetensors"))
+    (root / "data" / "metadata.json").write_text(json.dumps({"hf_hidden_state_indices": [1, 2, 3]}))
+    return root, target
+
+
+def test_train_shows_its_own_lines_and_reports_json(small_world, capfd):
+    """By default only train's own lines and the trainer's progress bar: none of the ~50 lines per step that
+    speculators, transformers, datasets and torch print (config dumps, INFO logs, warnings, other bars)."""
+    root, target = small_world
+    summary = root / "summary.json"
+    rc, out, err = sg(["train", "--data", root / "data", "--target", target, "--out", root / "draft", "--device",
+                       "cpu", "--steps", "2", "--ttt-steps", "1", "--total-seq-len", "64", "--num-workers", "0",
+                       "--intermediate-size", "64", "--min-val-acc", "0", "--json", summary], capfd)
+    assert rc == 0, err
+    lines = (out + err).splitlines()
+    own = [ln for ln in lines if ln.startswith("[train_draft] ")]
+    assert own and own[-1].startswith("[train_draft] DONE steps=2"), out
+    noise = [ln for ln in lines if not ln.startswith(("[train_draft] ", "Epoch ")) or any(w in ln for w in NOISE)]
+    assert not noise and len(lines) <= 12, "\n".join(noise or lines)
+    r = json.loads(summary.read_text())
+    assert r["steps"] == 2 and r["saved"] == str(root / "draft") and r["layer_ids"] == [1, 2, 3]
