@@ -142,7 +142,7 @@ _VARS: tuple[Var, ...] = (
     Var(DEBUG, "bool", False, "command-line tools print the full traceback of an error (as `--debug`)"),
     Var(DUMP_DIR, "path", None,
         "dump directory; turns dumping on. Must exist for a plain SGLang launch (a typo must not start a new "
-        "tree); `launch_server` creates it", section="dump", preset_key="dump_dir"),
+        "tree); `sglang-eagle3 launch --dump-dir DIR` creates it", section="dump", preset_key="dump_dir"),
     Var(DUMP_LAYERS, "layers", None, "HF hidden_states indices (0 = embeddings, i = output of decoder layer i-1)",
         section="dump", preset_key="dump_layers", default_doc="`2,n//2,n-3`"),
     Var(DUMP_FINAL, "choice", "prenorm",

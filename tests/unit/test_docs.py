@@ -337,7 +337,6 @@ def test_user_documents_have_no_working_words():
     assert not hits, "working words in the documents:\n" + "\n".join(hits)
 
 
-@pytest.mark.xfail(strict=False, reason="until comments are scrubbed")
 def test_no_working_words_anywhere():
     hits = working_word_hits(_repo_files())
     assert not hits, f"{len(hits)} lines speak of how the package was developed:\n" + "\n".join(hits)
