@@ -16,6 +16,7 @@ DP group writes.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import weakref
 
@@ -134,21 +135,46 @@ class DumpTarget:
             self._norm_sent = self._norm_sent or send_norm
 
 
+# request id -> None for requests seen carrying multimodal inputs when their batch was built (bounded: the
+# newest ids; a request's chunks arrive within a few batches of each other)
+_MULTIMODAL_RIDS: "collections.OrderedDict[str, None]" = collections.OrderedDict()
+_MULTIMODAL_RIDS_MAX = 65536
+
+
+def note_multimodal(rids, mm_inputs) -> None:
+    """Called when a ForwardBatch is built (targets/forward_batch_info.py): remember its multimodal requests
+    by id, which survives the copies SGLang makes of the batch before the model runs."""
+    if rids is None or len(rids) != len(mm_inputs):
+        return
+    seen = False
+    for rid, x in zip(rids, mm_inputs):
+        if carries_multimodal(x):
+            _MULTIMODAL_RIDS[rid] = None
+            _MULTIMODAL_RIDS.move_to_end(rid)
+            seen = True
+    while len(_MULTIMODAL_RIDS) > _MULTIMODAL_RIDS_MAX:
+        _MULTIMODAL_RIDS.popitem(last=False)
+    if seen:
+        log_once("dump-multimodal", "dump: requests with images/audio/video are served and counted "
+                 "(skipped_multimodal), never dumped: their positions hold pad values, not token ids")
+
+
 def multimodal_requests(fb, bs: int) -> list[bool] | None:
     """Per request of the batch: it carries images/audio/video. SGLang replaced their positions in input_ids by
     pad values, then clamped those into the vocab, and the states there are the vision tower's: never a training
-    sample. Read from the flags recorded when the batch was built (targets/forward_batch_info.py), as the
-    embedding step clears `mm_inputs` before the logits processor runs. None when no request does."""
-    from ..targets.forward_batch_info import MULTIMODAL_ATTR
-
-    flags = getattr(fb, MULTIMODAL_ATTR, None)
-    if flags is None:
-        mm = getattr(fb, "mm_inputs", None)
-        flags = [carries_multimodal(x) for x in mm] if mm else None
-    if not flags:
-        return None
-    if len(flags) != bs:        # not per request: no request of this batch can be told apart
-        return [True] * bs
+    sample. `mm_inputs` while the batch still holds it; else the ids noted when the batch was built; a batch
+    with multimodal embeddings (`mm_input_embeds`) whose requests cannot be told apart counts as all
+    multimodal. None when no request does."""
+    mm = getattr(fb, "mm_inputs", None)
+    rids = getattr(fb, "rids", None)
+    if mm and len(mm) == bs:
+        flags = [carries_multimodal(x) for x in mm]
+    elif rids is not None and len(rids) == bs:
+        flags = [r in _MULTIMODAL_RIDS for r in rids]
+    else:
+        flags = [bool(mm)] * bs
+    if not any(flags) and getattr(fb, "mm_input_embeds", None) is not None:   # no record of which: all
+        flags = [True] * bs
     return flags if any(flags) else None
 
 

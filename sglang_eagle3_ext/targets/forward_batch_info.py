@@ -1,22 +1,15 @@
 """Patches of sglang.srt.model_executor.forward_batch_info."""
 
-MULTIMODAL_ATTR = "_sge3_multimodal"
-
 
 def record_multimodal(wrapped, instance, args, kwargs):
     """ForwardBatch.init_new(batch, model_runner): remember which requests carry images/audio/video while
-    `mm_inputs` still says so. The multimodal embedding step clears `mm_inputs` and clamps the pad values in
-    `input_ids` in place before the logits processor runs, so by dump time neither tells them apart."""
+    `mm_inputs` still says so. The batch the model sees is a copy (the eager runner's dataclasses.replace),
+    whose `mm_inputs` the multimodal embedding step clears, clamping the pad values in `input_ids` into the
+    vocab in place, before the logits processor runs: by dump time neither tells the requests apart."""
     fb = wrapped(*args, **kwargs)
     mm = getattr(fb, "mm_inputs", None)
     if mm:
-        from ..dump.capture import carries_multimodal
+        from ..dump.capture import note_multimodal
 
-        flags = [carries_multimodal(x) for x in mm]
-        setattr(fb, MULTIMODAL_ATTR, flags)
-        if any(flags):
-            from .._log import log_once
-
-            log_once("dump-multimodal", "dump: requests with images/audio/video are served and counted "
-                     "(skipped_multimodal), never dumped: their positions hold pad values, not token ids")
+        note_multimodal(getattr(fb, "rids", None), mm)
     return fb

@@ -119,9 +119,9 @@ def test_multimodal_requests_are_counted_not_written(sglang_cpu, tmp_path, monke
 @pytest.mark.parametrize("writer", ["thread", "process"])
 def test_multimodal_requests_are_told_apart_after_the_embedding_step(sglang_cpu, tmp_path, monkeypatch, writer):
     """SGLang's multimodal embedding step (mm_utils.general_mm_embed_routine) clears ForwardBatch.mm_inputs and
-    clamps the pad values in input_ids into the vocab, in place, before the logits processor runs: at dump time
-    the image request looks like text. The flags recorded when the batch was built (the patch-table wrapper of
-    ForwardBatch.init_new) still tell it apart."""
+    clamps the pad values in input_ids into the vocab, in place, before the logits processor runs, on a copy of
+    the batch the eager runner made: at dump time the image request looks like text. The ids noted when the batch
+    was built (the patch-table wrapper of ForwardBatch.init_new) still tell it apart."""
     import inspect
 
     from sglang.srt.managers import mm_utils
@@ -130,8 +130,11 @@ def test_multimodal_requests_are_told_apart_after_the_embedding_step(sglang_cpu,
 
     from sglang_eagle3_ext.targets.forward_batch_info import record_multimodal
 
+    from sglang.srt.model_executor.runner import eager_runner
+
     src = inspect.getsource(mm_utils)
     assert "forward_batch.mm_inputs = None" in src and "input_ids.clamp_(" in src   # what this test replays
+    assert "replace(" in inspect.getsource(eager_runner.EagerRunner.load_batch)
     _serve_env(monkeypatch, tmp_path, **{C.ENV_WRITER: writer})
     m = _model(sglang_cpu)
     vocab = m.config.vocab_size
@@ -141,7 +144,8 @@ def test_multimodal_requests_are_told_apart_after_the_embedding_step(sglang_cpu,
     ids = torch.tensor([1, 2, 3, 4] + [5, pad, pad, pad, 6])
     built = _fb(ForwardMode.EXTEND, ["text", "image"], [0, 0], [4, 5], [4, 5], ids)
     built.mm_inputs = [None, _image_inputs(pad)]
-    fb = record_multimodal(lambda: built, None, (), {})       # ForwardBatch.init_new, as patched
+    built = record_multimodal(lambda: built, None, (), {})    # ForwardBatch.init_new, as patched
+    fb = dataclasses.replace(built)                           # the eager runner's copy (EagerRunner.load_batch)
     fb.mm_inputs = None                                       # the embedding step, as SGLang does it
     fb.input_ids.clamp_(min=0, max=vocab - 1)
     _forward(m, fb, False, LAYERS)
