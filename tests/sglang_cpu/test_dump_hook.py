@@ -13,8 +13,13 @@ from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read
 from sglang_eagle3_ext.dump.export import rms_norm
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.targets.logits_processor import dump_prefill
+from sglang_eagle3_ext import versions
 
 from helpers import _short_samples_allowed  # noqa: F401 (autouse fixture)
+
+# HF index 0 (the embeddings) where the installed release can capture it, else the first layer's output
+HOOK_LAYERS = [0, 2, 5] if versions.capabilities().CAPTURE_LAYER0 else [1, 2, 5]
+HOOK_LAYERS_ENV = ",".join(map(str, HOOK_LAYERS))
 
 
 def _original_forward(lp, seen: list | None = None):
@@ -108,25 +113,25 @@ def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkey
     from sglang_eagle3_ext.dump.staging import PinnedRing
 
     monkeypatch.setattr(start, "_writer", None)
-    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "0,2,5", C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
+    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
     m = _model(sglang_cpu)
     target = start.attach(m, cfg)
     assert target.copier.ring is None                      # CPU model: no pinned staging buffer
     ring = target.copier.ring = PinnedRing(staging, pin=False) if staging else None
-    assert m.capture_aux_hidden_states and m.model.layers_to_capture == [0, 2, 5]   # HF indices, no +1
+    assert m.capture_aux_hidden_states and m.model.layers_to_capture == HOOK_LAYERS   # HF indices, no +1
     w = start.get_writer()
     # chunk 1: "p1" tokens 0..3 of 6, plus a nodump- request; chunk 2: p1 tokens 4..5 and p2 (3 tokens)
     fb1 = _fb(ForwardMode.EXTEND, ["p1", "nodump-g"], [0, 0], [4, 2], [6, 2], torch.arange(6))
-    r1 = _forward(m, fb1, packed, [0, 2, 5])
+    r1 = _forward(m, fb1, packed, HOOK_LAYERS)
     fb2 = _fb(ForwardMode.EXTEND, ["p1", "p2"], [4, 0], [2, 3], [6, 3], torch.arange(100, 105))
-    r2 = _forward(m, fb2, packed, [0, 2, 5])
+    r2 = _forward(m, fb2, packed, HOOK_LAYERS)
     # not pure EXTEND: never dumped, even with dumpable rids
     for mode in (ForwardMode.MIXED, ForwardMode.TARGET_VERIFY, ForwardMode.DECODE, ForwardMode.DRAFT_EXTEND_V2):
-        _forward(m, _fb(mode, ["p3"], [0], [2], [2], torch.arange(2)), packed, [0, 2, 5])
+        _forward(m, _fb(mode, ["p3"], [0], [2], [2], torch.arange(2)), packed, HOOK_LAYERS)
     man, t, meta = _p1_stitched(w, tmp_path, r1, r2)
     # SGLang's own RMSNorm output = our re-derivation from the pre-norm state (used by the SpecForge export)
     assert torch.allclose(rms_norm(t[T_PRE], m.model.norm.weight.data, 1e-6), t[T_POST], atol=1e-5)
-    assert meta["layer_indices_hf"] == [0, 2, 5] and meta["hidden_size"] == H and meta["sglang_version"]
+    assert meta["layer_indices_hf"] == HOOK_LAYERS and meta["hidden_size"] == H and meta["sglang_version"]
     assert meta["tp_size"] == 1 and meta["dp_size"] == 1
     if ring is not None:   # every region went back once its samples were written (or not dumped)
         assert not ring._live and ring.allocated + ring.fallbacks == 2     # the two EXTEND batches
@@ -141,17 +146,17 @@ def test_hook_feeds_the_writer_process(sglang_cpu, tmp_path, monkeypatch, packed
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     monkeypatch.setattr(start, "_writer", None)
-    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "0,2,5", C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1",
+    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1",
                       C.ENV_WRITER: "process"})
     m = _model(sglang_cpu)
     target = start.attach(m, cfg)
     w = start.get_writer()
     assert target.copier.ring is not None and target.copier.ring is w.staging          # shared memory, also on CPU
     r1 = _forward(m, _fb(ForwardMode.EXTEND, ["p1", "p2"], [0, 0], [4, 3], [6, 3], torch.arange(7)), packed,
-                  [0, 2, 5])
-    r2 = _forward(m, _fb(ForwardMode.EXTEND, ["p1"], [4], [2], [6], torch.arange(100, 102)), packed, [0, 2, 5])
+                  HOOK_LAYERS)
+    r2 = _forward(m, _fb(ForwardMode.EXTEND, ["p1"], [4], [2], [6], torch.arange(100, 102)), packed, HOOK_LAYERS)
     man, t, meta = _p1_stitched(w, tmp_path, r1, r2)
-    assert meta["layer_indices_hf"] == [0, 2, 5] and meta["sglang_version"]
+    assert meta["layer_indices_hf"] == HOOK_LAYERS and meta["sglang_version"]
     t2, _ = read_sample(tmp_path / man["p2"]["file"])
     assert torch.equal(t2[T_AUX], r1[2][4:7])
     from safetensors.torch import load_file
@@ -203,13 +208,13 @@ def test_nan_rows_skip_only_their_request(sglang_cpu, tmp_path, monkeypatch, pac
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     monkeypatch.setattr(start, "_writer", None)
-    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "0,2,5", C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
+    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
     m = _model(sglang_cpu)
     start.attach(m, cfg)
     w = start.get_writer()
     fb = _fb(ForwardMode.EXTEND, ["good", "bad"], [0, 0], [3, 4], [3, 4], torch.arange(7))
     fb.input_ids = torch.arange(7)
-    _forward(m, fb, packed, [0, 2, 5], nan_row=5, pad=2)
+    _forward(m, fb, packed, HOOK_LAYERS, nan_row=5, pad=2)
     assert w.flush(30)
     assert set(read_manifest(tmp_path)) == {"good"} and w.stats["nonfinite"] == 1
     w.close()
@@ -225,14 +230,14 @@ def test_request_aborted_mid_chunked_prefill_frees_the_ring(sglang_cpu, tmp_path
     from sglang_eagle3_ext.dump.staging import PinnedRing
 
     monkeypatch.setattr(start, "_writer", None)
-    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "0,2,5", C.ENV_MIN_TOKENS: "1"})
+    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_MIN_TOKENS: "1"})
     m = _model(sglang_cpu)
     target = start.attach(m, cfg)
     ring = target.copier.ring = PinnedRing(1 << 16, pin=False)
     w = start.get_writer()
-    _forward(m, _fb(ForwardMode.EXTEND, ["dead", "a"], [0, 0], [4, 3], [64, 3], torch.arange(7)), False, [0, 2, 5])
+    _forward(m, _fb(ForwardMode.EXTEND, ["dead", "a"], [0, 0], [4, 3], [64, 3], torch.arange(7)), False, HOOK_LAYERS)
     for i in range(STALE_BATCHES + 3):
-        _forward(m, _fb(ForwardMode.EXTEND, [f"n{i}"], [0], [5], [5], torch.arange(5)), False, [0, 2, 5])
+        _forward(m, _fb(ForwardMode.EXTEND, [f"n{i}"], [0], [5], [5], torch.arange(5)), False, HOOK_LAYERS)
     assert w.flush(30)
     assert w.budget.used == 0 and not ring._live and ring.fallbacks == 0
     assert set(read_manifest(tmp_path)) == {"a"} | {f"n{i}" for i in range(STALE_BATCHES + 3)}
