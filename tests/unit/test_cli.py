@@ -14,43 +14,11 @@ import pytest
 from sglang_eagle3_ext import cli, cli_common
 from sglang_eagle3_ext.cli_common import EXIT_BAD_INPUT, EXIT_INTERNAL, run_tool
 
+from cli_fixtures import _all, parsers  # noqa: F401  (module fixture: every tool's finished parser)
+
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = list(cli_common.MAINS)
 SUBCOMMAND_ARGS = {"dump": ["run"]}  # tools whose options live on a sub-parser
-
-
-class _Built(Exception):
-    pass
-
-
-@pytest.fixture(scope="module")
-def parsers():
-    """Every tool's finished parser, captured at cli_common.finish (the tool does not run)."""
-    got, real = {}, cli_common.finish
-
-    def capture(parser, tool):
-        got[tool] = real(parser, tool)
-        raise _Built
-
-    cli_common.finish = capture
-    try:
-        for tool in TOOLS:
-            mod, fn = cli_common.MAINS[tool].split(":")
-            main = getattr(__import__(f"sglang_eagle3_ext.{mod}", fromlist=[fn]), fn)
-            with pytest.raises(_Built):
-                main(["--help"])
-    finally:
-        cli_common.finish = real
-    return got
-
-
-def _all(parser):
-    out = [parser]
-    for a in parser._actions:
-        if isinstance(a, argparse._SubParsersAction):
-            for p in a.choices.values():
-                out += _all(p)
-    return out
 
 
 def _flags(parser) -> dict[str, argparse.Action]:

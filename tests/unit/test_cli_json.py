@@ -8,27 +8,10 @@ import json
 
 import pytest
 
-from sglang_eagle3_ext import cli, cli_common
-
-from test_cli_style import _all, parsers  # noqa: F401  (module fixture: every tool's finished parser)
+from cli_fixtures import _all, _as_module_after, parsers, sg  # noqa: F401  (fixtures)
 
 REPORTING = ["check", "convert", "compat", "bench", "train", "launch", "dump run", "dump export", "dump status"]
 WITH_PROGRESS = ["check", "convert", "bench", "train", "dump run", "dump export"]
-
-
-@pytest.fixture(autouse=True)
-def _as_module_after():
-    yield
-    cli_common._via_command = False
-
-
-def sg(argv, capfd):
-    try:
-        rc = cli.main(list(map(str, argv)))
-    finally:
-        cli_common._via_command = False
-    out = capfd.readouterr()
-    return rc, out.out, out.err
 
 
 def _parser_of(parsers, key):  # noqa: F811

@@ -14,29 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_eagle3_ext import cli, cli_common, versions
+from sglang_eagle3_ext import cli_common, versions
 from sglang_eagle3_ext.cli_common import EXIT_BAD_INPUT, run_tool
+
+from cli_fixtures import _all, _as_module_after, parsers, sg  # noqa: F401  (fixtures)
 
 TOOLS = list(cli_common.MAINS)
 RANGE = f"{versions.SUPPORTED_MIN}..{versions.SUPPORTED_MAX}"
-
-
-@pytest.fixture(autouse=True)
-def _as_module_after():
-    yield
-    cli_common._via_command = False
-
-
-def sg(argv, capfd):
-    """`sglang-eagle3 ARGV` in this process: (exit code, stdout, stderr)."""
-    try:
-        rc = cli.main(list(map(str, argv)))
-    except SystemExit as e:   # a tool that let argparse exit
-        rc = e.code
-    finally:
-        cli_common._via_command = False
-    out = capfd.readouterr()
-    return rc, out.out, out.err
 
 
 def error_lines(err: str) -> list[str]:
@@ -44,37 +28,6 @@ def error_lines(err: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- parsers
-class _Built(Exception):
-    pass
-
-
-@pytest.fixture(scope="module")
-def parsers():
-    """Every tool's finished parser, captured at cli_common.finish (the tool does not run)."""
-    got, real = {}, cli_common.finish
-
-    def capture(parser, tool):
-        got[tool] = real(parser, tool)
-        raise _Built
-
-    cli_common.finish = capture
-    try:
-        for tool in TOOLS:
-            mod, fn = cli_common.MAINS[tool].split(":")
-            with pytest.raises(_Built):
-                getattr(importlib.import_module(f"sglang_eagle3_ext.{mod}"), fn)(["--help"])
-    finally:
-        cli_common.finish = real
-    return got
-
-
-def _all(parser):
-    out = [parser]
-    for a in parser._actions:
-        if isinstance(a, argparse._SubParsersAction):
-            for p in a.choices.values():
-                out += _all(p)
-    return out
 
 
 def test_every_parser_refuses_abbreviations(parsers):

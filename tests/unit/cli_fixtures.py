@@ -1,0 +1,63 @@
+"""What the command-line tests share: every tool's finished parser (captured at cli_common.finish, the tool
+does not run), a walk over a parser and its sub-parsers, and `sglang-eagle3 ARGV` run in this process."""
+from __future__ import annotations
+
+import argparse
+import importlib
+
+import pytest
+
+from sglang_eagle3_ext import cli, cli_common
+
+TOOLS = list(cli_common.MAINS)
+
+
+class _Built(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def parsers():
+    """Every tool's finished parser, captured at cli_common.finish (the tool does not run)."""
+    got, real = {}, cli_common.finish
+
+    def capture(parser, tool):
+        got[tool] = real(parser, tool)
+        raise _Built
+
+    cli_common.finish = capture
+    try:
+        for tool in TOOLS:
+            mod, fn = cli_common.MAINS[tool].split(":")
+            with pytest.raises(_Built):
+                getattr(importlib.import_module(f"sglang_eagle3_ext.{mod}"), fn)(["--help"])
+    finally:
+        cli_common.finish = real
+    return got
+
+
+def _all(parser):
+    out = [parser]
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for p in a.choices.values():
+                out += _all(p)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _as_module_after():
+    yield
+    cli_common._via_command = False
+
+
+def sg(argv, capfd):
+    """`sglang-eagle3 ARGV` in this process: (exit code, stdout, stderr)."""
+    try:
+        rc = cli.main(list(map(str, argv)))
+    except SystemExit as e:   # a tool that let argparse exit
+        rc = e.code
+    finally:
+        cli_common._via_command = False
+    out = capfd.readouterr()
+    return rc, out.out, out.err
