@@ -83,22 +83,30 @@ def _status(tmp_path) -> dict:
     return json.loads((tmp_path / "status" / "dp0.json").read_text())["stats"]
 
 
-@pytest.mark.parametrize("writer", ["thread", "process"])
-def test_multimodal_requests_are_counted_not_written(sglang_cpu, tmp_path, monkeypatch, writer):
-    """An image request (SGLang put MM_PAD_SHIFT_VALUE + hash where the image goes) next to a text request in
-    one batch, then the image request's second chunk: the text request is written, the image request only
-    counted (in the status file `dump status` shows)."""
+def _text_and_image(sglang_cpu, tmp_path, monkeypatch, writer, image_prompt_len):
+    """A dumping model and one EXTEND batch: a 4-token text request beside an image request's first 5 tokens
+    (pad values where the image goes, as SGLang puts them). (model, writer, batch, pad value)."""
     from sglang.srt.managers.schedule_batch import MM_PAD_SHIFT_VALUE
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     _serve_env(monkeypatch, tmp_path, **{C.ENV_WRITER: writer})
     m = _model(sglang_cpu)
     start.attach(m)
-    w = start.get_writer()
     pad = MM_PAD_SHIFT_VALUE + 12345
     ids = torch.tensor([1, 2, 3, 4] + [5, pad, pad, pad, 6])
-    fb = _fb(ForwardMode.EXTEND, ["text", "image"], [0, 0], [4, 5], [4, 8], ids)
+    fb = _fb(ForwardMode.EXTEND, ["text", "image"], [0, 0], [4, 5], [4, image_prompt_len], ids)
     fb.mm_inputs = [None, _image_inputs(pad)]
+    return m, start.get_writer(), fb, pad
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_multimodal_requests_are_counted_not_written(sglang_cpu, tmp_path, monkeypatch, writer):
+    """An image request (SGLang put MM_PAD_SHIFT_VALUE + hash where the image goes) next to a text request in
+    one batch, then the image request's second chunk: the text request is written, the image request only
+    counted (in the status file `dump status` shows)."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    m, w, fb, pad = _text_and_image(sglang_cpu, tmp_path, monkeypatch, writer, 8)
     _forward(m, fb, False, LAYERS)
     fb2 = _fb(ForwardMode.EXTEND, ["image"], [5], [3], [8], torch.tensor([pad, 7, 8]))
     fb2.mm_inputs = [_image_inputs(pad)]
@@ -125,25 +133,15 @@ def test_multimodal_requests_are_told_apart_after_the_embedding_step(sglang_cpu,
     import inspect
 
     from sglang.srt.managers import mm_utils
-    from sglang.srt.managers.schedule_batch import MM_PAD_SHIFT_VALUE
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.model_executor.runner import eager_runner
 
     from sglang_eagle3_ext.targets.forward_batch_info import record_multimodal
-
-    from sglang.srt.model_executor.runner import eager_runner
 
     src = inspect.getsource(mm_utils)
     assert "forward_batch.mm_inputs = None" in src and "input_ids.clamp_(" in src   # what this test replays
     assert "replace(" in inspect.getsource(eager_runner.EagerRunner.load_batch)
-    _serve_env(monkeypatch, tmp_path, **{C.ENV_WRITER: writer})
-    m = _model(sglang_cpu)
+    m, w, built, _ = _text_and_image(sglang_cpu, tmp_path, monkeypatch, writer, 5)
     vocab = m.config.vocab_size
-    start.attach(m)
-    w = start.get_writer()
-    pad = MM_PAD_SHIFT_VALUE + 12345
-    ids = torch.tensor([1, 2, 3, 4] + [5, pad, pad, pad, 6])
-    built = _fb(ForwardMode.EXTEND, ["text", "image"], [0, 0], [4, 5], [4, 5], ids)
-    built.mm_inputs = [None, _image_inputs(pad)]
     built = record_multimodal(lambda: built, None, (), {})    # ForwardBatch.init_new, as patched
     fb = dataclasses.replace(built)                           # the eager runner's copy (EagerRunner.load_batch)
     fb.mm_inputs = None                                       # the embedding step, as SGLang does it
