@@ -3,7 +3,7 @@
     python benchmarks/bench_compact.py [--tokens 1024] [--hidden 256] [--json out.json]
 
 1. Real hidden states: a small random DeepSeek-V3 (transformers' DeepseekV3ForCausalLM, made with
-   sglang_eagle3_ext.tiny.ensure_tiny_target, bf16) runs prompts with output_hidden_states=True; its aux
+   sglang_eagle3_ext.tiny.deepseek_v3.ensure_tiny_target, bf16) runs prompts with output_hidden_states=True; its aux
    states (default layer ids) and the final pre-norm state go through the real DumpWriter twice, once per
    encoding, and the files are compared:
      ratio  = bytes per token (manifest bytes / tokens) fp8 ÷ bf16   (goal <= 0.55)
@@ -59,7 +59,7 @@ def real_states(tmp: Path, tokens: int, hidden: int, seqs: int):
     from transformers import DeepseekV3ForCausalLM
 
     from sglang_eagle3_ext.dump.config import default_layers
-    from sglang_eagle3_ext.tiny import ensure_tiny_target
+    from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target
 
     small = dict(vocab_size=2048, hidden_size=hidden, intermediate_size=2 * hidden, moe_intermediate_size=hidden // 2,
                  num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8,

@@ -154,7 +154,7 @@ def main():
     from sglang_eagle3_ext.dump.config import (ENV_COPY_STREAM, ENV_DIR, ENV_DISCARD, ENV_IO_THREADS, ENV_LAYERS,
                                                 ENV_MAX_PENDING_MB, ENV_WRITER, META_FILE)
     from sglang_eagle3_ext.dump.manifest import read_manifest
-    from sglang_eagle3_ext.tiny import ensure_target, ensure_tiny_target
+    from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_target, ensure_tiny_target
 
     # Kimi-K2.5's attention and widths with 4 layers and 16 experts (tiny.KIMI_WIDTH), drawn on the GPU
     model = a.model or str(ensure_target("kimi-width-deepseek-v3") if a.kimi_width else ensure_tiny_target())

@@ -98,12 +98,12 @@ def main() -> int:
     from transformers import AutoConfig
 
     import sglang_eagle3_ext
-    from sglang_eagle3_ext.draft.tiny_draft import sglang_weights_iterator
+    from sglang_eagle3_ext.tiny.llama_draft import sglang_weights_iterator
 
     with tempfile.TemporaryDirectory() as tmp:
         draft = make_draft(Path(tmp) / "draft", a.hidden, a.vocab, a.draft_vocab)
         size = os.path.getsize(draft / "model.safetensors") / 2**20
-        from sglang_eagle3_ext.draft.tiny_draft import write_target_config
+        from sglang_eagle3_ext.tiny.llama_draft import write_target_config
         target = write_target_config(Path(tmp) / "target", hidden=a.hidden, vocab=a.vocab, layers=61)
         init_sglang(draft, target)
         from sglang.srt.models.registry import ModelRegistry

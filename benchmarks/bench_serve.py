@@ -97,7 +97,7 @@ def make_draft(model: Path, out: Path | None = None) -> Path:
 
     import torch
 
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     out = out or model.with_name(model.name + "-random-draft")
     if (out / "sglang" / "config.json").exists():
@@ -170,7 +170,7 @@ def serving_setup(a, need_draft: bool = True) -> tuple[Path, Path | None, list[s
     """(target, draft, the server flags every server shares) from add_serving_args' flags."""
     from gpu_helpers import defaults_refused, server_args
 
-    from sglang_eagle3_ext.tiny import ensure_target
+    from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_target
 
     model = Path(a.model) if a.model else ensure_target("kimi-width-predictable")
     draft = Path(a.draft) if a.draft else (make_draft(model) if need_draft else None)

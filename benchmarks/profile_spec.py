@@ -84,7 +84,7 @@ def profile_server(base: str, log: Path, prompts, a, out_dir: Path) -> dict:
     the same workload under SGLang's profiler for a.profile_steps scheduler steps."""
     from bench_serve import workload
 
-    from sglang_eagle3_ext.bench_steps import step_summary
+    from sglang_eagle3_ext.bench.steps import step_summary
 
     workload(base, prompts, a.bs, a.new_tokens)                      # warm: JIT, graphs, prefill shapes
     timed = workload(base, prompts, a.bs, a.new_tokens)

@@ -45,7 +45,7 @@ sys.path.insert(0, str(HERE))
 import make_patches  # noqa: E402
 from make_patches import RELEASES  # noqa: E402
 
-from sglang_eagle3_ext import compat  # noqa: E402
+from sglang_eagle3_ext.compat import release as compat  # noqa: E402
 
 COLUMNS = ["install", "targets", "patch", "baked", "runtime", "loader", "dump"]
 README = REPO / "README.md"

@@ -2,7 +2,7 @@
 """Generate patches/<release>/sglang-eagle3-ext.patch for every supported SGLang release.
 
 For each release: unpack the wheel's Python sources, resolve every target of
-`sglang_eagle3_ext.patch_table.PATCHES` statically (`sglang_eagle3_ext.compat.locate`), and edit
+`sglang_eagle3_ext.patch_table.PATCHES` statically (`sglang_eagle3_ext.compat.release.locate`), and edit
 the defining file: one `import sglang_eagle3_ext.static_patch` line above the module's first
 import, and one decorator line `@sglang_eagle3_ext.static_patch.patched("<patch name>")` on top
 of each target function (outermost, so it wraps exactly what the runtime route wraps). Then
@@ -23,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from sglang_eagle3_ext import compat  # noqa: E402
+from sglang_eagle3_ext.compat import release as compat  # noqa: E402
 from sglang_eagle3_ext.patch_table import PATCHES  # noqa: E402
 from sglang_eagle3_ext.versions import TESTED_RELEASES, capabilities_from_source  # noqa: E402
 

@@ -103,7 +103,7 @@ def deepseek_dir(tmp_path_factory):
 
     from transformers import DeepseekV3Config
 
-    from sglang_eagle3_ext.tiny import SGLANG_EXTRA_KEYS, TINY_CONFIG
+    from sglang_eagle3_ext.tiny.deepseek_v3 import SGLANG_EXTRA_KEYS, TINY_CONFIG
 
     d = tmp_path_factory.mktemp("ds")
     cfg = DeepseekV3Config(**TINY_CONFIG)

@@ -61,7 +61,7 @@ def build_draft(draft_dir, arch):
 
 def load_draft(h, draft_dir, target, arch):
     """The draft built and loaded through the release's load_weights, as a server serving `target` loads it."""
-    from sglang_eagle3_ext.draft.tiny_draft import sglang_weights_iterator
+    from sglang_eagle3_ext.tiny.llama_draft import sglang_weights_iterator
 
     model = build_draft(draft_dir, arch)
     with serving(h, target, draft_dir):

@@ -43,7 +43,7 @@ def draft_k(cfg: dict) -> int | None:
 
 
 def set_capture_layers(wrapped, instance, args, kwargs):
-    from ..sglang_runtime import draft_dir_and_config, server_args
+    from ..server.runtime import draft_dir_and_config, server_args
 
     why = aux_capture_refusal(server_args(), "the EAGLE-3 draft")
     if why:

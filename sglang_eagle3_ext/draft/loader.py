@@ -166,7 +166,7 @@ def _draft_dir(config) -> Path | None:
     for cand in (getattr(config, "_name_or_path", None), getattr(config, "name_or_path", None)):
         if cand and os.path.isdir(cand):
             return Path(cand)
-    from ..sglang_runtime import draft_dir_and_config
+    from ..server.runtime import draft_dir_and_config
     from .hub import cached_snapshot, looks_like_hub_id
 
     path, _ = draft_dir_and_config()
@@ -176,7 +176,7 @@ def _draft_dir(config) -> Path | None:
 
 
 def _model_path_is(d: Path | None) -> bool:
-    from ..sglang_runtime import server_args
+    from ..server.runtime import server_args
 
     mp = getattr(server_args(), "model_path", None)
     try:
@@ -187,7 +187,7 @@ def _model_path_is(d: Path | None) -> bool:
 
 def _target_dir() -> Path | None:
     """The served target's folder (a hub id: its local cache snapshot, as SGLang downloaded it), or None."""
-    from ..sglang_runtime import server_args
+    from ..server.runtime import server_args
     from .hub import resolve
 
     mp = getattr(server_args(), "model_path", None)
@@ -197,7 +197,7 @@ def _target_dir() -> Path | None:
 def pre_load_problems(model, layout) -> tuple[rules.DraftSpec | None, list[Problem], str, tuple]:
     """Files, config and target checks: everything decidable before a tensor is read; and the target
     (folder, config) when there is one, for the lm_head rule."""
-    from ..sglang_runtime import target_config
+    from ..server.runtime import target_config
     from .safetensors_io import scan_headers
 
     d = _draft_dir(model.config)

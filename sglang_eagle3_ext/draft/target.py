@@ -7,7 +7,7 @@ from pathlib import Path
 from . import errors as E
 from .errors import Problem
 from .keys import HF_INDICES_FIELD
-from ..sglang_runtime import language_config
+from ..server.runtime import language_config
 
 
 def declared_dtype(*cfgs: dict) -> str | None:

@@ -1,4 +1,4 @@
-from ..cli_common import run_tool
+from ..cli.common import run_tool
 from .client import main
 
 raise SystemExit(run_tool("dump", main))

@@ -37,7 +37,7 @@ class Tokenizer:
     """The tokenizer of the model the user named with --target (never one a server's reply names)."""
 
     def __init__(self, name, trust_remote_code: bool = False):
-        from ..cli_common import load_tokenizer
+        from ..cli.common import load_tokenizer
 
         self.tok = load_tokenizer(name, trust_remote_code)
 
@@ -97,7 +97,7 @@ class _Sender:
             pass
 
     def one(self, s) -> None:
-        from ..server_replies import generate_reply
+        from ..server.replies import generate_reply
 
         if self.stop.is_set():
             return
@@ -180,8 +180,8 @@ class _Sender:
 
 def run(args) -> int:
     samples, bad, dups, meta, tail, tok = _inputs(args)
-    from ..http_client import Server
-    from ..server_replies import server_args
+    from ..server.http_client import Server
+    from ..server.replies import server_args
 
     srv = Server(args.url, timeout=args.timeout)
     info = srv.server_info()
@@ -259,7 +259,7 @@ def status(args) -> int:
 
 def _report(args, obj: dict, text: str) -> None:
     """Text by default; --json [PATH] writes the same as JSON (only JSON on stdout with no PATH)."""
-    from ..cli_common import write_json
+    from ..cli.common import write_json
 
     if args.json:
         write_json(args.json, obj)
@@ -291,7 +291,7 @@ def _run_text(sm: dict) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .. import cli_common
+    from ..cli import common as cli_common
 
     p = cli_common.parser("dump", __doc__)
     sub = p.add_subparsers(dest="cmd", metavar="{run,export,status}")
@@ -339,7 +339,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     if not getattr(args, "verbose", False):
         logging.getLogger("urllib3").setLevel(logging.ERROR)   # its retries: the final error says it once
-    from ..cli_common import CliError, error_line   # http_client.ServerError among them
+    from ..cli.common import CliError, error_line  # http_client.ServerError among them
     from .export import ExportError
 
     try:

@@ -123,7 +123,7 @@ def _target_vocab(model_path) -> int | None:
                  "path %r is not a local directory): only negative ids and multimodal pad values are refused",
                  META_FILE, model_path)
         return None
-    from ..sglang_runtime import language_config
+    from ..server.runtime import language_config
 
     try:
         text = language_config(read_json_file(cfg, "target config"))
@@ -136,7 +136,7 @@ def _target_vocab(model_path) -> int | None:
 
 
 def _export(build, to: str, dump_dir, out, **kw) -> int:
-    from .. import outdir
+    from ..files import outdir
 
     dump_dir, out = require_dump_dir(dump_dir), Path(out)
     rule = dict(tool="dump export", flag="--out", inputs=[("dump dir", dump_dir)], replace=True,

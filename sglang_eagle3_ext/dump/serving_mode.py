@@ -43,7 +43,7 @@ def serving_config(env=None) -> ServingConfig:
 
 
 def _server_args():
-    from ..sglang_runtime import server_args
+    from ..server.runtime import server_args
 
     return server_args()
 
@@ -55,7 +55,7 @@ def eagle3_on(sa) -> bool:
 def draft_hf_indices(n: int) -> tuple[list[int] | None, str]:
     """(HF hidden_states indices the EAGLE-3 draft is fed, where that came from); None when the draft's
     config cannot be read here (a hub id): the worker's start-up check then compares what SGLang set."""
-    from ..sglang_runtime import draft_dir_and_config
+    from ..server.runtime import draft_dir_and_config
     from ..draft.keys import HF_INDICES_FIELD
 
     path, cfg = draft_dir_and_config()

@@ -7,7 +7,7 @@ import logging
 import os
 
 from .._log import log_once, logger
-from .. import sglang_runtime
+from ..server import runtime as sglang_runtime
 from .capture import ATTR, TARGET_CLASSES, DumpTarget
 from .config import CONVENTION, DumpConfig, from_env
 from .ranks import _ranks, is_writer

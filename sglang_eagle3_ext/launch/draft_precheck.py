@@ -36,7 +36,7 @@ def precheck(algorithm: str | None, draft: str | None, target: str | None, versi
     if not version:
         return Decision(NAME, "skipped", "SGLang not installed here, its key layout is unknown", kind="check",
                         action="warn")
-    from ..check import check_draft
+    from ..cli.check import check_draft
 
     from ..draft import errors as E
 

@@ -16,7 +16,7 @@ from typing import Mapping
 
 from .. import envs
 from ..boundary import BadInput, NotWritable, writable_dir
-from ..cli_common import CliError
+from ..cli.common import CliError
 from .nccl import Decision, env_decision
 
 VAR = envs.DUMP_DIR

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..cli_common import CliError
+from ..cli.common import CliError
 from .nccl import Decision
 from .topology import Topology, TopologyClass
 

@@ -232,8 +232,8 @@ def train_from_args(a) -> dict:
     """`train_draft --draft-arch mla`: same data, target and layer-id resolution as the Llama path."""
     import torch
 
-    from .. import outdir
-    from ..train_draft import DEFAULT_EPOCHS, output_rule
+    from ..files import outdir
+    from ..cli.train import DEFAULT_EPOCHS, output_rule
     from .data import (TrainDraftError, _say, find_hs_dir, list_hs_files, parse_layer_ids,
                        read_layer_ids_from_metadata, require_learned)
     from .samples import SampleSpec, check_samples

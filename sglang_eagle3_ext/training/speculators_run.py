@@ -58,7 +58,7 @@ def _run_speculators(a, spec_cli, TrainConfig, *, prep, hs_dir, run, out, layer_
     argv = build_argv(a, prep=prep, hs_dir=hs_dir, run=run, layer_ids=layer_ids, draft_cfg_path=cfg_path,
                       draft_vocab_size=dvs, device=device, max_steps=steps)
     if a.epochs is None and steps is None:
-        from ..train_draft import DEFAULT_EPOCHS
+        from ..cli.train import DEFAULT_EPOCHS
 
         argv[argv.index("--epochs") + 1] = str(DEFAULT_EPOCHS)
     cfg = TrainConfig.resolve(argv)

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from ..sglang_runtime import language_config
+from ..server.runtime import language_config
 
 # tensors found by name suffix (a wrapper prefixes them; vision tensors never end like these)
 EMBED, HEAD, NORM = "model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"

@@ -8,7 +8,7 @@ from gpu_helpers import BACKENDS, backend_missing
 
 @pytest.fixture(scope="session")
 def tiny_target(tmp_path_factory):
-    from sglang_eagle3_ext.tiny import ensure_tiny_target
+    from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target
 
     return ensure_tiny_target(knobs.get("SGE3_TINY_DIR") or tmp_path_factory.mktemp("tiny"))
 

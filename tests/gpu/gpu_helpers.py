@@ -85,7 +85,7 @@ def http_json(url: str, payload=None, timeout: float = 600):
 @functools.lru_cache(maxsize=None)
 def _server(base: str):
     """One connection pool per server (http_client.Server: bounded waits, one-line errors)."""
-    from sglang_eagle3_ext.http_client import Server
+    from sglang_eagle3_ext.server.http_client import Server
 
     return Server(base)
 

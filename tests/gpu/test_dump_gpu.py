@@ -121,7 +121,7 @@ def test_dump_matches_transformers(variant, backend, tiny_target, tmp_path):
     >= 0.999 within 3 points, worst token within 0.005), and the mean >= 0.9995.
     CUDA graphs on (decode graphs captured; prefill graphs as the release resolves them: off for MLA)."""
     from sglang_eagle3_ext.dump.manifest import read_manifest
-    from sglang_eagle3_ext.tiny import ensure_tiny_target
+    from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target
 
     if why := backend_missing(backend):
         pytest.skip(f"attention backend {why}")
@@ -216,7 +216,7 @@ def test_tp_writes_one_copy_with_tp1_values(tmp_path):
     from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
     from sglang_eagle3_ext.dump.config import SAMPLES_DIR
     from sglang_eagle3_ext.dump.manifest import MANIFEST_DIR, read_manifest
-    from sglang_eagle3_ext.tiny import ensure_tiny_target
+    from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target
 
     tp = multi_gpu_tp()
     if not tp:

@@ -39,8 +39,8 @@ def _target_and_draft(work: Path) -> tuple[Path, Path, str]:
     rt = Path(knobs.get("SGE3_RT_DIR") or "/nonexistent")
     if (rt / "draft_sglang" / "config.json").exists() and (rt / "target" / ".complete").exists():
         return rt / "target", rt / "draft_sglang", "round trip"
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
-    from sglang_eagle3_ext.tiny import PREDICTABLE, ensure_tiny_target
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
+    from sglang_eagle3_ext.tiny.deepseek_v3 import PREDICTABLE, ensure_tiny_target
 
     target = ensure_tiny_target(work / "target", **PREDICTABLE)
     cfg = json.loads((target / "config.json").read_text())

@@ -34,7 +34,7 @@ def test_kimi_dump_matches_transformers(tmp_path):
     from transformers import DeepseekV3ForCausalLM
 
     from sglang_eagle3_ext.dump.manifest import read_manifest
-    from sglang_eagle3_ext.tiny_kimi import ensure_tiny_kimi_target
+    from sglang_eagle3_ext.tiny.kimi_k25 import ensure_tiny_kimi_target
 
     kimi = ensure_tiny_kimi_target(tmp_path / "kimi", route_bias=1.0)
     dump = tmp_path / "dump"
@@ -76,8 +76,8 @@ def _train(hs, target, out, arch: str) -> str:
 
 
 def test_kimi_roundtrip(tmp_path):
-    from sglang_eagle3_ext.tiny import PREDICTABLE
-    from sglang_eagle3_ext.tiny_kimi import ensure_tiny_kimi_target
+    from sglang_eagle3_ext.tiny.deepseek_v3 import PREDICTABLE
+    from sglang_eagle3_ext.tiny.kimi_k25 import ensure_tiny_kimi_target
 
     work = Path(knobs.get("SGE3_KIMI_RT_DIR") or tmp_path)
     work.mkdir(parents=True, exist_ok=True)

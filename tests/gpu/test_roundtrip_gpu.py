@@ -142,7 +142,7 @@ def test_roundtrip(tmp_path):
     round trip can span two runs (e.g. two commands with a time limit each) on a host that stays up."""
     work = Path(knobs.get("SGE3_RT_DIR") or tmp_path) / ("kimi" if KIMI else "")   # own stages per target
     work.mkdir(parents=True, exist_ok=True)
-    from sglang_eagle3_ext.tiny import KIMI_PREDICTABLE, PREDICTABLE, ensure_tiny_target
+    from sglang_eagle3_ext.tiny.deepseek_v3 import KIMI_PREDICTABLE, PREDICTABLE, ensure_tiny_target
 
     # a target whose greedy walk is learnable and far from bf16 ties (see tiny.PREDICTABLE for why)
     spec = KIMI_PREDICTABLE if KIMI else PREDICTABLE

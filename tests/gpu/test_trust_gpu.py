@@ -148,7 +148,7 @@ def _png_data_url(i: int, size: int = 56) -> str:
 
 def test_kimi_image_requests_counted_not_written(tmp_path):
     from sglang_eagle3_ext.dump.manifest import read_manifest
-    from sglang_eagle3_ext.tiny_kimi import ensure_tiny_kimi_target
+    from sglang_eagle3_ext.tiny.kimi_k25 import ensure_tiny_kimi_target
 
     kimi, pad_id = _image_capable_kimi(ensure_tiny_kimi_target(tmp_path / "kimi", route_bias=1.0),
                                        tmp_path / "kimi_img")

@@ -19,21 +19,21 @@ AUX = (2, 4, 6)  # HF hidden_states indices for the 8-layer stand-in target
 
 @pytest.fixture(scope="module")
 def target_dir(tmp_path_factory):
-    from sglang_eagle3_ext.draft.tiny_draft import write_target_config
+    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
 
     return write_target_config(tmp_path_factory.mktemp("t") / "target")
 
 
 @pytest.fixture(scope="module")
 def spec_draft(tmp_path_factory):
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     return make_speculators_draft(tmp_path_factory.mktemp("d") / "spec", aux_ids=AUX)
 
 
 @pytest.fixture(scope="module")
 def converted(spec_draft, ext, tmp_path_factory):
-    from sglang_eagle3_ext.convert import convert
+    from sglang_eagle3_ext.cli.convert import convert
 
     return convert(spec_draft, tmp_path_factory.mktemp("c") / "conv", log=lambda *_: None)  # installed release
 
@@ -90,7 +90,7 @@ def test_specforge_midlayer_checkpoint_loads(ext, spec_draft, converted, target_
 
 def test_layer_keys_follow_the_release(ext, spec_draft, target_dir, tmp_path):
     """`layers.0.*` on a midlayer release / `midlayer.*` on a layers release: both load."""
-    from sglang_eagle3_ext.convert import convert
+    from sglang_eagle3_ext.cli.convert import convert
 
     other = "0.5.16" if ext.caps.HAS_MIDLAYER else "0.5.10"  # names of the *other* layout
     d = convert(spec_draft, tmp_path / "other", sglang_version=other, log=lambda *_: None)
@@ -100,7 +100,7 @@ def test_layer_keys_follow_the_release(ext, spec_draft, target_dir, tmp_path):
 
 @pytest.fixture(scope="module")
 def variants(converted, tmp_path_factory):
-    from sglang_eagle3_ext.draft.tiny_draft import MALFORMED, make_variant
+    from sglang_eagle3_ext.tiny.llama_draft import MALFORMED, make_variant
 
     root = tmp_path_factory.mktemp("variants")
     return {n: make_variant(converted, n, root / n) for n in MALFORMED}
@@ -110,8 +110,8 @@ def variants(converted, tmp_path_factory):
                                   "nan_weight", "truncated_file", "missing_config_field", "wrong_k",
                                   "target_hidden_mismatch", "norm_before_residual", "pickle_only_bin"])
 def test_malformed_variant_refused_by_loader_and_check(ext, variants, name, tmp_path):
-    from sglang_eagle3_ext.check import check_draft
-    from sglang_eagle3_ext.draft.tiny_draft import TARGET_OVERRIDES, write_target_config
+    from sglang_eagle3_ext.cli.check import check_draft
+    from sglang_eagle3_ext.tiny.llama_draft import TARGET_OVERRIDES, write_target_config
 
     code, d = variants[name]
     target = write_target_config(tmp_path / "target", **TARGET_OVERRIDES.get(name, {}))
@@ -127,7 +127,7 @@ def test_malformed_variant_refused_by_loader_and_check(ext, variants, name, tmp_
 
 
 def test_distinct_codes():
-    from sglang_eagle3_ext.draft.tiny_draft import MALFORMED
+    from sglang_eagle3_ext.tiny.llama_draft import MALFORMED
 
     assert len({c for c, _ in MALFORMED.values()}) == len(MALFORMED) == 12
 
@@ -135,7 +135,7 @@ def test_distinct_codes():
 def test_unpatched_release_drops_silently_patched_refuses(ext, converted, target_dir, tmp_path):
     """Without the patch an unknown key (and, on a midlayer release, `layers.0.*`) vanishes; with it: an error."""
     import sglang_eagle3_ext
-    from sglang_eagle3_ext.draft.tiny_draft import make_variant, sglang_weights_iterator
+    from sglang_eagle3_ext.tiny.llama_draft import make_variant, sglang_weights_iterator
 
     _, d = make_variant(converted, "unknown_key", tmp_path / "unknown")
     sglang_eagle3_ext.revert()
@@ -209,7 +209,7 @@ def test_startup_width_check_when_target_will_not_capture(ext, converted, target
     import shutil
 
     from sglang_eagle3_ext.draft.loader import DEFER_WIDTH_ENV
-    from sglang_eagle3_ext.draft.tiny_draft import _edit_config
+    from sglang_eagle3_ext.tiny.llama_draft import _edit_config
 
     d = tmp_path / "noaux"
     shutil.copytree(converted, d)
@@ -225,8 +225,8 @@ def test_startup_width_check_when_target_will_not_capture(ext, converted, target
 
 def test_explicit_capture_layers_uses_recorded_hf_indices(ext, spec_draft, target_dir, tmp_path):
     """HF indices [1,4,6]: 0.5.14+ would add 1 (ids[0]==1), 0.5.10 always adds 1; we capture exactly [1,4,6]."""
-    from sglang_eagle3_ext.convert import convert
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
+    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     d = convert(make_speculators_draft(tmp_path / "s", aux_ids=(1, 4, 6)), tmp_path / "c", log=lambda *_: None)
     import json

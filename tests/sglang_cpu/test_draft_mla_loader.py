@@ -29,21 +29,21 @@ def has_mla(ext):
 
 @pytest.fixture(scope="module")
 def target_dir(tmp_path_factory):
-    from sglang_eagle3_ext.draft.tiny_draft import write_target_config
+    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
 
     return write_target_config(tmp_path_factory.mktemp("t") / "target")
 
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
-    from sglang_eagle3_ext.draft.tiny_mla_draft import make_mla_draft
+    from sglang_eagle3_ext.tiny.mla_draft import make_mla_draft
 
     return make_mla_draft(tmp_path_factory.mktemp("mla") / "good", aux_ids=(2, 4, 6))
 
 
 @pytest.fixture(scope="module")
 def good31(tmp_path_factory):
-    from sglang_eagle3_ext.draft.tiny_mla_draft import make_mla_draft
+    from sglang_eagle3_ext.tiny.mla_draft import make_mla_draft
 
     return make_mla_draft(tmp_path_factory.mktemp("mla31") / "good31", aux_ids=(2, 4, 6), fc_norm=True,
                           norm_output=True, seed=1)
@@ -92,7 +92,7 @@ def test_eagle31_mla_draft_loads_fc_norm_and_norm_output(has_mla, good31, target
 
 def test_mla_draft_sharing_the_targets_lm_head_loads(has_mla, good, target_dir, tmp_path):
     """draft_vocab_size null: SGLang takes lm_head (and embeddings) from the target -- not a missing weight."""
-    from sglang_eagle3_ext.draft.tiny_mla_draft import _edit
+    from sglang_eagle3_ext.tiny.mla_draft import _edit
 
     d = tmp_path / "shared_head"
     shutil.copytree(good, d)
@@ -107,7 +107,7 @@ def test_mla_draft_sharing_the_targets_lm_head_loads(has_mla, good, target_dir, 
 
 @pytest.fixture(scope="module")
 def variants(good, tmp_path_factory):
-    from sglang_eagle3_ext.draft.tiny_mla_draft import make_mla_variant
+    from sglang_eagle3_ext.tiny.mla_draft import make_mla_variant
 
     root = tmp_path_factory.mktemp("mla_variants")
     return {n: make_mla_variant(good, n, root / n) for n in MLA_NAMES}
@@ -115,7 +115,7 @@ def variants(good, tmp_path_factory):
 
 @pytest.mark.parametrize("name", MLA_NAMES)
 def test_malformed_mla_variant_refused_by_loader_and_check(has_mla, variants, name, target_dir):
-    from sglang_eagle3_ext.check import check_draft
+    from sglang_eagle3_ext.cli.check import check_draft
 
     code, d = variants[name]
     with pytest.raises(E.DraftLoadError) as ei:
@@ -130,7 +130,7 @@ def test_malformed_mla_variant_refused_by_loader_and_check(has_mla, variants, na
 
 def test_mla_variants_distinct(variants):
     """Eight codes for the eight acceptance cases; the two dims variants and the pre-fused one differ in words."""
-    from sglang_eagle3_ext.check import check_draft
+    from sglang_eagle3_ext.cli.check import check_draft
 
     codes = {n: variants[n][0] for n in MLA_NAMES[:8]}
     assert len(set(codes.values())) == 8
@@ -144,7 +144,7 @@ def test_mla_variants_distinct(variants):
 def test_unpatched_mla_release_loads_silently(has_mla, variants):
     """Why the patch exists: SGLang alone loads a draft missing lm_head / one fused half without a word."""
     import sglang_eagle3_ext
-    from sglang_eagle3_ext.draft.tiny_draft import sglang_weights_iterator
+    from sglang_eagle3_ext.tiny.llama_draft import sglang_weights_iterator
 
     sglang_eagle3_ext.revert()
     try:
@@ -180,16 +180,16 @@ def test_mla_guard_refuses_unfused_target_states(has_mla, good, target_dir):
 @pytest.fixture(scope="module")
 def llama_draft(ext, tmp_path_factory):
     pytest.importorskip("speculators")
-    from sglang_eagle3_ext.convert import convert
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
+    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     root = tmp_path_factory.mktemp("llama")
     return convert(make_speculators_draft(root / "spec", aux_ids=(2, 4, 6)), root / "conv", log=lambda *_: None)
 
 
 def test_llama_draft_missing_lm_head_refused(ext, llama_draft, target_dir, tmp_path):
-    from sglang_eagle3_ext.check import check_draft
-    from sglang_eagle3_ext.draft.tiny_draft import _edit_tensors
+    from sglang_eagle3_ext.cli.check import check_draft
+    from sglang_eagle3_ext.tiny.llama_draft import _edit_tensors
 
     d = tmp_path / "no_head"
     shutil.copytree(llama_draft, d)
@@ -203,7 +203,7 @@ def test_llama_draft_missing_lm_head_refused(ext, llama_draft, target_dir, tmp_p
 def test_llama_draft_sharing_the_targets_lm_head_loads(ext, llama_draft, target_dir, tmp_path):
     """draft_vocab_size null (same vocab, no d2t): SGLang's __init__ rewrites it to vocab_size and takes the
     target's lm_head -- the loader must follow that rule, not demand a lm_head."""
-    from sglang_eagle3_ext.draft.tiny_draft import _edit_config, _edit_tensors
+    from sglang_eagle3_ext.tiny.llama_draft import _edit_config, _edit_tensors
 
     d = tmp_path / "shared_head"
     shutil.copytree(llama_draft, d)
@@ -219,7 +219,7 @@ def test_llama_draft_sharing_the_targets_lm_head_loads(ext, llama_draft, target_
 
 
 def test_release_without_mla_class_refuses_clearly(ext, good):
-    from sglang_eagle3_ext.check import check_draft
+    from sglang_eagle3_ext.cli.check import check_draft
     from sglang_eagle3_ext.patching import selected
 
     rep = check_draft(good, sglang_version="0.5.10")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_eagle3_ext import sglang_runtime
+from sglang_eagle3_ext.server import runtime as sglang_runtime
 from sglang_eagle3_ext.dump import start
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.prefill_graphs import FIX_NEW, prefill_graph_backend, refusal

@@ -37,7 +37,7 @@ def serving(sglang_cpu, tmp_path, monkeypatch):
     sa = types.SimpleNamespace(speculative_algorithm="EAGLE3", speculative_eagle_topk=1,
                                speculative_draft_model_path=str(draft), disable_radix_cache=True, model_path=None,
                                served_model_name=None, chunked_prefill_size=None, dtype="float32")
-    monkeypatch.setattr("sglang_eagle3_ext.sglang_runtime.server_args", lambda: sa)
+    monkeypatch.setattr("sglang_eagle3_ext.server.runtime.server_args", lambda: sa)
     monkeypatch.setattr("sglang_eagle3_ext.dump.prefill_graphs.check", lambda sa: None)
     monkeypatch.setattr(start, "_writer", None)
     monkeypatch.setattr(verify_capture, "_active", None)

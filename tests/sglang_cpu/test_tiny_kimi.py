@@ -23,7 +23,7 @@ CPU_ROPE = {"rope_type": "deepseek_yarn", "type": "yarn", "factor": 1.0, "origin
 
 @pytest.fixture(scope="module")
 def kimi_dir(tmp_path_factory):
-    from sglang_eagle3_ext.tiny_kimi import ensure_tiny_kimi_target
+    from sglang_eagle3_ext.tiny.kimi_k25 import ensure_tiny_kimi_target
 
     return ensure_tiny_kimi_target(tmp_path_factory.mktemp("kimi") / "tiny-kimi", **SMALL)
 

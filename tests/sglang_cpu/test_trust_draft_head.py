@@ -27,7 +27,7 @@ def _target(root, name, head=None):
     """A target dir: config.json, and (head given) a model.safetensors holding that lm_head."""
     from safetensors.torch import save_file
 
-    from sglang_eagle3_ext.draft.tiny_draft import write_target_config
+    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
 
     t = write_target_config(root / name)
     if head is not None:
@@ -40,8 +40,8 @@ def _target(root, name, head=None):
 def llama_head_draft(ext, tmp_path_factory):
     """A converted Llama draft with the full-vocab trained head and draft_vocab_size null."""
     pytest.importorskip("speculators")
-    from sglang_eagle3_ext.convert import convert
-    from sglang_eagle3_ext.draft.tiny_draft import _edit_config, _edit_tensors, make_speculators_draft
+    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.tiny.llama_draft import _edit_config, _edit_tensors, make_speculators_draft
 
     root = tmp_path_factory.mktemp("llama_head")
     d = convert(make_speculators_draft(root / "spec", aux_ids=(2, 4, 6)), root / "conv", log=lambda *_: None)
@@ -58,7 +58,7 @@ def llama_head_draft(ext, tmp_path_factory):
 def mla_head_draft(ext, tmp_path_factory):
     if not ext.caps.HAS_MLA_DRAFT:
         pytest.skip(f"SGLang {ext.version} has no {mla.ARCH}")
-    from sglang_eagle3_ext.draft.tiny_mla_draft import make_mla_draft
+    from sglang_eagle3_ext.tiny.mla_draft import make_mla_draft
 
     return make_mla_draft(tmp_path_factory.mktemp("mla_head") / "d", aux_ids=(2, 4, 6), draft_vocab=None)
 
@@ -68,7 +68,7 @@ CASES = [("llama_head_draft", LLAMA), ("mla_head_draft", mla.ARCH)]
 
 @pytest.mark.parametrize("fixture,arch", CASES)
 def test_discarded_trained_head_is_refused_by_loader_and_check(request, ext, tmp_path, fixture, arch):
-    from sglang_eagle3_ext.check import check_draft
+    from sglang_eagle3_ext.cli.check import check_draft
 
     d = request.getfixturevalue(fixture)
     assert build_draft(d, arch).load_lm_head_from_target is True   # the release will replace whatever is loaded
@@ -87,7 +87,7 @@ def test_discarded_trained_head_is_refused_by_loader_and_check(request, ext, tmp
 @pytest.mark.parametrize("fixture,arch", CASES)
 def test_head_equal_to_the_targets_is_ignored_with_the_reason(request, ext, tmp_path, caplog, fixture, arch):
     from sglang_eagle3_ext import _log
-    from sglang_eagle3_ext.check import check_draft
+    from sglang_eagle3_ext.cli.check import check_draft
 
     _log._said.difference_update({k for k in _log._said if k.startswith("draft-")})  # each said once per draft
 
@@ -107,8 +107,8 @@ def test_head_equal_to_the_targets_is_ignored_with_the_reason(request, ext, tmp_
 @pytest.mark.parametrize("fixture,arch", CASES)
 def test_convert_keeps_the_trained_head(request, ext, tmp_path, fixture, arch):
     """convert's fix: draft_vocab_size = vocab_size, so SGLang loads the trained head and keeps it."""
-    from sglang_eagle3_ext.check import check_draft
-    from sglang_eagle3_ext.convert import convert
+    from sglang_eagle3_ext.cli.check import check_draft
+    from sglang_eagle3_ext.cli.convert import convert
 
     d = request.getfixturevalue(fixture)
     logs = []
@@ -123,7 +123,7 @@ def test_convert_keeps_the_trained_head(request, ext, tmp_path, fixture, arch):
 
 
 def test_fixed_by_hand_loads(ext, llama_head_draft, tmp_path):
-    from sglang_eagle3_ext.draft.tiny_draft import _edit_config
+    from sglang_eagle3_ext.tiny.llama_draft import _edit_config
 
     d = tmp_path / "by_hand"
     shutil.copytree(llama_head_draft, d)
@@ -141,7 +141,7 @@ def test_why_release_alone_throws_the_trained_head_away(ext, llama_head_draft):
     from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    from sglang_eagle3_ext.draft.tiny_draft import sglang_weights_iterator
+    from sglang_eagle3_ext.tiny.llama_draft import sglang_weights_iterator
 
     sglang_eagle3_ext.revert()
     try:

@@ -13,7 +13,8 @@ import threading
 import pytest
 import torch
 
-from sglang_eagle3_ext import envs, sglang_runtime, versions
+from sglang_eagle3_ext import envs, versions
+from sglang_eagle3_ext.server import runtime as sglang_runtime
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump import copy as dump_copy
 from sglang_eagle3_ext.dump import serving_mode, start

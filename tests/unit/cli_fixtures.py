@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-from sglang_eagle3_ext import cli, cli_common
+from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.cli import common as cli_common
 
 TOOLS = list(cli_common.MAINS)
 

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sglang_eagle3_ext import bench
+from sglang_eagle3_ext.cli import bench
 
 N_DRAFT = 3  # speculative_num_draft_tokens 4
 
@@ -217,7 +217,7 @@ def _silent_server():
 
 
 def test_silent_server_fails_in_bounded_time(capsys):
-    from sglang_eagle3_ext.cli_common import run_tool
+    from sglang_eagle3_ext.cli.common import run_tool
 
     s, stop, url = _silent_server()
     try:
@@ -235,7 +235,7 @@ def test_silent_server_fails_in_bounded_time(capsys):
 
 def test_a_wait_says_so_in_one_line(capsys):
     """A server that comes up late: one line says bench waits for it, then the run goes on."""
-    from sglang_eagle3_ext.http_client import Server
+    from sglang_eagle3_ext.server.http_client import Server
     from trust_client_servers import Replies
 
     with socket.socket() as s:
@@ -253,7 +253,7 @@ def test_a_wait_says_so_in_one_line(capsys):
 
 
 def test_generate_timeout_after_health(servers, capsys):
-    from sglang_eagle3_ext.cli_common import run_tool
+    from sglang_eagle3_ext.cli.common import run_tool
 
     url = servers(0.8, delay_s=3)
     t = time.monotonic()
@@ -265,7 +265,7 @@ def test_generate_timeout_after_health(servers, capsys):
 
 
 def test_unreachable_server(capsys):
-    from sglang_eagle3_ext.cli_common import run_tool
+    from sglang_eagle3_ext.cli.common import run_tool
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -278,7 +278,7 @@ def test_unreachable_server(capsys):
 @pytest.mark.parametrize("reply,words", [("400", "HTTP 400: {\"error\": {\"message\": \"text input needs a tokenizer"),
                                          ("garbage", "the reply is not JSON")])
 def test_bad_server_reply_is_one_line(servers, capsys, reply, words):
-    from sglang_eagle3_ext.cli_common import run_tool
+    from sglang_eagle3_ext.cli.common import run_tool
 
     url = servers(0.8, reply=reply)
     rc = run_tool("bench", bench.main, ["--url", url, "--quiet", "--num-prompts", "2", "--concurrency", "1"])

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from sglang_eagle3_ext import bench_prompts
-from sglang_eagle3_ext.cli_common import CliError
+from sglang_eagle3_ext.bench import prompts as bench_prompts
+from sglang_eagle3_ext.cli.common import CliError
 
 TEMPLATE = "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
 

@@ -22,8 +22,8 @@ def _bench_serve():
 
 
 def _converted(tmp_path, aux_ids) -> Path:
-    from sglang_eagle3_ext.convert import convert
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
+    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     src = make_speculators_draft(tmp_path / "spec", aux_ids=aux_ids)
     return convert(src, tmp_path / "sglang", progress=False, log=lambda *a: None)
@@ -58,7 +58,7 @@ def test_prompt_sets_are_fixed_and_distinct():
 
 
 def test_random_draft_is_made_once_beside_the_target(tmp_path):
-    from sglang_eagle3_ext.tiny import ensure_tiny_target
+    from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target
 
     bs = _bench_serve()
     target = ensure_tiny_target(tmp_path / "target", num_hidden_layers=8)

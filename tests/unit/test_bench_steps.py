@@ -1,4 +1,4 @@
-"""sglang_eagle3_ext.bench_steps: one iteration's and one admission's cost from a SGLang server's log at
+"""sglang_eagle3_ext.bench.steps: one iteration's and one admission's cost from a SGLang server's log at
 --decode-log-interval 1. The lines are SGLang's own format (the fields read are checked in the installed
 release's source), plus an excerpt of a real 0.5.16 EAGLE-3 server log."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 def _mod():
-    from sglang_eagle3_ext import bench_steps
+    from sglang_eagle3_ext.bench import steps as bench_steps
 
     return bench_steps
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3_ext import cli, cli_common
-from sglang_eagle3_ext.cli_common import EXIT_BAD_INPUT, EXIT_INTERNAL, run_tool
+from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.cli import common as cli_common
+from sglang_eagle3_ext.cli.common import EXIT_BAD_INPUT, EXIT_INTERNAL, run_tool
 
 from cli_fixtures import _all, parsers  # noqa: F401  (module fixture: every tool's finished parser)
 
@@ -161,14 +162,14 @@ def test_entry_points_as_processes(tmp_path):
     p = _py("-m", "sglang_eagle3_ext.tiny", "--help", cwd=tmp_path)
     assert p.returncode == 0 and "usage: python -m sglang_eagle3_ext.tiny" in p.stdout
     assert not (tmp_path / "--help").exists() and not list(tmp_path.iterdir())  # no model written into ./--help
-    p = _py("-m", "sglang_eagle3_ext.patches_cli", "--print", "0.5.16")
+    p = _py("-m", "sglang_eagle3_ext.cli.patches", "--print", "0.5.16")
     assert p.returncode == 0 and "+++ " in p.stdout
     p = _py("-m", "sglang_eagle3_ext.launch_server", "--preset", "tiny-dump", "--dry-run")
     assert p.returncode == 0 and "SGLang command:" in p.stdout, p.stderr[-2000:]
 
 
 def test_patches_ship_every_release(capsys):
-    from sglang_eagle3_ext import patches_cli
+    from sglang_eagle3_ext.cli import patches as patches_cli
 
     rels = patches_cli.releases()
     assert set(rels) == {d.name for d in (REPO / "patches").iterdir() if (d / patches_cli.PATCH_FILE).exists()}

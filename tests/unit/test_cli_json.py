@@ -45,7 +45,7 @@ def _only_json(rc, out, err, codes=(0,)):
 @pytest.fixture(scope="module")
 def spec_draft(tmp_path_factory):
     pytest.importorskip("speculators")
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     return make_speculators_draft(tmp_path_factory.mktemp("spec") / "spec", aux_ids=(1, 2, 3))
 
@@ -156,7 +156,7 @@ def small_world(tmp_path_factory):
     pytest.importorskip("speculators.train.cli")
     from safetensors.torch import save_file
 
-    from sglang_eagle3_ext.tiny import ensure_tiny_target
+    from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target
 
     root = tmp_path_factory.mktemp("train_cli")
     target = ensure_tiny_target(root / "target", **SMALL)

@@ -62,6 +62,6 @@ def test_license_is_apache_and_declared():
 def test_patches_are_package_data():
     cfg = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
     assert cfg["force-include"]["patches"] == "sglang_eagle3_ext/patches"
-    from sglang_eagle3_ext import patches_cli
+    from sglang_eagle3_ext.cli import patches as patches_cli
 
     assert patches_cli.releases(), "no patches/<release>/sglang-eagle3-ext.patch found"

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_eagle3_ext import cli_common, versions
-from sglang_eagle3_ext.cli_common import EXIT_BAD_INPUT, run_tool
+from sglang_eagle3_ext.cli import common as cli_common
+from sglang_eagle3_ext import versions
+from sglang_eagle3_ext.cli.common import EXIT_BAD_INPUT, run_tool
 
 from cli_fixtures import _all, _as_module_after, parsers, sg  # noqa: F401  (fixtures)
 
@@ -136,7 +137,7 @@ def test_every_error_has_one_form(case, tmp_path, capfd):
 
 def test_module_entries_keep_the_shape(tmp_path, capfd):
     """Under `python -m sglang_eagle3_ext.MODULE` the prefix is the module's, the shape the same."""
-    from sglang_eagle3_ext import launch_server, train_draft
+    from sglang_eagle3_ext.cli import launch as launch_server, train as train_draft
 
     pytest.importorskip("torch")
     rc = run_tool("train", train_draft.main, ["--data", str(tmp_path), "--target", str(_target_config(tmp_path)),
@@ -166,7 +167,7 @@ def test_error_line_replaces_a_foreign_prefix():
 @pytest.fixture
 def no_launch(monkeypatch, tmp_path):
     """launch_server.launch replaced: a call records that SGLang would have been started."""
-    from sglang_eagle3_ext import launch_server
+    from sglang_eagle3_ext.cli import launch as launch_server
 
     started = []
     monkeypatch.setattr(launch_server, "launch", lambda plan, ours: started.append(plan))
@@ -202,7 +203,7 @@ def test_launch_refuses_what_is_neither_ours_nor_sglangs(argv, words, no_launch,
 
 @pytest.fixture(scope="module")
 def launch_parts():
-    from sglang_eagle3_ext import launch_cli, launch_server
+    from sglang_eagle3_ext.cli import launch_flags as launch_cli, launch as launch_server
 
     p = launch_server.our_parser()
     theirs, _ = launch_cli._sglang_flags()
@@ -302,7 +303,7 @@ def test_help_descriptions_are_whole_paragraphs(parsers):
 
 
 def test_check_help_names_its_flags_and_scan():
-    from sglang_eagle3_ext import check
+    from sglang_eagle3_ext.cli import check
 
     text = check.build_parser().format_help()
     assert "--sglang VERSION" in text and "--headers-only" in text and "hub id" in text

@@ -272,7 +272,7 @@ def test_parse_only_refuses_unknown_flags():
 # ---- the sample prompt files -----------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["tiny_prompts.jsonl", "chat_prompts.jsonl"])
 def test_sample_prompts_are_read_by_dump_and_bench(name):
-    from sglang_eagle3_ext import bench_prompts
+    from sglang_eagle3_ext.bench import prompts as bench_prompts
     from sglang_eagle3_ext.dump.client_files import read_samples
 
     path = REPO / "docs" / "examples" / name
@@ -282,7 +282,7 @@ def test_sample_prompts_are_read_by_dump_and_bench(name):
     parsed = [bench_prompts.parse_record(f"{path}:{i}", json.loads(ln)) for i, ln in enumerate(lines, 1)]
     assert all(parsed)
     if name == "tiny_prompts.jsonl":      # the tiny target: token ids inside its vocabulary, no tokenizer needed
-        from sglang_eagle3_ext.tiny import TINY_CONFIG
+        from sglang_eagle3_ext.tiny.deepseek_v3 import TINY_CONFIG
 
         ids = [i for s in samples for i in s["value"]]
         assert max(ids) < TINY_CONFIG["vocab_size"] and min(len(s["value"]) for s in samples) >= 8

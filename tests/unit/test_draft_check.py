@@ -13,8 +13,8 @@ import pytest
 
 from sglang_eagle3_ext.draft import errors as E
 from sglang_eagle3_ext.draft import keys
-from sglang_eagle3_ext.check import check_draft
-from sglang_eagle3_ext.convert import convert
+from sglang_eagle3_ext.cli.check import check_draft
+from sglang_eagle3_ext.cli.convert import convert
 from sglang_eagle3_ext.draft.safetensors_io import read_header, scan_headers
 
 pytest.importorskip("speculators")
@@ -23,14 +23,14 @@ AUX = (1, 4, 6)  # HF hidden_states indices (speculators convention) for an 8-la
 
 @pytest.fixture(scope="module")
 def spec_draft(tmp_path_factory):
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     return make_speculators_draft(tmp_path_factory.mktemp("d") / "spec", aux_ids=AUX)
 
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
-    from sglang_eagle3_ext.draft.tiny_draft import write_target_config
+    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
 
     return write_target_config(tmp_path_factory.mktemp("t") / "target")
 
@@ -96,7 +96,7 @@ def test_convert_speculators_for_each_layout(spec_draft, tmp_path):
 
 
 def test_convert_refuses_norm_before_residual(tmp_path):
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     src = make_speculators_draft(tmp_path / "nbr", aux_ids=AUX, norm_before_residual=True)
     with pytest.raises(E.ConversionRefused) as ei:
@@ -106,7 +106,7 @@ def test_convert_refuses_norm_before_residual(tmp_path):
 
 
 def test_convert_refuses_fc_norm_on_old_release(tmp_path):
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     src = make_speculators_draft(tmp_path / "fcn", aux_ids=AUX, fc_norm=True)
     with pytest.raises(E.ConversionRefused) as ei:
@@ -122,7 +122,7 @@ def test_check_flags_raw_speculators_checkpoint(spec_draft):
 
 
 def test_malformed_variants_each_give_their_own_code(good, target, tmp_path):
-    from sglang_eagle3_ext.draft.tiny_draft import MALFORMED, TARGET_OVERRIDES, make_variant, write_target_config
+    from sglang_eagle3_ext.tiny.llama_draft import MALFORMED, TARGET_OVERRIDES, make_variant, write_target_config
 
     seen = {}
     for name in MALFORMED:
@@ -137,7 +137,7 @@ def test_malformed_variants_each_give_their_own_code(good, target, tmp_path):
 
 
 def test_nan_found_by_default_and_headers_only_says_so(good, tmp_path):
-    from sglang_eagle3_ext.draft.tiny_draft import make_variant
+    from sglang_eagle3_ext.tiny.llama_draft import make_variant
 
     _, d = make_variant(good, "nan_weight", tmp_path / "nan")
     assert E.NON_FINITE in check_draft(d, sglang_version="0.5.16").codes
@@ -146,7 +146,7 @@ def test_nan_found_by_default_and_headers_only_says_so(good, tmp_path):
 
 
 def test_check_cli_exit_codes(good, tmp_path):
-    from sglang_eagle3_ext.draft.tiny_draft import make_variant
+    from sglang_eagle3_ext.tiny.llama_draft import make_variant
 
     ok = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.check", str(good), "--sglang-version", "0.5.16"],
                         capture_output=True, text=True)
@@ -173,7 +173,7 @@ def test_dtype_follows_weights_and_mismatch_with_target_is_caught(tmp_path):
     check names the mismatch."""
     import torch
 
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft, write_target_config
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft, write_target_config
 
     bf16_target = write_target_config(tmp_path / "t", torch_dtype="bfloat16")
     src = make_speculators_draft(tmp_path / "s", aux_ids=AUX, dtype=torch.bfloat16)

@@ -13,8 +13,8 @@ import pytest
 
 from sglang_eagle3_ext.draft import errors as E
 from sglang_eagle3_ext.draft import mla
-from sglang_eagle3_ext.check import check_draft, describe_draft
-from sglang_eagle3_ext.convert import convert
+from sglang_eagle3_ext.cli.check import check_draft, describe_draft
+from sglang_eagle3_ext.cli.convert import convert
 from sglang_eagle3_ext.draft.safetensors_io import read_header, scan_headers
 
 torch = pytest.importorskip("torch")
@@ -23,7 +23,7 @@ V = "0.5.16"
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
-    from sglang_eagle3_ext.draft.tiny_mla_draft import make_mla_draft
+    from sglang_eagle3_ext.tiny.mla_draft import make_mla_draft
 
     return make_mla_draft(tmp_path_factory.mktemp("mla") / "good", aux_ids=(2, 4, 6))
 
@@ -42,7 +42,7 @@ def test_mla_draft_refused_clearly_before_the_class_existed(good):
 
 
 def test_eagle31_mla_draft_ok(tmp_path):
-    from sglang_eagle3_ext.draft.tiny_mla_draft import make_mla_draft
+    from sglang_eagle3_ext.tiny.mla_draft import make_mla_draft
 
     d = make_mla_draft(tmp_path / "g31", fc_norm=True, norm_output=True)
     rep = check_draft(d, sglang_version=V, scan_values=True)
@@ -52,7 +52,7 @@ def test_eagle31_mla_draft_ok(tmp_path):
 
 
 def test_mla_variants_each_give_their_own_precise_error(good, tmp_path):
-    from sglang_eagle3_ext.draft.tiny_mla_draft import MLA_MALFORMED, make_mla_variant
+    from sglang_eagle3_ext.tiny.mla_draft import MLA_MALFORMED, make_mla_variant
 
     words = {}
     for name in MLA_MALFORMED:
@@ -66,7 +66,7 @@ def test_mla_variants_each_give_their_own_precise_error(good, tmp_path):
 
 
 def test_describe_draft_names_the_class(good, tmp_path):
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     info = describe_draft(good, V)
     assert info["draft_class"] == mla.ARCH and info["ok"] and info["aux_ids"] == [2, 4, 6]
@@ -89,7 +89,7 @@ def test_convert_sglang_layout_records_hf_indices(good, tmp_path):
 
 def test_convert_specforge_mla_layout(good, tmp_path):
     """SpecForge's MLA draft: class DeepseekV3ForCausalLMEagle3 (unknown to SGLang), `midlayer.*` keys."""
-    from sglang_eagle3_ext.draft.tiny_mla_draft import _edit
+    from sglang_eagle3_ext.tiny.mla_draft import _edit
 
     sf = tmp_path / "sf"
     shutil.copytree(good, sf)
@@ -113,7 +113,7 @@ def test_convert_specforge_mla_layout(good, tmp_path):
 def test_convert_splits_a_prefused_projection(good, tmp_path):
     from safetensors.torch import load_file
 
-    from sglang_eagle3_ext.draft.tiny_mla_draft import make_mla_variant
+    from sglang_eagle3_ext.tiny.mla_draft import make_mla_variant
 
     _, pf = make_mla_variant(good, "prefused_qkv_a", tmp_path / "pf")
     out = convert(pf, tmp_path / "o", sglang_version=V, hf_indices=[2, 4, 6], log=lambda *_: None)
@@ -214,7 +214,7 @@ def test_hub_id_checked_from_local_cache(good, tmp_path, monkeypatch):
     snap = _fake_cache(tmp_path / "hub", "kimi/k25-eagle3-mla", good)
     rep = check_draft("kimi/k25-eagle3-mla", sglang_version=V)
     assert rep.checked and not rep.errors and str(snap) in rep.note and rep.draft_class == mla.ARCH
-    from sglang_eagle3_ext.sglang_runtime import read_config
+    from sglang_eagle3_ext.server.runtime import read_config
 
     assert read_config("kimi/k25-eagle3-mla")["architectures"] == [mla.ARCH]  # the serving process reads it too
     assert read_config("kimi/not-downloaded") is None
@@ -237,7 +237,7 @@ def test_check_cli_on_uncached_hub_id_says_not_checked(tmp_path):
 
 
 def test_precheck_mla_draft_names_the_class(good, tmp_path):
-    from sglang_eagle3_ext.draft.tiny_draft import write_target_config
+    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
     from sglang_eagle3_ext.launch.draft_precheck import DraftCheckFailed, precheck
 
     target = write_target_config(tmp_path / "t", torch_dtype="bfloat16")

@@ -157,8 +157,8 @@ def _without_torch(*argv, cwd):
 @pytest.fixture(scope="module")
 def drafts(tmp_path_factory):
     pytest.importorskip("speculators")
-    from sglang_eagle3_ext.convert import convert
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft, write_target_config
+    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft, write_target_config
 
     d = tmp_path_factory.mktemp("notorch")
     make_speculators_draft(d / "spec")

@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def drafts(tmp_path_factory):
-    from sglang_eagle3_ext.convert import convert
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
+    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     root = tmp_path_factory.mktemp("precheck")
     spec = make_speculators_draft(root / "spec", hidden=64, vocab=128, draft_vocab=64, aux_ids=(1, 2, 3),

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_eagle3_ext import boundary, launch_server
+from sglang_eagle3_ext import boundary
+from sglang_eagle3_ext.cli import launch as launch_server
 from sglang_eagle3_ext.launch import dump_dir
 from test_launch_hardware import command, decision_rows, launch
 

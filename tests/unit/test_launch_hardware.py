@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 import yaml
 
-from sglang_eagle3_ext import cli_common, launch_server
+from sglang_eagle3_ext.cli import common as cli_common, launch as launch_server
 from sglang_eagle3_ext.launch import presets
 from test_launch_topology import cpu_root_ports, mixed_box, nvlink_box, pcie_switches
 

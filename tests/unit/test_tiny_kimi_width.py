@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from sglang_eagle3_ext.tiny import KIMI_PREDICTABLE, KIMI_WIDTH, build_model  # noqa: E402
+from sglang_eagle3_ext.tiny.deepseek_v3 import KIMI_PREDICTABLE, KIMI_WIDTH, build_model  # noqa: E402
 
 
 def test_kimi_width_walk_has_a_wide_margin():

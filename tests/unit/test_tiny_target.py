@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from sglang_eagle3_ext.tiny import PREDICTABLE, TINY_CONFIG, ensure_tiny_target  # noqa: E402
+from sglang_eagle3_ext.tiny.deepseek_v3 import PREDICTABLE, TINY_CONFIG, ensure_tiny_target  # noqa: E402
 
 
 def _greedy(model, x, n=24):

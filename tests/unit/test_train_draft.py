@@ -20,8 +20,8 @@ if not hasattr(transformers, "DeepseekV3ForCausalLM"):
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
-from sglang_eagle3_ext import train_draft as td  # noqa: E402
-from sglang_eagle3_ext.tiny import ensure_tiny_target  # noqa: E402
+from sglang_eagle3_ext.cli import train as td  # noqa: E402
+from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
 
 SMALL = dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_attention_heads=4,
              num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16,

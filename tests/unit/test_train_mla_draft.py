@@ -15,7 +15,7 @@ if not hasattr(transformers, "DeepseekV3ForCausalLM"):
 from safetensors.torch import load_file  # noqa: E402
 from test_train_draft import AUX, SMALL, world  # noqa: E402,F401 - the shared module fixture
 
-from sglang_eagle3_ext import train_draft as td  # noqa: E402
+from sglang_eagle3_ext.cli import train as td  # noqa: E402
 from sglang_eagle3_ext.training.mla_train import load_checkpoint  # noqa: E402
 
 SGLANG_LAYOUT = {"embed_tokens.weight", "fc.weight", "norm.weight", "lm_head.weight",
@@ -62,7 +62,7 @@ def test_mla_refuses_files_that_do_not_match_the_layer_ids(world, tmp_path):
 
 @pytest.fixture(scope="module")
 def kimi(world):
-    from sglang_eagle3_ext.tiny_kimi import ensure_tiny_kimi_target
+    from sglang_eagle3_ext.tiny.kimi_k25 import ensure_tiny_kimi_target
 
     return ensure_tiny_kimi_target(world["root"] / "kimi", **SMALL)   # same seed: the same language model
 

@@ -18,7 +18,7 @@ if not hasattr(transformers, "DeepseekV3ForCausalLM"):
 
 from safetensors.torch import save_file  # noqa: E402
 
-from sglang_eagle3_ext import train_draft as td  # noqa: E402
+from sglang_eagle3_ext.cli import train as td  # noqa: E402
 
 AUX = [1, 2, 3]
 N, LEN = 40, 112
@@ -26,8 +26,8 @@ N, LEN = 40, 112
 
 @pytest.fixture(scope="module")
 def kimi_walk(tmp_path_factory):
-    from sglang_eagle3_ext.tiny import PREDICTABLE
-    from sglang_eagle3_ext.tiny_kimi import ensure_tiny_kimi_target
+    from sglang_eagle3_ext.tiny.deepseek_v3 import PREDICTABLE
+    from sglang_eagle3_ext.tiny.kimi_k25 import ensure_tiny_kimi_target
     from sglang_eagle3_ext.training.target_view import EMBED, HEAD, NORM, read_tensors
 
     root = tmp_path_factory.mktemp("kimi_walk")

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from sglang_eagle3_ext import bench
-from sglang_eagle3_ext.cli_common import run_tool
+from sglang_eagle3_ext.cli import bench
+from sglang_eagle3_ext.cli.common import run_tool
 from sglang_eagle3_ext.dump import client
 from trust_client_servers import Trickle, in_thread
 

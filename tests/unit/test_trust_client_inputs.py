@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from sglang_eagle3_ext import bench
-from sglang_eagle3_ext.cli_common import run_tool
+from sglang_eagle3_ext.cli import bench
+from sglang_eagle3_ext.cli.common import run_tool
 from sglang_eagle3_ext.dump import client
 from trust_client_servers import Replies, Trickle
 
@@ -162,7 +162,8 @@ def test_dump_status_sums_the_writers_skip_counters(tmp_path, capsys):
     (["dump", "export", "--dump-dir", "x", "--to", "specforge", "--out", "y", "--workers", "0"], "--workers"),
 ])
 def test_counts_out_of_range_are_refused_naming_the_flag(capsys, argv, flag):
-    from sglang_eagle3_ext import cli, cli_common
+    from sglang_eagle3_ext import cli
+    from sglang_eagle3_ext.cli import common as cli_common
 
     try:
         rc = cli.main(argv)

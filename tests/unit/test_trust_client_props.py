@@ -14,8 +14,8 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from sglang_eagle3_ext import bench  # noqa: E402
-from sglang_eagle3_ext.cli_common import run_tool  # noqa: E402
+from sglang_eagle3_ext.cli import bench  # noqa: E402
+from sglang_eagle3_ext.cli.common import run_tool  # noqa: E402
 from sglang_eagle3_ext.dump import client  # noqa: E402
 from trust_client_servers import Replies  # noqa: E402
 

@@ -12,7 +12,7 @@ import struct
 
 import pytest
 
-from sglang_eagle3_ext.cli_common import run_tool
+from sglang_eagle3_ext.cli.common import run_tool
 
 pytest.importorskip("speculators")
 torch = pytest.importorskip("torch")
@@ -21,8 +21,8 @@ V = "0.5.16"
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
-    from sglang_eagle3_ext.convert import convert
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
+    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     root = tmp_path_factory.mktemp("inputs")
     return convert(make_speculators_draft(root / "spec", aux_ids=(1, 4, 6)), root / "good", sglang_version=V,
@@ -44,7 +44,7 @@ def deadline(seconds=20):
 
 
 def check(capsys, draft, *extra):
-    from sglang_eagle3_ext.check import main
+    from sglang_eagle3_ext.cli.check import main
 
     with deadline():
         rc = run_tool("check", main, [str(draft), "--sglang", V, *map(str, extra)])
@@ -54,7 +54,7 @@ def check(capsys, draft, *extra):
 
 
 def convert_cli(capsys, src, dst, *extra):
-    from sglang_eagle3_ext.convert import main
+    from sglang_eagle3_ext.cli.convert import main
 
     with deadline():
         rc = run_tool("convert", main, [str(src), str(dst), "--sglang", V, "--quiet", *extra])

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from sglang_eagle3_ext.cli_common import run_tool  # noqa: E402
+from sglang_eagle3_ext.cli.common import run_tool  # noqa: E402
 
 V = "0.5.16"
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -36,8 +36,8 @@ EAGLE_KEYS = ["eagle_aux_hidden_state_layer_ids", "hf_hidden_state_indices", "us
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
-    from sglang_eagle3_ext.convert import convert
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
+    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     root = tmp_path_factory.mktemp("props")
     return convert(make_speculators_draft(root / "spec", hidden=32, vocab=64, draft_vocab=32, heads=2, kv_heads=1,
@@ -52,7 +52,7 @@ def _snapshot(root: Path) -> dict:
 def _run(tool: str, argv: list[str], capsys) -> tuple[int, str]:
     import importlib
 
-    from sglang_eagle3_ext.cli_common import MAINS
+    from sglang_eagle3_ext.cli.common import MAINS
 
     mod, fn = MAINS[tool].split(":")
     rc = run_tool(tool, getattr(importlib.import_module(f"sglang_eagle3_ext.{mod}"), fn), argv)

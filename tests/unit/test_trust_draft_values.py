@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from sglang_eagle3_ext.cli_common import run_tool
+from sglang_eagle3_ext.cli.common import run_tool
 from sglang_eagle3_ext.draft import errors as E
 
 pytest.importorskip("speculators")
@@ -17,8 +17,8 @@ V = "0.5.16"
 
 @pytest.fixture(scope="module")
 def drafts(tmp_path_factory):
-    from sglang_eagle3_ext.convert import convert
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft, make_variant
+    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft, make_variant
 
     root = tmp_path_factory.mktemp("values")
     good = convert(make_speculators_draft(root / "spec", aux_ids=(1, 4, 6)), root / "good", sglang_version=V,
@@ -27,7 +27,7 @@ def drafts(tmp_path_factory):
 
 
 def _check(capsys, *argv):
-    from sglang_eagle3_ext.check import main
+    from sglang_eagle3_ext.cli.check import main
 
     rc = run_tool("check", main, [*map(str, argv), "--sglang", V])
     out = capsys.readouterr()
@@ -68,7 +68,7 @@ def test_launcher_precheck_refuses_a_nan_draft(drafts):
 
 
 def test_describe_draft_says_it_did_not_scan(drafts):
-    from sglang_eagle3_ext.check import describe_draft
+    from sglang_eagle3_ext.cli.check import describe_draft
 
     assert describe_draft(drafts["good"], V)["values_scanned"] is False
 

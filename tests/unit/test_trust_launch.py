@@ -9,7 +9,7 @@ from unittest import mock
 
 import pytest
 
-from sglang_eagle3_ext import cli_common, launch_server
+from sglang_eagle3_ext.cli import common as cli_common, launch as launch_server
 from sglang_eagle3_ext.launch import nccl
 from sglang_eagle3_ext.launch.topology import Topology
 from test_launch_topology import cpu_root_ports, nvlink_box

@@ -8,7 +8,8 @@ import zipfile
 
 import pytest
 
-from sglang_eagle3_ext import cli_common, compat
+from sglang_eagle3_ext.cli import common as cli_common
+from sglang_eagle3_ext.compat import release as compat
 
 V = "0.5.99"
 

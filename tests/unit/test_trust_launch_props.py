@@ -14,7 +14,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_eagle3_ext import cli_common, launch_server
+from sglang_eagle3_ext.cli import common as cli_common, launch as launch_server
 from sglang_eagle3_ext.launch import nccl
 from test_launch_topology import cpu_root_ports
 

@@ -15,10 +15,10 @@ torch = pytest.importorskip("torch")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from sglang_eagle3_ext import convert as conv  # noqa: E402
-from sglang_eagle3_ext import outdir  # noqa: E402
-from sglang_eagle3_ext import tiny  # noqa: E402
-from sglang_eagle3_ext.cli_common import run_tool  # noqa: E402
+from sglang_eagle3_ext.cli import convert as conv  # noqa: E402
+from sglang_eagle3_ext.files import outdir  # noqa: E402
+from sglang_eagle3_ext.tiny import deepseek_v3 as tiny  # noqa: E402
+from sglang_eagle3_ext.cli.common import run_tool  # noqa: E402
 from sglang_eagle3_ext.dump.client import main as dump_main  # noqa: E402
 
 from test_trust_training import SMALL, make_data, target, train_cli  # noqa: E402,F401 (module fixture)
@@ -96,7 +96,7 @@ def test_train_replaces_its_own_output_only_with_force(target, tmp_path, capsys)
 @pytest.fixture(scope="module")
 def spec_draft(tmp_path_factory):
     pytest.importorskip("speculators")
-    from sglang_eagle3_ext.draft.tiny_draft import make_speculators_draft
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     return make_speculators_draft(tmp_path_factory.mktemp("src") / "spec", aux_ids=(1, 2, 3))
 

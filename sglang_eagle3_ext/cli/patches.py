@@ -11,14 +11,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from . import cli_common
+from . import common as cli_common
 
 PATCH_FILE = "sglang-eagle3-ext.patch"
 
 
 def patch_dirs() -> list[Path]:
     """Installed wheel: sglang_eagle3_ext/patches (hatch force-include); checkout: <repo>/patches."""
-    pkg = Path(__file__).resolve().parent
+    pkg = Path(__file__).resolve().parent.parent   # the package (wheel) or the checkout (patches/ beside it)
     return [d for d in (pkg / "patches", pkg.parent / "patches") if d.is_dir()]
 
 

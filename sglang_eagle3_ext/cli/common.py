@@ -16,23 +16,37 @@ import json
 import sys
 import traceback
 
-from . import envs
-from .boundary import BadInput
+from .. import envs
+from ..boundary import BadInput
 # the parsers and the flags every tool shares (cli_args.py), under the names the tools use
-from .cli_args import (CliParser, HelpFormatter, add_json_out, add_sglang_release, add_verbosity,  # noqa: F401
-                       did_you_mean, doc_description, finish, hidden_alias, non_negative_float, non_negative_int,
-                       parser, positive_float, positive_int, write_json)
+from .args import (
+    CliParser,
+    HelpFormatter,
+    add_json_out,
+    add_sglang_release,
+    add_verbosity,
+    did_you_mean,
+    doc_description,
+    finish,
+    hidden_alias,
+    non_negative_float,
+    non_negative_int,
+    parser,
+    positive_float,
+    positive_int,
+    write_json,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 ENV_DEBUG = envs.DEBUG
 COMMAND = "sglang-eagle3"
 # subcommand of `sglang-eagle3` -> module of its `python -m sglang_eagle3_ext.MODULE` entry
 MODULES = {"launch": "launch_server", "dump": "dump", "convert": "convert", "check": "check", "bench": "bench",
-           "train": "train_draft", "compat": "compat", "tiny": "tiny", "patches": "patches_cli"}
+           "train": "train_draft", "compat": "compat", "tiny": "tiny", "patches": "cli.patches"}
 # subcommand -> "module:function" implementing it (imported only when that subcommand runs)
-MAINS = {"launch": "launch_server:main", "dump": "dump.client:main", "convert": "convert:main",
-         "check": "check:main", "bench": "bench:main", "train": "train_draft:main", "compat": "compat:main",
-         "tiny": "tiny:main", "patches": "patches_cli:main"}
+MAINS = {"launch": "cli.launch:main", "dump": "dump.client:main", "convert": "cli.convert:main",
+         "check": "cli.check:main", "bench": "cli.bench:main", "train": "cli.train:main",
+         "compat": "compat.release:main", "tiny": "tiny.deepseek_v3:main", "patches": "cli.patches:main"}
 # import name -> what to pip install (messages name installable things only)
 PIP_NAMES = {"yaml": "pyyaml", "pynvml": "nvidia-ml-py", "sklearn": "scikit-learn", "PIL": "pillow"}
 

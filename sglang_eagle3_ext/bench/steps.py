@@ -1,6 +1,6 @@
 """What one serving step and one admission cost, read from a SGLang server's own log.
 
-    python -m sglang_eagle3_ext.bench_steps SERVER.log --bs 16 [--interval 1]
+    python -m sglang_eagle3_ext.bench.steps SERVER.log --bs 16 [--interval 1]
     (or `bench --spec-log SPEC.log --baseline-log BASE.log`, which reads both at each concurrency)
 
 Run the server with `--decode-log-interval 1` (benchmarks/profile_spec.py does): SGLang then logs every
@@ -61,10 +61,10 @@ def step_summary(text: str, bs: int, interval: int = 1, idle_s: float = 0.5) -> 
 
 
 def main(argv=None) -> int:
-    from .boundary import regular_file
-    from .cli_common import non_negative_float, positive_int
+    from ..boundary import regular_file
+    from ..cli.common import non_negative_float, positive_int
 
-    ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.bench_steps", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.bench.steps", description=__doc__.split("\n\n")[0],
                                  allow_abbrev=False)
     ap.add_argument("log")
     ap.add_argument("--bs", type=positive_int, default=16, help="the full batch whose iterations are timed")
@@ -80,6 +80,6 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     import sys
 
-    from .cli_common import run_tool
+    from ..cli.common import run_tool
 
     sys.exit(run_tool("bench_steps", main))

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from .cli_common import CliError
+from ..cli.common import CliError
 
 MAX_REPLY_BYTES = 256 << 20
 RETRY_STATUS = (502, 503, 504)
@@ -151,7 +151,7 @@ class Server:
             raise ServerError(f"{where}: HTTP {status}: {_text(body)[:300]}")
         if text:
             return _text(body)
-        from .boundary import BadInput, parse_json
+        from ..boundary import BadInput, parse_json
 
         try:
             return parse_json(body, where, "reply", expect=None) if body.strip() else {}

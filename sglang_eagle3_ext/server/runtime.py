@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ._log import logger
+from .._log import logger
 
 
 def server_args():
@@ -32,11 +32,11 @@ def read_config(path) -> dict | None:
         return None
     p = Path(os.path.expanduser(str(path))) / "config.json"
     if not p.parent.is_dir():
-        from .draft.hub import cached_snapshot, looks_like_hub_id
+        from ..draft.hub import cached_snapshot, looks_like_hub_id
 
         snap = cached_snapshot(str(path)) if looks_like_hub_id(str(path)) else None
         p = snap / "config.json" if snap is not None else p
-    from .boundary import read_json_file
+    from ..boundary import read_json_file
 
     try:   # a regular file holding an object: a FIFO would block, a list has no keys to read
         return read_json_file(p, "model config", max_bytes=1 << 24)

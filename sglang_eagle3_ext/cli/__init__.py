@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import sys
 
-from . import cli_common
+from . import common as cli_common
 
 SUMMARIES = {
     "launch": "start SGLang with the patches, a preset and NCCL settings from the topology (--dry-run: plan only)",
@@ -27,7 +27,7 @@ SUMMARIES = {
 def version_line() -> str:
     from importlib import metadata
 
-    from . import __version__
+    from .. import __version__
 
     try:
         ours = metadata.version("sglang-eagle3-ext")

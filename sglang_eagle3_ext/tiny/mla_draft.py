@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import errors as E
-from . import mla
+from ..draft import errors as E
+from ..draft import mla
 
 # Kimi-K2's rope_scaling type (SGLang's MLA runs it as deepseek_yarn; on CPU it needs one); factor 1: plain RoPE.
 def _yarn(max_pos: int) -> dict:
@@ -44,8 +44,8 @@ def mla_tensors(cfg: dict, seed: int = 0) -> dict:
     """Checkpoint tensors (published layout) for `cfg`, shapes from the same rules the loader checks."""
     import torch
 
-    from .keys import Layout
-    from .rules import expected_shapes, spec_from_config
+    from ..draft.keys import Layout
+    from ..draft.rules import expected_shapes, spec_from_config
 
     layout = Layout(release="offline", midlayer=False, fc_norm=True, input_norm=False, norm_output=True,
                     capture_always_plus_one=False, mla_draft=True)
@@ -72,7 +72,7 @@ def write_draft(out, cfg: dict, tensors: dict) -> Path:
     """Write (or rewrite, when `out` is one made here) a draft; a directory of anyone else's is refused."""
     from safetensors.torch import save_file
 
-    from ..outdir import writing
+    from ..files.outdir import writing
 
     with writing(out, tool="tiny mla draft", flag="out", replace=True) as tmp:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / "model.safetensors"),
@@ -145,7 +145,7 @@ def _v_unknown_key(d):
 
 
 def _v_nan(d):
-    from .tiny_draft import nan_at
+    from .llama_draft import nan_at
 
     _edit(d, nan_at("layers.0.self_attn.kv_b_proj.weight"))
 

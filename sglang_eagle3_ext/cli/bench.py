@@ -20,9 +20,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import bench_prompts, cli_common
-from .bench_verdict import CAUSES, NOT_USED_THRESHOLD, slower_fix, target_is_mla, verdict  # noqa: F401 - API
-from .cli_common import CliError
+from ..bench import prompts as bench_prompts
+from . import common as cli_common
+from ..bench.verdict import CAUSES, NOT_USED_THRESHOLD, slower_fix, target_is_mla, verdict  # noqa: F401 - API
+from .common import CliError
 
 MAX_CONCURRENCY = 4096     # requests in flight (one client thread each)
 SERVER_KEYS = ("model_path", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
@@ -108,14 +109,14 @@ def server_info(srv):
 
 
 def avg_accept_length(srv, info) -> float | None:
-    from .server_replies import avg_accept_length as read
+    from ..server.replies import avg_accept_length as read
 
     return None if info is None else read(info, srv.where("GET", "/get_server_info"))
 
 
 def run_level(srv, label: str, prompts: list[dict], new_tokens: list[int], concurrency: int, bar) -> RunStats:
     """Every prompt once, `concurrency` in flight; prompt i generates new_tokens[i] greedy tokens."""
-    from .server_replies import generate_reply
+    from ..server.replies import generate_reply
 
     st = RunStats(label=label, concurrency=concurrency)
 
@@ -231,7 +232,7 @@ def _bar(total: int, quiet: bool):
 
 def read_logs(spec_log: str | None, baseline_log: str | None) -> dict[str, str]:
     """{"spec": text, "baseline": text} of the servers' logs given (regular files only: a FIFO would block)."""
-    from .boundary import BadInput, regular_file
+    from ..boundary import BadInput, regular_file
 
     texts = {}
     for k, p in (("spec", spec_log), ("baseline", baseline_log)):
@@ -251,7 +252,7 @@ def add_step_costs(levels: list[dict], spec_log: str | None, baseline_log: str |
     """lv["steps"] = {"spec": ..., "baseline": ...}: iteration and admission costs at each concurrency c > 1, from
     the servers' logs (`texts`, read before the run, or read here; each level's lines are those at a running
     batch of c)."""
-    from .bench_steps import step_summary
+    from ..bench.steps import step_summary
 
     texts = read_logs(spec_log, baseline_log) if texts is None else texts
     for lv in levels:
@@ -283,8 +284,8 @@ def local_inputs(a):
 
 
 def benchmark(a) -> dict:
-    from .http_client import Server
-    from .server_replies import generate_reply, server_args
+    from ..server.http_client import Server
+    from ..server.replies import generate_reply, server_args
 
     ps, texts = local_inputs(a)
     spec = Server(a.url, timeout=a.timeout)
@@ -325,7 +326,7 @@ def benchmark(a) -> dict:
     add_step_costs(levels, a.spec_log, a.baseline_log, a.log_interval, texts)
     has_stats = any(lv["spec"]["verify_ct"] or lv["spec"]["server_avg_accept_length"] is not None for lv in levels)
     status, lines = verdict(levels, has_stats, a.fail_on_slower, args)
-    from . import __version__
+    from .. import __version__
 
     return {"tool": "sglang-eagle3 bench", "version": __version__, "created": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "spec_url": a.url, "baseline_url": a.baseline_url,
@@ -364,7 +365,7 @@ def render(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from .cli_output import library_output
+    from .output import library_output
 
     a = build_parser().parse_args(argv)
     with library_output(a.verbose):
@@ -373,7 +374,7 @@ def main(argv=None) -> int:
     if a.json:
         cli_common.write_json(a.json, res)
     if a.report:
-        from .bench_report import write_report
+        from ..bench.report import write_report
 
         for p in write_report(a.report, res):
             print(f"report: {p}")

@@ -20,10 +20,10 @@ import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from . import envs
-from .patch_table import PATCHES
+from .. import envs
+from ..patch_table import PATCHES
 from .source_locate import Location, clear_cache, locate
-from .versions import FORCE_ENV, SUPPORTED_MAX, SUPPORTED_MIN, capabilities_from_source, in_range, parse
+from ..versions import FORCE_ENV, SUPPORTED_MAX, SUPPORTED_MIN, capabilities_from_source, in_range, parse
 
 CACHE_ENV = envs.CACHE
 
@@ -246,7 +246,7 @@ def format_report(rep: Report) -> str:
 
 
 def main(argv=None) -> int:
-    from . import cli_common
+    from ..cli import common as cli_common
 
     ap = cli_common.parser("compat", cli_common.doc_description(__doc__))
     cli_common.add_sglang_release(ap, "check this release", dest="sglang")
@@ -272,7 +272,7 @@ def main(argv=None) -> int:
 
 
 def _check_local_inputs(a) -> None:
-    from .boundary import BadInput, regular_file
+    from ..boundary import BadInput, regular_file
 
     if a.sglang is not None and (not parse(a.sglang) or "/" in a.sglang or a.sglang != a.sglang.strip()):
         raise ReleaseUnavailable(f"--sglang {a.sglang!r}: not a release number (e.g. 0.5.16)")
@@ -300,7 +300,7 @@ def _release_root(a) -> Path:
         return unpack_wheel(wheel, cache_dir() / "src" / f"{wheel.stem}-{_digest(wheel)}", "--wheel")
     if a.sglang:
         return source_for(a.sglang, download=a.download, wheel_dirs=a.wheel_dir)
-    from .versions import _sglang_root, installed_version
+    from ..versions import _sglang_root, installed_version
 
     root = _sglang_root()
     if root is None:
@@ -316,6 +316,6 @@ def _digest(path: Path) -> str:
 
 
 if __name__ == "__main__":
-    from .cli_common import run_tool
+    from ..cli.common import run_tool
 
     sys.exit(run_tool("compat", main))

@@ -56,13 +56,13 @@ class TinyKimiK25Processor:
 
 
 def default_dir() -> Path:
-    from .tiny import default_dir as ds_dir
+    from .deepseek_v3 import default_dir as ds_dir
 
     return ds_dir().with_name("tiny-kimi-k25")
 
 
 def _kimi_targets() -> dict:
-    from .tiny import PREDICTABLE
+    from .deepseek_v3 import PREDICTABLE
 
     return {"tiny-kimi-k25": {}, "tiny-kimi-k25-predictable": dict(PREDICTABLE)}
 
@@ -129,7 +129,7 @@ def ensure_tiny_kimi_target(out: str | os.PathLike | None = None, seed: int = 0,
     tiny.ensure_tiny_target (e.g. **tiny.PREDICTABLE, route_bias, DeepseekV3Config overrides); the text-only
     DeepSeek-V3 with the same language-model weights stays in `out/text` (the reference)."""
     out = Path(out) if out else default_dir()
-    from .tiny import ensure_tiny_target, reuse_existing
+    from .deepseek_v3 import ensure_tiny_target, reuse_existing
 
     settings = dict(seed=seed, **tiny_kwargs)
     if reuse_existing(out, "tiny --kimi", settings):
@@ -137,8 +137,8 @@ def ensure_tiny_kimi_target(out: str | os.PathLike | None = None, seed: int = 0,
     import torch
     from safetensors.torch import load_file, save_file
 
-    from ._log import log_once
-    from .outdir import OutputDirRefused, writing
+    from .._log import log_once
+    from ..files.outdir import OutputDirRefused, writing
 
     log_once("tiny-kimi", "making the tiny Kimi-K2.5 target in %s (first use)", out)
     try:

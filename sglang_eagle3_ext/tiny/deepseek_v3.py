@@ -55,7 +55,7 @@ TARGETS = {
 
 
 def default_dir() -> Path:
-    from . import envs
+    from .. import envs
 
     return Path(envs.get(envs.CACHE)) / "tiny-deepseek-v3"
 
@@ -108,7 +108,7 @@ def builtin_dir(name: str) -> Path:
 
 def ensure_builtin(path: str | os.PathLike) -> Path:
     """Make the built-in model a preset names, told apart by its cache folder's name."""
-    from .tiny_kimi import KIMI_TARGETS, ensure_kimi_target
+    from .kimi_k25 import KIMI_TARGETS, ensure_kimi_target
 
     name = Path(path).name
     if name in KIMI_TARGETS:
@@ -136,8 +136,8 @@ def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, bran
         return out
     import torch
 
-    from ._log import log_once
-    from .outdir import OutputDirRefused, writing
+    from .._log import log_once
+    from ..files.outdir import OutputDirRefused, writing
 
     log_once("tiny", "making the tiny DeepSeek-V3 target in %s (first use, ~20 s)", out)
     try:
@@ -167,7 +167,7 @@ def reuse_existing(out: Path, tool: str, settings: dict) -> bool:
     settings is refused rather than served as if it were the one asked for."""
     if not (out / ".complete").exists():
         return False
-    from .outdir import OutputDirRefused, read_marker
+    from ..files.outdir import OutputDirRefused, read_marker
 
     try:
         marker = read_marker(out)
@@ -186,7 +186,7 @@ def reuse_existing(out: Path, tool: str, settings: dict) -> bool:
 
 def main(argv=None) -> int:
     """`sglang-eagle3 tiny [OUT] [--predictable] [--seed N]`: write the tiny target, print its folder."""
-    from . import cli_common
+    from ..cli import common as cli_common
 
     ap = cli_common.parser("tiny", cli_common.doc_description(__doc__))
     ap.add_argument("out", nargs="?", help=f"output folder, new or empty (default: the cache, {default_dir()}); one "
@@ -201,7 +201,7 @@ def main(argv=None) -> int:
         raise cli_common.CliError(f"{a.out!r} looks like an option, not a folder; see --help")
     make = ensure_tiny_target
     if a.kimi:
-        from .tiny_kimi import ensure_tiny_kimi_target as make
+        from .kimi_k25 import ensure_tiny_kimi_target as make
     print(make(a.out, seed=a.seed, **(PREDICTABLE if a.predictable else {})))
     return 0
 
@@ -209,6 +209,6 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     import sys
 
-    from .cli_common import run_tool
+    from ..cli.common import run_tool
 
     sys.exit(run_tool("tiny", main))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import errors as E
+from ..draft import errors as E
 
 
 def make_speculators_draft(out, *, hidden: int = 64, vocab: int = 128, draft_vocab: int = 64,
@@ -43,7 +43,7 @@ def make_speculators_draft(out, *, hidden: int = 64, vocab: int = 128, draft_voc
             model.t2d[hot] = True
     if dtype is not None:
         model = model.to(dtype)
-    from ..outdir import writing
+    from ..files.outdir import writing
 
     with writing(out, tool="tiny speculators draft", flag="out", replace=True) as tmp:   # never over a user's dir
         model.save_pretrained(tmp)
@@ -190,7 +190,7 @@ def write_target_config(out, *, hidden: int = 64, vocab: int = 128, layers: int 
     """A target-model config.json only (enough for the draft/target consistency rules)."""
     import json
 
-    from ..outdir import writing
+    from ..files.outdir import writing
 
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
            "intermediate_size": 2 * hidden, "num_hidden_layers": layers, "num_attention_heads": 4,

@@ -19,9 +19,9 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .boundary import BadInput, check_type, list_of, parse_json, read_text_file, regular_file
-from .boundary import field as key
-from .cli_common import CliError
+from ..boundary import BadInput, check_type, list_of, parse_json, read_text_file, regular_file
+from ..boundary import field as key
+from ..cli.common import CliError
 
 BUILTIN = ("random-ids",)
 MAX_ARRAY_FILE = 2 << 30      # a JSON array is parsed whole (ShareGPT's is ~0.7 GB); JSONL streams
@@ -114,7 +114,7 @@ def load_tokenizer(target: str | None, trust_remote_code: bool = False):
     """The tokenizer of the model the user named with --target, or None without one."""
     if not target:
         return None
-    from .cli_common import load_tokenizer as load
+    from ..cli.common import load_tokenizer as load
 
     return load(target, trust_remote_code, "--target")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
-from .cli_common import CliError, did_you_mean, write_json
+from .common import CliError, did_you_mean, write_json
 
 
 def _ours(parser) -> list[str]:
@@ -22,7 +22,7 @@ def _sglang_flags() -> tuple[dict | None, str]:
     import warnings
 
     try:
-        from .launch import presets
+        from ..launch import presets
 
         with warnings.catch_warnings():   # what importing SGLang says on a machine without its kernels
             warnings.simplefilter("ignore")
@@ -45,7 +45,7 @@ def check_flags(parser, ours, rest: list[str]) -> None:
     for opt in flags:
         if theirs is not None and opt in theirs:
             continue
-        if any(f.startswith(opt) for f in mine) or difflib.get_close_matches(opt, mine, n=1, cutoff=0.8):
+        if any(f.startswith(opt) for f in (*mine, "--help")) or difflib.get_close_matches(opt, mine, n=1, cutoff=0.8):
             raise CliError(f"{opt}: not a flag of launch nor of SGLang{did_you_mean(opt, mine)} (flags are spelled "
                            f"out in full; nothing was started)")
         if theirs is None:
@@ -80,7 +80,7 @@ def write_plan(plan, ours) -> bool:
 
 
 def list_presets(ours) -> None:
-    from .launch import presets
+    from ..launch import presets
 
     names = list(presets.available_presets())
     if ours.json:

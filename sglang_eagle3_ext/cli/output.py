@@ -54,7 +54,7 @@ def library_output(verbose: bool, bars: bool = False):
 def _loguru_off():
     """loguru comes with speculators (never imported here): loaded already, its messages of _LOGURU_NAMES are
     switched off; not yet, its default sink will take ERROR and up (LOGURU_LEVEL, read when it loads)."""
-    from . import envs
+    from .. import envs
 
     mod = sys.modules.get("loguru")
     if mod is not None:

@@ -13,7 +13,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from .patch_table import PatchSpec
+from ..patch_table import PatchSpec
 
 
 @dataclasses.dataclass

@@ -13,7 +13,7 @@ CAUSES = ("usual causes: the target sends 1x hidden instead of K x hidden (aux c
 def target_is_mla(model_path: str | None) -> bool | None:
     """Whether the served target uses MLA (kv_lora_rank in its config, or a wrapper's text_config); None when
     its config is not at hand (nothing is fetched)."""
-    from .sglang_runtime import language_config, read_config
+    from ..server.runtime import language_config, read_config
 
     c = read_config(model_path)
     return None if c is None else bool(language_config(c).get("kv_lora_rank"))

@@ -9,13 +9,13 @@ import difflib
 import json
 import sys
 
-from . import envs
+from .. import envs
 
 _EXIT_USAGE = 2   # cli_common.EXIT_BAD_INPUT: a usage error is bad input
 
 
 def _prog(tool: str) -> str:
-    from .cli_common import prog
+    from .common import prog
 
     return prog(tool)
 
@@ -128,7 +128,7 @@ class _SglangRelease(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         from packaging.version import InvalidVersion, Version
 
-        from . import versions
+        from .. import versions
 
         text = str(values)
         try:

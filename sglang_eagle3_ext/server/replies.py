@@ -7,7 +7,7 @@ missing key) is a `BadInput` naming the route and the key: exit 2, never a trace
 """
 from __future__ import annotations
 
-from .boundary import BadInput, check_type, field, list_of
+from ..boundary import BadInput, check_type, field, list_of
 
 # /get_server_info keys read by the tools, with what each must be when present (null: not set)
 SERVER_KEY_TYPES = {

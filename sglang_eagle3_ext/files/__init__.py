@@ -1,0 +1,1 @@
+"""Files this package writes: `outdir` is the one rule for output directories."""
