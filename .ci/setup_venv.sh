@@ -22,7 +22,7 @@ if [ ! -e "$VENV/.base_done" ]; then
   $INSTALL -c "$CONS" numpy orjson psutil pybase64 requests triton packaging pillow starlette \
     tqdm IPython pydantic aiohttp pyzmq msgspec dill openai==2.6.1 partial-json-parser \
     xgrammar==0.2.1 apache-tvm-ffi==0.1.11 sentencepiece einops compressed-tensors gguf uvicorn \
-    setproctitle fastapi uvloop wrapt safetensors pytest hypothesis pyyaml nvidia-ml-py matplotlib
+    setproctitle fastapi uvloop wrapt safetensors pytest hypothesis import-linter pyyaml nvidia-ml-py matplotlib
   # speculators: its torchvision/torchaudio requirements would pull a CUDA torch; deps pinned by hand
   $INSTALL --no-deps speculators==0.9.0
   $INSTALL -c "$CONS" click "datasets>=4,<=5.1.0" httpx huggingface-hub "loguru>=0.7.2,<=0.7.3" rich \

@@ -58,7 +58,7 @@ def real_states(tmp: Path, tokens: int, hidden: int, seqs: int):
     import torch
     from transformers import DeepseekV3ForCausalLM
 
-    from sglang_eagle3_ext.dump.config import default_layers
+    from sglang_eagle3_ext.draft.layers import default_layers
     from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target
 
     small = dict(vocab_size=2048, hidden_size=hidden, intermediate_size=2 * hidden, moe_intermediate_size=hidden // 2,

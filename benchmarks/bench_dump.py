@@ -151,8 +151,9 @@ def main():
     from gpu_helpers import BASE_ARGS, free_port as _port, sglang_server
     from test_dump_gpu import _activation_env
 
-    from sglang_eagle3_ext.dump.config import (ENV_COPY_STREAM, ENV_DIR, ENV_DISCARD, ENV_IO_THREADS, ENV_LAYERS,
+    from sglang_eagle3_ext.dump.config import (ENV_COPY_STREAM, ENV_DISCARD, ENV_IO_THREADS, ENV_LAYERS,
                                                 ENV_MAX_PENDING_MB, ENV_WRITER, META_FILE)
+    from sglang_eagle3_ext.envs import DUMP_DIR
     from sglang_eagle3_ext.dump.manifest import read_manifest
     from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_target, ensure_tiny_target
 
@@ -186,13 +187,13 @@ def main():
         * cfg["hidden_size"] * 2 * 1.1 / (1 << 20)
     if not os.environ.get(ENV_MAX_PENDING_MB) and need_mb > 4096:   # a burst must fit the host budget
         for env in variants.values():
-            if ENV_DIR in env:
+            if DUMP_DIR in env:
                 env[ENV_MAX_PENDING_MB] = str(int(need_mb) + 1)
         print(f"host budget raised to {int(need_mb) + 1} MB so one burst fits ({ENV_MAX_PENDING_MB})", flush=True)
     res["hidden_size"] = cfg["hidden_size"]
     busy = {n: [] for n in variants}
     drain_s = {n: 0.0 for n in variants}
-    writes = {n: Path(env[ENV_DIR]) for n, env in variants.items() if ENV_DIR in env and ENV_DISCARD not in env}
+    writes = {n: Path(env[DUMP_DIR]) for n, env in variants.items() if DUMP_DIR in env and ENV_DISCARD not in env}
     with contextlib.ExitStack() as stack:
         def serve(name):
             return stack.enter_context(sglang_server(args, name=f"bench_dump_{name}", port=_port(),
@@ -201,7 +202,7 @@ def main():
         # server starting beside it is still taking (-> "Loaded weights leave no GPU memory for the KV cache")
         bases = {name: serve(name) for name in variants}   # then served side by side; each stops at exit
         for name, env in variants.items():
-            d = env.get(ENV_DIR)
+            d = env.get(DUMP_DIR)
             if d and not Path(d, META_FILE).exists():   # the writer writes it at model init
                 raise SystemExit(f"{name}: dumping did not start in the server (no {META_FILE} in {d}): the "
                                  f"activation did not reach it; see its log")
@@ -230,7 +231,7 @@ def main():
             res[f"prefill_ratio_{name}_over_off"] = statistics.median(per_round)
             res[f"prefill_ratio_{name}_over_off_rounds"] = [round(x, 3) for x in per_round]
             res[f"prefill_ratio_{name}_over_off_aggregate"] = res[f"prefill_tok_s_{name}"] / res["prefill_tok_s_off"]
-            d = variants[name].get(ENV_DIR)
+            d = variants[name].get(DUMP_DIR)
             res[f"writer_status_{name}"] = _writer_status(Path(d))   # staging ring, fallbacks, skips
     res["disk_seq_write_bytes_s"] = disk_write_bps(dump)
     for name, d in writes.items():   # "on" keeps the unprefixed keys

@@ -26,6 +26,7 @@ def make_draft(out: Path, hidden: int, vocab: int, draft_vocab: int) -> Path:
     from safetensors.torch import save_file
 
     from sglang_eagle3_ext.draft import keys, rules
+    from sglang_eagle3_ext.draft.arch import llama
 
     heads = hidden // 128
     cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": hidden,
@@ -48,7 +49,7 @@ def make_draft(out: Path, hidden: int, vocab: int, draft_vocab: int) -> Path:
         elif name == "t2d":
             tensors[name] = torch.zeros(vocab, dtype=torch.bool)
         else:
-            tensors[keys.to_release(name, layout)[0]] = (torch.randn(shape, generator=g) * 0.02).to(torch.bfloat16)
+            tensors[llama.to_release(name, layout)[0]] = (torch.randn(shape, generator=g) * 0.02).to(torch.bfloat16)
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / "model.safetensors"))
     (out / "config.json").write_text(json.dumps(cfg))

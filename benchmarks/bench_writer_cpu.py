@@ -56,6 +56,7 @@ def run_writer(a, root: Path, use_save_file: bool, process: bool = False) -> dic
     import torch
 
     import sglang_eagle3_ext.dump.sample_file as F
+    from sglang_eagle3_ext import envs
     from sglang_eagle3_ext.dump import config as C
     from sglang_eagle3_ext.dump.assemble import ChunkBatch
     from sglang_eagle3_ext.dump.copy import rows_finite as _rows_finite
@@ -70,7 +71,7 @@ def run_writer(a, root: Path, use_save_file: bool, process: bool = False) -> dic
             save_file({k: v.contiguous() for k, v in t.items()}, str(p), metadata=m)   # None: atomic_write fsyncs
         F.save_safetensors = via_save_file
     try:
-        cfg = C.from_env({C.ENV_DIR: str(root), C.ENV_LAYERS: "1,2,3", C.ENV_FINAL: "both",
+        cfg = C.from_env({envs.DUMP_DIR: str(root), C.ENV_LAYERS: "1,2,3", C.ENV_FINAL: "both",
                           C.ENV_IO_THREADS: str(a.io_threads), C.ENV_MIN_TOKENS: "1",
                           C.ENV_WRITER: "process" if process else "thread"})
         meta = {"layer_indices_hf": [1, 2, 3], "hidden_size": a.hidden, "num_hidden_layers": 4,

@@ -4,7 +4,7 @@
         [--attention-backend triton] [--spec 3,1,4 --spec 1,1,2 ...] [--profile-steps 40]
 
 Why it exists: the Kimi-width round trip (SGLang 0.5.16, H200, GPU alone, CUDA graphs on) ran ~2x at batch 1
-but 0.87x (Triton) / 0.80x (FlashInfer) at concurrency 16. Its server log (read by sglang_eagle3_ext/bench_steps.py)
+but 0.87x (Triton) / 0.80x (FlashInfer) at concurrency 16. Its server log (read by sglang_eagle3_ext/bench/steps.py)
 put one speculative iteration at batch 16 at 7.6 ms (target-only step 3.6 ms; accept 3.6: ~1.7x between
 admissions) and each admission at ~47 ms per prefill batch (target-only: ~4 ms), 55% of the time. Which
 part of an admission costs that (the draft's eager extend, CPU work, kernels) is what this profile shows.
@@ -143,7 +143,7 @@ def main():
     res = {"sglang": __import__("importlib.metadata").metadata.version("sglang"), "bs": a.bs, "model": str(model),
            "draft": str(draft), "new_tokens": a.new_tokens, "attention_backend": a.attention_backend, "servers": {}}
     for name, extra in settings.items():
-        # every decode iteration logged: sglang_eagle3_ext/bench_steps.py reads iteration and admission costs from it
+        # every decode iteration logged: sglang_eagle3_ext/bench/steps.py reads iteration and admission costs from it
         with sglang_server([*common, *extra, "--decode-log-interval", "1"], name=f"profile_{name}", port=free_port(),
                            env=activation_env(tmp), launcher="sglang.launch_server", timeout=900) as (base, log, _):
             r = profile_server(base, log, prompts, a, tmp / f"trace_{name}")

@@ -21,6 +21,15 @@ from typing import Any, Callable
 _MISSING = object()
 
 
+class Refused(Exception):
+    """A refusal whose message already names the input and the fix. `code` is the exit code a command returns
+    for it: 2 bad input or environment (the default), 1 a negative verdict. Features raise it; `cli/` maps it."""
+
+    def __init__(self, msg: str, code: int = 2):
+        super().__init__(msg)
+        self.code = code
+
+
 class BadInput(ValueError):
     """Outside input that is not what it must be; the message names where and what was expected."""
 

@@ -25,9 +25,9 @@ FALSE = ("0", "false", "no", "off", "")
 class EnvError(ValueError):
     """A variable set to a value outside its legal ones; the message names both."""
 
-    def __init__(self, name: str, value: str, legal: str):
+    def __init__(self, name: str, value: str, legal: str, message: str | None = None):
         self.name, self.value, self.legal = name, value, legal
-        super().__init__(f"{name}={value!r}: expected {legal}")
+        super().__init__(message or f"{name}={value!r}: expected {legal}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Var:
         if self.type == "choice":
             return "one of " + ", ".join(repr(c) for c in self.choices)
         if self.type == "layers":
-            return "comma-separated integers, e.g. 2,30,58"
+            return LAYERS_LEGAL
         return "a non-empty value"
 
     def parse(self, text: str) -> Any:
@@ -84,9 +84,8 @@ class Var:
             if s.lower() not in self.choices:
                 raise EnvError(self.name, text, self.legal)
             return s.lower()
-        if self.type == "layers":  # one parser for dump layers (dump/config.py owns the rule)
-            from .dump.config import parse_layers
-            return parse_layers(s)
+        if self.type == "layers":
+            return parse_layers(s, self.name)
         return s
 
     def default_value(self) -> Any:
@@ -101,6 +100,24 @@ def parse_bool(name: str, text: str) -> bool:
     if s in FALSE:
         return False
     raise EnvError(name, text, "1/true/yes/on or 0/false/no/off")
+
+
+LAYERS_LEGAL = "comma-separated integers, e.g. 2,30,58"
+_LAYER_TOKEN = re.compile(r"[0-9]+", re.ASCII)   # int() also takes "1_0", "١" and whitespace: not layer ids
+
+
+def parse_layers(text: str, name: str) -> tuple[int, ...] | None:
+    """"2,30,58" -> (2, 30, 58); None when empty. Only ASCII digits between single commas (spaces around them
+    allowed): "1,,2", "1_0", "1.9", "-1" and non-ASCII digits are an EnvError naming `name`, never a guess."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    parts = [x.strip() for x in text.split(",")]
+    bad = [x for x in parts if not _LAYER_TOKEN.fullmatch(x)]
+    if bad:
+        raise EnvError(name, text, LAYERS_LEGAL, f"{name}={text!r}: {bad[0]!r} is not a layer index; expected "
+                                                 f"comma-separated non-negative integers (ASCII digits), e.g. 2,30,58")
+    return tuple(int(x) for x in parts)
 
 
 def _cache_default() -> str:
@@ -127,6 +144,8 @@ DUMP_DISCARD = "SGLANG_EAGLE3_EXT_DUMP_DISCARD"
 DUMP_RESPONSES = "SGLANG_EAGLE3_EXT_DUMP_RESPONSES"
 DUMP_SAMPLE_RATE = "SGLANG_EAGLE3_EXT_DUMP_SAMPLE_RATE"
 DUMP_MAX_ACCEPT_LEN = "SGLANG_EAGLE3_EXT_DUMP_MAX_ACCEPT_LEN"
+TRAIN_RECORD_SAMPLES = "SGLANG_EAGLE3_EXT_TRAIN_RECORD_SAMPLES"
+TRAIN_STOP_AFTER_EPOCHS = "SGLANG_EAGLE3_EXT_TRAIN_STOP_AFTER_EPOCHS"
 
 _VARS: tuple[Var, ...] = (
     Var(ENABLE, "bool", False,
@@ -144,7 +163,7 @@ _VARS: tuple[Var, ...] = (
         "dump directory; turns dumping on. Must exist for a plain SGLang launch (a typo must not start a new "
         "tree); `sglang-eagle3 launch --dump-dir DIR` creates it", section="dump", preset_key="dump_dir"),
     Var(DUMP_LAYERS, "layers", None, "HF hidden_states indices (0 = embeddings, i = output of decoder layer i-1)",
-        section="dump", preset_key="dump_layers", default_doc="`2,n//2,n-3`"),
+        section="dump", preset_key="dump_layers", default_doc="`2,n//2,n-3` (n < 7: `1,n//2,n-1`)"),
     Var(DUMP_FINAL, "choice", "prenorm",
         "final state before the last norm (speculators); `postnorm` / `both`",
         section="dump", preset_key="dump_final", choices=("prenorm", "postnorm", "both")),
@@ -183,6 +202,12 @@ _VARS: tuple[Var, ...] = (
     Var(DUMP_MAX_ACCEPT_LEN, "float", None,
         "dump while serving: write only requests whose own accept length is below this number (where the draft "
         "is weakest)", section="dump", preset_key="dump_max_accept_len", minimum=1.0),
+    Var(TRAIN_RECORD_SAMPLES, "path", None,
+        "testing aid: each `train` rank appends one JSON line per epoch to this file (`rank`, `epoch`, the sample "
+        "indices it trained on)"),
+    Var(TRAIN_STOP_AFTER_EPOCHS, "int", None,
+        "testing aid: `train` stops (exit 2, as if interrupted) once this many epochs are checkpointed in its "
+        "`--out`; `--resume` continues the run", minimum=1),
 )
 VARS: dict[str, Var] = {v.name: v for v in _VARS}
 
@@ -218,7 +243,7 @@ def problems(env: Mapping[str, str] | None = None) -> list[str]:
     for name in VARS:
         try:
             get(name, env)
-        except ValueError as e:  # EnvError, or the dump layers' own DumpConfigError
+        except EnvError as e:
             out.append(str(e))
     return out
 

@@ -2,7 +2,7 @@
 
 target:   "module:Qualified.attr" in SGLang;  wrapper: "module:function" here (wrapt signature).
 feature:  which switch turns it on (see `features_from_env`);  requires: a capability flag or None.
-params:   the target's parameters the wrapper reads by name (targets/_bind.py); `compat` checks each release has them.
+params:   the target's parameters the wrapper reads by name (patching.bind / arg); `compat` checks each release has them.
 """
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ _LP = "sglang.srt.layers.logits_processor"
 _EW2 = "sglang.srt.speculative.eagle_worker_v2"
 _OS = "sglang.srt.managers.scheduler_components.output_streamer"
 _FB = "sglang.srt.model_executor.forward_batch_info"
+_WU = "sglang.srt.managers.scheduler_components.weight_updater"
+_TM = "sglang.srt.managers.tokenizer_manager"
+_SCH = "sglang.srt.managers.scheduler"
 _T = "sglang_eagle3_ext.targets"
 
 PATCHES: tuple[PatchSpec, ...] = (
@@ -56,6 +59,19 @@ PATCHES: tuple[PatchSpec, ...] = (
               f"{_T}.deepseek_v2:explicit_capture_layers",
               "capture exactly the HF hidden_states indices recorded by the draft/dump, whatever the release's +1 rule",
               feature="draft", params=("layer_ids",)),
+    PatchSpec("draft.swap", f"{_WU}:SchedulerWeightUpdaterManager.update_weights_from_disk",
+              f"{_T}.weight_updater:swap_draft",
+              "/update_weights_from_disk with our load_format: check a new EAGLE-3 draft, load it into the draft "
+              "runners in place (every TP rank, between batches); any failure keeps the old draft",
+              feature="draft", requires="DRAFT_SWAP", params=("recv_req",)),
+    PatchSpec("draft.swap_keeps_model", f"{_TM}:TokenizerManager._update_model_path_info",
+              f"{_T}.tokenizer_manager:keep_model_path",
+              "after a draft swap the served model keeps its name and path (SGLang would take the draft's)",
+              feature="draft", requires="DRAFT_SWAP", params=("model_path", "load_format")),
+    PatchSpec("draft.swap_report", f"{_SCH}:Scheduler.get_internal_state",
+              f"{_T}.scheduler:report_draft",
+              "/get_server_info says which draft is served, how it is built and which layers the target captures",
+              feature="draft", requires="DRAFT_SWAP"),
     PatchSpec("dump.capture_switch", f"{_DS}:DeepseekV2ForCausalLM.__init__",
               f"{_T}.deepseek_v2:enable_dump_capture",
               "turn on aux-state capture at the configured dump layers on the target model",
@@ -84,11 +100,10 @@ PATCHES: tuple[PatchSpec, ...] = (
 )
 
 ENV_ENABLE = envs.ENABLE           # patch every SGLang process (via the .pth)
-ENV_DUMP_DIR = envs.DUMP_DIR       # set: the dump feature is on
 
 
 def features_from_env(env=None) -> frozenset[str]:
     feats = {"draft"}
-    if envs.is_set(ENV_DUMP_DIR, env):
+    if envs.is_set(envs.DUMP_DIR, env):   # set: the dump feature is on
         feats.add("dump")
     return frozenset(feats)

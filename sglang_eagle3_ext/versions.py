@@ -104,6 +104,9 @@ class Capabilities:
     # HF index 0 (the embeddings) can be captured: the layer captures its input after prepare_attn (0.5.14+);
     # before, DeepseekV2Model's loop appends `hidden_states + residual` with residual None at layer 0
     CAPTURE_LAYER0: bool = False
+    # the scheduler's SchedulerWeightUpdaterManager.update_weights_from_disk reaches the draft worker (0.5.14+):
+    # where `swap` loads a new EAGLE-3 draft into the draft runners between batches
+    DRAFT_SWAP: bool = False
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -145,7 +148,14 @@ def capabilities_from_source(root: Path, version: str) -> Capabilities:
         HAS_OUTPUT_STREAMER="class SchedulerOutputStreamer" in _read(
             root, "srt/managers/scheduler_components/output_streamer.py"),
         CAPTURE_LAYER0="captured_last_layer_outputs" in ds,
+        DRAFT_SWAP=_draft_swap(_read(root, "srt/managers/scheduler_components/weight_updater.py")),
     )
+
+
+def _draft_swap(updater: str) -> bool:
+    """The scheduler hands weight updates from disk to one manager that also holds the draft worker."""
+    return ("class SchedulerWeightUpdaterManager" in updater and "def update_weights_from_disk" in updater
+            and "draft_worker" in updater)
 
 
 # For offline tools with no SGLang installed (`check --sglang-version X`): the first release in which each
@@ -154,7 +164,7 @@ _FLAG_SINCE = {"HAS_LAYERS_LIST": "0.5.14", "HAS_FC_NORM": "0.5.14", "HAS_INPUT_
                "HAS_NORM_OUTPUT": "0.5.14", "HAS_PLUGINS": "0.5.14",
                "AUX_PACKED": "0.5.18", "HAS_RUNTIME_CONTEXT": "0.5.22", "HAS_FORWARD_BATCH_RIDS": "0.5.10",
                "HAS_MLA_DRAFT": "0.5.14", "SPEC_V2_VERIFY_SCHEDULE_BATCH": "0.5.14", "HAS_OUTPUT_STREAMER": "0.5.14",
-               "CAPTURE_LAYER0": "0.5.14"}
+               "CAPTURE_LAYER0": "0.5.14", "DRAFT_SWAP": "0.5.14"}
 _FLAG_UNTIL = {"HAS_MIDLAYER": "0.5.14", "CAPTURE_ALWAYS_PLUS_ONE": "0.5.14"}  # true before this release
 
 
@@ -175,6 +185,15 @@ def layer0_refusal(caps: Capabilities | None = None) -> str | None:
     return (f"HF index 0 (the embeddings) cannot be captured on SGLang {caps.version}: its DeepseekV2Model adds the "
             f"residual, still None before layer 0, and the scheduler dies; use indices >= 1 (e.g. 2,n//2,n-3), or "
             f"SGLang {_FLAG_SINCE['CAPTURE_LAYER0']}+ for index 0")
+
+
+def swap_refusal(caps: Capabilities) -> str | None:
+    """Why a server on `caps`'s release cannot take a new draft while it runs (`swap`); None where it can."""
+    if caps.DRAFT_SWAP:
+        return None
+    return (f"SGLang {caps.version} has no draft weight update between batches (its scheduler's weight updater does "
+            f"not reach the draft worker): swapping the draft of a running server needs SGLang "
+            f"{_FLAG_SINCE['DRAFT_SWAP']}+; on this release restart the server with the new draft")
 
 
 @functools.lru_cache(maxsize=1)

@@ -8,9 +8,10 @@ Record shapes (one per JSONL line, or a JSON array of them):
     {"turns": ["...", ...]}                               MT-bench question.jsonl: the first turn
 Chat prompts go through the chat template of the target's tokenizer (`--target DIR`, the model the server
 serves; `--trust-remote-code` only for a tokenizer that ships code you trust): they are refused without it.
-A tokenizer is never loaded from a path the server names. With --target, text is sent as token ids;
-without, as text (the server tokenizes it; a --skip-tokenizer-init server needs token ids). Every record is
-checked where it is read: a wrong one is named by file:line (JSONL) or file[index] (array) and key.
+A tokenizer is never loaded from a path the server names: the caller passes the loader of the one the user
+named (`from_file(..., tokenizer=...)`). With a tokenizer, text is sent as token ids; without, as text (the
+server tokenizes it; a --skip-tokenizer-init server needs token ids). Every record is checked where it is
+read: a wrong one is named by file:line (JSONL) or file[index] (array) and key (BadInput).
 """
 from __future__ import annotations
 
@@ -18,14 +19,19 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from ..boundary import BadInput, check_type, list_of, parse_json, read_text_file, regular_file
 from ..boundary import field as key
-from ..cli.common import CliError
 
 BUILTIN = ("random-ids",)
 MAX_ARRAY_FILE = 2 << 30      # a JSON array is parsed whole (ShareGPT's is ~0.7 GB); JSONL streams
 SHAREGPT_ROLES = {"human": "user", "user": "user", "system": "system", "gpt": "assistant", "assistant": "assistant"}
+
+
+def with_flag(flag: str, e: BadInput) -> BadInput:
+    """`e` with the flag that named its input in front: `FLAG where: problem`."""
+    return BadInput(f"{flag} {e.where}", e.problem) if e.where else BadInput("", f"{flag} {e.problem}")
 
 
 @dataclass
@@ -110,15 +116,6 @@ def parse_record(where: str, rec) -> dict:
                           "'turns' (MT-bench)")
 
 
-def load_tokenizer(target: str | None, trust_remote_code: bool = False):
-    """The tokenizer of the model the user named with --target, or None without one."""
-    if not target:
-        return None
-    from ..cli.common import load_tokenizer as load
-
-    return load(target, trust_remote_code, "--target")
-
-
 def _chat_ids(tok, where: str, msgs: list[dict]) -> list[int]:
     try:
         ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
@@ -157,25 +154,26 @@ def tokenize(parsed: list[tuple[str, dict]], tok) -> tuple[list[dict], list[str]
 def builtin(name: str, n: int, seed: int, vocab: int, length: int = 64) -> PromptSet:
     """Built-in sets need no tokenizer (servers started with --skip-tokenizer-init)."""
     if name not in BUILTIN:
-        raise CliError(f"--builtin {name!r}: unknown prompt set; available: {', '.join(BUILTIN)}")
+        raise BadInput(f"--builtin {name!r}", f"unknown prompt set; available: {', '.join(BUILTIN)}")
     rng = random.Random(seed)
     prompts = [{"input_ids": [rng.randrange(vocab) for _ in range(length)]} for _ in range(n)]
     return PromptSet(prompts, f"builtin:{name} (seed {seed}, vocab {vocab}, {length} tokens)",
                      ["random token ids: acceptance on them says little about real text; use --prompts"])
 
 
-def from_file(path: str, limit: int | None, target: str | None, trust_remote_code: bool = False) -> PromptSet:
-    """The first `limit` records of the file (all: None); CliError naming --prompts, file:line and key."""
+def from_file(path: str, limit: int | None, tokenizer: Callable[[], object] | None = None) -> PromptSet:
+    """The first `limit` records of the file (all: None); BadInput naming --prompts, file:line and key.
+    `tokenizer`: gives the target's tokenizer, called only when a record is not token ids already."""
     try:
         p = regular_file(path, "prompt file")
         recs, total = _records(p, limit)
         if not recs:
             raise BadInput(str(p), "no prompts in the file")
         parsed = [(w, parse_record(w, r)) for w, r in recs]
-        tok = load_tokenizer(target, trust_remote_code) if any("input_ids" not in r for _, r in parsed) else None
+        tok = tokenizer() if tokenizer is not None and any("input_ids" not in r for _, r in parsed) else None
         prompts, notes = tokenize(parsed, tok)
     except BadInput as e:
-        raise CliError(f"--prompts {e}") from None
+        raise with_flag("--prompts", e) from None
     except OSError as e:
-        raise CliError(f"--prompts {path}: cannot read ({e.strerror or e})") from None
+        raise BadInput(f"--prompts {path}", f"cannot read ({e.strerror or e})") from None
     return PromptSet(prompts, f"{path} ({len(prompts)} of {total} records)", notes)

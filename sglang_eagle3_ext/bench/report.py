@@ -1,4 +1,5 @@
-"""`bench --report PATH`: one self-contained HTML file (tables + plots as embedded PNGs), the PNGs beside it.
+"""A benchmark result as text (`render`: the table `bench` prints) and as `bench --report PATH` (`write_report`):
+one self-contained HTML file (tables + plots as embedded PNGs), the PNGs beside it.
 
 Plots (matplotlib, optional: without it the report has the tables and says what to install):
   acceptance  P(draft token k accepted) per position k, one line per concurrency level
@@ -108,3 +109,29 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} pre{{background:
 """
     dest.write_text(doc)
     return [dest, *written]
+
+
+def render(res: dict) -> str:
+    """The result as the text table `bench` prints: one row per server and level, then the verdict."""
+    f = lambda v, fmt: format(v, fmt) if isinstance(v, (int, float)) else "n/a"  # noqa: E731
+    rows = [f"{'conc':>4} {'server':11} {'req':>5} {'out tok':>8} {'tok/s':>9} {'accept len':>10} {'accept rate':>11} "
+            f"{'speedup':>8}"]
+    for lv in res["levels"]:
+        for r in filter(None, (lv["spec"], lv["baseline"])):
+            spd = f(lv.get("speedup"), ".2f") + "x" if r is lv["spec"] and lv.get("speedup") is not None else ""
+            rows.append(f"{lv['concurrency']:>4} {r['label']:11} {r['requests']:>5} {r['output_tokens']:>8} "
+                        f"{r['tokens_per_s']:>9.1f} {f(r['accept_length'], '.3f'):>10} {f(r['accept_rate'], '.3f'):>11} "
+                        f"{spd:>8}")
+        pa = lv["spec"]["position_acceptance"]
+        if pa:
+            rows.append(f"     draft token accepted (c={lv['concurrency']}): "
+                        + "  ".join(f"#{k} {p:.3f}" for k, p in enumerate(pa, 1)))
+        for label, st in (lv.get("steps") or {}).items():
+            rows.append(f"     {label} log (c={lv['concurrency']}): " + (st["error"] if "error" in st else
+                        f"iteration {st['iteration_ms']:.1f} ms, admission {f(st.get('admission_ms'), '.1f')} ms per "
+                        f"prefill batch x {st.get('prefill_batches', 0)}, "
+                        f"{f(st.get('admission_share'), '.0%')} of the time"))
+    notes = [f"prompts: {res['prompts']['source']}, new tokens per request: {res['max_new_tokens']}"
+             + (f" (mean {res['new_tokens_mean']:.0f})" if isinstance(res["max_new_tokens"], str) else "")]
+    notes += [f"note: {n}" for n in res["prompts"]["notes"]]
+    return "\n".join(notes + rows + res["verdict_lines"])

@@ -1,25 +1,21 @@
-"""What one serving step and one admission cost, read from a SGLang server's own log.
-
-    python -m sglang_eagle3_ext.bench.steps SERVER.log --bs 16 [--interval 1]
-    (or `bench --spec-log SPEC.log --baseline-log BASE.log`, which reads both at each concurrency)
+"""What one serving step and one admission cost, read from a SGLang server's own log
+(`bench --spec-log SPEC.log --baseline-log BASE.log` reads both at each concurrency).
 
 Run the server with `--decode-log-interval 1` (benchmarks/profile_spec.py does): SGLang then logs every
 decode (or speculative) iteration with `gen throughput`, the tokens of that interval over the time since the
 previous decode line, and every prefill batch in between. So the time of one interval is
 tokens / throughput, with tokens = #running-req x accept length (1 without speculation) x interval:
-- intervals with no prefill batch at the full batch --bs give the cost of one iteration (median);
+- intervals with no prefill batch at the full batch `bs` give the cost of one iteration (median);
 - intervals after k prefill batches give, beyond that, the cost of those k admissions (a new request's
   prefill, and with EAGLE-3 its draft-extend, stall every running request).
 Why it exists: the Kimi-width round trip (SGLang 0.5.16, H200, FlashInfer, CUDA graphs on, GPU alone) decoded
 at batch 16 at ~8500 tok/s speculative vs ~4400 target-only between admissions, yet ran 0.80x end to end at
 concurrency 16 x 128 new tokens: requests finishing out of step were admitted one at a time.
 Approximate by construction (a batch that changed size inside an interval, the first token of a prefill);
-intervals longer than --idle seconds (the server waited for requests) are left out.
+intervals longer than `idle_s` seconds (the server waited for requests) are left out.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import statistics
 
@@ -58,28 +54,3 @@ def step_summary(text: str, bs: int, interval: int = 1, idle_s: float = 0.5) -> 
                     "admission_ms": round(statistics.median(extra) * 1e3, 3),
                     "admission_share": round(sum(dt - it * interval for dt, _, _ in mixed) / spent, 3)})
     return res
-
-
-def main(argv=None) -> int:
-    from ..boundary import regular_file
-    from ..cli.common import non_negative_float, positive_int
-
-    ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.bench.steps", description=__doc__.split("\n\n")[0],
-                                 allow_abbrev=False)
-    ap.add_argument("log")
-    ap.add_argument("--bs", type=positive_int, default=16, help="the full batch whose iterations are timed")
-    ap.add_argument("--interval", type=positive_int, default=1, help="the server's --decode-log-interval")
-    ap.add_argument("--idle", type=non_negative_float, default=0.5,
-                    help="seconds: a longer interval means the server was idle (left out)")
-    a = ap.parse_args(argv)
-    text = regular_file(a.log, "server log").read_text(errors="replace")
-    print(json.dumps(step_summary(text, a.bs, a.interval, a.idle), indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    from ..cli.common import run_tool
-
-    sys.exit(run_tool("bench_steps", main))

@@ -10,6 +10,7 @@ import difflib
 import sys
 
 from . import common as cli_common
+from . import naming
 
 SUMMARIES = {
     "launch": "start SGLang with the patches, a preset and NCCL settings from the topology (--dry-run: plan only)",
@@ -21,6 +22,8 @@ SUMMARIES = {
     "compat": "check that a SGLang release still has every function the patches target",
     "tiny": "write the built-in tiny DeepSeek-V3 target (the presets' builtin:tiny model)",
     "patches": "list or print the static patch (patches/RELEASE/*.patch) for baked SGLang images",
+    "eval": "predict a draft's served accept length offline on held-out samples (--url: beside the served one)",
+    "swap": "load a new draft into a running EAGLE-3 server without a restart (checked first; refused: old draft kept)",
 }
 
 
@@ -70,11 +73,11 @@ def main(argv=None) -> int:
 
 def _as_command(cmd: str, argv=None) -> int:
     """Run a tool as `sglang-eagle3 CMD` (its usage and errors say so), in-process callers unaffected after."""
-    was, cli_common._via_command = cli_common._via_command, True
+    was, naming._via_command = naming._via_command, True
     try:
         return cli_common.entry(cmd)(argv)
     finally:
-        cli_common._via_command = was
+        naming._via_command = was
 
 
 def convert_main() -> int:  # the `sglang-eagle3-convert` console script (older name of `convert`)

@@ -1,7 +1,7 @@
 """The argument parsers of every tool (re-exported by cli_common): the shared prog name and help formatter,
 no abbreviated flags, a group's help when its subcommand is missing, one-line usage errors with `did you mean`,
 and the flags every tool spells alike (`--sglang VERSION`, `--json [PATH]`, `--quiet`/`--verbose`) with their
-argparse types. Nothing here imports cli_common at module level (cli_common imports this module)."""
+argparse types. """
 from __future__ import annotations
 
 import argparse
@@ -15,7 +15,7 @@ _EXIT_USAGE = 2   # cli_common.EXIT_BAD_INPUT: a usage error is bad input
 
 
 def _prog(tool: str) -> str:
-    from .common import prog
+    from .naming import prog
 
     return prog(tool)
 

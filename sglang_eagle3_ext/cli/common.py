@@ -17,7 +17,8 @@ import sys
 import traceback
 
 from .. import envs
-from ..boundary import BadInput
+from ..boundary import BadInput, Refused
+from .naming import COMMAND, MODULES, prog  # noqa: F401 - the name each tool goes by
 # the parsers and the flags every tool shares (cli_args.py), under the names the tools use
 from .args import (
     CliParser,
@@ -39,23 +40,13 @@ from .args import (
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 ENV_DEBUG = envs.DEBUG
-COMMAND = "sglang-eagle3"
-# subcommand of `sglang-eagle3` -> module of its `python -m sglang_eagle3_ext.MODULE` entry
-MODULES = {"launch": "launch_server", "dump": "dump", "convert": "convert", "check": "check", "bench": "bench",
-           "train": "train_draft", "compat": "compat", "tiny": "tiny", "patches": "cli.patches"}
 # subcommand -> "module:function" implementing it (imported only when that subcommand runs)
-MAINS = {"launch": "cli.launch:main", "dump": "dump.client:main", "convert": "cli.convert:main",
+MAINS = {"launch": "cli.launch:main", "dump": "cli.dump:main", "convert": "cli.convert:main",
          "check": "cli.check:main", "bench": "cli.bench:main", "train": "cli.train:main",
-         "compat": "compat.release:main", "tiny": "tiny.deepseek_v3:main", "patches": "cli.patches:main"}
+         "compat": "cli.compat:main", "tiny": "cli.tiny:main", "patches": "cli.patches:main",
+         "eval": "cli.eval:main", "swap": "cli.swap:main"}
 # import name -> what to pip install (messages name installable things only)
 PIP_NAMES = {"yaml": "pyyaml", "pynvml": "nvidia-ml-py", "sklearn": "scikit-learn", "PIL": "pillow"}
-
-_via_command = False  # set by the `sglang-eagle3` dispatcher: usage lines then say `sglang-eagle3 TOOL`
-
-
-def prog(tool: str) -> str:
-    return f"{COMMAND} {tool}" if _via_command else f"python -m sglang_eagle3_ext.{MODULES.get(tool, tool)}"
-
 
 def debug_requested(argv=None) -> bool:
     if "--debug" in (argv or ()):
@@ -83,12 +74,7 @@ def load_tokenizer(name: str, trust_remote_code: bool = False, flag: str = "--ta
                        f"{text.splitlines()[0][:200] if text else ''})") from None
 
 
-class CliError(Exception):
-    """A refusal whose message already names the input and the fix; exit code `code`."""
-
-    def __init__(self, msg: str, code: int = EXIT_BAD_INPUT):
-        super().__init__(msg)
-        self.code = code
+CliError = Refused  # the refusal features raise (boundary.Refused), under the name the commands use
 
 
 def _file_being_read(e: BaseException) -> str | None:

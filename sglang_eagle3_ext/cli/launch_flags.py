@@ -7,7 +7,6 @@ rules (its parser accepts a unique abbreviation such as `--tp`).
 """
 from __future__ import annotations
 
-import dataclasses
 import difflib
 
 from .common import CliError, did_you_mean, write_json
@@ -62,20 +61,10 @@ def _until_double_dash(rest: list[str]) -> list[str]:
     return rest[:rest.index("--")] if "--" in rest else rest
 
 
-def plan_dict(plan) -> dict:
-    """The plan launch prints, as data: SGLang's command and environment, every decision with its reason,
-    the topology of the TP group (with its class)."""
-    out = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan) if f.name not in ("decisions", "topology")}
-    out["command"] = plan.command
-    out["decisions"] = [{**dataclasses.asdict(d), "applies": d.applies} for d in plan.decisions]
-    out["topology"] = {"class": plan.topology.classify().value, **plan.topology.to_dict()}
-    return out
-
-
 def write_plan(plan, ours) -> bool:
     """--json: the plan as JSON (to PATH, or alone on stdout). True when the text plan is still to be printed."""
     if ours.json:
-        write_json(ours.json, plan_dict(plan))
+        write_json(ours.json, plan.as_dict())
     return ours.json != "-"
 
 

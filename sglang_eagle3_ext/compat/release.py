@@ -1,14 +1,11 @@
-"""Pre-upgrade check: which of our patches a SGLang release can take, without importing SGLang.
-
-    python -m sglang_eagle3_ext.compat                      # the installed release
-    python -m sglang_eagle3_ext.compat --sglang 0.5.24 --download   # a named release (wheel, no deps)
-    python -m sglang_eagle3_ext.compat --source DIR [--sglang X]    # an unpacked tree (DIR/sglang or DIR)
+"""Pre-upgrade check: which of our patches a SGLang release can take, without importing SGLang
+(`check_source(release_root(...)...)`; its command line is `sglang-eagle3 compat`, cli/compat.py).
 
 Every target of `patch_table.PATCHES` is resolved statically from the release's source (source_locate.py, ast:
 the module file exists, the class is defined there or imported there, the method is defined on it
 or inherited from a SGLang base), capability flags come from `versions.capabilities_from_source`.
 A target that is not where the table says is searched for in the whole tree, so the report says
-where it moved. Exit status: 0 supported, 1 unsupported, 2 the release could not be obtained.
+where it moved.
 """
 from __future__ import annotations
 
@@ -245,77 +242,29 @@ def format_report(rep: Report) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    from ..cli import common as cli_common
-
-    ap = cli_common.parser("compat", cli_common.doc_description(__doc__))
-    cli_common.add_sglang_release(ap, "check this release", dest="sglang")
-    ap.add_argument("--download", action="store_true", help="download the release's wheel (no deps) if not cached")
-    src = ap.add_mutually_exclusive_group()
-    src.add_argument("--source", metavar="DIR", help="an unpacked SGLang tree (DIR/sglang or the sglang dir)")
-    src.add_argument("--wheel", metavar="FILE", help="this SGLang wheel file (its version from the file name)")
-    ap.add_argument("--wheel-dir", action="append", default=[], metavar="DIR",
-                    help=f"also look for sglang-VERSION-*.whl here (cache: ${CACHE_ENV} or ~/.cache/sglang_eagle3_ext)")
-    cli_common.add_json_out(ap, "the report")
-    a = cli_common.finish(ap, "compat").parse_args(argv)
-    try:
-        _check_local_inputs(a)   # before any download: a typo must not cost a network wait
-        rep = check_source(_release_root(a), a.sglang)
-    except ReleaseUnavailable as e:
-        print(cli_common.error_line("compat", str(e)), file=sys.stderr)
-        return cli_common.EXIT_BAD_INPUT
-    if a.json:
-        cli_common.write_json(a.json, rep.as_dict())
-    if a.json != "-":
-        print(format_report(rep))
-    return 0 if rep.supported else 1
-
-
-def _check_local_inputs(a) -> None:
-    from ..boundary import BadInput, regular_file
-
-    if a.sglang is not None and (not parse(a.sglang) or "/" in a.sglang or a.sglang != a.sglang.strip()):
-        raise ReleaseUnavailable(f"--sglang {a.sglang!r}: not a release number (e.g. 0.5.16)")
-    for d in a.wheel_dir:
-        if not Path(d).is_dir():
-            raise ReleaseUnavailable(f"--wheel-dir {d}: no such folder")
-    if a.source is not None and not Path(a.source).is_dir():
-        raise ReleaseUnavailable(f"--source {a.source}: no such folder")
-    if a.wheel is not None:
-        try:
-            regular_file(a.wheel, "wheel")
-        except BadInput as e:
-            raise ReleaseUnavailable(f"--wheel {e}") from None
-    if a.json not in (None, "-") and not Path(a.json).resolve().parent.is_dir():
-        raise ReleaseUnavailable(f"--json {a.json}: its folder does not exist")
-
-
-def _release_root(a) -> Path:
-    if a.source:
-        return Path(a.source)
-    if a.wheel:
-        wheel = Path(a.wheel)
+def release_root(*, source: str | None = None, wheel: str | None = None, version: str | None = None,
+                 download: bool = False, wheel_dirs=()) -> tuple[Path, str | None]:
+    """(the `sglang/` source dir to check, its release number when known) for: an unpacked tree (`source`),
+    a wheel file, a named release (`version`: a wheel in `wheel_dirs` or the cache, else PyPI with
+    `download`), or else the installed SGLang. ReleaseUnavailable when it cannot be had."""
+    if source:
+        return Path(source), version
+    if wheel:
+        wheel = Path(wheel)
         m = re.match(r"sglang-([^-]+)-", wheel.name)
-        a.sglang = a.sglang or (m.group(1) if m else None)
-        return unpack_wheel(wheel, cache_dir() / "src" / f"{wheel.stem}-{_digest(wheel)}", "--wheel")
-    if a.sglang:
-        return source_for(a.sglang, download=a.download, wheel_dirs=a.wheel_dir)
+        version = version or (m.group(1) if m else None)
+        return unpack_wheel(wheel, cache_dir() / "src" / f"{wheel.stem}-{_digest(wheel)}", "--wheel"), version
+    if version:
+        return source_for(version, download=download, wheel_dirs=wheel_dirs), version
     from ..versions import _sglang_root, installed_version
 
     root = _sglang_root()
     if root is None:
         raise ReleaseUnavailable("sglang is not installed here; name a release with --sglang VERSION [--download]")
-    a.sglang = installed_version()
-    return root
+    return root, installed_version()
 
 
 def _digest(path: Path) -> str:
     """Size and mtime: a re-downloaded wheel under the same name is unpacked afresh."""
     st = path.stat()
     return f"{st.st_size:x}{int(st.st_mtime):x}"
-
-
-if __name__ == "__main__":
-    from ..cli.common import run_tool
-
-    sys.exit(run_tool("compat", main))

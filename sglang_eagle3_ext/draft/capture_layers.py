@@ -1,17 +1,16 @@
-"""Which target hidden states the draft was trained on, and making SGLang capture exactly those.
+"""Making SGLang capture exactly the target hidden states the draft was trained on.
 
-Convention: HF index i = output_hidden_states[i] = output of decoder layer i-1 = input of layer i.
-DeepseekV2Model's loop index i captures the input of layer i, so `layers_to_capture = hf_indices`
-captures exactly the recorded states, whatever the release's +1 rule (0.5.10: always +1;
-0.5.14+: +1 only when ids[0] == 1).
+Convention (layers.py): HF index i = input of decoder layer i = DeepseekV2Model's loop index i, so
+`layers_to_capture = hf_indices` captures exactly the recorded states, whatever the release's +1 rule.
 """
 from __future__ import annotations
 
 from .._log import log_once
-from ..targets._bind import bind
+from ..patching import bind
+from ..server.startup import startup_context
 from . import errors as E
 from .errors import DraftLoadError, Problem
-from .keys import HF_INDICES_FIELD
+from .layers import AUX_IDS_FIELD, HF_INDICES_FIELD, recorded_hf_indices
 
 TBO_FLAG = "--enable-two-batch-overlap"
 
@@ -38,14 +37,13 @@ def _refuse_layer0(layers: list[int], where: str) -> None:
 
 def draft_k(cfg: dict) -> int | None:
     ec = cfg.get("eagle_config") or {}
-    ids = ec.get("eagle_aux_hidden_state_layer_ids")
+    ids = ec.get(AUX_IDS_FIELD)
     return cfg.get("num_aux_hidden_states") or (len(ids) if ids else None)
 
 
 def set_capture_layers(wrapped, instance, args, kwargs):
-    from ..server.runtime import draft_dir_and_config, server_args
-
-    why = aux_capture_refusal(server_args(), "the EAGLE-3 draft")
+    ctx = startup_context()
+    why = aux_capture_refusal(ctx.server_args, "the EAGLE-3 draft")
     if why:
         raise DraftLoadError([Problem(E.UNSUPPORTED_OPTION, why)], "EAGLE-3 target cannot feed its draft:")
     result = wrapped(*args, **kwargs)
@@ -58,9 +56,8 @@ def set_capture_layers(wrapped, instance, args, kwargs):
         return result
     n = instance.config.num_hidden_layers
     release_choice = list(instance.model.layers_to_capture)
-    path, cfg = draft_dir_and_config()
-    cfg = cfg or {}
-    hf = (cfg.get("eagle_config") or {}).get(HF_INDICES_FIELD)
+    path, cfg = ctx.draft_path, ctx.draft_config or {}
+    hf = recorded_hf_indices(cfg)
     k = draft_k(cfg)
     where = f"draft {path}" if path else "draft"
     if hf is not None:

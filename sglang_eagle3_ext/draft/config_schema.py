@@ -13,7 +13,6 @@ from .errors import Problem
 POSITIVE = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size", "num_hidden_layers",
             "num_key_value_heads", "head_dim", "target_hidden_size", "num_aux_hidden_states", "draft_vocab_size",
             "max_position_embeddings")
-MLA_POSITIVE = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 FLAGS = ("tie_word_embeddings", "bias", "fc_norm", "use_aux_norm", "norm_before_fc", "norm_output",
          "norm_before_residual")
 EAGLE_FLAGS = ("use_aux_hidden_state", "norm_before_fc", "norm_before_residual")
@@ -42,8 +41,19 @@ def _eagle_config(ec: dict, where: str, problems: list[Problem], hf_field: str) 
             _collect(problems, _index_list, ec[f], f"{where}: {f!r}")
 
 
-def type_problems(cfg, where: str, mla: bool = False) -> list[Problem]:
-    """Every key whose value has the wrong type or range; [] when the config can be read by the rules."""
+def eagle_config(cfg: dict) -> dict:
+    ec = cfg.get("eagle_config")
+    return ec if isinstance(ec, dict) else {}
+
+
+def norm_before_fc(cfg: dict) -> bool:
+    """Trained with an input_norm over the fc's input (speculators' norm_before_fc; eagle_config's wins)."""
+    return bool(eagle_config(cfg).get("norm_before_fc", cfg.get("norm_before_fc", False)))
+
+
+def type_problems(cfg, where: str, fields: tuple[str, ...] = ()) -> list[Problem]:
+    """Every key whose value has the wrong type or range; [] when the config can be read by the rules.
+    fields: the draft layout's own positive-integer fields (its CONFIG_FIELDS)."""
     from .keys import HF_INDICES_FIELD
 
     if not isinstance(cfg, dict):
@@ -52,7 +62,7 @@ def type_problems(cfg, where: str, mla: bool = False) -> list[Problem]:
     P: list[Problem] = []
     if cfg.get("architectures") is not None:
         _collect(P, B.list_of, cfg["architectures"], str, f"{where}: 'architectures'")
-    for f in POSITIVE + (MLA_POSITIVE if mla else ()):
+    for f in POSITIVE + tuple(fields):
         _collect(P, B.field, cfg, f, int, where, optional=True, minimum=1)
     for f in FLAGS:
         _collect(P, B.field, cfg, f, bool, where, optional=True)

@@ -33,6 +33,7 @@ MLA_DIMS = "mla-dims"                      # MLA tensor disagrees with the confi
 DRAFT_CLASS = "draft-class-unsupported"    # the draft's class does not exist in this SGLang release
 HEAD_DISCARDED = "lm-head-discarded"       # a trained lm_head SGLang replaces with the target's (draft_vocab_size null)
 NOT_A_DRAFT = "not-an-eagle3-draft"        # the folder holds another kind of model (a target, ...)
+SWAP_MISMATCH = "swap-mismatch"            # a new draft built otherwise than the served one (swap loads in place)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,3 +74,8 @@ class DraftWidthError(DraftError):
 
 class ConversionRefused(DraftError):
     """`convert` will not produce a checkpoint it cannot make faithful."""
+
+
+def conversion_refused(msg: str, code: str = UNSUPPORTED_OPTION) -> ConversionRefused:
+    """One reason `convert` refuses (raised by convert and by the layouts' readers of source formats)."""
+    return ConversionRefused([Problem(code, msg)], "convert: refusing to write a draft SGLang would not run as trained:")

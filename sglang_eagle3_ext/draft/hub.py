@@ -3,27 +3,9 @@ HF cache only (huggingface_hub, no network), or said plainly not to be checked, 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-def looks_like_hub_id(s: str) -> bool:
-    return bool(_HUB_ID.match(s)) and not Path(os.path.expanduser(s)).exists()
-
-
-def cached_snapshot(repo_id: str) -> Path | None:
-    """The cached snapshot dir holding the draft's config.json, or None (never downloads)."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
-    try:
-        p = try_to_load_from_cache(repo_id, "config.json")
-    except Exception:  # noqa: BLE001 - malformed id or cache: treated as not cached
-        return None
-    return Path(p).parent if isinstance(p, str) else None
+from ..server.hf_cache import cached_snapshot, looks_like_hub_id
 
 
 def how_to_check(repo_id: str) -> str:

@@ -9,11 +9,10 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from .errors import UNSUPPORTED_BY_RELEASE, Problem
+from ..boundary import BadInput
 
-# The draft config field (inside `eagle_config`) holding the transformers-convention hidden-state
-# indices the draft was trained on: index i = output of decoder layer i-1 = HF output_hidden_states[i].
-HF_INDICES_FIELD = "hf_hidden_state_indices"
+# The draft config field holding the HF indices the draft was trained on, and the release's +1 rule: layers.py.
+from .layers import HF_INDICES_FIELD, release_aux_ids  # noqa: F401 - re-exported
 
 _PREFIXES = ("draft_model.", "module.", "model.")
 _LEGACY = {"aux_norm_low": "fc_norm.0", "aux_norm_mid": "fc_norm.1", "aux_norm_high": "fc_norm.2"}
@@ -29,14 +28,14 @@ _ROTARY = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """What a release's LlamaForCausalLMEagle3 can hold."""
+    """What a release's draft classes can hold (the Llama class's options; which classes exist: flags)."""
     release: str
     midlayer: bool        # one `midlayer` (<=0.5.10), fc fixed to 3 aux states; else `layers.N`
     fc_norm: bool
     input_norm: bool
     norm_output: bool
     capture_always_plus_one: bool  # set_eagle3_layers_to_capture adds 1 to every id (<=0.5.10)
-    mla_draft: bool = False        # the MLA draft class Eagle3DeepseekV2ForCausalLM exists (0.5.14+)
+    flags: frozenset = frozenset()  # the release's capability flags that hold (a draft layout's class: REQUIRES)
 
     @classmethod
     def from_caps(cls, caps) -> "Layout":
@@ -44,7 +43,11 @@ class Layout:
                    fc_norm=caps.HAS_FC_NORM, input_norm=caps.HAS_INPUT_NORM,
                    norm_output=caps.HAS_NORM_OUTPUT,
                    capture_always_plus_one=caps.CAPTURE_ALWAYS_PLUS_ONE,
-                   mla_draft=getattr(caps, "HAS_MLA_DRAFT", False))
+                   flags=frozenset(k for k, v in vars(caps).items() if v is True))
+
+    def has(self, flag: str | None) -> bool:
+        """Whether the release has capability `flag` (None: nothing required)."""
+        return flag is None or flag in self.flags
 
 
 def layout_for_version(version: str) -> Layout:
@@ -67,26 +70,8 @@ def resolve_layout(version: str | None) -> Layout:
     from ..versions import installed_version
 
     if installed_version() is None:
-        raise SystemExit("SGLang is not installed here: pass --sglang X (e.g. 0.5.16), the release to judge for")
+        raise BadInput("", "SGLang is not installed here: pass --sglang X (e.g. 0.5.16), the release to judge for")
     return installed_layout()
-
-
-def release_aux_ids(hf_indices: list[int], layout: Layout) -> tuple[list[int], str | None]:
-    """eagle_aux_hidden_state_layer_ids that make an unpatched release capture `hf_indices`
-    (loop index = HF index), and a warning when no such ids exist for that release."""
-    hf = list(hf_indices)
-    if layout.capture_always_plus_one:
-        if min(hf) < 1:
-            from ..versions import capabilities_for_version, layer0_refusal
-
-            return hf, layer0_refusal(capabilities_for_version(layout.release)) or (
-                f"SGLang {layout.release} adds 1 to every id, so HF index 0 cannot be expressed; serve with "
-                f"sglang_eagle3_ext active")
-        return [i - 1 for i in hf], None
-    if hf and hf[0] == 1:
-        return hf, (f"SGLang {layout.release} adds 1 to ids starting with 1, so HF indices {hf} are only captured "
-                    f"exactly with sglang_eagle3_ext active (it reads {HF_INDICES_FIELD})")
-    return hf, None
 
 
 def canonical(name: str) -> tuple[str, list[str]]:
@@ -120,33 +105,7 @@ def ignored_reason(canon: str, embed_from_target: bool) -> str | None:
     return None
 
 
-_LAYER = re.compile(r"^layers\.(\d+)\.(.*)$")
-
-
-def to_release(canon: str, layout: Layout, mla: bool = False) -> tuple[str | None, Problem | None]:
-    """The name this release's load_weights understands, or a Problem saying why it cannot hold it.
-    mla: the MLA draft class, whose load_weights maps `layers.0.*` itself in every release."""
-    m = _LAYER.match(canon)
-    if mla:
-        if m and m.group(1) != "0":
-            return None, Problem(UNSUPPORTED_BY_RELEASE, f"{canon}: SGLang's MLA EAGLE-3 draft has exactly one "
-                                                         f"layer", key=canon)
-        return canon, None
-    if layout.midlayer and m:
-        if m.group(1) != "0":
-            return None, Problem(UNSUPPORTED_BY_RELEASE,
-                                 f"{canon}: SGLang {layout.release} has exactly one draft layer (midlayer); "
-                                 f"use SGLang >= 0.5.14 for multi-layer drafts", key=canon)
-        return "midlayer." + m.group(2), None
-    if canon.startswith("fc_norm.") and not layout.fc_norm:
-        return None, Problem(UNSUPPORTED_BY_RELEASE,
-                             f"{canon}: the draft was trained with per-aux fc_norm, which SGLang {layout.release} "
-                             f"does not have (it would be ignored, acceptance collapses); use SGLang >= 0.5.14", key=canon)
-    if canon.startswith("input_norm.") and not layout.input_norm:
-        return None, Problem(UNSUPPORTED_BY_RELEASE,
-                             f"{canon}: the draft was trained with norm_before_fc (input_norm), which SGLang "
-                             f"{layout.release} does not have (it would be ignored); use SGLang >= 0.5.18", key=canon)
-    return canon, None
+LAYER = re.compile(r"^layers\.(\d+)\.(.*)$")  # canonical decoder-layer keys: layers.N.rest
 
 
 def release_to_canonical_param(param_name: str) -> str:

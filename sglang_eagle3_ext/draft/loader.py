@@ -18,9 +18,10 @@ from pathlib import Path
 
 from .. import envs
 from .._log import log_once
-from ..targets._bind import bind
+from ..patching import bind
+from . import arch as layouts
 from . import errors as E
-from . import keys, mla, rules
+from . import keys, rules
 from .errors import DraftLoadError, Problem
 
 DEFER_WIDTH_ENV = envs.DEFER_WIDTH_CHECK  # 1: leave fc-width problems to the forward guard
@@ -36,6 +37,7 @@ class _Feed:
         self.as_draft = target is not None
         self.target_dir, self.target_cfg = target or (None, None)
         self.shapes = rules.expected_shapes(spec)
+        self.arch = spec.layout_module
         self.current: str | None = None
         self.seen: dict[str, str] = {}          # canonical -> name in the checkpoint
         self.ignored: dict[str, str] = {}       # canonical -> why
@@ -61,10 +63,10 @@ class _Feed:
                 if canon == "embed_tokens.weight" and tuple(tensor.shape) == self.shapes[canon]:
                     # SGLang loads it too, then replaces it with the target's: behave exactly as the release
                     self.current = canon
-                    yield keys.to_release(canon, self.layout, mla=self.spec.mla)[0], tensor
+                    yield self.arch.to_release(canon, self.layout)[0], tensor
                 continue
             bad = rules.tensor_problems(canon, tuple(tensor.shape), self.spec, self.shapes, self.where)
-            target, refused = keys.to_release(canon, self.layout, mla=self.spec.mla)
+            target, refused = self.arch.to_release(canon, self.layout)
             if refused is not None:
                 bad.append(refused)
             if canon == rules.HEAD and not bad and self.as_draft and rules.head_from_target(self.spec):
@@ -144,7 +146,7 @@ def _config_dict(config) -> dict:
     d = dict(vars(config))
     for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size",
               "num_hidden_layers", "draft_vocab_size", "target_hidden_size", "tie_word_embeddings", "head_dim",
-              *mla.DIM_FIELDS):
+              *layouts.config_fields()):
         if hasattr(config, k):
             d[k] = getattr(config, k)
     for k in ("torch_dtype", "dtype"):  # transformers holds a torch.dtype where config.json holds its name
@@ -162,45 +164,29 @@ def _model_config_dict(model) -> dict:
     return d
 
 
-def _draft_dir(config) -> Path | None:
+def _draft_dir(config, ctx) -> Path | None:
     for cand in (getattr(config, "_name_or_path", None), getattr(config, "name_or_path", None)):
         if cand and os.path.isdir(cand):
             return Path(cand)
-    from ..server.runtime import draft_dir_and_config
-    from .hub import cached_snapshot, looks_like_hub_id
-
-    path, _ = draft_dir_and_config()
-    if path and os.path.isdir(path):
-        return Path(path)
-    return cached_snapshot(path) if path and looks_like_hub_id(path) else None  # hub id: SGLang's download
+    return ctx.draft_dir    # a hub id: SGLang's download in the local cache
 
 
-def _model_path_is(d: Path | None) -> bool:
-    from ..server.runtime import server_args
-
-    mp = getattr(server_args(), "model_path", None)
+def _model_path_is(d: Path | None, ctx) -> bool:
+    mp = ctx.model_path
     try:
         return d is not None and bool(mp) and Path(os.path.expanduser(mp)).resolve() == d.resolve()
     except OSError:
         return False
 
 
-def _target_dir() -> Path | None:
-    """The served target's folder (a hub id: its local cache snapshot, as SGLang downloaded it), or None."""
-    from ..server.runtime import server_args
-    from .hub import resolve
-
-    mp = getattr(server_args(), "model_path", None)
-    return resolve(str(mp))[0] if mp else None
-
-
 def pre_load_problems(model, layout) -> tuple[rules.DraftSpec | None, list[Problem], str, tuple]:
     """Files, config and target checks: everything decidable before a tensor is read; and the target
     (folder, config) when there is one, for the lm_head rule."""
-    from ..server.runtime import target_config
+    from ..server.startup import startup_context
     from .safetensors_io import scan_headers
 
-    d = _draft_dir(model.config)
+    ctx = startup_context()
+    d = _draft_dir(model.config, ctx)
     where = str(d) if d else "draft"
     problems: list[Problem] = []
     if d is not None:
@@ -208,13 +194,13 @@ def pre_load_problems(model, layout) -> tuple[rules.DraftSpec | None, list[Probl
         problems += fp
     spec, cp = rules.spec_from_config(_model_config_dict(model), layout, where=f"{where}/config.json")
     problems += cp
-    as_model = _model_path_is(d)
-    tc = None if as_model else target_config()  # the draft itself as "model": nothing to compare
+    as_model = _model_path_is(d, ctx)
+    tc = None if as_model else ctx.target_config  # the draft itself as "model": nothing to compare
     if spec is not None and tc is not None:
         problems += rules.target_problems(spec, tc, where=f"{where} vs target")
     if envs.get(DEFER_WIDTH_ENV):
         problems = [p for p in problems if p.code != E.FC_WIDTH]
-    return spec, problems, where, (None if as_model else (_target_dir() if tc is not None else None, tc))
+    return spec, problems, where, (None if as_model else (ctx.target_dir if tc is not None else None, tc))
 
 
 def strict_load(wrapped, model, weights):
@@ -223,6 +209,17 @@ def strict_load(wrapped, model, weights):
     fatal = [p for p in problems if not p.warning]
     if spec is None or fatal:
         raise DraftLoadError(problems, f"EAGLE-3 draft {where} cannot be served by SGLang {layout.release}:")
+    return load_accounted(wrapped, model, weights, spec, layout, where, target)
+
+
+def served_config(model) -> dict:
+    """The config dict the rules judge a built draft `model` by (as its files say it)."""
+    return _model_config_dict(model)
+
+
+def load_accounted(wrapped, model, weights, spec, layout, where, target):
+    """Steps 2-4 for a draft whose files and config passed the pre-load rules: `wrapped(feed)` (the release's
+    load_weights) fills `model`; DraftLoadError unless every tensor is accounted for and finite."""
     feed = _Feed(weights, layout, spec, where, target)
     default_loader = getattr(sys.modules[type(model).__module__], "default_weight_loader", None)
     if default_loader is None:
@@ -238,7 +235,7 @@ def strict_load(wrapped, model, weights):
                              f"EAGLE-3 draft {where} failed to load in SGLang {layout.release}:") from e
     problems = feed.problems + _accounting(model, feed, recorder, spec, layout, where)
     if feed.scan_values:
-        problems += _non_finite(model, recorder, where)
+        problems += _non_finite(model, recorder, spec, where)
     if problems:
         raise DraftLoadError(problems, f"EAGLE-3 draft {where} is not fully accounted for in SGLang {layout.release} "
                                        f"(SGLang alone would have loaded it silently):")
@@ -252,18 +249,20 @@ def strict_load(wrapped, model, weights):
     return result
 
 
-def _non_finite(model, recorder, where) -> list[Problem]:
+def _non_finite(model, recorder, spec, where) -> list[Problem]:
     """NaN/Inf in any parameter filled from the checkpoint. Runs on the parameters' device after
     loading, a single host sync. aminmax propagates NaN and exposes +-Inf in one vectorised pass in
     the weights' own dtype (an fp32 sum or isfinite() costs several times the load on CPU)."""
     import torch
 
+    fused = spec.layout_module.FUSED
     sources = collections.defaultdict(list)
     for canon, pname, _ in recorder.hits:
         if canon and canon not in sources[pname]:
             sources[pname].append(canon)
-        if keys.release_to_canonical_param(pname) == mla.FUSED:  # the release fused both halves into it
-            sources[pname] = [mla.Q_HALF, mla.KV_HALF]
+        parts = fused.get(keys.release_to_canonical_param(pname))
+        if parts:  # the release fused these keys into it
+            sources[pname] = list(parts)
     params = dict(model.named_parameters())
     names = [n for n in sources if params[n].is_floating_point()]
     if not names:
@@ -284,11 +283,12 @@ def _non_finite(model, recorder, where) -> list[Problem]:
 
 
 def _used(recorder, feed, spec) -> set[str]:
-    """Checkpoint keys that reached a parameter. The MLA release fuses q_a_proj + kv_a_proj_with_mqa when the
-    second half arrives, so a hit on the fused parameter uses both halves."""
+    """Checkpoint keys that reached a parameter. A parameter the release fuses from several keys (the layout's
+    FUSED) is filled once the last of them arrives, so a hit on it uses all of them."""
     used = {c for c, _, _ in recorder.hits if c}
-    if spec.mla and any(keys.release_to_canonical_param(p) == mla.FUSED for _, p, _ in recorder.hits):
-        used |= {mla.Q_HALF, mla.KV_HALF} & set(feed.seen)
+    fused = spec.layout_module.FUSED
+    for _, pname, _ in recorder.hits:
+        used |= set(fused.get(keys.release_to_canonical_param(pname), ())) & set(feed.seen)
     return used
 
 
@@ -302,7 +302,8 @@ def _accounting(model, feed, recorder, spec, layout, where) -> list[Problem]:
     P = []
     fed_bad = {p.key for p in feed.problems}
     valid = set(feed.seen) - fed_bad
-    half = mla.fused_halves(valid) if spec.mla else None
+    half = rules.partial_fused(spec, valid)
+    fused = spec.layout_module.FUSED
     for canon, name in feed.seen.items():
         if canon in used or canon in feed.ignored or canon in fed_bad:
             continue
@@ -317,9 +318,9 @@ def _accounting(model, feed, recorder, spec, layout, where) -> list[Problem]:
     missing = set()
     for pname, _ in model.named_parameters():
         canon = keys.release_to_canonical_param(pname)
-        if spec.mla and canon == mla.FUSED:
+        if canon in fused:
             if not filled.get(pname):
-                missing |= {h for h in (mla.Q_HALF, mla.KV_HALF) if h not in valid} or {mla.Q_HALF, mla.KV_HALF}
+                missing |= {h for h in fused[canon] if h not in valid} or set(fused[canon])
             continue
         for shard, key in keys.expected_shards(canon).items():
             if shard in filled.get(pname, set()):

@@ -1,28 +1,27 @@
 """The rules a draft must satisfy to be served correctly, shared by `check` and the loader.
 
 Input is plain data (config dict, tensor names/shapes/values), so the offline check and the
-in-process loader produce the same Problems with the same codes.
+in-process loader produce the same Problems with the same codes. What differs between draft layouts
+(their fields, layer shapes, release key names, fused parameters) is asked of the layout's module (draft/arch).
 """
 from __future__ import annotations
 
 import dataclasses
-import re
+import types
 
+from . import arch as layouts
 from . import errors as E
-from . import mla
-from .config_schema import type_problems
+from .config_schema import eagle_config, norm_before_fc, type_problems
 from .errors import Problem
-from .keys import HF_INDICES_FIELD, Layout, ignored_reason
+from .keys import HF_INDICES_FIELD, LAYER, Layout, ignored_reason
 from .target import declared_dtype, serving_dtype, target_problems  # noqa: F401 - part of the rules' interface
 
-ARCH = "LlamaForCausalLMEagle3"
-_LAYER = re.compile(r"^layers\.(\d+)\.(.*)$")
 CONVERT_HINT = "convert it: python -m sglang_eagle3_ext.convert SRC DST"
 
 
 @dataclasses.dataclass(frozen=True)
 class DraftSpec:
-    """The shapes a draft config implies for SGLang's LlamaForCausalLMEagle3."""
+    """The shapes a draft config implies for the SGLang class of its layout (draft/arch)."""
     hidden: int
     target_hidden: int
     k: int                      # number of aux hidden states the fc takes
@@ -40,16 +39,13 @@ class DraftSpec:
     fc_norm: bool
     norm_before_fc: bool
     use_aux: bool
-    arch: str = ARCH            # which SGLang class builds it: ARCH or mla.ARCH
-    q_lora: int = 0             # MLA dims (mla.ARCH only)
-    kv_lora: int = 0
-    rope: int = 0
-    nope: int = 0
-    v_head: int = 0
+    arch: str                   # the SGLang class that builds it (its layout's ARCH)
+    layout: str                 # its layout's registry name (draft/arch)
+    dims: dict = dataclasses.field(default_factory=dict, hash=False)  # the layout's own dims (its config_fields)
 
     @property
-    def mla(self) -> bool:
-        return self.arch == mla.ARCH
+    def layout_module(self) -> types.ModuleType:
+        return layouts.get(self.layout)
 
     @property
     def embed_from_target(self) -> bool:
@@ -64,42 +60,42 @@ class DraftSpec:
         return self.draft_vocab is not None and self.draft_vocab != self.vocab
 
 
-def _eagle_cfg(cfg: dict) -> dict:
-    ec = cfg.get("eagle_config")
-    return ec if isinstance(ec, dict) else {}
+def _class_list(labels: bool) -> str:
+    """The classes SGLang builds drafts from, as messages list them: `["A"] or ["B"] (LABEL)`."""
+    items = [f'["{m.ARCH}"]' + (f" ({m.LABEL})" if labels and m.LABEL else "") for m in layouts.modules()]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
 
 
 def _not_a_draft(cfg: dict, archs: list, where: str) -> Problem:
     """One line for a folder whose config names no EAGLE-3 draft class: another format, or not a draft at all."""
     if "draft_vocab_size" in cfg or "eagle_config" in cfg or any("eagle" in a.lower() for a in archs):
         return Problem(E.CONFIG_INVALID, f"{where}: architectures is {archs}, SGLang picks an EAGLE-3 draft class "
-                                         f"only for [\"{ARCH}\"] or [\"{mla.ARCH}\"] (MLA) — {CONVERT_HINT}")
+                                         f"only for {_class_list(labels=True)} — {CONVERT_HINT}")
     what = f"a {archs[0]} model" if archs else "a model config without architectures"
     return Problem(E.NOT_A_DRAFT, f"{where}: this is {what}, not an EAGLE-3 draft (SGLang builds drafts from "
-                                  f"architectures [\"{ARCH}\"] or [\"{mla.ARCH}\"]); point at the draft's folder")
+                                  f"architectures {_class_list(labels=False)}); point at the draft's folder")
 
 
-def _class_problems(cfg: dict, where: str) -> tuple[bool, list[Problem]]:
-    """(MLA class?, problems that stop the rules: another format, wrong types, not a draft)."""
+def _class_problems(cfg: dict, where: str) -> tuple[types.ModuleType | None, list[Problem]]:
+    """(the draft's layout module, problems that stop the rules: another format, wrong types, not a draft)."""
     if isinstance(cfg, dict) and (cfg.get("speculators_model_type") or "transformer_layer_config" in cfg):
         archs = cfg.get("architectures")
-        return False, [Problem(E.CONFIG_INVALID, f"{where}: speculators-format config ({archs or 'no architectures'}); "
-                                                 f"SGLang does not read it and would fall back to a wrong model class "
-                                                 f"— {CONVERT_HINT}")]
+        return None, [Problem(E.CONFIG_INVALID, f"{where}: speculators-format config ({archs or 'no architectures'}); "
+                                                f"SGLang does not read it and would fall back to a wrong model class "
+                                                f"— {CONVERT_HINT}")]
     if not isinstance(cfg, dict):
-        return False, type_problems(cfg, where)
-    archs = cfg.get("architectures")
-    is_mla = isinstance(archs, list) and mla.ARCH in archs
-    bad = type_problems(cfg, where, mla=is_mla)
+        return None, type_problems(cfg, where)
+    arch = layouts.find(cfg)
+    bad = type_problems(cfg, where, arch.CONFIG_FIELDS if arch else ())
     if bad:
-        return is_mla, bad
-    if ARCH not in (archs or []) and not is_mla:
-        return is_mla, [_not_a_draft(cfg, archs or [], where)]
-    return is_mla, []
+        return arch, bad
+    if arch is None:
+        return None, [_not_a_draft(cfg, cfg.get("architectures") or [], where)]
+    return arch, []
 
 
 def _aux_ids(cfg: dict, where: str) -> tuple[list | None, list[Problem]]:
-    ids = _eagle_cfg(cfg).get("eagle_aux_hidden_state_layer_ids")
+    ids = eagle_config(cfg).get("eagle_aux_hidden_state_layer_ids")
     if ids is not None:
         return ids, []
     return None, [Problem(E.CONFIG_MISSING, f"{where}: `eagle_config.eagle_aux_hidden_state_layer_ids` missing: SGLang "
@@ -107,49 +103,16 @@ def _aux_ids(cfg: dict, where: str) -> tuple[list | None, list[Problem]]:
                                             f"was trained on — add them (and `{HF_INDICES_FIELD}`), or {CONVERT_HINT}")]
 
 
-def _k(cfg: dict, ids, layout: Layout, is_mla: bool, where: str) -> tuple[int, list[Problem]]:
-    """K, the number of aux states the release builds fc for, and disagreements about it."""
-    P: list[Problem] = []
-    n_aux = cfg.get("num_aux_hidden_states")
-    if is_mla:
-        k = mla.release_k(cfg)
-        if n_aux and n_aux != k:
-            P.append(Problem(E.AUX_COUNT, f"{where}: num_aux_hidden_states={n_aux} but SGLang's {mla.ARCH} ignores it "
-                                          f"and builds fc for K={k} (the number of eagle_aux_hidden_state_layer_ids)"))
-        return k, P
-    if layout.midlayer:
-        if ids and len(ids) != 3:  # <=0.5.10 builds Linear(3*hidden_in, hidden) whatever the config says
-            P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: {len(ids)} aux layers, but SGLang {layout.release} "
-                                                       f"only supports 3; use SGLang >= 0.5.14"))
-        if cfg["num_hidden_layers"] != 1:
-            P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: num_hidden_layers={cfg['num_hidden_layers']}, SGLang "
-                                                       f"{layout.release} supports exactly 1 draft layer"))
-        return 3, P
-    if ids and n_aux and n_aux != len(ids):
-        P.append(Problem(E.AUX_COUNT, f"{where}: num_aux_hidden_states={n_aux} but eagle_aux_hidden_state_layer_ids "
-                                      f"has {len(ids)} entries {ids}"))
-    return n_aux or (len(ids) if ids else 3), P
-
-
-def _option_problems(cfg: dict, layout: Layout, is_mla: bool, k: int, target_hidden: int, where: str) -> list[Problem]:
+def _option_problems(cfg: dict, layout: Layout, arch, k: int, target_hidden: int, where: str) -> list[Problem]:
     """Training options SGLang cannot reproduce, or that this release would ignore."""
     P: list[Problem] = []
-    ec = _eagle_cfg(cfg)
+    ec = eagle_config(cfg)
     for holder, name in ((cfg, "config"), (ec, "eagle_config")):
         if holder.get("norm_before_residual"):
             P.append(Problem(E.UNSUPPORTED_OPTION, f"{where}: {name}.norm_before_residual=true — the draft was trained with "
                                                    f"a normed residual; SGLang always uses the un-normed residual, so it "
                                                    f"would run a different network. Retrain with norm_before_residual=false."))
-    if not is_mla:  # mla.config_fields judges these for the MLA class
-        if cfg.get("fc_norm") or cfg.get("use_aux_norm"):
-            if not layout.fc_norm:
-                P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: fc_norm=true but SGLang {layout.release} has no "
-                                                           f"fc_norm (it would be ignored); use SGLang >= 0.5.14"))
-        if _norm_before_fc(cfg) and not layout.input_norm:
-            P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: norm_before_fc=true but SGLang {layout.release} has no "
-                                                       f"input_norm (it would be ignored); use SGLang >= 0.5.18"))
-        if cfg.get("norm_output") and not layout.norm_output:
-            P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: norm_output=true but SGLang {layout.release} ignores it"))
+    P += arch.option_problems(cfg, layout, where)
     if not ec.get("use_aux_hidden_state", True) and k != 1:
         from .guard import width_message
         P.append(Problem(E.FC_WIDTH, f"{where}: eagle_config.use_aux_hidden_state=false, so the target will not "
@@ -162,58 +125,56 @@ def _option_problems(cfg: dict, layout: Layout, is_mla: bool, k: int, target_hid
     return P
 
 
-def _norm_before_fc(cfg: dict) -> bool:
-    return bool(_eagle_cfg(cfg).get("norm_before_fc", cfg.get("norm_before_fc", False)))
-
-
-def spec_from_config(cfg: dict, layout: Layout, where: str = "config.json") -> tuple[DraftSpec | None, list[Problem]]:
-    """DraftSpec from a (SGLang-format) draft config, plus every config-level problem."""
-    is_mla, stop = _class_problems(cfg, where)
-    if stop:
-        return None, stop
+def _config_problems(cfg: dict, layout: Layout, arch, where: str) -> tuple[dict | None, list | None, list[Problem]]:
+    """(the layout's dims or None when a missing field stops the rules, aux ids, problems) of the config's fields."""
     P: list[Problem] = []
     missing_ints = [f for f in ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
                                 "num_hidden_layers") if cfg.get(f) is None]
     for field in missing_ints:
         P.append(Problem(E.CONFIG_MISSING, f"{where}: `{field}` missing or not an integer"))
-    if "draft_vocab_size" not in cfg and not is_mla:  # the MLA class reads a missing one as null
+    if "draft_vocab_size" not in cfg and arch.DRAFT_VOCAB_REQUIRED:
         P.append(Problem(E.CONFIG_MISSING, f"{where}: `draft_vocab_size` missing (SGLang's draft class fails "
                                            f"without it; null means 'share the target's lm_head')"))
     ids, ip = _aux_ids(cfg, where)
     P += ip
-    mla_fields = {}
-    if is_mla:
-        mla_fields, mp = mla.config_fields(cfg, layout, where)
-        P += mp
-        if any(p.code == E.CONFIG_MISSING for p in mp):
-            return None, P
-    if missing_ints:
+    dims, dp = arch.config_fields(cfg, layout, where)
+    P += dp
+    stop = missing_ints or any(p.code == E.CONFIG_MISSING for p in dp)
+    return (None if stop else dims), ids, P
+
+
+def spec_from_config(cfg: dict, layout: Layout, where: str = "config.json") -> tuple[DraftSpec | None, list[Problem]]:
+    """DraftSpec from a (SGLang-format) draft config, plus every config-level problem."""
+    arch, stop = _class_problems(cfg, where)
+    if stop:
+        return None, stop
+    dims, ids, P = _config_problems(cfg, layout, arch, where)
+    if dims is None:
         return None, P
     hidden, n_heads = cfg["hidden_size"], cfg["num_attention_heads"]
     target_hidden = cfg.get("target_hidden_size") or hidden
-    k, kp = _k(cfg, ids, layout, is_mla, where)
+    k, kp = arch.aux_count(cfg, ids, layout, where)
     P += kp
-    hf = _eagle_cfg(cfg).get(HF_INDICES_FIELD)
+    hf = eagle_config(cfg).get(HF_INDICES_FIELD)
     if hf is not None and len(hf) != k:
         P.append(Problem(E.AUX_COUNT, f"{where}: eagle_config.{HF_INDICES_FIELD}={hf} names {len(hf)} target layers "
                                       f"but the draft takes K={k} aux states (fc width {k}x{target_hidden})"))
-    P += _option_problems(cfg, layout, is_mla, k, target_hidden, where)
+    P += _option_problems(cfg, layout, arch, k, target_hidden, where)
     spec = DraftSpec(hidden=hidden, target_hidden=target_hidden, k=k, aux_ids=tuple(ids) if ids else None,
                      hf_indices=tuple(hf) if hf is not None else None, n_layers=cfg["num_hidden_layers"],
                      n_heads=n_heads, n_kv=cfg.get("num_key_value_heads") or n_heads,
                      head_dim=cfg.get("head_dim") or hidden // n_heads, inter=cfg["intermediate_size"],
                      vocab=cfg["vocab_size"], draft_vocab=cfg.get("draft_vocab_size"),
                      tie=bool(cfg.get("tie_word_embeddings", False)), fc_bias=bool(cfg.get("bias", False)),
-                     fc_norm=bool(cfg.get("fc_norm") or cfg.get("use_aux_norm")), norm_before_fc=_norm_before_fc(cfg),
-                     use_aux=bool(_eagle_cfg(cfg).get("use_aux_hidden_state", True)),
-                     arch=mla.ARCH if is_mla else ARCH, **mla_fields)
+                     fc_norm=bool(cfg.get("fc_norm") or cfg.get("use_aux_norm")), norm_before_fc=norm_before_fc(cfg),
+                     use_aux=bool(eagle_config(cfg).get("use_aux_hidden_state", True)),
+                     arch=arch.ARCH, layout=arch.NAME, dims=dims)
     return spec, P
 
 
 def expected_shapes(spec: DraftSpec) -> dict[str, tuple[int, ...]]:
     """Canonical key -> shape of every tensor SGLang can take from a checkpoint for this draft."""
-    H, Ht, hd = spec.hidden, spec.target_hidden, spec.head_dim
-    q, kv = spec.n_heads * hd, spec.n_kv * hd
+    H, Ht = spec.hidden, spec.target_hidden
     shapes = {"fc.weight": (H, spec.k * Ht), "norm.weight": (H,), "embed_tokens.weight": (spec.vocab, H),
               "d2t": (spec.lm_head_rows,), "t2d": (spec.vocab,)}
     if not spec.tie:
@@ -224,24 +185,24 @@ def expected_shapes(spec: DraftSpec) -> dict[str, tuple[int, ...]]:
         shapes.update({f"fc_norm.{i}.weight": (Ht,) for i in range(spec.k)})
     if spec.norm_before_fc:
         shapes["input_norm.weight"] = (spec.k * Ht,)
-    if spec.mla:
-        shapes.update(mla.layer_shapes(spec))
-        return shapes
-    for n in range(spec.n_layers):
-        w = 2 * H if n == 0 else H  # the first layer takes cat(embeds, hidden)
-        p = f"layers.{n}."
-        shapes.update({p + "self_attn.q_proj.weight": (q, w), p + "self_attn.k_proj.weight": (kv, w),
-                       p + "self_attn.v_proj.weight": (kv, w), p + "self_attn.o_proj.weight": (H, q),
-                       p + "mlp.gate_proj.weight": (spec.inter, H), p + "mlp.up_proj.weight": (spec.inter, H),
-                       p + "mlp.down_proj.weight": (H, spec.inter), p + "input_layernorm.weight": (H,),
-                       p + "hidden_norm.weight": (H,), p + "post_attention_layernorm.weight": (H,)})
+    shapes.update(spec.layout_module.layer_shapes(spec))
     return shapes
+
+
+def partial_fused(spec: DraftSpec, present) -> tuple[str, str] | None:
+    """(a missing key, a present one) of a parameter the release fuses from several keys of which only some
+    are there: the release then never fills it, without a word."""
+    for parts in spec.layout_module.FUSED.values():
+        have = [p for p in parts if p in present]
+        if have and len(have) < len(parts):
+            return next(p for p in parts if p not in present), have[0]
+    return None
 
 
 def required_keys(spec: DraftSpec) -> set[str]:
     """Canonical keys that must come from the checkpoint (trained values)."""
     req = set(expected_shapes(spec)) - {"t2d", "embed_tokens.weight", "d2t"}
-    req -= {k for k in req if _LAYER.match(k) and not k.startswith("layers.0.") and k.endswith(".input_layernorm.weight")}
+    req -= {k for k in req if LAYER.match(k) and not k.startswith("layers.0.") and k.endswith(".input_layernorm.weight")}
     if not spec.embed_from_target:
         req.add("embed_tokens.weight")
     if spec.draft_vocab is None:
@@ -252,7 +213,7 @@ def required_keys(spec: DraftSpec) -> set[str]:
 
 
 def _likely_cause(canon: str, spec: DraftSpec) -> str:
-    m = _LAYER.match(canon)
+    m = LAYER.match(canon)
     if m and int(m.group(1)) >= spec.n_layers:
         return f"the checkpoint has layer {m.group(1)} but config num_hidden_layers={spec.n_layers}"
     if canon.endswith(".bias"):
@@ -266,8 +227,9 @@ def tensor_problems(canon: str, shape: tuple, spec: DraftSpec, shapes: dict, whe
     """Name/shape problems of one checkpoint tensor (canonical name)."""
     if ignored_reason(canon, spec.embed_from_target) is not None and canon != "t2d":
         return []
-    if spec.mla and canon == mla.FUSED:
-        return [mla.fused_key_problem(where)]
+    arch = spec.layout_module
+    if canon in arch.FUSED:
+        return [arch.prefused_problem(canon, where)]
     if canon not in shapes:
         return [Problem(E.UNEXPECTED_WEIGHT, f"{where}: unexpected tensor {canon} {list(shape)} — {_likely_cause(canon, spec)}",
                         key=canon)]
@@ -285,7 +247,7 @@ def tensor_problems(canon: str, shape: tuple, spec: DraftSpec, shapes: dict, whe
                                      f"layers) but the config gives K={k} (eagle_aux_hidden_state_layer_ids="
                                      f"{list(spec.aux_ids) if spec.aux_ids else None}); fix the ids to the {got_k} layers "
                                      f"the draft was trained on", key=canon)]
-    if spec.mla and (p := mla.tensor_problem(canon, tuple(shape), want, spec, where)) is not None:
+    if (p := arch.tensor_problem(canon, tuple(shape), want, spec, where)) is not None:
         return [p]
     if canon == "d2t":
         return [Problem(E.D2T_LENGTH, f"{where}: d2t has {list(shape)} entries but draft_vocab_size="
@@ -298,9 +260,9 @@ def tensor_problems(canon: str, shape: tuple, spec: DraftSpec, shapes: dict, whe
 def missing_problems(present: set[str], spec: DraftSpec, where: str) -> list[Problem]:
     out = []
     missing = required_keys(spec) - present
-    half = mla.fused_halves(present) if spec.mla else None
+    half = partial_fused(spec, present)
     if half and half[0] in missing:
-        out.append(mla.half_missing_problem(half[0], half[1], where))
+        out.append(spec.layout_module.half_missing_problem(half[0], half[1], where))
         missing.discard(half[0])
     for k in sorted(missing):
         why = " (draft_vocab_size != vocab_size: without it draft token ids are read as target ids)" if k == "d2t" else ""
@@ -323,7 +285,7 @@ HEAD = "lm_head.weight"
 
 
 def head_from_target(spec: DraftSpec) -> bool:
-    """SGLang's draft classes (Llama and MLA) set load_lm_head_from_target when draft_vocab_size is null and the
+    """SGLang's draft classes (every layout) set load_lm_head_from_target when draft_vocab_size is null and the
     head is untied; the EAGLE worker's init_lm_head then installs the target's lm_head and embeddings
     (set_embed_and_head), replacing whatever the checkpoint gave."""
     return spec.draft_vocab is None and not spec.tie

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from . import errors as E
 from .errors import Problem
-from .keys import HF_INDICES_FIELD
+from .layers import HF_INDICES_FIELD
 from ..server.runtime import language_config
 
 

@@ -13,13 +13,15 @@ Modules, in the order a sample travels (server side first):
     writer.py          io threads: finite check, one sample file each  (or writer_process.py + writer_child.py,
                        talking in writer_messages.py)
     manifest.py        the list of complete samples;  status.py: counters per writer
-    export.py          manifest -> speculators / SpecForge layouts (`dump export`)
+    export.py          manifest -> a training tool's layout (`dump export`; exporters/: one module per format);
+                       loss_mask.py: the default mask
   beside the path:
     backpressure.py    ForwardThreadApi (what the capture calls on either writer) and the host-memory budget
     sample_file.py     the safetensors sample format;  encoding.py: fp8;  config.py: the dump's settings
     ranks.py           which rank writes;  prefill_graphs.py: start-up refusal where prefill runs in a graph
     serving_mode.py, verify_capture.py, serving_assembler.py   dump while serving EAGLE-3 (responses too)
-    client.py          `python -m sglang_eagle3_ext.dump run|status|export` (over http_client.py)
+    driver.py          what `sglang-eagle3 dump run|status|export` does (over server/http_client.py; client_files.py:
+                       the files it reads)
 
 Nothing heavy is imported here.
 """

@@ -23,7 +23,7 @@ import weakref
 from .._log import log_once, logger
 from .config import NODUMP_RID_PREFIX, DumpConfig, DumpConfigError
 from .copy import CopyRequest, HostCopier, copy_prefill
-from ..targets._bind import arg
+from ..patching import arg
 from .manifest import sanitize_id
 
 ATTR = "_sge3_dump_target"            # on the target's LogitsProcessor instance

@@ -1,4 +1,4 @@
-"""The files the dump client reads: the user's JSONL dataset, and in the dump dir the manifests, the writers'
+"""The files the dump driver reads: the user's JSONL dataset, and in the dump dir the manifests, the writers'
 status files and generated.jsonl. Each is checked where it is read (regular files only: a FIFO would block;
 every key of the type it must have); what is wrong is a `BadInput` naming file:line and key.
 """
@@ -8,16 +8,17 @@ import json
 import logging
 from pathlib import Path
 
+from .. import envs
 from ..boundary import BadInput, check_type, field, list_of, read_json_file, regular_file
-from .config import ENV_DIR, ENV_DISCARD, GENERATED_FILE, META_FILE
+from .config import ENV_DISCARD, GENERATED_FILE, META_FILE
 from .manifest import manifest_files, parse_manifest_line, sanitize_id
 
-log = logging.getLogger("sglang_eagle3_ext.dump.client")
+log = logging.getLogger("sglang_eagle3_ext.dump.driver")
 KINDS = ("input_ids", "text", "messages")
 
 
 class ClientError(RuntimeError):
-    pass
+    """The driver cannot go on (no sample to send, no server dumping into the dump dir); names the fix."""
 
 
 # ---- the dataset ------------------------------------------------------------------------------------
@@ -177,7 +178,7 @@ def require_server_dumping_to(dump_dir) -> dict:
     d = Path(dump_dir)
     meta = d / META_FILE
     if not meta.exists():
-        raise ClientError(f"{meta} not found: the server is not dumping to {d} (is {ENV_DIR} set to this path, "
+        raise ClientError(f"{meta} not found: the server is not dumping to {d} (is {envs.DUMP_DIR} set to this path, "
                           f"SGLANG_EAGLE3_EXT=1, and the dir shared with this client? see the server log for "
                           f"'dump: DISABLED')")
     for name, s in writer_status(d).items():

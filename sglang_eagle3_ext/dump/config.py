@@ -4,7 +4,8 @@ clear message.
 
 Layer indices use transformers' `output_hidden_states` convention: index i is the residual stream
 *entering* decoder layer i (= output of layer i-1; 0 = embeddings). SGLang's DeepseekV2Model loop
-index i captures exactly that, so `layers_to_capture = hf_indices` with no +1 anywhere.
+index i captures exactly that, so `layers_to_capture = hf_indices` with no +1 anywhere; the default
+layers are ../draft/layers.py's, the ones a draft trained on the dump is served with.
 """
 from __future__ import annotations
 
@@ -12,11 +13,10 @@ import dataclasses
 import functools
 import hashlib
 import os
-import re
 
 from .. import envs
+from ..draft.layers import default_layers
 
-ENV_DIR = envs.DUMP_DIR                        # set: dumping on
 ENV_LAYERS = envs.DUMP_LAYERS                  # "2,30,58": HF hidden_states indices
 ENV_FINAL = envs.DUMP_FINAL                    # prenorm | postnorm | both
 ENV_MAX_PENDING_MB = envs.DUMP_MAX_PENDING_MB  # host memory for in-flight samples
@@ -77,16 +77,6 @@ def _id_hash(sample_id: str) -> int:
     return int.from_bytes(hashlib.sha1(sample_id.encode("utf-8", "surrogatepass")).digest()[:8], "big")
 
 
-def default_layers(num_layers: int) -> list[int]:
-    """[2, n//2, n-3] as HF indices ([2, 30, 58] for 61 layers): SGLang's own EAGLE-3 default
-    (its loop indices equal HF indices) and speculators' default. Models too shallow for three distinct
-    increasing ids (n < 8, e.g. test models) get [1, n//2, n-1] instead."""
-    ids = [2, num_layers // 2, num_layers - 3]
-    if not ids[0] < ids[1] < ids[2]:
-        ids = [1, num_layers // 2, num_layers - 1]
-    return ids
-
-
 @dataclasses.dataclass(frozen=True)
 class DumpConfig:
     dump_dir: str
@@ -144,21 +134,12 @@ class DumpConfig:
         return layers
 
 
-_LAYER_TOKEN = re.compile(r"[0-9]+", re.ASCII)   # int() also takes "1_0", "١" and whitespace: not layer ids
-
-
 def parse_layers(text: str) -> tuple[int, ...] | None:
-    """"2,30,58" -> (2, 30, 58). Only ASCII digits between single commas (spaces around them allowed):
-    "1,,2", "1_0", "1.9", "-1" and non-ASCII digits are errors, never a guess."""
-    text = (text or "").strip()
-    if not text:
-        return None
-    parts = [x.strip() for x in text.split(",")]
-    bad = [x for x in parts if not _LAYER_TOKEN.fullmatch(x)]
-    if bad:
-        raise DumpConfigError(f"{ENV_LAYERS}={text!r}: {bad[0]!r} is not a layer index; expected comma-separated "
-                              f"non-negative integers (ASCII digits), e.g. 2,30,58")
-    return tuple(int(x) for x in parts)
+    """The variable's text -> HF indices (envs.parse_layers: the one rule), a DumpConfigError naming it."""
+    try:
+        return envs.parse_layers(text, ENV_LAYERS)
+    except envs.EnvError as e:
+        raise DumpConfigError(str(e)) from None
 
 
 def layers_text(value, where: str = "dump_layers") -> str:
@@ -213,9 +194,9 @@ def pending_budget_bytes(env=None, memory: int | None = -1) -> int:
 def from_env(env=None) -> DumpConfig | None:
     """The dump config, None when dumping is off; DumpConfigError on a bad value (directory checks are
     the writer's, at start-up)."""
-    if not envs.is_set(ENV_DIR, env):
+    if not envs.is_set(envs.DUMP_DIR, env):
         return None
-    return DumpConfig(dump_dir=os.path.abspath(_get(ENV_DIR, env)), layers=_get(ENV_LAYERS, env),
+    return DumpConfig(dump_dir=os.path.abspath(_get(envs.DUMP_DIR, env)), layers=_get(ENV_LAYERS, env),
                       final=_get(ENV_FINAL, env), max_pending_bytes=pending_budget_bytes(env),
                       io_threads=_get(ENV_IO_THREADS, env), encoding=_get(ENV_ENCODING, env),
                       min_tokens=min_sample_tokens(env), copy_stream=_get(ENV_COPY_STREAM, env),

@@ -1,11 +1,7 @@
-"""Convert a native dump into the layouts training tools read.
-
-speculators: <out>/hidden_states/hs_{i}.safetensors  {token_ids [L] int64, hidden_states [L, K+1, H]},
-             the last slot = final state BEFORE the last norm; plus an Arrow dataset at <out>
-             (input_ids, loss_mask, seq_len; speculators' ArrowDataset(datapath=<out>)) and index.jsonl.
-SpecForge:   <out>/rows_{g}-{g+2000}/data_{i}.ckpt  torch.save({input_ids [L], loss_mask [L],
-             hidden_state [1, L, H] AFTER the last norm, aux_hidden_state [1, L, K*H]})
-Sample i is the i-th id in `order` (e.g. the dataset's line order), else sorted ids.
+"""What every export of a native dump shares: the dump dir checked, each sample read and checked, the loss
+masks, the samples converted in parallel, the output folder replaced whole. The formats are the modules of
+`exporters/` (speculators, SpecForge), chosen by name there. Sample i is the i-th id in `order` (e.g. the
+dataset's line order), else sorted ids.
 
 Safety: --dump-dir must be a dump dir (it has dump_meta.json); every file read from it must resolve inside
 it (a manifest line naming /etc/passwd or ../x is refused). Every sample is checked against dump_meta.json
@@ -20,18 +16,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from pathlib import Path
 
 from .._log import log_once
 from ..boundary import BadInput, check_type, field, list_of, read_json_file
 from .config import FINAL_MODES, META_FILE, NORM_FILE
-from .sample_file import T_AUX, T_IDS, T_POST, T_PRE, atomic_write, read_sample, sample_problem
+from .sample_file import T_IDS, T_POST, T_PRE, atomic_write, read_sample, sample_problem
 from .manifest import read_manifest
-from .serving_mode import default_loss_mask
+from .loss_mask import default_loss_mask
 
-SPECFORGE_GROUP = 2000
 EXPORT_MARKER = "sge3_export.json"     # what marked an export before outdir.MARKER (still recognised)
 
 
@@ -135,7 +129,9 @@ def _target_vocab(model_path) -> int | None:
     return vocab
 
 
-def _export(build, to: str, dump_dir, out, **kw) -> int:
+def export_into(build, to: str, dump_dir, out, **kw) -> int:
+    """Run one format's `build(dump_dir, tmp, spec=DumpSpec, **kw) -> samples written` into a folder beside
+    `out` that replaces it when complete (outdir.py's rule; `out` is checked before anything is read)."""
     from ..files import outdir
 
     dump_dir, out = require_dump_dir(dump_dir), Path(out)
@@ -152,7 +148,8 @@ def _export(build, to: str, dump_dir, out, **kw) -> int:
     return record["samples"]
 
 
-def _load_norm(dump_dir, hidden: int):
+def load_norm(dump_dir, hidden: int):
+    """(weight, eps) of the model's final norm the dump writer stored beside the samples, or None."""
     if not (Path(dump_dir) / NORM_FILE).exists():
         return None
     p = inside(dump_dir, NORM_FILE)
@@ -169,7 +166,7 @@ def _load_norm(dump_dir, hidden: int):
     return weight, eps
 
 
-def _read(dump_dir: Path, rec: dict, spec: DumpSpec):
+def read_checked(dump_dir: Path, rec: dict, spec: DumpSpec):
     """A sample as captured, checked against dump_meta.json: compact encodings (SGLANG_EAGLE3_EXT_DUMP_ENCODING=fp8)
     are decoded here, so exports are always in the captured dtype (bf16) whatever the dump's encoding."""
     rel = rec["file"]
@@ -203,7 +200,8 @@ def _check_record(dump_dir: Path, rec: dict, L: int) -> None:
         raise ExportError(f"{where}: 'num_tokens' is {rec['num_tokens']} but {rec['file']} holds {L} tokens")
 
 
-def _loss_mask(rec: dict, L: int, loss_masks: dict | None) -> list[int]:
+def loss_mask(rec: dict, L: int, loss_masks: dict | None) -> list[int]:
+    """The sample's 0/1 mask: the given one, else its default (serving samples: the response only)."""
     lm = (loss_masks or {}).get(rec["id"]) or default_loss_mask(rec, L)   # serving samples: the response
     if not isinstance(lm, list) or len(lm) != L or any(type(x) is not int or x not in (0, 1) for x in lm):
         n = len(lm) if isinstance(lm, list) else type(lm).__name__
@@ -213,6 +211,7 @@ def _loss_mask(rec: dict, L: int, loss_masks: dict | None) -> list[int]:
 
 
 def ordered_records(dump_dir, order: list[str] | None = None) -> list[dict]:
+    """The manifest's records in `order` (every id must be there), else sorted by id."""
     man = read_manifest(dump_dir)
     if order is None:
         return [man[k] for k in sorted(man)]
@@ -223,7 +222,8 @@ def ordered_records(dump_dir, order: list[str] | None = None) -> list[dict]:
     return [man[k] for k in order]
 
 
-def _finals(t: dict, norm, path) -> tuple:
+def final_states(t: dict, norm, path) -> tuple:
+    """(before the last norm, after it) of a sample; the latter derived with the stored norm when not dumped."""
     pre = t.get(T_PRE)
     post = t.get(T_POST)
     if post is None and pre is not None:
@@ -233,19 +233,7 @@ def _finals(t: dict, norm, path) -> tuple:
     return pre, post
 
 
-def export_speculators(dump_dir, out, order=None, loss_masks: dict | None = None, arrow: bool = True,
-                       workers: int = 1, progress: bool = False) -> int:
-    return _export(_speculators_into, "speculators", dump_dir, out, order=order, loss_masks=loss_masks, arrow=arrow,
-                   workers=workers, progress=progress)
-
-
-def export_specforge(dump_dir, out, order=None, loss_masks: dict | None = None, workers: int = 1,
-                     progress: bool = False) -> int:
-    return _export(_specforge_into, "specforge", dump_dir, out, order=order, loss_masks=loss_masks, workers=workers,
-                   progress=progress)
-
-
-def _map_samples(recs: list, fn, workers: int = 1, progress: bool = False, desc: str = "export") -> list:
+def map_samples(recs: list, fn, workers: int = 1, progress: bool = False, desc: str = "export") -> list:
     """[fn(i, rec) for each record] in record order, `workers` at a time (threads: the file reads and writes
     and the tensor copies release the GIL); a tqdm bar on stderr with `progress`. The first error stops it."""
     bar = None
@@ -281,72 +269,8 @@ def _map_samples(recs: list, fn, workers: int = 1, progress: bool = False, desc:
             bar.close()
 
 
-def _speculators_into(dump_dir: Path, out: Path, spec: DumpSpec, order=None, loss_masks: dict | None = None,
-                      arrow: bool = True, workers: int = 1, progress: bool = False) -> int:
-    recs = ordered_records(dump_dir, order)
-    hs_dir = out / "hidden_states"
-    hs_dir.mkdir(parents=True, exist_ok=True)
-    from safetensors.torch import save_file
-
-    rows = {"input_ids": [], "loss_mask": [], "seq_len": []}
-    index = []
-
-    def one(i, rec):
-        t, meta = _read(dump_dir, rec, spec)
-        if T_PRE not in t:
-            raise ExportError(f"{rec['file']}: speculators needs the final state before the norm; this dump was "
-                              f"made with SGLANG_EAGLE3_EXT_DUMP_FINAL=postnorm")
-        L, KH = t[T_AUX].shape
-        H = t[T_PRE].shape[1]
-        hs = __import__("torch").cat([t[T_AUX].view(L, KH // H, H), t[T_PRE].view(L, 1, H)], 1).contiguous()
-        ids = t[T_IDS].long().contiguous()
-        atomic_write(hs_dir / f"hs_{i}.safetensors", lambda p: save_file({"token_ids": ids, "hidden_states": hs}, p))
-        lm = _loss_mask(rec, L, loss_masks)
-        return ids.tolist(), [int(x) for x in lm], L
-
-    for i, (rec, (ids, lm, L)) in enumerate(zip(recs, _map_samples(recs, one, workers, progress, "export speculators"))):
-        rows["input_ids"].append(ids)
-        rows["loss_mask"].append(lm)
-        rows["seq_len"].append(L)
-        index.append({"i": i, "id": rec["id"], "num_tokens": L})
-    _write_index(out, index, dump_dir)
-    if arrow:
-        import datasets
-
-        ds = datasets.Dataset.from_dict(rows)
-        ds = ds.with_format("torch")
-        ds.save_to_disk(str(out / "_arrow_tmp"))
-        for f in (out / "_arrow_tmp").iterdir():   # speculators wants the Arrow files and hidden_states/ side by side
-            os.replace(f, out / f.name)
-        (out / "_arrow_tmp").rmdir()
-    return len(recs)
-
-
-def _specforge_into(dump_dir: Path, out: Path, spec: DumpSpec, order=None, loss_masks: dict | None = None,
-                    workers: int = 1, progress: bool = False) -> int:
-    import torch
-
-    recs = ordered_records(dump_dir, order)
-    norm = _load_norm(dump_dir, spec.hidden)
-
-    def one(i, rec):
-        t, meta = _read(dump_dir, rec, spec)
-        _, post = _finals(t, norm, rec["file"])
-        L = t[T_IDS].shape[0]
-        lm = _loss_mask(rec, L, loss_masks)
-        record = {"input_ids": t[T_IDS].long().clone(), "loss_mask": torch.tensor(lm, dtype=torch.long),
-                  "hidden_state": post.unsqueeze(0).contiguous(), "aux_hidden_state": t[T_AUX].unsqueeze(0).contiguous()}
-        g = i // SPECFORGE_GROUP * SPECFORGE_GROUP
-        path = out / f"rows_{g}-{g + SPECFORGE_GROUP}" / f"data_{i}.ckpt"
-        atomic_write(path, lambda p: torch.save(record, p))
-        return {"i": i, "id": rec["id"], "num_tokens": L}
-
-    index = _map_samples(recs, one, workers, progress, "export specforge")
-    _write_index(out, index, dump_dir)
-    return len(recs)
-
-
-def _write_index(out: Path, index: list, dump_dir: Path) -> None:
+def write_index(out: Path, index: list, dump_dir: Path) -> None:
+    """index.jsonl (one line per exported sample) and a copy of the dump's metadata, written atomically."""
     data = "".join(json.dumps(r) + "\n" for r in index).encode()
 
     def w(p):

@@ -16,11 +16,12 @@ import logging
 
 from .. import envs
 from .._log import log_once, logger
+from ..draft import layers as draft_layers
+from ..server.startup import StartupContext
 from .config import ENV_LAYERS, ENV_SAMPLE_RATE, DumpConfig, DumpConfigError
 
 ENV_RESPONSES = envs.DUMP_RESPONSES
 ENV_MAX_ACCEPT_LEN = envs.DUMP_MAX_ACCEPT_LEN
-EAGLE3_ALGORITHMS = ("EAGLE3",)
 
 _targets: list = []          # every DumpTarget of this process (the worker's start-up check reads them)
 
@@ -42,48 +43,27 @@ def serving_config(env=None) -> ServingConfig:
                          max_accept_len=max_accept_len)
 
 
-def _server_args():
-    from ..server.runtime import server_args
-
-    return server_args()
-
-
-def eagle3_on(sa) -> bool:
-    return str(getattr(sa, "speculative_algorithm", None) or "").upper() in EAGLE3_ALGORITHMS
-
-
-def draft_hf_indices(n: int) -> tuple[list[int] | None, str]:
+def draft_hf_indices(ctx: StartupContext, n: int) -> tuple[list[int] | None, str]:
     """(HF hidden_states indices the EAGLE-3 draft is fed, where that came from); None when the draft's
     config cannot be read here (a hub id): the worker's start-up check then compares what SGLang set."""
-    from ..server.runtime import draft_dir_and_config
-    from ..draft.keys import HF_INDICES_FIELD
-
-    path, cfg = draft_dir_and_config()
-    if cfg is None:
-        return None, f"draft {path} (config not readable here)"
-    ec = cfg.get("eagle_config") or {}
-    if ec.get(HF_INDICES_FIELD):
-        return [int(i) for i in ec[HF_INDICES_FIELD]], f"{path}: eagle_config.{HF_INDICES_FIELD}"
-    ids = ec.get("eagle_aux_hidden_state_layer_ids")
-    if not ids:
-        return [2, n // 2, n - 3], f"{path}: no layer ids, SGLang's default"
+    if ctx.draft_config is None:
+        return None, f"draft {ctx.draft_path} (config not readable here)"
     from ..versions import capabilities
 
-    plus_one = capabilities().CAPTURE_ALWAYS_PLUS_ONE or ids[0] == 1   # the release's rule (see draft/capture_layers.py)
-    return ([int(i) + 1 for i in ids] if plus_one else [int(i) for i in ids]), \
-        f"{path}: eagle_aux_hidden_state_layer_ids={list(ids)} under this release's +1 rule"
+    layers, why = draft_layers.fed_hf_indices(ctx.draft_config, n, capabilities().CAPTURE_ALWAYS_PLUS_ONE,
+                                              where=f"draft {ctx.draft_path}/config.json")
+    return layers, f"{ctx.draft_path}: {why}"
 
 
-def config_for_target(cfg: DumpConfig, n: int, sa=None) -> DumpConfig:
+def config_for_target(cfg: DumpConfig, n: int, ctx: StartupContext) -> DumpConfig:
     """The dump config for a target of `n` layers: with EAGLE-3 on, the layers are the draft's."""
-    sa = sa if sa is not None else _server_args()
     scfg = serving_config()
-    if not eagle3_on(sa):
+    if not ctx.eagle3:
         if scfg.max_accept_len is not None:
             raise DumpConfigError(f"{ENV_MAX_ACCEPT_LEN} selects requests by their EAGLE-3 accept length: it needs "
                                   f"--speculative-algorithm EAGLE3 (unset it for a plain dump)")
         return cfg
-    layers, where = draft_hf_indices(n)
+    layers, where = draft_hf_indices(ctx, n)
     if layers is None:
         return cfg
     if cfg.layers is not None and list(cfg.layers) != layers:
@@ -107,7 +87,7 @@ def _responses_supported() -> str | None:
     return None
 
 
-def install(target, model, sa=None):
+def install(target, model, ctx: StartupContext):
     """Called by start.attach after the DumpTarget exists. With EAGLE-3 on and responses wanted, wires the
     verify capture and the serving assembler into the writer. Returns the VerifyCapture (None: prompts only,
     written at prefill)."""
@@ -117,8 +97,7 @@ def install(target, model, sa=None):
     if target.cfg.sample_rate < 1.0:
         log_once("dump.sample_rate", "dump: writing a %g share of the requests (%s; a hash of the request id, the "
                  "same on every rank and re-run)", target.cfg.sample_rate, ENV_SAMPLE_RATE)
-    sa = sa if sa is not None else _server_args()
-    if not (eagle3_on(sa) and scfg.responses):
+    if not (ctx.eagle3 and scfg.responses):
         return None
     why = _responses_supported()
     if why is None and target.cfg.writer != "thread":
@@ -129,7 +108,7 @@ def install(target, model, sa=None):
         log_once("dump.serving_prompts_only", "dump while serving EAGLE-3: prompts only (%s; set %s=0 to silence)",
                  why, ENV_RESPONSES, level=logging.WARNING)
         return None
-    topk = getattr(sa, "speculative_eagle_topk", None)
+    topk = getattr(ctx.server_args, "speculative_eagle_topk", None)
     if topk is not None and int(topk) > 1:
         raise DumpConfigError(f"dump while serving EAGLE-3 captures response states of chain drafts only: "
                               f"--speculative-eagle-topk {topk} compacts tree paths after the verify; use topk 1, "
@@ -170,12 +149,3 @@ def check_worker(worker) -> None:
         if vc is not None and topk > 1:
             raise DumpStartupError(f"sglang_eagle3_ext dump: response capture needs --speculative-eagle-topk 1 "
                                    f"(got {topk}); or set {ENV_RESPONSES}=0")
-
-
-def default_loss_mask(rec: dict, length: int) -> list[int]:
-    """Export's loss mask when none is given: a prompt+response sample of this mode trains on the response
-    (the tokens after the request's prompt); any other sample on every token."""
-    p = rec.get("prompt_len")
-    if rec.get("verify_tokens") and isinstance(p, int) and 0 < p < length:
-        return [0] * p + [1] * (length - p)
-    return [1] * length

@@ -7,7 +7,7 @@ import logging
 import os
 
 from .._log import log_once, logger
-from ..server import runtime as sglang_runtime
+from ..server.startup import StartupContext, startup_context
 from .capture import ATTR, TARGET_CLASSES, DumpTarget
 from .config import CONVENTION, DumpConfig, from_env
 from .ranks import _ranks, is_writer
@@ -15,12 +15,12 @@ from .ranks import _ranks, is_writer
 _writer = None                         # one per process (one DP group's attention-TP rank 0)
 
 
-def build_meta(model, cfg: DumpConfig, layers: list[int], ranks: dict) -> dict:
+def build_meta(model, cfg: DumpConfig, layers: list[int], ranks: dict, ctx: StartupContext) -> dict:
     from .. import __version__
     from ..versions import installed_version
 
     config = model.config
-    sa = sglang_runtime.server_args()
+    sa = ctx.server_args
     dtype = None
     try:
         dtype = str(next(model.parameters()).dtype).replace("torch.", "")
@@ -87,13 +87,14 @@ def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
     cfg = cfg or from_env()
     if cfg is None:
         return None
-    sa = sglang_runtime.server_args()
+    ctx = startup_context()
+    sa = ctx.server_args
     refuse_unsupported(sa)
     n = int(model.config.num_hidden_layers)
     from . import serving_mode      # EAGLE-3 on: the draft's layers (dump while serving)
     from ..versions import layer0_refusal
 
-    cfg = serving_mode.config_for_target(cfg, n, sa)
+    cfg = serving_mode.config_for_target(cfg, n, ctx)
     layers = cfg.resolve_layers(n, layer0_refusal())
     ranks = _ranks()
     if ranks["pp_rank"] != ranks["pp_size"] - 1:
@@ -107,14 +108,14 @@ def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
         logger.error("dump: could not read this process's attention-TP rank (SGLang's parallel state): NOT writing "
                      "from it (only a rank known to be 0 writes; else every rank would write the same samples)")
     if writes and _writer is None:
-        meta = build_meta(model, cfg, layers, ranks)
+        meta = build_meta(model, cfg, layers, ranks, ctx)
         first = next(model.parameters(), None)
         _writer = make_writer(cfg, meta, name=f"dp{ranks['dp_rank']}", cuda=first is not None and first.is_cuda)
         if sa is not None and not getattr(sa, "disable_radix_cache", False):
             log_once("dump.radix", "dump: the radix cache is on: requests whose prompt head is cached are refused "
                      "(launch with --disable-radix-cache to dump every request)", level=logging.WARNING)
     target = DumpTarget(model, cfg, layers, _writer if writes else None)
-    serving_mode.install(target, model, sa)   # sampling rate; EAGLE-3: verify capture
+    serving_mode.install(target, model, ctx)  # sampling rate; EAGLE-3: verify capture
     setattr(model.logits_processor, ATTR, target)   # last: an error above leaves no half-attached dump
     logger.info("dump: capturing HF hidden_states %s + final (%s) of %s; %s", layers, cfg.final,
                 type(model).__name__, f"writing to {cfg.dump_dir}" if writes else "not the writer rank")

@@ -242,7 +242,7 @@ def verify_hook(wrapped, args, kwargs):
     vc = _active
     plan = None
     if vc is not None and not vc.disabled:
-        from ..targets._bind import arg
+        from ..patching import arg
 
         batch = arg(wrapped, args, kwargs, "batch")
         try:

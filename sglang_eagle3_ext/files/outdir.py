@@ -28,16 +28,16 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..boundary import BadInput, field, list_of, read_json_file
-from ..cli.common import EXIT_BAD_INPUT, CliError
+from ..boundary import Refused
 
 MARKER = ".sglang-eagle3-output.json"
 
 
-class OutputDirRefused(CliError, BadInput):
+class OutputDirRefused(Refused, BadInput):
     """An output directory we may not write; the message names it and what to do (exit 2)."""
 
     def __init__(self, path, problem: str):
-        self.where, self.problem, self.code = str(path), problem, EXIT_BAD_INPUT
+        self.where, self.problem, self.code = str(path), problem, 2
         Exception.__init__(self, f"{path}: {problem}")
 
 

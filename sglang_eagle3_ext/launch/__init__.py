@@ -1,5 +1,9 @@
-"""Pieces of `python -m sglang_eagle3_ext.launch_server`.
+"""The launcher's library (`sglang-eagle3 launch`, `python -m sglang_eagle3_ext.launch_server`).
 
+plan:     build_plan(options, SGLang's arguments) -> Plan: the SGLang command, the environment its processes
+          get, every decision with its reason; Plan.render() / as_dict() (settings: SGLang's settings as the
+          launch reads them; errors: LaunchError, the launcher's refusal).
+start:    what a plan starts: the dump folder, the preflight and the tiny model first, then SGLang in this process.
 topology: what the GPUs can do to each other (NVML, no CUDA context), JSON round-trip
           (topology_schema: what a topology file must hold, checked field by field).
 nccl:     Decisions (env vars / SGLang args, each with its reason) from a topology; NCCL_PROTO read as NCCL reads it.
@@ -7,6 +11,7 @@ presets:  server_configs/*.yaml -> validated SGLang arguments + our own env sett
           (preset_schema: no duplicate keys, every value checked against SGLang's flag or envs.py).
 profile_choice: which NCCL profile runs (command line > a preset's, refused when it contradicts the machine).
 dump_dir: the preset's dump settings and the dump folder (--dump-dir > environment > preset), checked and made.
+draft_precheck: `check` on the EAGLE-3 draft the command names, before SGLang starts.
 preflight: an all-reduce check across the TP group before SGLang starts.
 
 Nothing heavy is imported here.

@@ -36,9 +36,8 @@ def precheck(algorithm: str | None, draft: str | None, target: str | None, versi
     if not version:
         return Decision(NAME, "skipped", "SGLang not installed here, its key layout is unknown", kind="check",
                         action="warn")
-    from ..cli.check import check_draft
-
     from ..draft import errors as E
+    from ..draft.check import check_draft
 
     rep = check_draft(local, target=target if target and Path(target).is_dir() else None, sglang_version=version,
                       scan_values=scan_values, progress=True)

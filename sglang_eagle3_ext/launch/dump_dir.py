@@ -1,6 +1,6 @@
 """A launch's dump settings: the preset's `eagle3_ext:` values (a variable the user set is kept), and the
 folder it dumps into: `--dump-dir` (command line) > SGLANG_EAGLE3_EXT_DUMP_DIR (environment) > the preset's
-`dump_dir`.
+`dump_dir` (one name: envs.DUMP_DIR, its preset key declared beside it).
 
 Checked when the plan is made, whichever way it was given, and made (mkdir -p) by `make` as the launch's first
 step: otherwise a file in its place or a folder this user cannot write stops every scheduler at start-up,
@@ -16,10 +16,10 @@ from typing import Mapping
 
 from .. import envs
 from ..boundary import BadInput, NotWritable, writable_dir
-from ..cli.common import CliError
+from .errors import LaunchError
 from .nccl import Decision, env_decision
 
-VAR = envs.DUMP_DIR
+PRESET_KEY = envs.VARS[envs.DUMP_DIR].preset_key
 WHAT = "dump dir"
 REASON = "prefill hidden-state dumps go here (turns the dump patches on)"
 REASONS = {envs.DUMP_LAYERS: "HF hidden_states indices to dump"}
@@ -31,35 +31,36 @@ class DumpDir:
     decisions: list[Decision]   # one line for the variable (+ one warning when a dry run foresees a refusal)
 
 
-class DumpDirRefused(CliError):
+class DumpDirRefused(LaunchError):
     """The folder cannot be a dump dir; the message names where it came from and why (exit 2)."""
 
 
 def choose(flag: str | None, env: Mapping[str, str], preset, preset_env: dict[str, str], dry_run: bool) -> DumpDir:
     """`flag`: --dump-dir as typed; `preset_env`: the preset's variables (presets.ext_env: dump_dir absolute)."""
-    folder = _folder(flag, env, preset, preset_env.get(VAR), dry_run)
+    folder = _folder(flag, env, preset, preset_env.get(envs.DUMP_DIR), dry_run)
     for var, val in preset_env.items():
-        if var != VAR:
+        if var != envs.DUMP_DIR:
             folder.decisions.append(env_decision(env, var, val, f"preset {preset.name}: {REASONS.get(var, 'ours')}"))
     return folder
 
 
 def _folder(flag: str | None, env: Mapping[str, str], preset, preset_value: str | None, dry_run: bool) -> DumpDir:
-    from_env = envs.get(VAR, env)      # empty means unset, as everywhere
-    raw = preset.ext.get("dump_dir") if preset and preset_value else None
-    by_preset = f"preset {preset.name}'s dump_dir {raw}" if raw else None
+    var = envs.DUMP_DIR
+    from_env = envs.get(var, env)      # empty means unset, as everywhere
+    raw = preset.ext.get(PRESET_KEY) if preset and preset_value else None
+    by_preset = f"preset {preset.name}'s {PRESET_KEY} {raw}" if raw else None
     if flag is not None:
-        over = [x for x in (by_preset, f"{VAR}={from_env} from the environment" if from_env else None) if x]
+        over = [x for x in (by_preset, f"{var}={from_env} from the environment" if from_env else None) if x]
         path, state, warn = _check(flag, "--dump-dir", dry_run)
         why = f"--dump-dir (command line){' over ' + ' and '.join(over) if over else ''}: {REASON}; {state}"
-        return DumpDir(str(path), [Decision(VAR, str(path), why)] + warn)
+        return DumpDir(str(path), [Decision(var, str(path), why)] + warn)
     if from_env:
-        path, state, warn = _check(from_env, f"{VAR} (environment)", dry_run)
+        path, state, warn = _check(from_env, f"{var} (environment)", dry_run)
         unused = f"; {by_preset} not used" if by_preset else ""
-        return DumpDir(from_env, [Decision(VAR, from_env, f"user set it{unused}; {state}", action="user")] + warn)
+        return DumpDir(from_env, [Decision(var, from_env, f"user set it{unused}; {state}", action="user")] + warn)
     if preset_value:
-        path, state, warn = _check(preset_value, f"{preset.where}: eagle3_ext.dump_dir {raw} ->", dry_run)
-        return DumpDir(str(path), [Decision(VAR, str(path), f"preset {preset.name}: {REASON}; {state}")] + warn)
+        path, state, warn = _check(preset_value, f"{preset.where}: eagle3_ext.{PRESET_KEY} {raw} ->", dry_run)
+        return DumpDir(str(path), [Decision(var, str(path), f"preset {preset.name}: {REASON}; {state}")] + warn)
     return DumpDir(None, [])
 
 
@@ -70,7 +71,7 @@ def make(path: str | None) -> None:
     try:
         writable_dir(path, WHAT, make=True)
     except BadInput as e:   # changed since the plan was made
-        raise DumpDirRefused(f"{VAR} {e}") from None
+        raise DumpDirRefused(f"{envs.DUMP_DIR} {e}") from None
 
 
 def _check(text: str, source: str, dry_run: bool):

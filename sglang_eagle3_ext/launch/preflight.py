@@ -84,6 +84,12 @@ def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
+def dry_run_line(n: int, timeout: float) -> str:
+    """What a launch's preflight would do, said by a dry run."""
+    return (f"preflight: would all-reduce {' and '.join(map(_size, DEFAULT_SIZES))} across {n} GPU(s), "
+            f"{timeout:.0f}s per attempt, retried once with NCCL_P2P_DISABLE=1")
+
+
 def busbw(algbw: float, n: int) -> float:
     """All-reduce bus bandwidth (nccl-tests convention): algbw * 2(n-1)/n."""
     return algbw * 2 * (n - 1) / n

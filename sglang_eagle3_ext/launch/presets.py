@@ -26,9 +26,8 @@ from ..boundary import BadInput, read_text_file
 from .preset_schema import (EXT_KEYS, EXT_SECTION, PresetError, as_text, check_keys, check_server_value,  # noqa: F401
                             check_shape, ext_text, unique_key_loader)
 
-ENV_DUMP_DIR = envs.DUMP_DIR
 BUILTIN_PREFIX = "builtin:"
-BUILTIN_MODELS = ("tiny-deepseek-v3", "tiny-kimi-k25")   # made by tiny.ensure_builtin
+BUILTIN_MODELS = ("tiny-deepseek-v3", "tiny-kimi-k25")   # made by tiny/builtin.ensure_builtin
 MAX_PRESET_BYTES = 1 << 20
 
 
@@ -239,7 +238,7 @@ def ext_env(ext: dict, base_dir: Path | None = None) -> dict[str, str]:
         if not var or ext.get(key) is None:
             continue
         v = ext_text(key, ext[key], f"{EXT_SECTION}.{key}")
-        if key == "dump_dir":
+        if var == envs.DUMP_DIR:
             v = str((Path(base_dir or Path.cwd()) / os.path.expanduser(v)).resolve())
         env[var] = v
     return env

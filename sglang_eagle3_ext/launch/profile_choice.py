@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..cli.common import CliError
+from ..boundary import Refused
 from .nccl import Decision
 from .topology import Topology, TopologyClass
 
@@ -21,7 +21,7 @@ _HARM = {"pcie": "its PCIe settings would turn custom all-reduce and NVLS off",
          "nvlink": "its NVLink settings would keep custom all-reduce and FlashInfer all-reduce fusion on over PCIe"}
 
 
-class ProfileConflict(CliError):
+class ProfileConflict(Refused):
     """A preset's forced profile contradicts the detected topology (the message names both and the fix; exit 2)."""
 
 

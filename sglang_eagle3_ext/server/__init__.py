@@ -1,2 +1,4 @@
-"""The SGLang server as this package sees it: in-process (`runtime`: its arguments and model configs) and over
-HTTP (`http_client`: whole-request deadlines; `replies`: every reply validated)."""
+"""The SGLang server as this package sees it: in-process (`runtime`: its arguments and model configs;
+`startup`: what the process was started with, resolved once into the StartupContext its consumers take;
+`hf_cache`: models named by a hub id, found in the local cache) and over HTTP (`http_client`: whole-request
+deadlines; `replies`: every reply validated)."""

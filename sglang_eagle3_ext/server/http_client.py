@@ -17,14 +17,14 @@ import sys
 import threading
 import time
 
-from ..cli.common import CliError
+from ..boundary import Refused
 
 MAX_REPLY_BYTES = 256 << 20
 RETRY_STATUS = (502, 503, 504)
 _local = threading.local()   # the deadline of the request this thread is making
 
 
-class ServerError(CliError):
+class ServerError(Refused):
     pass
 
 
@@ -128,9 +128,10 @@ class Server:
         return f"{method} {self.url}{path}"
 
     def request(self, method: str, path: str, payload=None, timeout: float | None = None, quiet_404=False,
-                text=False):
+                text=False, ok_status: tuple = ()):
         """The reply's JSON (its text with text=True: SGLang's /start_profile answers "Start profiling.");
-        all of it within `timeout` seconds (default: the server's)."""
+        all of it within `timeout` seconds (default: the server's). `ok_status`: error statuses whose JSON reply
+        is returned like a 200's (SGLang answers a refused weight update with 400 and its reasons)."""
         t = self.timeout if timeout is None else timeout
         with _Deadline(t) as d:
             attempt = 0
@@ -147,7 +148,7 @@ class Server:
         where = self.where(method, path)
         if status == 404 and quiet_404:
             return None
-        if status >= 400:
+        if status >= 400 and status not in ok_status:
             raise ServerError(f"{where}: HTTP {status}: {_text(body)[:300]}")
         if text:
             return _text(body)

@@ -106,16 +106,6 @@ def builtin_dir(name: str) -> Path:
     return default_dir().with_name(name)
 
 
-def ensure_builtin(path: str | os.PathLike) -> Path:
-    """Make the built-in model a preset names, told apart by its cache folder's name."""
-    from .kimi_k25 import KIMI_TARGETS, ensure_kimi_target
-
-    name = Path(path).name
-    if name in KIMI_TARGETS:
-        return ensure_kimi_target(name, path)
-    return ensure_target(name, path) if name in TARGETS else ensure_tiny_target(path)
-
-
 def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, branch_scale: float = 1.0,
                        successor_weight: float = 0.0, route_bias: float = 0.0, device: str | None = None,
                        **overrides) -> Path:
@@ -182,33 +172,3 @@ def reuse_existing(out: Path, tool: str, settings: dict) -> bool:
         raise OutputDirRefused(out, f"holds a {tool} target made with other settings {diff} (there, asked); "
                                     f"give another folder, or remove this one to remake it")
     return True
-
-
-def main(argv=None) -> int:
-    """`sglang-eagle3 tiny [OUT] [--predictable] [--seed N]`: write the tiny target, print its folder."""
-    from ..cli import common as cli_common
-
-    ap = cli_common.parser("tiny", cli_common.doc_description(__doc__))
-    ap.add_argument("out", nargs="?", help=f"output folder, new or empty (default: the cache, {default_dir()}); one "
-                                           f"holding other files is refused, one holding this target is reused")
-    ap.add_argument("--predictable", action="store_true",
-                    help="the round trip's target: a greedy walk a draft can learn (tiny.PREDICTABLE)")
-    ap.add_argument("--seed", type=int, default=0, help="weights' random seed")
-    ap.add_argument("--kimi", action="store_true",
-                    help="wrap it as Kimi-K2.5 (KimiK25ForConditionalGeneration + tiny vision tower; tiny_kimi.py)")
-    a = cli_common.finish(ap, "tiny").parse_args(argv)
-    if a.out and a.out.startswith("-"):  # never write a model into a folder named like an option
-        raise cli_common.CliError(f"{a.out!r} looks like an option, not a folder; see --help")
-    make = ensure_tiny_target
-    if a.kimi:
-        from .kimi_k25 import ensure_tiny_kimi_target as make
-    print(make(a.out, seed=a.seed, **(PREDICTABLE if a.predictable else {})))
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    from ..cli.common import run_tool
-
-    sys.exit(run_tool("tiny", main))

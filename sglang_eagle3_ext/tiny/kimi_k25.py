@@ -1,5 +1,5 @@
 """The built-in tiny Kimi-K2.5 target: SGLang's `KimiK25ForConditionalGeneration` (config `model_type:
-kimi_k25`) around the tiny DeepSeek-V3 of tiny.py, with a one-block vision tower. Served text-only
+kimi_k25`) around the tiny DeepSeek-V3 of tiny/deepseek_v3.py, with a one-block vision tower. Served text-only
 (`--skip-tokenizer-init`, input_ids); the language model inside is the EAGLE-3 / dump target.
 
 Weights: the tiny DeepSeek-V3's under `language_model.` (`language_model.model.layers.*`,
@@ -17,6 +17,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+
+from .deepseek_v3 import PREDICTABLE, ensure_tiny_target, reuse_existing
+from .deepseek_v3 import default_dir as _target_dir
 
 # vt_* are the names the HF Kimi-K2.5 config uses (SGLang's projector reads vt_hidden_size); the plain names
 # are what SGLang's KimiK25VisionConfig / MoonViT read. Both are written, equal.
@@ -56,25 +59,17 @@ class TinyKimiK25Processor:
 
 
 def default_dir() -> Path:
-    from .deepseek_v3 import default_dir as ds_dir
-
-    return ds_dir().with_name("tiny-kimi-k25")
-
-
-def _kimi_targets() -> dict:
-    from .deepseek_v3 import PREDICTABLE
-
-    return {"tiny-kimi-k25": {}, "tiny-kimi-k25-predictable": dict(PREDICTABLE)}
+    return _target_dir().with_name("tiny-kimi-k25")
 
 
 # built-in wrapper targets: name -> ensure_tiny_kimi_target arguments (the round trip's is the predictable walk)
-KIMI_TARGETS = ("tiny-kimi-k25", "tiny-kimi-k25-predictable")
+KIMI_TARGETS = {"tiny-kimi-k25": {}, "tiny-kimi-k25-predictable": dict(PREDICTABLE)}
 
 
 def ensure_kimi_target(name: str, out: str | os.PathLike | None = None) -> Path:
     if name not in KIMI_TARGETS:
         raise ValueError(f"unknown built-in Kimi target {name!r}; available: {', '.join(KIMI_TARGETS)}")
-    return ensure_tiny_kimi_target(out or default_dir().with_name(name), **_kimi_targets()[name])
+    return ensure_tiny_kimi_target(out or default_dir().with_name(name), **KIMI_TARGETS[name])
 
 
 def vision_config(text_hidden: int, **overrides) -> dict:
@@ -129,8 +124,6 @@ def ensure_tiny_kimi_target(out: str | os.PathLike | None = None, seed: int = 0,
     tiny.ensure_tiny_target (e.g. **tiny.PREDICTABLE, route_bias, DeepseekV3Config overrides); the text-only
     DeepSeek-V3 with the same language-model weights stays in `out/text` (the reference)."""
     out = Path(out) if out else default_dir()
-    from .deepseek_v3 import ensure_tiny_target, reuse_existing
-
     settings = dict(seed=seed, **tiny_kwargs)
     if reuse_existing(out, "tiny --kimi", settings):
         return out

@@ -5,7 +5,7 @@ The files look like a published Kimi-K2.5 draft: `architectures: ["Eagle3Deepsee
 `model_type: deepseek_v3`, MLA dims, `eagle_config.eagle_aux_hidden_state_layer_ids`, weights under
 `layers.0.*` with separate `q_a_proj` / `kv_a_proj_with_mqa` (SGLang fuses them at load). Random but
 finite weights; d2t is a consistent hot-token mapping. `make_mla_draft_for_tiny_target` sizes one for
-the built-in tiny DeepSeek-V3 target (sglang_eagle3_ext/tiny.py, hidden 1024, vocab 4096).
+the built-in tiny DeepSeek-V3 target (tiny/deepseek_v3.py, hidden 1024, vocab 4096).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from ..draft import errors as E
-from ..draft import mla
+from ..draft.arch import mla
 
 # Kimi-K2's rope_scaling type (SGLang's MLA runs it as deepseek_yarn; on CPU it needs one); factor 1: plain RoPE.
 def _yarn(max_pos: int) -> dict:
@@ -48,7 +48,7 @@ def mla_tensors(cfg: dict, seed: int = 0) -> dict:
     from ..draft.rules import expected_shapes, spec_from_config
 
     layout = Layout(release="offline", midlayer=False, fc_norm=True, input_norm=False, norm_output=True,
-                    capture_always_plus_one=False, mla_draft=True)
+                    capture_always_plus_one=False, flags=frozenset({mla.REQUIRES}))
     spec, problems = spec_from_config(cfg, layout)
     assert spec is not None, problems
     g = torch.Generator().manual_seed(seed)
@@ -170,7 +170,7 @@ def _v_prefused(d):
     import torch
 
     def f(t):
-        t[mla.FUSED] = torch.cat([t.pop(mla.Q_HALF), t.pop(mla.KV_HALF)])
+        t[mla.FUSED_KEY] = torch.cat([t.pop(mla.Q_HALF), t.pop(mla.KV_HALF)])
     _edit(d, f)
 
 

@@ -1,5 +1,5 @@
 """The hidden-state files both trainers read (`hs_{i}.safetensors`: token_ids [L], hidden_states [L, K+1, H]),
-the aux layer ids recorded beside them, and speculators' Arrow dataset built from them (train_draft.py)."""
+the aux layer ids recorded beside them, and speculators' Arrow dataset built from them (the Llama route)."""
 from __future__ import annotations
 
 import logging
@@ -7,31 +7,14 @@ import os
 import re
 from pathlib import Path
 
+from .report import TrainDraftError, say
+
 META_FILES = ("metadata.json", "sge3_dump_meta.json", "dump_meta.json")
 META_KEYS = ("hf_hidden_state_indices", "layer_indices_hf", "eagle_aux_hidden_state_layer_ids",
              "aux_hidden_state_layer_ids", "target_layer_ids", "layer_ids")
 _HS_RE = re.compile(r"^hs_(0|[1-9][0-9]*)\.safetensors$")
 
 log = logging.getLogger("sglang_eagle3_ext.train_draft")
-
-
-class TrainDraftError(RuntimeError):
-    pass
-
-
-def _say(msg: str) -> None:
-    print(f"[train_draft] {msg}", flush=True)
-
-
-def require_learned(val_acc: float | None, min_acc: float, out: Path) -> None:
-    """Fail the run when the draft's validation accuracy (first speculative step) is <= min_acc: a draft that
-    did not learn otherwise shows up only later, as an accept length of ~1 when served."""
-    if min_acc <= 0 or val_acc is None or val_acc != val_acc:      # disabled, or no validation split (NaN)
-        return
-    if val_acc <= min_acc:
-        raise TrainDraftError(f"the trained draft's validation accuracy is {val_acc:.4f} (<= --min-val-acc "
-                              f"{min_acc}): it did not learn and would serve at an accept length of ~1; "
-                              f"checkpoint kept in {out}; train longer / with another --lr, or check the data")
 
 
 # ----------------------------------------------------------------------------- data preparation
@@ -77,9 +60,12 @@ def read_layer_ids_from_metadata(data: Path) -> tuple[list[int] | None, str | No
     return None, None
 
 
-def parse_layer_ids(text: str | None) -> list[int] | None:
+def parse_layer_ids(text) -> list[int] | None:
+    """--layer-ids as given: None/empty (not given), "1,2,3", or a list of integers (a Python caller)."""
     if not text:
         return None
+    if isinstance(text, (list, tuple)):
+        text = ",".join(str(x) if isinstance(x, int) and not isinstance(x, bool) else "?" for x in text)
     parts = [x for x in re.split(r"[,\s]+", text.strip()) if x]
     if not parts or not all(re.fullmatch(r"[0-9]+", x) for x in parts):
         raise TrainDraftError(f"--layer-ids {text!r}: expected HF hidden_states indices, integers >= 0 separated "
@@ -96,10 +82,10 @@ def _existing_loss_masks(data: Path, n: int):
 
         ds = datasets.load_from_disk(str(data))
         if "loss_mask" not in ds.column_names or "input_ids" not in ds.column_names:
-            _say(f"ignoring the Arrow dataset in {data}: no input_ids/loss_mask columns; training on every token")
+            say(f"ignoring the Arrow dataset in {data}: no input_ids/loss_mask columns; training on every token")
             return None
         if len(ds) != n:
-            _say(f"ignoring the Arrow dataset in {data}: {len(ds)} rows for {n} hs files; training on every token")
+            say(f"ignoring the Arrow dataset in {data}: {len(ds)} rows for {n} hs files; training on every token")
             return None
         return ds.with_format(None)
     except Exception as e:  # noqa: BLE001 - an unreadable optional side file must not stop training

@@ -14,12 +14,11 @@ records the HF hidden_states indices (`hf_hidden_state_indices`, captured exactl
 from __future__ import annotations
 
 import json
-import math
-import random
-import time
 from pathlib import Path
 
 from .mla_draft import MLA_KEYS, Eagle3MLADraft, rope_scaling_of
+from .options import DEFAULT_EPOCHS, TrainOptions
+from .report import non_finite
 from .target_view import EMBED, HEAD, NORM, read_tensors, text_config
 
 ARCH = "Eagle3DeepseekV2ForCausalLM"
@@ -52,22 +51,21 @@ def mla_draft_config(target_cfg: dict, layer_ids: list[int], intermediate_size: 
     return cfg
 
 
-def non_finite(state_dict: dict) -> list[str]:
-    """Names of the floating tensors holding NaN/Inf (a diverged run; never saved as a draft)."""
-    import torch
-
-    return [k for k, v in state_dict.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-
-
 def save_checkpoint(model: Eagle3MLADraft, cfg: dict, out: Path) -> Path:
+    return save_state_dict(model.state_dict(), cfg, out)
+
+
+def save_state_dict(state_dict: dict, cfg: dict, out: Path) -> Path:
+    """The draft as SGLang loads it: bf16 safetensors + config.json; never a non-finite one (ValueError)."""
     import torch
     from safetensors.torch import save_file
 
-    sd = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    sd = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in state_dict.items()}
     bad = non_finite(sd)
     if bad:
         raise ValueError(f"the trained draft's weights are not finite ({', '.join(bad[:3])}"
-                         f"{', ...' if len(bad) > 3 else ''}): training diverged; nothing saved; lower --lr")
+                         f"{', ...' if len(bad) > 3 else ''}): training diverged; not saved (--out keeps the last "
+                         f"finite epoch, if any); lower --lr")
     out.mkdir(parents=True, exist_ok=True)
     save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
@@ -88,15 +86,6 @@ def _rms(x, w, eps):
 
     xf = x.float()
     return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()
-
-
-def _sample(path: Path, device):
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as f:
-        ids = f.get_tensor("token_ids").long().to(device)
-        hs = f.get_tensor("hidden_states").to(device)
-    return ids, hs
 
 
 # The warm-up that gets the MLA draft off its plateau: the one place the next token enters the
@@ -140,27 +129,74 @@ def step_loss(model, ids, hs, head, norm_w, eps, steps: int, dtype, self_bias: f
 def accuracy(pred, ref, valid=None) -> float:
     """Share of positions where pred == ref among the valid ones; NaN when none is valid (nothing measured:
     never a perfect score, e.g. from NaN rows whose argmaxes all agree)."""
+    if pred.is_meta:            # a memory plan's trace (training/memory_trace.py): nothing to measure
+        return float("nan")
     ok = pred == ref
     if valid is not None:
         ok = ok[valid]
     return float(ok.float().mean()) if ok.numel() else float("nan")
 
 
-def train_mla(*, data_files: list[Path], target: Path, out: Path, layer_ids: list[int], steps: int, lr: float,
-              ttt_steps: int, device: str, seed: int, intermediate_size: int | None, log_every: int,
-              say=print, val_ratio: float = 0.05) -> dict:
+def _inputs(a: TrainOptions) -> dict:
+    """What rank 0 reads once: the target's config, the files, the layer ids (the same rules as the Llama route)."""
+    from .data import find_hs_dir, list_hs_files, parse_layer_ids, read_layer_ids_from_metadata
+    from .report import TrainDraftError
+
+    data, target = Path(a.data), Path(a.target)
+    try:
+        tcfg = text_config(target)
+    except (OSError, ValueError) as e:
+        raise TrainDraftError(f"--target {target}: cannot read its config.json ({e})") from e
+    n = int(tcfg["num_hidden_layers"])
+    files = list_hs_files(find_hs_dir(data))
+    layer_ids, src = parse_layer_ids(a.layer_ids), "--layer-ids"
+    if layer_ids is None:
+        layer_ids, src = read_layer_ids_from_metadata(data)
+    if layer_ids is None:
+        from ..draft.layers import default_layers
+        layer_ids, src = default_layers(n), "the default aux layers of draft/layers.py"
+    if len(set(layer_ids)) != len(layer_ids) or min(layer_ids) < 0 or max(layer_ids) >= n:
+        raise TrainDraftError(f"layer ids {layer_ids} ({src}) must be distinct HF hidden_states indices in "
+                              f"[0, {n - 1}]")
+    if a.num_layers != 1:
+        raise TrainDraftError("--draft-arch mla: SGLang's MLA EAGLE-3 draft has exactly one layer (--num-layers 1)")
+    if a.draft_vocab_size not in (None, int(tcfg["vocab_size"])):
+        raise TrainDraftError("--draft-arch mla trains the full target vocabulary (no --draft-vocab-size)")
+    return {"tcfg": tcfg, "files": files, "layer_ids": layer_ids, "src": src}
+
+
+def _check_and_measure(a: TrainOptions, got: dict, world) -> list[int]:
+    """Every rank checks its share of the files (training/samples.py); the lengths come from the headers."""
+    from .distributed import agree, on_main
+    from .loader import sample_length
+    from .report import say
+    from .samples import SampleSpec, check_samples
+
+    tcfg, files, layer_ids = got["tcfg"], got["files"], got["layer_ids"]
+    spec = SampleSpec(len(layer_ids) + 1, int(tcfg["hidden_size"]), int(tcfg["vocab_size"]),
+                      f"{len(layer_ids)} aux layers {layer_ids} ({got['src']}) + the final state")
+    agree(lambda: check_samples(files[world.rank::world.size], spec, say), world)
+    return on_main(lambda: [sample_length(p) for p in files], world)
+
+
+def _split(a: TrainOptions, lengths: list[int]) -> tuple[list[int], list[int]]:
+    """(train, val) file indices: the last (1 - --train-ratio) of the files validate; a training sample needs
+    --ttt-steps + 2 tokens (fewer: skipped, said once)."""
+    from .report import say
+
+    n = len(lengths)
+    n_val = max(1, n - int(n * a.train_ratio)) if n > 1 and a.train_ratio < 1 else 0
+    train = [i for i in range(n - n_val) if lengths[i] >= a.ttt_steps + 2]
+    if len(train) < n - n_val:
+        say(f"{n - n_val - len(train)} training samples have fewer than {a.ttt_steps + 2} tokens "
+            f"(--ttt-steps {a.ttt_steps} + 2): skipped")
+    return train, list(range(n - n_val, n))
+
+
+def _model(a: TrainOptions, target: Path, cfg: dict, tcfg: dict, device: str):
     import torch
 
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
-    tcfg = text_config(target)
-    try:
-        from ..draft.keys import installed_layout, release_aux_ids
-
-        release_ids = release_aux_ids(layer_ids, installed_layout())[0]
-    except Exception:  # noqa: BLE001 - no SGLang here: record the HF indices as-is
-        release_ids = None
-    cfg = mla_draft_config(tcfg, layer_ids, intermediate_size, release_ids)
+    torch.manual_seed(a.seed)
     t = read_tensors(target)
     if t[EMBED].shape[1] != int(tcfg["hidden_size"]):
         raise ValueError(f"{target}: embed width {t[EMBED].shape[1]} != hidden_size {tcfg['hidden_size']}")
@@ -170,116 +206,83 @@ def train_mla(*, data_files: list[Path], target: Path, out: Path, layer_ids: lis
         model.lm_head.weight.copy_(t[HEAD].float())
     model.embed_tokens.weight.requires_grad_(False)
     model.to(device).train()
-    head, norm_w = t[HEAD].to(device), t[NORM].to(device)
-    eps = float(tcfg.get("rms_norm_eps") or 1e-6)
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return model, t[HEAD].to(device), t[NORM].to(device), float(tcfg.get("rms_norm_eps") or 1e-6)
 
-    files = list(data_files)
-    n_val = max(1, int(len(files) * val_ratio)) if len(files) > 1 else 0
-    val, train = files[len(files) - n_val:], files[: len(files) - n_val]
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
-    warm = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, steps)))))
-    hist, t0 = [], time.perf_counter()
-    order: list[Path] = []
-    for step in range(1, steps + 1):
-        if not order:
-            order = train[:]
-            rng.shuffle(order)
-        ids, hs = _sample(order.pop(), device)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.startswith("cuda")):
-            loss, accs = step_loss(model, ids, hs, head, norm_w, eps, ttt_steps, dtype, self_bias_at(step, steps))
-        if loss is None:
-            continue
-        if not bool(torch.isfinite(loss.detach())):
-            raise ValueError(f"the loss is not finite at step {step} (lr {lr}): training diverged; the draft's "
-                             f"weights would not be finite; nothing saved; lower --lr")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        hist.append({"step": step, "loss": float(loss.detach()), "accs": accs})
-        if step == 1 or step % log_every == 0 or step == steps:
-            say(f"step {step}/{steps} loss={float(loss.detach()):.4f} " + " ".join(f"acc{k}={a:.3f}" for k, a in enumerate(accs))
-                + f" elapsed={time.perf_counter() - t0:.1f}s")
-    if not hist:
-        raise ValueError(f"no training step ran: every training sample has fewer than {ttt_steps + 2} tokens "
-                         f"(--ttt-steps {ttt_steps} + 2)")
-    model.eval()
-    val_accs = []
-    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.startswith("cuda")):
-        for p in val:
-            ids, hs = _sample(p, device)
-            _, accs = step_loss(model, ids, hs, head, norm_w, eps, ttt_steps, dtype)
-            if accs:
-                val_accs.append(accs)
-    save_checkpoint(model.float().cpu(), cfg, out)
+
+def summarize(hist: list, val, seconds: float, *, ttt: int, layer_ids, out, world, sched) -> dict:
+    """The run's figures: losses and accuracies (means of the last 10 % of the steps), validation, and the
+    throughput of this process (tokens/s, the loader's share of the step time; the first step's start-up left out)."""
     tail = hist[-max(1, len(hist) // 10):]
+    timed = hist[1:] or hist
+    secs = sum(h["time_s"] for h in timed) or float("nan")
 
     def mean(xs):   # over what was measured: a NaN accuracy measured nothing
         xs = [x for x in xs if x == x]
         return sum(xs) / len(xs) if xs else float("nan")
     return {"arch": ARCH, "steps": len(hist), "first_loss": hist[0]["loss"] if hist else None,
             "final_loss": mean([h["loss"] for h in tail]), "train_acc": mean([h["accs"][0] for h in tail]),
-            "train_acc_by_step": [mean([h["accs"][k] for h in tail]) for k in range(ttt_steps)],
-            "val_acc_by_step": [mean([a[k] for a in val_accs]) for k in range(ttt_steps)] if val_accs else None,
-            "train_seconds": time.perf_counter() - t0, "saved": str(out), "layer_ids": layer_ids}
+            "train_acc_by_step": [mean([h["accs"][k] for h in tail]) for k in range(ttt)],
+            "val_acc_by_step": val, "train_seconds": seconds, "saved": str(out), "layer_ids": layer_ids,
+            "world_size": world.size, "global_batch": sched.G, "epochs": sched.epochs,
+            "tokens_per_s_per_process": sum(h["tokens"] for h in timed) / secs,
+            "loader_share": sum(h["fetch_s"] for h in timed) / secs,
+            "history": [{k: h[k] for k in ("step", "epoch", "loss", "accs", "tokens", "time_s", "fetch_s")}
+                        for h in hist]}
 
 
-def train_from_args(a) -> dict:
-    """`train_draft --draft-arch mla`: same data, target and layer-id resolution as the Llama path."""
-    import torch
+def train_from_options(a: TrainOptions, rule: dict) -> dict:
+    """The MLA route of training.train_draft (`train --draft-arch mla`): same data, target and layer-id
+    resolution as the Llama route; `rule`: how --out is written (TrainOptions.output_rule, already checked)."""
+    import functools
 
-    from ..files import outdir
-    from ..cli.train import DEFAULT_EPOCHS, output_rule
-    from .data import (TrainDraftError, _say, find_hs_dir, list_hs_files, parse_layer_ids,
-                       read_layer_ids_from_metadata, require_learned)
-    from .samples import SampleSpec, check_samples
+    from . import mla_loop, sharding
+    from .checkpoint import Publisher, check_identity, read_resume_point
+    from .distributed import current, on_main
+    from .report import TrainDraftError, require_learned, say
 
-    data, target, out = Path(a.data), Path(a.target), Path(a.out)
-    rule = output_rule(a)
-    outdir.check(out, **rule)                      # before anything is read or written
-    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    world, target, out = current(), Path(a.target), Path(a.out)
+    got = on_main(lambda: _inputs(a), world)
+    tcfg, files, layer_ids = got["tcfg"], got["files"], got["layer_ids"]
+    lengths = _check_and_measure(a, got, world)
+    train, val = _split(a, lengths)
+    G, A = sharding.accumulation(a.global_batch, world.size)
+    sched = mla_loop.schedule(len(train), G, A, a.epochs, a.steps, DEFAULT_EPOCHS)
+    identity = {"arch": "mla", "seed": a.seed, "global_batch": G, "n_train": len(train), "layer_ids": layer_ids,
+                "train_ratio": a.train_ratio}
+    state = on_main(lambda: read_resume_point(out, a.resume), world)
+    on_main(lambda: check_identity(state, identity), world)
+    say(f"MLA draft ({ARCH}): {len(files)} samples ({len(train)} train, {len(val)} val), aux layers {layer_ids} "
+        f"({got['src']}), {sched.total} steps of {G} samples ({world.size} process(es) x {A}) on {world.device}")
     try:
-        tcfg = text_config(target)
-    except (OSError, ValueError) as e:
-        raise TrainDraftError(f"--target {target}: cannot read its config.json ({e})") from e
-    missing = [k for k in ("num_hidden_layers", "hidden_size", "vocab_size") if k not in tcfg]
-    if missing:
-        raise TrainDraftError(f"--target {target}: config.json has no {missing[0]}; pass the target model's directory")
-    n = int(tcfg["num_hidden_layers"])
-    files = list_hs_files(find_hs_dir(data))
-    layer_ids, src = parse_layer_ids(a.layer_ids), "--layer-ids"
-    if layer_ids is None:
-        layer_ids, src = read_layer_ids_from_metadata(data)
-    if layer_ids is None:
-        layer_ids, src = [2, n // 2, n - 3], "default [2, n//2, n-3]"
-    if len(set(layer_ids)) != len(layer_ids) or min(layer_ids) < 0 or max(layer_ids) >= n:
-        raise TrainDraftError(f"layer ids {layer_ids} ({src}) must be distinct HF hidden_states indices in [0, {n - 1}]")
-    if getattr(a, "num_layers", 1) != 1:
-        raise TrainDraftError("--draft-arch mla: SGLang's MLA EAGLE-3 draft has exactly one layer (--num-layers 1)")
-    if a.draft_vocab_size not in (None, int(tcfg["vocab_size"])):
-        raise TrainDraftError("--draft-arch mla trains the full target vocabulary (no --draft-vocab-size)")
-    check_samples(files, SampleSpec(len(layer_ids) + 1, int(tcfg["hidden_size"]), int(tcfg["vocab_size"]),
-                                    f"{len(layer_ids)} aux layers {layer_ids} ({src}) + the final state"), _say)
-    steps = a.steps or (a.epochs or DEFAULT_EPOCHS) * len(files)
-    _say(f"MLA draft ({ARCH}): {len(files)} samples, aux layers {layer_ids} ({src}), {steps} steps on {device}")
-    try:
-        with outdir.writing(out, **rule, record={"arch": "mla", "target": str(target), "data": str(data)}) as tmp:
-            r = train_mla(data_files=files, target=target, out=tmp, layer_ids=layer_ids, steps=steps, lr=a.lr,
-                          ttt_steps=a.ttt_steps, device=device, seed=a.seed, intermediate_size=a.intermediate_size,
-                          log_every=a.log_every, say=_say)
-            r["saved"] = str(out)
-            (tmp / "train_summary.json").write_text(json.dumps(r, indent=2, default=str))
-    except outdir.OutputDirRefused:
-        raise
+        release_ids = _release_ids(layer_ids)
+        cfg = mla_draft_config(tcfg, layer_ids, a.intermediate_size, release_ids)
+        model, head, norm_w, eps = _model(a, target, cfg, tcfg, world.device)
+        job = mla_loop.Job(files=files, lengths=lengths, train=train, val=val, cfg=cfg, model=model, head=head,
+                           norm_w=norm_w, eps=eps, opts=a, world=world, device=world.device, sched=sched,
+                           publisher=Publisher(out, rule, {"arch": "mla", "target": str(target), "data": str(a.data)},
+                                               world),
+                           identity=identity)
+        summ = functools.partial(summarize, ttt=a.ttt_steps, layer_ids=layer_ids, out=out, world=world, sched=sched)
+        r = mla_loop.run(job, state, summ, say)
     except ValueError as e:
+        from ..boundary import BadInput
+
+        if isinstance(e, BadInput):       # files/outdir's refusals: already one line naming the fix
+            raise
         raise TrainDraftError(str(e)) from e
     va = r["val_acc_by_step"] or [float("nan")]
-    _say(f"DONE steps={r['steps']} train_acc={r['train_acc']:.4f} (ttt accs "
-         f"{' '.join(f'{x:.3f}' for x in r['train_acc_by_step'])}) loss {r['first_loss']:.4f}->{r['final_loss']:.4f} "
-         f"val_acc={va[0]:.4f} time={r['train_seconds']:.1f}s out={out}")
-    require_learned(va[0], getattr(a, "min_val_acc", 0.0), out)
+    say(f"DONE steps={r['steps']} train_acc={r['train_acc']:.4f} (ttt accs "
+        f"{' '.join(f'{x:.3f}' for x in r['train_acc_by_step'])}) loss {r['first_loss']:.4f}->{r['final_loss']:.4f} "
+        f"val_acc={va[0]:.4f} tok/s/process={r['tokens_per_s_per_process']:.0f} loader={r['loader_share']:.1%} "
+        f"time={r['train_seconds']:.1f}s out={out}")
+    on_main(lambda: require_learned(va[0], a.min_val_acc, out), world)
     return r
+
+
+def _release_ids(layer_ids: list[int]):
+    try:
+        from ..draft.keys import installed_layout, release_aux_ids
+
+        return release_aux_ids(layer_ids, installed_layout())[0]
+    except Exception:  # noqa: BLE001 - no SGLang here: record the HF indices as-is
+        return None

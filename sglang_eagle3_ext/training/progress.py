@@ -1,10 +1,10 @@
-"""Progress lines of the speculators trainer, read from its own metric records (train_draft.py)."""
+"""Progress lines of the speculators trainer, read from its own metric records (training/speculators_train.py)."""
 from __future__ import annotations
 
 import logging
 import time
 
-from .data import _say
+from .report import say
 
 
 class _Progress(logging.Handler):
@@ -28,20 +28,21 @@ class _Progress(logging.Handler):
             m = dict(msg["train"])
             prof = msg.get("profile") or {}
             step = int(msg.get("global_step", len(self.history))) + 1
-            ntok = prof.get("tokens_per_s", 0.0) * prof.get("step_ms", 0.0) / 1000.0
+            ntok = prof.get("tokens", prof.get("tokens_per_s", 0.0) * prof.get("step_ms", 0.0) / 1000.0)
             self.tokens += ntok
             m.update(step=step, tokens=ntok, tokens_per_s=prof.get("tokens_per_s", 0.0),
-                     epoch=msg.get("epoch"), lr=msg.get("lr"))
+                     epoch=msg.get("epoch"), lr=msg.get("lr"), time_s=prof.get("step_ms", 0.0) / 1000.0,
+                     fetch_s=prof.get("fetch_ms", 0.0) / 1000.0)
             self.history.append(m)
             if step == 1 or step % self.every == 0 or (self.total and step >= self.total):
                 accs = " ".join(f"acc{k}={m.get(f'full_acc_{k}', float('nan')):.3f}" for k in range(self.ttt))
                 tot = f"/{self.total}" if self.total else ""
                 lr = msg.get("lr")
                 lr = next(iter(lr.values())) if isinstance(lr, dict) else lr
-                _say(f"step {step}{tot} epoch {msg.get('epoch')} loss={m.get('loss', float('nan')):.4f} {accs} "
-                     f"tok/s={m['tokens_per_s']:.0f} lr={lr:.2e} elapsed={time.perf_counter() - self.t0:.1f}s")
+                say(f"step {step}{tot} epoch {msg.get('epoch')} loss={m.get('loss', float('nan')):.4f} {accs} "
+                    f"tok/s={m['tokens_per_s']:.0f} lr={lr:.2e} elapsed={time.perf_counter() - self.t0:.1f}s")
         elif "val" in msg:
             v = dict(msg["val"])
             self.val.append(v)
             accs = " ".join(f"acc{k}={v.get(f'full_acc_{k}_epoch', float('nan')):.3f}" for k in range(self.ttt))
-            _say(f"val epoch {msg.get('epoch')} loss={v.get('loss_epoch', float('nan')):.4f} {accs}")
+            say(f"val epoch {msg.get('epoch')} loss={v.get('loss_epoch', float('nan')):.4f} {accs}")

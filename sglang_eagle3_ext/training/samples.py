@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 
 from ..dump.sample_file import token_id_problem
-from .data import TrainDraftError
+from .report import TrainDraftError
 
 IDS, STATES = "token_ids", "hidden_states"
 FLOAT_DTYPES = ("bfloat16", "float16", "float32")

@@ -1,28 +1,35 @@
-"""train_draft's Llama path around speculators' own trainer: its command line (built from ours), the run,
-and the summary of its metric records (see train_draft.py's docstring for what and why)."""
+"""The Llama route around speculators' own trainer: its command line (built from ours), the run on every rank,
+the output written after each epoch, and the summary of its metric records (see training/speculators_train.py
+for what and why)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
 from . import speculators_patches
-from .data import TrainDraftError
+from .checkpoint import CKPT_DIR, link_tree, maybe_stop, write_state
+from .distributed import World, on_main
+from .options import DEFAULT_EPOCHS, RUN_DIR
 from .progress import _Progress
+from .report import TrainDraftError, non_finite
 
 
-def build_argv(a, *, prep: Path, hs_dir: Path, run: Path, layer_ids: list[int], draft_cfg_path: Path,
-               draft_vocab_size: int | None, device: str, max_steps: int | None) -> list[str]:
+def build_argv(a, *, verifier: Path, prep: Path, hs_dir: Path, work: Path, layer_ids: list[int],
+               draft_cfg_path: Path, draft_vocab_size: int | None, device: str, world: World) -> list[str]:
+    """speculators' `train` flags for options `a` (a TrainOptions); `verifier`: the target as speculators
+    reads it (training/target_view.verifier_view); `work`: the run's working folder (its checkpoints)."""
     cpu = device == "cpu"
     argv = [
         "--speculator-type", "eagle3",
-        "--verifier-name-or-path", str(a.target),
+        "--verifier-name-or-path", str(verifier),
         "--data-path", str(prep),
         "--hidden-states-path", str(hs_dir),
         "--hidden-states-backend", "file",
         "--on-missing", "raise",
-        "--save-path", str(run / "checkpoints"),
-        "--log-dir", str(run / "logs"),
+        "--save-path", str(work / CKPT_DIR),
+        "--log-dir", str(work / "logs"),
         "--draft-config", str(draft_cfg_path),
         "--target-layer-ids", *[str(x) for x in layer_ids],
         "--mask-token-id", "0",
@@ -30,64 +37,123 @@ def build_argv(a, *, prep: Path, hs_dir: Path, run: Path, layer_ids: list[int], 
         "--ttt-steps", str(a.ttt_steps),
         "--total-seq-len", str(a.total_seq_len),
         "--train-data-ratio", str(a.train_ratio),
-        "--epochs", str(a.epochs or 1),
+        "--epochs", str(a.epochs or (1 if a.steps else DEFAULT_EPOCHS)),
         "--lr", str(a.lr),
         "--optimizer", a.optimizer,
         "--scheduler-type", a.scheduler,
         "--num-workers", str(a.num_workers),
         "--seed", str(a.seed),
         "--log-freq", "1",
-        "--no-resume-from-checkpoint",
         "--hidden-states-dtype", "float32" if cpu else "bfloat16",
         "--draft-attn-impl", "sdpa" if cpu else a.attn_impl,
         "--loss-implementation", "eager" if cpu else a.loss_impl,
     ]
+    if world.distributed:
+        argv += ["--fsdp-shard"]
     if a.loss_fn:
         argv += ["--loss-fn", a.loss_fn]
     if draft_vocab_size is not None:
         argv += ["--draft-vocab-size", str(draft_vocab_size), "--token-freq-path", str(prep / "token_freq.pt")]
-    if max_steps is not None:
-        argv += ["--max-steps", str(max_steps)]
     if a.warmup_steps is not None:
         argv += ["--scheduler-warmup-steps", str(a.warmup_steps)]
     return argv
 
 
-def _run_speculators(a, spec_cli, TrainConfig, *, prep, hs_dir, run, out, layer_ids, cfg_path, dvs, device, result):
-    steps = a.steps
-    argv = build_argv(a, prep=prep, hs_dir=hs_dir, run=run, layer_ids=layer_ids, draft_cfg_path=cfg_path,
-                      draft_vocab_size=dvs, device=device, max_steps=steps)
-    if a.epochs is None and steps is None:
-        from ..cli.train import DEFAULT_EPOCHS
+@dataclasses.dataclass
+class RunContext:
+    """One Llama run as the trainer subclass (training/speculators_trainer.py) sees it."""
+    opts: object                 # TrainOptions
+    world: World
+    device: str
+    G: int
+    A: int
+    work: Path
+    publisher: object            # checkpoint.Publisher
+    identity: dict
+    progress: _Progress
+    result: dict
+    epochs_published: int = 0
 
-        argv[argv.index("--epochs") + 1] = str(DEFAULT_EPOCHS)
+    seed = property(lambda self: self.opts.seed)
+    total_seq_len = property(lambda self: self.opts.total_seq_len)
+    steps = property(lambda self: self.opts.steps)
+    epochs_given = property(lambda self: self.opts.epochs is not None)
+
+    def prune(self, ckpt: Path, epoch: int) -> None:
+        """Only the newest epoch's checkpoint is kept in the working folder (all of them with --keep-checkpoints)."""
+        if self.world.main and not self.opts.keep_checkpoints:
+            for d in ckpt.iterdir():
+                if d.is_dir() and not d.is_symlink() and d.name.isdigit() and int(d.name) != epoch:
+                    shutil.rmtree(d, ignore_errors=True)
+
+    def publish(self, trainer, epoch: int) -> None:
+        """--out after this epoch: the draft (bf16, as speculators' own checkpointer writes it), the checkpoint,
+        speculators' prepared data, the summary so far."""
+        ckpt = Path(trainer.checkpointer.path)
+        sd = trainer.checkpointer.last_state_dict
+        raw = getattr(trainer.model, "module", trainer.model)
+
+        def build(tmp: Path) -> None:
+            import torch
+            from speculators.train.checkpointer import convert_float_dtype, patch_config_dtype
+
+            bf16 = convert_float_dtype(sd, torch.bfloat16)
+            bad = non_finite(bf16)
+            if bad:
+                raise TrainDraftError(f"the trained draft's weights are not finite ({', '.join(bad[:3])}"
+                                      f"{', ...' if len(bad) > 3 else ''}): training diverged; not saved "
+                                      f"(--out keeps the last finite epoch, if any); "
+                                      f"lower --lr")
+            raw.save_pretrained(tmp, state_dict=bf16)
+            patch_config_dtype(tmp / "config.json", torch.bfloat16)
+            run = tmp / RUN_DIR
+            link_tree(self.work / "data", run / "data")
+            shutil.copy2(self.work / "draft_config.json", run / "draft_config.json")
+            summary = summarize(self.opts, dict(self.result), self.progress)
+            (run / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+            epochs = sorted(int(d.name) for d in ckpt.iterdir() if d.is_dir() and not d.is_symlink()
+                            and d.name.isdigit())
+            files = []
+            for e in epochs:
+                link_tree(ckpt / str(e), tmp / CKPT_DIR / str(e))
+                files += [f"{e}/{p.name}" for p in sorted((ckpt / str(e)).iterdir()) if p.is_file()]
+            write_state(tmp / CKPT_DIR, {"epochs_done": epoch + 1, "global_step": trainer.global_step,
+                                         "identity": self.identity, "files": files,
+                                         "history": self.progress.history, "val": self.progress.val})
+        self.publisher.publish(build)
+        self.epochs_published = epoch + 1
+        on_main(lambda: maybe_stop(epoch + 1, trainer.config.num_epochs), self.world)
+
+
+def run_speculators(spec_cli, TrainConfig, ctx: RunContext, argv: list[str]) -> None:
+    """speculators' `train` main on this rank, with our trainer swapped in (training/speculators_patches.py)."""
     cfg = TrainConfig.resolve(argv)
-    progress = _Progress(a.log_every, a.ttt_steps, None)
-    with speculators_patches.applied(spec_cli, device=device, out=out, steps=steps,
-                                     epochs_given=a.epochs is not None, keep_checkpoints=a.keep_checkpoints,
-                                     progress=progress, result=result):
+    with speculators_patches.applied(spec_cli, ctx):
         spec_cli.main(cfg)
-    if "saved" not in result:
+    if "train_seconds" not in ctx.result:
         raise TrainDraftError("speculators' trainer returned without training (see its log above)")
-    if not a.keep_checkpoints:
-        shutil.rmtree(run / "checkpoints", ignore_errors=True)
-    return progress
 
 
-def _summarize(a, result: dict, progress: _Progress, run: Path) -> None:
+def summarize(a, result: dict, progress: _Progress) -> dict:
+    """The run's figures from speculators' metric records: losses and accuracies (means of the last 10 % of the
+    steps), the last validation, and this process's throughput (the first step's start-up left out)."""
     hist = progress.history
     tail = hist[-max(1, len(hist) // 10):]
+    timed = hist[1:] or hist
+    secs = sum(r.get("time_s", 0.0) for r in timed) or float("nan")
 
     def mean(key, rows):
         vals = [r[key] for r in rows if key in r and r[key] == r[key]]
         return sum(vals) / len(vals) if vals else float("nan")
-    result.update(
-        steps=len(hist), first_loss=hist[0].get("loss") if hist else None, tail_steps=len(tail),
-        final_loss=mean("loss", tail), train_acc=mean("full_acc_0", tail),
-        train_acc_by_step=[mean(f"full_acc_{k}", tail) for k in range(a.ttt_steps)],
-        val=progress.val[-1] if progress.val else None,
-        tokens_per_s=(sum(r["tokens"] for r in hist) / result.get("train_seconds", 1.0)) if hist else 0.0,
-        history=[{k: r.get(k) for k in ("step", "loss", "full_acc_0", "tokens_per_s")} for r in hist],
-    )
-    (run / "summary.json").write_text(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2,
-                                                 default=str))
+    return {**{k: v for k, v in result.items() if k != "history"},
+            "steps": len(hist), "first_loss": hist[0].get("loss") if hist else None, "tail_steps": len(tail),
+            "final_loss": mean("loss", tail), "train_acc": mean("full_acc_0", tail),
+            "train_acc_by_step": [mean(f"full_acc_{k}", tail) for k in range(a.ttt_steps)],
+            "val": progress.val[-1] if progress.val else None,
+            "tokens_per_s": sum(r.get("tokens", 0) for r in timed) / secs if hist else 0.0,
+            "loader_share": sum(r.get("fetch_s", 0.0) for r in timed) / secs if hist else 0.0}
+
+
+def history_rows(progress: _Progress) -> list[dict]:
+    keys = ("step", "epoch", "loss", "full_acc_0", "tokens", "tokens_per_s", "time_s", "fetch_s")
+    return [{k: r.get(k) for k in keys} for r in progress.history]

@@ -60,6 +60,8 @@ _TABLE = (
     Knob("SGE3_KIMI_EPOCHS", "8", "`test_kimi_gpu.py`: training epochs of the Llama draft"),
     Knob("SGE3_KIMI_MLA_EPOCHS", "4", "`test_kimi_gpu.py`: training epochs of the MLA draft"),
     # benchmarks
+    Knob("SGE3_TRAIN_BENCH_STEPS", "30",
+         "`test_train_gpu.py`: optimizer steps of each `bench_train.py` run (the first 5 are left out of the figures)"),
     Knob("SGE3_SPECFORGE_SCRIPT", None,
          "`bench_dump.py`: SpecForge's `prepare_hidden_states.py` (default: the vendored copy)"),
 )

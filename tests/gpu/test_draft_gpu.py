@@ -34,7 +34,7 @@ def _env(tmp: Path, **extra) -> dict:
 def draft(tiny_target, tmp_path_factory):
     import torch
 
-    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.draft.convert import convert
     from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     cfg = json.loads((Path(tiny_target) / "config.json").read_text())

@@ -22,7 +22,7 @@ MLA_CLASS = "Eagle3DeepseekV2ForCausalLM"
 
 @pytest.fixture(scope="module")
 def mla_draft(tiny_target, tmp_path_factory):
-    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.draft.convert import convert
     from sglang_eagle3_ext.tiny.mla_draft import make_mla_draft_for_tiny_target
     from sglang_eagle3_ext.versions import capabilities
 

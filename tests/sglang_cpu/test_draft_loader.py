@@ -33,7 +33,7 @@ def spec_draft(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def converted(spec_draft, ext, tmp_path_factory):
-    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.draft.convert import convert
 
     return convert(spec_draft, tmp_path_factory.mktemp("c") / "conv", log=lambda *_: None)  # installed release
 
@@ -90,7 +90,7 @@ def test_specforge_midlayer_checkpoint_loads(ext, spec_draft, converted, target_
 
 def test_layer_keys_follow_the_release(ext, spec_draft, target_dir, tmp_path):
     """`layers.0.*` on a midlayer release / `midlayer.*` on a layers release: both load."""
-    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.draft.convert import convert
 
     other = "0.5.16" if ext.caps.HAS_MIDLAYER else "0.5.10"  # names of the *other* layout
     d = convert(spec_draft, tmp_path / "other", sglang_version=other, log=lambda *_: None)
@@ -110,7 +110,7 @@ def variants(converted, tmp_path_factory):
                                   "nan_weight", "truncated_file", "missing_config_field", "wrong_k",
                                   "target_hidden_mismatch", "norm_before_residual", "pickle_only_bin"])
 def test_malformed_variant_refused_by_loader_and_check(ext, variants, name, tmp_path):
-    from sglang_eagle3_ext.cli.check import check_draft
+    from sglang_eagle3_ext.draft.check import check_draft
     from sglang_eagle3_ext.tiny.llama_draft import TARGET_OVERRIDES, write_target_config
 
     code, d = variants[name]
@@ -225,7 +225,7 @@ def test_startup_width_check_when_target_will_not_capture(ext, converted, target
 
 def test_explicit_capture_layers_uses_recorded_hf_indices(ext, spec_draft, target_dir, tmp_path):
     """HF indices [1,4,6]: 0.5.14+ would add 1 (ids[0]==1), 0.5.10 always adds 1; we capture exactly [1,4,6]."""
-    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.draft.convert import convert
     from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     d = convert(make_speculators_draft(tmp_path / "s", aux_ids=(1, 4, 6)), tmp_path / "c", log=lambda *_: None)

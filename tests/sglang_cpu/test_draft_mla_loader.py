@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sglang_eagle3_ext.draft import errors as E
-from sglang_eagle3_ext.draft import mla
+from sglang_eagle3_ext.draft.arch import mla
 
 from helpers import LLAMA, build_draft, checkpoint_tensors, load_draft
 
@@ -115,7 +115,7 @@ def variants(good, tmp_path_factory):
 
 @pytest.mark.parametrize("name", MLA_NAMES)
 def test_malformed_mla_variant_refused_by_loader_and_check(has_mla, variants, name, target_dir):
-    from sglang_eagle3_ext.cli.check import check_draft
+    from sglang_eagle3_ext.draft.check import check_draft
 
     code, d = variants[name]
     with pytest.raises(E.DraftLoadError) as ei:
@@ -130,7 +130,7 @@ def test_malformed_mla_variant_refused_by_loader_and_check(has_mla, variants, na
 
 def test_mla_variants_distinct(variants):
     """Eight codes for the eight acceptance cases; the two dims variants and the pre-fused one differ in words."""
-    from sglang_eagle3_ext.cli.check import check_draft
+    from sglang_eagle3_ext.draft.check import check_draft
 
     codes = {n: variants[n][0] for n in MLA_NAMES[:8]}
     assert len(set(codes.values())) == 8
@@ -180,7 +180,7 @@ def test_mla_guard_refuses_unfused_target_states(has_mla, good, target_dir):
 @pytest.fixture(scope="module")
 def llama_draft(ext, tmp_path_factory):
     pytest.importorskip("speculators")
-    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.draft.convert import convert
     from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     root = tmp_path_factory.mktemp("llama")
@@ -188,7 +188,7 @@ def llama_draft(ext, tmp_path_factory):
 
 
 def test_llama_draft_missing_lm_head_refused(ext, llama_draft, target_dir, tmp_path):
-    from sglang_eagle3_ext.cli.check import check_draft
+    from sglang_eagle3_ext.draft.check import check_draft
     from sglang_eagle3_ext.tiny.llama_draft import _edit_tensors
 
     d = tmp_path / "no_head"
@@ -219,7 +219,7 @@ def test_llama_draft_sharing_the_targets_lm_head_loads(ext, llama_draft, target_
 
 
 def test_release_without_mla_class_refuses_clearly(ext, good):
-    from sglang_eagle3_ext.cli.check import check_draft
+    from sglang_eagle3_ext.draft.check import check_draft
     from sglang_eagle3_ext.patching import selected
 
     rep = check_draft(good, sglang_version="0.5.10")

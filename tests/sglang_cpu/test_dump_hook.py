@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from sglang_eagle3_ext.dump import start
+from sglang_eagle3_ext import envs
+from sglang_eagle3_ext.draft.layers import default_layers
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
 from sglang_eagle3_ext.dump.export import rms_norm
@@ -113,7 +115,7 @@ def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkey
     from sglang_eagle3_ext.dump.staging import PinnedRing
 
     monkeypatch.setattr(start, "_writer", None)
-    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
+    cfg = C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
     m = _model(sglang_cpu)
     target = start.attach(m, cfg)
     assert target.copier.ring is None                      # CPU model: no pinned staging buffer
@@ -146,7 +148,7 @@ def test_hook_feeds_the_writer_process(sglang_cpu, tmp_path, monkeypatch, packed
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     monkeypatch.setattr(start, "_writer", None)
-    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1",
+    cfg = C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1",
                       C.ENV_WRITER: "process"})
     m = _model(sglang_cpu)
     target = start.attach(m, cfg)
@@ -172,10 +174,10 @@ def test_hook_refuses_prefix_cache_hit_and_changed_layers(sglang_cpu, tmp_path, 
 
     monkeypatch.setattr(start, "_writer", None)
     m = _model(sglang_cpu)
-    start.attach(m, C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_MIN_TOKENS: "1"}))
-    assert m.model.layers_to_capture == C.default_layers(N) == [1, 3, 5]
+    start.attach(m, C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_MIN_TOKENS: "1"}))
+    assert m.model.layers_to_capture == default_layers(N) == [1, 3, 5]
     w = start.get_writer()
-    _forward(m, _fb(ForwardMode.EXTEND, ["hit"], [3], [2], [5], torch.arange(2)), False, C.default_layers(N))
+    _forward(m, _fb(ForwardMode.EXTEND, ["hit"], [3], [2], [5], torch.arange(2)), False, default_layers(N))
     assert w.flush(30) and w.stats["refused_prefix_cache"] == 1
     m.model.layers_to_capture = [3, 4, 5]      # e.g. speculative decoding re-set the layers
     _forward(m, _fb(ForwardMode.EXTEND, ["x"], [0], [2], [2], torch.arange(2)), False, [3, 4, 5])
@@ -187,14 +189,14 @@ def test_bad_config_stops_start_up_with_the_fix(sglang_cpu, tmp_path, monkeypatc
     from sglang_eagle3_ext.dump.writer import DumpStartupError
 
     monkeypatch.setattr(start, "_writer", None)
-    monkeypatch.setenv(C.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(envs.DUMP_DIR, str(tmp_path))
     monkeypatch.setenv(C.ENV_LAYERS, "1,99")
     m = _model(sglang_cpu)
     with pytest.raises(DumpStartupError, match="out of range"):
         start.install_from_init(m)                 # the server refuses to start, naming the variable
     assert start.get_writer() is None
     monkeypatch.setenv(C.ENV_LAYERS, "1,2,3")
-    monkeypatch.setenv(C.ENV_DIR, str(tmp_path / "missing"))
+    monkeypatch.setenv(envs.DUMP_DIR, str(tmp_path / "missing"))
     with pytest.raises(DumpStartupError, match="does not exist"):
         start.install_from_init(m)
     assert start.get_writer() is None
@@ -208,7 +210,7 @@ def test_nan_rows_skip_only_their_request(sglang_cpu, tmp_path, monkeypatch, pac
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     monkeypatch.setattr(start, "_writer", None)
-    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
+    cfg = C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
     m = _model(sglang_cpu)
     start.attach(m, cfg)
     w = start.get_writer()
@@ -230,7 +232,7 @@ def test_request_aborted_mid_chunked_prefill_frees_the_ring(sglang_cpu, tmp_path
     from sglang_eagle3_ext.dump.staging import PinnedRing
 
     monkeypatch.setattr(start, "_writer", None)
-    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_MIN_TOKENS: "1"})
+    cfg = C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_MIN_TOKENS: "1"})
     m = _model(sglang_cpu)
     target = start.attach(m, cfg)
     ring = target.copier.ring = PinnedRing(1 << 16, pin=False)

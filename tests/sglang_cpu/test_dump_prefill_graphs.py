@@ -8,6 +8,7 @@ import torch
 
 from sglang_eagle3_ext.server import runtime as sglang_runtime
 from sglang_eagle3_ext.dump import start
+from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.prefill_graphs import FIX_NEW, prefill_graph_backend, refusal
 
@@ -90,7 +91,7 @@ def test_server_start_stops_with_the_flag(sglang_cpu, deepseek_dir, tmp_path, mo
 
     before = sglang_runtime.server_args()
     monkeypatch.setattr(start, "_writer", None)
-    monkeypatch.setenv(C.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(envs.DUMP_DIR, str(tmp_path))
     monkeypatch.setenv(C.ENV_LAYERS, "1,2")
     monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "1")
     m = _target()

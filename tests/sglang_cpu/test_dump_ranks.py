@@ -95,6 +95,7 @@ def test_rank_probe_failure_fails_closed_in_a_multi_rank_world(sglang_cpu, tmp_p
     import torch.distributed as dist
 
     from sglang_eagle3_ext.dump import start
+    from sglang_eagle3_ext import envs
     from sglang_eagle3_ext.dump import config as C
 
     _break_attn_tp_probe(monkeypatch)
@@ -104,7 +105,7 @@ def test_rank_probe_failure_fails_closed_in_a_multi_rank_world(sglang_cpu, tmp_p
     monkeypatch.setattr(start, "_writer", None)
     from test_dump_hook import _model
 
-    target = start.attach(_model(sglang_cpu), C.from_env({C.ENV_DIR: str(tmp_path)}))
+    target = start.attach(_model(sglang_cpu), C.from_env({envs.DUMP_DIR: str(tmp_path)}))
     assert target.writer is None and start.get_writer() is None
     assert not (tmp_path / "dump_meta.json").exists()
 

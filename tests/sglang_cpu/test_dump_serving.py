@@ -11,10 +11,13 @@ import types
 import pytest
 import torch
 
-from sglang_eagle3_ext.dump import serving_mode, start, verify_capture
+from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.dump import config as C
+from sglang_eagle3_ext.dump import serving_mode, start, verify_capture
+from sglang_eagle3_ext.dump.loss_mask import default_loss_mask
 from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
 from sglang_eagle3_ext.dump.manifest import read_manifest
+from sglang_eagle3_ext.server.startup import startup_context
 from sglang_eagle3_ext.targets.eagle_worker_v2 import dump_verify
 from sglang_eagle3_ext.targets.logits_processor import dump_prefill
 from sglang_eagle3_ext.targets.output_streamer import dump_request_end
@@ -48,7 +51,7 @@ def serving(sglang_cpu, tmp_path, monkeypatch):
     def make(**env):
         for k, v in env.items():
             monkeypatch.setenv(k, v)
-        cfg = C.from_env({C.ENV_DIR: str(dump), C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1",
+        cfg = C.from_env({envs.DUMP_DIR: str(dump), C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1",
                           **{k: v for k, v in env.items() if k.startswith("SGLANG_EAGLE3_EXT_DUMP_") and
                              k in C.ALL_ENV}})
         m = _model()
@@ -208,8 +211,8 @@ def test_prompt_plus_accepted_rows_and_bonus_stitched_per_request(serving):
     assert set(read_manifest(sv.dir)) == {"a"}                 # aborted: nothing written
     assert (rec["prompt_len"], rec["prefill_tokens"], rec["verify_tokens"]) == (5, 5, 7)
     assert meta["verify_tokens"] == 7 and meta["accept_len"] == pytest.approx(3.5)
-    assert serving_mode.default_loss_mask(rec, 12) == [0] * 5 + [1] * 7
-    from sglang_eagle3_ext.dump.export import export_specforge
+    assert default_loss_mask(rec, 12) == [0] * 5 + [1] * 7
+    from sglang_eagle3_ext.dump.exporters.specforge import export_specforge
 
     assert export_specforge(sv.dir, sv.dir.parent / "sf") == 1    # the export trains on the response only
     row = torch.load(next((sv.dir.parent / "sf").rglob("data_0.ckpt")), weights_only=True)
@@ -236,7 +239,7 @@ def test_prompt_only_request_and_request_ended_mid_prefill(serving):
     assert sv.writer.flush(30)
     man = read_manifest(sv.dir)
     assert set(man) == {"a"} and man["a"]["verify_tokens"] == 0 and man["a"]["num_tokens"] == 6
-    assert serving_mode.default_loss_mask(man["a"], 6) == [1] * 6
+    assert default_loss_mask(man["a"], 6) == [1] * 6
     assert sv.writer._asm.partials == {} and sv.writer.budget.used == 0
 
 
@@ -330,7 +333,7 @@ def test_layers_are_the_drafts_or_a_start_up_error(serving, monkeypatch):
         serving_mode.check_worker(types.SimpleNamespace(topk=1))
     sv.sa.speculative_eagle_topk = 4
     with pytest.raises(C.DumpConfigError, match="topk"):
-        serving_mode.install(sv.target, sv.model, sv.sa)
+        serving_mode.install(sv.target, sv.model, startup_context())   # the same ServerArgs: the same context
 
 
 def test_retracted_request_restitched_and_end_streamed_twice(serving):
@@ -352,5 +355,5 @@ def test_retracted_request_restitched_and_end_streamed_twice(serving):
     assert sv.writer.flush(30)
     rec, meta = _check_sample(sv.dir, "a", [re["a"], v["a"]], a.tokens[:10])
     assert (rec["prompt_len"], rec["prefill_tokens"], rec["verify_tokens"]) == (5, 8, 2)
-    assert serving_mode.default_loss_mask(rec, 10) == [0] * 5 + [1] * 5
+    assert default_loss_mask(rec, 10) == [0] * 5 + [1] * 5
     assert sv.writer.stats["written"] == 1 and sv.writer.stats["held_requests"] == 0

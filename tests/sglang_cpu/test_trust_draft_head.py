@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from sglang_eagle3_ext.draft import errors as E
-from sglang_eagle3_ext.draft import mla
+from sglang_eagle3_ext.draft.arch import mla
 
 from helpers import LLAMA, build_draft, checkpoint_tensors, load_draft
 
@@ -40,7 +40,7 @@ def _target(root, name, head=None):
 def llama_head_draft(ext, tmp_path_factory):
     """A converted Llama draft with the full-vocab trained head and draft_vocab_size null."""
     pytest.importorskip("speculators")
-    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.draft.convert import convert
     from sglang_eagle3_ext.tiny.llama_draft import _edit_config, _edit_tensors, make_speculators_draft
 
     root = tmp_path_factory.mktemp("llama_head")
@@ -68,7 +68,7 @@ CASES = [("llama_head_draft", LLAMA), ("mla_head_draft", mla.ARCH)]
 
 @pytest.mark.parametrize("fixture,arch", CASES)
 def test_discarded_trained_head_is_refused_by_loader_and_check(request, ext, tmp_path, fixture, arch):
-    from sglang_eagle3_ext.cli.check import check_draft
+    from sglang_eagle3_ext.draft.check import check_draft
 
     d = request.getfixturevalue(fixture)
     assert build_draft(d, arch).load_lm_head_from_target is True   # the release will replace whatever is loaded
@@ -87,7 +87,7 @@ def test_discarded_trained_head_is_refused_by_loader_and_check(request, ext, tmp
 @pytest.mark.parametrize("fixture,arch", CASES)
 def test_head_equal_to_the_targets_is_ignored_with_the_reason(request, ext, tmp_path, caplog, fixture, arch):
     from sglang_eagle3_ext import _log
-    from sglang_eagle3_ext.cli.check import check_draft
+    from sglang_eagle3_ext.draft.check import check_draft
 
     _log._said.difference_update({k for k in _log._said if k.startswith("draft-")})  # each said once per draft
 
@@ -107,8 +107,8 @@ def test_head_equal_to_the_targets_is_ignored_with_the_reason(request, ext, tmp_
 @pytest.mark.parametrize("fixture,arch", CASES)
 def test_convert_keeps_the_trained_head(request, ext, tmp_path, fixture, arch):
     """convert's fix: draft_vocab_size = vocab_size, so SGLang loads the trained head and keeps it."""
-    from sglang_eagle3_ext.cli.check import check_draft
-    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.draft.check import check_draft
+    from sglang_eagle3_ext.draft.convert import convert
 
     d = request.getfixturevalue(fixture)
     logs = []

@@ -40,7 +40,7 @@ def _fresh(monkeypatch):
 
 def _serve_env(monkeypatch, tmp_path, **extra):
     """The dump's variables as the server's process sees them (attach() reads the environment)."""
-    env = {C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: ",".join(map(str, LAYERS)), C.ENV_FINAL: "both", **extra}
+    env = {envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: ",".join(map(str, LAYERS)), C.ENV_FINAL: "both", **extra}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
 

@@ -7,6 +7,7 @@ import importlib
 
 import pytest
 
+from sglang_eagle3_ext.cli import naming as cli_naming
 from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.cli import common as cli_common
 
@@ -49,7 +50,7 @@ def _all(parser):
 @pytest.fixture(autouse=True)
 def _as_module_after():
     yield
-    cli_common._via_command = False
+    cli_naming._via_command = False
 
 
 def sg(argv, capfd):
@@ -59,6 +60,6 @@ def sg(argv, capfd):
     except SystemExit as e:   # a tool that let argparse exit
         rc = e.code
     finally:
-        cli_common._via_command = False
+        cli_naming._via_command = False
     out = capfd.readouterr()
     return rc, out.out, out.err

@@ -76,12 +76,14 @@ def dump(target: Path, data: Path, dump_dir: Path, preset: str, generate: bool, 
     from sglang_eagle3_ext.dump.config import GENERATED_FILE, DumpConfig
     from sglang_eagle3_ext.dump.manifest import sanitize_id
     from sglang_eagle3_ext.dump.start import build_meta, make_writer
+    from sglang_eagle3_ext.server.startup import StartupContext
 
     model = DeepseekV3ForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
     layers = preset_layers(preset)
     dump_dir.mkdir(parents=True, exist_ok=True)
     cfg = DumpConfig(str(dump_dir), layers)
-    meta = build_meta(model, cfg, list(layers), {"tp_size": 1, "dp_size": 1, "attn_tp_size": 1, "pp_size": 1})
+    meta = build_meta(model, cfg, list(layers), {"tp_size": 1, "dp_size": 1, "attn_tp_size": 1, "pp_size": 1},
+                      StartupContext.from_server_args(None))      # no server: no ServerArgs
     meta["dtype"] = "bfloat16"                         # what the server runs the target in
     writer = make_writer(cfg, meta, "dp0")
     prompts = _prompts(data, limit)

@@ -12,6 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from sglang_eagle3_ext.bench.run import add_step_costs
+from sglang_eagle3_ext.bench.verdict import slower_fix, target_is_mla
+from sglang_eagle3_ext.boundary import BadInput
 from sglang_eagle3_ext.cli import bench
 
 N_DRAFT = 3  # speculative_num_draft_tokens 4
@@ -293,13 +296,13 @@ def _level(c, speedup):
 
 def test_slower_fix_names_what_applies():
     args = {"speculative_num_steps": 3, "speculative_num_draft_tokens": 4}
-    fix = bench.slower_fix(args, 16, [_level(1, 2.02), _level(4, 1.4), _level(16, 0.87)])
+    fix = slower_fix(args, 16, [_level(1, 2.02), _level(4, 1.4), _level(16, 0.87)])
     assert "CUDA graphs are off" not in fix and "(now 3)" in fix and "it pays at concurrency 1 (2.02x)" in fix
     assert "--spec-log / --baseline-log" in fix           # without logs: how to tell iterations from admissions
-    fix = bench.slower_fix({**args, "disable_cuda_graph": True}, 1, [_level(1, 0.5)])
+    fix = slower_fix({**args, "disable_cuda_graph": True}, 1, [_level(1, 0.5)])
     assert fix.startswith("CUDA graphs are off on the EAGLE-3 server") and "it pays" not in fix
     assert "--spec-log" not in fix                        # batch 1: no admission stalls another request
-    assert "--speculative-num-steps" in bench.slower_fix({}, 1, [_level(1, 0.5)])
+    assert "--speculative-num-steps" in slower_fix({}, 1, [_level(1, 0.5)])
 
 
 def _with_steps(spec_steps, base_steps, accept=3.6):
@@ -310,7 +313,7 @@ def _with_steps(spec_steps, base_steps, accept=3.6):
 def test_slower_fix_from_the_logs_names_admissions_or_iterations():
     args = {"speculative_num_steps": 3, "speculative_num_draft_tokens": 4}
     # a Kimi-width round trip: cheap iterations, costly admissions
-    fix = bench.slower_fix(args, 16, _with_steps(
+    fix = slower_fix(args, 16, _with_steps(
         {"iteration_ms": 7.6, "admission_ms": 47.5, "admission_share": 0.55, "prefill_batches": 42},
         {"iteration_ms": 3.6, "admission_ms": 3.9, "admission_share": 0.12, "prefill_batches": 14}))
     assert "admissions: each of 42 prefill batches stalls the running batch 47.5 ms (target-only: 14 at 3.9 ms), " \
@@ -318,7 +321,7 @@ def test_slower_fix_from_the_logs_names_admissions_or_iterations():
     assert "(1.71x between admissions at accept length 3.60)" in fix and "--min-free-slots-delay" in fix
     assert "a cheaper draft" not in fix
     # iterations that cost more than they save, few admissions
-    fix = bench.slower_fix(args, 16, _with_steps(
+    fix = slower_fix(args, 16, _with_steps(
         {"iteration_ms": 16.0, "admission_ms": 5.0, "admission_share": 0.05},
         {"iteration_ms": 4.5, "admission_ms": 4.0}))
     assert fix.startswith("it pays at concurrency 1") and "the iterations: one iteration at batch 16 costs 16.0 ms " \
@@ -334,12 +337,12 @@ def test_bench_reads_the_server_logs_per_concurrency(tmp_path):
                                   + [decode_line(1, 0.006, 3.6)] * 3))
     base_log.write_text("\n".join([decode_line(16, 0.0036)] * 4))
     levels = [{"concurrency": 1}, {"concurrency": 16}]
-    bench.add_step_costs(levels, str(spec_log), str(base_log))
+    add_step_costs(levels, str(spec_log), str(base_log))
     assert "steps" not in levels[0]                       # batch 1: nothing admitted beside a running request
     assert levels[1]["steps"]["spec"]["iteration_ms"] == 7.6 and levels[1]["steps"]["spec"]["admission_ms"] == 48.0
     assert levels[1]["steps"]["baseline"]["iteration_ms"] == 3.6
-    with pytest.raises(bench.CliError, match="--spec-log .*missing.log"):
-        bench.add_step_costs(levels, str(tmp_path / "missing.log"), None)
+    with pytest.raises(BadInput, match="--spec-log .*missing.log"):
+        add_step_costs(levels, str(tmp_path / "missing.log"), None)
 
 
 def _target_dir(tmp_path, name, cfg):
@@ -355,11 +358,11 @@ def test_slower_fix_names_the_mla_verify_backend_on_triton(tmp_path):
     kimi = _target_dir(tmp_path, "kimi", {"model_type": "kimi_k25", "text_config": {"kv_lora_rank": 512}})
     llama = _target_dir(tmp_path, "llama", {"model_type": "llama", "num_key_value_heads": 8})
     lv = [_level(16, 0.8)]
-    fix = bench.slower_fix({"attention_backend": "triton", "model_path": kimi}, 16, lv)
+    fix = slower_fix({"attention_backend": "triton", "model_path": kimi}, 16, lv)
     assert "Triton verifies MLA with its extend kernel" in fix and "--attention-backend fa3 or flashmla" in fix
     assert "if the target uses MLA" not in fix
-    fix = bench.slower_fix({"attention_backend": "triton", "model_path": "org/not-in-cache"}, 16, lv)
+    fix = slower_fix({"attention_backend": "triton", "model_path": "org/not-in-cache"}, 16, lv)
     assert fix.startswith("if the target uses MLA (DeepSeek-V3, Kimi-K2.5): Triton verifies")
-    assert "flashmla" not in bench.slower_fix({"attention_backend": "triton", "model_path": llama}, 16, lv)
-    assert "flashmla" not in bench.slower_fix({"attention_backend": "flashmla", "model_path": kimi}, 16, lv)
-    assert bench.target_is_mla(kimi) is True and bench.target_is_mla(llama) is False
+    assert "flashmla" not in slower_fix({"attention_backend": "triton", "model_path": llama}, 16, lv)
+    assert "flashmla" not in slower_fix({"attention_backend": "flashmla", "model_path": kimi}, 16, lv)
+    assert target_is_mla(kimi) is True and target_is_mla(llama) is False

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from sglang_eagle3_ext.bench import prompts as bench_prompts
-from sglang_eagle3_ext.cli.common import CliError
+from sglang_eagle3_ext.boundary import BadInput
+from sglang_eagle3_ext.cli.common import CliError, load_tokenizer
 
 TEMPLATE = "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
 
@@ -26,6 +27,11 @@ def tokenizer_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("tok")
     fast.save_pretrained(d)
     return str(d)
+
+
+def _tokenizer(name):
+    """The loader the bench command line passes: the tokenizer of --target NAME."""
+    return lambda: load_tokenizer(name, False, "--target")
 
 
 def _write(p, recs, array=False):
@@ -49,7 +55,7 @@ def test_shapes_are_recognised(tmp_path):
 def test_sharegpt_array_through_chat_template(tmp_path, tokenizer_dir):
     path = _write(tmp_path / "sg.json", [{"id": "a", "conversations": [{"from": "human", "value": "why sky blue ?"},
                                                                       {"from": "gpt", "value": "hello"}]}], array=True)
-    ps = bench_prompts.from_file(path, None, tokenizer_dir)
+    ps = bench_prompts.from_file(path, None, _tokenizer(tokenizer_dir))
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -62,13 +68,13 @@ def test_text_without_tokenizer_is_sent_as_text_chat_is_refused(tmp_path):
     path = _write(tmp_path / "t.jsonl", [{"prompt": "be brief"}, {"text": "hello"}])
     assert bench_prompts.from_file(path, None, None).prompts == [{"text": "be brief"}, {"text": "hello"}]
     path = _write(tmp_path / "q.jsonl", [{"text": "hello"}, {"question_id": 1, "turns": ["be brief", "more"]}])
-    with pytest.raises(CliError, match=r"q.jsonl:2: chat prompts need the chat template .*pass --target DIR"):
+    with pytest.raises(BadInput, match=r"q.jsonl:2: chat prompts need the chat template .*pass --target DIR"):
         bench_prompts.from_file(path, None, None)
 
 
 def test_limit_and_ids_need_no_tokenizer(tmp_path):
     path = _write(tmp_path / "p.jsonl", [{"input_ids": [i, i + 1]} for i in range(5)])
-    assert len(bench_prompts.from_file(path, 3, "/nonexistent/never/loaded").prompts) == 3
+    assert len(bench_prompts.from_file(path, 3, _tokenizer("/nonexistent/never/loaded")).prompts) == 3
 
 
 @pytest.mark.parametrize("content,where", [('{"input_ids": [1,2]}\nnot json\n', "p.jsonl:2: not JSON"),
@@ -86,21 +92,21 @@ def test_limit_and_ids_need_no_tokenizer(tmp_path):
 def test_bad_files_named(tmp_path, content, where):
     p = tmp_path / "p.jsonl"
     p.write_text(content)
-    with pytest.raises(CliError, match=where):
+    with pytest.raises(BadInput, match=where):
         bench_prompts.from_file(str(p), None, None)
 
 
 def test_missing_file_and_bad_tokenizer(tmp_path):
-    with pytest.raises(CliError, match="--prompts .*nope.jsonl: prompt file not found"):
+    with pytest.raises(BadInput, match="--prompts .*nope.jsonl: prompt file not found"):
         bench_prompts.from_file(str(tmp_path / "nope.jsonl"), None, None)
     p = _write(tmp_path / "t.jsonl", [{"text": "x"}])
     with pytest.raises(CliError, match="--target .*: cannot load its tokenizer"):
-        bench_prompts.from_file(p, None, str(tmp_path / "no_model"))
+        bench_prompts.from_file(p, None, _tokenizer(str(tmp_path / "no_model")))
 
 
 def test_a_huge_array_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_prompts, "MAX_ARRAY_FILE", 100)
     p = _write(tmp_path / "sg.json", [{"text": "hello world"}] * 20, array=True)
-    with pytest.raises(CliError, match=r"--prompts .*sg.json: prompt file is larger than 100 bytes"):
+    with pytest.raises(BadInput, match=r"--prompts .*sg.json: prompt file is larger than 100 bytes"):
         bench_prompts.from_file(p, 1, None)
     assert len(bench_prompts.from_file(_write(tmp_path / "p.jsonl", [{"text": "a"}] * 50), 2, None).prompts) == 2

@@ -1,7 +1,7 @@
-"""targets/_bind: arg() (positions read once) gives what Signature.bind gives, for methods and functions."""
+"""patching.arg() (positions read once) gives what Signature.bind gives, for methods and functions."""
 import pytest
 
-from sglang_eagle3_ext.targets._bind import arg, bind
+from sglang_eagle3_ext.patching import arg, bind
 
 
 class _C:

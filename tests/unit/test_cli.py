@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_eagle3_ext.cli import naming as cli_naming
 from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.cli import common as cli_common
 from sglang_eagle3_ext.cli.common import EXIT_BAD_INPUT, EXIT_INTERNAL, run_tool
@@ -61,7 +62,7 @@ def test_usage_names_the_command_it_was_called_by(parsers, capsys):
     assert parsers["check"].prog == "python -m sglang_eagle3_ext.check"
     assert cli.main(["check", "--help"]) == 0
     assert capsys.readouterr().out.startswith("usage: sglang-eagle3 check ")
-    cli_common._via_command = False
+    cli_naming._via_command = False
 
 
 def test_top_level(capsys):
@@ -104,7 +105,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
     except SystemExit as e:  # argparse's own usage errors exit 2 directly
         rc = e.code
     finally:
-        cli_common._via_command = False
+        cli_naming._via_command = False
     _one_line_error(capsys, rc, EXIT_BAD_INPUT, *words)
 
 

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from sglang_eagle3_ext.cli.common import run_tool
-from sglang_eagle3_ext.dump.client import main as dump_main
+from sglang_eagle3_ext.cli.dump import main as dump_main
 
 from test_dump_export import _make_dump, _short_samples_allowed  # noqa: F401  (fixture: autouse there, used here)
 

@@ -89,7 +89,7 @@ def test_dump_status_is_text_by_default_and_json_on_request(tmp_path, capfd):
 
 
 def test_dump_run_summary_as_text():
-    from sglang_eagle3_ext.dump.client import _run_text
+    from sglang_eagle3_ext.cli.dump import _run_text
 
     sm = {"samples": 10, "already_done": 2, "sent": 8, "written": 7, "failed_requests": 1, "not_written": 0,
           "malformed_lines": 0, "duplicate_ids": 0, "seconds": 1.5, "tokens_written": 900, "gb_written": 0.001,

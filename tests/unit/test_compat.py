@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_eagle3_ext.cli import compat as compat_cli
 from sglang_eagle3_ext.compat import release as compat
 from sglang_eagle3_ext import static_patch
 from sglang_eagle3_ext.patch_table import PATCHES
@@ -77,7 +78,7 @@ def renamed(pristine, tmp_path) -> Path:
 
 
 def test_compat_passes_on_pristine_release(pristine, capsys):
-    assert compat.main(["--sglang", V, "--source", str(pristine)]) == 0
+    assert compat_cli.main(["--sglang", V, "--source", str(pristine)]) == 0
     out = capsys.readouterr().out
     assert f"supported: sglang {V}: all {len(PATCHES)} patches apply" in out
     for spec in PATCHES:
@@ -86,12 +87,12 @@ def test_compat_passes_on_pristine_release(pristine, capsys):
 
 
 def test_compat_reads_version_from_the_tree(pristine, capsys):
-    assert compat.main(["--source", str(pristine / "sglang")]) == 0
+    assert compat_cli.main(["--source", str(pristine / "sglang")]) == 0
     assert f"sglang {V}" in capsys.readouterr().out
 
 
 def test_renamed_method_fails_compat_with_target_name(renamed, capsys):
-    assert compat.main(["--sglang", V, "--source", str(renamed)]) == 1
+    assert compat_cli.main(["--sglang", V, "--source", str(renamed)]) == 1
     out = capsys.readouterr().out
     verdict = out.strip().splitlines()[-1]
     assert verdict.startswith("unsupported: ") and CAPTURE in verdict
@@ -121,7 +122,7 @@ def test_renamed_method_fails_make_patches_and_matrix_with_target_name(renamed, 
 def test_moved_class_names_where_it_went(pristine, tmp_path, capsys):
     src = _copy_with(pristine, tmp_path, "sglang/srt/layers/logits_processor.py",
                      "class LogitsProcessor(", "class LogitsProcessorV2(")
-    assert compat.main(["--sglang", V, "--source", str(src)]) == 1
+    assert compat_cli.main(["--sglang", V, "--source", str(src)]) == 1
     verdict = capsys.readouterr().out.strip().splitlines()[-1]
     assert "sglang.srt.layers.logits_processor:LogitsProcessor.forward" in verdict
     assert "class LogitsProcessor not in sglang.srt.layers.logits_processor" in verdict
@@ -131,28 +132,28 @@ def test_renamed_parameter_fails_compat_with_its_name(pristine, tmp_path, capsys
     """The wrappers read SGLang's arguments by name (PatchSpec.params): a renamed one is a moved target."""
     src = _copy_with(pristine, tmp_path, "sglang/srt/models/llama_eagle3.py",
                      "def load_weights(self, weights:", "def load_weights(self, checkpoint_weights:")
-    assert compat.main(["--sglang", V, "--source", str(src)]) == 1
+    assert compat_cli.main(["--sglang", V, "--source", str(src)]) == 1
     verdict = capsys.readouterr().out.strip().splitlines()[-1]
     assert "LlamaForCausalLMEagle3.load_weights" in verdict and "param weights gone" in verdict
 
 
 @pytest.mark.parametrize("version", ["0.5.5", "0.6.0"])
 def test_release_outside_range_is_unsupported(pristine, version, capsys):
-    assert compat.main(["--sglang", version, "--source", str(pristine)]) == 1
+    assert compat_cli.main(["--sglang", version, "--source", str(pristine)]) == 1
     verdict = capsys.readouterr().out.strip().splitlines()[-1]
     assert verdict.startswith("unsupported: ") and "outside the supported range" in verdict
 
 
 def test_unavailable_release_exits_2(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(compat.CACHE_ENV, str(tmp_path))
-    assert compat.main(["--sglang", "0.0.1"]) == 2
+    assert compat_cli.main(["--sglang", "0.0.1"]) == 2
     assert "add --download" in capsys.readouterr().err
 
 
 def test_json_output(pristine, capsys):
     import json
 
-    assert compat.main(["--sglang", V, "--source", str(pristine), "--json"]) == 0
+    assert compat_cli.main(["--sglang", V, "--source", str(pristine), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["supported"] and {p["name"] for p in d["patches"]} == {s.name for s in PATCHES}
 

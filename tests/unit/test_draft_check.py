@@ -13,8 +13,9 @@ import pytest
 
 from sglang_eagle3_ext.draft import errors as E
 from sglang_eagle3_ext.draft import keys
-from sglang_eagle3_ext.cli.check import check_draft
-from sglang_eagle3_ext.cli.convert import convert
+from sglang_eagle3_ext.draft.arch import llama
+from sglang_eagle3_ext.draft.check import check_draft
+from sglang_eagle3_ext.draft.convert import convert
 from sglang_eagle3_ext.draft.safetensors_io import read_header, scan_headers
 
 pytest.importorskip("speculators")
@@ -45,12 +46,12 @@ def test_canonical_names_and_release_names():
     assert keys.canonical("draft_model.layers.0.mlp.up_proj.weight")[0] == "layers.0.mlp.up_proj.weight"
     assert keys.canonical("aux_norm_mid.weight")[0] == "fc_norm.1.weight"
     old, new = keys.layout_for_version("0.5.10"), keys.layout_for_version("0.5.16")
-    assert keys.to_release("layers.0.hidden_norm.weight", old)[0] == "midlayer.hidden_norm.weight"
-    assert keys.to_release("layers.0.hidden_norm.weight", new)[0] == "layers.0.hidden_norm.weight"
-    assert keys.to_release("layers.1.hidden_norm.weight", old)[1].code == E.UNSUPPORTED_BY_RELEASE
-    assert keys.to_release("fc_norm.0.weight", old)[1].code == E.UNSUPPORTED_BY_RELEASE
-    assert keys.to_release("input_norm.weight", new)[1].code == E.UNSUPPORTED_BY_RELEASE
-    assert keys.to_release("input_norm.weight", keys.layout_for_version("0.5.18"))[0] == "input_norm.weight"
+    assert llama.to_release("layers.0.hidden_norm.weight", old)[0] == "midlayer.hidden_norm.weight"
+    assert llama.to_release("layers.0.hidden_norm.weight", new)[0] == "layers.0.hidden_norm.weight"
+    assert llama.to_release("layers.1.hidden_norm.weight", old)[1].code == E.UNSUPPORTED_BY_RELEASE
+    assert llama.to_release("fc_norm.0.weight", old)[1].code == E.UNSUPPORTED_BY_RELEASE
+    assert llama.to_release("input_norm.weight", new)[1].code == E.UNSUPPORTED_BY_RELEASE
+    assert llama.to_release("input_norm.weight", keys.layout_for_version("0.5.18"))[0] == "input_norm.weight"
 
 
 @pytest.mark.parametrize("version,hf,ids,warns", [

@@ -11,10 +11,11 @@ import sys
 
 import pytest
 
+from sglang_eagle3_ext.boundary import BadInput
 from sglang_eagle3_ext.draft import errors as E
-from sglang_eagle3_ext.draft import mla
-from sglang_eagle3_ext.cli.check import check_draft, describe_draft
-from sglang_eagle3_ext.cli.convert import convert
+from sglang_eagle3_ext.draft.arch import mla
+from sglang_eagle3_ext.draft.check import check_draft, describe_draft
+from sglang_eagle3_ext.draft.convert import convert
 from sglang_eagle3_ext.draft.safetensors_io import read_header, scan_headers
 
 torch = pytest.importorskip("torch")
@@ -48,7 +49,7 @@ def test_eagle31_mla_draft_ok(tmp_path):
     rep = check_draft(d, sglang_version=V, scan_values=True)
     assert not rep.errors and {"fc_norm.0.weight", "fc_norm.2.weight"} <= set(rep.loads)
     info = describe_draft(d, V)
-    assert info["fc_norm"] and info["norm_output"] and info["mla"] and info["k"] == 3
+    assert info["fc_norm"] and info["norm_output"] and info["layout"] == "mla" and info["k"] == 3
 
 
 def test_mla_variants_each_give_their_own_precise_error(good, tmp_path):
@@ -74,7 +75,7 @@ def test_describe_draft_names_the_class(good, tmp_path):
     llama = convert(make_speculators_draft(tmp_path / "s", aux_ids=(1, 4, 6)), tmp_path / "c", sglang_version=V,
                     log=lambda *_: None)
     info = describe_draft(llama, V)
-    assert info["draft_class"] == "LlamaForCausalLMEagle3" and info["hf_indices"] == [1, 4, 6] and not info["mla"]
+    assert info["draft_class"] == "LlamaForCausalLMEagle3" and info["hf_indices"] == [1, 4, 6] and info["layout"] == "llama"
 
 
 # --- convert ------------------------------------------------------------------------------------------
@@ -119,7 +120,7 @@ def test_convert_splits_a_prefused_projection(good, tmp_path):
     out = convert(pf, tmp_path / "o", sglang_version=V, hf_indices=[2, 4, 6], log=lambda *_: None)
     a, b = load_file(str(good / "model.safetensors")), load_file(str(out / "model.safetensors"))
     assert torch.equal(a[mla.Q_HALF], b[mla.Q_HALF]) and torch.equal(a[mla.KV_HALF], b[mla.KV_HALF])
-    assert mla.FUSED not in b
+    assert mla.FUSED_KEY not in b
 
 
 def test_convert_refuses_mla_for_release_without_the_class(good, tmp_path):
@@ -136,7 +137,7 @@ def test_force_never_deletes_a_dir_containing_the_source(good, tmp_path):
     shutil.copytree(good, src)
     (root / "other_model.txt").write_text("precious")
     for dst in (src, root):
-        with pytest.raises(SystemExit, match="contains the source draft"):
+        with pytest.raises(BadInput, match="contains the source draft"):
             convert(src, dst, sglang_version=V, hf_indices=[2, 4, 6], force=True)
     assert (src / "model.safetensors").exists() and (root / "other_model.txt").read_text() == "precious"
 
@@ -147,11 +148,11 @@ def test_force_replaces_only_a_previous_output(good, tmp_path):
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep")
-    with pytest.raises(SystemExit, match="not a previous output of convert"):
+    with pytest.raises(BadInput, match="not a previous output of convert"):
         convert(good, foreign, sglang_version=V, hf_indices=[2, 4, 6], force=True)
     other = tmp_path / "other_draft"
     shutil.copytree(good, other)  # a draft, but not written by convert
-    with pytest.raises(SystemExit, match="not a previous output of convert"):
+    with pytest.raises(BadInput, match="not a previous output of convert"):
         convert(good, other, sglang_version=V, hf_indices=[2, 4, 6], force=True)
     assert (foreign / "notes.txt").read_text() == "keep" and (other / "model.safetensors").exists()
 

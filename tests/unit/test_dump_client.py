@@ -6,7 +6,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 
-from sglang_eagle3_ext.dump.client import main, read_samples
+from sglang_eagle3_ext.cli.dump import main
+from sglang_eagle3_ext.dump.client_files import read_samples
 
 
 def test_malformed_lines_skipped(tmp_path, caplog):
@@ -83,7 +84,7 @@ def test_client_resume_and_generate_mode(tmp_path):
     rids = [r["rid"] for r in srv.requests]
     assert len(rids) == 2 and rids[0].startswith("nodump-b-") and rids[1] == "b"   # "a" resumed (skipped)
     assert srv.requests[1]["input_ids"] == [1, 2, 3, 7]  # prompt + generated response
-    from sglang_eagle3_ext.dump.client import generated_loss_masks
+    from sglang_eagle3_ext.dump.client_files import generated_loss_masks
 
     # the generated tokens are recorded: exports train on the response only
     assert generated_loss_masks(dump) == {"b": [0, 0, 0, 1]}
@@ -93,8 +94,8 @@ def test_export_uses_generated_masks(tmp_path):
     """End to end through the exporter: a --generate sample's loss mask is 0 on the prompt, 1 on the response."""
     import torch
 
-    from sglang_eagle3_ext.dump.client import generated_loss_masks
-    from sglang_eagle3_ext.dump.export import export_speculators
+    from sglang_eagle3_ext.dump.client_files import generated_loss_masks
+    from sglang_eagle3_ext.dump.exporters.speculators import export_speculators
     from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_PRE, write_sample
     from sglang_eagle3_ext.dump.manifest import ManifestWriter
 

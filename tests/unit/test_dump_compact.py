@@ -12,11 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.assemble import ChunkBatch
 from sglang_eagle3_ext.dump.encoding import (FP8_ROWWISE, NATIVE, SCALE_SUFFIX, EncodingError, dequantize_rows,
                                              quantize_rows)
-from sglang_eagle3_ext.dump.export import ExportError, export_specforge, export_speculators
+from sglang_eagle3_ext.dump.export import ExportError
+from sglang_eagle3_ext.dump.exporters.specforge import export_specforge
+from sglang_eagle3_ext.dump.exporters.speculators import export_speculators
 from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
 from sglang_eagle3_ext.dump.export import rms_norm
 from sglang_eagle3_ext.dump.manifest import read_manifest
@@ -30,12 +33,12 @@ H, K = 256, 3
 
 # ---- config ---------------------------------------------------------------------------------------
 def test_env_encoding_values_and_clear_error(tmp_path):
-    assert C.from_env({C.ENV_DIR: str(tmp_path)}).encoding == "bf16"          # default: the native format
-    assert C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_ENCODING: "fp8"}).encoding == "fp8"
+    assert C.from_env({envs.DUMP_DIR: str(tmp_path)}).encoding == "bf16"          # default: the native format
+    assert C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_ENCODING: "fp8"}).encoding == "fp8"
     assert C.ENV_ENCODING == "SGLANG_EAGLE3_EXT_DUMP_ENCODING" and C.ENV_ENCODING in C.ALL_ENV
     for bad in ("int4", "fp16", "e4m3"):
         with pytest.raises(C.DumpConfigError) as ei:
-            C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_ENCODING: bad})
+            C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_ENCODING: bad})
         msg = str(ei.value)
         assert C.ENV_ENCODING in msg and repr(bad) in msg and "'bf16'" in msg and "'fp8'" in msg
     with pytest.raises(C.DumpConfigError, match="bf16"):

@@ -7,7 +7,9 @@ import torch
 
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.assemble import ChunkBatch
-from sglang_eagle3_ext.dump.export import ExportError, export_specforge, export_speculators
+from sglang_eagle3_ext.dump.export import ExportError
+from sglang_eagle3_ext.dump.exporters.specforge import export_specforge
+from sglang_eagle3_ext.dump.exporters.speculators import export_speculators
 from sglang_eagle3_ext.dump.export import rms_norm
 from sglang_eagle3_ext.dump.writer import DumpWriter
 

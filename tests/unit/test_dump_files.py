@@ -8,6 +8,7 @@ import os
 import pytest
 import torch
 
+from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.assemble import ChunkBatch
 from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample, write_sample
@@ -37,25 +38,25 @@ def test_ids_stable_and_distinct():
 
 def test_config_env(tmp_path):
     assert C.from_env({}) is None
-    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_LAYERS: "1, 5,9"})
+    cfg = C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: "1, 5,9"})
     assert cfg.layers == (1, 5, 9) and cfg.final == "prenorm"
-    assert C.from_env({C.ENV_DIR: str(tmp_path)}).resolve_layers(61) == [2, 30, 58]
-    assert C.default_layers(4) == [1, 2, 3] and C.default_layers(8) == [2, 4, 5]
+    assert C.from_env({envs.DUMP_DIR: str(tmp_path)}).resolve_layers(61) == [2, 30, 58]
+    assert C.from_env({envs.DUMP_DIR: str(tmp_path)}).resolve_layers(4) == [1, 2, 3]      # draft/layers.py's
     with pytest.raises(C.DumpConfigError, match="out of range"):
         cfg.resolve_layers(4)
     with pytest.raises(C.DumpConfigError, match="final hidden state"):
-        C.from_env({C.ENV_DIR: "x", C.ENV_LAYERS: "1,4"}).resolve_layers(4)
+        C.from_env({envs.DUMP_DIR: "x", C.ENV_LAYERS: "1,4"}).resolve_layers(4)
     with pytest.raises(C.DumpConfigError, match="integers"):
-        C.from_env({C.ENV_DIR: "x", C.ENV_LAYERS: "1,two"})
+        C.from_env({envs.DUMP_DIR: "x", C.ENV_LAYERS: "1,two"})
     with pytest.raises(C.DumpConfigError, match="expected one of 'prenorm'"):
-        C.from_env({C.ENV_DIR: "x", C.ENV_FINAL: "pickle"})
+        C.from_env({envs.DUMP_DIR: "x", C.ENV_FINAL: "pickle"})
     with pytest.raises(C.DumpConfigError, match="increasing"):
-        C.from_env({C.ENV_DIR: "x", C.ENV_LAYERS: "3,1"}).resolve_layers(10)
-    assert C.from_env({C.ENV_DIR: "x"}).copy_stream and not C.from_env({C.ENV_DIR: "x", C.ENV_COPY_STREAM: "0"}).copy_stream
+        C.from_env({envs.DUMP_DIR: "x", C.ENV_LAYERS: "3,1"}).resolve_layers(10)
+    assert C.from_env({envs.DUMP_DIR: "x"}).copy_stream and not C.from_env({envs.DUMP_DIR: "x", C.ENV_COPY_STREAM: "0"}).copy_stream
     with pytest.raises(C.DumpConfigError, match="COPY_STREAM"):
-        C.from_env({C.ENV_DIR: "x", C.ENV_COPY_STREAM: "maybe"})
-    from sglang_eagle3_ext.patch_table import ENV_DUMP_DIR, features_from_env
-    assert C.ENV_DIR == ENV_DUMP_DIR and "dump" in features_from_env({C.ENV_DIR: "/x"})
+        C.from_env({envs.DUMP_DIR: "x", C.ENV_COPY_STREAM: "maybe"})
+    from sglang_eagle3_ext.patch_table import features_from_env
+    assert "dump" in features_from_env({envs.DUMP_DIR: "/x"})
 
 
 def test_manifest_torn_line_and_append(tmp_path):
@@ -189,10 +190,10 @@ def test_discard_mode_stitches_and_counts_but_writes_nothing(tmp_path):
     assert read_manifest(tmp_path) == {} and not list((tmp_path / "samples").rglob("*.safetensors"))
     assert json.loads((tmp_path / "status" / "dp0.json").read_text())["state"] == "discarding"
     w.close()
-    assert C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_DISCARD: "1"}).discard
-    assert not C.from_env({C.ENV_DIR: str(tmp_path)}).discard
+    assert C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_DISCARD: "1"}).discard
+    assert not C.from_env({envs.DUMP_DIR: str(tmp_path)}).discard
     with pytest.raises(C.DumpConfigError, match=C.ENV_DISCARD):
-        C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_DISCARD: "maybe"})
+        C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_DISCARD: "maybe"})
 
 
 def test_writer_refuses_prefix_cache_and_nan(tmp_path):
@@ -266,7 +267,7 @@ def test_warmup_sized_prompts_are_not_dumped(tmp_path, monkeypatch):
 
 
 def test_min_tokens_bad_value_is_a_start_up_error(tmp_path, monkeypatch):
-    monkeypatch.setenv(C.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(envs.DUMP_DIR, str(tmp_path))
     monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "eight")
     with pytest.raises(C.DumpConfigError, match="SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS"):
         C.from_env()

@@ -13,10 +13,13 @@ import time
 import pytest
 import torch
 
+from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.assemble import STALE_BATCHES, ChunkBatch
-from sglang_eagle3_ext.dump.client import main as dump_cli
-from sglang_eagle3_ext.dump.export import ExportError, export_specforge, export_speculators
+from sglang_eagle3_ext.cli.dump import main as dump_cli
+from sglang_eagle3_ext.dump.export import ExportError
+from sglang_eagle3_ext.dump.exporters.specforge import export_specforge
+from sglang_eagle3_ext.dump.exporters.speculators import export_speculators
 from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, write_sample
 from sglang_eagle3_ext.dump.manifest import read_manifest, sanitize_id
 from sglang_eagle3_ext.dump.staging import PinnedRing, region_size
@@ -333,7 +336,7 @@ def test_pending_budget_above_host_memory_is_an_error_naming_the_variable(tmp_pa
     assert mem and mem > 1 << 20
     too_much = str((mem >> 20) + 1024)
     with pytest.raises(C.DumpConfigError, match=C.ENV_MAX_PENDING_MB):
-        C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_MAX_PENDING_MB: too_much})
-    assert C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_MAX_PENDING_MB: "64"}).max_pending_bytes == 64 << 20
+        C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_MAX_PENDING_MB: too_much})
+    assert C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_MAX_PENDING_MB: "64"}).max_pending_bytes == 64 << 20
     # unset on a small machine: the default shrinks to a quarter of it instead of failing
     assert C.pending_budget_bytes({}, memory=1 << 30) == 256 << 20

@@ -93,7 +93,7 @@ def test_every_variable_name_in_the_package_is_declared():
 
 
 # Modules that may touch os.environ / os.getenv: the registry, the .pth bootstrap, the launcher's child env.
-ENV_READERS = {"envs.py", "_startup/sglang_eagle3_ext.pth", "launch_server.py"}
+ENV_READERS = {"envs.py", "_startup/sglang_eagle3_ext.pth", "cli/launch.py"}
 
 
 def test_environment_is_read_in_few_modules():
@@ -193,3 +193,19 @@ def test_float_variables_are_checked_up_front(name, text, want):
         assert any(name in p for p in envs.problems({name: text}))
     else:
         assert envs.get(name, {name: text}) == want
+
+
+def test_the_dump_dir_has_one_name():
+    """Every module names the dump dir's variable envs.DUMP_DIR: no module-level alias of it (the dump's config,
+    the launcher and the patch table each kept one); its preset key is the registry's."""
+    import ast
+    from pathlib import Path
+
+    root = Path(envs.__file__).parent
+    aliases = [f"{p.relative_to(root)}: {ast.unparse(n)}" for p in sorted(root.rglob("*.py"))
+               for n in ast.parse(p.read_text(encoding="utf-8")).body
+               if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute) and n.value.attr == "DUMP_DIR"]
+    assert aliases == []
+    from sglang_eagle3_ext.launch import dump_dir
+
+    assert envs.preset_keys()[dump_dir.PRESET_KEY] == envs.DUMP_DIR

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from sglang_eagle3_ext import boundary
 from sglang_eagle3_ext.cli import launch as launch_server
 from sglang_eagle3_ext.launch import dump_dir
+from sglang_eagle3_ext.launch.plan import Options, build_plan
 from test_launch_hardware import command, decision_rows, launch
 
 pytestmark = pytest.mark.sglang
@@ -77,9 +78,8 @@ def test_a_launch_plans_the_folder_then_makes_it_first(tmp_path):
     """Without --dry-run: the plan (what the launcher hands to SGLang's processes) names the folder, and making
     it is the launch's first step (nothing is made for a plan that fails a later check)."""
     target = tmp_path / "a" / "b" / "dump"
-    parser = launch_server.our_parser()
-    ours, rest = parser.parse_known_args(["--preset", "tiny", "--dump-dir", str(target), "--skip-draft-check"])
-    plan = launch_server.build_plan(ours, rest, env={"SGLANG_EAGLE3_EXT_CACHE": str(tmp_path / "cache")})
+    ours = Options(preset="tiny", dump_dir=str(target), skip_draft_check=True)
+    plan = build_plan(ours, [], env={"SGLANG_EAGLE3_EXT_CACHE": str(tmp_path / "cache")})
     assert plan.env_updates[VAR] == str(target) and plan.dump_dir == str(target)
     assert "made at launch" in decision_rows(plan.render(), VAR)[0] and not (tmp_path / "a").exists()
     dump_dir.make(plan.dump_dir)

@@ -20,7 +20,11 @@ if not hasattr(transformers, "DeepseekV3ForCausalLM"):
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
-from sglang_eagle3_ext.cli import train as td  # noqa: E402
+from sglang_eagle3_ext.cli import train as train_cli  # noqa: E402
+from sglang_eagle3_ext.training import TrainDraftError, train_draft  # noqa: E402
+from sglang_eagle3_ext.training import data as training_data  # noqa: E402
+from sglang_eagle3_ext.training.options import RUN_DIR  # noqa: E402
+from sglang_eagle3_ext.training.speculators_train import draft_layer_config  # noqa: E402
 from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
 
 SMALL = dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_attention_heads=4,
@@ -64,10 +68,10 @@ def world(tmp_path_factory):
 
 
 def _train(world, out, *extra):
-    args = td.build_parser().parse_args(
+    args = train_cli.build_parser().parse_args(
         ["--data", str(world["data"]), "--target", str(world["target"]), "--out", str(out), "--device", "cpu",
          "--total-seq-len", "512", "--num-workers", "0", "--log-every", "10", "--min-val-acc", "0", *extra])
-    return td.train(args)
+    return train_draft(train_cli.options_from_args(args))
 
 
 def _reload_matches(out):
@@ -123,7 +127,7 @@ def test_train_full_vocab_and_reload(world):
     with safe_open(str(world["target"] / "model.safetensors"), framework="pt") as f:
         torch.testing.assert_close(saved["embed_tokens.weight"].float(),
                                    f.get_tensor("model.embed_tokens.weight").float())
-    assert not (out / td.RUN_DIR / "checkpoints").exists()
+    assert not (out / RUN_DIR / "checkpoints").exists()
 
 
 def test_train_draft_vocab_mapping(world):
@@ -137,13 +141,13 @@ def test_train_draft_vocab_mapping(world):
     assert chosen == sorted(chosen) and t2d[chosen].all()
     assert saved["lm_head.weight"].shape == (128, SMALL["hidden_size"])
     # the most frequent training token is in the draft vocab
-    freq = torch.load(out / td.RUN_DIR / "data" / "token_freq.pt")
+    freq = torch.load(out / RUN_DIR / "data" / "token_freq.pt")
     assert max(freq, key=freq.get) in chosen
     assert json.loads((out / "config.json").read_text())["draft_vocab_size"] == 128
 
 
 def test_layer_ids_must_match_the_files(world, tmp_path):
-    with pytest.raises(td.TrainDraftError, match="slots"):
+    with pytest.raises(TrainDraftError, match="slots"):
         _train(world, tmp_path / "o", "--steps", "1", "--layer-ids", "1,2")
 
 
@@ -152,16 +156,16 @@ def test_gap_in_hs_files_is_refused(tmp_path):
     d.mkdir()
     for i in (0, 2):
         (d / f"hs_{i}.safetensors").write_bytes(b"")
-    with pytest.raises(td.TrainDraftError, match="contiguous"):
-        td.list_hs_files(d)
+    with pytest.raises(TrainDraftError, match="contiguous"):
+        training_data.list_hs_files(d)
 
 
 def test_draft_layer_config_choices():
-    c = td.draft_layer_config({"hidden_size": 1024, "vocab_size": 4096, "num_attention_heads": 8,
+    c = draft_layer_config({"hidden_size": 1024, "vocab_size": 4096, "num_attention_heads": 8,
                                "intermediate_size": 2048, "max_position_embeddings": 4096, "rope_theta": 10000.0})
     assert (c["num_attention_heads"], c["head_dim"], c["num_key_value_heads"]) == (8, 128, 8)
     assert c["max_position_embeddings"] >= 8192 and c["intermediate_size"] == 2048
-    c = td.draft_layer_config({"hidden_size": 7168, "vocab_size": 129280, "num_attention_heads": 128,
+    c = draft_layer_config({"hidden_size": 7168, "vocab_size": 129280, "num_attention_heads": 128,
                                "intermediate_size": 18432, "max_position_embeddings": 163840,
                                "rope_theta": 10000.0})
     assert c["head_dim"] == 128 and c["num_attention_heads"] == 56 and c["max_position_embeddings"] == 163840
@@ -176,8 +180,8 @@ def test_dump_export_layout_loss_mask_and_layer_ids(world, tmp_path):
     d = tmp_path / "exp"
     shutil.copytree(world["data"] / "hidden_states", d / "hidden_states")
     (d / "sge3_dump_meta.json").write_text(json.dumps({"layer_indices_hf": AUX}))
-    assert td.read_layer_ids_from_metadata(d) == (AUX, "sge3_dump_meta.json:layer_indices_hf")
-    files = td.list_hs_files(td.find_hs_dir(d))
+    assert training_data.read_layer_ids_from_metadata(d) == (AUX, "sge3_dump_meta.json:layer_indices_hf")
+    files = training_data.list_hs_files(training_data.find_hs_dir(d))
     rows = {"input_ids": [], "loss_mask": [], "seq_len": []}
     for p in files:
         with safe_open(str(p), framework="pt") as f:
@@ -186,7 +190,7 @@ def test_dump_export_layout_loss_mask_and_layer_ids(world, tmp_path):
         rows["loss_mask"].append([0] * 10 + [1] * (len(ids) - 10))
         rows["seq_len"].append(len(ids))
     datasets.Dataset.from_dict(rows).save_to_disk(str(d))
-    info = td.prepare_data(d, files, tmp_path / "prep", len(AUX) + 1, SMALL["vocab_size"])
+    info = training_data.prepare_data(d, files, tmp_path / "prep", len(AUX) + 1, SMALL["vocab_size"])
     assert info["loss_mask_from_dataset"] == N_SAMPLES
     assert info["n_loss_tokens"] == info["n_tokens"] - 10 * N_SAMPLES
     prep = datasets.load_from_disk(str(tmp_path / "prep"))

@@ -15,7 +15,8 @@ if not hasattr(transformers, "DeepseekV3ForCausalLM"):
 from safetensors.torch import load_file  # noqa: E402
 from test_train_draft import AUX, SMALL, world  # noqa: E402,F401 - the shared module fixture
 
-from sglang_eagle3_ext.cli import train as td  # noqa: E402
+from sglang_eagle3_ext.cli import train as train_cli  # noqa: E402
+from sglang_eagle3_ext.training import TrainDraftError, train_draft  # noqa: E402
 from sglang_eagle3_ext.training.mla_train import load_checkpoint  # noqa: E402
 
 SGLANG_LAYOUT = {"embed_tokens.weight", "fc.weight", "norm.weight", "lm_head.weight",
@@ -28,11 +29,11 @@ SGLANG_LAYOUT = {"embed_tokens.weight", "fc.weight", "norm.weight", "lm_head.wei
 
 
 def _train(world, out, target=None, *extra):
-    args = td.build_parser().parse_args(
+    args = train_cli.build_parser().parse_args(
         ["--data", str(world["data"]), "--target", str(target or world["target"]), "--out", str(out),
          "--device", "cpu", "--total-seq-len", "512", "--num-workers", "0", "--log-every", "20", "--min-val-acc", "0",
          *extra])
-    return td.train(args)
+    return train_draft(train_cli.options_from_args(args))
 
 
 def test_train_mla_draft_learns_and_writes_sglangs_layout(world):
@@ -56,7 +57,7 @@ def test_train_mla_draft_learns_and_writes_sglangs_layout(world):
 
 
 def test_mla_refuses_files_that_do_not_match_the_layer_ids(world, tmp_path):
-    with pytest.raises(td.TrainDraftError, match="expected"):
+    with pytest.raises(TrainDraftError, match="expected"):
         _train(world, tmp_path / "o", None, "--draft-arch", "mla", "--steps", "2", "--layer-ids", "1,2")
 
 
@@ -80,8 +81,8 @@ def test_both_drafts_train_against_the_kimi_wrapper(world, kimi, arch, tmp_path)
 
 def test_train_draft_fails_when_the_draft_did_not_learn(world, tmp_path, capsys):
     """No validation accuracy can reach 1.01: the run must end non-zero with the reason (both archs share
-    training/data.require_learned; --min-val-acc 0 turns it off, as _train does)."""
-    rc = td.main(["--data", str(world["data"]), "--target", str(world["target"]), "--out", str(tmp_path / "o"),
+    training/report.require_learned; --min-val-acc 0 turns it off, as _train does)."""
+    rc = train_cli.main(["--data", str(world["data"]), "--target", str(world["target"]), "--out", str(tmp_path / "o"),
                   "--device", "cpu", "--draft-arch", "mla", "--steps", "2", "--min-val-acc", "1.01"])
     assert rc == 2
     err = capsys.readouterr().err
@@ -91,11 +92,11 @@ def test_train_draft_fails_when_the_draft_did_not_learn(world, tmp_path, capsys)
 
 @pytest.mark.parametrize("val, ok", [(0.0, False), (0.05, False), (0.06, True), (float("nan"), True), (None, True)])
 def test_require_learned(val, ok, tmp_path):
-    from sglang_eagle3_ext.training.data import require_learned
+    from sglang_eagle3_ext.training.report import require_learned
 
     if ok:
         require_learned(val, 0.05, tmp_path)
     else:
-        with pytest.raises(td.TrainDraftError, match="did not learn"):
+        with pytest.raises(TrainDraftError, match="did not learn"):
             require_learned(val, 0.05, tmp_path)
     require_learned(0.0, 0.0, tmp_path)                               # 0 = off

@@ -10,7 +10,7 @@ import pytest
 
 from sglang_eagle3_ext.cli import bench
 from sglang_eagle3_ext.cli.common import run_tool
-from sglang_eagle3_ext.dump import client
+from sglang_eagle3_ext.cli import dump as client
 from trust_client_servers import Trickle, in_thread
 
 

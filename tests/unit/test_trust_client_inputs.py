@@ -8,9 +8,10 @@ import time
 
 import pytest
 
+from sglang_eagle3_ext.cli import naming as cli_naming
 from sglang_eagle3_ext.cli import bench
 from sglang_eagle3_ext.cli.common import run_tool
-from sglang_eagle3_ext.dump import client
+from sglang_eagle3_ext.cli import dump as client
 from trust_client_servers import Replies, Trickle
 
 GOOD_GEN = {"output_ids": [1, 2], "meta_info": {"completion_tokens": 2, "spec_verify_ct": 1}}
@@ -168,7 +169,7 @@ def test_counts_out_of_range_are_refused_naming_the_flag(capsys, argv, flag):
     try:
         rc = cli.main(argv)
     finally:
-        cli_common._via_command = False
+        cli_naming._via_command = False
     _line(capsys, rc, f"argument {flag}:")
 
 

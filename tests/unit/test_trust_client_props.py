@@ -16,7 +16,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from sglang_eagle3_ext.cli import bench  # noqa: E402
 from sglang_eagle3_ext.cli.common import run_tool  # noqa: E402
-from sglang_eagle3_ext.dump import client  # noqa: E402
+from sglang_eagle3_ext.cli import dump as client  # noqa: E402
 from trust_client_servers import Replies  # noqa: E402
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

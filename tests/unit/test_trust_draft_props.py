@@ -36,7 +36,7 @@ EAGLE_KEYS = ["eagle_aux_hidden_state_layer_ids", "hf_hidden_state_indices", "us
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
-    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.draft.convert import convert
     from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     root = tmp_path_factory.mktemp("props")

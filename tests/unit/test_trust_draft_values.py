@@ -17,7 +17,7 @@ V = "0.5.16"
 
 @pytest.fixture(scope="module")
 def drafts(tmp_path_factory):
-    from sglang_eagle3_ext.cli.convert import convert
+    from sglang_eagle3_ext.draft.convert import convert
     from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft, make_variant
 
     root = tmp_path_factory.mktemp("values")
@@ -68,7 +68,7 @@ def test_launcher_precheck_refuses_a_nan_draft(drafts):
 
 
 def test_describe_draft_says_it_did_not_scan(drafts):
-    from sglang_eagle3_ext.cli.check import describe_draft
+    from sglang_eagle3_ext.draft.check import describe_draft
 
     assert describe_draft(drafts["good"], V)["values_scanned"] is False
 

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sglang_eagle3_ext import versions
+from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.assemble import ChunkBatch
 from sglang_eagle3_ext.dump.manifest import read_manifest
@@ -48,11 +49,11 @@ def test_the_thread_writer_applies_the_configured_sample_rate(tmp_path):
 
 
 def test_sample_rate_is_read_from_the_environment_into_the_config(tmp_path):
-    cfg = C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_SAMPLE_RATE: "0.25"})
+    cfg = C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_SAMPLE_RATE: "0.25"})
     assert cfg.sample_rate == 0.25 and cfg.wanted("r1") == C.sampled("r1", 0.25)
-    assert C.from_env({C.ENV_DIR: str(tmp_path)}).sample_rate == 1.0
+    assert C.from_env({envs.DUMP_DIR: str(tmp_path)}).sample_rate == 1.0
     with pytest.raises(C.DumpConfigError, match=C.ENV_SAMPLE_RATE):
-        C.from_env({C.ENV_DIR: str(tmp_path), C.ENV_SAMPLE_RATE: "1.5"})
+        C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_SAMPLE_RATE: "1.5"})
 
 
 def test_a_fifo_as_the_dump_settings_file_is_refused_not_waited_on(tmp_path):
@@ -118,13 +119,14 @@ def test_resolve_layers_refuses_index_0_only_where_said():
 
 
 def test_convert_no_longer_recommends_index_0_on_a_release_that_cannot_capture_it():
-    from sglang_eagle3_ext.draft.keys import layout_for_version, release_aux_ids
+    from sglang_eagle3_ext.draft.keys import layout_for_version
+    from sglang_eagle3_ext.draft.layers import release_aux_ids
 
     _, warn = release_aux_ids([0, 3, 5], layout_for_version("0.5.10"))
     assert warn and "sglang_eagle3_ext active" not in warn and ">= 1" in warn
 
 
-_DUMP_VARS = [v for v in C.ALL_ENV if v != C.ENV_DIR]
+_DUMP_VARS = [v for v in C.ALL_ENV if v != envs.DUMP_DIR]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -135,7 +137,7 @@ _DUMP_VARS = [v for v in C.ALL_ENV if v != C.ENV_DIR]
                               max_size=6))
 def test_any_dump_setting_gives_a_config_or_a_named_error(tmp_path, values):
     """The dump's variables as a server gets them: a DumpConfig, or DumpConfigError naming the variable."""
-    env = {C.ENV_DIR: str(tmp_path), **values}
+    env = {envs.DUMP_DIR: str(tmp_path), **values}
     try:
         cfg = C.from_env(env)
     except C.DumpConfigError as e:

@@ -9,7 +9,7 @@ import zipfile
 import pytest
 
 from sglang_eagle3_ext.cli import common as cli_common
-from sglang_eagle3_ext.compat import release as compat
+from sglang_eagle3_ext.cli import compat as compat_cli
 
 V = "0.5.99"
 
@@ -52,7 +52,7 @@ WHEELS = {
 
 
 def _run(argv):
-    return cli_common.run_tool("compat", compat.main, argv)
+    return cli_common.run_tool("compat", compat_cli.main, argv)
 
 
 @pytest.mark.parametrize("name", list(WHEELS))

@@ -17,9 +17,10 @@ from hypothesis import strategies as st  # noqa: E402
 
 from sglang_eagle3_ext.cli import convert as conv  # noqa: E402
 from sglang_eagle3_ext.files import outdir  # noqa: E402
+from sglang_eagle3_ext.cli import tiny as tiny_cli  # noqa: E402
 from sglang_eagle3_ext.tiny import deepseek_v3 as tiny  # noqa: E402
 from sglang_eagle3_ext.cli.common import run_tool  # noqa: E402
-from sglang_eagle3_ext.dump.client import main as dump_main  # noqa: E402
+from sglang_eagle3_ext.cli.dump import main as dump_main  # noqa: E402
 
 from test_trust_training import SMALL, make_data, target, train_cli  # noqa: E402,F401 (module fixture)
 from test_trust_export import make_dump  # noqa: E402
@@ -31,7 +32,7 @@ from trust_tree import snapshot, user_folder  # noqa: E402
 def test_tiny_into_a_folder_of_user_files_is_refused(tmp_path, capsys):
     d = user_folder(tmp_path / "mine")
     before = snapshot(tmp_path)
-    assert run_tool("tiny", tiny.main, [str(d)]) == 2
+    assert run_tool("tiny", tiny_cli.main, [str(d)]) == 2
     err = capsys.readouterr().err
     assert str(d) in err and "not a previous output" in err, err
     assert snapshot(tmp_path) == before

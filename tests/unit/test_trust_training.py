@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
-from sglang_eagle3_ext.cli import train as td  # noqa: E402
+from sglang_eagle3_ext.cli import train as train_command  # noqa: E402
 from sglang_eagle3_ext.cli.common import run_tool  # noqa: E402
 from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
+from sglang_eagle3_ext.training import TrainDraftError  # noqa: E402
 
 SMALL = dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_attention_heads=4,
              num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16,
@@ -53,9 +54,10 @@ def target(tmp_path_factory):
 
 
 def train_cli(target, data, out, *extra, arch="mla"):
-    return run_tool("train", td.main, ["--data", str(data), "--target", str(target), "--out", str(out),
-                                       "--device", "cpu", "--draft-arch", arch, "--num-workers", "0",
-                                       "--total-seq-len", "256", "--min-val-acc", "0", "--steps", "2", *extra])
+    return run_tool("train", train_command.main, ["--data", str(data), "--target", str(target), "--out", str(out),
+                                                  "--device", "cpu", "--draft-arch", arch, "--num-workers", "0",
+                                                  "--total-seq-len", "256", "--min-val-acc", "0", "--steps", "2",
+                                                  *extra])
 
 
 BAD_SAMPLES = {
@@ -113,7 +115,10 @@ def test_a_diverged_draft_is_not_saved(target, tmp_path, capsys, arch):
     rc = train_cli(target, make_data(tmp_path), out, "--lr", "1e36", "--steps", "4", arch=arch)
     err = capsys.readouterr().err
     assert rc == 2 and "not finite" in err, err
-    assert not out.exists()
+    if out.exists():   # the epochs before the divergence stay in --out (resumable); a non-finite draft never does
+        from safetensors.torch import load_file
+
+        assert all(bool(torch.isfinite(v.float()).all()) for v in load_file(str(out / "model.safetensors")).values())
 
 
 def test_accuracy_over_no_tokens_is_not_perfect():
@@ -193,7 +198,7 @@ def test_reader_any_sample_is_checked_or_refused_by_name(tmp_path_factory, tenso
     spec = SampleSpec(n_slots=4, hidden=H, vocab=V)
     try:
         ids, hs = load_sample(p, spec)
-    except td.TrainDraftError as e:
+    except TrainDraftError as e:
         event("refused")
         assert "hs_0.safetensors" in str(e)
         return
@@ -224,10 +229,21 @@ def test_metadata_and_target_config_are_read_or_refused_by_name(tmp_path_factory
     try:
         ids, src = read_layer_ids_from_metadata(d)
         assert ids is None or all(type(x) is int and x >= 0 for x in ids)
-    except td.TrainDraftError as e:
+    except TrainDraftError as e:
         assert "metadata.json" in str(e)
     try:
         cfg = text_config(d)
         assert all(type(cfg[k]) is int and cfg[k] >= 1 for k in ("vocab_size", "hidden_size", "num_hidden_layers"))
     except BadInput as e:
         assert "config.json" in str(e)
+
+
+@pytest.mark.parametrize("arch", ["mla", "llama"])
+def test_a_python_caller_trains_without_the_command_line(target, tmp_path, arch):
+    """The library's entry with its typed options (the layer ids as a list), as a launcher of its own calls it."""
+    from sglang_eagle3_ext.training import TrainOptions, train_draft
+
+    r = train_draft(TrainOptions(data=make_data(tmp_path), target=target, out=tmp_path / "out", draft_arch=arch,
+                                 device="cpu", steps=2, layer_ids=list(AUX), num_workers=0, total_seq_len=256,
+                                 min_val_acc=0))
+    assert r["layer_ids"] == AUX and (tmp_path / "out" / "model.safetensors").exists()

@@ -1,4 +1,4 @@
-"""Rules of SGLang's MLA EAGLE-3 draft class `Eagle3DeepseekV2ForCausalLM` (models/kimi_k25_eagle3.py, 0.5.14+).
+"""The MLA EAGLE-3 draft layout: SGLang's `Eagle3DeepseekV2ForCausalLM` (models/kimi_k25_eagle3.py, 0.5.14+).
 
 Kimi-K2.5/K2.6's published drafts: one decoder layer with DeepSeek MLA attention whose q/kv
 down-projections take cat(input_layernorm(embed), hidden_norm(target states)) = 2 x hidden, a dense
@@ -11,27 +11,42 @@ What the release's own load_weights does, and where it fails silently:
   - `num_aux_hidden_states` is not read: K = len(eagle_aux_hidden_state_layer_ids), default 3;
   - `draft_vocab_size` missing means "take the target's lm_head" (no error, unlike the Llama class);
   - `post_load_weights` splits `kv_b_proj` into w_kc / w_vc.
+The names this module declares are those of draft/arch/llama.py (the reference).
 """
 from __future__ import annotations
 
-from . import errors as E
-from .errors import Problem
+from .. import errors as E
+from ..config_schema import eagle_config
+from ..errors import Problem
+from ..keys import LAYER
 
+NAME = "mla"
 ARCH = "Eagle3DeepseekV2ForCausalLM"
+LABEL = "MLA"
+SGLANG_CLASS = "sglang.srt.models.kimi_k25_eagle3:Eagle3DeepseekV2ForCausalLM"
+TRAINING = "sglang_eagle3_ext.training.mla_draft:Eagle3MLADraft"
+REQUIRES = "HAS_MLA_DRAFT"      # the release capability flag saying the class exists
 SINCE = "0.5.14"
+SPECFORGE = "DeepseekV3ForCausalLMEagle3"   # SpecForge's own class name for this layout (`midlayer.*`)
 ATTN = "layers.0.self_attn."
 Q_HALF, KV_HALF = ATTN + "q_a_proj.weight", ATTN + "kv_a_proj_with_mqa.weight"
-FUSED = ATTN + "fused_qkv_a_proj_with_mqa.weight"
+FUSED_KEY = ATTN + "fused_qkv_a_proj_with_mqa.weight"
 DIM_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+CONFIG_FIELDS = DIM_FIELDS
+DRAFT_VOCAB_REQUIRED = False    # the class reads a missing draft_vocab_size as null
+FUSED = {FUSED_KEY: (Q_HALF, KV_HALF)}
+SOURCE_NAMES = (f"{ARCH} (MLA, Kimi-K2.5)", f"{SPECFORGE} (SpecForge MLA)")
+READERS: dict = {}
+CONFIG_DEFAULTS = {"model_type": "deepseek_v3"}  # SGLang reads the config through AutoConfig
 
 
-def config_fields(cfg: dict, layout, where: str) -> tuple[dict, list[Problem]]:
-    """MLA-specific DraftSpec fields and config problems."""
+def config_fields(cfg: dict, release, where: str) -> tuple[dict, list[Problem]]:
+    """MLA dims for DraftSpec.dims, and config problems."""
     P: list[Problem] = []
-    if not getattr(layout, "mla_draft", False):
+    if not release.has(REQUIRES):
         P.append(Problem(E.DRAFT_CLASS, f"{where}: architectures [\"{ARCH}\"] (an MLA EAGLE-3 draft, e.g. Kimi-K2.5's) "
-                                        f"but SGLang {layout.release} has no such class (added in {SINCE}): it would not "
-                                        f"build this draft. Use SGLang >= {SINCE}"))
+                                        f"but SGLang {release.release} has no such class (added in {SINCE}): it would "
+                                        f"not build this draft. Use SGLang >= {SINCE}"))
     bad = [f for f in DIM_FIELDS if not isinstance(cfg.get(f), int) or cfg.get(f) <= 0]
     for f in bad:
         P.append(Problem(E.CONFIG_MISSING, f"{where}: `{f}` missing or not a positive integer — SGLang's MLA draft layer "
@@ -39,8 +54,7 @@ def config_fields(cfg: dict, layout, where: str) -> tuple[dict, list[Problem]]:
     if cfg.get("num_hidden_layers") not in (None, 1):
         P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: num_hidden_layers={cfg.get('num_hidden_layers')}, SGLang's "
                                                    f"{ARCH} has exactly one draft layer"))
-    ec = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
-    if ec.get("norm_before_fc") or cfg.get("norm_before_fc"):
+    if eagle_config(cfg).get("norm_before_fc") or cfg.get("norm_before_fc"):
         P.append(Problem(E.UNSUPPORTED_OPTION, f"{where}: norm_before_fc=true — SGLang's {ARCH} has no input_norm, it "
                                                f"would run a different network than the one trained"))
     fields = {f: cfg.get(f) or 0 for f in DIM_FIELDS}
@@ -48,30 +62,39 @@ def config_fields(cfg: dict, layout, where: str) -> tuple[dict, list[Problem]]:
             "nope": fields["qk_nope_head_dim"], "v_head": fields["v_head_dim"]}, P
 
 
-def release_k(cfg: dict) -> int:
+def aux_count(cfg: dict, ids, release, where: str) -> tuple[int, list[Problem]]:
     """K exactly as the release computes it (num_aux_hidden_states is not read by this class)."""
-    ec = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
-    ids = ec.get("eagle_aux_hidden_state_layer_ids")
+    ids = eagle_config(cfg).get("eagle_aux_hidden_state_layer_ids")
     if ids is None:
         ids = cfg.get("eagle_aux_hidden_state_layer_ids")
-    return len(ids) if isinstance(ids, list) and ids else 3
+    k = len(ids) if isinstance(ids, list) and ids else 3
+    n_aux = cfg.get("num_aux_hidden_states")
+    if n_aux and n_aux != k:
+        return k, [Problem(E.AUX_COUNT, f"{where}: num_aux_hidden_states={n_aux} but SGLang's {ARCH} ignores it "
+                                        f"and builds fc for K={k} (the number of eagle_aux_hidden_state_layer_ids)")]
+    return k, []
+
+
+def option_problems(cfg: dict, release, where: str) -> list[Problem]:
+    return []  # config_fields judges this class's options
 
 
 def layer_shapes(spec) -> dict[str, tuple[int, ...]]:
-    H, n = spec.hidden, spec.n_heads
+    H, n, d = spec.hidden, spec.n_heads, spec.dims
     a, m, L = ATTN, "layers.0.mlp.", "layers.0."
-    return {Q_HALF: (spec.q_lora, 2 * H), a + "q_a_layernorm.weight": (spec.q_lora,),
-            a + "q_b_proj.weight": (n * (spec.nope + spec.rope), spec.q_lora),
-            KV_HALF: (spec.kv_lora + spec.rope, 2 * H), a + "kv_a_layernorm.weight": (spec.kv_lora,),
-            a + "kv_b_proj.weight": (n * (spec.nope + spec.v_head), spec.kv_lora), a + "o_proj.weight": (H, n * spec.v_head),
+    return {Q_HALF: (d["q_lora"], 2 * H), a + "q_a_layernorm.weight": (d["q_lora"],),
+            a + "q_b_proj.weight": (n * (d["nope"] + d["rope"]), d["q_lora"]),
+            KV_HALF: (d["kv_lora"] + d["rope"], 2 * H), a + "kv_a_layernorm.weight": (d["kv_lora"],),
+            a + "kv_b_proj.weight": (n * (d["nope"] + d["v_head"]), d["kv_lora"]), a + "o_proj.weight": (H, n * d["v_head"]),
             m + "gate_proj.weight": (spec.inter, H), m + "up_proj.weight": (spec.inter, H),
             m + "down_proj.weight": (H, spec.inter), L + "input_layernorm.weight": (H,), L + "hidden_norm.weight": (H,),
             L + "post_attention_layernorm.weight": (H,)}
 
 
 def _dims(spec) -> str:
-    return (f"hidden {spec.hidden}, heads {spec.n_heads}, q_lora_rank {spec.q_lora}, kv_lora_rank {spec.kv_lora}, "
-            f"qk_rope_head_dim {spec.rope}, qk_nope_head_dim {spec.nope}, v_head_dim {spec.v_head}")
+    d = spec.dims
+    return (f"hidden {spec.hidden}, heads {spec.n_heads}, q_lora_rank {d['q_lora']}, kv_lora_rank {d['kv_lora']}, "
+            f"qk_rope_head_dim {d['rope']}, qk_nope_head_dim {d['nope']}, v_head_dim {d['v_head']}")
 
 
 def _implied(canon: str, shape: tuple, spec) -> str:
@@ -80,8 +103,9 @@ def _implied(canon: str, shape: tuple, spec) -> str:
         return f"; the checkpoint has kv_lora_rank={shape[0]}"
     if canon.endswith("q_a_layernorm.weight") and len(shape) == 1:
         return f"; the checkpoint has q_lora_rank={shape[0]}"
-    if canon == KV_HALF and len(shape) == 2 and shape[0] > spec.kv_lora:
-        return f"; with kv_lora_rank={spec.kv_lora} the checkpoint has qk_rope_head_dim={shape[0] - spec.kv_lora}"
+    kv_lora = spec.dims["kv_lora"]
+    if canon == KV_HALF and len(shape) == 2 and shape[0] > kv_lora:
+        return f"; with kv_lora_rank={kv_lora} the checkpoint has qk_rope_head_dim={shape[0] - kv_lora}"
     if canon == Q_HALF and len(shape) == 2:
         return f"; the checkpoint has q_lora_rank={shape[0]}"
     return ""
@@ -89,8 +113,8 @@ def _implied(canon: str, shape: tuple, spec) -> str:
 
 def tensor_problem(canon: str, shape: tuple, want: tuple, spec, where: str) -> Problem | None:
     """A precise problem for a wrong-shaped MLA attention tensor; None for tensors this module does not own."""
-    if canon == FUSED:
-        return None
+    if canon in FUSED:
+        return None   # the rules report a pre-fused key with prefused_problem
     if canon in (Q_HALF, KV_HALF) and len(shape) == 2 and shape[1] == spec.hidden and want[1] == 2 * spec.hidden:
         return Problem(E.MLA_INPUT, f"{where}: {canon} is {list(shape)}: it takes 1 x hidden ({spec.hidden}), but the "
                                     f"EAGLE-3 MLA draft layer feeds it cat(embeds, target states) = 2 x hidden "
@@ -103,26 +127,48 @@ def tensor_problem(canon: str, shape: tuple, want: tuple, spec, where: str) -> P
     return None
 
 
-def fused_key_problem(where: str) -> Problem:
-    return Problem(E.UNEXPECTED_WEIGHT, f"{where}: {FUSED} is stored pre-fused; SGLang's {ARCH}.load_weights reads it "
+def to_release(canon: str, release) -> tuple[str | None, Problem | None]:
+    """The release's load_weights maps `layers.0.*` itself in every release."""
+    m = LAYER.match(canon)
+    if m and m.group(1) != "0":
+        return None, Problem(E.UNSUPPORTED_BY_RELEASE, f"{canon}: SGLang's MLA EAGLE-3 draft has exactly one "
+                                                       f"layer", key=canon)
+    return canon, None
+
+
+def reads_num_aux(release) -> bool:
+    return False  # K = len(eagle_aux_hidden_state_layer_ids)
+
+
+def source_format(cfg: dict) -> str | None:
+    archs = cfg.get("architectures") or []
+    if ARCH in archs:
+        return "sglang-mla"     # Kimi-K2.5's published MLA drafts (SGLang's class)
+    if SPECFORGE in archs:
+        return "specforge-mla"  # SpecForge's MLA draft: its own class name, `midlayer.*`, fc over 3 aux states
+    return None
+
+
+def source_key(canon: str, fmt: str) -> tuple[str, str | None]:
+    return canon, None
+
+
+# --- the fused q/kv down-projection (FUSED) ------------------------------------------------------------
+
+def prefused_problem(canon: str, where: str) -> Problem:
+    return Problem(E.UNEXPECTED_WEIGHT, f"{where}: {canon} is stored pre-fused; SGLang's {ARCH}.load_weights reads it "
                                         f"as a kv_a_proj_with_mqa half and drops it silently — convert it (python -m "
                                         f"sglang_eagle3_ext.convert SRC DST splits it into q_a_proj + kv_a_proj_with_mqa)",
-                   key=FUSED)
+                   key=canon)
 
 
-def split_fused(tensor, spec):
-    """(q_a_proj, kv_a_proj_with_mqa) from a pre-fused tensor (rows: q_lora, then kv_lora + rope)."""
-    return tensor[: spec.q_lora].clone(), tensor[spec.q_lora:].clone()
+def split_fused(canon: str, tensor, spec) -> list[tuple[str, object]]:
+    """The halves SGLang fuses itself, from a pre-fused tensor (rows: q_lora, then kv_lora + rope)."""
+    q = spec.dims["q_lora"]
+    return [(Q_HALF, tensor[:q].clone()), (KV_HALF, tensor[q:].clone())]
 
 
 def half_missing_problem(missing: str, present: str, where: str) -> Problem:
     return Problem(E.FUSED_HALF, f"{where}: {missing} missing while {present} is there — SGLang fuses the two into "
                                  f"fused_qkv_a_proj_with_mqa only when both arrive, so the whole q/kv down-projection "
                                  f"would stay uninitialised (silently, in SGLang alone)", key=missing)
-
-
-def fused_halves(present: set[str]) -> tuple[str, str] | None:
-    """(missing, present) when exactly one fused half is there."""
-    if (Q_HALF in present) != (KV_HALF in present):
-        return (KV_HALF, Q_HALF) if Q_HALF in present else (Q_HALF, KV_HALF)
-    return None

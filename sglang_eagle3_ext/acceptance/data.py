@@ -1,0 +1,145 @@
+"""The held-out samples eval runs on, read with the package's own readers: a training export (`hs_{i}.safetensors`
++ the Arrow dataset's loss masks: training/data.py, training/samples.py) or a dump dir (its manifest and sample
+files, checked as `dump export` checks them: dump/export.py).
+
+The held-out split is the one `train` holds out of the same files (the draft's class decides which trainer):
+- Llama (speculators' trainer): rows [int(n * train_ratio), n) with train_ratio = 1 - fraction
+  (`train --train-ratio`, default 0.95);
+- MLA (training/mla_train.py): the last max(1, int(n * fraction)) files.
+A dump dir is taken in sorted id order, the order of `dump export` without --data.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from ..boundary import Refused
+
+
+@dataclasses.dataclass
+class Sample:
+    name: str
+    ids: object        # torch [L] int64
+    aux: object        # torch [L, K*H]
+    mask: list         # [L] 0/1: 1 = a position the target generated (the region anchors come from)
+
+
+@dataclasses.dataclass
+class Source:
+    kind: str                      # "export" or "dump"
+    root: Path
+    n: int
+    layer_ids: list | None         # HF hidden_states indices the states were captured at
+    layers_from: str
+    model_path: str | None         # the target the data was dumped from (its metadata), when recorded
+    _load: object = None
+
+    def load(self, i: int, k: int, hidden: int | None, vocab: int) -> Sample:
+        return self._load(i, k, hidden, vocab)
+
+
+def _refuse(e: Exception, flag: str = "--data") -> Refused:
+    return Refused(f"{flag}: {e}")
+
+
+def _model_path(root: Path, names=("sge3_dump_meta.json", "dump_meta.json")) -> str | None:
+    from ..boundary import BadInput, read_json_file
+
+    for n in names:
+        if (root / n).is_file():
+            try:
+                mp = read_json_file(root / n, "dump metadata").get("model_path")
+            except BadInput:
+                return None
+            return mp if isinstance(mp, str) and mp else None
+    return None
+
+
+def open_source(data) -> Source:
+    """A dump dir (it has dump_meta.json) or a training export (hs_{i}.safetensors files)."""
+    from ..dump.config import META_FILE
+
+    root = Path(data)
+    if not root.is_dir():
+        raise Refused(f"--data {data}: no such directory (a dump dir or a `dump export --to speculators` output)")
+    return _dump_source(root) if (root / META_FILE).is_file() else _export_source(root)
+
+
+def _layer_ids(root: Path):
+    from ..training import data as tdata
+
+    try:
+        ids, src = tdata.read_layer_ids_from_metadata(root)
+    except tdata.TrainDraftError as e:
+        raise _refuse(e) from None
+    return ids, (f"{root}/{src}" if src else "not recorded beside the data")
+
+
+def _export_source(root: Path) -> Source:
+    from ..training import data as tdata
+    from ..training.samples import SampleSpec, load_sample
+
+    try:
+        files = tdata.list_hs_files(tdata.find_hs_dir(root))
+    except tdata.TrainDraftError as e:
+        raise Refused(f"--data {root}: neither a dump dir (no dump_meta.json) nor a training export ({e})") from None
+    masks = tdata._existing_loss_masks(root, len(files))
+    ids, where = _layer_ids(root)
+
+    def load(i, k, hidden, vocab):
+        try:
+            tok, hs = load_sample(files[i], SampleSpec(k + 1, hidden, vocab, f"{k} aux states (the draft's K) + the "
+                                                                             f"final state"))
+            mask = tdata._loss_mask(masks, i, files[i], tok.tolist(), root)
+        except tdata.TrainDraftError as e:
+            raise _refuse(e) from None
+        L = int(tok.shape[0])
+        return Sample(files[i].name, tok, hs[:, :k].reshape(L, -1), mask)
+
+    return Source("export", root, len(files), ids, where, _model_path(root), load)
+
+
+def _dump_source(root: Path) -> Source:
+    from ..dump import export as ex
+    from ..dump.client_files import generated_loss_masks
+    from ..dump.sample_file import T_AUX, T_IDS
+
+    try:
+        ex.require_dump_dir(root)
+        spec = ex.dump_spec(root)
+        recs = ex.ordered_records(root)
+        gen = generated_loss_masks(root)
+    except ex.ExportError as e:
+        raise _refuse(e) from None
+    ids, where = _layer_ids(root)
+
+    def load(i, k, hidden, vocab):
+        if spec.n_aux != k:
+            raise Refused(f"--data {root}: the dump holds {spec.n_aux} aux states per token, the draft takes K={k}")
+        if hidden is not None and spec.hidden != hidden:
+            raise Refused(f"--data {root}: the dump's states are {spec.hidden} wide, the draft's fc takes {hidden}")
+        try:
+            t, _ = ex.read_checked(root, recs[i], dataclasses.replace(spec, vocab=spec.vocab or vocab))
+            mask = ex.loss_mask(recs[i], int(t[T_IDS].shape[0]), gen)
+        except ex.ExportError as e:
+            raise _refuse(e) from None
+        return Sample(recs[i]["id"], t[T_IDS].long(), t[T_AUX], mask)
+
+    return Source("dump", root, len(recs), ids, where, _model_path(root), load)
+
+
+def heldout(n: int, fraction: float, mla: bool) -> tuple[list[int], str]:
+    """(indices, the rule in words) of the samples `train` would not train on."""
+    if fraction >= 1:
+        return list(range(n)), f"all {n} samples (--heldout-fraction 1)"
+    if mla:
+        k = max(1, int(n * fraction)) if n > 1 else 0
+        if not k:
+            return list(range(n)), (f"all {n} sample(s): `train --draft-arch mla` holds none out of a single sample "
+                                    f"(it was trained on)")
+        return list(range(n - k, n)), (f"the last {k} of {n} samples: the validation files `train --draft-arch mla` "
+                                       f"holds out at fraction {fraction:g}")
+    ratio = round(1.0 - fraction, 12)
+    start = int(n * ratio)
+    return list(range(start, n)), (f"rows {start}..{n - 1} of {n}: speculators' validation split under "
+                                   f"`train --train-ratio {ratio:g}`")

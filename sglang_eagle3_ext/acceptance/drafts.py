@@ -1,0 +1,206 @@
+"""A draft (SGLang layout) loaded the way an EAGLE-3 server ends up running it, as a module the simulator drives.
+
+- The same verdict as `check` first (its rules on config, headers, shapes, d2t and the target): a draft SGLang
+  would refuse or mis-load is refused here, naming `sglang-eagle3 check`. A speculators-format draft is refused
+  naming `sglang-eagle3 convert`.
+- Weights through the package's safetensors reader (draft/safetensors_io.py) under their canonical names
+  (draft/keys.py); the module is the layout's SGLang-equal twin: MLA -> training/mla_draft.Eagle3MLADraft (held
+  to SGLang's class by tests/sglang_cpu/test_mla_draft_equiv.py), Llama -> acceptance/llama_draft.py.
+- What the EAGLE worker changes after loading, done here too: the embeddings become the target's when
+  target_hidden_size == hidden_size (set_embed), the lm_head the target's when draft_vocab_size is null and
+  untied (set_embed_and_head), a tied head reads the embeddings; d2t becomes hot_token_id = d2t + arange.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from ..boundary import BadInput, Refused, read_json_file
+
+log = logging.getLogger("sglang_eagle3_ext.acceptance")
+SPECULATORS_HINT = "sglang-eagle3 convert DRAFT OUT, then eval --draft OUT"
+
+
+@dataclasses.dataclass
+class LoadedDraft:
+    model: object              # torch module (LlamaEagle3Draft or Eagle3MLADraft)
+    hot: object                # torch [draft_vocab] target ids of the draft vocab, or None (same vocab)
+    spec: object               # draft.rules.DraftSpec
+    cfg: dict
+    hf_indices: list | None    # HF hidden_states indices a server feeds it
+    hf_from: str
+    notes: list
+
+
+def read_config(draft: Path) -> dict:
+    if not draft.is_dir():
+        raise Refused(f"--draft {draft}: no such directory (the draft's folder: config.json + *.safetensors)")
+    cfg = read_json_file(draft / "config.json", "draft config")
+    if cfg.get("speculators_model_type") or "transformer_layer_config" in cfg:
+        raise Refused(f"--draft {draft}: a speculators-format draft; eval runs the layout SGLang serves: "
+                      f"{SPECULATORS_HINT}")
+    return cfg
+
+
+def _check(draft: Path, target: Path | None) -> None:
+    """`check`'s verdict, headers only (the values are read below and checked finite there)."""
+    from ..draft.check import check_draft
+    from ..versions import SUPPORTED_MAX, installed_version
+
+    rep = check_draft(draft, target, installed_version() or SUPPORTED_MAX, scan_values=False)
+    if rep.errors:
+        more = f" (+{len(rep.errors) - 1} more)" if len(rep.errors) > 1 else ""
+        raise Refused(f"--draft {draft}: SGLang would not serve it as is: {rep.errors[0]}{more}; "
+                      f"`sglang-eagle3 check {draft}{f' --target {target}' if target else ''}` lists every problem")
+
+
+def served_hf_indices(cfg: dict, spec, n_target_layers: int | None) -> tuple[list | None, str]:
+    """The HF hidden_states indices a server captures for this draft (with this package active): the one rule
+    of draft/layers.py (recorded indices, else the release's +1 rule, else SGLang's default)."""
+    from ..draft import layers
+
+    if not (spec.hf_indices or spec.aux_ids) and n_target_layers is None:
+        return None, "the release's default [2, n//2, n-3] (the target's layer count unknown)"
+    try:
+        from ..versions import capabilities
+
+        always = bool(capabilities().CAPTURE_ALWAYS_PLUS_ONE)
+    except Exception:  # noqa: BLE001 - no SGLang here: the newest releases' rule
+        always = False
+    return layers.fed_hf_indices(cfg, n_target_layers or 0, always)
+
+
+def _tensors(draft: Path) -> dict:
+    """{canonical name: torch tensor} of every weight file, through the package's safetensors reader."""
+    import numpy as np
+    import torch
+
+    from ..draft import keys
+    from ..draft.safetensors_io import FLOAT_DTYPES, INT_DTYPES, read_array, scan_headers
+
+    infos, problems = scan_headers(draft)
+    if problems:
+        raise Refused(f"--draft {draft}: {problems[0]}")
+    out = {}
+    for name, info in infos.items():
+        if info.dtype not in FLOAT_DTYPES | INT_DTYPES:
+            raise Refused(f"--draft {draft}: {name} is {info.dtype}; eval reads float and integer weights only")
+        arr = np.array(read_array(info)).reshape(info.shape)
+        out[keys.canonical(name)[0]] = torch.from_numpy(arr)
+    return out
+
+
+def _target_tensors(target: Path | None, need: tuple, why: str) -> dict:
+    if not need:
+        return {}
+    if target is None:
+        raise Refused(f"the draft is served with the target's {why}: pass --target DIR (the target model's folder; "
+                      f"also read from the data's metadata when it names a local folder)")
+    from ..training.target_view import read_tensors
+
+    try:
+        return read_tensors(target, need)
+    except (OSError, ValueError) as e:
+        raise Refused(f"--target {target}: {e}") from None
+
+
+def _module(spec, cfg: dict):
+    if spec.layout == "mla":
+        from ..training.mla_draft import Eagle3MLADraft
+
+        return Eagle3MLADraft(cfg)
+    if spec.layout == "llama":
+        from .llama_draft import LlamaEagle3Draft
+
+        return LlamaEagle3Draft(cfg)
+    raise Refused(f"draft layout {spec.layout!r} ({spec.arch}): eval does not simulate it yet")
+
+
+def _unused(canon: str) -> bool:
+    """A tensor SGLang loads into a parameter its forward never reads (a later layer's input_layernorm)."""
+    from ..draft.keys import LAYER
+
+    m = LAYER.match(canon)
+    return bool(m) and m.group(1) != "0" and m.group(2) == "input_layernorm.weight"
+
+
+def _state_dict(spec, tensors: dict, target: Path | None, notes: list) -> tuple[dict, object]:
+    """The module's weights after the worker's swaps, and hot_token_id (or None)."""
+    import torch
+
+    from ..draft import keys, rules
+    from ..training.target_view import EMBED, HEAD
+
+    sd = {k: v for k, v in tensors.items() if keys.ignored_reason(k, False) is None and k != "d2t"
+          and not _unused(k)}
+    need = ()
+    if spec.embed_from_target:
+        if target is None and "embed_tokens.weight" in sd:
+            notes.append("no target given: the draft's own embed_tokens stand in for the target's, which a server "
+                         "installs (identical when the draft was trained with them frozen, as speculators does)")
+        else:
+            need += (EMBED,)
+    if rules.head_from_target(spec):
+        need += (HEAD,)
+    tt = _target_tensors(target, need, "embeddings" if need == (EMBED,) else "embeddings and lm_head")
+    if EMBED in tt:
+        sd["embed_tokens.weight"] = tt[EMBED]
+    if HEAD in tt:
+        sd["lm_head.weight"] = tt[HEAD]
+    if spec.tie:
+        sd["lm_head.weight"] = sd.get("embed_tokens.weight")
+    d2t = tensors.get("d2t")
+    hot = (d2t.long() + torch.arange(d2t.shape[0])) if d2t is not None else None
+    return sd, hot
+
+
+def load(draft, target=None, device="cpu", dtype=None) -> LoadedDraft:
+    """The draft as served, on `device` in `dtype`; Refused naming the fix when it cannot be."""
+    import torch
+
+    from ..draft import keys, rules
+
+    draft, target = Path(draft), (Path(target) if target else None)
+    cfg = read_config(draft)
+    _check(draft, target)
+    spec, _ = rules.spec_from_config(cfg, keys.installed_layout() if _sglang() else keys.resolve_layout(_newest()))
+    notes: list = []
+    sd, hot = _state_dict(spec, _tensors(draft), target, notes)
+    try:
+        model = _module(spec, cfg)
+    except (BadInput, ValueError) as e:
+        raise Refused(f"--draft {draft}: {e}") from None
+    missing, unexpected = model.load_state_dict({k: v for k, v in sd.items() if v is not None}, strict=False)
+    if missing or unexpected:
+        raise Refused(f"--draft {draft}: weights {sorted(missing)[:3]} missing, {sorted(unexpected)[:3]} not part "
+                      f"of the {spec.arch} eval builds (`sglang-eagle3 check {draft}` should have named this: a bug)")
+    bad = [n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+    if bad:
+        raise Refused(f"--draft {draft}: {bad[0]} holds NaN/Inf values (`sglang-eagle3 check {draft}` names them)")
+    model = model.to(device).eval()
+    for p in model.parameters():      # buffers (RoPE tables) stay fp32, as SGLang keeps its cos/sin cache
+        p.data = p.data.to(dtype or torch.float32)
+    tcfg = _target_config(target)
+    hf, hf_from = served_hf_indices(cfg, spec, tcfg.get("num_hidden_layers") if tcfg else None)
+    return LoadedDraft(model, hot.to(device) if hot is not None else None, spec, cfg, hf, hf_from, notes)
+
+
+def _target_config(target: Path | None) -> dict | None:
+    if target is None:
+        return None
+    from ..server.runtime import language_config
+
+    return dict(language_config(read_json_file(target / "config.json", "target config")))
+
+
+def _sglang() -> bool:
+    from ..versions import installed_version
+
+    return installed_version() is not None
+
+
+def _newest() -> str:
+    from ..versions import SUPPORTED_MAX
+
+    return SUPPORTED_MAX

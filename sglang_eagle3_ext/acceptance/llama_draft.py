@@ -1,0 +1,172 @@
+"""The Llama EAGLE-3 draft as SGLang's `LlamaForCausalLMEagle3` (models/llama_eagle3.py) computes it, in plain
+PyTorch so that it runs anywhere (CPU included) without SGLang's distributed state.
+
+Parameters carry the checkpoint's canonical names (`layers.N.self_attn.q_proj`, ..., `fc`, `norm`, `embed_tokens`,
+`lm_head`: what SGLang's load_weights stacks into qkv_proj / gate_up_proj), so a checkpoint loads by name. The
+math is SGLang's: layer 0 takes cat(input_layernorm(embed), hidden_norm(hidden)) and keeps `hidden` as its
+residual; a later layer takes hidden_norm(hidden + residual) (the fused add); attention is GQA with NeoX RoPE
+(default, linear or llama3 scaling, SGLang's formulas), scale head_dim^-0.5; post_attention_layernorm + SiLU MLP;
+the final norm adds the residual, the state handed to the next draft step is the pre-norm residual (post-norm
+with `norm_output`). tests/sglang_cpu/test_acceptance_equiv.py holds it to SGLang's own class run on CPU.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..boundary import BadInput
+
+ROPE_TYPES = ("default", "linear", "llama3")
+
+
+def _rope_scaling(cfg: dict) -> dict | None:
+    """The scaling dict SGLang's LlamaAttention passes to get_rope (rope_parameters first, as SGLang reads it)."""
+    rs = cfg.get("rope_parameters") or cfg.get("rope_scaling")
+    if not rs:
+        return None
+    kind = rs.get("rope_type") or rs.get("type") or "default"
+    if kind not in ROPE_TYPES or "mrope_section" in rs:
+        raise BadInput("draft config.json: rope scaling",
+                       f"{kind!r} is not one eval reproduces (it does {', '.join(ROPE_TYPES)}); evaluate the draft "
+                       f"by serving it")
+    return None if kind == "default" else dict(rs, rope_type=kind)
+
+
+def _theta(cfg: dict) -> float:
+    rp = cfg.get("rope_parameters") or {}
+    return float(rp.get("rope_theta") or cfg.get("rope_theta") or 10000.0)
+
+
+def inv_freq(cfg: dict, dim: int) -> tuple[torch.Tensor, float]:
+    """(inverse frequencies [dim/2], position divisor) as SGLang's RotaryEmbedding / Llama3RotaryEmbedding /
+    LinearScalingRotaryEmbedding build them."""
+    inv = 1.0 / (_theta(cfg) ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+    rs = _rope_scaling(cfg)
+    if rs is None:
+        return inv, 1.0
+    factor = float(rs.get("factor", 1.0))
+    if rs["rope_type"] == "linear":
+        return inv, factor
+    low, high = float(rs.get("low_freq_factor", 1.0)), float(rs.get("high_freq_factor", 4.0))
+    orig = float(rs.get("original_max_position_embeddings") or cfg.get("max_position_embeddings") or 8192)
+    wave = 2 * math.pi / inv
+    smooth = (orig / wave - low) / (high - low) if low != high else 0
+    scaled = torch.where(wave < orig / high, inv,
+                         torch.where(wave > orig / low, inv / factor, (1 - smooth) * inv / factor + smooth * inv))
+    return scaled, 1.0
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """NeoX rotation (halves), in fp32 like SGLang's fp32 cos/sin cache, cast back."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half].float(), x[..., half:].float()
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    """SGLang's RMSNorm.forward_native without a residual: fp32 statistics, weight in fp32, cast back."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight.float()).to(x.dtype)
+
+
+class MLP(nn.Module):
+    def __init__(self, h: int, inter: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(h, inter, bias=False)
+        self.up_proj = nn.Linear(h, inter, bias=False)
+        self.down_proj = nn.Linear(inter, h, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: dict, width: int):
+        super().__init__()
+        h = int(cfg["hidden_size"])
+        self.heads = int(cfg["num_attention_heads"])
+        self.kv_heads = int(cfg.get("num_key_value_heads") or self.heads)
+        self.head_dim = int(cfg.get("head_dim") or h // self.heads)
+        self.q_proj = nn.Linear(width, self.heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(width, self.kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(width, self.kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=False)
+        self.scale = self.head_dim ** -0.5
+        inv, self.pos_div = inv_freq(cfg, self.head_dim)
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def qkv(self, x: torch.Tensor, positions: torch.Tensor):
+        """x [T, width] -> q [heads, T, d], k and v [kv_heads, T, d] (RoPE applied to q and k)."""
+        T = x.shape[0]
+        q = self.q_proj(x).view(T, self.heads, self.head_dim)
+        k = self.k_proj(x).view(T, self.kv_heads, self.head_dim)
+        v = self.v_proj(x).view(T, self.kv_heads, self.head_dim)
+        freqs = torch.outer(positions.float() / self.pos_div, self.inv_freq)
+        cos, sin = freqs.cos()[:, None], freqs.sin()[:, None]
+        return _rotate(q, cos, sin).transpose(0, 1), _rotate(k, cos, sin).transpose(0, 1), v.transpose(0, 1)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: dict, first: bool):
+        super().__init__()
+        h, eps = int(cfg["hidden_size"]), float(cfg.get("rms_norm_eps", 1e-6))
+        self.self_attn = Attention(cfg, 2 * h if first else h)
+        self.mlp = MLP(h, int(cfg["intermediate_size"]))
+        if first:     # later layers build one too in SGLang, but never use it
+            self.input_layernorm = RMSNorm(h, eps)
+        self.hidden_norm = RMSNorm(h, eps)
+        self.post_attention_layernorm = RMSNorm(h, eps)
+
+
+def _unsupported(cfg: dict) -> str | None:
+    if (cfg.get("hidden_act") or "silu") != "silu":
+        return f"hidden_act {cfg['hidden_act']!r} (SGLang's EAGLE-3 drafts use silu)"
+    if float(cfg.get("partial_rotary_factor") or 1) != 1:
+        return "partial_rotary_factor != 1"
+    if cfg.get("attention_bias") or cfg.get("bias"):
+        return "attention/fc bias (SGLang then builds an o_proj bias no checkpoint key fills)"
+    if cfg.get("rope_is_neox_style") is False:
+        return "rope_is_neox_style false"
+    if cfg.get("norm_before_fc") or (cfg.get("eagle_config") or {}).get("norm_before_fc"):
+        return "norm_before_fc (SGLang 0.5.18+ input_norm)"
+    return None
+
+
+class LlamaEagle3Draft(nn.Module):
+    """State-dict keys = the canonical checkpoint names of a LlamaForCausalLMEagle3 draft (draft/keys.canonical)."""
+
+    def __init__(self, cfg: dict):
+        super().__init__()
+        why = _unsupported(cfg)
+        if why:
+            raise BadInput("draft config.json", f"{why}: eval does not reproduce it; evaluate the draft by serving it")
+        self.cfg = cfg
+        h, eps = int(cfg["hidden_size"]), float(cfg.get("rms_norm_eps", 1e-6))
+        target_h = int(cfg.get("target_hidden_size") or h)
+        ids = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+        self.n_aux = int(cfg.get("num_aux_hidden_states") or (len(ids) if ids else 3))
+        self.embed_tokens = nn.Embedding(int(cfg["vocab_size"]), h)
+        self.fc = nn.Linear(target_h * self.n_aux, h, bias=False)
+        self.fc_norm = (nn.ModuleList(RMSNorm(target_h, eps) for _ in range(self.n_aux))
+                        if cfg.get("fc_norm") or cfg.get("use_aux_norm") else None)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i == 0) for i in range(int(cfg["num_hidden_layers"])))
+        self.norm = RMSNorm(h, eps)
+        self.norm_output = bool(cfg.get("norm_output", False))
+        rows = int(cfg.get("draft_vocab_size") or cfg["vocab_size"])
+        self.lm_head = nn.Linear(h, rows, bias=False)
+
+    def project(self, target_states: torch.Tensor) -> torch.Tensor:
+        """[T, K*H_target] -> [T, H]: fc (after the per-chunk fc_norm when configured), as SGLang's LlamaModel."""
+        if self.fc_norm is not None:
+            chunks = target_states.chunk(self.n_aux, dim=-1)
+            target_states = torch.cat([n(c) for n, c in zip(self.fc_norm, chunks)], -1)
+        return self.fc(target_states)

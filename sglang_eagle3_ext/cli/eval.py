@@ -1,0 +1,106 @@
+"""`sglang-eagle3 eval --draft DIR --data DIR [--steps 3] [--url URL]`: a draft's served accept length, predicted
+offline.
+
+Runs the draft on held-out samples of a dump (or a training export) exactly as SGLang's EAGLE-3 worker runs it
+with --speculative-eagle-topk 1 -- the first draft step on the target's captured states, later steps on the
+draft's own states and tokens, d2t applied, greedy acceptance against the target's recorded tokens -- and
+reports P(draft token k accepted | tokens < k accepted), the accept length as SGLang reports it, and, with
+--url, the figure a running server gives on the same prompts. The held-out split is the one `train` holds out
+of the same files. Exit 0, or 2 on bad input (one line naming the input and the fix).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEFAULT_STEPS = 3
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import common as cli_common
+    from ..acceptance.evaluate import DTYPES
+
+    p = cli_common.parser("eval", cli_common.doc_description(__doc__, paragraphs=2))
+    p.add_argument("--draft", required=True, help="the draft's folder, in the layout SGLang serves (a speculators "
+                   "checkpoint: `sglang-eagle3 convert` it first)")
+    p.add_argument("--data", required=True, help="a dump dir (dump_meta.json + manifests) or a training export "
+                   "(hs_{i}.safetensors, `dump export --to speculators`)")
+    p.add_argument("--target", default=None, help="the target model's folder: its embeddings (and lm_head when the "
+                   "draft shares it), as a server installs them (default: the model path the data records)")
+    p.add_argument("--steps", type=cli_common.positive_int, default=DEFAULT_STEPS,
+                   help="--speculative-num-steps of the server to predict")
+    p.add_argument("--topk", type=cli_common.positive_int, default=1,
+                   help="--speculative-eagle-topk (only 1 is simulated)")
+    p.add_argument("--draft-tokens", type=cli_common.positive_int, default=None,
+                   help="--speculative-num-draft-tokens (with topk 1: steps + 1, the default)")
+    p.add_argument("--heldout-fraction", type=_fraction, default=0.05,
+                   help="the share `train` holds out (1 - train's --train-ratio); 1: every sample")
+    p.add_argument("--samples", type=cli_common.positive_int, default=None,
+                   help="evaluate at most this many held-out samples (the first ones); default: all")
+    p.add_argument("--device", default=None, help="torch device (default: cuda when there is one, else cpu)")
+    p.add_argument("--dtype", choices=DTYPES, default="bf16", help="weights and activations (bf16: as served)")
+    p.add_argument("--batch-tokens", type=cli_common.positive_int, default=8192, help="tokens simulated at once")
+    p.add_argument("--url", default=None, help="a running EAGLE-3 server of this draft: send it the same held-out "
+                   "prompts and report its accept length beside the prediction")
+    p.add_argument("--concurrency", type=cli_common.positive_int, default=8, help="requests in flight with --url")
+    p.add_argument("--timeout", type=cli_common.positive_float, default=300.0,
+                   help="seconds for each request with --url")
+    cli_common.add_json_out(p, "the report")
+    cli_common.add_verbosity(p, quiet="no progress lines")
+    return p
+
+
+def _check_json(dest: str | None) -> None:
+    from pathlib import Path
+
+    from .common import CliError
+
+    if not dest or dest == "-":
+        return
+    p = Path(dest)
+    if p.is_dir():
+        raise CliError(f"--json {dest}: is a folder; give a file path")
+    if not p.parent.is_dir():
+        raise CliError(f"--json {dest}: no folder {p.parent}; create it or give another path")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import common as cli_common
+    from ..acceptance.evaluate import Options, evaluate, render
+    from ..boundary import BadInput, Refused
+    from .output import library_output
+
+    a = cli_common.finish(build_parser(), "eval").parse_args(argv)
+    say = None if a.quiet or a.json == "-" else (lambda m: print(f"eval: {m}", file=sys.stderr, flush=True))
+    opts = Options(draft=a.draft, data=a.data, target=a.target, steps=a.steps, topk=a.topk,
+                   draft_tokens=a.draft_tokens, heldout_fraction=a.heldout_fraction, samples=a.samples,
+                   device=a.device, dtype=a.dtype, url=a.url, concurrency=a.concurrency, timeout=a.timeout,
+                   batch_tokens=a.batch_tokens, say=say)
+    try:
+        _check_json(a.json)
+        with library_output(a.verbose):
+            rep = evaluate(opts)
+    except (Refused, BadInput) as e:   # names the input and the fix
+        print(cli_common.error_line("eval", str(e).replace("\n", " ")), file=sys.stderr)
+        return getattr(e, "code", cli_common.EXIT_BAD_INPUT)
+    if a.json:
+        cli_common.write_json(a.json, rep)
+    if a.json != "-":
+        print(render(rep))
+    return cli_common.EXIT_OK
+
+
+if __name__ == "__main__":
+    from .common import run_tool
+
+    sys.exit(run_tool("eval", main))

@@ -1,0 +1,62 @@
+"""`sglang-eagle3 swap --url URL --draft DIR`: a new EAGLE-3 draft into a running server, without a restart.
+
+The draft is checked here first with the rules the server applies (those of start-up: layout, every tensor's
+shape and value, d2t, the target; and those of a swap: built as the served draft, fed the HF indices the target
+captures now), then sent through SGLang's /update_weights_from_disk route: the server lets the requests in flight
+finish, holds new ones back, checks the draft again on every TP rank and loads it into the served draft's
+parameters in place. On any refusal the old draft keeps serving. The pause printed is the request's wall time.
+
+The server must run with this package active (SGLANG_EAGLE3_EXT=1 or `sglang-eagle3 launch`) on SGLang 0.5.14+.
+Exit 0 swapped; 2 refused (the reason in one line: a bad draft, or a server that cannot take it) or bad input.
+"""
+from __future__ import annotations
+
+import sys
+
+
+def build_parser():
+    from . import common as cli_common
+
+    p = cli_common.parser("swap", cli_common.doc_description(__doc__, paragraphs=3))
+    p.add_argument("--url", required=True, help="the running EAGLE-3 server (e.g. http://127.0.0.1:30000)")
+    p.add_argument("--draft", required=True, help="the new draft's folder, in the layout SGLang serves; the server "
+                   "reads it, so it must be on the server's machine too")
+    p.add_argument("--timeout", type=cli_common.positive_float, default=600.0,
+                   help="seconds for the whole swap request (requests in flight finish first)")
+    p.add_argument("--no-local-check", dest="local_check", action="store_false", default=True,
+                   help="the folder exists on the server's machine only (an absolute path there): send it unchecked "
+                        "here; the server applies the same rules (default: checked here first)")
+    cli_common.add_json_out(p, "the report")
+    cli_common.add_verbosity(p, quiet="no progress lines")
+    return cli_common.finish(p, "swap")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import common as cli_common
+    from ..boundary import BadInput, Refused
+    from ..draft.swap_client import Options, SwapRefused, render, swap
+    from .output import library_output
+
+    a = build_parser().parse_args(argv)
+    say = None if a.quiet or a.json == "-" else (lambda m: print(f"swap: {m}", file=sys.stderr, flush=True))
+    opts = Options(url=a.url, draft=a.draft, timeout=a.timeout, local_check=a.local_check, say=say)
+    try:
+        with library_output(a.verbose):
+            rep = swap(opts)
+    except (Refused, BadInput) as e:   # names the draft or the server and the problem
+        if a.json:
+            cli_common.write_json(a.json, getattr(e, "report", None) or
+                                  {"url": a.url, "draft": a.draft, "ok": False, "error": str(e)})
+        print(cli_common.error_line("swap", str(e).replace("\n", " ")), file=sys.stderr)
+        return getattr(e, "code", cli_common.EXIT_BAD_INPUT)
+    if a.json:
+        cli_common.write_json(a.json, rep)
+    if a.json != "-":
+        print(render(rep))
+    return cli_common.EXIT_OK
+
+
+if __name__ == "__main__":
+    from .common import run_tool
+
+    sys.exit(run_tool("swap", main))

@@ -1,0 +1,84 @@
+"""Which target hidden states an EAGLE-3 draft is fed: the one place for the layer-id rules.
+
+Convention (transformers' `output_hidden_states`): HF index i = input of decoder layer i = output of layer
+i-1 (0 = embeddings). SGLang's DeepseekV2Model / LlamaModel loop index i captures the input of layer i, so
+`layers_to_capture` holds HF indices. Two rules live here, used by the dump, training, the loader's
+capture-layer patch, `convert` and `check`:
+
+- the default aux layers when nobody names them (`default_layers`);
+- the release's +1 rule: what `set_eagle3_layers_to_capture(ids)` makes SGLang capture (`release_capture`),
+  and its inverse, the ids that make an unpatched release capture given HF indices (`release_aux_ids`).
+"""
+from __future__ import annotations
+
+# The draft config field (inside `eagle_config`) holding the HF indices the draft was trained on.
+HF_INDICES_FIELD = "hf_hidden_state_indices"
+# SGLang's own field (inside `eagle_config`): ids that its +1 rule turns into HF indices.
+AUX_IDS_FIELD = "eagle_aux_hidden_state_layer_ids"
+
+
+def sglang_default_layers(num_layers: int) -> list[int]:
+    """What SGLang captures for a draft whose config names no layer ids: [2, n//2, n-3] (its
+    set_eagle3_layers_to_capture(None), every release; loop indices = HF indices)."""
+    return [2, num_layers // 2, num_layers - 3]
+
+
+def default_layers(num_layers: int) -> list[int]:
+    """The aux layers a dump captures and a draft is trained on when none are named: SGLang's default
+    ([2, 30, 58] for 61 layers, speculators' too). Where that gives no three distinct increasing ids
+    (n < 7, test models) SGLang's default cannot feed a three-state draft at all, so [1, n//2, n-1]:
+    the draft records them (HF_INDICES_FIELD) and the capture-layer patch serves exactly those."""
+    ids = sglang_default_layers(num_layers)
+    if not ids[0] < ids[1] < ids[2]:
+        ids = [1, num_layers // 2, num_layers - 1]
+    return ids
+
+
+def release_capture(ids, always_plus_one: bool) -> list[int]:
+    """The HF indices SGLang captures for `set_eagle3_layers_to_capture(ids)`: every id + 1 on releases that
+    always add it (<= 0.5.10: `always_plus_one`), from 0.5.14 only when ids[0] == 1, else the ids as they are."""
+    ids = [int(i) for i in ids]
+    return [i + 1 for i in ids] if always_plus_one or (ids and ids[0] == 1) else ids
+
+
+def release_aux_ids(hf_indices, layout) -> tuple[list[int], str | None]:
+    """eagle_aux_hidden_state_layer_ids that make an unpatched release (`layout`: its release name and
+    capture_always_plus_one) capture `hf_indices`, and a warning when no such ids exist for that release."""
+    hf = [int(i) for i in hf_indices]
+    if layout.capture_always_plus_one:
+        if min(hf, default=1) >= 1:
+            return [i - 1 for i in hf], None
+        from ..versions import capabilities_for_version, layer0_refusal
+
+        return hf, layer0_refusal(capabilities_for_version(layout.release)) or (
+            f"SGLang {layout.release} adds 1 to every id, so HF index 0 cannot be expressed; serve with "
+            f"sglang_eagle3_ext active")
+    if release_capture(hf, False) == hf:
+        return hf, None
+    return hf, (f"SGLang {layout.release} adds 1 to ids starting with 1, so HF indices {hf} are only captured "
+                f"exactly with sglang_eagle3_ext active (it reads {HF_INDICES_FIELD})")
+
+
+def recorded_hf_indices(draft_cfg: dict | None) -> list | None:
+    """The HF indices a draft's config records (HF_INDICES_FIELD), as written; None when it records none."""
+    ec = (draft_cfg or {}).get("eagle_config") or {}
+    return ec.get(HF_INDICES_FIELD) if isinstance(ec, dict) else None
+
+
+def fed_hf_indices(draft_cfg: dict, num_layers: int, always_plus_one: bool,
+                   where: str = "draft config") -> tuple[list[int], str]:
+    """(HF indices the served draft is fed, why): its recorded indices (the capture-layer patch serves exactly
+    those), else the release's +1 rule on its ids, else SGLang's default for a target of `num_layers`.
+    BadInput naming `where` when the config holds something else than lists of indices there."""
+    from ..boundary import check_type, list_of
+
+    ec = check_type(draft_cfg.get("eagle_config") or {}, dict, f"{where}: eagle_config")
+    hf = ec.get(HF_INDICES_FIELD)
+    if hf:
+        return list(list_of(hf, int, f"{where}: eagle_config.{HF_INDICES_FIELD}", minimum=0)), \
+            f"eagle_config.{HF_INDICES_FIELD}"
+    ids = ec.get(AUX_IDS_FIELD)
+    if not ids:
+        return sglang_default_layers(num_layers), "no layer ids, SGLang's default"
+    list_of(ids, int, f"{where}: eagle_config.{AUX_IDS_FIELD}", minimum=0)
+    return release_capture(ids, always_plus_one), f"{AUX_IDS_FIELD}={list(ids)} under this release's +1 rule"

@@ -1,0 +1,118 @@
+"""What one draft-training run is asked to do (`TrainOptions`), and how it writes its output folder.
+
+The `train` command line builds these from its flags; a Python caller (or a launcher of its own) builds them
+directly. Field names are the flags' (`--ttt-steps` -> `ttt_steps`), and so are the messages of `check()`."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+from .report import TrainDraftError
+
+DEFAULT_EPOCHS = 10
+RUN_DIR = "_speculators_run"
+OPTIMIZERS = ("muon", "adamw")
+SCHEDULERS = ("linear", "cosine", "none")
+DEVICES = ("cuda", "cpu")
+LOSS_IMPLS = ("fused", "eager")
+ATTN_IMPLS = ("simple_flex_attention", "sdpa", "eager")
+# (fields, minimum, None allowed): the integer settings
+_INTEGERS = ((("num_layers", "ttt_steps", "total_seq_len", "log_every"), 1, False),
+             (("epochs", "steps", "draft_vocab_size", "intermediate_size", "head_dim", "max_position_embeddings",
+               "global_batch", "world_size"), 1, True),
+             (("num_workers", "seed"), 0, False), (("warmup_steps",), 0, True))
+_CHOICES = (("optimizer", OPTIMIZERS), ("scheduler", SCHEDULERS), ("loss_impl", LOSS_IMPLS), ("attn_impl", ATTN_IMPLS),
+            ("device", DEVICES))
+# what a train --out held before outputs carried outdir.MARKER: replaceable with --force
+_LEGACY_OUTPUT = {"config.json", "model.safetensors", RUN_DIR, "train_summary.json", "generation_config.json"}
+
+
+@dataclasses.dataclass
+class TrainOptions:
+    """One training run: the inputs, the output folder, the draft layout and the trainer's settings."""
+    data: str | Path                      # hs_{i}.safetensors (or DATA/hidden_states/ with them)
+    target: str | Path                    # the target's local HF directory (config + safetensors)
+    out: str | Path                       # a new or empty folder, or an earlier output of train with force
+    force: bool = False
+    draft_arch: str = "llama"             # a key of training.train.ROUTES
+    epochs: int | None = None             # None: DEFAULT_EPOCHS, or as many as steps needs
+    steps: int | None = None
+    lr: float = 1e-3
+    optimizer: str = "adamw"
+    scheduler: str = "cosine"
+    warmup_steps: int | None = None       # None: speculators' own
+    device: str | None = None             # None: cuda when available
+    layer_ids: str | list[int] | None = None   # "1,2,3" or [1, 2, 3]; None: the data's metadata, else default
+    draft_vocab_size: int | None = None   # None: the target's full vocabulary
+    num_layers: int = 1
+    intermediate_size: int | None = None
+    head_dim: int | None = None
+    max_position_embeddings: int | None = None
+    ttt_steps: int = 3
+    total_seq_len: int = 8192
+    train_ratio: float = 0.95
+    loss_fn: str | None = None
+    loss_impl: str = "fused"
+    attn_impl: str = "simple_flex_attention"
+    num_workers: int = 4
+    seed: int = 0
+    log_every: int = 10
+    min_val_acc: float = 0.05             # <= this validation accuracy fails the run (0: never)
+    keep_checkpoints: bool = False
+    global_batch: int | None = None       # micro-batches per optimizer step over all ranks; None: one per rank
+    resume: bool = False                  # continue from the checkpoint in `out` (nothing there: start afresh)
+    dry_run: bool = False                 # return the plan (sizes, memory per rank) without training
+    device_memory_gib: float | None = None   # the plan's memory budget per rank; None: the device's own
+    world_size: int | None = None         # the plan's ranks; None: torchrun's WORLD_SIZE, else 1
+
+    def check(self) -> None:
+        """TrainDraftError naming the first setting out of its range (the command line's types already
+        refuse these; a Python caller gets the same rules)."""
+        for names, minimum, optional in _INTEGERS:
+            for name in names:
+                _need_int(self, name, minimum, optional)
+        for name, choices in _CHOICES:
+            v = getattr(self, name)
+            if v not in choices and not (name == "device" and v is None):
+                raise TrainDraftError(f"{_flag(name)} {v!r}: expected one of {', '.join(choices)}")
+        if not _finite(self.lr) or self.lr <= 0:
+            raise TrainDraftError(f"--lr {self.lr!r}: expected a finite number > 0")
+        if not _finite(self.train_ratio) or not 0 < self.train_ratio <= 1:
+            raise TrainDraftError(f"--train-ratio {self.train_ratio!r}: expected a finite number in (0, 1]")
+        if not isinstance(self.min_val_acc, (int, float)) or isinstance(self.min_val_acc, bool):
+            raise TrainDraftError(f"--min-val-acc {self.min_val_acc!r}: expected a number")
+        gib = self.device_memory_gib
+        if gib is not None and (not _finite(gib) or gib <= 0):
+            raise TrainDraftError(f"--device-memory-gib {gib!r}: expected a finite number > 0")
+        for name in ("force", "resume", "dry_run", "keep_checkpoints"):
+            if not isinstance(getattr(self, name), bool):
+                raise TrainDraftError(f"{_flag(name)} {getattr(self, name)!r}: expected True or False")
+
+    def output_rule(self) -> dict:
+        """How train writes --out (files/outdir.py): never into or around its inputs; an earlier output only
+        with --force."""
+        return dict(tool="train", flag="--out", replace=bool(self.force or self.resume), legacy=_legacy_output,
+                    inputs=[("target (--target)", self.target), ("data (--data)", self.data)])
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _need_int(opts: TrainOptions, name: str, minimum: int, optional: bool) -> None:
+    v = getattr(opts, name)
+    if v is None and optional:
+        return
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        raise TrainDraftError(f"{_flag(name)} {v!r}: expected an integer >= {minimum}")
+
+
+def _legacy_output(d: Path) -> bool:
+    names = {p.name for p in d.iterdir()}
+    return {"config.json", "model.safetensors"} <= names and bool(names & {RUN_DIR, "train_summary.json"}) \
+        and names <= _LEGACY_OUTPUT

@@ -1,0 +1,280 @@
+"""The Llama route of draft training (`TrainOptions.draft_arch == "llama"`): a small EAGLE-3 draft trained by
+the speculators library's own trainer from offline hidden-state files.
+
+How it trains: with speculators' **own trainer**.  ``speculators.train.cli.main`` (what
+``speculators train`` runs) is called with a ``TrainConfig`` resolved from its own flag parser,
+so model construction (``Eagle3DraftModel.from_training_args`` + ``load_verifier_weights``),
+the vocab mapping (``parse_vocab_mappings`` -> ``build_vocab_mappings_from_distribution``), the
+data pipeline (``ArrowDataset`` + ``FileTransfer`` + ``shift_batch`` + multipack sampler), the
+losses (``speculators.losses``) and the ``Trainer`` loop are all speculators' code.  It runs
+offline on one GPU without vLLM: the hidden states already exist as files, and
+``--on-missing raise`` means no sample ever triggers on-demand generation.
+
+What speculators needs besides the ``hs_{i}.safetensors`` files, and how this module supplies it:
+
+* an Arrow dataset (``datasets.load_from_disk(data_path)``) with ``input_ids``, ``loss_mask``
+  and ``seq_len`` whose row i matches ``hs_i`` (it checks the token ids).  Built here from
+  the files' ``token_ids`` in ``OUT/_speculators_run/data``; the loss mask is taken from an
+  Arrow dataset already in DIR (as ``python -m sglang_eagle3_ext.dump`` exports it) when its
+  token ids match, else all ones.  ``--hidden-states-path`` points at the files in place.
+* the verifier (``--verifier-name-or-path`` = TARGET_DIR): its config (vocab, hidden size,
+  layer count) and three tensors ``embed_tokens.weight``, ``lm_head.weight``,
+  ``model.norm.weight`` (speculators reads them by suffix; the target's last-slot state is
+  normed with ``model.norm`` and projected with ``lm_head`` to get the teacher distribution).
+  No tokenizer is needed because ``--mask-token-id 0`` is passed (EAGLE-3 does not use it).
+* for ``--draft-vocab-size`` < the target vocab: a token-frequency file ``token_freq.pt``
+  (counted here over the loss-masked ``token_ids``); speculators' own ``_generate_vocab_mappings``
+  turns it into ``d2t``/``t2d`` (top-N most frequent tokens).  With the full vocab speculators
+  stores no ``d2t``/``t2d`` at all (``use_draft_vocab`` is False): the converter must treat a
+  missing mapping as the identity.
+* the layer ids (``eagle_aux_hidden_state_layer_ids``, HF ``output_hidden_states`` indices):
+  ``--layer-ids``, else a metadata json in DIR (``metadata.json``/``sge3_dump_meta.json``/
+  ``dump_meta.json``, keys ``hf_hidden_state_indices``/``layer_indices_hf``/...), else
+  speculators' default ``[2, n//2, n-3]``; checked against the files' slot count.
+
+Small adaptations, all outside the math (a ``Trainer`` subclass swapped in for the call, see
+training/speculators_patches.py):
+
+* ``Trainer.setup_model`` does ``model.to(local_rank)`` (an int -> an accelerator) and its step
+  timer calls ``torch.accelerator.synchronize()``; both raise on a CPU-only torch.  On CPU the
+  model is placed on ``cpu`` first and ``synchronize`` is a no-op for the duration of the call
+  (restored afterwards).  Nothing changes on CUDA.
+* ``--steps`` is mapped onto whole epochs (the stock loop with ``max_steps`` and too many
+  epochs still runs one step per remaining epoch); per-epoch checkpoints are only written after
+  the first and last epoch (``--keep-checkpoints`` keeps them under ``OUT/_speculators_run``).
+* progress is printed from speculators' own metric records (``speculators.metrics`` logger):
+  step, loss (summed over the TTT steps), accuracy per TTT step (``full_acc_k``), tokens/s;
+  the final ``DONE`` line reports ``train_acc`` = mean ``full_acc_0`` over the last 10% of steps
+  (plus the validation accuracy of the last epoch).  ``OUT/_speculators_run/summary.json``
+  keeps the numbers.
+* the final model is written to OUT by the model's own ``save_pretrained`` with a bf16 state
+  dict, exactly as speculators' ``SingleGPUCheckpointer`` writes its epoch checkpoints
+  (``architectures`` is ``["Eagle3DraftModel"]``, the 0.9 class name; the format marker is
+  ``speculators_model_type: eagle3``).  ``Eagle3DraftModel.from_pretrained(OUT)`` reloads it.
+* The draft decoder config is written here (``--draft-config``) instead of being synthesized by
+  speculators from the verifier: the synthesized one copies DeepSeek's MoE/YaRN settings and
+  makes every layer sliding-window (2048), which SGLang's Llama EAGLE-3 draft does not have.
+  Ours: Llama, hidden = target hidden, 1 layer, full attention, head_dim 128 (64 if it does
+  not divide), plain RoPE with the target's ``rope_theta``, ``max_position_embeddings`` =
+  max(target's, 8192) (a 2048 clamp is a known acceptance collapse).  The draft options that
+  SGLang lacks or only some releases have are off: ``norm_before_residual`` (SGLang never has
+  it), ``norm_before_fc``, ``fc_norm``, ``norm_output`` -- a classic EAGLE-3 head every
+  supported release serves.
+
+``--draft-arch mla`` trains SGLang's MLA EAGLE-3 layout for DeepSeek/Kimi targets
+(``Eagle3DeepseekV2ForCausalLM``) with our own loop instead (training/mla_train.py: a PyTorch twin of
+SGLang's class, same loss kind, checkpoint in the layout SGLang's load_weights reads). A Kimi-K2.5 wrapper
+target (``model_type: kimi_k25``) works for both: its ``text_config`` is the target config, and speculators
+gets a verifier view of it (training/target_view.py).
+
+What is refused before training, by name: an ``--out`` that is a symlink, is or holds or lies inside
+``--target``/``--data``, or holds anything but an earlier output of train (that one only with ``--force``;
+files/outdir.py: the output is built beside OUT and renamed into place); a sample file that is not finite,
+integer token ids in the target's vocab and states ``[L, K+1, H]`` (training/samples.py, every file is read
+once first); a target whose embed / lm_head / norm are not finite. A run whose draft weights end non-finite
+saves nothing.
+
+CPU runs (tests): fp32 hidden states (autocast is CUDA-only), SDPA attention (flex attention
+and the Triton fused loss are GPU paths), eager loss.  GPU defaults: bf16, speculators'
+``simple_flex_attention``, fused (Triton) loss, ``torch.compile`` of the forward (speculators
+does that itself whenever CUDA is available).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from .data import find_hs_dir, list_hs_files, parse_layer_ids, prepare_data, read_layer_ids_from_metadata
+from .options import TrainOptions
+from .report import TrainDraftError, require_learned, say
+
+
+def draft_layer_config(target_cfg: dict, *, num_layers: int = 1, intermediate_size: int | None = None,
+                       head_dim: int | None = None, num_kv_heads: int | None = None,
+                       max_position_embeddings: int | None = None) -> dict:
+    """A plain Llama decoder config for the draft (see the module docstring for the choices)."""
+    hidden = int(target_cfg["hidden_size"])
+    if head_dim is None:
+        head_dim = next((d for d in (128, 64) if hidden % d == 0), None)
+        if head_dim is None:
+            heads = int(target_cfg.get("num_attention_heads") or 1)
+            head_dim = hidden // heads
+    if hidden % head_dim:
+        raise TrainDraftError(f"head_dim {head_dim} does not divide hidden_size {hidden}")
+    heads = hidden // head_dim
+    kv = num_kv_heads or heads
+    if heads % kv:
+        raise TrainDraftError(f"num_key_value_heads {kv} does not divide num_attention_heads {heads}")
+    inter = intermediate_size or int(target_cfg.get("intermediate_size") or 3 * hidden)
+    rope_theta = float(target_cfg.get("rope_theta")
+                       or (target_cfg.get("rope_parameters") or {}).get("rope_theta") or 10000.0)
+    mpe = max_position_embeddings or max(int(target_cfg.get("max_position_embeddings") or 0), 8192)
+    return {
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"],
+        "vocab_size": int(target_cfg["vocab_size"]), "hidden_size": hidden, "intermediate_size": inter,
+        "num_hidden_layers": num_layers, "num_attention_heads": heads, "num_key_value_heads": kv,
+        "head_dim": head_dim, "hidden_act": "silu", "max_position_embeddings": mpe,
+        "initializer_range": float(target_cfg.get("initializer_range") or 0.02),
+        "rms_norm_eps": float(target_cfg.get("rms_norm_eps") or 1e-6),
+        "rope_theta": rope_theta, "rope_parameters": {"rope_type": "default", "rope_theta": rope_theta},
+        "rope_scaling": None, "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
+        "use_sliding_window": False, "sliding_window": None, "layer_types": ["full_attention"] * num_layers,
+        "pad_token_id": None,
+    }
+
+
+def _speculators():
+    try:
+        import speculators  # noqa: F401
+        from speculators.train import cli as spec_cli
+        from speculators.train.config import TrainConfig
+    except ImportError as e:  # pragma: no cover - environment problem
+        raise TrainDraftError(f"the speculators library is needed (pip install speculators): {e}") from e
+    return spec_cli, TrainConfig
+
+
+def _work_dir(out: Path) -> Path:
+    """The run's working folder beside --out (speculators' prepared data and checkpoints; removed at the end)."""
+    import os
+    import secrets
+
+    real = Path(os.path.abspath(out))
+    real.parent.mkdir(parents=True, exist_ok=True)
+    d = real.parent.resolve() / f".{real.name}.train-work-{os.getpid()}-{secrets.token_hex(4)}"
+    d.mkdir()
+    return d
+
+
+def _prepare_on_main(a: TrainOptions, world) -> dict:
+    """Rank 0: everything read once (target, data, layer ids, the resume point), written into the working folder
+    every rank reads from (a shared file system under multi-node torchrun)."""
+    from . import sharding
+    from .checkpoint import CKPT_DIR, check_identity, link_tree, read_resume_point
+    from .target_view import is_wrapper, read_tensors, text_config, verifier_view
+
+    data, target, out = Path(a.data), Path(a.target), Path(a.out)
+    target_cfg = text_config(target)     # a Kimi-K2.5 wrapper: its language model's config
+    vocab = int(target_cfg["vocab_size"])
+    hs_dir = find_hs_dir(data)
+    hs_files = list_hs_files(hs_dir)
+    layer_ids, src = _resolve_layer_ids(a, data, target, int(target_cfg["num_hidden_layers"]), is_wrapper(target))
+    dvs = a.draft_vocab_size
+    if dvs is not None and (dvs <= 0 or dvs > vocab):
+        raise TrainDraftError(f"--draft-vocab-size {dvs} must be in [1, {vocab}]")
+    try:
+        read_tensors(target)             # the teacher's embed / lm_head / norm: present and finite
+    except ValueError as e:
+        raise TrainDraftError(str(e)) from e
+    G, _ = sharding.accumulation(a.global_batch, world.size)
+    identity = {"arch": "llama", "seed": a.seed, "global_batch": G, "n_train": int(len(hs_files) * a.train_ratio),
+                "total_seq_len": a.total_seq_len, "layer_ids": layer_ids, "optimizer": a.optimizer,
+                "train_ratio": a.train_ratio}
+    state = read_resume_point(out, a.resume)
+    check_identity(state, identity)
+    result: dict = {"device": world.device, "layer_ids": layer_ids, "draft_vocab_size": dvs or vocab,
+                    "world_size": world.size}
+    work = _work_dir(out)
+    try:
+        _prepare(data, hs_files, work / "data", layer_ids, src, target_cfg, result)
+        dcfg = draft_layer_config(target_cfg, num_layers=a.num_layers, intermediate_size=a.intermediate_size,
+                                  head_dim=a.head_dim, max_position_embeddings=a.max_position_embeddings)
+        (work / "draft_config.json").write_text(json.dumps(dcfg, indent=2))
+        verifier = verifier_view(target, work / "verifier")   # speculators reads a top-level text config
+        if state is not None:
+            e = state["epochs_done"] - 1
+            link_tree(out / CKPT_DIR / str(e), work / CKPT_DIR / str(e))
+            say(f"--resume: continuing after epoch {e + 1} (optimizer step {state['global_step']}) from {out}")
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return {"work": work, "hs_dir": hs_dir, "layer_ids": layer_ids, "verifier": verifier, "identity": identity,
+            "dvs": None if dvs == vocab else dvs, "result": result, "state": state}
+
+
+def train_llama(a: TrainOptions, rule: dict) -> dict:
+    """The Llama route of training.train_draft on this rank; `rule`: how --out is written
+    (TrainOptions.output_rule, already checked)."""
+    import shutil
+
+    from . import sharding
+    from .checkpoint import Publisher
+    from .distributed import current, on_main
+    from .progress import _Progress
+    from .speculators_run import RunContext, build_argv, history_rows, run_speculators, summarize
+
+    spec_cli, TrainConfig = _speculators()
+    world, out = current(), Path(a.out)
+    if world.device == "cpu":
+        import torch
+
+        if torch.cuda.is_available():
+            say("note: --device cpu on a CUDA host: speculators still compiles its forward for CUDA hosts")
+    got = on_main(lambda: _prepare_on_main(a, world), world)
+    work = got["work"]
+    try:
+        G, A = sharding.accumulation(a.global_batch, world.size)
+        progress = _Progress(a.log_every, a.ttt_steps, None)
+        if got["state"] is not None:
+            progress.history = list(got["state"].get("history") or [])
+            progress.val = list(got["state"].get("val") or [])
+        record = {"arch": "llama", "target": str(a.target), "data": str(a.data)}
+        ctx = RunContext(opts=a, world=world, device=world.device, G=G, A=A, work=work,
+                         publisher=Publisher(out, rule, record, world), identity=got["identity"], progress=progress,
+                         result=got["result"])
+        argv = build_argv(a, verifier=got["verifier"], prep=work / "data", hs_dir=got["hs_dir"], work=work,
+                          layer_ids=got["layer_ids"], draft_cfg_path=work / "draft_config.json",
+                          draft_vocab_size=got["dvs"], device=world.device, world=world)
+        run_speculators(spec_cli, TrainConfig, ctx, argv)
+    finally:
+        if world.main:
+            shutil.rmtree(work, ignore_errors=True)
+    result = summarize(a, ctx.result, progress)
+    result.update(saved=str(out), history=history_rows(progress))
+    va = result["val"] or {}
+    say(f"DONE steps={result['steps']} train_acc={result['train_acc']:.4f} "
+        f"(ttt accs {' '.join(f'{x:.3f}' for x in result['train_acc_by_step'])}, mean of last "
+        f"{result['tail_steps']} steps) loss {_num(result['first_loss']):.4f}->{result['final_loss']:.4f} "
+        f"val_acc={va.get('full_acc_0_epoch', float('nan')):.4f} tok/s/process={result['tokens_per_s']:.0f} "
+        f"loader={result['loader_share']:.1%} time={result.get('train_seconds', 0):.1f}s out={out}")
+    on_main(lambda: require_learned(va.get("full_acc_0_epoch"), a.min_val_acc, out), world)
+    return result
+
+
+def _prepare(data: Path, hs_files: list[Path], prep: Path, layer_ids: list[int], src: str, target_cfg: dict,
+             result: dict) -> None:
+    """Check every file and write speculators' Arrow dataset into `prep`; the counts go into `result`."""
+    t0 = time.perf_counter()
+    info = prepare_data(data, hs_files, prep, len(layer_ids) + 1, int(target_cfg["vocab_size"]),
+                        int(target_cfg["hidden_size"]),
+                        f"{len(layer_ids)} aux layers {layer_ids} ({src}) + the final state")
+    result.update(info)
+    if info["n_samples"] < 2:
+        raise TrainDraftError("need at least 2 samples (speculators holds out a validation split)")
+    say(f"data: {info['n_samples']} samples, {info['n_tokens']} tokens ({info['n_loss_tokens']} in the loss), "
+        f"{info['n_slots'] - 1} aux layers {layer_ids} ({src}) + final; "
+        f"checked and prepared in {time.perf_counter() - t0:.1f}s")
+
+
+def _num(x) -> float:
+    return float("nan") if x is None else x
+
+
+def _resolve_layer_ids(a: TrainOptions, data: Path, target: Path, n_target_layers: int,
+                       wrapper: bool) -> tuple[list[int], str]:
+    layer_ids, src = parse_layer_ids(a.layer_ids), "--layer-ids"
+    if layer_ids is None:
+        layer_ids, src = read_layer_ids_from_metadata(data)
+    if layer_ids is None and wrapper:
+        n = n_target_layers
+        layer_ids, src = [2, n // 2, n - 3], "speculators' default [2, n//2, n-3]"
+    if layer_ids is None:
+        from speculators.models.utils import resolve_target_layer_ids
+
+        layer_ids, src = resolve_target_layer_ids(None, str(target)), "speculators default [2, n//2, n-3]"
+    if len(set(layer_ids)) != len(layer_ids) or min(layer_ids) < 0 or max(layer_ids) > n_target_layers:
+        raise TrainDraftError(f"layer ids {layer_ids} ({src}) must be distinct HF hidden_states indices in "
+                              f"[0, {n_target_layers}]")
+    return layer_ids, src

@@ -1,0 +1,61 @@
+"""Train an EAGLE-3 draft from hidden-state files: `train_draft(TrainOptions(...))`, the one entry of the
+library (the `train` command line calls it).
+
+Each draft layout is trained by its own route (ROUTES): the Llama layout by speculators' own trainer
+(training/speculators_train.py), SGLang's MLA layout by ours (training/mla_train.py). A new layout is one
+more route module and one line here."""
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from .options import TrainOptions
+from .report import TrainDraftError
+
+# draft layout (--draft-arch) -> "module:function" of its route, imported when chosen (the MLA route imports
+# torch at import time); a route is called with (options, output rule) and returns the run's summary
+ROUTES = {"llama": "speculators_train:train_llama", "mla": "mla_train:train_from_options"}
+
+
+def route(draft_arch: str) -> Callable[[TrainOptions, dict], dict]:
+    if draft_arch not in ROUTES:
+        raise TrainDraftError(f"--draft-arch {draft_arch!r}: expected one of {', '.join(ROUTES)}")
+    mod, fn = ROUTES[draft_arch].split(":")
+    return getattr(importlib.import_module(f"{__package__}.{mod}"), fn)
+
+
+def resolve_device(device: str | None) -> str:
+    """--device, or cuda when torch sees a CUDA device (said once)."""
+    import torch
+
+    from .._log import log_once
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        log_once("train-device", "training on %s (no --device: %s)", device,
+                 "torch sees a CUDA device" if device == "cuda" else "torch sees no CUDA device")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise TrainDraftError("--device cuda but torch sees no CUDA device")
+    return device
+
+
+def train_draft(options: TrainOptions) -> dict:
+    """Train the draft `options` describes into `options.out`; returns the run's summary (steps, losses,
+    accuracies, where the draft went), or with `options.dry_run` the plan (training/plan.py) without training.
+    Under torchrun every rank calls this (training/distributed.py): rank 0 writes `out` and prints progress.
+    Refusals are TrainDraftError (or files/outdir's OutputDirRefused for `out`), each naming the input and the
+    fix; a draft whose validation accuracy is <= options.min_val_acc is kept in `out` and reported as a
+    TrainDraftError."""
+    from ..files import outdir
+    from . import distributed
+
+    options.check()
+    if options.dry_run:
+        from .plan import plan_draft
+
+        return plan_draft(options)
+    train = route(options.draft_arch)
+    rule = options.output_rule()
+    with distributed.session(resolve_device(options.device)) as world:
+        distributed.on_main(lambda: outdir.check(options.out, **rule), world)   # before anything is read or written
+        return train(options, rule)
