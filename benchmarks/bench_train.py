@@ -73,25 +73,41 @@ def train_argv(a, target: Path, data: Path, out: Path, nproc: int) -> list[str]:
     return ["--data", str(data), "--target", str(target), "--out", str(out), "--draft-arch", a.arch,
             "--device", a.device, "--steps", str(a.steps), "--global-batch", str(nproc), "--num-workers",
             str(a.num_workers), "--total-seq-len", str(seq), "--min-val-acc", "0", "--log-every", "10",
-            "--train-ratio", "0.95", "--force"]
+            "--train-ratio", "0.95", "--force", "--loss-impl", a.loss_impl]
 
 
 def run(a, target: Path, data: Path, work: Path, nproc: int) -> dict:
     """One training run; its summary (rank 0's under torchrun)."""
     summary = work / f"summary_{nproc}.json"
     argv = train_argv(a, target, data, work / f"out_{nproc}", nproc) + ["--json", str(summary)]
+    peak = None
     if nproc == 1:
+        import torch
+
         from sglang_eagle3_ext.cli import train as train_command
         from sglang_eagle3_ext.cli.common import run_tool
 
+        if a.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         rc = run_tool("train", train_command.main, argv)
+        peak = torch.cuda.max_memory_allocated() / 2 ** 30 if a.device == "cuda" else None
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
                "-m", "sglang_eagle3_ext", "train", *argv]
-        rc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4")}).returncode
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4")}
+        rc = subprocess.run(cmd, env=env).returncode
     if rc != 0:
         raise SystemExit(f"bench_train: the training run on {nproc} process(es) failed (exit {rc})")
-    return json.loads(summary.read_text())
+    return {**json.loads(summary.read_text()), "cuda_peak_gib": peak}
+
+
+def plan_gib(a, target: Path, data: Path, work: Path) -> float:
+    """`train --dry-run`'s memory per rank for the same run."""
+    from sglang_eagle3_ext.cli import train as train_command
+    from sglang_eagle3_ext.training import train_draft
+
+    args = train_command.build_parser().parse_args(train_argv(a, target, data, work / "plan", 1) + ["--dry-run"])
+    return train_draft(train_command.options_from_args(args))["per_rank_gib"]["total"]
 
 
 def figures(summary: dict, warmup: int) -> dict:
@@ -117,6 +133,7 @@ def parse(argv=None):
                                                               "else 512)")
     ap.add_argument("--num-workers", type=int, default=4, help="loader worker processes per rank")
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None)
+    ap.add_argument("--loss-impl", choices=("fused", "eager"), default="fused", help="llama: speculators' loss")
     ap.add_argument("--workdir", help="keep the target, data and outputs here (default: a temporary folder)")
     ap.add_argument("--json", help="write the figures here")
     a = ap.parse_args(argv)
@@ -136,12 +153,17 @@ def main(argv=None) -> int:
         target = make_target(work / "target", width, a.device) if not (work / "target").exists() else work / "target"
         data = (make_data(work / "data", width, a.samples, a.tokens, a.device)
                 if not (work / "data").exists() else work / "data")
-        one = figures(run(a, target, data, work, 1), a.warmup)
+        summary = run(a, target, data, work, 1)
+        one = dict(figures(summary, a.warmup), cuda_peak_gib=summary["cuda_peak_gib"],
+                   plan_gib=plan_gib(a, target, data, work))
         result = {"arch": a.arch, "hidden_size": width["hidden_size"], "vocab_size": width["vocab_size"],
                   "device": a.device, "tokens_per_sample": a.tokens, "num_workers": a.num_workers, "one": one}
         print(f"bench_train: {a.arch} draft, hidden {width['hidden_size']}, vocab {width['vocab_size']}, {a.device}: "
               f"{one['tokens_per_s_per_process']:.0f} tokens/s per process, loader {one['loader_ms']:.1f} of "
               f"{one['step_ms']:.1f} ms per step = {one['loader_share']:.1%} of the step time (goal <= 10%)")
+        if one["cuda_peak_gib"] is not None:
+            print(f"bench_train: GPU memory peak {one['cuda_peak_gib']:.1f} GiB, --dry-run planned "
+                  f"{one['plan_gib']:.1f} GiB")
         if a.nproc > 1:
             many = figures(run(a, target, data, work, a.nproc), a.warmup)
             ratio = many["tokens_per_s_per_process"] * a.nproc / one["tokens_per_s_per_process"]

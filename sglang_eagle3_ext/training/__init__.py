@@ -2,10 +2,14 @@
 
 - `train` — the entry and the registry of routes, one per draft layout (`ROUTES`);
 - `options` — `TrainOptions` (what one run is asked to do) and how it writes its output folder;
-- `speculators_train` (+ `speculators_run`, `speculators_patches`, `progress`) — the Llama layout, trained by
-  speculators' own trainer;
-- `mla_train` (+ `mla_draft`) — SGLang's MLA layout (Kimi-K2.x), trained by our own loop;
-- `data`, `samples`, `target_view` — the hidden-state files, each checked before training, and the target;
+- `distributed`, `sharding`, `checkpoint` — one process or one per rank under torchrun; which samples each rank
+  trains on per step; --out written after every epoch and `--resume`;
+- `speculators_train` (+ `speculators_run`, `speculators_trainer`, `speculators_patches`, `progress`) — the
+  Llama layout, trained by speculators' own trainer (FSDP over ranks);
+- `mla_train` (+ `mla_loop`, `mla_step`, `mla_draft`) — SGLang's MLA layout (Kimi-K2.x), trained by our own loop (DDP);
+- `data`, `samples`, `loader`, `target_view` — the hidden-state files, each checked before training and
+  streamed by a worker pool, and the target;
+- `plan` (+ `plan_models`, `memory_trace`) — `--dry-run`: sizes and memory per rank without training;
 - `report` — `TrainDraftError`, the progress lines, the verdicts on a finished draft.
 """
 from .options import TrainOptions

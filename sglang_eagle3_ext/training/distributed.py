@@ -85,8 +85,9 @@ def _join(device: str, rank: int, size: int, local: int) -> World:
     if (dist.get_rank(), dist.get_world_size()) != (rank, size):
         raise TrainDraftError(f"the process group is rank {dist.get_rank()} of {dist.get_world_size()}, torchrun "
                               f"said {rank} of {size}")
-    log_once("train-world", "training on %d processes (torchrun, %s), this is rank %d on %s", size, backend, rank,
-             device)
+    if rank == 0:    # the other ranks train quietly
+        log_once("train-world", "training on %d processes (torchrun, %s); rank 0 on %s prints for all", size,
+                 backend, device)
     return World(rank=rank, size=size, local_rank=local, device=device, backend=backend)
 
 

@@ -19,7 +19,7 @@ from . import sharding
 from .checkpoint import CKPT_DIR, maybe_stop, write_state
 from .distributed import World, all_sum, on_main
 from .loader import stream, to_device
-from .mla_train import save_state_dict, self_bias_at, step_loss
+from .mla_step import save_state_dict, self_bias_at, step_loss
 
 CKPT_FILES = ("model_fp32.safetensors", "optimizer.pt", "scheduler.pt")
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from .mla_draft import MLA_KEYS, Eagle3MLADraft, rope_scaling_of
 from .options import DEFAULT_EPOCHS, TrainOptions
-from .report import non_finite
+from .mla_step import (SELF_BIAS, SELF_BIAS_FRACTION, accuracy, save_state_dict,  # noqa: F401 - also imported
+                       self_bias_at, step_loss)                                   # from here by callers
 from .target_view import EMBED, HEAD, NORM, read_tensors, text_config
 
 ARCH = "Eagle3DeepseekV2ForCausalLM"
@@ -55,23 +56,6 @@ def save_checkpoint(model: Eagle3MLADraft, cfg: dict, out: Path) -> Path:
     return save_state_dict(model.state_dict(), cfg, out)
 
 
-def save_state_dict(state_dict: dict, cfg: dict, out: Path) -> Path:
-    """The draft as SGLang loads it: bf16 safetensors + config.json; never a non-finite one (ValueError)."""
-    import torch
-    from safetensors.torch import save_file
-
-    sd = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in state_dict.items()}
-    bad = non_finite(sd)
-    if bad:
-        raise ValueError(f"the trained draft's weights are not finite ({', '.join(bad[:3])}"
-                         f"{', ...' if len(bad) > 3 else ''}): training diverged; not saved (--out keeps the last "
-                         f"finite epoch, if any); lower --lr")
-    out.mkdir(parents=True, exist_ok=True)
-    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(cfg, indent=2))
-    return out
-
-
 def load_checkpoint(path: Path):
     from safetensors.torch import load_file
 
@@ -79,62 +63,6 @@ def load_checkpoint(path: Path):
     m = Eagle3MLADraft(cfg)
     m.load_state_dict(load_file(str(Path(path) / "model.safetensors")), strict=True)
     return m
-
-
-def _rms(x, w, eps):
-    import torch
-
-    xf = x.float()
-    return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()
-
-
-# The warm-up that gets the MLA draft off its plateau: the one place the next token enters the
-# draft is its embedding, through the attention's value of the query's own row; at init the attention spreads
-# over the whole prefix, so that value arrives diluted and its path learns too slowly to teach the attention to
-# look at it (trained per sample, the draft sat at accuracy 0 for 2400 steps on the predictable Kimi target).
-# A bias on each query's own key, fading from SELF_BIAS to 0 over the first SELF_BIAS_FRACTION of the steps,
-# trains the value path first; the attention's own weights then take over (the saved model has no bias).
-SELF_BIAS, SELF_BIAS_FRACTION = 8.0, 0.3
-
-
-def self_bias_at(step: int, steps: int) -> float:
-    """The own-key attention bias at optimizer step `step` (1-based) of `steps`."""
-    span = max(1, int(steps * SELF_BIAS_FRACTION))
-    return SELF_BIAS * max(0.0, 1.0 - (step - 1) / span)
-
-
-def step_loss(model, ids, hs, head, norm_w, eps, steps: int, dtype, self_bias: float = 0.0):
-    """Sum over the unrolled steps of the mean KL(target || draft) over the rows each step can use;
-    returns (loss, per-step argmax agreement)."""
-    import torch
-    import torch.nn.functional as F
-
-    T = ids.shape[0]
-    if T < steps + 2:
-        return None, None
-    aux, final = hs[:, :-1].reshape(T, -1).to(dtype), hs[:, -1]
-    with torch.no_grad():
-        teacher = (_rms(final[1:], norm_w, eps) @ head.float().T).float()          # row p: target at p+1
-    inputs = torch.cat([ids[1:], ids[-1:]])                                          # row p: token p+1
-    logits = model.forward_steps(inputs, aux, steps, self_bias)
-    loss, accs = 0.0, []
-    for k, lg in enumerate(logits):
-        lg, tch = lg[k: T - 1].float(), teacher[k:]
-        loss = loss + F.kl_div(F.log_softmax(lg, -1), F.log_softmax(tch, -1), log_target=True, reduction="batchmean")
-        valid = torch.isfinite(lg).all(-1) & torch.isfinite(tch).all(-1)
-        accs.append(accuracy(lg.argmax(-1), tch.argmax(-1), valid))
-    return loss, accs
-
-
-def accuracy(pred, ref, valid=None) -> float:
-    """Share of positions where pred == ref among the valid ones; NaN when none is valid (nothing measured:
-    never a perfect score, e.g. from NaN rows whose argmaxes all agree)."""
-    if pred.is_meta:            # a memory plan's trace (training/memory_trace.py): nothing to measure
-        return float("nan")
-    ok = pred == ref
-    if valid is not None:
-        ok = ok[valid]
-    return float(ok.float().mean()) if ok.numel() else float("nan")
 
 
 def _inputs(a: TrainOptions) -> dict:
@@ -245,7 +173,7 @@ def train_from_options(a: TrainOptions, rule: dict) -> dict:
     tcfg, files, layer_ids = got["tcfg"], got["files"], got["layer_ids"]
     lengths = _check_and_measure(a, got, world)
     train, val = _split(a, lengths)
-    G, A = sharding.accumulation(a.global_batch, world.size)
+    G, A = on_main(lambda: sharding.accumulation(a.global_batch, world.size), world)   # one refusal, from rank 0
     sched = mla_loop.schedule(len(train), G, A, a.epochs, a.steps, DEFAULT_EPOCHS)
     identity = {"arch": "mla", "seed": a.seed, "global_batch": G, "n_train": len(train), "layer_ids": layer_ids,
                 "train_ratio": a.train_ratio}

@@ -2,9 +2,10 @@
 target's config alone, its parameters counted, one training step traced (training/memory_trace.py).
 
 On CUDA the step is traced with the draft in bf16, standing for autocast (bf16 activations; the float32 masters
-are counted as weights, and autocast's bf16 copies of the matmul weights on top). The Llama route's loss is
-traced in speculators' eager implementation: on CUDA its fused one keeps less, so the plan is an upper bound
-there (as for its flex attention, traced as a fused attention kernel).
+are counted as weights, and autocast's bf16 copies of the matmul weights on top). The Llama route is traced
+eagerly with speculators' eager loss: on CUDA speculators compiles the forward (torch.compile frees
+intermediates sooner) and uses its fused loss, so the plan is an upper bound there (measured at Kimi-K2.5's
+width, 8192 tokens, one H200: 60 GiB peak for 94 GiB planned; the MLA route: 50 GiB for 56 GiB planned).
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def mla_step(a, tcfg: dict, K: int, T: int, device: str) -> dict:
 
     from .memory_trace import trace_step
     from .mla_draft import Eagle3MLADraft
-    from .mla_train import SELF_BIAS, mla_draft_config, step_loss
+    from .mla_step import SELF_BIAS, step_loss
+    from .mla_train import mla_draft_config
 
     cfg = mla_draft_config(tcfg, list(range(1, K + 1)), a.intermediate_size)
     with torch.device("meta"):
@@ -149,7 +151,8 @@ def _eager():
 def _notes(a, arch: str, T: int, cuda: bool) -> list[str]:
     out = [f"activations: one micro-batch of {T} tokens, {a.ttt_steps} TTT steps, traced on the meta device"]
     if arch == "llama" and cuda:
-        out.append("loss traced in speculators' eager implementation: its fused (CUDA) one keeps less")
+        out.append("traced eagerly: speculators compiles the forward on CUDA (and its fused loss), which keeps "
+                   "less: an upper bound")
     if a.optimizer != "adamw":
         out.append(f"optimizer state counted as AdamW's (two float32 values per trained weight); "
                    f"--optimizer {a.optimizer} differs")

@@ -39,18 +39,20 @@ training/speculators_patches.py):
   timer calls ``torch.accelerator.synchronize()``; both raise on a CPU-only torch.  On CPU the
   model is placed on ``cpu`` first and ``synchronize`` is a no-op for the duration of the call
   (restored afterwards).  Nothing changes on CUDA.
-* ``--steps`` is mapped onto whole epochs (the stock loop with ``max_steps`` and too many
-  epochs still runs one step per remaining epoch); per-epoch checkpoints are only written after
-  the first and last epoch (``--keep-checkpoints`` keeps them under ``OUT/_speculators_run``).
+* the batches, the step loop and the checkpoints are ours (training/speculators_trainer.py): global steps of
+  ``--global-batch`` packed sequences, gradient accumulation, one checkpoint per epoch gathered to rank 0;
+  under torchrun speculators runs with ``--fsdp-shard`` in our process group (training/speculators_patches.py).
+  ``--steps`` runs as many epochs as it needs, the last one cut short.
 * progress is printed from speculators' own metric records (``speculators.metrics`` logger):
   step, loss (summed over the TTT steps), accuracy per TTT step (``full_acc_k``), tokens/s;
   the final ``DONE`` line reports ``train_acc`` = mean ``full_acc_0`` over the last 10% of steps
   (plus the validation accuracy of the last epoch).  ``OUT/_speculators_run/summary.json``
   keeps the numbers.
-* the final model is written to OUT by the model's own ``save_pretrained`` with a bf16 state
-  dict, exactly as speculators' ``SingleGPUCheckpointer`` writes its epoch checkpoints
-  (``architectures`` is ``["Eagle3DraftModel"]``, the 0.9 class name; the format marker is
-  ``speculators_model_type: eagle3``).  ``Eagle3DraftModel.from_pretrained(OUT)`` reloads it.
+* after every epoch the draft is written to OUT (training/checkpoint.py) by the model's own
+  ``save_pretrained`` with a bf16 state dict, as speculators' ``SingleGPUCheckpointer`` writes its epoch
+  checkpoints (``architectures`` is ``["Eagle3DraftModel"]``, the 0.9 class name; the format marker is
+  ``speculators_model_type: eagle3``), with ``OUT/checkpoint/<epoch>/`` to resume from.
+  ``Eagle3DraftModel.from_pretrained(OUT)`` reloads it.
 * The draft decoder config is written here (``--draft-config``) instead of being synthesized by
   speculators from the verifier: the synthesized one copies DeepSeek's MoE/YaRN settings and
   makes every layer sliding-window (2048), which SGLang's Llama EAGLE-3 draft does not have.
@@ -71,8 +73,8 @@ What is refused before training, by name: an ``--out`` that is a symlink, is or 
 ``--target``/``--data``, or holds anything but an earlier output of train (that one only with ``--force``;
 files/outdir.py: the output is built beside OUT and renamed into place); a sample file that is not finite,
 integer token ids in the target's vocab and states ``[L, K+1, H]`` (training/samples.py, every file is read
-once first); a target whose embed / lm_head / norm are not finite. A run whose draft weights end non-finite
-saves nothing.
+once first); a target whose embed / lm_head / norm are not finite. An epoch whose draft weights end non-finite
+is not saved (OUT keeps the last finite one).
 
 CPU runs (tests): fp32 hidden states (autocast is CUDA-only), SDPA attention (flex attention
 and the Triton fused loss are GPU paths), eager loss.  GPU defaults: bf16, speculators'

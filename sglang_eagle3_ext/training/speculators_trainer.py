@@ -77,7 +77,11 @@ def checkpointer_class(base):
             msd = get_model_state_dict(model, options=full)          # collective under FSDP
             osd = get_optimizer_state_dict(model, opts, options=full)
             if current().main:
-                model.save_pretrained(self.path / str(epoch), state_dict=dict(msd))   # it pops what it writes
+                # the frozen weights (embeddings, heads: the target's) are not trained: a resume takes them
+                # from the target again; save_pretrained pops what it writes, hence the copy
+                frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+                model.save_pretrained(self.path / str(epoch), state_dict={k: v for k, v in msd.items()
+                                                                          if k not in frozen})
                 torch.save(osd, self.optimizer_path(epoch))
                 self._copy_train_command(epoch)
                 self.last_state_dict = msd

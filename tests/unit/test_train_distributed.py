@@ -174,9 +174,9 @@ def test_global_batch_must_split_over_the_ranks():
         accumulation(6, 4)
 
 
-_json = st.recursive(st.none() | st.booleans() | st.integers(-3, 10 ** 6) | st.floats(allow_nan=True)
-                     | st.text(max_size=6), lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c,
-                                                                                               max_size=3), max_leaves=8)
+_scalar = st.none() | st.booleans() | st.integers(-3, 10 ** 6) | st.floats(allow_nan=True) | st.text(max_size=6)
+_json = st.recursive(_scalar, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+                     max_leaves=8)
 _state = st.fixed_dictionaries({}, optional={"version": _json | st.just(1), "epochs_done": _json | st.just(1),
                                              "global_step": _json | st.just(3), "identity": _json | st.just({}),
                                              "files": _json | st.just(["state.json"]) | st.just(["../x"])})

@@ -8,6 +8,7 @@ micro-batch of the plan's length or shorter) has its maximum at the run's peak o
 """
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -93,19 +94,21 @@ def test_kimi_width_from_a_config_alone(tmp_path, world, arch):
     (tmp_path / "kimi" / "config.json").write_text(json.dumps({**cfg, **KIMI}))
     common = ["--dry-run", "--target", str(tmp_path / "kimi"), "--draft-arch", arch, "--device", "cuda",
               "--total-seq-len", "4096", "--world-size", "8", "--global-batch", "16"]
-    assert run_tool("train", train_command.main, [*common, "--device-memory-gib", "8", "--json", str(tmp_path / "a")]) == 0
+    train = functools.partial(run_tool, "train", train_command.main)
+    assert train([*common, "--device-memory-gib", "8", "--json", str(tmp_path / "a")]) == 0
     small = json.loads((tmp_path / "a").read_text())
     assert small["vocab_size"] == 163840 and small["hidden_size"] == 7168 and small["world_size"] == 8
     assert small["accumulation"] == 2 and small["tokens_per_step"] == 16 * 4096
     assert small["params"]["frozen"] >= 163840 * 7168                      # the target's embedding, frozen
     assert small["fits"] is False and "does not fit" in small["warnings"][0]
-    assert run_tool("train", train_command.main, [*common, "--device-memory-gib", "141", "--json", str(tmp_path / "b")]) == 0
+    assert train([*common, "--device-memory-gib", "141", "--json", str(tmp_path / "b")]) == 0
     big = json.loads((tmp_path / "b").read_text())
     assert big["fits"] is True and not big["warnings"] and big["per_rank_gib"] == small["per_rank_gib"]
 
 
 def test_dry_run_needs_neither_data_nor_out_but_training_does(world, capsys):
-    assert run_tool("train", train_command.main, ["--dry-run", "--target", str(world["target"]), "--draft-arch", "mla"]) == 0
+    target = str(world["target"])
+    assert run_tool("train", train_command.main, ["--dry-run", "--target", target, "--draft-arch", "mla"]) == 0
     assert "memory per rank:" in capsys.readouterr().out
     assert run_tool("train", train_command.main, ["--target", str(world["target"])]) == 2
     assert "required: --data, --out" in capsys.readouterr().err
