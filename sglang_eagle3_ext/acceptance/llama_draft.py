@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..boundary import BadInput
+from ..training import mla_draft
 
 ROPE_TYPES = ("default", "linear", "llama3")
 
@@ -65,17 +66,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).to(x.dtype)
 
 
-class RMSNorm(nn.Module):
-    """SGLang's RMSNorm.forward_native without a residual: fp32 statistics, weight in fp32, cast back."""
-
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x):
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight.float()).to(x.dtype)
+RMSNorm = mla_draft.RMSNorm   # SGLang's RMSNorm.forward_native without a residual (fp32 statistics)
 
 
 class MLP(nn.Module):

@@ -198,3 +198,12 @@ def optional(module: str, purpose: str, pip_name: str | None = None):
     except ImportError as e:
         raise CliError(f"{purpose} needs {module}: pip install {pip_name or PIP_NAMES.get(module, module)} "
                        f"({type(e).__name__}: {e})") from None
+
+
+def report(json_dest, rep: dict, text: str) -> int:
+    """A command's report: JSON to --json's PATH (or alone on stdout with '-'), the text unless JSON took stdout."""
+    if json_dest:
+        write_json(json_dest, rep)
+    if json_dest != "-":
+        print(text)
+    return EXIT_OK

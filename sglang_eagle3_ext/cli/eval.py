@@ -93,11 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     except (Refused, BadInput) as e:   # names the input and the fix
         print(cli_common.error_line("eval", str(e).replace("\n", " ")), file=sys.stderr)
         return getattr(e, "code", cli_common.EXIT_BAD_INPUT)
-    if a.json:
-        cli_common.write_json(a.json, rep)
-    if a.json != "-":
-        print(render(rep))
-    return cli_common.EXIT_OK
+    return cli_common.report(a.json, rep, render(rep))
 
 
 if __name__ == "__main__":
