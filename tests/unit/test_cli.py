@@ -187,3 +187,14 @@ def test_errors_of_the_server_launched_in_process_keep_their_traceback(tmp_path,
     assert run_tool("launch", lambda argv: runpy.run_path(str(srv), run_name="__main__"), []) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and "ValueError: bad --model-path" in err
+
+
+@pytest.mark.parametrize("module,tool", [("launch_server", "launch"), ("dump", "dump"), ("convert", "convert"),
+                                         ("check", "check"), ("bench", "bench"), ("train_draft", "train"),
+                                         ("compat", "compat"), ("tiny", "tiny")])
+def test_every_older_module_entry_still_runs_its_command(module, tool, tmp_path):
+    """`python -m sglang_eagle3_ext.<module>` as documented before the commands moved into cli/: the same
+    command, under its own name in the usage line."""
+    p = _py("-m", f"sglang_eagle3_ext.{module}", "--help", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert f"usage: python -m sglang_eagle3_ext.{module}" in p.stdout, p.stdout[:300]
