@@ -69,15 +69,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 RMSNorm = mla_draft.RMSNorm   # SGLang's RMSNorm.forward_native without a residual (fp32 statistics)
 
 
-class MLP(nn.Module):
-    def __init__(self, h: int, inter: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(h, inter, bias=False)
-        self.up_proj = nn.Linear(h, inter, bias=False)
-        self.down_proj = nn.Linear(inter, h, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+MLP = mla_draft.MLP   # SGLang's LlamaMLP: down(silu(gate(x)) * up(x))
 
 
 class Attention(nn.Module):
