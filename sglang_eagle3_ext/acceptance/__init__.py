@@ -9,6 +9,7 @@
     simulate.py    one verify round of the EAGLE-3 worker (topk 1) for every anchor at once
     stats.py       per-position acceptance and accept length over every anchor and over a greedy server's rounds
     served.py      --url: the same prompts on a running server, read as `bench` reads replies
+    select.py      `train --select-by predicted-accept`'s per-epoch score (training/selection.py keeps the best)
 
 Nothing heavy is imported here.
 """

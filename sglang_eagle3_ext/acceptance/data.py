@@ -5,7 +5,7 @@ files, checked as `dump export` checks them: dump/export.py).
 The held-out split is the one `train` holds out of the same files (the draft's class decides which trainer):
 - Llama (speculators' trainer): rows [int(n * train_ratio), n) with train_ratio = 1 - fraction
   (`train --train-ratio`, default 0.95);
-- MLA (training/mla_train.py): the last max(1, int(n * fraction)) files.
+- MLA (training/mla_train.py): the files past int(n * train_ratio), at least one.
 A dump dir is taken in sorted id order, the order of `dump export` without --data.
 """
 from __future__ import annotations
@@ -132,8 +132,8 @@ def heldout(n: int, fraction: float, mla: bool) -> tuple[list[int], str]:
     """(indices, the rule in words) of the samples `train` would not train on."""
     if fraction >= 1:
         return list(range(n)), f"all {n} samples (--heldout-fraction 1)"
-    if mla:
-        k = max(1, int(n * fraction)) if n > 1 else 0
+    if mla:   # training/mla_train._split: the files past int(n * train_ratio), at least one
+        k = max(1, n - int(n * round(1.0 - fraction, 12))) if n > 1 else 0
         if not k:
             return list(range(n)), (f"all {n} sample(s): `train --draft-arch mla` holds none out of a single sample "
                                     f"(it was trained on)")

@@ -84,8 +84,8 @@ def _tensors(draft: Path) -> dict:
         raise Refused(f"--draft {draft}: {problems[0]}")
     out = {}
     for name, info in infos.items():
-        if info.dtype not in FLOAT_DTYPES | INT_DTYPES:
-            raise Refused(f"--draft {draft}: {name} is {info.dtype}; eval reads float and integer weights only")
+        if info.dtype not in FLOAT_DTYPES | INT_DTYPES | {"BOOL"}:    # speculators' t2d is a bool mask
+            raise Refused(f"--draft {draft}: {name} is {info.dtype}; eval reads float, integer and bool tensors only")
         arr = np.array(read_array(info)).reshape(info.shape)
         out[keys.canonical(name)[0]] = torch.from_numpy(arr)
     return out

@@ -24,6 +24,7 @@ SUMMARIES = {
     "patches": "list or print the static patch (patches/RELEASE/*.patch) for baked SGLang images",
     "eval": "predict a draft's served accept length offline on held-out samples (--url: beside the served one)",
     "swap": "load a new draft into a running EAGLE-3 server without a restart (checked first; refused: old draft kept)",
+    "refresh": "train the served draft further on the traffic it served; keep it only if predicted better (--swap)",
 }
 
 

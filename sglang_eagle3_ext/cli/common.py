@@ -44,7 +44,8 @@ ENV_DEBUG = envs.DEBUG
 MAINS = {"launch": "cli.launch:main", "dump": "cli.dump:main", "convert": "cli.convert:main",
          "check": "cli.check:main", "bench": "cli.bench:main", "train": "cli.train:main",
          "compat": "cli.compat:main", "tiny": "cli.tiny:main", "patches": "cli.patches:main",
-         "eval": "cli.eval:main", "swap": "cli.swap:main"}
+         "eval": "cli.eval:main", "swap": "cli.swap:main",
+         "refresh": "cli.refresh:main"}
 # import name -> what to pip install (messages name installable things only)
 PIP_NAMES = {"yaml": "pyyaml", "pynvml": "nvidia-ml-py", "sklearn": "scikit-learn", "PIL": "pillow"}
 

@@ -6,7 +6,7 @@ COMMAND = "sglang-eagle3"
 # subcommand of `sglang-eagle3` -> module of its `python -m sglang_eagle3_ext.MODULE` entry
 MODULES = {"launch": "launch_server", "dump": "dump", "convert": "convert", "check": "check", "bench": "bench",
            "train": "train_draft", "compat": "compat", "tiny": "tiny", "patches": "cli.patches",
-           "eval": "cli.eval", "swap": "cli.swap"}
+           "eval": "cli.eval", "swap": "cli.swap", "refresh": "cli.refresh"}
 
 _via_command = False  # set by the `sglang-eagle3` dispatcher (cli/__init__.py)
 

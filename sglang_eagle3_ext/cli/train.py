@@ -10,6 +10,8 @@ On several GPUs, one process per GPU under torchrun (every rank runs this same c
         [--global-batch N] [--resume]
 
 `--dry-run` prints the plan (parameters, memory per rank, tokens per step) without training.
+`--select-by predicted-accept` keeps in OUT the epoch whose draft `eval` predicts the best accept length for on the
+held-out split (default: the last epoch).
 
 The command line of `training.train_draft` (how each draft layout is trained: training/speculators_train.py,
 training/mla_train.py).
@@ -71,6 +73,11 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
                         "DeepSeek/Kimi targets (Eagle3DeepseekV2ForCausalLM), trained by training/mla_train.py")
     p.add_argument("--layer-ids", default=d["layer_ids"],
                    help="aux HF hidden_states indices, e.g. 1,2,3 (default: DIR metadata, else speculators' default)")
+    p.add_argument("--init-from", metavar="DIR", default=d["init_from"],
+                   help="continue training this draft (SGLang's serving layout or train's output): its weights, "
+                        "draft-vocab mapping, layout and shape (--draft-arch, --num-layers, --intermediate-size, "
+                        "--head-dim, --draft-vocab-size, --layer-ids default to its own; a flag saying otherwise is "
+                        "refused); the epochs and the schedule start afresh")
 
 
 def _add_draft_flags(p: argparse.ArgumentParser) -> None:
@@ -122,6 +129,20 @@ def _add_scale_flags(p: argparse.ArgumentParser) -> None:
                    help="--dry-run: ranks to plan for (default: torchrun's WORLD_SIZE, else 1)")
 
 
+def _add_select_flags(p: argparse.ArgumentParser) -> None:
+    """Which epoch's draft OUT keeps (training/selection.py; the score: acceptance/select.py)."""
+    from ..training.selection import SELECT_BY
+
+    p.add_argument("--select-by", choices=SELECT_BY, default=_DEFAULTS["select_by"],
+                   help="the epoch whose draft OUT keeps: last, or predicted-accept: the best accept length `eval` "
+                        "predicts on the held-out split (1 - --train-ratio), scored after every epoch on rank 0 "
+                        "(checkpoint/ stays the last epoch's)")
+    p.add_argument("--select-steps", type=positive_int, default=None, metavar="N",
+                   help="--select-by predicted-accept: the server's --speculative-num-steps to predict for (default 3)")
+    p.add_argument("--select-samples", type=positive_int, default=None, metavar="N",
+                   help="--select-by predicted-accept: score on at most this many held-out samples (default: all)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import common as cli_common
 
@@ -129,7 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(p)
     _add_draft_flags(p)
     _add_scale_flags(p)
-    cli_common.add_json_out(p, "the run's summary (steps, losses, accuracies, where the draft went)")
+    _add_select_flags(p)
+    cli_common.add_json_out(p, "the run's summary (steps, losses, accuracies, where the draft went, each epoch's "
+                               "score and the kept epoch)")
     cli_common.add_verbosity(p, quiet="of the per-step lines only the first and the last one (the trainer's "
                                       "epoch bar stays)",
                              verbose="also show speculators', transformers' and torch's logs, warnings and bars")
@@ -138,9 +161,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def options_from_args(a: argparse.Namespace) -> TrainOptions:
     """The library's options from the parsed flags (--quiet: only the first and the last step's line)."""
-    opts = TrainOptions(**{f.name: getattr(a, f.name) for f in dataclasses.fields(TrainOptions)})
+    opts = TrainOptions(**{f.name: getattr(a, f.name) for f in dataclasses.fields(TrainOptions)
+                           if f.metadata.get("cli", True)})
     if getattr(a, "quiet", False):
         opts.log_every = 10 ** 9   # progress prints the first and the last step whatever the interval
+    if opts.select_by == "predicted-accept":
+        from ..acceptance.select import epoch_scorer
+
+        opts.epoch_scorer = epoch_scorer(opts, a.select_steps, a.select_samples)
     return opts
 
 
@@ -155,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     missing = [] if a.dry_run else [f for f in ("data", "out") if getattr(a, f) is None]
     if missing:
         parser.error(f"the following arguments are required: {', '.join('--' + f for f in missing)}")
+    for flag in ("select_steps", "select_samples"):
+        if getattr(a, flag) is not None and a.select_by != "predicted-accept":
+            parser.error(f"--{flag.replace('_', '-')} applies to --select-by predicted-accept only; add it, or "
+                         f"leave the flag out")
     try:   # with --json on stdout, the run's own lines go to stderr
         with contextlib.redirect_stdout(sys.stderr if a.json == "-" else sys.stdout), \
                 library_output(a.verbose, bars=True):

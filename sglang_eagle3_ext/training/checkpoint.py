@@ -1,6 +1,7 @@
 """The output folder of a run as it goes: after every epoch rank 0 writes --out whole through files/outdir.py
-(built beside it, swapped in), holding the draft as of that epoch and, in `checkpoint/`, what the run resumes
-from (the model in float32, the optimizer, the scheduler, the epoch and step, how the data was ordered).
+(built beside it, swapped in), holding the draft as of that epoch (or the best-scored one so far with
+--select-by: training/selection.py) and, in `checkpoint/`, what the run resumes from (the model in float32,
+the optimizer, the scheduler, the epoch and step, how the data was ordered).
 A run that stops (a crash, a lost node) leaves the last complete epoch in --out; `--resume` continues from
 it, to the same result as a run that never stopped (the data order is a function of the seed, the epoch and
 the global batch: training/sharding.py).
@@ -31,9 +32,10 @@ class TrainingStopped(TrainDraftError):
 class Publisher:
     """Writes --out once per epoch (rank 0; the other ranks wait for it)."""
 
-    def __init__(self, out, rule: dict, record: dict, world: World):
+    def __init__(self, out, rule: dict, record: dict, world: World, keep=None):
         self.out, self.rule, self.record, self.world = Path(out), dict(rule), record, world
         self.count = 0
+        self.keep = keep          # selection.Keeper: which epoch's draft --out holds (None: the last)
 
     def publish(self, build: Callable[[Path], None]) -> None:
         """build(tmp) fills the new output; it replaces --out when complete."""
@@ -44,6 +46,8 @@ class Publisher:
             rule = dict(self.rule, replace=self.rule.get("replace") or self.count > 0)
             with outdir.writing(self.out, **rule, record=self.record) as tmp:
                 build(tmp)
+                if self.keep is not None:
+                    self.keep.choose(tmp, self.out, tmp / CKPT_DIR / STATE)
         on_main(write, self.world)
         self.count += 1
         barrier(self.world)
@@ -95,6 +99,10 @@ def read_resume_point(out, resume: bool) -> dict | None:
         field(state, "global_step", int, where, minimum=0)
         field(state, "identity", dict, where)
         field(state, "files", list, where)
+        if state.get("selection") is not None:   # which epoch's draft --out holds (training/selection.py)
+            from .selection import read_record
+
+            read_record(state["selection"], state["epochs_done"], f"{where}: selection")
     except BadInput as e:
         raise TrainDraftError(f"--resume: {e}; train afresh with --force") from None
     for name in state["files"]:

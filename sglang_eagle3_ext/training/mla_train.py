@@ -137,7 +137,7 @@ def _model(a: TrainOptions, target: Path, cfg: dict, tcfg: dict, device: str):
     return model, t[HEAD].to(device), t[NORM].to(device), float(tcfg.get("rms_norm_eps") or 1e-6)
 
 
-def summarize(hist: list, val, seconds: float, *, ttt: int, layer_ids, out, world, sched) -> dict:
+def summarize(hist: list, val, seconds: float, *, ttt: int, layer_ids, out, world, sched, init_from=None) -> dict:
     """The run's figures: losses and accuracies (means of the last 10 % of the steps), validation, and the
     throughput of this process (tokens/s, the loader's share of the step time; the first step's start-up left out)."""
     tail = hist[-max(1, len(hist) // 10):]
@@ -154,6 +154,7 @@ def summarize(hist: list, val, seconds: float, *, ttt: int, layer_ids, out, worl
             "world_size": world.size, "global_batch": sched.G, "epochs": sched.epochs,
             "tokens_per_s_per_process": sum(h["tokens"] for h in timed) / secs,
             "loader_share": sum(h["fetch_s"] for h in timed) / secs,
+            **({"init_from": str(init_from)} if init_from is not None else {}),
             "history": [{k: h[k] for k in ("step", "epoch", "loss", "accs", "tokens", "time_s", "fetch_s")}
                         for h in hist]}
 
@@ -167,6 +168,7 @@ def train_from_options(a: TrainOptions, rule: dict) -> dict:
     from .checkpoint import Publisher, check_identity, read_resume_point
     from .distributed import current, on_main
     from .report import TrainDraftError, require_learned, say
+    from .selection import Keeper
 
     world, target, out = current(), Path(a.target), Path(a.out)
     got = on_main(lambda: _inputs(a), world)
@@ -184,14 +186,20 @@ def train_from_options(a: TrainOptions, rule: dict) -> dict:
     try:
         release_ids = _release_ids(layer_ids)
         cfg = mla_draft_config(tcfg, layer_ids, a.intermediate_size, release_ids)
+        init, cfg = _init_from(a, tcfg, cfg)         # with --init-from: DIR's network, the installed release's ids
         model, head, norm_w, eps = _model(a, target, cfg, tcfg, world.device)
+        if init is not None:
+            _load_init(init, model, state, a)
+        keep = Keeper.for_run(a, state)             # which epoch's draft --out holds (--select-by)
         job = mla_loop.Job(files=files, lengths=lengths, train=train, val=val, cfg=cfg, model=model, head=head,
                            norm_w=norm_w, eps=eps, opts=a, world=world, device=world.device, sched=sched,
                            publisher=Publisher(out, rule, {"arch": "mla", "target": str(target), "data": str(a.data)},
-                                               world),
+                                               world, keep),
                            identity=identity)
-        summ = functools.partial(summarize, ttt=a.ttt_steps, layer_ids=layer_ids, out=out, world=world, sched=sched)
+        summ = functools.partial(summarize, ttt=a.ttt_steps, layer_ids=layer_ids, out=out, world=world, sched=sched,
+                                 init_from=a.init_from)
         r = mla_loop.run(job, state, summ, say)
+        r["selection"] = keep.summary()
     except ValueError as e:
         from ..boundary import BadInput
 
@@ -205,6 +213,29 @@ def train_from_options(a: TrainOptions, rule: dict) -> dict:
         f"time={r['train_seconds']:.1f}s out={out}")
     on_main(lambda: require_learned(va[0], a.min_val_acc, out), world)
     return r
+
+
+def _init_from(a: TrainOptions, tcfg: dict, cfg: dict):
+    """(--init-from DIR as read, the draft's config: DIR's completed by `cfg`, a fresh run's), or (None, cfg);
+    every rank reads DIR (the draft is small)."""
+    if a.init_from is None:
+        return None, cfg
+    from .init_from import mla_config, read_draft
+
+    init = read_draft(a.init_from, tcfg)
+    return init, mla_config(init, cfg)
+
+
+def _load_init(init, model, state, a: TrainOptions) -> None:
+    """DIR's weights into the model, all of them (the embeddings stay the target's), unless --resume continues
+    from the run's own checkpoint."""
+    from .init_from import continuing_line, load_into, mla_state_dict
+    from .report import say
+
+    if state is not None:
+        say(f"--resume: the checkpoint in {a.out} holds the weights; --init-from {init.path} is not loaded again")
+        return
+    say(continuing_line(init, load_into(model, mla_state_dict(init, model), init.path)))
 
 
 def _release_ids(layer_ids: list[int]):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import Callable
 
 from .report import TrainDraftError
 
@@ -65,6 +66,11 @@ class TrainOptions:
     dry_run: bool = False                 # return the plan (sizes, memory per rank) without training
     device_memory_gib: float | None = None   # the plan's memory budget per rank; None: the device's own
     world_size: int | None = None         # the plan's ranks; None: torchrun's WORLD_SIZE, else 1
+    init_from: str | Path | None = None   # a draft (either layout) whose weights this run continues from
+    select_by: str = "last"               # the epoch whose draft `out` keeps: "last", or "predicted-accept": the
+                                          # best by epoch_scorer (training/selection.py)
+    epoch_scorer: Callable[[Path], tuple] | None = dataclasses.field(   # draft folder -> (score, details);
+        default=None, compare=False, repr=False, metadata={"cli": False})  # the command's: acceptance/select.py
 
     def check(self) -> None:
         """TrainDraftError naming the first setting out of its range (the command line's types already
@@ -85,15 +91,21 @@ class TrainOptions:
         gib = self.device_memory_gib
         if gib is not None and (not _finite(gib) or gib <= 0):
             raise TrainDraftError(f"--device-memory-gib {gib!r}: expected a finite number > 0")
+        if self.init_from is not None and not isinstance(self.init_from, (str, Path)):
+            raise TrainDraftError(f"--init-from {self.init_from!r}: expected a draft's folder")
         for name in ("force", "resume", "dry_run", "keep_checkpoints"):
             if not isinstance(getattr(self, name), bool):
                 raise TrainDraftError(f"{_flag(name)} {getattr(self, name)!r}: expected True or False")
+        from .selection import check_options
+
+        check_options(self)
 
     def output_rule(self) -> dict:
         """How train writes --out (files/outdir.py): never into or around its inputs; an earlier output only
         with --force."""
         return dict(tool="train", flag="--out", replace=bool(self.force or self.resume), legacy=_legacy_output,
-                    inputs=[("target (--target)", self.target), ("data (--data)", self.data)])
+                    inputs=[("target (--target)", self.target), ("data (--data)", self.data)]
+                    + ([("draft (--init-from)", self.init_from)] if self.init_from is not None else []))
 
 
 def _flag(name: str) -> str:

@@ -17,9 +17,11 @@ from .report import TrainDraftError, non_finite
 
 
 def build_argv(a, *, verifier: Path, prep: Path, hs_dir: Path, work: Path, layer_ids: list[int],
-               draft_cfg_path: Path, draft_vocab_size: int | None, device: str, world: World) -> list[str]:
+               draft_cfg_path: Path, draft_vocab_size: int | None, device: str, world: World,
+               mapping: tuple[Path, Path] | None = None) -> list[str]:
     """speculators' `train` flags for options `a` (a TrainOptions); `verifier`: the target as speculators
-    reads it (training/target_view.verifier_view); `work`: the run's working folder (its checkpoints)."""
+    reads it (training/target_view.verifier_view); `work`: the run's working folder (its checkpoints);
+    `mapping`: d2t/t2d .npy files to take instead of the data's own draft vocabulary (--init-from)."""
     cpu = device == "cpu"
     argv = [
         "--speculator-type", "eagle3",
@@ -54,6 +56,8 @@ def build_argv(a, *, verifier: Path, prep: Path, hs_dir: Path, work: Path, layer
         argv += ["--loss-fn", a.loss_fn]
     if draft_vocab_size is not None:
         argv += ["--draft-vocab-size", str(draft_vocab_size), "--token-freq-path", str(prep / "token_freq.pt")]
+    if mapping is not None:
+        argv += ["--d2t-path", str(mapping[0]), "--t2d-path", str(mapping[1])]
     if a.warmup_steps is not None:
         argv += ["--scheduler-warmup-steps", str(a.warmup_steps)]
     return argv
@@ -73,6 +77,7 @@ class RunContext:
     progress: _Progress
     result: dict
     epochs_published: int = 0
+    init_weights: Path | None = None   # --init-from's weights (speculators' names), loaded after setup_model
 
     seed = property(lambda self: self.opts.seed)
     total_seq_len = property(lambda self: self.opts.total_seq_len)

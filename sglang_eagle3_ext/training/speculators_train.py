@@ -91,6 +91,8 @@ from .data import find_hs_dir, list_hs_files, parse_layer_ids, prepare_data, rea
 from .options import TrainOptions
 from .report import TrainDraftError, require_learned, say
 
+INIT_WEIGHTS = "init_from.safetensors"   # --init-from's weights in the working folder, as speculators names them
+
 
 def draft_layer_config(target_cfg: dict, *, num_layers: int = 1, intermediate_size: int | None = None,
                        head_dim: int | None = None, num_kv_heads: int | None = None,
@@ -178,9 +180,12 @@ def _prepare_on_main(a: TrainOptions, world) -> dict:
                     "world_size": world.size}
     work = _work_dir(out)
     try:
+        init = _init_from(a, target_cfg, work, state, result)    # a DIR that cannot be continued: before the data
         _prepare(data, hs_files, work / "data", layer_ids, src, target_cfg, result)
         dcfg = draft_layer_config(target_cfg, num_layers=a.num_layers, intermediate_size=a.intermediate_size,
                                   head_dim=a.head_dim, max_position_embeddings=a.max_position_embeddings)
+        if init is not None:
+            dcfg = _continue_as(init, dcfg, work, vocab)
         (work / "draft_config.json").write_text(json.dumps(dcfg, indent=2))
         verifier = verifier_view(target, work / "verifier")   # speculators reads a top-level text config
         if state is not None:
@@ -193,7 +198,50 @@ def _prepare_on_main(a: TrainOptions, world) -> dict:
         shutil.rmtree(work, ignore_errors=True)
         raise
     return {"work": work, "hs_dir": hs_dir, "layer_ids": layer_ids, "verifier": verifier, "identity": identity,
-            "dvs": None if dvs == vocab else dvs, "result": result, "state": state}
+            "dvs": None if dvs == vocab else dvs, "result": result, "state": state,
+            "init_weights": work / INIT_WEIGHTS if (work / INIT_WEIGHTS).exists() else None,
+            "mapping": (work / "d2t.npy", work / "t2d.npy") if (work / "d2t.npy").exists() else None}
+
+
+def _init_from(a: TrainOptions, target_cfg: dict, work: Path, state: dict | None, result: dict):
+    """--init-from DIR (training/init_from.py), read on rank 0 into the working folder: its weights under
+    speculators' names (not when --resume continues from the run's own checkpoint) and its draft-vocab mapping
+    (always: the teacher's lm_head rows follow it). Returns DIR as read, or None without --init-from."""
+    if a.init_from is None:
+        return None
+    import numpy as np
+    from safetensors.torch import save_file
+
+    from .init_from import continuing_line, read_draft, speculators_state_dict
+
+    init = read_draft(a.init_from, target_cfg)
+    sd = speculators_state_dict(init)
+    result["init_from"] = str(a.init_from)
+    if "d2t" in sd:
+        np.save(work / "d2t.npy", sd["d2t"].numpy())
+        np.save(work / "t2d.npy", sd["t2d"].numpy())
+    if state is not None:
+        say(f"--resume: the checkpoint in {a.out} holds the weights; --init-from {init.path} is not loaded again")
+        return init
+    save_file({k: v.contiguous() for k, v in sd.items()}, str(work / INIT_WEIGHTS))
+    say(continuing_line(init, len(sd)))
+    return init
+
+
+def _continue_as(init, dcfg: dict, work: Path, vocab: int) -> dict:
+    """The draft's layer config with DIR's numerics; the data's own draft vocabulary compared with DIR's (said
+    once when they differ)."""
+    import numpy as np
+    import torch
+
+    from .init_from import llama_layer_config, mapping_note
+
+    if (work / "d2t.npy").exists():
+        d2t = torch.from_numpy(np.load(work / "d2t.npy"))
+        note = mapping_note(init, d2t, work / "data" / "token_freq.pt", vocab)
+        if note:
+            say(note)
+    return llama_layer_config(init, dcfg)
 
 
 def train_llama(a: TrainOptions, rule: dict) -> dict:
@@ -201,10 +249,15 @@ def train_llama(a: TrainOptions, rule: dict) -> dict:
     (TrainOptions.output_rule, already checked)."""
     import shutil
 
+    if a.train_ratio >= 1:    # speculators' loader refuses it with a traceback
+        raise TrainDraftError(f"--train-ratio {a.train_ratio:g}: speculators' trainer always holds a validation share "
+                              f"out; use a ratio below 1 (e.g. 0.95)")
+
     from . import sharding
     from .checkpoint import Publisher
     from .distributed import current, on_main
     from .progress import _Progress
+    from .selection import Keeper
     from .speculators_run import RunContext, build_argv, history_rows, run_speculators, summarize
 
     spec_cli, TrainConfig = _speculators()
@@ -223,18 +276,20 @@ def train_llama(a: TrainOptions, rule: dict) -> dict:
             progress.history = list(got["state"].get("history") or [])
             progress.val = list(got["state"].get("val") or [])
         record = {"arch": "llama", "target": str(a.target), "data": str(a.data)}
+        keep = Keeper.for_run(a, got["state"])      # which epoch's draft --out holds (--select-by)
         ctx = RunContext(opts=a, world=world, device=world.device, G=G, A=A, work=work,
-                         publisher=Publisher(out, rule, record, world), identity=got["identity"], progress=progress,
-                         result=got["result"])
+                         publisher=Publisher(out, rule, record, world, keep), identity=got["identity"], progress=progress,
+                         result=got["result"], init_weights=got["init_weights"])
         argv = build_argv(a, verifier=got["verifier"], prep=work / "data", hs_dir=got["hs_dir"], work=work,
                           layer_ids=got["layer_ids"], draft_cfg_path=work / "draft_config.json",
-                          draft_vocab_size=got["dvs"], device=world.device, world=world)
+                          draft_vocab_size=got["dvs"], device=world.device, world=world, mapping=got["mapping"])
         run_speculators(spec_cli, TrainConfig, ctx, argv)
     finally:
         if world.main:
             shutil.rmtree(work, ignore_errors=True)
     result = summarize(a, ctx.result, progress)
     result.update(saved=str(out), history=history_rows(progress))
+    result["selection"] = keep.summary()
     va = result["val"] or {}
     say(f"DONE steps={result['steps']} train_acc={result['train_acc']:.4f} "
         f"(ttt accs {' '.join(f'{x:.3f}' for x in result['train_acc_by_step'])}, mean of last "

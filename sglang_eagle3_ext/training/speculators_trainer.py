@@ -161,9 +161,17 @@ def make_trainer_class(base, ctx):
             super().setup_trainer()
 
         def setup_model(self):
+            from .init_from import expected_of, load_into
+
             # stock code: model.to(local_rank) with local_rank an int, i.e. an accelerator
             self.local_rank = torch.device("cpu") if ctx.device == "cpu" else self.local_rank
+            expected = expected_of(self.model) if ctx.init_weights is not None else None   # names before wrapping
             super().setup_model()
+            if ctx.init_weights is not None and self.checkpointer.previous_epoch == -1:
+                from safetensors.torch import load_file
+
+                # every rank passes the full state dict: set_model_state_dict places it (one process, FSDP, DDP)
+                load_into(self.model, load_file(str(ctx.init_weights)), ctx.opts.init_from, expected)
 
         def train_epoch(self, epoch, *, step_callback=None):
             train_epoch(self, ctx, epoch)

@@ -50,6 +50,10 @@ def train_draft(options: TrainOptions) -> dict:
     from . import distributed
 
     options.check()
+    if options.init_from is not None:   # the layout and shape are the draft's (read before any plan or route)
+        from .init_from import resolve_options
+
+        options = resolve_options(options)
     if options.dry_run:
         from .plan import plan_draft
 

@@ -2,6 +2,10 @@
 # The GPU acceptance runs, as detached jobs on one H200 (see bg.sh):
 #   tests/gpu/full_plan.sh s16      with SGLang 0.5.16 on PYTHONPATH=/tmp/site
 #   tests/gpu/full_plan.sh s14      with SGLang 0.5.14 on PYTHONPATH=/tmp/site14, when its runs are wanted
+#   tests/gpu/full_plan.sh life     the draft's life after training (0.5.16): eval beside serving, swap, refresh --swap,
+#                                   and the EAGLE-3 serve smoke
+#   tests/gpu/full_plan.sh fa3      dump, drafts, fc guard, dump while serving, Kimi wrapper on FA3 (FA3 kernels installed)
+#   tests/gpu/full_plan.sh kimi_fa3 the Kimi-width round trip timed on FA3, then eval's prediction at Kimi width
 #   tests/gpu/bg.sh poll SECONDS    in every later call, back to back (an idle host may be released after ~30 s
 #                                   without a call): states, figures, $OUT/results.tgz
 # The Kimi-width round trip (0.5.16, timed on FlashMLA, docs/results.md: bs1 2.00x, bs16 x 128:896
@@ -33,4 +37,21 @@ s14)
   S="PYTHONPATH=/tmp/site14 $C"
   $BG start rt14 "$S $RT SGE3_TINY_DIR=/tmp/t14r SGE3_RT_DIR=/tmp/rt14 $R tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \
     $S $RT SGE3_TINY_DIR=/tmp/t14r SGE3_RT_DIR=/tmp/rt14 SGE3_SRV_DIR=/tmp/srv14 $R tests/gpu/test_dump_serving_gpu.py -k retrained" ;;
+life)
+  L="PYTHONPATH=/tmp/site $C SGE3_BACKENDS=triton SGE3_RT_DIR=/tmp/rt $RT"
+  $BG start smoke "$L $R tests/gpu/test_draft_gpu.py -k serves"
+  $BG start life "$L SGE3_RT_PREPARE_ONLY=1 $R tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \
+    $L $R tests/gpu/test_eval_gpu.py::test_predicted_accept_length_matches_served; \
+    $L $R tests/gpu/test_swap_gpu.py::test_swap_without_restart; $L $R tests/gpu/test_refresh_gpu.py" ;;
+fa3)
+  F="PYTHONPATH=/tmp/site $C SGE3_BACKENDS=fa3 SGE3_SERVE_BACKEND=fa3 SGE3_RT_BACKEND=fa3"
+  $BG start fa3 "$F $R tests/gpu/test_dump_gpu.py -k matches_transformers; \
+    $F $R tests/gpu/test_draft_gpu.py tests/gpu/test_draft_mla_gpu.py; \
+    $F $R tests/gpu/test_dump_serving_gpu.py -k fed; $F $R tests/gpu/test_kimi_gpu.py -k dump" ;;
+kimi_fa3)
+  K="PYTHONPATH=/tmp/site TRITON_CACHE_DIR=/tmp/triton_cache SGE3_MEM_FRACTION=0.5 SGE3_MAX_TOTAL_TOKENS=65536"
+  KRT="$K SGE3_RT_TARGET=kimi SGE3_RT_DIR=/tmp/rtk"
+  T=tests/gpu/test_roundtrip_gpu.py::test_roundtrip
+  $BG start kimi "$KRT SGE3_RT_PREPARE_ONLY=1 $R $T; $KRT SGE3_RT_SERVE_BACKEND=fa3 $R $T; \
+    $KRT $R tests/gpu/test_eval_gpu.py::test_predicted_accept_length_matches_served" ;;
 esac

@@ -24,7 +24,9 @@ COMMON_ARGS = ["--skip-tokenizer-init", "--sampling-backend", "pytorch", "--gram
 # The attention backends the GPU tests run on (SGE3_BACKENDS=triton,flashinfer narrows it). fa3 is
 # SGLang's default for MLA targets on Hopper; it is skipped where sgl-kernel lacks its kernels.
 BACKENDS = tuple(b for b in knobs.get("SGE3_BACKENDS").split(",") if b)
-BASE_ARGS = [*COMMON_ARGS, "--attention-backend", "triton"]
+# the attention backend of the tests that serve one backend (drafts, MLA drafts, dump while serving)
+SERVE_BACKEND = knobs.get("SGE3_SERVE_BACKEND")
+BASE_ARGS = [*COMMON_ARGS, "--attention-backend", SERVE_BACKEND]
 
 
 def server_args(backend: str = "triton") -> list[str]:

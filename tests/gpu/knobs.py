@@ -27,6 +27,8 @@ _TABLE = (
     Knob("SGE3_TEST_WHEEL_DIRS", "/work/wheels",
          "CPU suite, `test_compat.py`: folders (`:`-separated) of SGLang wheels for `compat --download`"),
     # how the test servers run
+    Knob("SGE3_SERVE_BACKEND", "triton",
+         "attention backend of the draft, MLA-draft and dump-while-serving tests' servers (e.g. `fa3`)"),
     Knob("SGE3_BACKENDS", "triton,flashinfer,fa3",
          "attention backends of the parametrised tests (one whose kernels are missing is skipped)"),
     Knob("SGE3_MEM_FRACTION", None,
@@ -51,6 +53,8 @@ _TABLE = (
     Knob("SGE3_RT_SAMPLES", None, "dumped generations to train on (default 2000; 1000 for `kimi`)"),
     Knob("SGE3_RT_EPOCHS", None, "draft training epochs (default 12; 8 for `kimi` in the round trip)"),
     Knob("SGE3_RT_LR", None, "draft learning rate (default 3e-3; 1e-3 for `kimi` in the round trip)"),
+    Knob("SGE3_REFRESH_REQUESTS", None, "`test_refresh_gpu.py`: training prompts served (and dumped) before the refresh (default 512)"),
+    Knob("SGE3_REFRESH_EPOCHS", None, "`test_refresh_gpu.py`: refresh --epochs (default 12)"),
     Knob("SGE3_RT_ENCODING", "bf16", "dump encoding of the round trip (`bf16` or `fp8`)"),
     Knob("SGE3_SRV_DIR", None, "`test_dump_serving_gpu.py`: keep the retrain-on-serving-dump stages here"),
     Knob("SGE3_BENCH_LEVELS", "1,8,32", "`test_bench_gpu.py`: concurrency levels of `sglang-eagle3 bench`"),

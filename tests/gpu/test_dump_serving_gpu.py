@@ -25,7 +25,7 @@ import knobs
 import pytest
 import torch
 from draft_input_recorder import install as recorder_env, load as load_records
-from gpu_helpers import LOG_DIR, REPO, activation_env, free_port, generate, http_json, sglang_server
+from gpu_helpers import LOG_DIR, REPO, SERVE_BACKEND, activation_env, free_port, generate, http_json, sglang_server
 from helpers import cosine
 from test_dump_gpu import dump_args
 
@@ -83,7 +83,7 @@ def test_dumped_states_are_what_the_draft_is_fed(tmp_path):
     prompts = _prompts(N_REQ)
     rids = [f"srv{i:03d}" for i in range(N_REQ)]
     t0 = time.time()
-    with sglang_server([*dump_args(target), "--speculative-draft-model-path", str(draft), *SPEC_ARGS],
+    with sglang_server([*dump_args(target, SERVE_BACKEND), "--speculative-draft-model-path", str(draft), *SPEC_ARGS],
                        name="dump_serving_eagle3", port=free_port(), env=env, launcher="sglang.launch_server") \
             as (base, log, _):
         with ThreadPoolExecutor(N_REQ) as ex:     # one batch: verifies of several requests with their own accepts
@@ -125,7 +125,7 @@ def test_dumped_states_are_what_the_draft_is_fed(tmp_path):
     layers = json.loads((dump / "dump_meta.json").read_text())["layer_indices_hf"]
     ref_env = activation_env(work, SGLANG_EAGLE3_EXT_DUMP_DIR=str(ref_dump), SGLANG_EAGLE3_EXT_DUMP_FINAL="both",
                              SGLANG_EAGLE3_EXT_DUMP_LAYERS=",".join(map(str, layers)))
-    with sglang_server(dump_args(target), name="dump_serving_ref", port=free_port(), env=ref_env,
+    with sglang_server(dump_args(target, SERVE_BACKEND), name="dump_serving_ref", port=free_port(), env=ref_env,
                        launcher="sglang.launch_server") as (base, log, _):
         with ThreadPoolExecutor(N_REQ) as ex:
             list(ex.map(lambda r: generate(base, samples[r][T_IDS].tolist(), 1, rid=f"ref{r}"), rids))
@@ -176,7 +176,7 @@ def test_draft_retrained_on_serving_dump(tmp_path):
     if not _done(dump):
         train = [json.loads(line) for line in (rt / "train.jsonl").read_text().splitlines() if line.strip()]
         env = activation_env(work, SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump))
-        with sglang_server([*dump_args(target), "--speculative-draft-model-path", str(draft), *RT_SPEC],
+        with sglang_server([*dump_args(target, SERVE_BACKEND), "--speculative-draft-model-path", str(draft), *RT_SPEC],
                            name="srv_dump_server", port=free_port(), env=env, launcher="sglang.launch_server") \
                 as (base, log, _):
             with ThreadPoolExecutor(64) as ex:

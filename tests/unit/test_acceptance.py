@@ -185,7 +185,7 @@ def test_heldout_split_is_trains_and_deterministic():
         assert idx == list(range(int(n * ratio), n)) == adata.heldout(n, default, mla=False)[0]
         assert set(idx).isdisjoint(range(int(n * ratio))) and "train-ratio 0.95" in rule
         mla_idx, _ = adata.heldout(n, default, mla=True)
-        k = max(1, int(n * default)) if n > 1 else 0
+        k = max(1, n - int(n * ratio)) if n > 1 else 0      # training/mla_train._split's validation files
         assert mla_idx == (list(range(n - k, n)) if k else [0])
     assert adata.heldout(7, 1.0, mla=False)[0] == list(range(7))
 

@@ -59,3 +59,14 @@ def test_any_settings_are_accepted_or_refused_by_name(tmp_path_factory, fields):
         opts.check()
     except TrainDraftError as e:
         assert str(e).startswith("--"), e
+
+
+def test_llama_route_refuses_no_validation_share(tmp_path):
+    """speculators' loader needs a validation share: --train-ratio 1 is refused up front, not a traceback."""
+    import acceptance_world as W
+
+    target = W.write_target(tmp_path / "target")
+    data = W.write_export(tmp_path / "hs", W.sequences(4), target)
+    with pytest.raises(TrainDraftError, match="validation share"):
+        train_draft(TrainOptions(data=data, target=target, out=tmp_path / "out", train_ratio=1.0, device="cpu",
+                                 draft_vocab_size=16, num_workers=0))

@@ -1,0 +1,109 @@
+"""`sglang-eagle3 refresh --dump-dir DIR --draft DRAFT --out OUT [--swap URL]`: a better draft from the traffic
+it serves.
+
+Reads the samples a dump while serving wrote since the last refresh (the cursor `refresh_cursor.json` in the dump
+dir; with --max-accept-len only requests the draft served with a lower accept length), holds a share out,
+continues training from DRAFT's weights on the rest (the recipe of `train --init-from`), converts and checks the
+result, and predicts both drafts' accept length on the held-out samples (`eval`'s simulation). The new draft is
+accepted when it gains at least --margin; then the cursor records the samples, and with --swap it replaces the
+served draft in the running server (`swap`). Otherwise the current draft stays and the reason is printed.
+
+OUT (a new folder) receives data/, train/, draft/ (the new draft, in SGLang's layout) and refresh.json.
+Exit 0 accepted (and swapped with --swap); 1 not accepted (the reason printed); 2 bad input or a refused swap.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    return v
+
+
+def build_parser():
+    from . import common as c
+    from ..acceptance.evaluate import DTYPES
+    from ..refresh.run import Options
+
+    d = Options(dump_dir="", draft="", out="")
+    p = c.parser("refresh", c.doc_description(__doc__, paragraphs=3))
+    p.add_argument("--dump-dir", required=True, help="the serving dump (the server's SGLANG_EAGLE3_EXT_DUMP_DIR)")
+    p.add_argument("--draft", required=True, help="the draft being served (SGLang's layout): training starts from "
+                   "its weights and the new one must beat it")
+    p.add_argument("--out", required=True, help="a new folder for this refresh (data/, train/, draft/, refresh.json)")
+    p.add_argument("--target", default=None, help="the target's folder (default: the model path the dump records)")
+    p.add_argument("--margin", type=c.non_negative_float, default=d.margin,
+                   help="predicted accept length the new draft must gain to replace the current one")
+    p.add_argument("--min-samples", type=c.positive_int, default=d.min_samples,
+                   help="fewer new samples than this: nothing is trained")
+    p.add_argument("--heldout-fraction", type=_fraction, default=d.heldout_fraction,
+                   help="share of the new samples held out to judge both drafts on")
+    p.add_argument("--max-accept-len", type=c.positive_float, default=None,
+                   help="use only requests the current draft served with an accept length below this")
+    p.add_argument("--epochs", type=c.positive_int, default=d.epochs, help="training epochs over the new samples")
+    p.add_argument("--lr", type=c.positive_float, default=d.lr, help="peak learning rate")
+    p.add_argument("--spec-steps", type=c.positive_int, default=d.spec_steps,
+                   help="the server's --speculative-num-steps (topk 1) the prediction is for")
+    p.add_argument("--eval-samples", type=c.positive_int, default=None, help="judge on at most this many held-out "
+                   "samples (default: all)")
+    p.add_argument("--device", default=None, help="torch device (default: cuda when there is one)")
+    p.add_argument("--dtype", choices=DTYPES, default=d.dtype, help="eval's weights and activations")
+    p.add_argument("--workers", type=c.positive_int, default=d.workers, help="export threads")
+    p.add_argument("--swap", dest="swap_url", default=None, metavar="URL",
+                   help="a running EAGLE-3 server: swap an accepted draft into it (`sglang-eagle3 swap`)")
+    p.add_argument("--loss-impl", choices=("fused", "eager"), default=None, help="train's --loss-impl")
+    c.add_json_out(p, "the report")
+    c.add_verbosity(p, quiet="no progress lines")
+    return c.finish(p, "refresh")
+
+
+def render(rep: dict) -> str:
+    verdict = "accepted" if rep["accepted"] else "not accepted"
+    lines = [f"refresh: {verdict}: {rep['reason']}",
+             f"  samples: {rep['selected']} selected of {rep['new_samples']} new "
+             f"({rep['train_samples']} trained on, {rep['heldout_samples']} held out)"]
+    if rep.get("out"):
+        lines.append(f"  new draft: {rep['draft_after']} (report: {rep['out']}/refresh.json)")
+    sw = rep.get("swap")
+    if sw:
+        lines.append(f"  swap: {'done, pause ' + str(sw.get('pause_s')) + ' s' if sw.get('ok') else 'refused: ' + sw['error']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import common as c
+    from ..boundary import BadInput, Refused
+    from ..refresh.run import Options, refresh
+    from ..training.report import TrainDraftError
+    from .output import library_output
+
+    a = build_parser().parse_args(argv)
+    say = None if a.quiet or a.json == "-" else (lambda m: print(f"refresh: {m}", file=sys.stderr, flush=True))
+    extra = {"loss_impl": a.loss_impl} if a.loss_impl else {}
+    opts = Options(dump_dir=a.dump_dir, draft=a.draft, out=a.out, target=a.target, margin=a.margin,
+                   min_samples=a.min_samples, heldout_fraction=a.heldout_fraction, max_accept_len=a.max_accept_len,
+                   epochs=a.epochs, lr=a.lr, spec_steps=a.spec_steps, eval_samples=a.eval_samples, device=a.device,
+                   dtype=a.dtype, workers=a.workers, swap_url=a.swap_url, train_options=extra, say=say)
+    try:
+        with library_output(a.verbose, bars=True):
+            rep = refresh(opts)
+    except (Refused, BadInput, TrainDraftError) as e:
+        print(c.error_line("refresh", str(e).replace("\n", " ")), file=sys.stderr)
+        return getattr(e, "code", c.EXIT_BAD_INPUT)
+    code = c.report(a.json, rep, render(rep))
+    if rep.get("swap") and not rep["swap"].get("ok"):
+        return c.EXIT_BAD_INPUT
+    return code if rep["accepted"] else c.EXIT_FAILED
+
+
+if __name__ == "__main__":
+    from .common import run_tool
+
+    sys.exit(run_tool("refresh", main))

@@ -1,0 +1,204 @@
+"""`refresh(Options(...))`: a better draft from the traffic it serves.
+
+1. the dump's samples the cursor does not hold (optionally only weakly-served requests), split train / held-out;
+2. both parts exported for training (the dump's own exporter), the current draft evaluated on the held-out part;
+3. training continues from the current draft's weights (the same recipe: `train --init-from`);
+4. the result converted to the layout SGLang serves, checked, evaluated on the same held-out part;
+5. the gate: accepted when its predicted accept length beats the current draft's by `margin`, else the current
+   one stays (the report says why); accepted samples go into the cursor; with `swap_url` the new draft is swapped
+   into the running server.
+Everything is written into `out` (a new folder): data/, train/, draft/ (the new draft), refresh.json.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Callable
+
+from ..boundary import Refused
+
+
+@dataclasses.dataclass
+class Options:
+    dump_dir: str
+    draft: str                           # the draft being served (SGLang's layout)
+    out: str
+    target: str | None = None            # None: the model path the dump records
+    margin: float = 0.05                 # accept length the new draft must gain
+    min_samples: int = 32
+    heldout_fraction: float = 0.1
+    max_accept_len: float | None = None  # only requests served with a lower accept length
+    epochs: int = 3
+    lr: float = 3e-4
+    spec_steps: int = 3                  # --speculative-num-steps the prediction is for
+    eval_samples: int | None = None
+    device: str | None = None
+    dtype: str = "bf16"
+    workers: int = 4
+    swap_url: str | None = None
+    swap_timeout: float = 600.0
+    train_options: dict = dataclasses.field(default_factory=dict)   # more TrainOptions fields
+    say: Callable[[str], None] | None = None
+
+
+def _stage(say, what: str):
+    t0 = time.monotonic()
+    say(f"{what} ...")
+    return lambda: round(time.monotonic() - t0, 1)
+
+
+def _check_inputs(o: Options) -> tuple[Path, dict]:
+    from ..dump.export import ExportError, require_dump_dir
+    from ..draft.check import describe_draft
+
+    try:
+        dump = require_dump_dir(o.dump_dir)
+    except ExportError as e:
+        raise Refused(f"--dump-dir {o.dump_dir}: {e}") from None
+    if not (0 < o.heldout_fraction < 1):
+        raise Refused(f"--heldout-fraction {o.heldout_fraction}: expected a number in (0, 1)")
+    desc = describe_draft(o.draft, target=o.target)
+    if not desc["ok"]:
+        raise Refused(f"--draft {o.draft}: not a draft SGLang serves as is ({'; '.join(desc['errors'])}); give the "
+                      f"served draft's folder")
+    return dump, desc
+
+
+def _target(o: Options, dump: Path) -> str:
+    from ..acceptance.data import _model_path
+
+    if o.target:
+        return o.target
+    mp = _model_path(dump)
+    if not mp or not (Path(mp) / "config.json").is_file():
+        raise Refused(f"--dump-dir {dump} records no local target folder ({mp!r}); pass --target DIR")
+    return mp
+
+
+def _export(dump: Path, ids: list, out: Path, workers: int) -> None:
+    from ..dump.exporters import get
+
+    get("speculators")(dump, out, order=ids, workers=workers, progress=True)
+
+
+def _predict(o: Options, draft, data: Path, target: str) -> dict:
+    from ..acceptance.evaluate import Options as EvalOptions, evaluate
+
+    rep = evaluate(EvalOptions(draft=str(draft), data=str(data), target=target, steps=o.spec_steps,
+                               heldout_fraction=1.0, samples=o.eval_samples, device=o.device, dtype=o.dtype))
+    return {"predicted_accept_length": rep["predicted_accept_length"],
+            "positions": [p["p"] for p in rep["rounds"]["positions"]], "samples": rep["heldout"]["samples"],
+            "samples_per_s": rep["samples_per_s"]}
+
+
+def _train(o: Options, data: Path, target: str, out: Path, layout: str) -> dict:
+    from ..training import TrainOptions, train_draft
+
+    fields = dict(data=str(data), target=target, out=str(out), draft_arch="mla" if layout == "mla" else "llama",
+                  init_from=str(o.draft), epochs=o.epochs, lr=o.lr, device=o.device,
+                  min_val_acc=0.0)
+    fields.update(o.train_options)
+    return train_draft(TrainOptions(**fields))
+
+
+def _servable(trained: Path, dst: Path, target: str) -> list[str]:
+    """The trained draft in the layout SGLang serves (dst); the check's errors (empty: servable)."""
+    from ..draft.check import check_draft
+    from ..draft.convert import convert
+
+    convert(trained, dst, progress=False, log=lambda *a, **k: None)
+    rep = check_draft(dst, target=target)
+    return [str(p) for p in rep.errors]
+
+
+def _gate(o: Options, before: dict, after: dict | None, problems: list) -> tuple[bool, str]:
+    if problems:
+        return False, f"the new draft fails check: {'; '.join(problems)}"
+    a, b = after["predicted_accept_length"], before["predicted_accept_length"]
+    if a is None or b is None:
+        return False, "no accept length could be predicted on the held-out samples"
+    if a - b >= o.margin:
+        return True, f"predicted accept length {b:.3f} -> {a:.3f} (+{a - b:.3f} >= margin {o.margin:g})"
+    return False, (f"predicted accept length {b:.3f} -> {a:.3f} ({a - b:+.3f} < margin {o.margin:g}): the current "
+                   f"draft stays")
+
+
+def _build(o: Options, dump: Path, sel, target: str, layout: str, tmp: Path, say) -> dict:
+    """Steps 2-4 into `tmp`; the report's figures."""
+    rep: dict = {}
+    done = _stage(say, f"exporting {len(sel.train)} training + {len(sel.heldout)} held-out samples")
+    _export(dump, sel.train, tmp / "data" / "train", o.workers)
+    _export(dump, sel.heldout, tmp / "data" / "heldout", o.workers)
+    rep["export_s"] = done()
+    done = _stage(say, f"predicting the current draft's accept length on {len(sel.heldout)} held-out samples")
+    rep["before"] = _predict(o, o.draft, tmp / "data" / "heldout", target)
+    say(f"current draft: predicted accept length {rep['before']['predicted_accept_length']:.3f} ({done()} s)")
+    done = _stage(say, f"training from the current draft ({o.epochs} epoch(s), lr {o.lr:g})")
+    summary = _train(o, tmp / "data" / "train", target, tmp / "train", layout)
+    rep["train"] = {k: summary.get(k) for k in ("steps", "epochs", "train_loss", "train_acc", "init_from")
+                    if k in summary}
+    rep["train_s"] = done()
+    done = _stage(say, "converting and checking the new draft")
+    problems = _servable(tmp / "train", tmp / "draft", target)
+    rep["check"] = problems or "passed"
+    if not problems:
+        rep["after"] = _predict(o, tmp / "draft", tmp / "data" / "heldout", target)
+        say(f"new draft: predicted accept length {rep['after']['predicted_accept_length']:.3f} ({done()} s)")
+    rep["accepted"], rep["reason"] = _gate(o, rep["before"], rep.get("after"), problems)
+    return rep
+
+
+def refresh(o: Options) -> dict:
+    """Run one refresh; the report (`accepted`, `reason`, figures). Refused on bad input."""
+    from ..files import outdir
+    from . import cursor as cur
+    from .traffic import select
+
+    say = o.say or (lambda m: None)
+    dump, desc = _check_inputs(o)
+    target = _target(o, dump)
+    t0 = time.monotonic()
+    with cur.exclusive(dump):
+        c = cur.read_cursor(dump)
+        sel = select(dump, c.consumed, o.heldout_fraction, o.max_accept_len)
+        base = {"dump_dir": str(dump), "draft_before": str(Path(o.draft).resolve()), "target": target,
+                "layout": desc.get("layout"), "new_samples": sel.new, "selected": len(sel.ids),
+                "train_samples": len(sel.train), "heldout_samples": len(sel.heldout), "skipped": sel.skipped,
+                "already_used": len(c.consumed), "margin": o.margin, "spec_steps": o.spec_steps}
+        say(f"{sel.new} sample(s) since the last refresh ({len(c.consumed)} used before), {len(sel.ids)} selected"
+            + "".join(f", {n} skipped: {why}" for why, n in sel.skipped.items()))
+        if len(sel.ids) < o.min_samples:
+            return {**base, "accepted": False, "out": None, "reason": f"{len(sel.ids)} selected sample(s) < "
+                    f"--min-samples {o.min_samples}: nothing trained, the current draft stays (serve more traffic "
+                    f"with dumping on, or lower --min-samples)"}
+        rule = dict(tool="refresh", flag="--out", replace=False,
+                    inputs=[("dump dir (--dump-dir)", dump), ("draft (--draft)", o.draft), ("target", target)])
+        with outdir.writing(o.out, **rule, record={"dump_dir": str(dump)}) as tmp:
+            rep = {**base, **_build(o, dump, sel, target, desc.get("layout"), Path(tmp), say)}
+            rep["draft_after"] = str((Path(o.out) / "draft").resolve())
+            _write_report(Path(tmp) / "refresh.json", rep)
+        rep["out"], rep["seconds"] = str(Path(o.out).resolve()), round(time.monotonic() - t0, 1)
+        c.advance(sel.ids, {"at": time.strftime("%Y-%m-%dT%H:%M:%S"), "accepted": rep["accepted"],
+                            "reason": rep["reason"], "out": rep["out"], "samples": len(sel.ids),
+                            "before": rep["before"]["predicted_accept_length"],
+                            "after": (rep.get("after") or {}).get("predicted_accept_length")})
+    if rep["accepted"] and o.swap_url:
+        rep["swap"] = _swap(o, rep["draft_after"], say)
+    return rep
+
+
+def _swap(o: Options, draft: str, say) -> dict:
+    from ..draft.swap_client import Options as SwapOptions, swap
+
+    say(f"swapping {draft} into {o.swap_url}")
+    try:
+        return swap(SwapOptions(url=o.swap_url, draft=draft, timeout=o.swap_timeout, say=say))
+    except Refused as e:
+        return {"ok": False, "error": str(e), **(getattr(e, "report", None) or {})}
+
+
+def _write_report(path: Path, rep: dict) -> None:
+    import json
+
+    path.write_text(json.dumps(rep, indent=2, default=str) + "\n")

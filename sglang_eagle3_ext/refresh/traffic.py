@@ -1,0 +1,58 @@
+"""The samples a refresh trains and judges on: what the dump holds that the cursor does not, optionally only the
+requests the draft served badly, split into a training part and a held-out part by a hash of each sample id (so a
+run repeated on the same samples splits them the same way)."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+from ..boundary import BadInput, Refused
+
+
+@dataclasses.dataclass
+class Selection:
+    train: list            # sample ids, in the dump's order (time written, then id)
+    heldout: list
+    new: int               # samples the cursor does not hold
+    skipped: dict          # reason -> count
+
+    @property
+    def ids(self) -> list:
+        return self.train + self.heldout
+
+
+def _unit(sample_id: str) -> float:
+    """A number in [0, 1) fixed by the id."""
+    return int.from_bytes(hashlib.sha1(sample_id.encode()).digest()[:8], "big") / 2.0 ** 64
+
+
+def select(dump_dir, consumed: set, heldout_fraction: float, max_accept_len: float | None = None) -> Selection:
+    """The unused samples of `dump_dir`; with `max_accept_len`, only those whose request's own accept length
+    (recorded by a dump while serving EAGLE-3) was below it."""
+    from ..dump.manifest import read_manifest
+
+    try:
+        records = read_manifest(dump_dir)
+    except BadInput as e:
+        raise Refused(f"dump dir {dump_dir}: {e}") from None
+    fresh = [r for k, r in records.items() if k not in consumed]
+    fresh.sort(key=lambda r: (r.get("t") if isinstance(r.get("t"), (int, float)) else 0.0, r["id"]))
+    skipped = {}
+    if max_accept_len is not None:
+        kept = []
+        for r in fresh:
+            acc = r.get("accept_len")
+            if not isinstance(acc, (int, float)) or isinstance(acc, bool):
+                skipped["no accept length recorded (not served with EAGLE-3)"] = \
+                    skipped.get("no accept length recorded (not served with EAGLE-3)", 0) + 1
+            elif acc >= max_accept_len:
+                skipped[f"accept length >= {max_accept_len:g}"] = skipped.get(f"accept length >= {max_accept_len:g}",
+                                                                               0) + 1
+            else:
+                kept.append(r)
+        fresh = kept
+    heldout = [r["id"] for r in fresh if _unit(r["id"]) < heldout_fraction]
+    train = [r["id"] for r in fresh if _unit(r["id"]) >= heldout_fraction]
+    if fresh and not heldout:      # a small selection still needs something to judge on
+        heldout, train = [train[-1]], train[:-1]
+    return Selection(train, heldout, len(records) - len(consumed & set(records)), skipped)
