@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import knobs
 import pytest
-from gpu_helpers import BACKENDS, backend_missing
+from gpu_helpers import BACKENDS, SERVE_BACKEND, backend_missing
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +21,12 @@ def attn_backend(request):
     if why:
         pytest.skip(f"attention backend {why}")
     return request.param
+
+
+@pytest.fixture
+def serve_backend():
+    """The tests that serve SGE3_SERVE_BACKEND skip, naming the import error, where its kernels are missing."""
+    why = backend_missing(SERVE_BACKEND)
+    if why:
+        pytest.skip(f"attention backend {why}")
+    return SERVE_BACKEND

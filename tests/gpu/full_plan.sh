@@ -4,6 +4,7 @@
 #   tests/gpu/full_plan.sh s14      with SGLang 0.5.14 on PYTHONPATH=/tmp/site14, when its runs are wanted
 #   tests/gpu/full_plan.sh life     the draft's life after training (0.5.16): eval beside serving, swap, refresh --swap,
 #                                   and the EAGLE-3 serve smoke
+#   tests/gpu/full_plan.sh wrapper  the Kimi-K2.5 wrapper's round trip, then eval's prediction for its MLA draft
 #   tests/gpu/full_plan.sh fa3      dump, drafts, fc guard, dump while serving, Kimi wrapper on FA3 (FA3 kernels installed)
 #   tests/gpu/full_plan.sh kimi_fa3 the Kimi-width round trip timed on FA3, then eval's prediction at Kimi width
 #   tests/gpu/bg.sh poll SECONDS    in every later call, back to back (an idle host may be released after ~30 s
@@ -41,11 +42,15 @@ life)
   L="PYTHONPATH=/tmp/site $C SGE3_BACKENDS=triton SGE3_RT_DIR=/tmp/rt $RT"
   $BG start smoke "$L $R tests/gpu/test_draft_gpu.py -k serves"
   $BG start life "$L SGE3_RT_PREPARE_ONLY=1 $R tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \
-    $L $R tests/gpu/test_eval_gpu.py::test_predicted_accept_length_matches_served; \
-    $L $R tests/gpu/test_swap_gpu.py::test_swap_without_restart; $L $R tests/gpu/test_refresh_gpu.py" ;;
+    $L $R tests/gpu/test_swap_gpu.py::test_swap_without_restart; $L $R tests/gpu/test_refresh_gpu.py; \
+    $L $R tests/gpu/test_eval_gpu.py::test_predicted_accept_length_matches_served" ;;
+wrapper)
+  W="PYTHONPATH=/tmp/site $C SGE3_BACKENDS=triton SGE3_KIMI_RT_DIR=/tmp/krt"
+  $BG start wrapper "$W $R tests/gpu/test_kimi_gpu.py::test_kimi_roundtrip; \
+    $W $R tests/gpu/test_eval_gpu.py::test_kimi_wrapper_mla_draft_predicted" ;;
 fa3)
   F="PYTHONPATH=/tmp/site $C SGE3_BACKENDS=fa3 SGE3_SERVE_BACKEND=fa3 SGE3_RT_BACKEND=fa3"
-  $BG start fa3 "$F $R tests/gpu/test_dump_gpu.py -k matches_transformers; \
+  $BG start fa3 "$F $R tests/gpu/test_dump_gpu.py -k 'matches_transformers and fa3'; \
     $F $R tests/gpu/test_draft_gpu.py tests/gpu/test_draft_mla_gpu.py; \
     $F $R tests/gpu/test_dump_serving_gpu.py -k fed; $F $R tests/gpu/test_kimi_gpu.py -k dump" ;;
 kimi_fa3)

@@ -18,7 +18,7 @@ import pytest
 
 from gpu_helpers import BASE_ARGS, LOG_DIR, REPO, activation_env, free_port as _port, generate, sglang_server
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("serve_backend")]
 HF_INDICES = (1, 2, 3)  # HF hidden_states of the 4-layer tiny target
 
 

@@ -15,7 +15,7 @@ import pytest
 from gpu_helpers import LOG_DIR, free_port, generate, sglang_server
 from test_draft_gpu import _args, _env, _launcher, assert_width_refused, no_aux_draft
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("serve_backend")]
 HF_INDICES = (1, 2, 3)  # HF hidden_states of the 4-layer tiny target
 MLA_CLASS = "Eagle3DeepseekV2ForCausalLM"
 
