@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 
 from ..boundary import BadInput, Refused
 
@@ -26,6 +27,11 @@ def _unit(sample_id: str) -> float:
     return int.from_bytes(hashlib.sha1(sample_id.encode()).digest()[:8], "big") / 2.0 ** 64
 
 
+def _time(t) -> float:
+    """A record's write time, for ordering (0 when not a finite number)."""
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) else 0.0
+
+
 def select(dump_dir, consumed: set, heldout_fraction: float, max_accept_len: float | None = None) -> Selection:
     """The unused samples of `dump_dir`; with `max_accept_len`, only those whose request's own accept length
     (recorded by a dump while serving EAGLE-3) was below it."""
@@ -36,13 +42,13 @@ def select(dump_dir, consumed: set, heldout_fraction: float, max_accept_len: flo
     except BadInput as e:
         raise Refused(f"dump dir {dump_dir}: {e}") from None
     fresh = [r for k, r in records.items() if k not in consumed]
-    fresh.sort(key=lambda r: (r.get("t") if isinstance(r.get("t"), (int, float)) else 0.0, r["id"]))
+    fresh.sort(key=lambda r: (_time(r.get("t")), r["id"]))
     skipped = {}
     if max_accept_len is not None:
         kept = []
         for r in fresh:
             acc = r.get("accept_len")
-            if not isinstance(acc, (int, float)) or isinstance(acc, bool):
+            if not isinstance(acc, (int, float)) or isinstance(acc, bool) or not math.isfinite(acc):
                 skipped["no accept length recorded (not served with EAGLE-3)"] = \
                     skipped.get("no accept length recorded (not served with EAGLE-3)", 0) + 1
             elif acc >= max_accept_len:

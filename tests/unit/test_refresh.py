@@ -162,3 +162,29 @@ def test_refresh_end_to_end_and_the_cursor_resumes(world):
         (world["dump"] / C.CURSOR_FILE).read_text())["consumed"]) and len(C.read_cursor(world["dump"]).consumed) == 40
     nothing = _refresh(world, "r3", margin=-1e9)                # nothing new since
     assert not nothing["accepted"] and nothing["selected"] == 0 and not (world["tmp"] / "r3").exists()
+
+
+_ANY = st.none() | st.booleans() | st.integers(-5, 10) | st.floats(allow_nan=True) | st.text(max_size=3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.tuples(_ANY, _ANY), min_size=40, max_size=40), limit=st.none() | st.floats(0.5, 5))
+def test_any_recorded_accept_length_or_time_selects_or_skips(tmp_path_factory, values, limit):
+    """The manifest's accept_len and t come from outside: any value is used, or the sample skipped and counted."""
+    d = tmp_path_factory.mktemp("sel")
+    target = W.write_target(d / "target")
+    dump = _serving_dump(d / "dump", target)
+    man = dump / "manifests" / "dp0.jsonl"
+    recs = [json.loads(x) for x in man.read_text().splitlines()]
+    for r, (acc, t) in zip(recs, values):
+        r["accept_len"], r["t"] = acc, t
+    man.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    try:
+        sel = select(dump, set(), 0.25, max_accept_len=limit)
+    except Refused:
+        return
+    assert len(sel.ids) + sum(sel.skipped.values()) == 40 and len(set(sel.ids)) == len(sel.ids)
+    if limit is not None:      # only finite recorded accept lengths below the limit are selected
+        by_id = {r["id"]: r["accept_len"] for r in recs}
+        assert all(isinstance(by_id[i], (int, float)) and not isinstance(by_id[i], bool) and by_id[i] < limit
+                   for i in sel.ids)
