@@ -140,6 +140,15 @@ def local_problems(draft: Path, args: dict, served: dict, say=None) -> list:
     return against_served(cfg, spec, served, layout.capture_always_plus_one, has_d2t, str(draft))
 
 
+def can_swap(url: str, timeout: float = 30.0) -> str:
+    """The draft `url` serves now; Refused when that server cannot take a swap (checked before long work)."""
+    from ..server.http_client import Server
+
+    srv = Server(url, timeout=timeout)
+    _, states = _server_state(srv, srv.where("GET", "/get_server_info"))
+    return states[0].get("draft")
+
+
 def swap(opts: Options) -> dict:
     """Swap the draft of the server at opts.url for opts.draft; the report (Refused on any refusal)."""
     from ..server.http_client import Server

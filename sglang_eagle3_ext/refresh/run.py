@@ -158,6 +158,10 @@ def refresh(o: Options) -> dict:
     say = o.say or (lambda m: None)
     dump, desc = _check_inputs(o)
     target = _target(o, dump)
+    if o.swap_url:       # before hours of training: a server that cannot take the new draft is said now
+        from ..draft.swap_client import can_swap
+
+        say(f"--swap {o.swap_url}: it serves {can_swap(o.swap_url)} and can take a new draft")
     t0 = time.monotonic()
     with cur.exclusive(dump):
         c = cur.read_cursor(dump)

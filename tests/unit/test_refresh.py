@@ -188,3 +188,12 @@ def test_any_recorded_accept_length_or_time_selects_or_skips(tmp_path_factory, v
         by_id = {r["id"]: r["accept_len"] for r in recs}
         assert all(isinstance(by_id[i], (int, float)) and not isinstance(by_id[i], bool) and by_id[i] < limit
                    for i in sel.ids)
+
+
+def test_a_swap_target_that_cannot_answer_is_refused_before_training(world, capsys):
+    out = world["tmp"] / "o"
+    rc = _cli("--dump-dir", str(world["dump"]), "--draft", str(world["draft"]), "--out", str(out),
+              "--swap", "http://127.0.0.1:9", "--quiet")
+    err = capsys.readouterr().err
+    assert rc == 2 and "127.0.0.1:9" in err and "Traceback" not in err, err
+    assert not out.exists() and not (world["dump"] / C.CURSOR_FILE).exists()
