@@ -4,6 +4,7 @@
 - `options` — `TrainOptions` (what one run is asked to do) and how it writes its output folder;
 - `distributed`, `sharding`, `checkpoint` — one process or one per rank under torchrun; which samples each rank
   trains on per step; --out written after every epoch and `--resume`;
+- `init_from` — `--init-from DIR`: continue from an existing draft's weights, vocabulary mapping and shape;
 - `selection` — which epoch's draft --out keeps (`--select-by`: the last, or the best by a per-epoch score);
 - `speculators_train` (+ `speculators_run`, `speculators_trainer`, `speculators_patches`, `progress`) — the
   Llama layout, trained by speculators' own trainer (FSDP over ranks);
