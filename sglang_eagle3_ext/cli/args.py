@@ -205,6 +205,25 @@ def _number(kind, minimum: float, what: str):
     return parse
 
 
+def number_in(low: float, high: float, include_high: bool = True):
+    """An argparse `type`: a finite number in (low, high] (or (low, high) without include_high); argparse names
+    the flag."""
+    import math
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = float("nan")
+        inside = low < v <= high if include_high else low < v < high
+        if not (inside and math.isfinite(v)):
+            close = "]" if include_high else ")"
+            what = f"in ({low:g}, {high:g}{close}" if math.isfinite(high) else f"> {low:g}"
+            raise argparse.ArgumentTypeError(f"expected a finite number {what}, got {text!r}")
+        return v
+    return parse
+
+
 # shared argparse types: a count of 0 or -1 must not silently mean "all" or slice from the end
 positive_int = _number(int, 1, "a positive integer")
 non_negative_int = _number(int, 0, "an integer >= 0")

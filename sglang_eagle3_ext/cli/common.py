@@ -32,6 +32,7 @@ from .args import (
     hidden_alias,
     non_negative_float,
     non_negative_int,
+    number_in,
     parser,
     positive_float,
     positive_int,

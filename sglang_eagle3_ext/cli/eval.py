@@ -16,16 +16,6 @@ import sys
 DEFAULT_STEPS = 3
 
 
-def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
-    return v
-
-
 def build_parser() -> argparse.ArgumentParser:
     from . import common as cli_common
     from ..acceptance.evaluate import DTYPES
@@ -43,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--speculative-eagle-topk (only 1 is simulated)")
     p.add_argument("--draft-tokens", type=cli_common.positive_int, default=None,
                    help="--speculative-num-draft-tokens (with topk 1: steps + 1, the default)")
-    p.add_argument("--heldout-fraction", type=_fraction, default=0.05,
+    p.add_argument("--heldout-fraction", type=cli_common.number_in(0.0, 1.0), default=0.05,
                    help="the share `train` holds out (1 - train's --train-ratio); 1: every sample")
     p.add_argument("--samples", type=cli_common.positive_int, default=None,
                    help="evaluate at most this many held-out samples (the first ones); default: all")

@@ -13,18 +13,7 @@ Exit 0 accepted (and swapped with --swap); 1 not accepted (the reason printed); 
 """
 from __future__ import annotations
 
-import argparse
 import sys
-
-
-def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
-    return v
 
 
 def build_parser():
@@ -43,8 +32,8 @@ def build_parser():
                    help="predicted accept length the new draft must gain to replace the current one")
     p.add_argument("--min-samples", type=c.positive_int, default=d.min_samples,
                    help="fewer new samples than this: nothing is trained")
-    p.add_argument("--heldout-fraction", type=_fraction, default=d.heldout_fraction,
-                   help="share of the new samples held out to judge both drafts on")
+    p.add_argument("--heldout-fraction", type=c.number_in(0.0, 1.0, include_high=False),
+                   default=d.heldout_fraction, help="share of the new samples held out to judge both drafts on")
     p.add_argument("--max-accept-len", type=c.positive_float, default=None,
                    help="use only requests the current draft served with an accept length below this")
     p.add_argument("--epochs", type=c.positive_int, default=d.epochs, help="training epochs over the new samples")
@@ -73,7 +62,8 @@ def render(rep: dict) -> str:
         lines.append(f"  new draft: {rep['draft_after']} (report: {rep['out']}/refresh.json)")
     sw = rep.get("swap")
     if sw:
-        lines.append(f"  swap: {'done, pause ' + str(sw.get('pause_s')) + ' s' if sw.get('ok') else 'refused: ' + sw['error']}")
+        said = f"done, pause {sw.get('pause_s')} s" if sw.get("ok") else f"refused: {sw['error']}"
+        lines.append(f"  swap: {said}")
     return "\n".join(lines)
 
 

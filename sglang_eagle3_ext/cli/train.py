@@ -26,26 +26,12 @@ from ..training.options import (ATTN_IMPLS, DEFAULT_EPOCHS, DEVICES, LOSS_IMPLS,
                                 TrainOptions)
 from ..training.report import TrainDraftError
 from ..training.train import ROUTES, train_draft
-from .common import non_negative_int, positive_int
+from .common import non_negative_int, number_in, positive_int
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainOptions)}
 
 
-def _number_in(low: float, high: float):
-    """argparse type: a finite number in (low, high] (argparse names the flag)."""
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            v = float("nan")
-        if not (low < v <= high and v != float("inf")):
-            what = f"in ({low:g}, {high:g}]" if high != float("inf") else f"> {low:g}"
-            raise argparse.ArgumentTypeError(f"expected a finite number {what}, got {text!r}")
-        return v
-    return parse
-
-
-positive_number, _ratio = _number_in(0.0, float("inf")), _number_in(0.0, 1.0)
+positive_number, _ratio = number_in(0.0, float("inf")), number_in(0.0, 1.0)
 
 
 def _add_run_flags(p: argparse.ArgumentParser) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 from pathlib import Path
 
@@ -31,13 +30,10 @@ class Cursor:
         if entry.get("accepted"):
             self.consumed |= set(ids)
         self.history.append(entry)
-        doc = {"format": FORMAT, "version": VERSION, "consumed": sorted(self.consumed), "refreshes": self.history}
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w") as fh:
-            json.dump(doc, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        from ..dump.sample_file import write_json_atomic
+
+        write_json_atomic(self.path, {"format": FORMAT, "version": VERSION, "consumed": sorted(self.consumed),
+                                      "refreshes": self.history})
 
 
 def read_cursor(dump_dir) -> Cursor:

@@ -92,12 +92,12 @@ def _predict(o: Options, draft, data: Path, target: str) -> dict:
             "samples_per_s": rep["samples_per_s"]}
 
 
-def _train(o: Options, data: Path, target: str, out: Path, layout: str) -> dict:
+def _train(o: Options, data: Path, target: str, out: Path) -> dict:
+    """Training continued from the served draft (its layout, shape and vocabulary: train --init-from)."""
     from ..training import TrainOptions, train_draft
 
-    fields = dict(data=str(data), target=target, out=str(out), draft_arch="mla" if layout == "mla" else "llama",
-                  init_from=str(o.draft), epochs=o.epochs, lr=o.lr, device=o.device,
-                  min_val_acc=0.0)
+    fields = dict(data=str(data), target=target, out=str(out), init_from=str(o.draft), epochs=o.epochs, lr=o.lr,
+                  device=o.device, min_val_acc=0.0)
     fields.update(o.train_options)
     return train_draft(TrainOptions(**fields))
 
@@ -124,7 +124,7 @@ def _gate(o: Options, before: dict, after: dict | None, problems: list) -> tuple
                    f"draft stays")
 
 
-def _build(o: Options, dump: Path, sel, target: str, layout: str, tmp: Path, say) -> dict:
+def _build(o: Options, dump: Path, sel, target: str, tmp: Path, say) -> dict:
     """Steps 2-4 into `tmp`; the report's figures."""
     rep: dict = {}
     done = _stage(say, f"exporting {len(sel.train)} training + {len(sel.heldout)} held-out samples")
@@ -135,7 +135,7 @@ def _build(o: Options, dump: Path, sel, target: str, layout: str, tmp: Path, say
     rep["before"] = _predict(o, o.draft, tmp / "data" / "heldout", target)
     say(f"current draft: predicted accept length {rep['before']['predicted_accept_length']:.3f} ({done()} s)")
     done = _stage(say, f"training from the current draft ({o.epochs} epoch(s), lr {o.lr:g})")
-    summary = _train(o, tmp / "data" / "train", target, tmp / "train", layout)
+    summary = _train(o, tmp / "data" / "train", target, tmp / "train")
     rep["train"] = {k: summary.get(k) for k in ("steps", "epochs", "train_loss", "train_acc", "init_from")
                     if k in summary}
     rep["train_s"] = done()
@@ -179,7 +179,7 @@ def refresh(o: Options) -> dict:
         rule = dict(tool="refresh", flag="--out", replace=False,
                     inputs=[("dump dir (--dump-dir)", dump), ("draft (--draft)", o.draft), ("target", target)])
         with outdir.writing(o.out, **rule, record={"dump_dir": str(dump)}) as tmp:
-            rep = {**base, **_build(o, dump, sel, target, desc.get("layout"), Path(tmp), say)}
+            rep = {**base, **_build(o, dump, sel, target, Path(tmp), say)}
             rep["draft_after"] = str((Path(o.out) / "draft").resolve())
             _write_report(Path(tmp) / "refresh.json", rep)
         rep["out"], rep["seconds"] = str(Path(o.out).resolve()), round(time.monotonic() - t0, 1)

@@ -3,6 +3,7 @@ requests the draft served badly, split into a training part and a held-out part 
 run repeated on the same samples splits them the same way)."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import math
@@ -27,9 +28,9 @@ def _unit(sample_id: str) -> float:
     return int.from_bytes(hashlib.sha1(sample_id.encode()).digest()[:8], "big") / 2.0 ** 64
 
 
-def _time(t) -> float:
-    """A record's write time, for ordering (0 when not a finite number)."""
-    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) else 0.0
+def _finite(v) -> float | None:
+    """A manifest record's number (its write time, its accept length), or None when it is not a finite one."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
 def select(dump_dir, consumed: set, heldout_fraction: float, max_accept_len: float | None = None) -> Selection:
@@ -42,18 +43,16 @@ def select(dump_dir, consumed: set, heldout_fraction: float, max_accept_len: flo
     except BadInput as e:
         raise Refused(f"dump dir {dump_dir}: {e}") from None
     fresh = [r for k, r in records.items() if k not in consumed]
-    fresh.sort(key=lambda r: (_time(r.get("t")), r["id"]))
-    skipped = {}
+    fresh.sort(key=lambda r: (_finite(r.get("t")) or 0.0, r["id"]))   # in the order written
+    skipped = collections.Counter()
     if max_accept_len is not None:
         kept = []
         for r in fresh:
-            acc = r.get("accept_len")
-            if not isinstance(acc, (int, float)) or isinstance(acc, bool) or not math.isfinite(acc):
-                skipped["no accept length recorded (not served with EAGLE-3)"] = \
-                    skipped.get("no accept length recorded (not served with EAGLE-3)", 0) + 1
+            acc = _finite(r.get("accept_len"))
+            if acc is None:
+                skipped["no accept length recorded (not served with EAGLE-3)"] += 1
             elif acc >= max_accept_len:
-                skipped[f"accept length >= {max_accept_len:g}"] = skipped.get(f"accept length >= {max_accept_len:g}",
-                                                                               0) + 1
+                skipped[f"accept length >= {max_accept_len:g}"] += 1
             else:
                 kept.append(r)
         fresh = kept
@@ -61,4 +60,4 @@ def select(dump_dir, consumed: set, heldout_fraction: float, max_accept_len: flo
     train = [r["id"] for r in fresh if _unit(r["id"]) >= heldout_fraction]
     if fresh and not heldout:      # a small selection still needs something to judge on
         heldout, train = [train[-1]], train[:-1]
-    return Selection(train, heldout, len(records) - len(consumed & set(records)), skipped)
+    return Selection(train, heldout, len(records) - len(consumed & set(records)), dict(skipped))

@@ -191,6 +191,11 @@ def _recipe_problems(init: InitDraft) -> list[str]:
     return []
 
 
+def resumed_line(init, out) -> str:
+    """What --init-from does when --resume continues the run from its own checkpoint."""
+    return f"--resume: the checkpoint in {out} holds the weights; --init-from {init.path} is not loaded again"
+
+
 def resolve_options(opts):
     """`opts` with the layout and shape settings of DIR (--init-from): each flag left out takes DIR's value (said
     once); a flag given otherwise is refused, as is a DIR whose HF indices are unknown without --layer-ids, or

@@ -229,11 +229,11 @@ def _init_from(a: TrainOptions, tcfg: dict, cfg: dict):
 def _load_init(init, model, state, a: TrainOptions) -> None:
     """DIR's weights into the model, all of them (the embeddings stay the target's), unless --resume continues
     from the run's own checkpoint."""
-    from .init_from import continuing_line, load_into, mla_state_dict
+    from .init_from import continuing_line, load_into, mla_state_dict, resumed_line
     from .report import say
 
     if state is not None:
-        say(f"--resume: the checkpoint in {a.out} holds the weights; --init-from {init.path} is not loaded again")
+        say(resumed_line(init, a.out))
         return
     say(continuing_line(init, load_into(model, mla_state_dict(init, model), init.path)))
 

@@ -212,7 +212,7 @@ def _init_from(a: TrainOptions, target_cfg: dict, work: Path, state: dict | None
     import numpy as np
     from safetensors.torch import save_file
 
-    from .init_from import continuing_line, read_draft, speculators_state_dict
+    from .init_from import continuing_line, read_draft, resumed_line, speculators_state_dict
 
     init = read_draft(a.init_from, target_cfg)
     sd = speculators_state_dict(init)
@@ -221,7 +221,7 @@ def _init_from(a: TrainOptions, target_cfg: dict, work: Path, state: dict | None
         np.save(work / "d2t.npy", sd["d2t"].numpy())
         np.save(work / "t2d.npy", sd["t2d"].numpy())
     if state is not None:
-        say(f"--resume: the checkpoint in {a.out} holds the weights; --init-from {init.path} is not loaded again")
+        say(resumed_line(init, a.out))
         return init
     save_file({k: v.contiguous() for k, v in sd.items()}, str(work / INIT_WEIGHTS))
     say(continuing_line(init, len(sd)))
@@ -278,8 +278,8 @@ def train_llama(a: TrainOptions, rule: dict) -> dict:
         record = {"arch": "llama", "target": str(a.target), "data": str(a.data)}
         keep = Keeper.for_run(a, got["state"])      # which epoch's draft --out holds (--select-by)
         ctx = RunContext(opts=a, world=world, device=world.device, G=G, A=A, work=work,
-                         publisher=Publisher(out, rule, record, world, keep), identity=got["identity"], progress=progress,
-                         result=got["result"], init_weights=got["init_weights"])
+                         publisher=Publisher(out, rule, record, world, keep), identity=got["identity"],
+                         progress=progress, result=got["result"], init_weights=got["init_weights"])
         argv = build_argv(a, verifier=got["verifier"], prep=work / "data", hs_dir=got["hs_dir"], work=work,
                           layer_ids=got["layer_ids"], draft_cfg_path=work / "draft_config.json",
                           draft_vocab_size=got["dvs"], device=world.device, world=world, mapping=got["mapping"])

@@ -17,7 +17,7 @@ if not hasattr(transformers, "DeepseekV3ForCausalLM"):
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from test_train_draft import SMALL, world  # noqa: E402,F401 - the shared module fixture
+from test_train_draft import SMALL, _train, world  # noqa: E402,F401 - the shared module fixture and run
 
 from sglang_eagle3_ext.cli import train as train_cli  # noqa: E402
 from sglang_eagle3_ext.training import TrainDraftError, TrainOptions, train_draft  # noqa: E402
@@ -25,13 +25,6 @@ from sglang_eagle3_ext.training import init_from  # noqa: E402
 
 SHAPE = ["--num-layers", "2", "--intermediate-size", "96", "--draft-vocab-size", "128"]
 FROZEN_STEP = ["--steps", "1", "--lr", "1e-12"]     # one step that cannot move a bf16 weight
-
-
-def _train(world, out, *extra):
-    args = train_cli.build_parser().parse_args(
-        ["--data", str(world["data"]), "--target", str(world["target"]), "--out", str(out), "--device", "cpu",
-         "--total-seq-len", "512", "--num-workers", "0", "--log-every", "50", "--min-val-acc", "0", *extra])
-    return train_draft(train_cli.options_from_args(args))
 
 
 def _weights(d):
