@@ -42,7 +42,8 @@ def _refuse(e: Exception, flag: str = "--data") -> Refused:
     return Refused(f"{flag}: {e}")
 
 
-def _model_path(root: Path, names=("sge3_dump_meta.json", "dump_meta.json")) -> str | None:
+def recorded_model_path(root: Path, names=("sge3_dump_meta.json", "dump_meta.json")) -> str | None:
+    """The target folder the dump (or export) beside `root` records, or None."""
     from ..boundary import BadInput, read_json_file
 
     for n in names:
@@ -96,7 +97,7 @@ def _export_source(root: Path) -> Source:
         L = int(tok.shape[0])
         return Sample(files[i].name, tok, hs[:, :k].reshape(L, -1), mask)
 
-    return Source("export", root, len(files), ids, where, _model_path(root), load)
+    return Source("export", root, len(files), ids, where, recorded_model_path(root), load)
 
 
 def _dump_source(root: Path) -> Source:
@@ -125,7 +126,7 @@ def _dump_source(root: Path) -> Source:
             raise _refuse(e) from None
         return Sample(recs[i]["id"], t[T_IDS].long(), t[T_AUX], mask)
 
-    return Source("dump", root, len(recs), ids, where, _model_path(root), load)
+    return Source("dump", root, len(recs), ids, where, recorded_model_path(root), load)
 
 
 def heldout(n: int, fraction: float, mla: bool) -> tuple[list[int], str]:

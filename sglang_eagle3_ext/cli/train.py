@@ -55,8 +55,9 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
                    help="default: speculators' own")
     p.add_argument("--device", choices=DEVICES, default=d["device"], help="default: cuda when available")
     p.add_argument("--draft-arch", choices=tuple(ROUTES), default=d["draft_arch"],
-                   help="llama: speculators' Eagle3 (LlamaForCausalLMEagle3); mla: SGLang's MLA EAGLE-3 draft for "
-                        "DeepSeek/Kimi targets (Eagle3DeepseekV2ForCausalLM), trained by training/mla_train.py")
+                   help="llama (default; with --init-from: its layout): speculators' Eagle3 (LlamaForCausalLMEagle3); mla: "
+                        "SGLang's MLA EAGLE-3 draft for DeepSeek/Kimi targets (Eagle3DeepseekV2ForCausalLM), trained "
+                        "by training/mla_train.py")
     p.add_argument("--layer-ids", default=d["layer_ids"],
                    help="aux HF hidden_states indices, e.g. 1,2,3 (default: DIR metadata, else speculators' default)")
     p.add_argument("--init-from", metavar="DIR", default=d["init_from"],
@@ -71,7 +72,8 @@ def _add_draft_flags(p: argparse.ArgumentParser) -> None:
     d = _DEFAULTS
     p.add_argument("--draft-vocab-size", type=positive_int, default=d["draft_vocab_size"],
                    help="default: the target's full vocab")
-    p.add_argument("--num-layers", type=positive_int, default=d["num_layers"], help="draft decoder layers")
+    p.add_argument("--num-layers", type=positive_int, default=d["num_layers"],
+                   help="draft decoder layers (default 1; with --init-from: its)")
     p.add_argument("--intermediate-size", type=positive_int, default=d["intermediate_size"],
                    help="default: the target's intermediate_size")
     p.add_argument("--head-dim", type=positive_int, default=d["head_dim"],

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..boundary import Refused
+from ..boundary import BadInput, Refused
 
 
 @dataclasses.dataclass
@@ -66,11 +66,11 @@ def _check_inputs(o: Options) -> tuple[Path, dict]:
 
 
 def _target(o: Options, dump: Path) -> str:
-    from ..acceptance.data import _model_path
+    from ..acceptance.data import recorded_model_path
 
     if o.target:
         return o.target
-    mp = _model_path(dump)
+    mp = recorded_model_path(dump)
     if not mp or not (Path(mp) / "config.json").is_file():
         raise Refused(f"--dump-dir {dump} records no local target folder ({mp!r}); pass --target DIR")
     return mp
@@ -198,7 +198,7 @@ def _swap(o: Options, draft: str, say) -> dict:
     say(f"swapping {draft} into {o.swap_url}")
     try:
         return swap(SwapOptions(url=o.swap_url, draft=draft, timeout=o.swap_timeout, say=say))
-    except Refused as e:
+    except (Refused, BadInput) as e:     # the new draft is kept in --out either way: the report says why it is not served
         return {"ok": False, "error": str(e), **(getattr(e, "report", None) or {})}
 
 

@@ -108,14 +108,18 @@ def session(device: str):
         world = _join(device, *env)
     previous, _current = _current, world
     set_quiet(not world.main)
+    ok = False
     try:
         yield world
+        ok = True
     finally:
         _current = previous
         set_quiet(False)
         if made:
             dist = importlib.import_module("torch.distributed")
             if dist.is_initialized():
+                if ok:      # a rank that leaves while rank 0 still writes tears gloo's pairs down under it
+                    dist.barrier()
                 dist.destroy_process_group()
 
 

@@ -168,8 +168,8 @@ def read_draft(path, target_cfg: dict) -> InitDraft:
 def _settings(init: InitDraft) -> dict:
     """Option name -> (DIR's value, the default that means "not given"): DIR's layout and shape settings."""
     spec = init.spec
-    s = {"draft_arch": (init.layout, "llama"), "layer_ids": (init.hf_indices, None),
-         "intermediate_size": (spec.inter, None), "num_layers": (spec.n_layers, 1),
+    s = {"draft_arch": (init.layout, None), "layer_ids": (init.hf_indices, None),
+         "intermediate_size": (spec.inter, None), "num_layers": (spec.n_layers, None),
          "draft_vocab_size": (spec.lm_head_rows, None)}
     if init.layout == "llama":
         s["head_dim"] = (spec.head_dim, None)

@@ -19,12 +19,14 @@ DEVICES = ("cuda", "cpu")
 LOSS_IMPLS = ("fused", "eager")
 ATTN_IMPLS = ("simple_flex_attention", "sdpa", "eager")
 # (fields, minimum, None allowed): the integer settings
-_INTEGERS = ((("num_layers", "ttt_steps", "total_seq_len", "log_every"), 1, False),
-             (("epochs", "steps", "draft_vocab_size", "intermediate_size", "head_dim", "max_position_embeddings",
+_INTEGERS = ((("ttt_steps", "total_seq_len", "log_every"), 1, False),
+             (("num_layers", "epochs", "steps", "draft_vocab_size", "intermediate_size", "head_dim", "max_position_embeddings",
                "global_batch", "world_size"), 1, True),
              (("num_workers", "seed"), 0, False), (("warmup_steps",), 0, True))
 _CHOICES = (("optimizer", OPTIMIZERS), ("scheduler", SCHEDULERS), ("loss_impl", LOSS_IMPLS), ("attn_impl", ATTN_IMPLS),
             ("device", DEVICES))
+# what draft_arch / num_layers left unset mean without --init-from
+FRESH_DEFAULTS = {"draft_arch": "llama", "num_layers": 1}
 # what a train --out held before outputs carried outdir.MARKER: replaceable with --force
 _LEGACY_OUTPUT = {"config.json", "model.safetensors", RUN_DIR, "train_summary.json", "generation_config.json"}
 
@@ -36,7 +38,7 @@ class TrainOptions:
     target: str | Path                    # the target's local HF directory (config + safetensors)
     out: str | Path                       # a new or empty folder, or an earlier output of train with force
     force: bool = False
-    draft_arch: str = "llama"             # a key of training.train.ROUTES
+    draft_arch: str | None = None         # a key of training.train.ROUTES; None: --init-from's layout, else llama
     epochs: int | None = None             # None: DEFAULT_EPOCHS, or as many as steps needs
     steps: int | None = None
     lr: float = 1e-3
@@ -46,7 +48,7 @@ class TrainOptions:
     device: str | None = None             # None: cuda when available
     layer_ids: str | list[int] | None = None   # "1,2,3" or [1, 2, 3]; None: the data's metadata, else default
     draft_vocab_size: int | None = None   # None: the target's full vocabulary
-    num_layers: int = 1
+    num_layers: int | None = None         # None: --init-from's, else 1
     intermediate_size: int | None = None
     head_dim: int | None = None
     max_position_embeddings: int | None = None
@@ -99,6 +101,11 @@ class TrainOptions:
         from .selection import check_options
 
         check_options(self)
+
+    def with_defaults(self) -> "TrainOptions":
+        """The settings left unset (None, so that --init-from can tell a flag left out from one given) filled
+        with what a fresh run trains."""
+        return dataclasses.replace(self, **{k: v for k, v in FRESH_DEFAULTS.items() if getattr(self, k) is None})
 
     def output_rule(self) -> dict:
         """How train writes --out (files/outdir.py): never into or around its inputs; an earlier output only

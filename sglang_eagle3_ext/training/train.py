@@ -54,6 +54,7 @@ def train_draft(options: TrainOptions) -> dict:
         from .init_from import resolve_options
 
         options = resolve_options(options)
+    options = options.with_defaults()
     if options.dry_run:
         from .plan import plan_draft
 

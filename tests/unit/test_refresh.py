@@ -197,3 +197,21 @@ def test_a_swap_target_that_cannot_answer_is_refused_before_training(world, caps
     err = capsys.readouterr().err
     assert rc == 2 and "127.0.0.1:9" in err and "Traceback" not in err, err
     assert not out.exists() and not (world["dump"] / C.CURSOR_FILE).exists()
+
+
+@pytest.mark.parametrize("info", [{"version": "0.5.16", "internal_states": [{"sglang_eagle3_ext_draft": {"protocol": 999}}]},
+                                  {"internal_states": "not a list"}])
+def test_a_swap_whose_server_answers_badly_is_reported_not_raised(world, info):
+    """After an accepted refresh the new draft is already in --out and the cursor advanced: a server that answers
+    the swap with something unreadable makes the swap's report say so, it does not lose the refresh's report."""
+    from loopback_server import FakeServer
+    from sglang_eagle3_ext.refresh.run import Options, _swap
+
+    srv = FakeServer(lambda: info, lambda body: (200, {"success": True}))
+    try:
+        rep = _swap(Options(dump_dir=str(world["dump"]), draft=str(world["draft"]), out=str(world["tmp"] / "o"),
+                            swap_url=srv.url, swap_timeout=5), str(world["draft"]), lambda m: None)
+    finally:
+        srv.close()
+    assert rep["ok"] is False and ("'protocol'" in rep["error"] or "internal_states" in rep["error"]), rep
+    assert srv.posts == []                                   # nothing was sent

@@ -5,8 +5,6 @@ with its reason, a swap that went through reports its pause. Replies of any shap
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,50 +14,11 @@ from sglang_eagle3_ext.draft.swap import LOAD_FORMAT, PROTOCOL, STATE_KEY
 from sglang_eagle3_ext.draft.swap_client import draft_states, swap_reply
 
 from cli_fixtures import sg  # noqa: F401
+from loopback_server import FakeServer
 
 pytest.importorskip("speculators")
 AUX = (2, 4, 6)
 RELEASE = "0.5.16"
-
-
-class FakeServer:
-    """GET /get_server_info answers `info()`; POST /update_weights_from_disk answers `update(body)` -> (status,
-    JSON); each POST body is kept."""
-
-    def __init__(self, info, update):
-        self.info, self.update, self.posts = info, update, []
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _send(self, status, obj):
-                data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                if self.path == "/get_server_info":
-                    self._send(200, outer.info())
-                else:
-                    self._send(404, {"detail": "Not Found"})
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                outer.posts.append(body)
-                self._send(*outer.update(body))
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def _draft(root, name, **kw):

@@ -174,6 +174,7 @@ def test_refuses_values_it_cannot_continue(world, broken, tmp_path, edit, said):
 
 @pytest.mark.parametrize("flags, name", [(["--intermediate-size", "64"], "--intermediate-size"),
                                          (["--num-layers", "3"], "--num-layers"),
+                                         (["--num-layers", "1"], "--num-layers"),     # a fresh run's default, given
                                          (["--draft-vocab-size", "200"], "--draft-vocab-size"),
                                          (["--layer-ids", "0,1,2"], "--layer-ids"),
                                          (["--draft-arch", "mla"], "--draft-arch")])
