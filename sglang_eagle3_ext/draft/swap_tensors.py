@@ -47,9 +47,33 @@ def find_draft(manager) -> DraftSide | str:
     if other:
         return (f"the served draft is a {other[0]}, not an EAGLE-3 draft class ({', '.join(sorted(archs))}): swap "
                 f"replaces EAGLE-3 drafts only")
+    why = _not_swappable(models)
+    if why:
+        return why
     holders = [o for o in (spec_worker, inner) if _tensor_attr(o, "hot_token_id") is not None]
     target = getattr(getattr(getattr(manager, "tp_worker", None), "model_runner", None), "model", None)
     return DraftSide(models=models, holders=holders, target=target)
+
+
+def _not_swappable(models) -> str | None:
+    """Why this server's draft cannot be replaced in place, whatever the new draft (None: it can)."""
+    from ..server.startup import startup_context
+
+    for m in models:
+        for mod in m.modules():
+            qm = getattr(mod, "quant_method", None)
+            # a quantized layer repacks its weights after loading into new parameters without weight loaders
+            if qm is not None and not type(qm).__name__.startswith("Unquantized"):
+                return (f"the served draft is quantized ({type(mod).__name__} uses {type(qm).__name__}, from the "
+                        f"server's --quantization): its weights were repacked at start-up and cannot be loaded "
+                        f"again in place; restart the server with the new draft")
+    sa = startup_context().server_args
+    if getattr(sa, "enable_dp_attention_local_control_broadcast", False) is True:
+        # each DP group then takes the request in its own scheduler iteration: the TP ranks' verdicts cannot be
+        # gathered in step
+        return ("the server runs with --enable-dp-attention-local-control-broadcast (or elastic EP scale-up): its "
+                "TP ranks take a swap at different times; restart the server with the new draft")
+    return None
 
 
 def _tensor_attr(obj, name: str):

@@ -241,3 +241,38 @@ def test_mla_draft_swaps_in_place_with_its_absorbed_kv(ext, drafts, tmp_path, mo
         t = getattr(attn, name)
         assert t.data_ptr() == ptr and not torch.equal(t, old), name
     torch.testing.assert_close(attn.w_kc.float(), kv_b[:, : attn.qk_nope_head_dim].float(), rtol=0, atol=0)
+
+
+def _refused_everywhere(server, drafts, words: str) -> None:
+    """The swap and the state report the client reads both say `words`; the served draft is bit-identical."""
+    from sglang.srt.managers.io_struct import GetInternalStateReqOutput
+
+    snap = _snapshot(server)
+    out = server.manager.update_weights_from_disk(_request(drafts["new"]))
+    assert not out.success and words in out.message and "restart the server" in out.message, out.message
+    _unchanged(server, snap)
+    reply = GetInternalStateReqOutput(internal_state={})
+    swap.add_state_report(types.SimpleNamespace(weight_updater=server.manager), reply)
+    assert words in reply.internal_state[swap.STATE_KEY]["refusal"]
+
+
+def test_a_quantized_draft_is_refused_before_anything_is_written(server, drafts):
+    """--quantization fp8 repacks the draft's linear weights after loading (new parameters, no weight loaders):
+    a second load in place cannot work, so the server says so instead of failing half-way."""
+    fp8 = pytest.importorskip("sglang.srt.layers.quantization.fp8")
+    layer = server.model.model.midlayer.self_attn.qkv_proj if hasattr(server.model.model, "midlayer") \
+        else server.model.model.layers[0].self_attn.qkv_proj
+    layer.quant_method = fp8.Fp8LinearMethod.__new__(fp8.Fp8LinearMethod)   # what start-up leaves on a GPU
+    _refused_everywhere(server, drafts, "Fp8LinearMethod")
+
+
+def test_dp_local_control_broadcast_is_refused(ext, server, drafts):
+    """With that flag each DP group takes control requests in its own scheduler iteration: the TP ranks cannot
+    agree in step, so the swap is refused before anything is written."""
+    try:
+        sa = ext.server_args(str(drafts["target"]), speculative_draft_model_path=str(drafts["served"]),
+                             enable_dp_attention_local_control_broadcast=True)
+    except TypeError:
+        pytest.skip("this release has no --enable-dp-attention-local-control-broadcast")
+    ext.publish(sa)
+    _refused_everywhere(server, drafts, "--enable-dp-attention-local-control-broadcast")
