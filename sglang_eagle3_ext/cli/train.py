@@ -55,9 +55,9 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
                    help="default: speculators' own")
     p.add_argument("--device", choices=DEVICES, default=d["device"], help="default: cuda when available")
     p.add_argument("--draft-arch", choices=tuple(ROUTES), default=d["draft_arch"],
-                   help="llama (default; with --init-from: its layout): speculators' Eagle3 (LlamaForCausalLMEagle3); mla: "
-                        "SGLang's MLA EAGLE-3 draft for DeepSeek/Kimi targets (Eagle3DeepseekV2ForCausalLM), trained "
-                        "by training/mla_train.py")
+                   help="llama (default; with --init-from: its layout): speculators' Eagle3 "
+                        "(LlamaForCausalLMEagle3); mla: SGLang's MLA EAGLE-3 draft for DeepSeek/Kimi targets "
+                        "(Eagle3DeepseekV2ForCausalLM), trained by training/mla_train.py")
     p.add_argument("--layer-ids", default=d["layer_ids"],
                    help="aux HF hidden_states indices, e.g. 1,2,3 (default: DIR metadata, else speculators' default)")
     p.add_argument("--init-from", metavar="DIR", default=d["init_from"],

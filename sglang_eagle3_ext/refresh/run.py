@@ -198,7 +198,7 @@ def _swap(o: Options, draft: str, say) -> dict:
     say(f"swapping {draft} into {o.swap_url}")
     try:
         return swap(SwapOptions(url=o.swap_url, draft=draft, timeout=o.swap_timeout, say=say))
-    except (Refused, BadInput) as e:     # the new draft is kept in --out either way: the report says why it is not served
+    except (Refused, BadInput) as e:     # the new draft stays in --out: the report says why it is not served
         return {"ok": False, "error": str(e), **(getattr(e, "report", None) or {})}
 
 

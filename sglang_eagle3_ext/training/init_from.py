@@ -166,15 +166,14 @@ def read_draft(path, target_cfg: dict) -> InitDraft:
 # --- the run's settings from DIR ----------------------------------------------------------------------------
 
 def _settings(init: InitDraft) -> dict:
-    """Option name -> (DIR's value, the default that means "not given"): DIR's layout and shape settings."""
+    """Option name -> DIR's value: DIR's layout and shape settings (an option left unset, None, takes it)."""
     spec = init.spec
-    s = {"draft_arch": (init.layout, None), "layer_ids": (init.hf_indices, None),
-         "intermediate_size": (spec.inter, None), "num_layers": (spec.n_layers, None),
-         "draft_vocab_size": (spec.lm_head_rows, None)}
+    s = {"draft_arch": init.layout, "layer_ids": init.hf_indices, "intermediate_size": spec.inter,
+         "num_layers": spec.n_layers, "draft_vocab_size": spec.lm_head_rows}
     if init.layout == "llama":
-        s["head_dim"] = (spec.head_dim, None)
+        s["head_dim"] = spec.head_dim
         if isinstance(init.cfg.get("max_position_embeddings"), int):
-            s["max_position_embeddings"] = (init.cfg["max_position_embeddings"], None)
+            s["max_position_embeddings"] = init.cfg["max_position_embeddings"]
     return s
 
 
@@ -212,7 +211,7 @@ def resolve_options(opts):
     if bad:
         raise TrainDraftError(f"{init.where} cannot be continued: {bad[0]}; train afresh without --init-from")
     changes, taken = {}, []
-    for name, (dir_value, default) in _settings(init).items():
+    for name, dir_value in _settings(init).items():
         value = getattr(opts, name)
         value = parse_layer_ids(value) if name == "layer_ids" else value
         if dir_value is None and name == "layer_ids":
@@ -220,7 +219,7 @@ def resolve_options(opts):
                 raise TrainDraftError(f"{init.where} does not record the HF hidden-state indices it was trained on "
                                       f"(eagle_config.hf_hidden_state_indices): pass them with --layer-ids")
             continue
-        if value is not None and value != default and value != dir_value:
+        if value is not None and value != dir_value:
             flag = "--" + name.replace("_", "-")
             shown = ",".join(map(str, value)) if isinstance(value, list) else value
             raise TrainDraftError(f"{flag} {shown} conflicts with --init-from {init.path} (its {name} is {dir_value}): "

@@ -20,8 +20,8 @@ LOSS_IMPLS = ("fused", "eager")
 ATTN_IMPLS = ("simple_flex_attention", "sdpa", "eager")
 # (fields, minimum, None allowed): the integer settings
 _INTEGERS = ((("ttt_steps", "total_seq_len", "log_every"), 1, False),
-             (("num_layers", "epochs", "steps", "draft_vocab_size", "intermediate_size", "head_dim", "max_position_embeddings",
-               "global_batch", "world_size"), 1, True),
+             (("num_layers", "epochs", "steps", "draft_vocab_size", "intermediate_size", "head_dim",
+               "max_position_embeddings", "global_batch", "world_size"), 1, True),
              (("num_workers", "seed"), 0, False), (("warmup_steps",), 0, True))
 _CHOICES = (("optimizer", OPTIMIZERS), ("scheduler", SCHEDULERS), ("loss_impl", LOSS_IMPLS), ("attn_impl", ATTN_IMPLS),
             ("device", DEVICES))

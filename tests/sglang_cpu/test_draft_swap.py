@@ -262,7 +262,7 @@ def test_a_quantized_draft_is_refused_before_anything_is_written(server, drafts)
     fp8 = pytest.importorskip("sglang.srt.layers.quantization.fp8")
     layer = server.model.model.midlayer.self_attn.qkv_proj if hasattr(server.model.model, "midlayer") \
         else server.model.model.layers[0].self_attn.qkv_proj
-    layer.quant_method = fp8.Fp8LinearMethod.__new__(fp8.Fp8LinearMethod)   # what start-up leaves on a GPU
+    layer.quant_method = fp8.Fp8LinearMethod.__new__(fp8.Fp8LinearMethod)    # start-up's, on a GPU
     _refused_everywhere(server, drafts, "Fp8LinearMethod")
 
 

@@ -199,8 +199,9 @@ def test_a_swap_target_that_cannot_answer_is_refused_before_training(world, caps
     assert not out.exists() and not (world["dump"] / C.CURSOR_FILE).exists()
 
 
-@pytest.mark.parametrize("info", [{"version": "0.5.16", "internal_states": [{"sglang_eagle3_ext_draft": {"protocol": 999}}]},
-                                  {"internal_states": "not a list"}])
+@pytest.mark.parametrize("info", [
+    {"version": "0.5.16", "internal_states": [{"sglang_eagle3_ext_draft": {"protocol": 999}}]},
+    {"internal_states": "not a list"}])
 def test_a_swap_whose_server_answers_badly_is_reported_not_raised(world, info):
     """After an accepted refresh the new draft is already in --out and the cursor advanced: a server that answers
     the swap with something unreadable makes the swap's report say so, it does not lose the refresh's report."""
