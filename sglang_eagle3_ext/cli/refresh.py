@@ -5,8 +5,10 @@ Reads the samples a dump while serving wrote since the last refresh (the cursor 
 dir; with --max-accept-len only requests the draft served with a lower accept length), holds a share out,
 continues training from DRAFT's weights on the rest (the recipe of `train --init-from`), converts and checks the
 result, and predicts both drafts' accept length on the held-out samples (`eval`'s simulation). The new draft is
-accepted when it gains at least --margin; then the cursor records the samples, and with --swap it replaces the
-served draft in the running server (`swap`). Otherwise the current draft stays and the reason is printed.
+accepted when it gains at least --margin; with --swap it then replaces the served draft in the running server
+(`swap`). The cursor records the samples as used by the new draft only once it is served (accepted; with --swap,
+reported served by the server); held-out samples are recorded as held out, never trained. A refresh stopped
+half-way is settled by the next one. Otherwise the current draft stays and the reason is printed.
 
 OUT (a new folder) receives data/, train/, draft/ (the new draft, in SGLang's layout) and refresh.json.
 Exit 0 accepted (and swapped with --swap); 1 not accepted (the reason printed); 2 bad input or a refused swap.
@@ -24,8 +26,9 @@ def build_parser():
     d = Options(dump_dir="", draft="", out="")
     p = c.parser("refresh", c.doc_description(__doc__, paragraphs=3))
     p.add_argument("--dump-dir", required=True, help="the serving dump (the server's SGLANG_EAGLE3_EXT_DUMP_DIR)")
-    p.add_argument("--draft", required=True, help="the draft being served (SGLang's layout): training starts from "
-                   "its weights and the new one must beat it")
+    p.add_argument("--draft", default=None, help="the draft being served (SGLang's layout): training starts from "
+                   "its weights and the new one must beat it. Required without --swap; with --swap it must be the "
+                   "draft the server serves (default: that one)")
     p.add_argument("--out", required=True, help="a new folder for this refresh (data/, train/, draft/, refresh.json)")
     p.add_argument("--target", default=None, help="the target's folder (default: the model path the dump records)")
     p.add_argument("--margin", type=c.non_negative_float, default=d.margin,
@@ -53,6 +56,10 @@ def build_parser():
     return c.finish(p, "refresh")
 
 
+_STOPPED = ("a refresh stopped half-way records none of its samples as used (the next refresh settles it): run "
+            "refresh again")
+
+
 def render(rep: dict) -> str:
     verdict = "accepted" if rep["accepted"] else "not accepted"
     lines = [f"refresh: {verdict}: {rep['reason']}",
@@ -72,21 +79,35 @@ def main(argv: list[str] | None = None) -> int:
     from ..boundary import BadInput, Refused
     from ..refresh.run import Options, refresh
     from ..training.report import TrainDraftError
+    from .interrupts import interrupted_line, interruptible
     from .output import library_output
 
     a = build_parser().parse_args(argv)
+    stop = None
     say = None if a.quiet or a.json == "-" else (lambda m: print(f"refresh: {m}", file=sys.stderr, flush=True))
     extra = {"loss_impl": a.loss_impl} if a.loss_impl else {}
     opts = Options(dump_dir=a.dump_dir, draft=a.draft, out=a.out, target=a.target, margin=a.margin,
                    min_samples=a.min_samples, heldout_fraction=a.heldout_fraction, max_accept_len=a.max_accept_len,
                    epochs=a.epochs, lr=a.lr, spec_steps=a.spec_steps, eval_samples=a.eval_samples, device=a.device,
                    dtype=a.dtype, workers=a.workers, swap_url=a.swap_url, train_options=extra, say=say)
+    if a.draft is None and a.swap_url is None:
+        print(c.error_line("refresh", "--draft is required without --swap (with --swap it defaults to the served "
+                                      "draft)"), file=sys.stderr)
+        return c.EXIT_BAD_INPUT
     try:
-        with library_output(a.verbose, bars=True):
+        with interruptible() as stop, library_output(a.verbose, bars=True):
             rep = refresh(opts)
-    except (Refused, BadInput, TrainDraftError) as e:
-        print(c.error_line("refresh", str(e).replace("\n", " ")), file=sys.stderr)
-        return getattr(e, "code", c.EXIT_BAD_INPUT)
+    except Exception as e:
+        if not (stop and stop.received):
+            if not isinstance(e, (Refused, BadInput, TrainDraftError)):
+                raise
+            print(c.error_line("refresh", str(e).replace("\n", " ")), file=sys.stderr)
+            return getattr(e, "code", c.EXIT_BAD_INPUT)
+        print(interrupted_line("refresh", _STOPPED), file=sys.stderr)   # whatever the training made of it
+        return c.EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        print(interrupted_line("refresh", _STOPPED), file=sys.stderr)
+        return c.EXIT_INTERRUPTED
     code = c.report(a.json, rep, render(rep))
     if rep.get("swap") and not rep["swap"].get("ok"):
         return c.EXIT_BAD_INPUT

@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     import contextlib
 
     from . import common as cli_common
+    from .interrupts import interrupted_line, interruptible
     from .output import library_output
 
     parser = cli_common.finish(build_parser(), "train")
@@ -175,14 +176,22 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(a, flag) is not None and a.select_by != "predicted-accept":
             parser.error(f"--{flag.replace('_', '-')} applies to --select-by predicted-accept only; add it, or "
                          f"leave the flag out")
+    stop = None
     try:   # with --json on stdout, the run's own lines go to stderr
-        with contextlib.redirect_stdout(sys.stderr if a.json == "-" else sys.stdout), \
+        with interruptible() as stop, contextlib.redirect_stdout(sys.stderr if a.json == "-" else sys.stdout), \
                 library_output(a.verbose, bars=True):
             result = train_draft(options_from_args(a))
-    except TrainDraftError as e:   # names the input and the fix
-        if getattr(e, "echo", True):   # a refusal every rank shares is printed by rank 0 only
-            print(cli_common.error_line("train", str(e)), file=sys.stderr)
-        return cli_common.EXIT_BAD_INPUT
+    except (Exception, KeyboardInterrupt) as e:
+        if not (stop and stop.received) and not isinstance(e, KeyboardInterrupt):
+            if not isinstance(e, TrainDraftError):
+                raise
+            if getattr(e, "echo", True):   # a refusal every rank shares is printed by rank 0 only
+                print(cli_common.error_line("train", str(e)), file=sys.stderr)
+            return cli_common.EXIT_BAD_INPUT
+        if _rank() == 0:      # whatever the training made of it
+            print(interrupted_line("train", "--out holds the last complete epoch, if any: continue with --resume"),
+                  file=sys.stderr)
+        return cli_common.EXIT_INTERRUPTED
     if a.dry_run:
         from ..training.plan import plan_lines
 

@@ -5,13 +5,16 @@
 3. training continues from the current draft's weights (the same recipe: `train --init-from`);
 4. the result converted to the layout SGLang serves, checked, evaluated on the same held-out part;
 5. the gate: accepted when its predicted accept length beats the current draft's by `margin`, else the current
-   one stays (the report says why); accepted samples go into the cursor; with `swap_url` the new draft is swapped
-   into the running server.
+   one stays (the report says why); with `swap_url` the new draft is swapped into the running server, whose
+   served draft is the one training starts from and the gate judges against;
+6. the cursor (a journal, refresh/cursor.py): the samples are recorded as pending before --out is written and
+   as used by the new draft only once it is served (accepted; with `swap_url`, reported served by the server).
 Everything is written into `out` (a new folder): data/, train/, draft/ (the new draft), refresh.json.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -22,7 +25,7 @@ from ..boundary import BadInput, Refused
 @dataclasses.dataclass
 class Options:
     dump_dir: str
-    draft: str                           # the draft being served (SGLang's layout)
+    draft: str | None                    # the draft being served (SGLang's layout); None: ask --swap's server
     out: str
     target: str | None = None            # None: the model path the dump records
     margin: float = 0.05                 # accept length the new draft must gain
@@ -149,22 +152,106 @@ def _build(o: Options, dump: Path, sel, target: str, tmp: Path, say) -> dict:
     return rep
 
 
+def _same_draft(a, b) -> bool:
+    if a is None or b is None:
+        return False
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def _served_draft(o: Options, say) -> Options:
+    """With --swap: the draft the server serves, which --draft must be (the gate judges against it, the swap
+    replaces it); --draft left out means that one. Before anything long: a server that cannot take a draft is
+    said now."""
+    from ..draft.swap_client import can_swap
+
+    served = can_swap(o.swap_url)
+    if o.draft is None:
+        say(f"--swap {o.swap_url}: it serves {served}, the draft this refresh starts from and must beat")
+        return dataclasses.replace(o, draft=served)
+    if not _same_draft(o.draft, served):
+        raise Refused(f"--draft {o.draft} is not the draft {o.swap_url} serves ({served}): the new draft must beat "
+                      f"the one it replaces; pass --draft {served} or leave --draft out")
+    say(f"--swap {o.swap_url}: it serves {served} and can take a new draft")
+    return o
+
+
+def _check_out(o: Options, dump: Path, target: str) -> dict:
+    """How --out is written; refused before anything is read or recorded."""
+    from ..files import outdir
+
+    real = Path(os.path.abspath(o.out))
+    if real.is_dir() and any(real.iterdir()) and (outdir.read_marker(real) or {}).get("tool") == "refresh":
+        raise Refused(f"--out {o.out}: holds an earlier refresh's output, which refresh never replaces; choose a "
+                      f"new folder")
+    rule = dict(tool="refresh", flag="--out", replace=False,
+                inputs=[("dump dir (--dump-dir)", dump), ("draft (--draft)", o.draft), ("target", target)])
+    outdir.check(o.out, **rule)
+    return rule
+
+
+def _entry(**kw) -> dict:
+    return {"at": time.strftime("%Y-%m-%dT%H:%M:%S"), **kw}
+
+
+def _settle(c, say) -> None:
+    """A refresh that stopped between recording its samples as pending and settling them: used when its draft
+    got as far as serving (accepted, and with --swap served by the server), else left unused."""
+    from ..boundary import read_json_file
+
+    p = c.pending
+    out, n = Path(p["out"]), len(p["trained"]) + len(p["heldout"])
+    try:
+        rep = read_json_file(out / "refresh.json", "refresh report")
+    except BadInput:
+        rep = None
+    if rep is None or rep.get("refresh_id") != p.get("id"):
+        used, why = False, f"its --out {out} was never completed"
+    elif not rep.get("accepted"):
+        used, why = False, "its draft was not accepted"
+    elif not p.get("swap_url"):
+        used, why = True, f"its draft {p['draft']} was accepted"
+    else:
+        from ..draft.swap_client import can_swap
+
+        try:
+            served = can_swap(p["swap_url"])
+        except (Refused, BadInput) as e:
+            raise Refused(f"{c.path}: the refresh into {out} stopped while swapping its draft into "
+                          f"{p['swap_url']}, which cannot say now which draft it serves ({e}); start that server "
+                          f"and run refresh again, or delete 'pending' from the cursor to leave its samples "
+                          f"unused") from None
+        used = _same_draft(served, p["draft"])
+        why = f"{p['swap_url']} {'serves' if used else 'does not serve'} its draft {p['draft']}"
+    say(f"an earlier refresh into {out} stopped before settling its {n} sample(s): {why}, so they are "
+        f"{'recorded as used by it' if used else 'left for this refresh'}")
+    c.finish(_entry(accepted=bool(rep and rep.get("accepted")), reason=f"stopped; settled later: {why}",
+                    out=str(out), draft=p["draft"], samples=n), used)
+
+
 def refresh(o: Options) -> dict:
     """Run one refresh; the report (`accepted`, `reason`, figures). Refused on bad input."""
+    import secrets
+
     from ..files import outdir
     from . import cursor as cur
     from .traffic import select
 
     say = o.say or (lambda m: None)
+    if o.swap_url:
+        o = _served_draft(o, say)
+    elif o.draft is None:
+        raise Refused("--draft is required without --swap (with --swap it defaults to the served draft)")
     dump, desc = _check_inputs(o)
     target = _target(o, dump)
-    if o.swap_url:       # before hours of training: a server that cannot take the new draft is said now
-        from ..draft.swap_client import can_swap
-
-        say(f"--swap {o.swap_url}: it serves {can_swap(o.swap_url)} and can take a new draft")
+    rule = _check_out(o, dump, target)
     t0 = time.monotonic()
     with cur.exclusive(dump):
         c = cur.read_cursor(dump)
+        if c.pending:
+            _settle(c, say)
         sel = select(dump, c.consumed, o.heldout_fraction, o.max_accept_len)
         base = {"dump_dir": str(dump), "draft_before": str(Path(o.draft).resolve()), "target": target,
                 "layout": desc.get("layout"), "new_samples": sel.new, "selected": len(sel.ids),
@@ -176,30 +263,48 @@ def refresh(o: Options) -> dict:
             return {**base, "accepted": False, "out": None, "reason": f"{len(sel.ids)} selected sample(s) < "
                     f"--min-samples {o.min_samples}: nothing trained, the current draft stays (serve more traffic "
                     f"with dumping on, or lower --min-samples)"}
-        rule = dict(tool="refresh", flag="--out", replace=False,
-                    inputs=[("dump dir (--dump-dir)", dump), ("draft (--draft)", o.draft), ("target", target)])
-        with outdir.writing(o.out, **rule, record={"dump_dir": str(dump)}) as tmp:
-            rep = {**base, **_build(o, dump, sel, target, Path(tmp), say)}
-            rep["draft_after"] = str((Path(o.out) / "draft").resolve())
-            _write_report(Path(tmp) / "refresh.json", rep)
-        rep["out"], rep["seconds"] = str(Path(o.out).resolve()), round(time.monotonic() - t0, 1)
-        c.advance(sel.ids, {"at": time.strftime("%Y-%m-%dT%H:%M:%S"), "accepted": rep["accepted"],
-                            "reason": rep["reason"], "out": rep["out"], "samples": len(sel.ids),
-                            "before": rep["before"]["predicted_accept_length"],
-                            "after": (rep.get("after") or {}).get("predicted_accept_length")})
-    if rep["accepted"] and o.swap_url:
-        rep["swap"] = _swap(o, rep["draft_after"], say)
+        say(f"{len(sel.heldout)} sample(s) held out to judge both drafts on: recorded as held out, never trained")
+        out = Path(os.path.abspath(o.out))
+        rid = secrets.token_hex(8)
+        c.begin({"id": rid, "out": str(out), "draft": str(out / "draft"), "swap_url": o.swap_url,
+                 "trained": sel.train, "heldout": sel.heldout})
+        try:
+            with outdir.writing(o.out, **rule, record={"dump_dir": str(dump)}) as tmp:
+                rep = {**base, **_build(o, dump, sel, target, Path(tmp), say), "refresh_id": rid}
+                rep["draft_after"] = str(out / "draft")
+                _write_report(Path(tmp) / "refresh.json", rep)
+        except BaseException as e:   # --out was not written: its samples stay for the next refresh
+            why = "interrupted" if isinstance(e, KeyboardInterrupt) else f"failed: {e}"
+            c.finish(_entry(accepted=False, reason=why, out=None, samples=len(sel.ids)), False)
+            raise
+        rep["out"], rep["seconds"] = str(out), round(time.monotonic() - t0, 1)
+        if rep["accepted"] and o.swap_url:
+            rep["swap"] = _swap(o, rep["draft_after"], say)
+        served = rep["accepted"] and (not o.swap_url or rep["swap"]["ok"])
+        c.finish(_entry(accepted=rep["accepted"], reason=rep["reason"], out=rep["out"], draft=rep["draft_after"],
+                        samples=len(sel.ids), trained=len(sel.train), heldout=len(sel.heldout),
+                        before=rep["before"]["predicted_accept_length"],
+                        after=(rep.get("after") or {}).get("predicted_accept_length"),
+                        swap=None if not o.swap_url or not rep["accepted"] else bool(rep["swap"]["ok"])), served)
+        rep["samples_used"] = bool(served)
     return rep
 
 
 def _swap(o: Options, draft: str, say) -> dict:
-    from ..draft.swap_client import Options as SwapOptions, swap
+    from ..draft.swap_client import Options as SwapOptions, can_swap, swap
 
     say(f"swapping {draft} into {o.swap_url}")
     try:
         return swap(SwapOptions(url=o.swap_url, draft=draft, timeout=o.swap_timeout, say=say))
     except (Refused, BadInput) as e:     # the new draft stays in --out: the report says why it is not served
-        return {"ok": False, "error": str(e), **(getattr(e, "report", None) or {})}
+        rep = {"ok": False, "error": str(e), **(getattr(e, "report", None) or {})}
+    try:       # a swap the client gave up on may still finish on the server: what it serves now decides
+        if _same_draft(can_swap(o.swap_url), draft):
+            say(f"{o.swap_url} serves {draft} after all ({rep['error']})")
+            return {**rep, "ok": True, "served_after_error": True}
+    except (Refused, BadInput):
+        pass
+    return rep
 
 
 def _write_report(path: Path, rep: dict) -> None:

@@ -1,0 +1,51 @@
+"""Ctrl-C and SIGTERM during a long command: one line, exit 130, and the command's own cleanup.
+
+    with interruptible() as stop:
+        ...
+    if stop.received: ...      # an interrupt arrived, whatever the library turned it into
+
+In this process both signals raise KeyboardInterrupt, so `finally` blocks run (a temporary --out, a working
+folder) as for Ctrl-C; SIGTERM's default would kill the process with none of them. Worker processes forked
+meanwhile (data loaders) inherit the handler: there a signal ends the worker quietly, since this process
+reports the interrupt, not every worker with a traceback of its own.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupt:
+    received: int | None = None      # the signal number, once one arrived
+
+
+@contextlib.contextmanager
+def interruptible():
+    stop = Interrupt()
+    if threading.current_thread() is not threading.main_thread():   # signals reach the main thread only
+        yield stop
+        return
+    owner = os.getpid()
+
+    def handler(signum, frame):
+        if os.getpid() != owner:
+            os._exit(128 + signum)
+        stop.received = signum
+        raise KeyboardInterrupt
+
+    old = {s: signal.signal(s, handler) for s in _SIGNALS}
+    try:
+        yield stop
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def interrupted_line(tool: str, what: str) -> str:
+    from .common import prog
+
+    return f"{prog(tool)}: interrupted; {what}"
