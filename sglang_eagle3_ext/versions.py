@@ -24,6 +24,8 @@ TESTED_RELEASES: dict[str, str] = {
     "0.5.10": "5.3.0", "0.5.14": "5.8.1", "0.5.16": "5.12.1", "0.5.18": "5.12.1",
     "0.5.20": "5.12.1", "0.5.22": "5.19.0", "0.5.23": "5.19.0",
 }
+# The release `pip install '.[sglang]'` installs and the GPU results (docs/results.md) are measured on.
+RECOMMENDED = "0.5.16"
 FORCE_ENV = envs.FORCE_VERSION
 
 

@@ -8,11 +8,28 @@ marked `sglang` and skipped when SGLang is not installed. `ext` adds the draft p
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
+from pathlib import Path
 
 import pytest
 
 HAVE_SGLANG = importlib.util.find_spec("sglang") is not None
+LOCKED_ENV = "SGE3_LOCKED_RELEASE"   # set by .ci/run: the environment must be exactly that release's lock
+
+
+def pytest_configure(config):
+    """In a locked environment, stop before collection with one line per mismatch (package, version, lock to
+    regenerate) instead of the collection errors a drifted package would cause."""
+    release = os.environ.get(LOCKED_ENV)
+    if not release:
+        return
+    spec = importlib.util.spec_from_file_location("lockenv", Path(__file__).resolve().parents[1] / ".ci" / "lockenv.py")
+    lockenv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lockenv)
+    bad = lockenv.problems(release)
+    if bad:
+        pytest.exit("environment does not match its lock:\n" + "\n".join(bad), returncode=4)
 
 
 def pytest_collection_modifyitems(config, items):
