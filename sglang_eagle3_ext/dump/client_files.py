@@ -145,19 +145,25 @@ def read_status(path: Path) -> dict:
     return s
 
 
-def writer_status(d: Path) -> dict:
+def writer_status(d: Path, unreadable_listed: bool = False) -> dict:
     """name -> the writer's status file (status/<name>.json); BadInput for one that is not a regular file
-    holding a status object, or that lies outside the dump dir."""
+    holding a status object, or that lies outside the dump dir (with `unreadable_listed`: that writer's entry
+    says so instead, state 'unreadable', so a report still lists every other writer)."""
     from .export import ExportError, inside
     from .status import STATUS_DIR
 
     out = {}
     for st in sorted((d / STATUS_DIR).glob("*.json")) if (d / STATUS_DIR).is_dir() else []:
         try:
-            path = inside(d, f"{STATUS_DIR}/{st.name}")
-        except ExportError as e:
-            raise BadInput(str(st), str(e)) from None
-        out[st.stem] = read_status(path)
+            try:
+                path = inside(d, f"{STATUS_DIR}/{st.name}")
+            except ExportError as e:
+                raise BadInput(str(st), str(e)) from None
+            out[st.stem] = read_status(path)
+        except BadInput as e:
+            if not unreadable_listed:
+                raise
+            out[st.stem] = {"state": "unreadable", "error": str(e)}
     return out
 
 

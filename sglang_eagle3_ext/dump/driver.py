@@ -275,7 +275,7 @@ def status(dump_dir) -> dict:
 
     d = require_dump_dir(dump_dir)  # a mistyped path is an error, not "0 samples"
     man = read_manifest(d)
-    st = writer_status(d)
+    st = writer_status(d, unreadable_listed=True)   # one bad status file hides no other writer
     return {"dump_dir": str(d), "complete_samples": len(man),
             "tokens": sum(r.get("num_tokens", 0) for r in man.values()),
             "bytes": sum(r.get("bytes", 0) for r in man.values()), **skip_counters(st), "writers": st}
