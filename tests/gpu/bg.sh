@@ -4,10 +4,10 @@
 #   tests/gpu/bg.sh start NAME 'COMMAND'   run COMMAND detached (setsid) with OUT=/tmp/sge3_bg/NAME/out
 #   tests/gpu/bg.sh wait SECONDS [NAME..]   wait until those jobs (default: all) end or SECONDS pass; collect
 #   tests/gpu/bg.sh collect                 each job's state and figures; every log into $OUT/bg_logs.tgz
-#   tests/gpu/bg.sh poll SECONDS            one command's wait (a host released after ~30 s idle loses its jobs: poll with commands
-#                                           call, and everything on it is lost: poll with calls back to back):
-#                                           states, figures, each job's newest log line; every job's JSON
-#                                           results into $OUT/results.tgz and its log tail into $OUT
+#   tests/gpu/bg.sh poll SECONDS            wait up to SECONDS (a host released when idle loses its jobs: poll
+#                                           back to back), then: states, figures, each job's newest log line, the
+#                                           disk and GPU memory in use; every job's JSON results into
+#                                           $OUT/results.tgz and its log tail into $OUT
 set -u
 ROOT=${SGE3_BG_ROOT:-/tmp/sge3_bg}
 verb=${1:?usage: bg.sh start NAME CMD | wait SECONDS [NAME..] | collect | poll SECONDS}; shift
@@ -32,6 +32,8 @@ states() {      # states [newest]: each job's exit status and figures (and its n
     grep -aE "passed|failed|error" "$d/log" | tail -n 3
     # the figures the tests and benchmarks print (cosines, accept lengths, speedups, cost ratios)
     grep -aE "^(dump vs transformers|round trip \[|[a-z_0-9]+/[a-z_]+ bs[0-9]+: |start at )" "$d/log" | sort -u | head -n 40
+    # the lifecycle tests' one-line figures (printed under pytest -s, the first one after the test's id)
+    grep -aoE "(eval|swap|refresh|first run) \[[^]]*\].*" "$d/log" | cut -c1-600 | head -n 40
   done
 }
 
@@ -49,6 +51,8 @@ collect)
 poll)
   wait_jobs "${1:-200}"
   date -u +%H:%M:%S
+  df -h /tmp /dev/shm 2>/dev/null | awk 'NR == 1 || !seen[$0]++'
+  nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu --format=csv,noheader 2>/dev/null
   states newest
   if [ -n "${OUT:-}" ]; then
     (cd "$ROOT" && ls -d */out/*.json 2>/dev/null | tar czf "$OUT/results.tgz" -T - 2>/dev/null)

@@ -7,6 +7,7 @@
 #   tests/gpu/full_plan.sh wrapper  the Kimi-K2.5 wrapper's round trip, then eval's prediction for its MLA draft
 #   tests/gpu/full_plan.sh fa3      dump, drafts, fc guard, dump while serving, Kimi wrapper on FA3 (FA3 kernels installed)
 #   tests/gpu/full_plan.sh kimi_fa3 the Kimi-width round trip timed on FA3, then eval's prediction at Kimi width
+#   tests/gpu/full_plan.sh kimi_life the draft's life at Kimi width from ONE preparation (0.5.16, ~22 min), below
 #   tests/gpu/bg.sh poll SECONDS    in every later call, back to back (an idle host may be released after ~30 s
 #                                   without a call): states, figures, $OUT/results.tgz
 # The Kimi-width round trip (0.5.16, timed on FlashMLA, docs/results.md: bs1 2.00x, bs16 x 128:896
@@ -53,6 +54,45 @@ fa3)
   $BG start fa3 "$F $R tests/gpu/test_dump_gpu.py -k 'matches_transformers and fa3'; \
     $F $R tests/gpu/test_draft_gpu.py tests/gpu/test_draft_mla_gpu.py; \
     $F $R tests/gpu/test_dump_serving_gpu.py -k fed; $F $R tests/gpu/test_kimi_gpu.py -k dump" ;;
+kimi_life)
+  # Started at once, side by side:
+  #   firstrun  the README's first-run command as written (`sglang-eagle3 launch --preset tiny-dump`: its preset's
+  #             memory fraction, port 30000), one request, its prefill in ./dumps (~3 min, Triton JIT cold)
+  #   wrapper   the Kimi-K2.5 wrapper's round trip up to its checked drafts, then eval beside SGLang for its MLA
+  #             draft at --speculative-num-steps 3 and 5 (~8 min)
+  #   kimi      the Kimi-width preparation (dump 1000 generations, train, convert, check; ~10 min); then frees the
+  #             disk the rest does not read (the raw dump, the training checkpoint) and starts, side by side:
+  #     eval3, eval5  eval's prediction beside SGLang's avg_spec_accept_length at steps 3 / 5 for the round trip's
+  #                   draft, two middling ones (blind to 20 % / 50 % of the vocabulary), the weak one (10 steps) and
+  #                   an early checkpoint (epoch 3 of 8), one server each, the round trip's draft first (~8 min)
+  #     swap      weak -> trained draft under a c16 client, outputs vs the target alone, bad drafts refused (a
+  #               rotary key first; ~5 min)
+  #     refresh   refresh --swap from the weak draft on 800 served requests (~7 min); its dump and output on
+  #               /dev/shm when that has 40 GB free (the disk holds the target, hs/ and the drafts)
+  # Memory: every test server gets a 32K-token KV cap and fraction 0.9 (SGLang leaves 10 % of the memory free at
+  # its start unallocated, and allocates the capped KV: a Kimi-width server ~21 GB, at most 4 at once, plus two
+  # trainings of ~20 GB that do not overlap); the four jobs after the preparation start their servers side by side
+  # (a start lock each: 14 Kimi-width starts one at a time would take ~12 minutes). Poll with `bg.sh poll SECONDS`.
+  S="PYTHONPATH=/tmp/site TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton_cache}"
+  $BG start firstrun "$S $R -s tests/gpu/test_launch_gpu.py::test_readme_first_run_command_serves"
+  M="SGE3_MEM_FRACTION=0.9 SGE3_MAX_TOTAL_TOKENS=32768"
+  W="$S $M SGE3_BACKENDS=triton SGE3_KIMI_RT_DIR=/tmp/krt"
+  $BG start wrapper "$W SGE3_RT_PREPARE_ONLY=1 $R tests/gpu/test_kimi_gpu.py::test_kimi_roundtrip; \
+    for s in 3 5; do $W SGE3_RT_SPEC_STEPS=\$s $R -s tests/gpu/test_eval_gpu.py::test_kimi_wrapper_mla_draft_predicted; done"
+  D=${SGE3_RT_DIR:-/tmp/rtk}
+  K="$S $M SGE3_RT_TARGET=kimi SGE3_RT_DIR=$D"
+  L=SGE3_START_LOCK=/tmp/sge3_start
+  shm=$(df -k --output=avail /dev/shm 2>/dev/null | tail -1)
+  RD=$([ "${shm:-0}" -gt 41943040 ] && echo "SGE3_REFRESH_DIR=/dev/shm/sge3_refresh")
+  E=tests/gpu/test_eval_gpu.py::test_predicted_accept_length_matches_served
+  $BG start kimi "$K SGE3_RT_PREPARE_ONLY=1 $R tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \
+    [ -e $D/kimi/draft_sglang/config.json ] || exit 1; \
+    rm -rf $D/kimi/draft_speculators; find $D/kimi/dump -mindepth 1 ! -name .rt_stage_done -delete; df -h $D; \
+    $BG start eval3 '$K ${L}_eval3 SGE3_RT_SPEC_STEPS=3 SGE3_EVAL_EPOCHS=3 $R -s $E'; \
+    $BG start eval5 '$K ${L}_eval5 SGE3_RT_SPEC_STEPS=5 SGE3_EVAL_EPOCHS=3 $R -s $E'; \
+    $BG start swap '$K ${L}_swap $R -s tests/gpu/test_swap_gpu.py::test_swap_without_restart'; \
+    $BG start refresh '$K ${L}_refresh $RD SGE3_REFRESH_REQUESTS=800 SGE3_REFRESH_EPOCHS=16 $R -s \
+      tests/gpu/test_refresh_gpu.py'" ;;
 kimi_fa3)
   K="PYTHONPATH=/tmp/site TRITON_CACHE_DIR=/tmp/triton_cache SGE3_MEM_FRACTION=0.5 SGE3_MAX_TOTAL_TOKENS=65536"
   KRT="$K SGE3_RT_TARGET=kimi SGE3_RT_DIR=/tmp/rtk"

@@ -94,17 +94,20 @@ def _server(base: str):
 
 @contextlib.contextmanager
 def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = None,
-                  launcher: str = "sglang_eagle3_ext.launch_server", timeout: float = 600):
-    """Start `python -m launcher args`, wait for /health, yield (base_url, log_path); always stop it."""
+                  launcher: str = "sglang_eagle3_ext.launch_server", timeout: float = 600,
+                  command: list[str] | None = None, cwd: Path | None = None):
+    """Start `python -m launcher args --port PORT`, wait for /health, yield (base_url, log_path, process); always
+    stop it. `command`: run exactly `command + args` instead (a user's command line: nothing added, so it must
+    serve on `port` by itself), in `cwd`."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log = LOG_DIR / f"{name}.log"
     # a crashed scheduler otherwise keeps the server up 60 s waiting for CUDA coredumps (SGLang 0.5.16)
     full_env = {"SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS": "0", **os.environ, **(env or {})}
     full_env = {k: v for k, v in full_env.items() if v is not None}   # env {NAME: None} unsets NAME
-    cmd = [sys.executable, "-m", launcher, *args, "--port", str(port)]
-    if knobs.get("SGE3_MEM_FRACTION"):  # several test servers sharing one GPU (the last flag wins)
+    cmd = [*command, *args] if command else [sys.executable, "-m", launcher, *args, "--port", str(port)]
+    if knobs.get("SGE3_MEM_FRACTION") and not command:  # several test servers sharing one GPU (the last flag wins)
         cmd += ["--mem-fraction-static", knobs.get("SGE3_MEM_FRACTION")]
-    if knobs.get("SGE3_MAX_TOTAL_TOKENS"):
+    if knobs.get("SGE3_MAX_TOTAL_TOKENS") and not command:
         # a KV cap: SGLang 0.5.16 sized an EAGLE-3 server's KV (target + draft) at 75 GB under
         # --mem-fraction-static 0.3 on an H200 (the draft's pool is sized apart), leaving no room for the next one
         cmd += ["--max-total-tokens", knobs.get("SGE3_MAX_TOTAL_TOKENS")]
@@ -115,7 +118,8 @@ def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = N
     with open(log, "w") as f:
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=full_env, start_new_session=True,
+                                cwd=cwd)
     base = f"http://127.0.0.1:{port}"
     try:
         t0 = time.time()

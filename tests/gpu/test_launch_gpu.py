@@ -5,6 +5,8 @@
   passes, the tiny model is made on first use, every TP rank logs its NCCL channels (proof our env reached
   the workers), /generate answers;
 - `--preset tiny-dump` serves on one GPU;
+- the README's first-run command exactly as written, `sglang-eagle3 launch --preset tiny-dump`, in a fresh folder:
+  SGLang says it is ready, port 30000 answers, the prefill lands in ./dumps;
 - `--preset tiny --dump-dir DIR`: the launcher makes DIR and the server dumps there.
 Variables already set in the environment (e.g. NCCL_NVLS_ENABLE=0 where multicast is off) are inherited: the
 launcher never overrides a variable the user set.
@@ -14,12 +16,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
-from gpu_helpers import decode_graphs_captured, free_port as _port, generate, multi_gpu_tp, sglang_server
+from gpu_helpers import decode_graphs_captured, free_port as _port, generate, multi_gpu_tp, sglang_server, wait_for
 
 pytestmark = pytest.mark.gpu
 
@@ -87,6 +92,60 @@ def test_readme_tiny_dump_serves_on_one_gpu(attn_backend, tmp_path):
     assert re.search(r"SGLANG_EAGLE3_EXT_DUMP_DIR\s+\S+\s+user", text) and "--disable-radix-cache" in text
     assert "SGLANG_EAGLE3_EXT_DUMP_LAYERS=1,2,3" in text
     assert "--disable-cuda-graph " not in text and "--disable-prefill-cuda-graph" in text   # decode graphs on
+    assert decode_graphs_captured(text), "no decode CUDA graph captured"
+
+
+README_PORT = 30000        # "It serves on port 30000" (README, First run)
+READY = "The server is fired up and ready to roll!"   # SGLang's line once its warm-up request is answered
+
+
+def _console_script(tmp_path) -> str:
+    """`sglang-eagle3` as pip installs it; where the package is not pip-installed (a checkout on PYTHONPATH), the
+    same entry point written as pip writes it (`sglang_eagle3_ext.cli:main`, pyproject's [project.scripts])."""
+    exe = shutil.which("sglang-eagle3")
+    if exe:
+        return exe
+    script = tmp_path / "bin" / "sglang-eagle3"
+    script.parent.mkdir(parents=True)
+    script.write_text(f"#!{sys.executable}\nimport sys\nfrom sglang_eagle3_ext.cli import main\n"
+                      f"if __name__ == '__main__':\n    sys.exit(main())\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_readme_first_run_command_serves(tmp_path):
+    """`sglang-eagle3 launch --preset tiny-dump`, nothing added, run in a fresh folder as the README's First run
+    says: the tiny target is made on first use, SGLang logs that it is ready, one request on port 30000 is
+    answered, and its prefill is dumped into ./dumps of that folder. Figures: $OUT/readme_first_run.json."""
+    if _gpus() < 1:
+        pytest.skip("needs a GPU")
+    from gpu_helpers import LOG_DIR
+
+    from sglang_eagle3_ext.dump.manifest import read_manifest
+
+    with socket.socket() as sock:               # the README's port must be free for the command as written
+        sock.bind(("127.0.0.1", README_PORT))
+    cwd = tmp_path / "first_run"
+    cwd.mkdir()
+    cmd = [_console_script(tmp_path), "launch", "--preset", "tiny-dump"]
+    fig: dict = {"command": "sglang-eagle3 launch --preset tiny-dump", "ran": cmd}
+    t0 = time.time()
+    with sglang_server([], name="readme_first_run", port=README_PORT, command=cmd, cwd=cwd, timeout=900) \
+            as (base, log, _):
+        fig["healthy_s"] = round(time.time() - t0, 1)
+        wait_for(lambda: READY in log.read_text(errors="replace"), 300, "SGLang's ready line", poll=1.0)
+        fig["ready_s"] = round(time.time() - t0, 1)
+        out = generate(base, list(range(1, 33)), max_new_tokens=8)
+        fig["output_ids"] = out.get("output_ids")
+        dumps = cwd / "dumps"
+        fig["dumped"] = wait_for(lambda: (dumps / "manifests").is_dir() and len(read_manifest(dumps)), 120,
+                                 "the request's prefill in ./dumps", poll=1.0)
+        text = log.read_text(errors="replace")
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    (LOG_DIR / "readme_first_run.json").write_text(json.dumps(fig, indent=2))
+    print(f"first run [sglang-eagle3 launch --preset tiny-dump]: healthy after {fig['healthy_s']} s, ready after "
+          f"{fig['ready_s']} s, 8-token answer {fig['output_ids']}, dumped {fig['dumped']}", flush=True)
+    assert len(out["output_ids"]) == 8
     assert decode_graphs_captured(text), "no decode CUDA graph captured"
 
 

@@ -89,6 +89,13 @@ LOG_ARGS = ["--decode-log-interval", "5"]
 SPEC_STEPS = int(knobs.get("SGE3_RT_SPEC_STEPS"))
 SPEC_ARGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(SPEC_STEPS), "--speculative-eagle-topk",
              "1", "--speculative-num-draft-tokens", str(SPEC_STEPS + 1), *LOG_ARGS]
+# the draft's training recipe (test_eval_gpu.py stops the same recipe early for drafts of middling quality)
+EPOCHS = knobs.get("SGE3_RT_EPOCHS", "8" if KIMI else "12")
+# calibrated on CPU (hidden 128 target, 300 samples): lr 1e-3 x 10 epochs -> val acc 0.33, 3e-3 x 30 -> 0.54
+# (data-limited); hence more samples and the higher rate on the tiny target
+LR = knobs.get("SGE3_RT_LR", "1e-3" if KIMI else "3e-3")
+# speculators 0.9's fused Triton loss fails under torch 2.11 dynamo (ListVariable already tracked)
+TRAIN_ARGS = ["--epochs", EPOCHS, "--lr", LR, "--loss-impl", "eager"]
 
 
 def _prompts(path: Path, n: int, seed: int, prefix: str) -> None:
@@ -180,12 +187,7 @@ def test_roundtrip(tmp_path):
     spec_ckpt = work / "draft_speculators"
     if not (spec_ckpt / "config.json").exists():
         p = _run(["sglang_eagle3_ext.train_draft", "--data", str(hs), "--target", str(tiny_target), "--out",
-                  str(spec_ckpt), "--device", "cuda", "--epochs", knobs.get("SGE3_RT_EPOCHS", "8" if KIMI else "12"),
-                  # calibrated on CPU (hidden 128 target, 300 samples): lr 1e-3 x 10 epochs -> val acc 0.33,
-                  # 3e-3 x 30 -> 0.54 (data-limited); hence more samples and the higher rate here
-                  "--lr", knobs.get("SGE3_RT_LR", "1e-3" if KIMI else "3e-3"),
-                  # speculators 0.9's fused Triton loss fails under torch 2.11 dynamo (ListVariable already tracked)
-                  "--loss-impl", "eager"], "train", timeout=900)
+                  str(spec_ckpt), "--device", "cuda", *TRAIN_ARGS], "train", timeout=900)
         assert p.returncode == 0, p.stderr[-3000:]
         fig["train_summary"] = (p.stdout.strip().splitlines() or [""])[-1]
     fig["train_s"] = round(time.time() - t, 1)
