@@ -157,13 +157,11 @@ def _ask(ours, rest: list[str], env) -> tuple[_Asked, str, str | None]:
         preset = presets.load(ours.preset) if ours.preset else presets.load(path=ours.config) if ours.config else None
     except presets.PresetError as e:
         raise LaunchError(str(e)) from None
-    sg = _load_sglang(ours.dry_run)
+    sg = _load_sglang(ours.dry_run, preset.where if preset else None)
     try:
-        if preset and sg.fields is not None:
+        if preset:   # SGLang imported (_load_sglang refuses a preset it cannot check)
             presets.validate(preset, sg.fields, sg.version)
             presets.check_values(preset, sg.parser)
-        elif preset:
-            presets.validate(dataclasses.replace(preset, server_args={}), [], sg.version or "?")
     except presets.PresetError as e:
         raise LaunchError(str(e)) from None
 
@@ -198,17 +196,22 @@ def _resolve_builtin(args: list[str], dry_run: bool) -> tuple[list[str], str, st
     return out, note, make
 
 
-def _load_sglang(dry_run: bool) -> _Sglang:
-    """SGLang's parser, fields and version; a dry run goes on without them when SGLang cannot be imported."""
+def _load_sglang(dry_run: bool, preset_name: str | None) -> _Sglang:
+    """SGLang's parser, fields and version. A dry run without a preset goes on without them when SGLang cannot
+    be imported; a preset that cannot be validated stops every launch, dry run included."""
     try:
         fields, version = presets.server_args_fields()
-        return _Sglang(presets.sglang_parser(), fields, version, f"sglang: {version}")
+        return _Sglang(presets.sglang_parser(), fields, version,
+                       f"sglang: {version} (flags and presets checked against its {len(fields)} server arguments)")
     except Exception as e:  # noqa: BLE001 - ImportError or a broken install: say which
+        why = f"cannot import SGLang ({type(e).__name__}: {e})"
+        fix = "install SGLang into this environment: pip install sglang (from a checkout: pip install '.[sglang]')"
+        if preset_name:
+            raise LaunchError(f"{why}, so preset {preset_name} cannot be checked against SGLang's server "
+                              f"arguments; {fix}") from e
         if not dry_run:
-            raise LaunchError(f"cannot import SGLang ({type(e).__name__}: {e}); "
-                              f"install SGLang into this environment: pip install sglang (from a checkout: "
-                              f"pip install '.[sglang]')") from e
-        return _Sglang(None, None, None, f"sglang: NOT importable ({type(e).__name__}: {e}); preset not validated")
+            raise LaunchError(f"{why}; {fix}") from e
+        return _Sglang(None, None, None, f"sglang: NOT importable ({type(e).__name__}: {e}); flags not checked")
 
 
 def _nccl_decisions(a: _Asked, group: Topology, choice, tp: int, nnodes: int, loopback: bool) -> list:

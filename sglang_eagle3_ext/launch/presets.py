@@ -144,11 +144,10 @@ def check_values(preset: Preset, parser: argparse.ArgumentParser) -> None:
 
 def server_args_fields():
     """(field names, version) of the installed SGLang's ServerArgs; ImportError without SGLang."""
-    from sglang.srt.server_args import ServerArgs
-
     from ..versions import installed_version
+    from .server_args import installed_field_names
 
-    return [f.name for f in dataclasses.fields(ServerArgs)], installed_version() or "?"
+    return installed_field_names(), installed_version() or "?"
 
 
 def sglang_parser() -> argparse.ArgumentParser:
