@@ -38,6 +38,7 @@ class DumpDirRefused(LaunchError):
 def choose(flag: str | None, env: Mapping[str, str], preset, preset_env: dict[str, str], dry_run: bool) -> DumpDir:
     """`flag`: --dump-dir as typed; `preset_env`: the preset's variables (presets.ext_env: dump_dir absolute)."""
     folder = _folder(flag, env, preset, preset_env.get(envs.DUMP_DIR), dry_run)
+    _check_budget({**preset_env, **env})
     for var, val in preset_env.items():
         if var != envs.DUMP_DIR:
             folder.decisions.append(env_decision(env, var, val, f"preset {preset.name}: {REASONS.get(var, 'ours')}"))
@@ -62,6 +63,19 @@ def _folder(flag: str | None, env: Mapping[str, str], preset, preset_value: str 
         path, state, warn = _check(preset_value, f"{preset.where}: eagle3_ext.{PRESET_KEY} {raw} ->", dry_run)
         return DumpDir(str(path), [Decision(var, str(path), f"preset {preset.name}: {REASON}; {state}")] + warn)
     return DumpDir(None, [])
+
+
+def _check_budget(env: Mapping[str, str]) -> None:
+    """The host memory the dump's writer pins at start-up: above this machine's memory every scheduler would
+    fail then; a dry run refuses it as the launch would."""
+    from ..dump.config import DumpConfigError, pending_budget_bytes
+
+    if not envs.is_set(envs.DUMP_MAX_PENDING_MB, env):
+        return
+    try:
+        pending_budget_bytes(env)
+    except DumpConfigError as e:
+        raise DumpDirRefused(str(e)) from None
 
 
 def make(path: str | None) -> None:
