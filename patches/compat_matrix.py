@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Compatibility matrix on CPU: every supported SGLang release x what this package needs of it.
 
-One venv (built by .ci/setup_venv.sh), releases swapped in place: `pip install --no-deps
---force-reinstall <wheel>` + the transformers the release pins (+ the sgl_kernel CPU stand-in for
-0.5.10 only). Per release:
+One venv (built by .ci/setup_venv.sh), each release synced in place from its lock (constraints/sglang-X.txt,
+`.ci/lockenv.py sync`: exactly the lock's packages, the CPU stand-ins it needs; uv's cache makes a swap take
+seconds). Per release:
 
-  install    the wheel (from --wheel-dir / the cache, else `pip download --no-deps`) and transformers
+  install    the lock synced, and the environment is exactly the lock (`lockenv.py check`, metadata only; the
+             pytest cells check the suite's imports before collecting)
+  launch     `launch --preset tiny-dump --dry-run` validates the preset against the release's ServerArgs, and
+             `launch --model-path ... --tp-size 8 --dry-run` plans
   targets    `python -m sglang_eagle3_ext.compat` on the installed release (static, no import)
   patch      patches/<release>/*.patch is what make_patches.py generates today, applies with
              `patch --dry-run` to the wheel's source, and the patched files py_compile
@@ -47,18 +50,20 @@ from make_patches import RELEASES  # noqa: E402
 
 from sglang_eagle3_ext.compat import release as compat  # noqa: E402
 
-COLUMNS = ["install", "targets", "patch", "baked", "runtime", "loader", "dump"]
+LOCKENV = REPO / ".ci" / "lockenv.py"
+
+COLUMNS = ["install", "launch", "targets", "patch", "baked", "runtime", "loader", "dump"]
 README = REPO / "README.md"
 START, END = "<!-- compat-matrix:start -->", "<!-- compat-matrix:end -->"
-STUB = REPO / "tests" / "cpu_shims" / "sgl_kernel_stub.py"
-STUB_RELEASES = {"0.5.10"}
 PYTEST_K = ("test_patch_registry or test_dump_hook or speculators or specforge or mla or through_the_wrapper "
-            "or inside_the_wrapper")
+            "or inside_the_wrapper or server_args_fields")
 # more files counted in a column: the MLA (Kimi-K2.5) draft loader runs in the loader column
 # and the Kimi-K2.5 wrapper's capture hook (the language model inside it is the target) in the dump column
 EXTRA_FILES = {"tests/sglang_cpu/test_draft_mla_loader.py": "loader",
                "tests/sglang_cpu/test_mla_draft_equiv.py": "loader",
-               "tests/sglang_cpu/test_tiny_kimi.py": "dump"}
+               "tests/sglang_cpu/test_tiny_kimi.py": "dump",
+               # the release's ServerArgs read through the adapter (dataclass or msgspec struct)
+               "tests/sglang_cpu/test_server_args_fields.py": "runtime"}
 PYTEST_FILES = {"runtime": "tests/sglang_cpu/test_patch_registry.py",
                 "loader": "tests/sglang_cpu/test_draft_loader.py",
                 "dump": "tests/sglang_cpu/test_dump_hook.py"}
@@ -89,52 +94,60 @@ class Venv:
             raise SystemExit(f"not a usable venv: {path}: {out}")
         self.site = Path(out.strip().splitlines()[-1])
 
-    def pip(self, *args, timeout=600):
-        return run([self.python, "-m", "pip", "-q", "--disable-pip-version-check", *args], timeout=timeout)
-
     def installed_sglang(self) -> str | None:
         rc, out = run([self.python, "-c", "import importlib.metadata as m; print(m.version('sglang'))"])
         return out.strip().splitlines()[-1] if rc == 0 else None
 
-    def set_stub(self, on: bool):
-        pth, mod = self.site / "sgl_kernel_stub.pth", self.site / "sgl_kernel_stub.py"
-        if on:
-            shutil.copy(STUB, mod)
-            pth.write_text("import sgl_kernel_stub\n")
-        else:
-            for p in (pth, mod):
-                p.unlink(missing_ok=True)
+
+def locked_env(version: str) -> dict:
+    """The environment of a command run in the synced venv: the pytest cells check it against the lock first."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_EAGLE3_EXT")}
+    env["SGE3_LOCKED_RELEASE"] = version
+    return env
 
 
 def cell_install(venv: Venv, version: str, wheel_dirs, res: dict) -> Path | None:
+    rc, out = run([sys.executable, str(LOCKENV), "sync", str(venv.path), version], timeout=900)
+    if rc:
+        res["install"] = ("FAIL", f"lockenv sync {version}: {last_line(out, 'lockenv|rror')}")
+        return None
+    rc, out = run([venv.python, str(LOCKENV), "check", version, "--no-imports"], timeout=300)
+    if rc:
+        res["install"] = ("FAIL", last_line(out, "^environment"))
+        return None
     try:
         wheel = compat.find_wheel(version, [*wheel_dirs, compat.cache_dir() / "wheels"]) or \
             compat.download_wheel(version, compat.cache_dir() / "wheels", python=venv.python)
     except compat.ReleaseUnavailable as e:
-        res["install"] = ("FAIL", str(e))
+        res["install"] = ("FAIL", f"the wheel for the patch cells: {e}")
         return None
-    rc, out = venv.pip("install", "--no-deps", "--force-reinstall", str(wheel))
-    if rc:
-        res["install"] = ("FAIL", f"pip install {wheel.name}: {last_line(out, 'ERROR|rror')}")
-        return None
-    cons = venv.path / "constraints.txt"
-    extra = ["-c", str(cons)] if cons.exists() else []
-    rc, out = venv.pip("install", *extra, f"transformers=={RELEASES[version]}")
-    if rc:
-        res["install"] = ("FAIL", f"transformers=={RELEASES[version]}: {last_line(out, 'ERROR|rror')}")
-        return None
-    venv.set_stub(version in STUB_RELEASES)
-    got = venv.installed_sglang()
-    if got != version:
-        res["install"] = ("FAIL", f"installed sglang is {got}, wanted {version}")
-        return None
-    # keep .ci/setup_venv.sh's per-release marker truthful
-    for m in venv.path.glob(".sglang_*"):
-        m.unlink()
-    (venv.path / f".sglang_{version}").touch()
-    res["install"] = ("ok", f"{wheel.name} + transformers {RELEASES[version]}"
-                      + (" + sgl_kernel stand-in" if version in STUB_RELEASES else ""))
+    res["install"] = ("ok", f"constraints/sglang-{version}.txt ({RELEASES[version]} transformers), exactly")
     return wheel
+
+
+def cell_launch(venv: Venv, version: str, res: dict):
+    """The README's first-run preset, validated by a dry run, and a plan for a model path at TP 8."""
+    cli = [venv.python, "-m", "sglang_eagle3_ext", "launch"]
+    with tempfile.TemporaryDirectory() as d:
+        rc, out = run([*cli, "--preset", "tiny-dump", "--dry-run", "--json", "-"], timeout=300, cwd=d,
+                      env=locked_env(version))
+        note = _plan_note(out)
+        if rc or f"sglang: {version} (flags and presets checked" not in note:
+            res["launch"] = ("FAIL", f"--preset tiny-dump --dry-run: rc={rc} {note or last_line(out)}")
+            return
+        rc, out = run([*cli, "--model-path", str(Path(d) / "model"), "--tp-size", "8", "--dry-run", "--json", "-"],
+                      timeout=300, cwd=d, env=locked_env(version))
+        if rc or "sglang.launch_server" not in out:
+            res["launch"] = ("FAIL", f"--model-path --tp-size 8 --dry-run: rc={rc} {last_line(out)}")
+            return
+    res["launch"] = ("ok", note)
+
+
+def _plan_note(out: str) -> str:
+    try:
+        return json.loads(out[out.index("{"):])["sglang_note"]
+    except (ValueError, KeyError):
+        return ""
 
 
 def cell_targets(venv: Venv, version: str, res: dict):
@@ -224,8 +237,7 @@ def cells_pytest(venv: Venv, version: str, res: dict):
         xml = Path(d) / "junit.xml"
         cmd = [venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", PYTEST_K,
                f"--junitxml={xml}", *PYTEST_FILES.values(), *EXTRA_FILES]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_EAGLE3_EXT")}
-        rc, out = run(cmd, timeout=600, cwd=REPO, env=env)
+        rc, out = run(cmd, timeout=600, cwd=REPO, env=locked_env(version))
         counts = {c: {"passed": 0, "failed": 0, "skipped": 0, "first": ""} for c in PYTEST_FILES}
         if xml.exists():
             for tc in ET.parse(xml).getroot().iter("testcase"):
@@ -262,6 +274,7 @@ def run_release(venv: Venv, version: str, wheel_dirs) -> dict:
         for c in COLUMNS[1:]:
             res[c] = ("FAIL", "not installed")
     else:
+        cell_launch(venv, version, res)
         cell_targets(venv, version, res)
         cell_patch(version, wheel, res)
         cells_pytest(venv, version, res)
@@ -339,8 +352,6 @@ def main(argv=None) -> int:
         by_version[v] = r
         print(f"{v}: {'ok' if ok(r) else 'FAIL'} ({r['seconds']} s) " +
               "  ".join(f"{c}={r[c][0]}" for c in COLUMNS), flush=True)
-    if start_release not in wanted:
-        venv.set_stub(False)
     total = time.monotonic() - t0
     results = [by_version[v] for v in wanted]
     print("\n" + table(results))
