@@ -115,18 +115,33 @@ def _dump_source(root: Path) -> Source:
     ids, where = _layer_ids(root)
 
     def load(i, k, hidden, vocab):
-        if spec.n_aux != k:
-            raise Refused(f"--data {root}: the dump holds {spec.n_aux} aux states per token, the draft takes K={k}")
-        if hidden is not None and spec.hidden != hidden:
-            raise Refused(f"--data {root}: the dump's states are {spec.hidden} wide, the draft's fc takes {hidden}")
+        where = f"--data {root}: sample {recs[i].get('id')!r} ({root / str(recs[i].get('file'))})"
+        problem = dump_shape_problem(spec.n_aux, spec.hidden, spec.vocab, k, hidden, vocab)
+        if problem:
+            raise Refused(f"{where}: {problem}")
         try:
-            t, _ = ex.read_checked(root, recs[i], dataclasses.replace(spec, vocab=spec.vocab or vocab))
+            t, _ = ex.read_checked(root, recs[i], dataclasses.replace(spec, vocab=vocab or spec.vocab))
             mask = ex.loss_mask(recs[i], int(t[T_IDS].shape[0]), gen)
-        except ex.ExportError as e:
+        except ex.ExportError as e:     # names the sample and its file
             raise _refuse(e) from None
         return Sample(recs[i]["id"], t[T_IDS].long(), t[T_AUX], mask)
 
     return Source("dump", root, len(recs), ids, where, recorded_model_path(root), load)
+
+
+def dump_shape_problem(n_aux, width, dump_vocab, k: int, hidden: int | None, vocab: int | None) -> str | None:
+    """Why a dump's recorded shapes cannot feed this draft (None: they can); its sample files are checked
+    against these shapes as they are read."""
+    if n_aux != k:
+        return (f"the dump holds {n_aux} aux states per token (dump_meta.json), the draft's fc takes K={k}: dump "
+                f"with the draft's layers, or evaluate a draft trained on these")
+    if hidden is not None and width != hidden:
+        return (f"the dump's states are {width} wide (dump_meta.json hidden_size), the draft's fc takes {hidden}: "
+                f"dumped from another target; evaluate a draft of that target")
+    if dump_vocab and vocab and dump_vocab != vocab:
+        return (f"the dump's vocabulary is {dump_vocab} tokens (dump_meta.json vocab_size), the draft's target "
+                f"has {vocab}: dumped from another target; evaluate a draft of that target")
+    return None
 
 
 def heldout(n: int, fraction: float, mla: bool) -> tuple[list[int], str]:

@@ -155,16 +155,24 @@ def _state_dict(spec, tensors: dict, target: Path | None, notes: list) -> tuple[
     return sd, hot
 
 
-def load(draft, target=None, device="cpu", dtype=None) -> LoadedDraft:
-    """The draft as served, on `device` in `dtype`; Refused naming the fix when it cannot be."""
-    import torch
-
+def served_spec(draft, target=None):
+    """(config, DraftSpec) of a draft SGLang would serve as is, from its config and tensor headers only (no
+    weight read); Refused naming the fix otherwise."""
     from ..draft import keys, rules
 
     draft, target = Path(draft), (Path(target) if target else None)
     cfg = read_config(draft)
     _check(draft, target)
     spec, _ = rules.spec_from_config(cfg, keys.installed_layout() if _sglang() else keys.resolve_layout(_newest()))
+    return cfg, spec
+
+
+def load(draft, target=None, device="cpu", dtype=None) -> LoadedDraft:
+    """The draft as served, on `device` in `dtype`; Refused naming the fix when it cannot be."""
+    import torch
+
+    draft, target = Path(draft), (Path(target) if target else None)
+    cfg, spec = served_spec(draft, target)
     notes: list = []
     sd, hot = _state_dict(spec, _tensors(draft), target, notes)
     try:

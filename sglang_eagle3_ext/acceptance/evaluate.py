@@ -30,6 +30,12 @@ class Options:
     timeout: float = 300.0
     batch_tokens: int = 8192                 # rows simulated at once
     say: object = None                       # progress lines (None: silent)
+    dry_run: bool = False                    # check the inputs and report the plan; load, simulate, send nothing
+
+
+SGLANG_DEFINITION = ("accepted drafts + 1 per verify round over the rounds (SGLang's avg_spec_accept_length, its "
+                     "log's accept len, the sglang:spec_accept_length metric)")
+PER_REQUEST_DEFINITION = "generated tokens / verify rounds per request (meta_info spec_accept_length)"
 
 
 def settings_problem(steps: int, topk: int, draft_tokens: int | None) -> str | None:
@@ -135,7 +141,9 @@ def _run(o: Options, loaded, source, idx: list[int], device: str, notes: list) -
     return {"every": every, "walk": walk, "seconds": secs, "samples": samples}
 
 
-def evaluate(o: Options) -> dict:
+def _local_inputs(o: Options):
+    """Every local input checked, cheapest first, before any server is asked or any weight read:
+    (draft spec, data source, target folder, where the target came from, held-out indices, the split's rule)."""
     from . import drafts
     from .data import heldout, open_source
 
@@ -144,38 +152,72 @@ def evaluate(o: Options) -> dict:
         raise Refused(problem)
     if o.dtype not in DTYPES:
         raise Refused(f"--dtype {o.dtype}: one of {', '.join(DTYPES)}")
-    device = _device(o.device)
-    server = None
-    if o.url:
-        from .served import connect
-
-        server = connect(o.url, o.steps, o.steps + 1, o.timeout)
+    drafts.read_config(Path(o.draft))
     source = open_source(o.data)
     if not source.n:
         raise Refused(f"--data {o.data}: no samples to evaluate (the {source.kind} holds none)")
     target, target_from = _target(o, source)
+    _, spec = drafts.served_spec(o.draft, target)
+    split, rule = heldout(source.n, o.heldout_fraction, spec.layout == "mla")
+    idx = split[: o.samples] if o.samples else split
+    if not idx:
+        raise Refused(f"--data {o.data}: --samples/--heldout-fraction select no sample of {source.n}")
+    return spec, source, target, target_from, idx, rule, len(split)
+
+
+def _heldout_report(idx: list, rule: str, n: int, n_split: int) -> dict:
+    return {"rule": rule, "samples": len(idx), "of": n, "first": idx[0], "last": idx[-1],
+            "capped_by_samples": len(idx) < n_split}
+
+
+def _plan(o: Options, spec, source, target, target_from, idx, rule, n_split, device: str) -> dict:
+    return {"dry_run": True, "draft": str(o.draft), "draft_class": spec.arch, "data": str(o.data),
+            "data_kind": source.kind, "target": str(target) if target else None, "target_from": target_from,
+            "heldout": _heldout_report(idx, rule, source.n, n_split), "steps": o.steps, "topk": 1,
+            "draft_tokens": o.steps + 1, "device": device, "dtype": o.dtype, "url": o.url,
+            "notes": ["dry run: inputs checked; no weight loaded, no sample simulated, no request sent"
+                      + (" (the server's settings are read by the real run)" if o.url else "")]}
+
+
+def evaluate(o: Options) -> dict:
+    from . import drafts
+
+    spec, source, target, target_from, idx, rule, n_split = _local_inputs(o)
+    device = _device(o.device)
+    if o.dry_run:
+        return _plan(o, spec, source, target, target_from, idx, rule, n_split, device)
+    server = None
+    if o.url:
+        from .served import connect
+
+        server = connect(o.url, o.steps, o.steps + 1, o.timeout, spec.layout)
     import torch
 
     loaded = drafts.load(o.draft, target, device, torch.bfloat16 if o.dtype == "bf16" else torch.float32)
     notes = list(loaded.notes) + [_layers_agree(loaded, source)]
-    split, rule = heldout(source.n, o.heldout_fraction, loaded.spec.layout == "mla")
-    idx = split[: o.samples] if o.samples else split
-    if not idx:
-        raise Refused(f"--data {o.data}: --samples/--heldout-fraction select no sample of {source.n}")
+    if server is not None and server[1].get("speculative_draft_window_size") is not None:
+        notes.append(f"the server's --speculative-draft-window-size {server[1]['speculative_draft_window_size']} "
+                     f"is ignored by SGLang's MLA draft class: simulated with full attention")
     r = _run(o, loaded, source, idx, device, notes)
     every, walk = r["every"], r["walk"]
     if not every.units:
         raise Refused(f"--data {o.data}: the {len(idx)} held-out samples hold no anchor (no position with a next "
                       f"token inside the response region); evaluate other samples")
+    unjudged = [p["k"] for p in walk.tally.positions() if not p["tried"]]
+    if unjudged:
+        notes.append(f"draft position(s) {unjudged} never judged in a round (responses too short): the accept "
+                     f"length counts them as rejected, a lower bound of what a server reports")
     report = {
         "draft": str(o.draft), "draft_class": loaded.spec.arch, "data": str(o.data), "data_kind": source.kind,
         "target": str(target) if target else None, "target_from": target_from,
-        "heldout": {"rule": rule, "samples": len(idx), "of": source.n, "first": idx[0], "last": idx[-1],
-                    "capped_by_samples": len(idx) < len(split)},
+        "heldout": _heldout_report(idx, rule, source.n, n_split),
         "steps": o.steps, "topk": 1, "draft_tokens": o.steps + 1, "device": device, "dtype": o.dtype,
-        "predicted_accept_length": walk.as_served(),
+        "predicted_accept_length": walk.as_sglang_reports(),
+        "predicted_accept_length_per_request": walk.per_request(),
+        "accept_length_definition": SGLANG_DEFINITION, "per_request_definition": PER_REQUEST_DEFINITION,
         "rounds": {"rounds": walk.rounds, "tokens": walk.tokens, "positions": walk.tally.positions(),
-                   "accept_length": walk.tally.accept_length(), "histogram": walk.histogram},
+                   "accept_length": walk.as_sglang_reports(), "per_request_accept_length": walk.per_request(),
+                   "histogram": walk.histogram},
         "anchors": every.units, "positions": every.positions(), "accept_length_every_anchor": every.accept_length(),
         "samples_per_s": len(idx) / r["seconds"] if r["seconds"] else None, "seconds": round(r["seconds"], 3),
         "notes": notes,
@@ -183,10 +225,29 @@ def evaluate(o: Options) -> dict:
     if server is not None:
         from .served import serve
 
-        report["served"] = serve(*server, r["samples"], o.steps, o.concurrency)
-        s, pred = report["served"]["accept_length"], report["predicted_accept_length"]
-        report["served"]["difference"] = (pred - s) if s is not None and pred is not None else None
+        report["served"] = s = serve(*server, r["samples"], o.steps, o.concurrency)
+        s["difference"] = _minus(report["predicted_accept_length"], s["accept_length"])
+        s["difference_per_request"] = _minus(report["predicted_accept_length_per_request"],
+                                             s["accept_length_per_request"])
+        s["draft_is_evaluated_draft"] = _same_folder(s["draft"], o.draft)
+        if s["draft_is_evaluated_draft"] is False:
+            notes.append(f"the server at {o.url} serves the draft {s['draft']}, not --draft {o.draft}: the figures "
+                         f"compare two drafts unless the folders hold the same one")
     return report
+
+
+def _minus(a, b):
+    return a - b if a is not None and b is not None else None
+
+
+def _same_folder(served, draft) -> bool | None:
+    """Whether the server's draft path names --draft's folder here (None: the server names none)."""
+    if not isinstance(served, str) or not served:
+        return None
+    try:
+        return Path(served).resolve() == Path(draft).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
 
 
 def _fmt(v, spec=".3f") -> str:
@@ -196,26 +257,35 @@ def _fmt(v, spec=".3f") -> str:
 def render(rep: dict) -> str:
     k = rep["steps"]
     h = rep["heldout"]
-    lines = [f"eval: {rep['draft']} ({rep['draft_class']}), steps {k}, topk 1, draft tokens {k + 1}, "
-             f"{rep['dtype']} on {rep['device']}",
-             f"  data: {h['samples']} held-out samples of {rep['data']} ({rep['data_kind']}): {h['rule']}"
-             + (" (first ones, --samples)" if h["capped_by_samples"] else ""),
-             f"  predicted accept length {_fmt(rep['predicted_accept_length'])}  (as SGLang reports it: "
-             f"{rep['rounds']['tokens']} tokens / {rep['rounds']['rounds']} verify rounds of a greedy server on "
-             f"these sequences)",
-             "  P(draft token k accepted | tokens < k accepted):  " + "  ".join(f"k={i + 1:<5}" for i in range(k)),
-             "    over the server's rounds                       " + "  ".join(
-                 f"{_fmt(p['p']):7}" for p in rep["rounds"]["positions"]),
-             f"    over every anchor ({rep['anchors']} anchors)" + " " * max(1, 19 - len(str(rep['anchors'])))
-             + "  ".join(f"{_fmt(p['p']):7}" for p in rep["positions"]),
-             f"  1 + sum_k prod p: {_fmt(rep['rounds']['accept_length'])} (rounds), "
-             f"{_fmt(rep['accept_length_every_anchor'])} (every anchor)"]
+    head = [f"eval: {rep['draft']} ({rep['draft_class']}), steps {k}, topk 1, draft tokens {k + 1}, "
+            f"{rep['dtype']} on {rep['device']}",
+            f"  data: {h['samples']} held-out samples of {rep['data']} ({rep['data_kind']}): {h['rule']}"
+            + (" (first ones, --samples)" if h["capped_by_samples"] else "")]
+    if rep.get("dry_run"):
+        return "\n".join(head + [f"  note: {n}" for n in rep["notes"]])
+    r = rep["rounds"]
+    lines = head + [
+        f"  predicted accept length {_fmt(rep['predicted_accept_length'])}  (as SGLang reports it: accepted drafts "
+        f"+ 1 per verify round, over {r['rounds']} rounds of a greedy server on these sequences)",
+        f"    per request {_fmt(rep['predicted_accept_length_per_request'])}  ({r['tokens']} tokens / {r['rounds']} "
+        f"rounds, as meta_info spec_accept_length: cut at max_new_tokens)",
+        "  P(draft token k accepted | tokens < k accepted):  " + "  ".join(f"k={i + 1:<5}" for i in range(k)),
+        "    over the server's rounds                       " + "  ".join(
+            f"{_fmt(p['p']):7}" for p in r["positions"]),
+        f"    over every anchor ({rep['anchors']} anchors)" + " " * max(1, 19 - len(str(rep['anchors'])))
+        + "  ".join(f"{_fmt(p['p']):7}" for p in rep["positions"]),
+        f"  1 + sum_k prod p over every anchor: {_fmt(rep['accept_length_every_anchor'])}"]
     s = rep.get("served")
     if s:
-        lines.append(f"  served ({s['url']}): accept length {_fmt(s['accept_length'])} over {s['verify_rounds']} "
-                     f"rounds, predicted - served = {_fmt(s['difference'], '+.3f')}; per position "
-                     + "  ".join(_fmt(p["p"]) for p in s["positions"])
-                     + f"; greedy outputs equal to the recorded ones: {s['outputs_equal_recorded']}/{s['requests']}")
+        lines.append(f"  served ({s['url']}, draft {s.get('draft') or 'not reported'}): accept length "
+                     f"{_fmt(s['accept_length'])} over {s['verify_rounds']} rounds, predicted - served = "
+                     f"{_fmt(s['difference'], '+.3f')}; per request {_fmt(s['accept_length_per_request'])} "
+                     f"({_fmt(s['difference_per_request'], '+.3f')})")
+        lines.append("    per position " + "  ".join(_fmt(p["p"]) for p in s["positions"])
+                     + f"; the server's lifetime avg_spec_accept_length "
+                     f"{_fmt(s['server_avg_spec_accept_length'])}; greedy outputs equal to the recorded ones: "
+                     f"{s['outputs_equal_recorded']}/{s['requests']}")
+        lines += [f"  IMPLAUSIBLE served figure: {x}" for x in s["implausible"]]
     lines += [f"  note: {n}" for n in rep["notes"]]
     lines.append(f"  {_fmt(rep['samples_per_s'], '.1f')} samples/s ({rep['seconds']:.1f} s)")
     return "\n".join(lines)

@@ -1,6 +1,12 @@
 """`eval --url`: the same held-out prompts sent to a running EAGLE-3 server, its accept length read from the
 replies as `bench` reads them (bench's run_level: greedy, ignore_eos, SGLang's per-request meta_info).
 
+The headline is SGLang's own figure on these requests: 1 + correct drafts / verify rounds, from the replies'
+per-round histograms (the counts the server's avg_spec_accept_length sums, less the rounds an overlap scheduler
+runs after a request finished); the per-request figure (completion_tokens / spec_verify_ct) stands beside it,
+and /get_server_info's lifetime avg_spec_accept_length after the run. A figure no server with these settings
+can report is listed under `implausible`, and the served draft is named beside the figures.
+
 Each region of a sample is one request: the tokens before it as the prompt, as many new tokens as the region
 holds -- the sequence the prediction walked. Its greedy output is compared with the recorded tokens: where the
 server generates something else, prediction and server judged different text.
@@ -24,7 +30,7 @@ def requests_for(samples) -> tuple[list[dict], list[int], list[list[int]]]:
     return prompts, lengths, recorded
 
 
-def _settings(srv, steps: int, draft_tokens: int) -> dict:
+def _settings(srv, steps: int, draft_tokens: int, layout: str | None = None) -> dict:
     """The server's speculative settings; Refused when they are not the ones evaluated."""
     from ..server.replies import server_args
 
@@ -32,7 +38,12 @@ def _settings(srv, steps: int, draft_tokens: int) -> dict:
     args = server_args(info, srv.where("GET", "/get_server_info")) if info is not None else {}
     algo = str(args.get("speculative_algorithm") or "")
     if info is not None and algo.upper() != "EAGLE3":
-        raise Refused(f"--url {srv.url}: the server runs speculative algorithm {algo or 'none'}, not EAGLE3")
+        raise Refused(f"--url {srv.url}: the server runs speculative algorithm {algo[:40] or 'none'}, not EAGLE3")
+    window = args.get("speculative_draft_window_size")
+    if window is not None and layout != "mla":     # SGLang's MLA draft class never reads it
+        raise Refused(f"--url {srv.url}: the server runs --speculative-draft-window-size {str(window)[:40]} "
+                      f"(sliding-window draft attention), which eval does not simulate; compare against a server "
+                      f"without it, or measure this one with `sglang-eagle3 bench`")
     have = (args.get("speculative_num_steps"), args.get("speculative_eagle_topk"),
             args.get("speculative_num_draft_tokens"))
     want = (steps, 1, draft_tokens)
@@ -42,7 +53,7 @@ def _settings(srv, steps: int, draft_tokens: int) -> dict:
                       f"eval the server's settings (or serve with these)")
     return {k: args.get(k) for k in ("model_path", "speculative_draft_model_path", "speculative_num_steps",
                                      "speculative_eagle_topk", "speculative_num_draft_tokens", "attention_backend",
-                                     "disable_cuda_graph") if k in args}
+                                     "disable_cuda_graph", "speculative_draft_window_size") if k in args}
 
 
 def _run_level():
@@ -56,17 +67,49 @@ class _NoBar:
         pass
 
 
-def connect(url: str, steps: int, draft_tokens: int, timeout: float = 300.0):
-    """(server, its speculative settings), checked before any simulation time is spent."""
+def connect(url: str, steps: int, draft_tokens: int, timeout: float = 300.0, layout: str | None = None):
+    """(server, its speculative settings), checked before any simulation time is spent; `layout`: the draft's
+    (an MLA draft runs full attention whatever --speculative-draft-window-size says)."""
     from ..server.http_client import Server
 
     srv = Server(url, timeout=timeout)
-    return srv, _settings(srv, steps, draft_tokens)
+    return srv, _settings(srv, steps, draft_tokens, layout)
+
+
+def implausible(st, steps: int, server_avg: float | None) -> list[str]:
+    """What in the served figures no server speculating `steps` drafts a round can report (empty: nothing)."""
+    out, hist = [], list(st.histogram)
+    top = steps + 1
+    if any(c for c in hist[steps + 1:]):
+        out.append(f"rounds accepting more than {steps} drafts in spec_correct_drafts_histogram {hist}")
+    if hist and sum(hist) != st.verify_ct:
+        out.append(f"the histograms count {sum(hist)} rounds, spec_verify_ct {st.verify_ct}")
+    drafts = sum(j * c for j, c in enumerate(hist))
+    if hist and st.accepted_drafts and st.accepted_drafts != drafts:
+        out.append(f"spec_num_correct_drafts {st.accepted_drafts} but the histograms hold {drafts}")
+    if st.verify_ct and not st.verify_ct <= st.output_tokens <= st.requests + st.verify_ct * top:
+        out.append(f"{st.output_tokens} completion tokens cannot come from {st.requests} requests in "
+                   f"{st.verify_ct} rounds of at most {top} tokens")
+    if server_avg is not None and not 1.0 <= server_avg <= top:
+        out.append(f"/get_server_info avg_spec_accept_length {server_avg:g} outside [1, {top}]")
+    return out
+
+
+def _server_avg(srv) -> tuple[float | None, str | None]:
+    """/get_server_info's lifetime avg_spec_accept_length after the run (None: not reported), and why not read."""
+    from ..boundary import BadInput
+    from ..server.replies import avg_accept_length
+
+    try:
+        info = srv.server_info()
+        return (avg_accept_length(info, srv.where("GET", "/get_server_info")) if info is not None else None), None
+    except BadInput as e:
+        return None, f"/get_server_info after the run: {e}"
 
 
 def serve(srv, settings: dict, samples, steps: int, concurrency: int = 8) -> dict:
     """The served figures on the samples' regions (Refused: unreachable server, bad replies)."""
-    from .stats import served_positions
+    from .stats import histogram_accept_length, served_positions
 
     url = srv.url
     prompts, lengths, recorded = requests_for(samples)
@@ -77,7 +120,18 @@ def serve(srv, settings: dict, samples, steps: int, concurrency: int = 8) -> dic
     if not st.verify_ct:
         raise Refused(f"--url {url}: the replies carry no speculative statistics (spec_verify_ct): is it serving "
                       f"EAGLE-3 with this draft?")
-    return {"url": url, "server": settings, "requests": st.requests, "tokens": st.output_tokens,
-            "verify_rounds": st.verify_ct, "accept_length": st.accept_length, "histogram": st.histogram,
-            "positions": served_positions(st.histogram, steps), "outputs_equal_recorded": same,
-            "wall_s": round(st.wall_s, 3)}
+    hist = list(st.histogram)
+    headline = histogram_accept_length(hist)
+    server_avg, unread = _server_avg(srv)
+    flags = implausible(st, steps, server_avg) + ([unread] if unread else [])
+    if not hist:
+        flags.append("the replies carry no spec_correct_drafts_histogram: SGLang's figure cannot be read from them")
+    if headline is not None and not 1.0 <= headline <= steps + 1:
+        flags.insert(0, f"accept length {headline:g} outside [1, {steps + 1}]")
+    return {"url": url, "server": settings, "draft": settings.get("speculative_draft_model_path"),
+            "requests": st.requests, "tokens": st.output_tokens, "verify_rounds": st.verify_ct,
+            "accepted_drafts": sum(j * c for j, c in enumerate(hist)) if hist else None,
+            "accept_length": headline, "accept_length_per_request": st.accept_length,
+            "server_avg_spec_accept_length": server_avg, "histogram": hist,
+            "positions": served_positions(hist, steps) if hist else [], "outputs_equal_recorded": same,
+            "implausible": flags, "wall_s": round(st.wall_s, 3)}

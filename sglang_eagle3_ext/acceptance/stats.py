@@ -5,8 +5,19 @@ over two populations of anchors:
 - every anchor: each position of the region (the response; every position of a plain prefill dump) as the
   start of a verify round;
 - server rounds: the rounds a greedy server runs on these sequences -- the first at the first generated token,
-  each next one after the previous round's accepted tokens and bonus. Its tokens / rounds is what SGLang
-  reports per request (meta_info spec_accept_length = completion_tokens / spec_verify_ct).
+  each next one after the previous round's accepted tokens and bonus.
+
+Two accept lengths come from the server rounds, as SGLang has two:
+- SGLang's own figure (`avg_spec_accept_length` of /get_server_info, the log's "accept len", the
+  `sglang:spec_accept_length` metric): accepted drafts + 1 per verify round, summed over rounds / rounds. The
+  worker accepts past max_new_tokens (the reply is cut later) and an overlap scheduler's round after a request
+  finished counts too, so a round's count is never cut at the end of the response. Here a round near the end
+  has fewer judged positions; 1 + sum_k prod_{i<=k} p_i with p_k over the rounds that reached position k (a
+  product-limit estimate) is that figure's expectation: a perfect draft at 3 steps gives 4.00 whatever the
+  lengths.
+- per request (meta_info spec_accept_length = completion_tokens / spec_verify_ct): generated tokens / rounds,
+  cut at max_new_tokens; the prefill's token counts and no round does, so short responses read low and some
+  lengths read above steps + 1 (33 tokens at 3 steps: 33 / 8 = 4.125).
 """
 from __future__ import annotations
 
@@ -107,8 +118,19 @@ class Walk:
                 self.rounds += 1
                 a += r + 1
 
-    def as_served(self) -> float | None:
+    def as_sglang_reports(self) -> float | None:
+        """avg_spec_accept_length: accepted drafts + 1 per round, the last rounds uncut (see the module doc)."""
+        return self.tally.accept_length() if self.rounds else None
+
+    def per_request(self) -> float | None:
+        """meta_info spec_accept_length over these requests: generated tokens / verify rounds."""
         return self.tokens / self.rounds if self.rounds else None
+
+
+def histogram_accept_length(histogram: list) -> float | None:
+    """SGLang's figure from a served histogram (verify rounds that accepted j drafts): 1 + drafts / rounds."""
+    rounds = sum(histogram)
+    return 1 + sum(j * c for j, c in enumerate(histogram)) / rounds if rounds else None
 
 
 def served_positions(histogram: list, steps: int) -> list[dict]:

@@ -55,7 +55,11 @@ def test_copying_draft_is_right_at_token_one_and_wrong_after(world, capsys):
     assert [x["p"] for x in rep["rounds"]["positions"]][:2] == [1.0, 0.0]
     n_tok = sum(len(s) - 1 for s in world["seqs"])                 # plain data: everything after token 0
     assert rep["anchors"] == sum(len(s) - 2 for s in world["seqs"])
-    assert rep["rounds"]["tokens"] == n_tok and rep["predicted_accept_length"] == n_tok / rep["rounds"]["rounds"]
+    # SGLang's figure: every round accepts draft 1 and rejects draft 2, so accepted drafts + 1 is 2 in each,
+    # whatever each response's length; tokens / rounds (per request, cut at the end) reads otherwise
+    assert rep["predicted_accept_length"] == 2.0 == rep["rounds"]["accept_length"]
+    assert rep["rounds"]["tokens"] == n_tok
+    assert rep["predicted_accept_length_per_request"] == n_tok / rep["rounds"]["rounds"] != 2.0
     assert rep["heldout"]["samples"] == 12 and rep["samples_per_s"] > 0
 
 
@@ -211,8 +215,8 @@ def test_served_figures_beside_the_prediction(world, tmp_path, capsys):
     def reply(body):
         n = body["sampling_params"]["max_new_tokens"]
         full = next(s for s in seqs if s[:4] == body["input_ids"])
-        return {"output_ids": full[4:4 + n], "meta_info": {"completion_tokens": n, "spec_verify_ct": 4,
-                                                           "spec_accept_histogram": [1, 2, 1, 0]}}
+        return {"output_ids": full[4:4 + n], "meta_info": {"completion_tokens": n, "spec_verify_ct": 6,
+                                                           "spec_accept_histogram": [1, 2, 2, 1]}}
     srv = Replies({"/generate": reply, "/get_server_info": {
         "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
         "speculative_num_draft_tokens": 4}})
@@ -221,8 +225,10 @@ def test_served_figures_beside_the_prediction(world, tmp_path, capsys):
                        "--concurrency", 1], capsys)
         s = rep["served"]
         n_tok = sum(len(x) - 4 for x in seqs)
-        assert s["accept_length"] == n_tok / 8 and s["requests"] == 2 and s["outputs_equal_recorded"] == 2
-        assert [round(x["p"], 3) for x in s["positions"]] == [0.75, 0.333, 0.0]
+        # SGLang's figure: 1 + correct drafts / rounds = 1 + 2 * (2 + 4 + 3) / 12; per request: tokens / rounds
+        assert s["accept_length"] == 2.5 and s["accepted_drafts"] == 18 and s["verify_rounds"] == 12
+        assert s["accept_length_per_request"] == n_tok / 12 and s["requests"] == 2 and s["outputs_equal_recorded"] == 2
+        assert [round(x["p"], 3) for x in s["positions"]] == [0.833, 0.6, 0.333] and s["implausible"] == []
         assert s["difference"] == pytest.approx(rep["predicted_accept_length"] - s["accept_length"])
         srv.routes["/get_server_info"] = {**srv.routes["/get_server_info"], "speculative_num_steps": 5}
         rc, _, err = _eval(["--draft", world["draft"], "--data", ex, "--url", srv.url, "--device", "cpu"], capsys)
