@@ -45,11 +45,11 @@ class SampleFiles:
 
 def stream(files, indices: list[int], num_workers: int, pin: bool, prefetch: int = 4):
     """The items of `indices`, in that order, read ahead by `num_workers` processes (0: in this process)."""
-    from torch.utils.data import DataLoader
+    from .workers import QuietLoader, quiet_workers
 
-    return DataLoader(SampleFiles(files), sampler=list(indices), batch_size=None, num_workers=num_workers,
+    return QuietLoader(SampleFiles(files), sampler=list(indices), batch_size=None, num_workers=num_workers,
                       pin_memory=pin, prefetch_factor=prefetch if num_workers else None,
-                      persistent_workers=False)
+                      persistent_workers=False, worker_init_fn=quiet_workers())
 
 
 def to_device(item, device: str):

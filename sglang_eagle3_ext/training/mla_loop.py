@@ -19,6 +19,7 @@ from . import sharding
 from .checkpoint import CKPT_DIR, maybe_stop, write_state
 from .distributed import World, all_sum, on_main
 from .loader import stream, to_device
+from .workers import stop_workers
 from .mla_step import save_state_dict, self_bias_at, step_loss
 
 CKPT_FILES = ("model_fp32.safetensors", "optimizer.pt", "scheduler.pt")
@@ -163,11 +164,19 @@ def _log_step(job: Job, hist: list, t0: float, say) -> None:
 
 
 def _train_epoch(job: Job, wrapped, opt, sch, epoch: int, step: int, hist: list, rec, t0: float, say) -> int:
-    import torch
-
     slots = _epoch_slots(job, epoch, step)
     it = iter(stream(job.files, [i for s in slots for i, _ in s], job.opts.num_workers,
                      pin=job.device.startswith("cuda")))
+    try:
+        return _train_steps(job, wrapped, opt, sch, epoch, step, hist, rec, t0, say, slots, it)
+    finally:       # an interrupted epoch: its reader processes stop here, not when the traceback is dropped
+        stop_workers(it)
+
+
+def _train_steps(job: Job, wrapped, opt, sch, epoch: int, step: int, hist: list, rec, t0: float, say, slots,
+                 it) -> int:
+    import torch
+
     T = job.opts.ttt_steps
     for mine in slots:
         step += 1
@@ -204,11 +213,15 @@ def _validate(job: Job) -> list[float] | None:
     job.model.eval()
     dtype = torch.bfloat16 if job.device.startswith("cuda") else torch.float32
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=job.device.startswith("cuda")):
-        for item in stream(job.files, mine, job.opts.num_workers, pin=False):
-            _, ids, hs = to_device(item, job.device)
-            _, accs = step_loss(job.model, ids, hs, job.head, job.norm_w, job.eps, T, dtype)
-            if accs and all(a == a for a in accs):
-                sums = [s + a for s, a in zip(sums, [*accs, 1.0])]
+        it = iter(stream(job.files, mine, job.opts.num_workers, pin=False))
+        try:
+            for item in it:
+                _, ids, hs = to_device(item, job.device)
+                _, accs = step_loss(job.model, ids, hs, job.head, job.norm_w, job.eps, T, dtype)
+                if accs and all(a == a for a in accs):
+                    sums = [s + a for s, a in zip(sums, [*accs, 1.0])]
+        finally:
+            stop_workers(it)
     job.model.train()
     g = all_sum(sums, job.world)
     return [a / g[-1] for a in g[:-1]] if g[-1] else None

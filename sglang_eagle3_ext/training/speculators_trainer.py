@@ -12,7 +12,9 @@ resume logic (epoch, global step, the scheduler), validation. Ours:
   the loader's waiting time is measured beside the step's;
 * the checkpoints (`FullStateCheckpointer`): model and optimizer gathered to full, float32 state dicts that
   rank 0 writes once; they load on any number of ranks (speculators' own pick their format by world size);
-* after each epoch's checkpoint and validation, `ctx.publish` writes --out (training/checkpoint.py).
+* after each epoch's checkpoint and validation, `ctx.publish` writes --out (training/checkpoint.py);
+* Ctrl-C and SIGTERM: speculators' handler (it saves a checkpoint of the epoch cut short, then returns) is left
+  out, so the command's own (cli/interrupts.py) stops the run.
 """
 from __future__ import annotations
 
@@ -47,15 +49,17 @@ class PackedSampler:
         return len(self.steps(self.epoch)) * self.A
 
 
-def rebuild_loader(loader, sampler: PackedSampler):
-    """speculators' train loader (its dataset, collator, workers) with our batch sampler."""
-    from torch.utils.data import DataLoader
+def rebuild_loader(loader, sampler):
+    """One of speculators' loaders (its dataset, collator, workers) with `sampler` as its batch sampler and workers
+    that leave interrupts to this process (training/workers.py)."""
+    from .workers import QuietLoader, quiet_workers
 
-    return DataLoader(loader.dataset, batch_sampler=sampler, num_workers=loader.num_workers,
+    return QuietLoader(loader.dataset, batch_sampler=sampler, num_workers=loader.num_workers,
                       collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
                       prefetch_factor=loader.prefetch_factor if loader.num_workers else None,
                       persistent_workers=loader.persistent_workers and loader.num_workers > 0,
-                      multiprocessing_context=loader.multiprocessing_context, worker_init_fn=loader.worker_init_fn)
+                      multiprocessing_context=loader.multiprocessing_context,
+                      worker_init_fn=quiet_workers(loader.worker_init_fn))
 
 
 def checkpointer_class(base):
@@ -152,6 +156,8 @@ def make_trainer_class(base, ctx):
 
             logging.getLogger("speculators.metrics").addHandler(ctx.progress)
             self.recorder = sharding.Recorder(w.rank)
+            if val_loader is not None:
+                val_loader = rebuild_loader(val_loader, val_loader.batch_sampler)
             super().__init__(model, config, rebuild_loader(train_loader, sampler), val_loader)
 
         def setup_trainer(self):
@@ -187,7 +193,14 @@ def make_trainer_class(base, ctx):
 
         def run_training(self):
             t0 = time.perf_counter()
-            super().run_training()
+            # speculators' own run_training catches SIGINT/SIGTERM, saves an "interrupted" checkpoint and returns
+            # as if done; here an interrupt is the command's (cli/interrupts.py: --out keeps the last epoch)
+            try:
+                getattr(base.run_training, "__wrapped__", base.run_training)(self)
+            finally:   # before the working folder they read from is removed
+                from .workers import stop_workers
+
+                stop_workers(self.train_loader, self.val_loader)
             ctx.result["train_seconds"] = time.perf_counter() - t0
             if ctx.epochs_published < self.config.num_epochs:
                 raise TrainDraftError(f"training was interrupted after epoch {ctx.epochs_published}: --out holds "
