@@ -7,9 +7,10 @@
     python3 .ci/lockenv.py outdated [--release X] [--try]   pins with newer releases upstream (--try: run the
                                                       suite against a refreshed lock in a scratch venv)
 
-A lock is generated from the release's own Requires-Dist (its wheel's METADATA), minus EXCLUDED (CUDA-only
-packages the CPU tests never import), plus this package's dependencies and extras and CI_ONLY, resolved by uv
-for CPython 3.11 on x86_64 Linux with the CPU build of torch (TORCH). CI never resolves: `sync` installs exactly
+A lock is generated from the release's own Requires-Dist (its wheel's METADATA), plus this package's dependencies
+and extras and CI_ONLY, resolved whole by uv for CPython 3.11 on x86_64 Linux (as a GPU install resolves), less
+EXCLUDED (CUDA-only packages the CPU tests never import), torch and what only they bring; constraints/cpu/ adds
+the CPU build of torch (TORCH) and what is bound to it. CI never resolves: `sync` installs exactly
 the lock's lines. The locks are also constraints for users (`pip install -c constraints/sglang-0.5.16.txt
 '.[sglang]'`): they leave torch and the CUDA-only packages to the release's own pins.
 
@@ -39,6 +40,10 @@ PLATFORM = "x86_64-manylinux_2_28"
 TORCH = "2.13.0"
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 TORCH_LOCAL = Path("/opt/wheels")         # a machine may keep the CPU wheel here (searched first when present)
+# Bound to the CPU torch, not to the release: kept out of the user-facing lock (a user's SGLang pins its own torch
+# and these with it) and written to constraints/cpu/sglang-X.txt, which the CPU environment adds.
+# (triton: SGLang imports it at module level and torch's CPU build does not bring it.)
+CPU_STACK = ("torchvision", "triton")
 # Left out of every lock, each with why. The CPU tests never import these; most are CUDA builds of many GB.
 EXCLUDED = {
     "cuda-python": "CUDA driver bindings", "cuda-tile": "CUDA kernels", "flash-attn-4": "CUDA kernels",
@@ -54,7 +59,6 @@ EXCLUDED = {
 }
 # Not in any release's Requires-Dist, needed by the CPU environment.
 CI_ONLY = {
-    "triton": "SGLang imports it at module level; torch's CPU build does not bring it",
     "hatchling>=1.21": "this package's build backend (editable install without build isolation)",
     "editables": "hatchling's editable installs",
     "uv": "the installer (sync) and resolver (lock)",
@@ -67,7 +71,7 @@ COLLECTION_IMPORTS = ("torch", "transformers", "speculators", "sglang.srt.server
 # (torchvision: PyPI's build beside the CPU torch needs two op schemas defined before it registers fakes)
 SHIMS = {"sge3_torchvision_shim": None, "sgl_kernel_stub": {"0.5.10"}}
 # Installed without being a lock line: the venv's own tools and this package (editable).
-UNLOCKED = {"pip", "setuptools", "wheel", "sglang-eagle3-ext", "torch"}
+UNLOCKED = {"pip", "setuptools", "wheel", "sglang-eagle3-ext"}
 
 
 def norm(name: str) -> str:
@@ -80,6 +84,10 @@ def req_name(req: str) -> str:
 
 def lock_path(release: str) -> Path:
     return LOCKS / f"sglang-{release}.txt"
+
+
+def cpu_lock_path(lock: Path) -> Path:
+    return lock.parent / "cpu" / lock.name
 
 
 def releases() -> list[str]:
@@ -134,32 +142,65 @@ def torch_source() -> list[str]:
     return ["--extra-index-url", TORCH_INDEX, "--index-strategy", "unsafe-best-match"]
 
 
+def uv_compile(d: Path, inp: list[str], out: Path, extra: list[str], exclude_newer: str | None,
+               upgrade: bool) -> list[str]:
+    """`uv pip compile` of the lines `inp` (written to d/<out.stem>.in: the "via" notes name it) for CPython
+    PYTHON on x86_64 Linux; the lock's lines."""
+    src = d / f"{out.stem}.in"
+    src.write_text("\n".join(inp) + "\n")
+    cmd = ["uv", "pip", "compile", src.name, "--python-version", PYTHON,
+           "--python-platform", PLATFORM, "--index-url", "https://pypi.org/simple", *extra,
+           "--no-header", "--annotation-style", "line", "-q", "-o", d / f"{out.stem}.out"]
+    cmd += ["--exclude-newer", exclude_newer] if exclude_newer else []
+    cmd += ["--upgrade"] if upgrade else []
+    r = run(cmd, capture_output=True, cwd=d)
+    if r.returncode:
+        die(f"uv pip compile ({out.name}) failed:\n{r.stderr.strip()}")
+    return [ln for ln in (d / f"{out.stem}.out").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def line_name(ln: str) -> str:
+    return norm(ln.split("==", 1)[0].split("[", 1)[0])
+
+
+def left_out(lines: list[str]) -> set[str]:
+    """EXCLUDED, torch and what is bound to it (CPU_STACK), and what only they bring (CUDA runtime wheels, ...)."""
+    via = {line_name(ln): {v.strip() for v in ln.split("# via", 1)[1].split(",")} if "# via" in ln else set()
+           for ln in lines}
+    drop = {"torch", *CPU_STACK, *EXCLUDED}
+    while True:
+        more = {n for n, v in via.items() if n not in drop and v and all(norm(x) in drop for x in v)}
+        if not more:
+            return drop
+        drop |= more
+
+
 def compile_lock(release: str, out: Path, wheel_dir: Path, exclude_newer: str | None, upgrade: bool) -> None:
-    reqs = [r for r in release_requires(release, wheel_dir) if req_name(r) not in {*EXCLUDED, "torch"}]
+    """The lock: the release resolved whole, as a GPU install gets it, less what the CPU environment never
+    installs (left_out). Its CPU addition: CPU torch, CPU_STACK and their dependencies, resolved inside the lock."""
+    reqs = release_requires(release, wheel_dir)
     with tempfile.TemporaryDirectory() as d:
-        # fixed names, read from the temporary folder: the lock's "via" notes name them, not a temporary path
-        inp, ov = Path(d) / f"sglang-{release}.in", Path(d) / "overrides.txt"
-        inp.write_text("\n".join([*reqs, *our_requires(), *CI_ONLY, f"torch=={TORCH}+cpu"]) + "\n")
-        # an override with a marker no interpreter matches removes the package from the resolution
-        ov.write_text("\n".join(f'{n} ; python_version < "0"' for n in sorted(EXCLUDED)) + "\n")
-        cmd = ["uv", "pip", "compile", inp.name, "--override", ov.name, "--python-version", PYTHON,
-               "--python-platform", PLATFORM, "--index-url", "https://pypi.org/simple", *torch_source(),
-               "--no-emit-package", "torch", "--no-header", "--annotation-style", "line", "-q", "-o", out.absolute()]
-        if exclude_newer:
-            cmd += ["--exclude-newer", exclude_newer]
-        if upgrade:
-            cmd += ["--upgrade"]
-        r = run(cmd, capture_output=True, cwd=d)
-        if r.returncode:
-            die(f"uv pip compile for sglang {release} failed:\n{r.stderr.strip()}")
-    body = out.read_text()
-    header = (f"# The test environment for SGLang {release} (CPython {PYTHON}, x86_64 Linux, CPU torch {TORCH}).\n"
+        d = Path(d)
+        lines = uv_compile(d, [*reqs, *our_requires(), *CI_ONLY], out, [], exclude_newer, upgrade)
+        drop = left_out(lines)
+        kept = [ln for ln in lines if line_name(ln) not in drop]
+        (d / "lock.txt").write_text("\n".join(kept) + "\n")
+        cpu = uv_compile(d, [f"torch=={TORCH}+cpu", *CPU_STACK], cpu_lock_path(out),
+                         ["-c", "lock.txt", *torch_source()], exclude_newer, upgrade)
+    pinned = {line_name(ln) for ln in kept}
+    cpu = [ln for ln in cpu if line_name(ln) not in pinned]
+    cpu_out = cpu_lock_path(out)
+    cpu_out.parent.mkdir(exist_ok=True)
+    cpu_out.write_text(f"# What the CPU test environment for SGLang {release} adds to ../sglang-{release}.txt: the CPU build\n"
+                       f"# of torch and what is bound to it. Generated by `python3 .ci/lockenv.py lock`; do not edit.\n"
+                       + "\n".join(cpu) + "\n")
+    header = (f"# SGLang {release}'s environment (CPython {PYTHON}, x86_64 Linux): every package `name==version`.\n"
               f"# Generated by `python3 .ci/lockenv.py lock --release {release}` from the release's Requires-Dist,\n"
               "# this package's dependencies and extras, and .ci/lockenv.py's CI_ONLY; do not edit by hand.\n"
-              "# Left out (CUDA-only or torch-version-bound; see EXCLUDED in .ci/lockenv.py): "
-              + ", ".join(sorted(EXCLUDED)) + ".\n"
-              f"# torch is the release's own pin for a user (`pip install -c` this file), CPU {TORCH} in CI.\n")
-    out.write_text(header + body + f"sglang=={release}    # installed without dependencies: the lines above\n")
+              "# Left out (CUDA-only; see EXCLUDED in .ci/lockenv.py): " + ", ".join(sorted(EXCLUDED)) + ".\n"
+              f"# torch and what is bound to it ({', '.join(CPU_STACK)}) are the release's own pins for a user\n"
+              f"# (`pip install -c` this file); the CPU test environment adds cpu/sglang-{release}.txt.\n")
+    out.write_text(header + "\n".join(kept) + f"\nsglang=={release}    # installed without dependencies: the lines above\n")
 
 
 def cmd_lock(a) -> int:
@@ -175,6 +216,10 @@ def cmd_lock(a) -> int:
 
 
 # ---------------------------------------------------------------- sync / check
+def shown(path: Path) -> Path:
+    return path.relative_to(REPO) if path.is_absolute() and path.is_relative_to(REPO) else path
+
+
 def lock_pins(path: Path) -> dict[str, str]:
     pins = {}
     for ln in path.read_text().splitlines():
@@ -182,7 +227,7 @@ def lock_pins(path: Path) -> dict[str, str]:
         if ln:
             m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;]+)", ln)
             if not m:
-                die(f"{path.relative_to(REPO)}: not a `name==version` line: {ln!r}")
+                die(f"{shown(path)}: not a `name==version` line: {ln!r}")
             pins[norm(m.group(1))] = m.group(3)
     return pins
 
@@ -230,12 +275,8 @@ def sync(venv: Path, lock: Path) -> int:
         run([sys.executable, "-m", "venv", venv], check=True)
     exe = uv(venv)
     py = ["--python", venv_python(venv)]
-    with tempfile.TemporaryDirectory() as d:
-        cpu_torch = Path(d) / "torch.txt"
-        # torch is the CPU build; its dependencies are lock lines
-        cpu_torch.write_text(f"torch=={TORCH}+cpu\n")
-        r = run([exe, "pip", "sync", "-q", *py, "--index-url", "https://pypi.org/simple", *torch_source(),
-                 lock, cpu_torch])
+    r = run([exe, "pip", "sync", "-q", *py, "--index-url", "https://pypi.org/simple", *torch_source(),
+             lock, cpu_lock_path(lock)])
     if r.returncode == 0:   # the package itself, built by the lock's hatchling (no second download)
         r = run([exe, "pip", "install", "-q", *py, "--no-deps", "--no-build-isolation", "-e", REPO])
     if r.returncode == 0:
@@ -251,9 +292,9 @@ def problems(release: str, lock: Path | None = None, imports: bool = True) -> li
     import importlib.metadata as md
 
     lock = lock or lock_path(release)
-    rel = lock.relative_to(REPO) if lock.is_relative_to(REPO) else lock
+    rel = shown(lock)
     fix = f"regenerate with `python3 .ci/lockenv.py lock --release {release}` and sync"
-    pins = lock_pins(lock)
+    pins = {**lock_pins(lock), **lock_pins(cpu_lock_path(lock))}
     have = {norm(d.metadata["Name"]): d.version for d in md.distributions() if d.metadata["Name"]}
     bad = []
     for name, want in sorted(pins.items()):
@@ -264,8 +305,6 @@ def problems(release: str, lock: Path | None = None, imports: bool = True) -> li
             bad.append(f"{name} is {got}, {rel} says {want}; {fix}")
     for name in sorted(set(have) - set(pins) - UNLOCKED):
         bad.append(f"{name} {have[name]} is installed but {rel} has no line for it; {fix}")
-    if have.get("torch", "").split("+")[0] != TORCH:
-        bad.append(f"torch is {have.get('torch', 'not installed')}, the CPU environment uses {TORCH}; {fix}")
     for mod, err, dist in failed_imports() if imports else []:
         ver = have.get(norm(dist), "not installed")
         bad.append(f"import {mod} fails in {dist} {ver} ({err}); {fix} (lock {rel})")
@@ -298,7 +337,8 @@ def cmd_check(a) -> int:
     for b in bad:
         print(f"environment: {b}", file=sys.stderr)
     if not bad:
-        print(f"environment: exactly {lock_path(a.release).relative_to(REPO)}; the suite's imports import")
+        print(f"environment: exactly {lock_path(a.release).relative_to(REPO)}"
+              + ("" if a.no_imports else "; the suite's imports import"))
     return 1 if bad else 0
 
 

@@ -305,7 +305,9 @@ def update_readme(results, total_s: float, path: Path = README) -> None:
     text = path.read_text()
     if START not in text or END not in text:
         raise SystemExit(f"{path}: markers {START} / {END} not found")
-    legend = ("Columns: **install** wheel + pinned transformers; **targets** `python -m sglang_eagle3_ext.compat` "
+    legend = ("Columns: **install** the release's lock (`constraints/sglang-X.txt`) synced, the environment exactly "
+              "the lock; **launch** `launch --preset tiny-dump --dry-run` validates the preset against the release's "
+              "server arguments, and a TP-8 plan for a model path; **targets** `python -m sglang_eagle3_ext.compat` "
               "(static); **patch** `patches/<release>/` is current, applies (`patch --dry-run`) and compiles; "
               "**baked** that patch installed: SGLang's methods carry the runtime wrappers; **runtime** "
               "`test_patch_registry.py`; **loader** `test_draft_loader.py -k 'speculators or specforge'` + `test_draft_mla_loader.py` + "

@@ -16,6 +16,15 @@ import pytest
 
 HAVE_SGLANG = importlib.util.find_spec("sglang") is not None
 LOCKED_ENV = "SGE3_LOCKED_RELEASE"   # set by .ci/run: the environment must be exactly that release's lock
+LOCK_FILE_ENV = "SGE3_LOCK_FILE"      # another lock file to hold it to (default: constraints/sglang-RELEASE.txt)
+
+
+def load_lockenv():
+    """.ci/lockenv.py (standard library only), as a module."""
+    spec = importlib.util.spec_from_file_location("lockenv", Path(__file__).resolve().parents[1] / ".ci" / "lockenv.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def pytest_configure(config):
@@ -24,10 +33,8 @@ def pytest_configure(config):
     release = os.environ.get(LOCKED_ENV)
     if not release:
         return
-    spec = importlib.util.spec_from_file_location("lockenv", Path(__file__).resolve().parents[1] / ".ci" / "lockenv.py")
-    lockenv = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lockenv)
-    bad = lockenv.problems(release)
+    lock = os.environ.get(LOCK_FILE_ENV)
+    bad = load_lockenv().problems(release, Path(lock) if lock else None)
     if bad:
         pytest.exit("environment does not match its lock:\n" + "\n".join(bad), returncode=4)
 

@@ -87,22 +87,30 @@ def _pyproject_sglang_requirement():
     return Requirement(extra[0])
 
 
-def test_pyproject_range_is_the_declared_one():
-    from packaging.specifiers import SpecifierSet
-
+def test_pyproject_sglang_extra_is_the_recommended_release():
     req = _pyproject_sglang_requirement()
-    assert req.name == "sglang" and req.specifier == SpecifierSet(versions.SPECIFIER), \
-        f"pyproject.toml's sglang extra must be {versions.REQUIREMENT!r} (sglang_eagle3_ext/versions.py)"
+    assert req.name == "sglang" and str(req.specifier) == f"=={versions.RECOMMENDED}", \
+        f"pyproject.toml's sglang extra must be sglang=={versions.RECOMMENDED} (versions.RECOMMENDED)"
+    assert versions.RECOMMENDED in versions.TESTED_RELEASES and versions.in_range(versions.RECOMMENDED)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert f"SGLang {versions.RECOMMENDED}" in readme, "the README names the recommended release"
 
 
-@pytest.mark.parametrize("v", ["0.5.9", "0.5.10rc1", "0.5.10", "0.5.10.post1", "0.5.16rc2", "0.5.16.dev3",
-                               "0.5.16+cu128", "0.5.16.post2+abc", "0.5.23", "0.5.23.post1", "0.5.23.post1.dev0",
-                               "0.5.24.dev0", "0.5.24rc1", "0.5.24", "0.6.0", "1!0.5.16"])
-def test_run_time_and_pip_agree_on_pre_post_and_local_versions(v, monkeypatch):
-    """pip (with --pre) installs exactly what check_supported then accepts."""
+# (version, inside the supported range): pre-releases inside count (installed already), MAX's post releases too
+RANGE_CASES = [("0.5.9", False), ("0.5.10rc1", False), ("0.5.10", True), ("0.5.10.post1", True), ("0.5.16rc2", True),
+               ("0.5.16.dev3", True), ("0.5.16+cu128", True), ("0.5.16.post2+abc", True), ("0.5.23", True),
+               ("0.5.23.post1", True), ("0.5.23.post1.dev0", True), ("0.5.24.dev0", False), ("0.5.24rc1", False),
+               ("0.5.24", False), ("0.6.0", False), ("1!0.5.16", False)]
+
+
+@pytest.mark.parametrize("v,inside", RANGE_CASES)
+def test_run_time_and_pip_agree_on_pre_post_and_local_versions(v, inside, monkeypatch):
+    """pip (with --pre) takes exactly what check_supported then accepts: REQUIREMENT is the range pip reads."""
+    from packaging.requirements import Requirement
+
     monkeypatch.delenv(versions.FORCE_ENV, raising=False)
-    pip_ok = _pyproject_sglang_requirement().specifier.contains(v, prereleases=True)
-    assert versions.in_range(v) is pip_ok
+    pip_ok = Requirement(versions.REQUIREMENT).specifier.contains(v, prereleases=True)
+    assert versions.in_range(v) is pip_ok is inside
     if not pip_ok:
         with pytest.raises(UnsupportedSGLang):
             check_supported(v)
@@ -127,11 +135,9 @@ def test_tested_releases_match_patches_ci_and_readme():
     finally:
         sys.path.remove(str(REPO / "patches"))
     assert make_patches.RELEASES == rel
-    # .ci/setup_venv.sh picks transformers with a `case` on the release: run that block for each release
-    sh = (REPO / ".ci/setup_venv.sh").read_text()
-    block = sh[sh.index('case "$SGL" in'):sh.index("esac") + 4]
+    # one lock per release, for that release and the transformers it pins
     for v, tf in rel.items():
-        out = subprocess.run(["bash", "-c", f'SGL={v}\n{block}\necho "$TF"'], capture_output=True, text=True)
-        assert out.stdout.strip() == tf, f".ci/setup_venv.sh picks transformers {out.stdout.strip()} for {v}, versions.py {tf}"
+        lock = (REPO / "constraints" / f"sglang-{v}.txt").read_text()
+        assert f"\nsglang=={v} " in lock and f"\ntransformers=={tf} " in lock, f"constraints/sglang-{v}.txt"
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert f"**{versions.SUPPORTED_MIN} ≤ version ≤ {versions.SUPPORTED_MAX}**" in readme
