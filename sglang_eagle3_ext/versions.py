@@ -15,8 +15,8 @@ from pathlib import Path
 
 from . import envs
 
-# The supported range, declared here only: pyproject.toml's `sglang` extra, patches/make_patches.py and
-# .ci/setup_venv.sh are checked against it (tests/unit/test_versions.py).
+# The supported range, declared here only: patches/make_patches.py and
+# the locks in constraints/ are checked against it (tests/unit/test_versions.py).
 SUPPORTED_MIN = "0.5.10"            # first supported release (its pre-releases are not)
 SUPPORTED_MAX = "0.5.23"            # last supported release, its post releases (0.5.23.post1) included
 # Every supported release we test (patches/<release>/, the compat matrix) -> the transformers its wheel pins.
