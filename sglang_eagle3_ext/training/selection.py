@@ -39,6 +39,29 @@ def check_options(opts) -> None:
         raise TrainDraftError("--select-by predicted-accept: no epoch_scorer to rank the epochs with; the train "
                               "command builds it (a Python caller: epoch_scorer=sglang_eagle3_ext.acceptance.select."
                               "epoch_scorer(options))")
+    if opts.select_by == "predicted-accept" and not opts.dry_run:
+        _need_heldout(opts)
+
+
+def _need_heldout(opts) -> None:
+    """Scoring needs samples the run does not train on: both routes hold out the files past
+    int(n * --train-ratio), none of a single sample (the MLA route trains on it, the Llama route refuses it)."""
+    from .data import find_hs_dir, list_hs_files
+
+    ratio = opts.train_ratio
+    if isinstance(ratio, (int, float)) and ratio >= 1:
+        raise TrainDraftError(f"--select-by predicted-accept with --train-ratio {ratio:g}: nothing is held out to "
+                              f"score the epochs on; give --train-ratio below 1 (e.g. 0.95), or --select-by last")
+    if opts.data is None:
+        return
+    try:
+        n = len(list_hs_files(find_hs_dir(Path(opts.data))))
+    except (TrainDraftError, OSError):
+        return     # the route refuses the data itself, naming it
+    if n < 2:
+        raise TrainDraftError(f"--select-by predicted-accept: --data {opts.data} holds {n} sample(s), none held out "
+                              f"(the epochs would be scored on what they trained on); give more samples (each "
+                              f"route holds out the files past --train-ratio), or --select-by last")
 
 
 def _number(v) -> float | None:
