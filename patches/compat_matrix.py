@@ -137,17 +137,21 @@ def cell_launch(venv: Venv, version: str, res: dict):
             return
         rc, out = run([*cli, "--model-path", str(Path(d) / "model"), "--tp-size", "8", "--dry-run", "--json", "-"],
                       timeout=300, cwd=d, env=locked_env(version))
-        if rc or "sglang.launch_server" not in out:
+        if rc or _plan_field(out, "tp_size") != 8:
             res["launch"] = ("FAIL", f"--model-path --tp-size 8 --dry-run: rc={rc} {last_line(out)}")
             return
     res["launch"] = ("ok", note)
 
 
-def _plan_note(out: str) -> str:
+def _plan_field(out: str, key: str):
     try:
-        return json.loads(out[out.index("{"):])["sglang_note"]
+        return json.loads(out[out.index("{"):])[key]
     except (ValueError, KeyError):
-        return ""
+        return None
+
+
+def _plan_note(out: str) -> str:
+    return _plan_field(out, "sglang_note") or ""
 
 
 def cell_targets(venv: Venv, version: str, res: dict):

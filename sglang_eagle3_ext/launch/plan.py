@@ -15,7 +15,7 @@ from typing import Mapping
 
 from .. import envs
 from ..patch_table import ENV_ENABLE
-from . import dump_dir, nccl, presets, profile_choice, topology
+from . import dump_dir, eager_prefill, nccl, presets, profile_choice, server_args, topology
 from .errors import LaunchError
 from .settings import Counts, crude_dests, value
 from .topology import Topology
@@ -130,6 +130,11 @@ def build_plan(ours, rest: list[str], env: Mapping[str, str] | None = None) -> P
     ext = dict(a.preset.ext) if a.preset else {}
     dump = dump_dir.choose(ours.dump_dir, env, a.preset, presets.ext_env(ext), dry_run=ours.dry_run)
     decisions += dump.decisions
+    if a.sglang.fields is not None:
+        try:
+            decisions += [d for d in [eager_prefill.decision(a.preset, a.sglang.fields, a.user)] if d]
+        except presets.PresetError as e:
+            raise LaunchError(str(e)) from None
     if full.gpus and len(group.gpus) < tp:
         decisions.append(nccl.Decision("GPUs", str(len(group.gpus)), f"TP={tp} but only {len(group.gpus)} GPU(s) "
                                        f"visible from base_gpu_id {base_gpu}: SGLang will fail", kind="check",
@@ -167,6 +172,10 @@ def _ask(ours, rest: list[str], env) -> tuple[_Asked, str, str | None]:
 
     user = presets.user_dests(sg.parser, rest) if sg.parser else crude_dests(rest)
     preset_args = dict(preset.server_args) if preset else {}
+    if preset:   # a field this release has but no flag for, at its default: nothing to pass (and nothing to undo)
+        defaults = server_args.installed_field_defaults()
+        preset_args = {k: v for k, v in preset_args.items()
+                       if presets.has_flag(sg.parser, k) or k not in defaults or defaults[k] != v}
     try:
         from_preset = presets.to_cli_args({k: v for k, v in preset_args.items() if k not in user}, sg.parser,
                                           where=preset.where if preset else "preset")

@@ -15,7 +15,7 @@ from .nccl import PROFILES as NCCL_PROFILES
 
 EXT_SECTION = "eagle3_ext"
 # eagle3_ext key -> env var ("" = consumed by the launcher itself); declared once, in envs.py
-EXT_KEYS = {**envs.preset_keys(), "nccl_profile": "", "loopback_only": ""}
+EXT_KEYS = {**envs.preset_keys(), "nccl_profile": "", "loopback_only": "", "eager_prefill": ""}
 _SCALARS = (bool, int, float, str)
 
 
@@ -112,7 +112,7 @@ def ext_text(key: str, value, at: str) -> str:
         if not isinstance(value, str) or value not in NCCL_PROFILES:
             raise PresetError(f"{at}: expected one of {', '.join(NCCL_PROFILES)}, got {value!r}")
         return value
-    if key == "loopback_only":
+    if key in ("loopback_only", "eager_prefill"):
         if not isinstance(value, bool):
             raise PresetError(f"{at}: expected true or false, got {value!r}")
         return "1" if value else "0"

@@ -165,7 +165,14 @@ def _action_for(parser: argparse.ArgumentParser, dest: str) -> argparse.Action |
     for a in cands:  # prefer the canonical spelling over deprecated aliases
         if flag in a.option_strings:
             return a
-    return cands[0] if cands else None
+    if cands:
+        return cands[0]
+    # a flag whose dest is not the field's name (0.5.10: --tp-size -> tensor_parallel_size, mapped back by SGLang)
+    return parser._option_string_actions.get(flag)
+
+
+def has_flag(parser: argparse.ArgumentParser, dest: str) -> bool:
+    return _action_for(parser, dest) is not None
 
 
 def to_cli_args(server_args: dict, parser: argparse.ArgumentParser | None, where: str = "preset") -> list[str]:
@@ -210,10 +217,24 @@ def quiet_parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Na
     buf = io.StringIO()
     try:
         with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-            return parser.parse_args(argv)
+            ns = parser.parse_args(argv)
     except SystemExit:
         sys.stderr.write(buf.getvalue())
         raise
+    return _with_field_names(parser, ns)
+
+
+def _with_field_names(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> argparse.Namespace:
+    """Each value also under its flag's field name where the parser stores it elsewhere (0.5.10: `--tp-size` ->
+    tensor_parallel_size, which SGLang maps back to tp_size), so settings are read by field name on every release."""
+    for a in parser._actions:
+        if not hasattr(ns, a.dest):
+            continue
+        for opt in a.option_strings:
+            name = opt[2:].replace("-", "_")
+            if opt.startswith("--") and not hasattr(ns, name):
+                setattr(ns, name, getattr(ns, a.dest))
+    return ns
 
 
 def user_dests(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:

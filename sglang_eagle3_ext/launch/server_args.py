@@ -22,3 +22,18 @@ def installed_field_names() -> list[str]:
     from sglang.srt.server_args import ServerArgs
 
     return field_names(ServerArgs)
+
+
+def field_defaults(cls) -> dict:
+    """Field name -> its plain default (fields without one, or with a factory, are left out)."""
+    if dataclasses.is_dataclass(cls):
+        return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    import msgspec
+
+    return {f.name: f.default for f in msgspec.structs.fields(cls) if f.default is not msgspec.NODEFAULT}
+
+
+def installed_field_defaults() -> dict:
+    from sglang.srt.server_args import ServerArgs
+
+    return field_defaults(ServerArgs)

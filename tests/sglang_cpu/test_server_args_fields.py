@@ -27,7 +27,7 @@ def test_server_args_fields_of_the_installed_release():
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
     dests = {a.dest for a in parser._actions}
-    assert {"model_path", "tp_size", "speculative_draft_model_path"} <= dests & set(names)
+    assert {"model_path", "speculative_draft_model_path"} <= dests & set(names)
 
 
 def test_server_args_fields_shipped_presets_validate_on_the_installed_release():
@@ -53,3 +53,26 @@ def test_server_args_fields_both_record_kinds_and_a_refusal():
 
     with pytest.raises(TypeError, match="neither a dataclass nor a msgspec struct"):
         server_args.field_names(Plain)
+
+
+@pytest.mark.parametrize("preset", ["tiny-dump", "tiny-kimi-k25-dump"])
+def test_server_args_fields_dump_presets_plan_eager_prefills_on_the_installed_release(preset, tmp_path, monkeypatch):
+    """The dump presets ask for eager prefills; the plan passes this release's own switch, and every preset value
+    either has a flag here or is the release's default (nothing to pass)."""
+    from sglang_eagle3_ext.launch import eager_prefill
+    from sglang_eagle3_ext.launch.plan import Options, build_plan
+
+    monkeypatch.chdir(tmp_path)
+    plan = build_plan(Options(preset=preset, dry_run=True), [])
+    fields = server_args.installed_field_names()
+    switch = next(f for f, _ in eager_prefill.SWITCHES if f in fields)
+    assert "--" + switch.replace("_", "-") in plan.command
+    parser = presets.sglang_parser()
+    ns = presets.quiet_parse(parser, plan.sglang_args)
+    assert getattr(ns, switch) is True
+    defaults = server_args.installed_field_defaults()
+    for key, value in presets.load(preset).server_args.items():
+        if key == "model_path":
+            continue
+        flag = presets._action_for(parser, key)
+        assert (flag is not None and getattr(ns, flag.dest) == value) or (flag is None and defaults.get(key) == value), key
