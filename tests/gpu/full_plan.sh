@@ -69,6 +69,8 @@ kimi_life)
   #               rotary key first; ~5 min)
   #     refresh   refresh --swap from the weak draft on 800 served requests (~7 min); its dump and output on
   #               /dev/shm when that has 40 GB free (the disk holds the target, hs/ and the drafts)
+  #   swap and refresh run from the checkout LIVE_REPO names when set (e.g. one kept in step with a working tree
+  #   while the preparation runs: they then test the code as it is when they start), else from this one.
   # Memory: every test server gets a 32K-token KV cap and fraction 0.9 (SGLang leaves 10 % of the memory free at
   # its start unallocated, and allocates the capped KV: a Kimi-width server ~21 GB, at most 4 at once, plus two
   # trainings of ~20 GB that do not overlap); the four jobs after the preparation start their servers side by side
@@ -85,13 +87,14 @@ kimi_life)
   shm=$(df -k --output=avail /dev/shm 2>/dev/null | tail -1)
   RD=$([ "${shm:-0}" -gt 41943040 ] && echo "SGE3_REFRESH_DIR=/dev/shm/sge3_refresh")
   E=tests/gpu/test_eval_gpu.py::test_predicted_accept_length_matches_served
+  LR_="${LIVE_REPO:-$PWD}/$R"
   $BG start kimi "$K SGE3_RT_PREPARE_ONLY=1 $R tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \
     [ -e $D/kimi/draft_sglang/config.json ] || exit 1; \
     rm -rf $D/kimi/draft_speculators; find $D/kimi/dump -mindepth 1 ! -name .rt_stage_done -delete; df -h $D; \
     $BG start eval3 '$K ${L}_eval3 SGE3_RT_SPEC_STEPS=3 SGE3_EVAL_EPOCHS=3 $R -s $E'; \
     $BG start eval5 '$K ${L}_eval5 SGE3_RT_SPEC_STEPS=5 SGE3_EVAL_EPOCHS=3 $R -s $E'; \
-    $BG start swap '$K ${L}_swap $R -s tests/gpu/test_swap_gpu.py::test_swap_without_restart'; \
-    $BG start refresh '$K ${L}_refresh $RD SGE3_REFRESH_REQUESTS=800 SGE3_REFRESH_EPOCHS=16 $R -s \
+    $BG start swap '$K ${L}_swap $LR_ -s tests/gpu/test_swap_gpu.py::test_swap_without_restart'; \
+    $BG start refresh '$K ${L}_refresh $RD SGE3_REFRESH_REQUESTS=800 SGE3_REFRESH_EPOCHS=16 $LR_ -s \
       tests/gpu/test_refresh_gpu.py'" ;;
 kimi_fa3)
   K="PYTHONPATH=/tmp/site TRITON_CACHE_DIR=/tmp/triton_cache SGE3_MEM_FRACTION=0.5 SGE3_MAX_TOTAL_TOKENS=65536"
