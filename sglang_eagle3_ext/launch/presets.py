@@ -227,12 +227,15 @@ def quiet_parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Na
 def _with_field_names(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> argparse.Namespace:
     """Each value also under its flag's field name where the parser stores it elsewhere (0.5.10: `--tp-size` ->
     tensor_parallel_size, which SGLang maps back to tp_size), so settings are read by field name on every release."""
+    from .server_args import installed_field_names
+
+    fields = set(installed_field_names())
     for a in parser._actions:
-        if not hasattr(ns, a.dest):
+        if not hasattr(ns, a.dest) or a.dest in fields:
             continue
         for opt in a.option_strings:
             name = opt[2:].replace("-", "_")
-            if opt.startswith("--") and not hasattr(ns, name):
+            if opt.startswith("--") and name in fields and not hasattr(ns, name):
                 setattr(ns, name, getattr(ns, a.dest))
     return ns
 
