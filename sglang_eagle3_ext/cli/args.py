@@ -180,6 +180,24 @@ def _finite(obj):
     return obj
 
 
+def check_json_dest(dest: str | None) -> None:
+    """`--json PATH` checked before a command acts (a report that cannot be written must not be found only after
+    the irreversible step): PATH is no folder, and its folder exists and is writable here."""
+    import os
+
+    from ..boundary import BadInput, writable_dir
+
+    if not dest or dest == "-":
+        return
+    p = os.path.abspath(os.path.expanduser(dest))
+    if os.path.isdir(p):
+        raise BadInput(f"--json {dest}", "is a folder; give a file path")
+    parent = os.path.dirname(p)
+    if not os.path.isdir(parent):
+        raise BadInput(f"--json {dest}", f"no folder {parent}; create it or give another path")
+    writable_dir(parent, "--json's folder")
+
+
 def write_json(dest: str, obj) -> None:
     text = json.dumps(_finite(obj), indent=2, default=str, allow_nan=False)
     if dest == "-":

@@ -26,6 +26,7 @@ from .args import (
     add_json_out,
     add_sglang_release,
     add_verbosity,
+    check_json_dest,
     did_you_mean,
     doc_description,
     finish,

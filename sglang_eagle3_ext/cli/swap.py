@@ -5,24 +5,43 @@ shape and value, d2t, the target; and those of a swap: built as the served draft
 captures now), then sent through SGLang's /update_weights_from_disk route: the server lets the requests in flight
 finish, holds new ones back, checks the draft again on every TP rank and loads it into the served draft's
 parameters in place. On any refusal the old draft keeps serving. The pause printed is the request's wall time.
+A draft that SGLang would build otherwise (any config key its draft class reads: the rotary's, the norms') is
+refused: restart to serve it. Local inputs (--json's folder, --draft-link, the draft's files) are checked before
+the server is contacted; when --timeout passes first, the server's own state says what happened.
+
+After a swap the server reports the new draft (/get_server_info's speculative_draft_model_path); a restart serves
+what its launch command names: swap prints that argument, and --draft-link points a symlink the launch command
+names at the new draft (atomically, only once the server serves it).
 
 The server must run with this package active (SGLANG_EAGLE3_EXT=1 or `sglang-eagle3 launch`) on SGLang 0.5.14+.
-Exit 0 swapped; 2 refused (the reason in one line: a bad draft, or a server that cannot take it) or bad input.
+Exit 0 swapped; 2 refused (the reason in one line: a bad draft, or a server that cannot take it), bad input, or
+not confirmed (no reply within --timeout and no outcome shown within --settle).
 """
 from __future__ import annotations
 
 import sys
 
+MAX_TIMEOUT_S = 86_400.0     # a day: a swap waits for the requests in flight, never longer than that
+MAX_SETTLE_S = 3_600.0
+
 
 def build_parser():
     from . import common as cli_common
 
-    p = cli_common.parser("swap", cli_common.doc_description(__doc__, paragraphs=3))
+    p = cli_common.parser("swap", cli_common.doc_description(__doc__, paragraphs=4))
     p.add_argument("--url", required=True, help="the running EAGLE-3 server (e.g. http://127.0.0.1:30000)")
     p.add_argument("--draft", required=True, help="the new draft's folder, in the layout SGLang serves; the server "
                    "reads it, so it must be on the server's machine too")
-    p.add_argument("--timeout", type=cli_common.positive_float, default=600.0,
-                   help="seconds for the whole swap request (requests in flight finish first)")
+    p.add_argument("--timeout", type=cli_common.number_in(0.0, MAX_TIMEOUT_S), default=600.0,
+                   help=f"seconds for the whole swap request (requests in flight finish first), at most "
+                        f"{MAX_TIMEOUT_S:g}")
+    p.add_argument("--draft-link", metavar="PATH", default=None,
+                   help="a symlink your launch command names (--speculative-draft-model-path PATH): pointed at the "
+                        "new draft (os.replace, atomic) once the server serves it, so a restart serves it too; "
+                        "PATH must be free or a symlink")
+    p.add_argument("--settle", type=cli_common.number_in(0.0, MAX_SETTLE_S), default=60.0, metavar="SECONDS",
+                   help=f"when --timeout passes without a reply, how long to read the server's state for the "
+                        f"swap's outcome (the server may still be swapping), at most {MAX_SETTLE_S:g}")
     p.add_argument("--no-local-check", dest="local_check", action="store_false", default=True,
                    help="the folder exists on the server's machine only (an absolute path there): send it unchecked "
                         "here; the server applies the same rules (default: checked here first)")
@@ -39,7 +58,13 @@ def main(argv: list[str] | None = None) -> int:
 
     a = build_parser().parse_args(argv)
     say = None if a.quiet or a.json == "-" else (lambda m: print(f"swap: {m}", file=sys.stderr, flush=True))
-    opts = Options(url=a.url, draft=a.draft, timeout=a.timeout, local_check=a.local_check, say=say)
+    opts = Options(url=a.url, draft=a.draft, timeout=a.timeout, local_check=a.local_check, say=say,
+                   draft_link=a.draft_link, settle=a.settle)
+    try:
+        cli_common.check_json_dest(a.json)     # before anything: a report that cannot be written is found now
+    except BadInput as e:
+        print(cli_common.error_line("swap", str(e)), file=sys.stderr)
+        return cli_common.EXIT_BAD_INPUT
     try:
         with library_output(a.verbose):
             rep = swap(opts)

@@ -8,12 +8,17 @@ batches; there targets/weight_updater.py hands it to `handle` instead of SGLang'
 `handle`, on every TP rank:
 1. judges the new draft before anything changes: the start-up rules (`check_draft`: files, config, every
    tensor's shape, d2t, every value finite; against the target), and what a swap adds (swap_rules.py: built as
-   the served draft, fed the HF indices the target captures now);
+   the served draft, fed the HF indices the target captures now; every config key SGLang's draft class reads,
+   swap_keys.py: the rotary's, the norms', set as the served draft's, since the modules built from them at
+   start-up stay and a swap loads weights only);
 2. keeps a host copy of the draft's tensors, loads the new draft into them through the strict loader (the
    release's own weight loaders: each rank its TP shard), in place (swap_tensors.py says why in place);
 3. agrees with every TP rank: one failure anywhere puts the copy back everywhere. Until then, and after any
    failure, the old draft serves; the reply says why (success false).
-On success the prefix cache is flushed (the draft's KV of cached prefixes was computed by the old draft).
+On success the prefix cache is flushed (the draft's KV of cached prefixes was computed by the old draft), and the
+tokenizer manager records the new draft as SGLang's speculative_draft_model_path (targets/tokenizer_manager.py).
+Each scheduler reports its last attempt (path, outcome) in /get_server_info, so a client whose reply was lost
+(its timeout) reads what happened.
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from .errors import Problem
 LOAD_FORMAT = "sglang_eagle3_ext.draft"    # the marker our patch recognises in /update_weights_from_disk
 STATE_KEY = "sglang_eagle3_ext_draft"      # what the scheduler adds to /get_server_info's internal states
 PROTOCOL = 1
-_served: dict = {}                         # this process's served draft: path, raw config, swaps done
+_served: dict = {}                         # this process's served draft: path, raw config, swaps done, attempts
 
 
 @dataclasses.dataclass
@@ -48,7 +53,7 @@ def served_draft() -> dict:
         from ..server.startup import startup_context
 
         ctx = startup_context()
-        _served.update(path=ctx.draft_path, config=ctx.draft_config, swaps=0, last=None)
+        _served.update(path=ctx.draft_path, config=ctx.draft_config, swaps=0, last=None, attempts=0, attempt=None)
     return _served
 
 
@@ -89,8 +94,20 @@ def swap_draft(manager, path: str, flush: bool = True) -> tuple[bool, str]:
             message = _commit(manager, path, old, time.perf_counter() - t0, flush)
         except Exception as e:  # noqa: BLE001 - the new draft serves; only the bookkeeping failed
             message = f"draft {path} swapped in (was {old}); afterwards: {type(e).__name__}: {e}"
+    _note_attempt(path, agreed, message)
     logger.info("EAGLE-3 draft swap: %s", message)
     return agreed, message
+
+
+def _note_attempt(path: str, ok: bool, message: str) -> None:
+    """Remember the last swap this scheduler handled (a client whose reply was lost reads the outcome from
+    /get_server_info)."""
+    try:
+        s = served_draft()
+        s["attempts"] = s.get("attempts", 0) + 1
+        s["attempt"] = {"path": path, "ok": bool(ok), "message": message[:4000]}
+    except Exception as e:  # noqa: BLE001 - bookkeeping only
+        logger.info("EAGLE-3 draft swap: the attempt is not recorded (%s: %s)", type(e).__name__, e)
 
 
 def _prepare(manager, path: str):
@@ -147,8 +164,9 @@ def judge(side, path: str) -> tuple[list[Problem], Plan | None]:
 
 def served_summary(side, layout) -> dict:
     """What the served draft is built as, and what the target captures for it (also /get_server_info's report)."""
-    from . import rules
+    from . import arch as layouts, rules
     from .loader import served_config
+    from .swap_keys import build_keys
     from .swap_rules import summary
     from .swap_tensors import captured_layers
 
@@ -161,8 +179,8 @@ def served_summary(side, layout) -> dict:
         spec, _ = rules.spec_from_config(served_config(side.models[0]), layout)
     captured, n_layers = captured_layers(side.target)
     has_map = bool(side.holders) or getattr(side.models[0], "hot_token_id", None) is not None
-    return {**summary(spec, cfg), "hf_indices": captured, "target_layers": n_layers,
-            "token_map": has_map}
+    return {**summary(spec, cfg, build_keys(layouts.get(spec.layout))), "hf_indices": captured,
+            "target_layers": n_layers, "token_map": has_map}
 
 
 def served_problems(side, cfg: dict, spec, layout, has_d2t: bool, where: str) -> list[Problem]:
@@ -259,7 +277,8 @@ def state_report(scheduler) -> dict | None:
         return {"protocol": PROTOCOL, "draft": None, "refusal": side}
     s = served_draft()
     return {"protocol": PROTOCOL, "draft": s["path"], "swaps": s["swaps"], "last_swap": s["last"],
-            "load_format": LOAD_FORMAT, **served_summary(side, keys.installed_layout())}
+            "attempts": s.get("attempts", 0), "last_attempt": s.get("attempt"), "load_format": LOAD_FORMAT,
+            **served_summary(side, keys.installed_layout())}
 
 
 def add_state_report(scheduler, reply) -> None:

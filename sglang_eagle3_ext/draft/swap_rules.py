@@ -2,9 +2,10 @@
 
 A swap writes the new draft into the parameters the server built at start-up (see swap_tensors.py for why in
 place), and the target keeps capturing the hidden states it captures now. So on top of the start-up rules (`check`)
-the new draft must be built exactly as the served one (`summary`: every shape and build option) and be fed the
-HF indices the target captures. Plain data in, Problems out: the server (swap.py) and the client (swap_client.py)
-judge with the same functions, the client from the summary the server reports.
+the new draft must be built exactly as the served one (`summary`: every shape, and every config key SGLang's
+draft class reads when it builds or runs the draft, swap_keys.py) and be fed the HF indices the target captures.
+Plain data in, Problems out: the server (swap.py) and the client (swap_client.py) judge with the same functions,
+the client from the summary the server reports (with the keys the server's release reads).
 """
 from __future__ import annotations
 
@@ -17,19 +18,29 @@ from .layers import HF_INDICES_FIELD, fed_hf_indices
 # DraftSpec fields that shape the built module (aux ids and HF indices are judged by index_problems instead)
 SPEC_FIELDS = ("layout", "arch", "hidden", "target_hidden", "k", "n_layers", "n_heads", "n_kv", "head_dim", "inter",
                "vocab", "draft_vocab", "tie", "fc_bias", "fc_norm", "norm_before_fc", "use_aux", "dims")
-# config keys SGLang reads when it builds the draft module (rotary tables, norms, activation): fixed since start-up
-BUILD_KEYS = ("rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings", "rms_norm_eps",
-              "hidden_act", "attention_bias", "mlp_bias", "norm_output")
 RESTART = "restart the server with it to serve a draft built otherwise"
 
 
-def summary(spec, cfg: dict | None) -> dict:
-    """The parts of a draft that a swap cannot change: its spec's build fields and the build keys of its config
-    (None: the config is not known, those keys are not judged)."""
+def summary(spec, cfg: dict | None, keys=None) -> dict:
+    """The parts of a draft that a swap cannot change: its spec's build fields, and the build keys its config sets
+    (`keys`: those SGLang's draft class reads, swap_keys.build_keys; `build` holds only the keys the config sets,
+    `build_keys` says which were looked at; `build` None: the config is not known, those keys are not judged)."""
+    from .swap_keys import BASELINE
+
     d = dataclasses.asdict(spec)
-    out = {"spec": {k: d[k] for k in SPEC_FIELDS}}
-    out["build"] = None if cfg is None else {k: cfg.get(k) for k in BUILD_KEYS}
+    keys = list(BASELINE if keys is None else keys)
+    out = {"spec": {k: d[k] for k in SPEC_FIELDS}, "build_keys": keys}
+    out["build"] = None if cfg is None else {k: cfg[k] for k in keys if k in cfg}
     return out
+
+
+def served_keys(served: dict) -> list[str]:
+    """The build keys a served draft's summary was judged on (a server before `build_keys` reported every key it
+    compared in `build`, null when unset)."""
+    keys = served.get("build_keys")
+    if isinstance(keys, list):
+        return keys
+    return list(served.get("build") or ())
 
 
 def structure_problems(new: dict, served: dict, where: str) -> list[Problem]:
@@ -41,14 +52,31 @@ def structure_problems(new: dict, served: dict, where: str) -> list[Problem]:
             P.append(Problem(E.SWAP_MISMATCH, f"{where}: {_name(k)} is {a!r}, the served draft's is {b!r}: a swap "
                                               f"loads the new draft into the served one in place, so it must be "
                                               f"built the same; {RESTART}", key=k))
-    if new.get("build") is not None and served.get("build") is not None:
-        for k in BUILD_KEYS:
-            a, b = new["build"].get(k), served["build"].get(k)
-            if a != b:
-                P.append(Problem(E.SWAP_MISMATCH, f"{where}: config {k} is {a!r}, the served draft's is {b!r}: SGLang "
-                                                  f"built the served draft's module with it at start-up; {RESTART}",
-                                 key=k))
+    a_build, b_build = new.get("build"), served.get("build")
+    if a_build is None or b_build is None:
+        return P
+    exact = isinstance(served.get("build_keys"), list)   # else a null in `build` stood for an unset key
+    for k in served_keys(served):
+        a, b = _value(a_build, k, exact), _value(b_build, k, exact)
+        if a != b:
+            P.append(Problem(E.SWAP_MISMATCH, f"{where}: config {k} is {_shown(a)}, the served draft's is "
+                                              f"{_shown(b)}: SGLang built the served draft's modules (rotary, norms, "
+                                              f"layers) with it at start-up and a swap only loads weights into them; "
+                                              f"restart to serve it", key=k))
     return P
+
+
+_UNSET = ("unset",)
+
+
+def _value(build: dict, key: str, exact: bool):
+    if key not in build or (not exact and build[key] is None):
+        return _UNSET
+    return ("set", build[key])
+
+
+def _shown(v) -> str:
+    return "unset" if v == _UNSET else repr(v[1])
 
 
 def _name(field: str) -> str:
@@ -81,7 +109,7 @@ def against_served(cfg: dict, spec, served: dict, always_plus_one: bool, has_d2t
     """A new draft (its config, spec and whether it has d2t) against the served one as the server reports it:
     `served` = summary() + hf_indices + target_layers + token_map. HF indices are compared when the target's
     captured layers are known (the server reads them from its live target)."""
-    P = structure_problems(summary(spec, cfg), served, where)
+    P = structure_problems(summary(spec, cfg, served_keys(served)), served, where)
     if served.get("hf_indices") is not None and served.get("target_layers") is not None:
         P += index_problems(cfg, served["hf_indices"], served["target_layers"], always_plus_one, where)
     return P + token_map_problems(has_d2t, bool(served.get("token_map")), where)

@@ -28,6 +28,11 @@ class ServerError(Refused):
     pass
 
 
+class ServerTimeout(ServerError):
+    """No complete answer within the deadline: the request may still be running on the server (a caller whose
+    request changes the server reads its state before saying what happened)."""
+
+
 class _Deadline:
     """Shuts down the sockets of the connections a request used once `seconds` have passed."""
 
@@ -164,9 +169,9 @@ class Server:
         import requests
 
         where = self.where(method, path)
-        late = ServerError(f"{where}: no complete answer within {t:g} s (the server accepts connections but "
-                           f"does not finish its reply: overloaded, hung, or still starting? see its log; "
-                           f"{self.flag} sets the wait)")
+        late = ServerTimeout(f"{where}: no complete answer within {t:g} s (the server accepts connections but "
+                             f"does not finish its reply: overloaded, hung, or still starting? see its log; "
+                             f"{self.flag} sets the wait)")
         left = d.left()
         if left <= 0:
             raise late

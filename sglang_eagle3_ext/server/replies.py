@@ -12,7 +12,7 @@ from ..boundary import BadInput, check_type, field, list_of
 # /get_server_info keys read by the tools, with what each must be when present (null: not set)
 SERVER_KEY_TYPES = {
     "model_path": str, "tokenizer_path": str, "speculative_algorithm": str, "speculative_num_steps": int,
-    "speculative_eagle_topk": int, "speculative_num_draft_tokens": int, "attention_backend": str,
+    "speculative_draft_model_path": str, "speculative_eagle_topk": int, "speculative_num_draft_tokens": int, "attention_backend": str,
     "disable_cuda_graph": bool, "disable_decode_cuda_graph": bool, "tp_size": int, "version": str,
     "skip_tokenizer_init": bool,
 }

@@ -218,6 +218,24 @@ def test_served_model_keeps_its_name(ext):
     assert tm.served_model_name == "/models/other"
 
 
+def test_sglangs_record_names_the_swapped_draft(ext, drafts, monkeypatch):
+    """After a draft swap the tokenizer manager's ServerArgs (what /get_server_info sends, what `eval --url` and a
+    relaunch from the reported arguments read) name the new draft, through ServerArgs.override where the release
+    has it (under its strict mode a bare assignment raises); the served model keeps its path."""
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+    target, served, new = (str(drafts[k]) for k in ("target", "served", "new"))
+    sa = ext.server_args(target, speculative_draft_model_path=served)
+    tm = TokenizerManager.__new__(TokenizerManager)
+    tm.served_model_name = tm.model_path = target
+    tm.server_args = sa
+    monkeypatch.setenv("SGLANG_STRICT_CONFIG_MUTATION", "1")
+    tm._update_model_path_info(new, swap.LOAD_FORMAT)
+    reported = dataclasses.asdict(sa) if dataclasses.is_dataclass(sa) else {f: getattr(sa, f) for f in dir(sa)}
+    assert reported["speculative_draft_model_path"] == new
+    assert reported["model_path"] == target and tm.served_model_name == tm.model_path == target
+
+
 def test_mla_draft_swaps_in_place_with_its_absorbed_kv(ext, drafts, tmp_path, monkeypatch):
     """Kimi-K2.5's MLA draft: post_load_weights rebinds w_kc / w_vc; the served tensors take the new values."""
     from sglang_eagle3_ext.draft.arch import mla
@@ -276,3 +294,137 @@ def test_dp_local_control_broadcast_is_refused(ext, server, drafts):
         pytest.skip("this release has no --enable-dp-attention-local-control-broadcast")
     ext.publish(sa)
     _refused_everywhere(server, drafts, "--enable-dp-attention-local-control-broadcast")
+
+
+# ---- a draft that SGLang would build otherwise: refused by name, restart to serve it --------------------------
+
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def _edited(src, out, **changes):
+    """A copy of draft `src` whose config.json is changed by `changes` (the same weights)."""
+    import shutil
+
+    shutil.copytree(src, out)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg.update(changes)
+    (out / "config.json").write_text(json.dumps(cfg))
+    return out
+
+
+def _built(ext, target, d, arch) -> dict:
+    """What the release builds from draft `d`'s config, weights aside: every submodule's plain attributes and
+    buffers (the rotary's style, dims and cos/sin table among them)."""
+    from helpers import build_draft
+
+    with serving(ext, target, d):
+        model = build_draft(d, arch)
+    out = {}
+    for name, mod in model.named_modules():
+        for attr, v in vars(mod).items():
+            if not attr.startswith("_") and (v is None or isinstance(v, (bool, int, float, str))):
+                out[f"{name}.{attr}"] = v
+        for attr, b in mod.named_buffers(recurse=False):
+            out[f"{name}.{attr}"] = (tuple(b.shape), b.float().sum().item())
+    return out
+
+
+def _differs(a: dict, b: dict) -> list[str]:
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+@pytest.fixture
+def serve(ext, drafts, monkeypatch):
+    """serve(draft_dir): a scheduler serving that draft (the `server` fixture for any served draft)."""
+    import contextlib
+
+    stack = contextlib.ExitStack()
+
+    def start(served, arch=LLAMA):
+        monkeypatch.setattr(swap, "_served", {})
+        target = stub_deepseek_target(8)
+        target.model.layers_to_capture = list(AUX)
+        s = _scheduler(load_draft(ext, served, drafts["target"], arch), target)
+        stack.enter_context(serving(ext, drafts["target"], served))
+        return s
+
+    with stack:
+        yield start
+
+
+@pytest.mark.parametrize("base,change", [
+    ({}, {"rope_is_neox_style": False}),
+    ({}, {"partial_rotary_factor": 0.5}),
+    ({"rope_parameters": LLAMA3_ROPE}, {"original_max_position_embeddings": 2048}),
+    ({}, {"rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}}),
+], ids=["rope_is_neox_style", "partial_rotary_factor", "original_max_position_embeddings", "rope_parameters"])
+def test_a_draft_built_otherwise_is_refused_naming_the_key(ext, drafts, serve, tmp_path, base, change):
+    """The draft differs from the served one only in a config key SGLang's constructors read: a restart with it
+    builds another draft (its rotary differs), so a swap, which only loads weights, refuses it by name."""
+    served = _edited(drafts["served"], tmp_path / "served", **base) if base else drafts["served"]
+    new = _edited(drafts["new"], tmp_path / "new", **base, **change)
+    (key,) = change
+    assert _differs(_built(ext, drafts["target"], served, LLAMA), _built(ext, drafts["target"], new, LLAMA)), \
+        f"{key} does not change what SGLang builds"
+    s = serve(served)
+    snap = _snapshot(s)
+    out = s.manager.update_weights_from_disk(_request(new))
+    assert not out.success, out.message
+    assert f"config {key} is" in out.message and "restart to serve it" in out.message, out.message
+    _unchanged(s, snap)
+    assert swap.served_draft()["path"] == str(served)
+
+
+def test_a_draft_differing_in_what_sglang_does_not_build_from_swaps(ext, drafts, serve, tmp_path):
+    """Keys no constructor reads (here the training's initializer_range and a comment) do not block a swap."""
+    new = _edited(drafts["new"], tmp_path / "new", initializer_range=0.5, note="retrained on week 12")
+    s = serve(drafts["served"])
+    out = s.manager.update_weights_from_disk(_request(new))
+    assert out.success, out.message
+
+
+def test_mla_draft_with_another_rope_interleave_is_refused(ext, drafts, serve, tmp_path, monkeypatch):
+    """Kimi-K2.5's MLA draft reads rope_interleave into its rotary (deepseek_v2's attention): not swappable."""
+    from sglang_eagle3_ext.draft.arch import mla
+    from sglang_eagle3_ext.tiny.mla_draft import make_mla_draft
+
+    if not ext.caps.HAS_MLA_DRAFT:
+        pytest.skip(f"SGLang {ext.version} has no {mla.ARCH}")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)   # its set_embed syncs the device
+    served = make_mla_draft(tmp_path / "served", aux_ids=AUX, seed=0)
+    new = _edited(make_mla_draft(tmp_path / "new_src", aux_ids=AUX, seed=1), tmp_path / "new", rope_interleave=False)
+    assert _differs(_built(ext, drafts["target"], served, mla.ARCH), _built(ext, drafts["target"], new, mla.ARCH))
+    s = serve(served, mla.ARCH)
+    attn = s.model.model.midlayer.self_attn
+    kept = attn.w_kc.clone()
+    out = s.manager.update_weights_from_disk(_request(new))
+    assert not out.success and "config rope_interleave is False" in out.message, out.message
+    assert "restart to serve it" in out.message and torch.equal(attn.w_kc, kept)
+
+
+def test_the_compared_keys_come_from_the_release_source(ext):
+    """The keys are read off the installed release's draft classes (not only a fixed list): those the issue's
+    review found, and the server reports the list the client compares."""
+    from sglang_eagle3_ext.draft.arch import llama, mla
+    from sglang_eagle3_ext.draft.swap_keys import build_keys, config_reads, sglang_root
+
+    found = config_reads(sglang_root(), llama.SGLANG_CLASS)
+    assert {"rope_is_neox_style", "partial_rotary_factor", "original_max_position_embeddings", "rope_theta",
+            "rope_scaling", "rope_parameters", "max_position_embeddings", "rms_norm_eps", "hidden_act"} <= found
+    assert "rope_interleave" not in found         # deepseek's, not Llama's
+    assert "rope_is_neox_style" in build_keys(llama) and "hidden_size" not in build_keys(llama)  # the spec's
+    if ext.caps.HAS_MLA_DRAFT:
+        assert {"rope_interleave", "rope_scaling", "rms_norm_eps"} <= config_reads(sglang_root(), mla.SGLANG_CLASS)
+
+
+def test_the_state_report_names_the_compared_keys(server, drafts):
+    from sglang.srt.managers.io_struct import GetInternalStateReqOutput
+
+    from sglang_eagle3_ext.draft.swap_client import draft_states
+
+    reply = GetInternalStateReqOutput(internal_state={})
+    swap.add_state_report(types.SimpleNamespace(weight_updater=server.manager), reply)
+    (state,) = draft_states(json.loads(json.dumps({"internal_states": [reply.internal_state]})), "GET i")
+    assert "rope_is_neox_style" in state["build_keys"] and "rope_is_neox_style" not in state["build"]
+    assert state["build"]["rope_parameters"] == {"rope_theta": 10000.0, "rope_type": "default"}

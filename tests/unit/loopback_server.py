@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class FakeServer:
     """GET /get_server_info answers `info()`; POST /update_weights_from_disk answers `update(body)` -> (status,
-    JSON); each POST body is kept."""
+    JSON); each POST body is kept, and each GET's path (`gets`). A client that hung up before the answer (its
+    timeout) is no error here."""
 
     def __init__(self, info, update):
-        self.info, self.update, self.posts = info, update, []
+        self.info, self.update, self.posts, self.gets = info, update, [], []
         outer = self
 
         class H(BaseHTTPRequestHandler):
@@ -26,6 +28,7 @@ class FakeServer:
                 self.wfile.write(data)
 
             def do_GET(self):
+                outer.gets.append(self.path)
                 if self.path == "/get_server_info":
                     self._send(200, outer.info())
                 else:
@@ -36,7 +39,12 @@ class FakeServer:
                 outer.posts.append(body)
                 self._send(*outer.update(body))
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        class Quiet(ThreadingHTTPServer):
+            def handle_error(self, request, client_address):
+                if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+                    super().handle_error(request, client_address)
+
+        self.httpd = Quiet(("127.0.0.1", 0), H)
         self.httpd.daemon_threads = True
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
