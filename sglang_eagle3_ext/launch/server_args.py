@@ -28,9 +28,10 @@ def field_defaults(cls) -> dict:
     """Field name -> its plain default (fields without one, or with a factory, are left out)."""
     if dataclasses.is_dataclass(cls):
         return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
-    import msgspec
-
-    return {f.name: f.default for f in msgspec.structs.fields(cls) if f.default is not msgspec.NODEFAULT}
+    names = field_names(cls)
+    defaults = getattr(cls, "__struct_defaults__", ())   # msgspec: the defaults of the trailing fields
+    pairs = zip(names[len(names) - len(defaults):], defaults)
+    return {n: d for n, d in pairs if type(d).__name__ not in ("Factory", "NoDefault")}
 
 
 def installed_field_defaults() -> dict:

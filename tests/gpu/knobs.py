@@ -28,6 +28,8 @@ _TABLE = (
          "CPU suite, `test_compat.py`: folders (`:`-separated) of SGLang wheels for `compat --download`"),
     Knob("SGE3_LOCKED_RELEASE", None,
          "CPU suite, `tests/conftest.py` (set by `.ci/run`): the SGLang release whose lock the environment must match"),
+    Knob("SGE3_LOCK_FILE", None,
+         "CPU suite, `tests/conftest.py`: another lock file to hold the environment to (default: that release's)"),
     # how the test servers run
     Knob("SGE3_SERVE_BACKEND", "triton",
          "attention backend of the draft, MLA-draft and dump-while-serving tests' servers (e.g. `fa3`)"),

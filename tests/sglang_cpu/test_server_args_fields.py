@@ -45,8 +45,12 @@ def test_server_args_fields_both_record_kinds_and_a_refusal():
         model_path: str = ""
         tp_size: int = 1
 
-    AsStruct = msgspec.defstruct("AsStruct", [("model_path", str, ""), ("tp_size", int, 1)], dict=True)
-    assert server_args.field_names(AsDataclass) == server_args.field_names(AsStruct) == ["model_path", "tp_size"]
+    AsStruct = msgspec.defstruct("AsStruct", [("model_path", str), ("tp_size", int, 1),
+                                              ("nodes", list, msgspec.field(default_factory=list))], dict=True)
+    assert server_args.field_names(AsDataclass) == ["model_path", "tp_size"]
+    assert server_args.field_names(AsStruct) == ["model_path", "tp_size", "nodes"]
+    assert server_args.field_defaults(AsDataclass) == {"model_path": "", "tp_size": 1}
+    assert server_args.field_defaults(AsStruct) == {"tp_size": 1}
 
     class Plain:
         model_path = ""
