@@ -69,10 +69,11 @@ PYTEST_FILES = {"runtime": "tests/sglang_cpu/test_patch_registry.py",
                 "dump": "tests/sglang_cpu/test_dump_hook.py"}
 
 
-def run(cmd, timeout=600, **kw):
+def run(cmd, timeout=600, stdout_only=False, **kw):
+    """(exit status, stdout + stderr); stdout_only: stdout alone (a JSON report; stderr has the library chatter)."""
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
-        return p.returncode, (p.stdout or "") + (p.stderr or "")
+        return p.returncode, (p.stdout or "") + ("" if stdout_only else (p.stderr or ""))
     except subprocess.TimeoutExpired as e:
         return 124, f"timed out after {timeout}s: {' '.join(map(str, cmd))}\n{e.stdout or ''}"
 
@@ -130,13 +131,14 @@ def cell_launch(venv: Venv, version: str, res: dict):
     cli = [venv.python, "-m", "sglang_eagle3_ext", "launch"]
     with tempfile.TemporaryDirectory() as d:
         rc, out = run([*cli, "--preset", "tiny-dump", "--dry-run", "--json", "-"], timeout=300, cwd=d,
-                      env=locked_env(version))
+                      env=locked_env(version), stdout_only=True)
         note = _plan_note(out)
         if rc or f"sglang: {version} (flags and presets checked" not in note:
-            res["launch"] = ("FAIL", f"--preset tiny-dump --dry-run: rc={rc} {note or last_line(out)}")
+            _, why = run([*cli, "--preset", "tiny-dump", "--dry-run"], timeout=300, cwd=d, env=locked_env(version))
+            res["launch"] = ("FAIL", f"--preset tiny-dump --dry-run: rc={rc} {note or last_line(why, 'error')}")
             return
         rc, out = run([*cli, "--model-path", str(Path(d) / "model"), "--tp-size", "8", "--dry-run", "--json", "-"],
-                      timeout=300, cwd=d, env=locked_env(version))
+                      timeout=300, cwd=d, env=locked_env(version), stdout_only=True)
         if rc or _plan_field(out, "tp_size") != 8:
             res["launch"] = ("FAIL", f"--model-path --tp-size 8 --dry-run: rc={rc} {last_line(out)}")
             return
