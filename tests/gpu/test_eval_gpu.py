@@ -204,16 +204,27 @@ def _eval_served(work: Path, name: str, draft: Path, preset: str = "tiny", data:
     out_json = LOG_DIR / f"eval_{name}_s{SPEC_STEPS}.json"
     serve = ["--preset", preset, "--model-path", str(work / "target"), *SERVE_ARGS,
              "--speculative-draft-model-path", str(draft), *SPEC_ARGS]
-    with sglang_server(serve, name=f"eval_{name}_s{SPEC_STEPS}_server", port=free_port(),
-                       env=activation_env(work)) as (url, _, _):
-        cmd = [sys.executable, "-m", "sglang_eagle3_ext", "eval", "--draft", str(draft),
-               "--data", str(data or work / "hs"), "--target", str(work / "target"), "--steps", str(SPEC_STEPS),
-               "--topk", "1", "--draft-tokens", str(SPEC_STEPS + 1), "--device", "cuda", "--dtype", "bf16",
-               "--url", url, "--json", str(out_json), "--quiet"]
-        t = time.time()
-        p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
-        (LOG_DIR / f"eval_{name}_s{SPEC_STEPS}.log").write_text(
-            f"$ {' '.join(cmd)}\n# rc={p.returncode} {time.time() - t:.1f}s\n{p.stdout}\n--- stderr ---\n{p.stderr}")
+    for attempt in (1, 2):
+        started = False
+        try:
+            with sglang_server(serve, name=f"eval_{name}_s{SPEC_STEPS}_server{'' if attempt == 1 else '_again'}",
+                               port=free_port(), env=activation_env(work)) as (url, _, _):
+                started = True
+                cmd = [sys.executable, "-m", "sglang_eagle3_ext", "eval", "--draft", str(draft),
+                       "--data", str(data or work / "hs"), "--target", str(work / "target"), "--steps",
+                       str(SPEC_STEPS), "--topk", "1", "--draft-tokens", str(SPEC_STEPS + 1), "--device", "cuda",
+                       "--dtype", "bf16", "--url", url, "--json", str(out_json), "--quiet"]
+                t = time.time()
+                p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+                (LOG_DIR / f"eval_{name}_s{SPEC_STEPS}.log").write_text(
+                    f"$ {' '.join(cmd)}\n# rc={p.returncode} {time.time() - t:.1f}s\n{p.stdout}\n--- stderr ---\n"
+                    f"{p.stderr}")
+            break
+        except RuntimeError:
+            # a server that died before it was healthy, once (seen with several jobs starting servers at once: its
+            # own warm-up request refused on its port); eval's own failures are not retried
+            if started or attempt == 2:
+                raise
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(out_json.read_text())
 
@@ -224,6 +235,8 @@ def _cumulative(positions: list) -> list:
     for p in positions:
         if p.get("cumulative") is not None:
             run = p["cumulative"]
+        elif run == 0:
+            run = 0.0            # no round got this far (a position never judged after one never accepted)
         else:
             run = run * p["p"] if p.get("p") is not None and run is not None else None
         out.append(run)

@@ -6,7 +6,7 @@ test_eval_gpu.py's (made once and kept there).
 The tiny target alone answers every held-out prompt first (greedy, the reference). Then the target is served with
 the weak draft; while a client keeps sending greedy requests, `swap` loads the trained draft. Asserted: no request
 fails, every output equals the target alone's before, during and after the swap, the accept length afterwards is
->= 3.5 (it was the weak draft's before), the pause is measured (<= MAX_PAUSE_S). Then bad drafts (fc of
+>= MIN_ACCEPT_AFTER (it was the weak draft's before), the pause is measured (<= MAX_PAUSE_S). Then bad drafts (fc of
 1 x hidden = the wrong K, a NaN weight, other HF indices, a draft differing from the served one only in a rotary
 key SGLang's draft constructor reads) are refused, by the client's own check and, sent unchecked, by the server
 (exit 2, the reason named), while the client keeps sending; no request fails, outputs stay the target's and the
@@ -34,7 +34,9 @@ from test_eval_gpu import _weak_draft
 from test_roundtrip_gpu import KIMI, SERVE_ARGS, SPEC_ARGS
 
 pytestmark = pytest.mark.gpu
-MIN_ACCEPT_AFTER = 3.5
+# the swapped-in draft's level: the round trip's draft serves ~4.0 on the tiny target; at Kimi width its own bar is
+# the round trip's (3.0: ~3.55 on SGLang's basis with 96-token answers, 3.34 per request with this test's 64)
+MIN_ACCEPT_AFTER = 3.0 if KIMI else 3.5
 NEW_TOKENS = 64
 CONCURRENCY = 16 if KIMI else 4
 MAX_PAUSE_S = 10.0          # the served draft's pause while the new one is loaded
