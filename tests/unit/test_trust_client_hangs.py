@@ -93,7 +93,11 @@ def test_dump_status_refuses_a_fifo(tmp_path, capsys, where):
     finally:
         _unblock(fifo)
     assert rc is not None, "dump status blocked on a FIFO"
-    _one_error(capsys, rc, str(fifo), "FIFO")
+    if where.startswith("status/"):   # one writer's status: listed as unreadable, the report still comes
+        out = capsys.readouterr()
+        assert rc == 0 and str(fifo) in out.out + out.err and "FIFO" in out.out + out.err, out
+    else:
+        _one_error(capsys, rc, str(fifo), "FIFO")
 
 
 @pytest.mark.parametrize("tool", ["bench", "dump"])

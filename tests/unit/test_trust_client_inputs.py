@@ -129,9 +129,12 @@ def test_a_torn_last_manifest_line_is_not_a_sample(tmp_path, capsys):
     ("{torn", ["not valid JSON"]),
 ])
 def test_dump_status_names_a_bad_status_file(tmp_path, capsys, status, words):
+    """The writer is listed as unreadable, naming the file and what is wrong; the report still comes (exit 0)."""
     d = _dump(tmp_path, status={"dp0": status})
-    rc = run_tool("dump", client.main, ["status", "--dump-dir", str(d)])
-    _line(capsys, rc, str(d / "status" / "dp0.json"), *words)
+    rc = run_tool("dump", client.main, ["status", "--dump-dir", str(d), "--json"])
+    dp0 = json.loads(capsys.readouterr().out)["writers"]["dp0"]
+    assert rc == 0 and dp0["state"] == "unreadable"
+    assert all(w in dp0["error"] for w in [str(d / "status" / "dp0.json"), *words]), dp0["error"]
 
 
 def test_dump_status_sums_the_writers_skip_counters(tmp_path, capsys):
