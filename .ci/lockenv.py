@@ -79,6 +79,7 @@ def norm(name: str) -> str:
 
 
 def req_name(req: str) -> str:
+    """The normalized project name of a requirement or lock line (`name[extra]==1.0  # via ...` -> `name`)."""
     return norm(re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req).group(1))
 
 
@@ -90,18 +91,21 @@ def cpu_lock_path(lock: Path) -> Path:
     return lock.parent / "cpu" / lock.name
 
 
-def releases() -> list[str]:
-    sys.path.insert(0, str(REPO))
-    from sglang_eagle3_ext import versions  # stdlib-only module at import
+def versions():
+    """sglang_eagle3_ext/versions.py, where the tested and the recommended releases are declared."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from sglang_eagle3_ext import versions as v  # stdlib-only module at import
 
-    return list(versions.TESTED_RELEASES)
+    return v
+
+
+def releases() -> list[str]:
+    return list(versions().TESTED_RELEASES)
 
 
 def base_release() -> str:
-    sys.path.insert(0, str(REPO))
-    from sglang_eagle3_ext import versions
-
-    return versions.RECOMMENDED
+    return versions().RECOMMENDED
 
 
 def die(msg: str) -> None:
@@ -159,13 +163,9 @@ def uv_compile(d: Path, inp: list[str], out: Path, extra: list[str], exclude_new
     return [ln for ln in (d / f"{out.stem}.out").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
 
 
-def line_name(ln: str) -> str:
-    return norm(ln.split("==", 1)[0].split("[", 1)[0])
-
-
 def left_out(lines: list[str]) -> set[str]:
     """EXCLUDED, torch and what is bound to it (CPU_STACK), and what only they bring (CUDA runtime wheels, ...)."""
-    via = {line_name(ln): {v.strip() for v in ln.split("# via", 1)[1].split(",")} if "# via" in ln else set()
+    via = {req_name(ln): {v.strip() for v in ln.split("# via", 1)[1].split(",")} if "# via" in ln else set()
            for ln in lines}
     drop = {"torch", *CPU_STACK, *EXCLUDED}
     while True:
@@ -183,12 +183,12 @@ def compile_lock(release: str, out: Path, wheel_dir: Path, exclude_newer: str | 
         d = Path(d)
         lines = uv_compile(d, [*reqs, *our_requires(), *CI_ONLY], out, [], exclude_newer, upgrade)
         drop = left_out(lines)
-        kept = [ln for ln in lines if line_name(ln) not in drop]
+        kept = [ln for ln in lines if req_name(ln) not in drop]
         (d / "lock.txt").write_text("\n".join(kept) + "\n")
         cpu = uv_compile(d, [f"torch=={TORCH}+cpu", *CPU_STACK], cpu_lock_path(out),
                          ["-c", "lock.txt", *torch_source()], exclude_newer, upgrade)
-    pinned = {line_name(ln) for ln in kept}
-    cpu = [ln for ln in cpu if line_name(ln) not in pinned]
+    pinned = {req_name(ln) for ln in kept}
+    cpu = [ln for ln in cpu if req_name(ln) not in pinned]
     cpu_out = cpu_lock_path(out)
     cpu_out.parent.mkdir(exist_ok=True)
     cpu_out.write_text(f"# What the CPU test environment for SGLang {release} adds to ../sglang-{release}.txt: the CPU build\n"

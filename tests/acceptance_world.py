@@ -144,3 +144,11 @@ def write_dump(d: Path, seqs, target: Path, prompt_lens: list[int], aux_fn=next2
     (d / "manifests" / "dp0.jsonl").write_text("\n".join(lines) + "\n")
     (d / "generated.jsonl").write_text("\n".join(gen) + "\n")
     return d
+
+
+def eval_world(root: Path, n: int) -> dict:
+    """A tiny target, `n` sequences exported from it and a draft: what the eval tests read."""
+    target = write_target(root / "target")
+    seqs = sequences(n)
+    return {"root": root, "target": target, "seqs": seqs, "draft": write_draft(root / "draft"),
+            "export": write_export(root / "export", seqs, target)}

@@ -74,3 +74,15 @@ def checkpoint_tensors(d):
     from safetensors.torch import load_file
 
     return load_file(str(d / "model.safetensors"))
+
+
+def edited_draft(src, out, **changes):
+    """A copy of draft `src` whose config.json is changed by `changes` (the same weights)."""
+    import json
+    import shutil
+
+    shutil.copytree(src, out)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg.update(changes)
+    (out / "config.json").write_text(json.dumps(cfg))
+    return out

@@ -15,7 +15,7 @@ import torch
 from sglang_eagle3_ext.draft import errors as E
 from sglang_eagle3_ext.draft import swap
 
-from helpers import LLAMA, checkpoint_tensors, load_draft, serving, stub_deepseek_target
+from helpers import LLAMA, checkpoint_tensors, edited_draft, load_draft, serving, stub_deepseek_target
 
 pytestmark = pytest.mark.sglang
 pytest.importorskip("speculators")
@@ -302,17 +302,6 @@ LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low
                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
 
-def _edited(src, out, **changes):
-    """A copy of draft `src` whose config.json is changed by `changes` (the same weights)."""
-    import shutil
-
-    shutil.copytree(src, out)
-    cfg = json.loads((out / "config.json").read_text())
-    cfg.update(changes)
-    (out / "config.json").write_text(json.dumps(cfg))
-    return out
-
-
 def _built(ext, target, d, arch) -> dict:
     """What the release builds from draft `d`'s config, weights aside: every submodule's plain attributes and
     buffers (the rotary's style, dims and cos/sin table among them)."""
@@ -362,8 +351,8 @@ def serve(ext, drafts, monkeypatch):
 def test_a_draft_built_otherwise_is_refused_naming_the_key(ext, drafts, serve, tmp_path, base, change):
     """The draft differs from the served one only in a config key SGLang's constructors read: a restart with it
     builds another draft (its rotary differs), so a swap, which only loads weights, refuses it by name."""
-    served = _edited(drafts["served"], tmp_path / "served", **base) if base else drafts["served"]
-    new = _edited(drafts["new"], tmp_path / "new", **base, **change)
+    served = edited_draft(drafts["served"], tmp_path / "served", **base) if base else drafts["served"]
+    new = edited_draft(drafts["new"], tmp_path / "new", **base, **change)
     (key,) = change
     assert _differs(_built(ext, drafts["target"], served, LLAMA), _built(ext, drafts["target"], new, LLAMA)), \
         f"{key} does not change what SGLang builds"
@@ -378,7 +367,7 @@ def test_a_draft_built_otherwise_is_refused_naming_the_key(ext, drafts, serve, t
 
 def test_a_draft_differing_in_what_sglang_does_not_build_from_swaps(ext, drafts, serve, tmp_path):
     """Keys no constructor reads (here the training's initializer_range and a comment) do not block a swap."""
-    new = _edited(drafts["new"], tmp_path / "new", initializer_range=0.5, note="retrained on week 12")
+    new = edited_draft(drafts["new"], tmp_path / "new", initializer_range=0.5, note="retrained on week 12")
     s = serve(drafts["served"])
     out = s.manager.update_weights_from_disk(_request(new))
     assert out.success, out.message
@@ -393,7 +382,7 @@ def test_mla_draft_with_another_rope_interleave_is_refused(ext, drafts, serve, t
         pytest.skip(f"SGLang {ext.version} has no {mla.ARCH}")
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)   # its set_embed syncs the device
     served = make_mla_draft(tmp_path / "served", aux_ids=AUX, seed=0)
-    new = _edited(make_mla_draft(tmp_path / "new_src", aux_ids=AUX, seed=1), tmp_path / "new", rope_interleave=False)
+    new = edited_draft(make_mla_draft(tmp_path / "new_src", aux_ids=AUX, seed=1), tmp_path / "new", rope_interleave=False)
     assert _differs(_built(ext, drafts["target"], served, mla.ARCH), _built(ext, drafts["target"], new, mla.ARCH))
     s = serve(served, mla.ARCH)
     attn = s.model.model.midlayer.self_attn

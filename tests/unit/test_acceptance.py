@@ -34,11 +34,7 @@ def _report(argv, capsys) -> dict:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("eval_world")
-    target = W.write_target(root / "target")
-    seqs = W.sequences(12)
-    return {"root": root, "target": target, "seqs": seqs, "draft": W.write_draft(root / "draft"),
-            "export": W.write_export(root / "export", seqs, target)}
+    return W.eval_world(tmp_path_factory.mktemp("eval_world"), 12)
 
 
 # ---------------------------------------------------------------------------------------- known answers

@@ -30,11 +30,7 @@ def _eval(argv, capsys) -> tuple[int, str, str]:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("eval_figures")
-    target = W.write_target(root / "target")
-    seqs = W.sequences(4)
-    return {"root": root, "target": target, "seqs": seqs, "draft": W.write_draft(root / "draft"),
-            "export": W.write_export(root / "export", seqs, target)}
+    return W.eval_world(tmp_path_factory.mktemp("eval_figures"), 4)
 
 
 # ---------------------------------------------------------------------------------------- the definition

@@ -14,6 +14,7 @@ from sglang_eagle3_ext.draft.swap import LOAD_FORMAT, PROTOCOL, STATE_KEY
 from sglang_eagle3_ext.draft.swap_client import draft_states, swap_reply
 
 from cli_fixtures import sg  # noqa: F401
+from helpers import edited_draft
 from loopback_server import FakeServer
 
 pytest.importorskip("speculators")
@@ -188,19 +189,9 @@ def test_any_reply_is_exit_0_or_2(server, drafts, capfd, reply, status):
 
 # ---- a draft built otherwise; SGLang's record and a restart; a lost reply; local inputs first ------------------
 
-def _edited(src, out, **changes):
-    import shutil
-
-    shutil.copytree(src, out)
-    cfg = json.loads((out / "config.json").read_text())
-    cfg.update(changes)
-    (out / "config.json").write_text(json.dumps(cfg))
-    return out
-
-
 def test_a_draft_differing_in_a_build_key_is_refused_here(server, drafts, capfd, tmp_path):
     """The keys the server reports (build_keys: those its release's draft class reads) are compared here too."""
-    new = _edited(drafts["new"], tmp_path / "neox", rope_is_neox_style=False)
+    new = edited_draft(drafts["new"], tmp_path / "neox", rope_is_neox_style=False)
     rc, _, err = sg(["swap", "--url", server.url, "--draft", new], capfd)
     assert rc == 2 and not server.posts, err
     assert "config rope_is_neox_style is False, the served draft's is unset" in err and "restart to serve it" in err
