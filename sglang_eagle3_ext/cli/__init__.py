@@ -2,7 +2,7 @@
 
 Each command is the same tool as its `python -m sglang_eagle3_ext.MODULE` entry (kept working), with the
 same flags; `sglang-eagle3 COMMAND --help` shows every option with its default. Exit codes: see
-`sglang_eagle3_ext/cli_common.py` (0 ok, 1 negative verdict, 2 bad input, 3 bug, 130 interrupted).
+`sglang_eagle3_ext/cli/common.py` (0 ok, 1 negative verdict, 2 bad input, 3 bug, 130 interrupted).
 """
 from __future__ import annotations
 
@@ -11,21 +11,8 @@ import sys
 
 from . import common as cli_common
 from . import naming
+from .commands import BY_NAME, COMMANDS
 
-SUMMARIES = {
-    "launch": "start SGLang with the patches, a preset and NCCL settings from the topology (--dry-run: plan only)",
-    "dump": "run | export | status: drive a dumping server, export the dump for speculators/SpecForge",
-    "convert": "convert a speculators / SpecForge / EAGLE draft into the installed SGLang's layout",
-    "check": "check a draft offline against the installed SGLang and the target: will this serve?",
-    "bench": "acceptance benchmark: accept length per draft position, tokens/s and speedup per concurrency",
-    "train": "train an EAGLE-3 draft with speculators on exported hidden states",
-    "compat": "check that a SGLang release still has every function the patches target",
-    "tiny": "write the built-in tiny DeepSeek-V3 target (the presets' builtin:tiny model)",
-    "patches": "list or print the static patch (patches/RELEASE/*.patch) for baked SGLang images",
-    "eval": "predict a draft's served accept length offline on held-out samples (--url: beside the served one)",
-    "swap": "load a new draft into a running EAGLE-3 server without a restart (checked first; refused: old draft kept)",
-    "refresh": "train the served draft further on the traffic it served; keep it only if predicted better (--swap)",
-}
 
 
 def version_line() -> str:
@@ -45,10 +32,10 @@ def version_line() -> str:
 
 
 def usage() -> str:
-    width = max(map(len, SUMMARIES))
+    width = max(len(c.name) for c in COMMANDS)
     lines = [f"usage: {cli_common.COMMAND} [-h] [--version] COMMAND [options]", "", __doc__.split("\n")[0], "",
              "commands:"]
-    lines += [f"  {name:{width}}  {text}" for name, text in SUMMARIES.items()]
+    lines += [f"  {c.name:{width}}  {c.summary}" for c in COMMANDS]
     lines += ["", f"`{cli_common.COMMAND} COMMAND --help` for a command's options; --debug on any command shows "
                   f"tracebacks (or {cli_common.ENV_DEBUG}=1)."]
     return "\n".join(lines)
@@ -63,10 +50,10 @@ def main(argv=None) -> int:
         print(version_line())
         return cli_common.EXIT_OK
     cmd, rest = argv[0], argv[1:]
-    if cmd not in cli_common.MAINS:
-        near = difflib.get_close_matches(cmd, list(cli_common.MAINS), n=1)
+    if cmd not in BY_NAME:
+        near = difflib.get_close_matches(cmd, list(BY_NAME), n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
-        print(f"{cli_common.COMMAND}: error: unknown command {cmd!r}{hint} (choose from {', '.join(cli_common.MAINS)})",
+        print(f"{cli_common.COMMAND}: error: unknown command {cmd!r}{hint} (choose from {', '.join(BY_NAME)})",
               file=sys.stderr)
         return cli_common.EXIT_BAD_INPUT
     return _as_command(cmd, rest)

@@ -18,8 +18,9 @@ import traceback
 
 from .. import envs
 from ..boundary import BadInput, Refused
-from .naming import COMMAND, MODULES, prog  # noqa: F401 - the name each tool goes by
-# the parsers and the flags every tool shares (cli_args.py), under the names the tools use
+from .commands import BY_NAME
+from .naming import COMMAND, prog  # noqa: F401 - the name each tool goes by
+# the parsers and the flags every tool shares (cli/args.py), under the names the tools use
 from .args import (
     CliParser,
     HelpFormatter,
@@ -42,12 +43,6 @@ from .args import (
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 ENV_DEBUG = envs.DEBUG
-# subcommand -> "module:function" implementing it (imported only when that subcommand runs)
-MAINS = {"launch": "cli.launch:main", "dump": "cli.dump:main", "convert": "cli.convert:main",
-         "check": "cli.check:main", "bench": "cli.bench:main", "train": "cli.train:main",
-         "compat": "cli.compat:main", "tiny": "cli.tiny:main", "patches": "cli.patches:main",
-         "eval": "cli.eval:main", "swap": "cli.swap:main",
-         "refresh": "cli.refresh:main"}
 # import name -> what to pip install (messages name installable things only)
 PIP_NAMES = {"yaml": "pyyaml", "pynvml": "nvidia-ml-py", "sklearn": "scikit-learn", "PIL": "pillow"}
 
@@ -186,7 +181,7 @@ def entry(tool: str):
     import importlib
 
     def _main(argv=None) -> int:
-        mod, fn = MAINS[tool].split(":")
+        mod, fn = BY_NAME[tool].main.split(":")
         return run_tool(tool, getattr(importlib.import_module(f"sglang_eagle3_ext.{mod}"), fn), argv)
 
     return _main

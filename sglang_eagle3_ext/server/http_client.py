@@ -8,7 +8,7 @@ read at once. Replies are read up to MAX_REPLY_BYTES.
 Connection failures and 502/503/504 are retried (backoff) within the deadline, a timeout is not (the
 request may be running: resending would double the wait). Every failure is a `ServerError` naming the URL,
 what was sent and what came back, never a traceback. What a reply holds is checked by its reader
-(server_replies.py).
+(server/replies.py).
 """
 from __future__ import annotations
 
@@ -202,7 +202,7 @@ class Server:
 
     def server_info(self):
         """GET /get_server_info (/server_info before 0.5.23); None when the server answers neither. What
-        it holds is checked by server_replies.server_args."""
+        it holds is checked by replies.server_args."""
         for path in ("/get_server_info", "/server_info"):
             info = self.get(path, timeout=min(self.timeout, 30.0), quiet_404=True)
             if info is not None:

@@ -10,8 +10,9 @@ import pytest
 from sglang_eagle3_ext.cli import naming as cli_naming
 from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.cli import common as cli_common
+from sglang_eagle3_ext.cli.commands import BY_NAME
 
-TOOLS = list(cli_common.MAINS)
+TOOLS = list(BY_NAME)
 
 
 class _Built(Exception):
@@ -30,7 +31,7 @@ def parsers():
     cli_common.finish = capture
     try:
         for tool in TOOLS:
-            mod, fn = cli_common.MAINS[tool].split(":")
+            mod, fn = BY_NAME[tool].main.split(":")
             with pytest.raises(_Built):
                 getattr(importlib.import_module(f"sglang_eagle3_ext.{mod}"), fn)(["--help"])
     finally:

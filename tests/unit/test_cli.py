@@ -1,5 +1,5 @@
 """The command-line surface: one `sglang-eagle3` command, --version, help with defaults on every option, the
-same flag names for the same things, one-line errors with the documented exit codes (cli_common.py)."""
+same flag names for the same things, one-line errors with the documented exit codes (cli/common.py)."""
 from __future__ import annotations
 
 import argparse
@@ -14,12 +14,13 @@ import pytest
 from sglang_eagle3_ext.cli import naming as cli_naming
 from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.cli import common as cli_common
+from sglang_eagle3_ext.cli.commands import BY_NAME, COMMANDS
 from sglang_eagle3_ext.cli.common import EXIT_BAD_INPUT, EXIT_INTERNAL, run_tool
 
 from cli_fixtures import _all, parsers  # noqa: F401  (module fixture: every tool's finished parser)
 
 REPO = Path(__file__).resolve().parents[2]
-TOOLS = list(cli_common.MAINS)
+TOOLS = list(BY_NAME)
 SUBCOMMAND_ARGS = {"dump": ["run"]}  # tools whose options live on a sub-parser
 
 
@@ -189,9 +190,7 @@ def test_errors_of_the_server_launched_in_process_keep_their_traceback(tmp_path,
     assert "Traceback" in err and "ValueError: bad --model-path" in err
 
 
-@pytest.mark.parametrize("module,tool", [("launch_server", "launch"), ("dump", "dump"), ("convert", "convert"),
-                                         ("check", "check"), ("bench", "bench"), ("train_draft", "train"),
-                                         ("compat", "compat"), ("tiny", "tiny")])
+@pytest.mark.parametrize("module,tool", [(c.module, c.name) for c in COMMANDS])
 def test_every_older_module_entry_still_runs_its_command(module, tool, tmp_path):
     """`python -m sglang_eagle3_ext.<module>` as documented before the commands moved into cli/: the same
     command, under its own name in the usage line."""

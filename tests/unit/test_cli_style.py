@@ -15,12 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sglang_eagle3_ext.cli import common as cli_common
+from sglang_eagle3_ext.cli.commands import BY_NAME
 from sglang_eagle3_ext import versions
 from sglang_eagle3_ext.cli.common import EXIT_BAD_INPUT, run_tool
 
 from cli_fixtures import _all, _as_module_after, parsers, sg  # noqa: F401  (fixtures)
 
-TOOLS = list(cli_common.MAINS)
+TOOLS = list(BY_NAME)
 RANGE = f"{versions.SUPPORTED_MIN}..{versions.SUPPORTED_MAX}"
 
 
@@ -293,7 +294,7 @@ def _paragraphs(text: str) -> list[str]:
 def test_help_descriptions_are_whole_paragraphs(parsers):
     """A description taken from the module's docstring takes whole paragraphs (no line cut out of one)."""
     for tool, parser in parsers.items():
-        mod = importlib.import_module(f"sglang_eagle3_ext.{cli_common.MAINS[tool].split(':')[0]}")
+        mod = importlib.import_module(f"sglang_eagle3_ext.{BY_NAME[tool].main.split(':')[0]}")
         doc = _paragraphs(mod.__doc__)
         desc = _paragraphs(parser.description or "")
         prose = [p for p in desc if p and not p.startswith(" ")]   # indented: an example, not a sentence

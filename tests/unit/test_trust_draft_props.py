@@ -52,9 +52,9 @@ def _snapshot(root: Path) -> dict:
 def _run(tool: str, argv: list[str], capsys) -> tuple[int, str]:
     import importlib
 
-    from sglang_eagle3_ext.cli.common import MAINS
+    from sglang_eagle3_ext.cli.commands import BY_NAME
 
-    mod, fn = MAINS[tool].split(":")
+    mod, fn = BY_NAME[tool].main.split(":")
     rc = run_tool(tool, getattr(importlib.import_module(f"sglang_eagle3_ext.{mod}"), fn), argv)
     out = capsys.readouterr()
     return rc, out.out + out.err

@@ -1,0 +1,46 @@
+"""The command table is the only list of commands: every row runs, is in `--help`, and has its `python -m` entry;
+the wheel ships what `patches` prints and nothing of the maintainers' scripts."""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from sglang_eagle3_ext import cli
+from sglang_eagle3_ext.cli.commands import COMMANDS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.name)
+def test_every_row_resolves(command):
+    mod, fn = command.main.split(":")
+    assert callable(getattr(importlib.import_module(f"sglang_eagle3_ext.{mod}"), fn))
+    spec = importlib.util.find_spec(f"sglang_eagle3_ext.{command.module}")
+    assert spec is not None, f"{command.name}: no module sglang_eagle3_ext.{command.module}"
+    if spec.submodule_search_locations:  # a package runs as `python -m` through its __main__
+        assert importlib.util.find_spec(f"sglang_eagle3_ext.{command.module}.__main__") is not None
+    assert command.summary and "\n" not in command.summary
+
+
+def test_help_lists_every_command_once():
+    lines = cli.usage().splitlines()
+    names = [ln.split()[0] for ln in lines[lines.index("commands:") + 1:] if ln.startswith("  ")]
+    assert names == [c.name for c in COMMANDS]
+
+
+def test_names_are_unique():
+    assert len({c.name for c in COMMANDS}) == len(COMMANDS)
+    assert len({c.module for c in COMMANDS}) == len(COMMANDS)
+
+
+def test_wheel_ships_each_patch_and_no_script():
+    cfg = tomllib.loads((REPO / "pyproject.toml").read_text())
+    forced = cfg["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    shipped = {src for src in forced if src.startswith("patches")}
+    on_disk = {f"patches/{d.name}" for d in (REPO / "patches").iterdir() if d.is_dir()}
+    assert on_disk <= shipped, f"add to pyproject's force-include: {sorted(on_disk - shipped)}"
+    assert not [s for s in shipped if s.endswith(".py") or s == "patches"], shipped
