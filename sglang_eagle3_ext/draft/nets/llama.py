@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..boundary import BadInput
-from ..training import mla_draft
+from .common import MLP, AuxInput, RMSNorm
 
 ROPE_TYPES = ("default", "linear", "llama3")
 
@@ -64,12 +64,6 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half].float(), x[..., half:].float()
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).to(x.dtype)
-
-
-RMSNorm = mla_draft.RMSNorm   # SGLang's RMSNorm.forward_native without a residual (fp32 statistics)
-
-
-MLP = mla_draft.MLP   # SGLang's LlamaMLP: down(silu(gate(x)) * up(x))
 
 
 class Attention(nn.Module):
@@ -124,7 +118,7 @@ def _unsupported(cfg: dict) -> str | None:
     return None
 
 
-class LlamaEagle3Draft(nn.Module):
+class LlamaEagle3Draft(AuxInput, nn.Module):
     """State-dict keys = the canonical checkpoint names of a LlamaForCausalLMEagle3 draft (draft/keys.canonical)."""
 
     def __init__(self, cfg: dict):
@@ -138,18 +132,9 @@ class LlamaEagle3Draft(nn.Module):
         ids = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
         self.n_aux = int(cfg.get("num_aux_hidden_states") or (len(ids) if ids else 3))
         self.embed_tokens = nn.Embedding(int(cfg["vocab_size"]), h)
-        self.fc = nn.Linear(target_h * self.n_aux, h, bias=False)
-        self.fc_norm = (nn.ModuleList(RMSNorm(target_h, eps) for _ in range(self.n_aux))
-                        if cfg.get("fc_norm") or cfg.get("use_aux_norm") else None)
+        self.build_aux_input(cfg, target_h, h, eps)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i == 0) for i in range(int(cfg["num_hidden_layers"])))
         self.norm = RMSNorm(h, eps)
         self.norm_output = bool(cfg.get("norm_output", False))
         rows = int(cfg.get("draft_vocab_size") or cfg["vocab_size"])
         self.lm_head = nn.Linear(h, rows, bias=False)
-
-    def project(self, target_states: torch.Tensor) -> torch.Tensor:
-        """[T, K*H_target] -> [T, H]: fc (after the per-chunk fc_norm when configured), as SGLang's LlamaModel."""
-        if self.fc_norm is not None:
-            chunks = target_states.chunk(self.n_aux, dim=-1)
-            target_states = torch.cat([n(c) for n, c in zip(self.fc_norm, chunks)], -1)
-        return self.fc(target_states)

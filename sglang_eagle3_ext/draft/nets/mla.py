@@ -18,25 +18,14 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
+
+from .common import MLP, AuxInput, RMSNorm
 
 # config keys copied from the target's (text) config into the draft config
 MLA_KEYS = ("num_attention_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
             "v_head_dim", "rms_norm_eps", "rope_theta", "max_position_embeddings")
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x):
-        dt = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (x * self.weight.float()).to(dt)
 
 
 def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -133,17 +122,6 @@ class MLAAttention(nn.Module):
         return self.o_proj(out[0].transpose(0, 1).reshape(q.shape[1], -1))
 
 
-class MLP(nn.Module):
-    def __init__(self, h: int, inter: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(h, inter, bias=False)
-        self.up_proj = nn.Linear(h, inter, bias=False)
-        self.down_proj = nn.Linear(inter, h, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: dict):
         super().__init__()
@@ -155,7 +133,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(h, eps)
 
 
-class Eagle3MLADraft(nn.Module):
+class Eagle3MLADraft(AuxInput, nn.Module):
     """State-dict keys = the checkpoint layout SGLang's Eagle3DeepseekV2ForCausalLM.load_weights reads."""
 
     def __init__(self, cfg: dict):
@@ -167,20 +145,11 @@ class Eagle3MLADraft(nn.Module):
         target_h = int(cfg.get("target_hidden_size") or h)
         self.n_aux = len((cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or [0, 0, 0])
         self.embed_tokens = nn.Embedding(int(cfg["vocab_size"]), h)
-        self.fc = nn.Linear(target_h * self.n_aux, h, bias=bool(cfg.get("bias", False)))
-        self.fc_norm = (nn.ModuleList(RMSNorm(target_h, eps) for _ in range(self.n_aux))
-                        if cfg.get("fc_norm") or cfg.get("use_aux_norm") else None)
+        self.build_aux_input(cfg, target_h, h, eps, bias=bool(cfg.get("bias", False)))
         self.layers = nn.ModuleList([DecoderLayer(cfg)])
         self.norm = RMSNorm(h, eps)
         self.norm_output = bool(cfg.get("norm_output", False))
         self.lm_head = nn.Linear(h, int(cfg.get("draft_vocab_size") or cfg["vocab_size"]), bias=False)
-
-    def project(self, target_states: torch.Tensor) -> torch.Tensor:
-        """[T, K*H_target] -> [T, H] (fc_norm per chunk first when configured), as SGLang's fc path."""
-        if self.fc_norm is not None:
-            chunks = target_states.chunk(self.n_aux, dim=-1)
-            target_states = torch.cat([n(c) for n, c in zip(self.fc_norm, chunks)], -1)
-        return self.fc(target_states)
 
     def _pre(self, input_ids, hidden):
         layer = self.layers[0]
@@ -213,7 +182,7 @@ class Eagle3MLADraft(nn.Module):
         target_states [T, K*H]. Returns one logits tensor [T, V] per step; row p of step k predicts the
         token two after the target's position p, from a state chain k steps long (rows p < k are unused).
         self_bias > 0 adds that much to each query's score for its own key (a training warm-up, see
-        mla_train.self_bias_at: the token to pass on enters only through the attention's value of its own row)."""
+        training's mla_step.self_bias_at: the token to pass on enters only through the attention's value of its own row)."""
         T = input_ids.shape[0]
         pos = torch.arange(T, device=input_ids.device)
         layer = self.layers[0]
