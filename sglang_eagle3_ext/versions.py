@@ -109,6 +109,9 @@ class Capabilities:
     # the scheduler's SchedulerWeightUpdaterManager.update_weights_from_disk reaches the draft worker (0.5.14+):
     # where `swap` loads a new EAGLE-3 draft into the draft runners between batches
     DRAFT_SWAP: bool = False
+    # `--speculative-adaptive` / `--speculative-adaptive-config JSON`: steps switched at runtime per batch-size band,
+    # the config's integer-string keys each holding `candidate_steps` (0.5.14+)
+    HAS_SPEC_ADAPTIVE: bool = False
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -151,6 +154,8 @@ def capabilities_from_source(root: Path, version: str) -> Capabilities:
             root, "srt/managers/scheduler_components/output_streamer.py"),
         CAPTURE_LAYER0="captured_last_layer_outputs" in ds,
         DRAFT_SWAP=_draft_swap(_read(root, "srt/managers/scheduler_components/weight_updater.py")),
+        HAS_SPEC_ADAPTIVE="speculative_adaptive_config" in _read(root, "srt/server_args.py")
+        and "candidate_steps" in _read(root, "srt/speculative/adaptive_spec_params.py"),
     )
 
 
@@ -166,7 +171,7 @@ _FLAG_SINCE = {"HAS_LAYERS_LIST": "0.5.14", "HAS_FC_NORM": "0.5.14", "HAS_INPUT_
                "HAS_NORM_OUTPUT": "0.5.14", "HAS_PLUGINS": "0.5.14",
                "AUX_PACKED": "0.5.18", "HAS_RUNTIME_CONTEXT": "0.5.22", "HAS_FORWARD_BATCH_RIDS": "0.5.10",
                "HAS_MLA_DRAFT": "0.5.14", "SPEC_V2_VERIFY_SCHEDULE_BATCH": "0.5.14", "HAS_OUTPUT_STREAMER": "0.5.14",
-               "CAPTURE_LAYER0": "0.5.14", "DRAFT_SWAP": "0.5.14"}
+               "CAPTURE_LAYER0": "0.5.14", "DRAFT_SWAP": "0.5.14", "HAS_SPEC_ADAPTIVE": "0.5.14"}
 _FLAG_UNTIL = {"HAS_MIDLAYER": "0.5.14", "CAPTURE_ALWAYS_PLUS_ONE": "0.5.14"}  # true before this release
 
 
