@@ -40,6 +40,8 @@ COMMANDS = (
             "load a new draft into a running EAGLE-3 server without a restart (checked first; refused: old draft kept)"),
     Command("refresh", "cli.refresh:main", "cli.refresh",
             "train the served draft further on the traffic it served; keep it only if predicted better (--swap)"),
+    Command("build", "cli.build:main", "cli.build",
+            "prompts in, a checked and predicted draft out: dump, export, train, convert, check, eval, report (resumable)"),
 )
 
 BY_NAME = {c.name: c for c in COMMANDS}

@@ -1,0 +1,73 @@
+"""The dumping server `build --preset` starts: the launch library's plan (preset, NCCL settings, the dump folder,
+our patches in every SGLang process), SGLang's own launcher in a child process of its own session, waited on
+until healthy, and stopped (its whole process group) when the dump is done or anything fails."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from ..boundary import Refused
+
+STOP_GRACE_S = 60.0
+
+
+@contextlib.contextmanager
+def dumping_server(preset: str, target: str, dump_dir: Path, port: int, wait_s: float, log_path: Path, say):
+    """Yield the URL of a server of `target` under `preset` dumping into `dump_dir`."""
+    from .. import envs
+    from ..launch import start
+    from ..launch.plan import Options, build_plan
+    from ..server.http_client import Server
+
+    plan = build_plan(Options(preset=preset, dump_dir=str(dump_dir)),
+                      ["--model-path", str(target), "--port", str(port), "--host", "127.0.0.1"])
+    env = {**envs.environ(), **plan.env_updates}
+    start.prepare(plan, env, preflight=False, preflight_timeout=120.0)
+    say(f"dump: starting the dumping server ({preset}, port {port}); its log: {log_path}")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(plan.command, env={**os.environ, **plan.env_updates}, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(Server(url), proc, wait_s, log_path)
+        yield url
+    finally:
+        stop(proc, say)
+
+
+def _wait(srv, proc, wait_s: float, log_path: Path) -> None:
+    from ..server.http_client import ServerError
+
+    t0 = time.monotonic()
+    while True:
+        if proc.poll() is not None:
+            raise Refused(f"--preset: the dumping server exited with {proc.returncode} before it was ready; see "
+                          f"{log_path}")
+        try:
+            srv.wait_healthy(min(10.0, max(1.0, wait_s - (time.monotonic() - t0))), flag="--server-wait-s")
+            return
+        except ServerError as e:
+            if time.monotonic() - t0 >= wait_s:
+                raise Refused(f"--server-wait-s {wait_s:g}: the dumping server was not healthy in time ({e}); see "
+                              f"{log_path}") from None
+
+
+def stop(proc, say) -> None:
+    """SIGTERM to the server's process group (SGLang's schedulers and detokenizer with it), SIGKILL after the
+    grace period."""
+    if proc.poll() is not None:
+        return
+    say(f"dump: stopping the dumping server (pid {proc.pid})")
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -1,0 +1,202 @@
+"""One function per stage: `fn(run) -> result` (a dict recorded in the stage's marker). Each calls the library
+of the single command it stands for, with the same defaults, and writes the folder that command writes."""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ..boundary import Refused
+
+EXPORT_FORMAT = "speculators"
+
+
+class NegativeVerdict(Refused):
+    """The stage ran and its verdict is negative (exit 1): a draft that did not learn, one check refuses, an
+    incomplete dump."""
+
+    def __init__(self, msg: str):
+        super().__init__(msg, code=1)
+
+
+def dump(run) -> dict:
+    """The prompts sent to a dumping server (--url, or one started from --preset), resumed from the manifest."""
+    o = run.o
+    if o.url:
+        return _dump_into(run, o.url)
+    from .server import dumping_server
+
+    with dumping_server(o.preset, o.target, run.out / "dump", o.port, o.server_wait_s,
+                        run.out / "dump_server.log", run.say) as url:
+        return _dump_into(run, url)
+
+
+def _dump_into(run, url: str) -> dict:
+    from ..dump import driver
+
+    o = run.o
+    opts = driver.RunOptions(data=o.data, dump_dir=str(run.out / "dump"), url=url, concurrency=o.concurrency,
+                             target=o.target, trust_remote_code=o.trust_remote_code, generate=o.generate,
+                             max_new_tokens=o.max_new_tokens, temperature=o.temperature, limit=o.limit,
+                             timeout=o.timeout, wait_s=o.wait_s, progress=not o.quiet)
+    res = driver.run(opts, run.load_tokenizer)
+    driver.warn_unfinished(opts, res)
+    if res.fatal is not None:
+        raise res.fatal
+    if not res.ok:
+        raise NegativeVerdict(f"the dump in {run.out / 'dump'} is incomplete ({res.summary.get('not_written')} "
+                              f"sample(s) not written, {res.summary.get('failed_requests')} failed request(s)); "
+                              f"run build again to resume it")
+    return {k: v for k, v in res.summary.items() if isinstance(v, (int, float, str))}
+
+
+def dump_size(dump_dir: Path) -> dict:
+    from ..dump import driver
+
+    st = driver.status(dump_dir)
+    return {"dump_dir": str(dump_dir), "samples": st["complete_samples"], "tokens": st["tokens"],
+            "bytes": st["bytes"]}
+
+
+def export(run) -> dict:
+    from ..dump import driver
+
+    n = driver.export(run.o.dump_path, EXPORT_FORMAT, run.out / "export", data=run.o.data if not run.o.dump_dir
+                      else None, workers=run.o.export_workers, progress=not run.o.quiet)
+    if n == 0:
+        raise Refused(f"the dump {run.o.dump_path} holds no complete sample to train on; dump first")
+    return {"exported": n, "to": EXPORT_FORMAT, "out": str(run.out / "export"), **dump_size(run.o.dump_path)}
+
+
+def train_fields(run, *, resume: bool) -> dict:
+    """TrainOptions fields of this build's training: its settings, build's folders."""
+    return {**run.o.train, "data": str(run.out / "export"), "target": str(run.o.target), "out": str(run.out / "train"),
+            "resume": resume, "force": not resume}
+
+
+def train(run) -> dict:
+    """train_draft into train/; resumed from its checkpoint unless this stage is redone (--from)."""
+    from ..files.outdir import read_marker
+
+    out = run.out / "train"
+    resume = "train" not in run.redo and out.is_dir() and (read_marker(out) or {}).get("tool") == "train"
+    if resume:
+        run.say("train: continuing from the checkpoint in train/ (the epochs done are kept)")
+    fields = train_fields(run, resume=resume)
+    if run.o.gpus > 1:
+        return _torchrun(run, fields)
+    from ..training import TrainOptions, train_draft
+    from ..training.report import TrainDraftError
+
+    try:
+        summary = train_draft(TrainOptions(**fields))
+    except TrainDraftError as e:
+        if "did not learn" in str(e):   # report.require_learned: the run finished, its verdict is negative
+            raise NegativeVerdict(str(e)) from None
+        raise Refused(f"train: {e}") from None
+    return summary_record(summary)
+
+
+def summary_record(summary: dict) -> dict:
+    keep = ("steps", "epochs", "first_loss", "final_loss", "train_acc", "val", "tokens_per_s", "saved")
+    return {**{k: summary.get(k) for k in keep if k in summary}, "curve": epoch_curve(summary.get("history") or [])}
+
+
+def epoch_curve(history: list) -> list[dict]:
+    """Per epoch: the mean loss and first-token accuracy of its steps (the training curve of the report)."""
+    by: dict[int, list] = {}
+    for r in history:
+        if isinstance(r, dict) and isinstance(r.get("epoch"), (int, float)):
+            by.setdefault(int(r["epoch"]), []).append(r)
+    out = []
+    for e in sorted(by):
+        rows = by[e]
+        loss = [r["loss"] for r in rows if isinstance(r.get("loss"), (int, float))]
+        acc = [r["full_acc_0"] for r in rows if isinstance(r.get("full_acc_0"), (int, float))]
+        out.append({"epoch": e + 1, "steps": len(rows), "loss": sum(loss) / len(loss) if loss else None,
+                    "acc": sum(acc) / len(acc) if acc else None})
+    return out
+
+
+def train_argv(fields: dict) -> list[str]:
+    """The `train` flags of these TrainOptions fields (for the ranks under torchrun): the ones not at their
+    default."""
+    from ..training import TrainOptions
+
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainOptions)}
+    argv = []
+    for k, v in fields.items():
+        if v is None or v == defaults.get(k, object()) and k not in ("data", "target", "out"):
+            continue
+        flag = "--" + k.replace("_", "-")
+        if isinstance(v, bool):
+            argv += [flag] if v else []
+        else:
+            argv += [flag, ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)]
+    return argv
+
+
+def _torchrun(run, fields: dict) -> dict:
+    """One process per GPU, every rank the same `train` (rank 0 writes train/ and the summary)."""
+    import json
+
+    summary = run.out / ".build" / "train_summary.json"
+    summary.parent.mkdir(parents=True, exist_ok=True)
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    cmd = [torchrun, "--standalone", "--nproc-per-node", str(run.o.gpus), "-m", "sglang_eagle3_ext", "train",
+           *train_argv(fields), "--json", str(summary)]
+    run.say(f"train: {run.o.gpus} ranks under torchrun: {' '.join(cmd)}")
+    rc = subprocess.call(cmd)
+    if rc == 130:
+        raise KeyboardInterrupt
+    if rc != 0:
+        raise (NegativeVerdict if rc == 1 else Refused)(f"train under torchrun exited {rc} (its error is above)")
+    return summary_record(json.loads(summary.read_text()))
+
+
+def convert(run) -> dict:
+    from ..draft.convert import convert as convert_draft
+
+    report: dict = {}
+    convert_draft(run.out / "train", run.out / "draft", force=True, progress=not run.o.quiet,
+                  log=run.say, report=report)
+    return {"draft": str(run.out / "draft"), **{k: v for k, v in report.items() if isinstance(v, (str, int, list))}}
+
+
+def check(run) -> dict:
+    from ..draft.check import check_draft, report_dict
+    from .state import write_json_atomic
+
+    rep = check_draft(run.out / "draft", run.o.target, progress=not run.o.quiet)
+    write_json_atomic(run.out / "check.json", report_dict(rep))
+    run.say(rep.render())
+    if not rep.checked or rep.errors:
+        raise NegativeVerdict(f"check: the draft in {run.out / 'draft'} would not serve as trained "
+                              f"({len(rep.errors)} problem(s), listed above and in {run.out / 'check.json'})")
+    return {"ok": True, "draft_class": rep.draft_class, "release": rep.release}
+
+
+def evaluate(run) -> dict:
+    from ..acceptance.evaluate import Options, evaluate as predict
+    from .state import write_json_atomic
+
+    ratio = run.o.train.get("train_ratio") or 0.95
+    rep = predict(Options(draft=str(run.out / "draft"), data=str(run.out / "export"), target=str(run.o.target),
+                          steps=run.o.spec_steps, heldout_fraction=1.0 - ratio if ratio < 1 else 1.0,
+                          samples=run.o.eval_samples, device=run.o.train.get("device"), dtype=run.o.eval_dtype,
+                          say=None if run.o.quiet else (lambda m: run.say(f"eval: {m}"))))
+    write_json_atomic(run.out / "eval.json", rep)
+    return {"predicted_accept_length": rep.get("predicted_accept_length"),
+            "positions": [p.get("p") for p in rep["rounds"]["positions"]], "steps": run.o.spec_steps}
+
+
+def report(run) -> dict:
+    from .report import write_report
+
+    return write_report(run)
+
+
+FUNCTIONS = {"dump": dump, "export": export, "train": train, "convert": convert, "check": check,
+             "eval": evaluate, "report": report}
