@@ -4,8 +4,7 @@
     data.py        the samples: a dump dir or a training export, read with the dump's / training's readers;
                    the held-out split `train` keeps out
     drafts.py      the draft as a server runs it (check's verdict, the package's safetensors reader, the
-                   worker's embed / lm_head / d2t swaps) as an SGLang-equal module
-    llama_draft.py SGLang's LlamaForCausalLMEagle3 math in plain PyTorch (the MLA twin is training/mla_draft.py)
+                   worker's embed / lm_head / d2t swaps) as the layout's SGLang-equal module (draft/nets)
     simulate.py    one verify round of the EAGLE-3 worker (topk 1) for every anchor at once
     stats.py       per-position acceptance and accept length over every anchor and over a greedy server's rounds
     served.py      --url: the same prompts on a running server, read as `bench` reads replies

@@ -2,10 +2,8 @@
 + the Arrow dataset's loss masks: training/data.py, training/samples.py) or a dump dir (its manifest and sample
 files, checked as `dump export` checks them: dump/export.py).
 
-The held-out split is the one `train` holds out of the same files (the draft's class decides which trainer):
-- Llama (speculators' trainer): rows [int(n * train_ratio), n) with train_ratio = 1 - fraction
-  (`train --train-ratio`, default 0.95);
-- MLA (training/mla_train.py): the files past int(n * train_ratio), at least one.
+The held-out split is the one `train` holds out of the same files at --train-ratio 1 - fraction: the draft
+layout's rule (draft/arch/<layout>.heldout, written once for the route that trains it and for eval).
 A dump dir is taken in sorted id order, the order of `dump export` without --data.
 """
 from __future__ import annotations
@@ -144,18 +142,12 @@ def dump_shape_problem(n_aux, width, dump_vocab, k: int, hidden: int | None, voc
     return None
 
 
-def heldout(n: int, fraction: float, mla: bool) -> tuple[list[int], str]:
-    """(indices, the rule in words) of the samples `train` would not train on."""
+def heldout(n: int, fraction: float, layout) -> tuple[list[int], str]:
+    """(indices, the rule in words) of the samples `train` would not train on: the draft layout's own split
+    (draft/arch: heldout) at --train-ratio 1 - fraction; all samples when it holds none out."""
     if fraction >= 1:
         return list(range(n)), f"all {n} samples (--heldout-fraction 1)"
-    if mla:   # training/mla_train._split: the files past int(n * train_ratio), at least one
-        k = max(1, n - int(n * round(1.0 - fraction, 12))) if n > 1 else 0
-        if not k:
-            return list(range(n)), (f"all {n} sample(s): `train --draft-arch mla` holds none out of a single sample "
-                                    f"(it was trained on)")
-        return list(range(n - k, n)), (f"the last {k} of {n} samples: the validation files `train --draft-arch mla` "
-                                       f"holds out at fraction {fraction:g}")
-    ratio = round(1.0 - fraction, 12)
-    start = int(n * ratio)
-    return list(range(start, n)), (f"rows {start}..{n - 1} of {n}: speculators' validation split under "
-                                   f"`train --train-ratio {ratio:g}`")
+    start, rule = layout.heldout(n, round(1.0 - fraction, 12))
+    if start >= n:
+        return list(range(n)), f"all {n} sample(s) (trained on): {rule}"
+    return list(range(start, n)), rule

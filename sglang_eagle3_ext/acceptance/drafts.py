@@ -4,8 +4,8 @@
   would refuse or mis-load is refused here, naming `sglang-eagle3 check`. A speculators-format draft is refused
   naming `sglang-eagle3 convert`.
 - Weights through the package's safetensors reader (draft/safetensors_io.py) under their canonical names
-  (draft/keys.py); the module is the layout's SGLang-equal twin: MLA -> training/mla_draft.Eagle3MLADraft (held
-  to SGLang's class by tests/sglang_cpu/test_mla_draft_equiv.py), Llama -> acceptance/llama_draft.py.
+  (draft/keys.py); the module is the one the layout names (NET: its SGLang-equal twin in draft/nets, held to
+  SGLang's class by tests/sglang_cpu/test_mla_draft_equiv.py and test_acceptance_equiv.py).
 - What the EAGLE worker changes after loading, done here too: the embeddings become the target's when
   target_hidden_size == hidden_size (set_embed), the lm_head the target's when draft_vocab_size is null and
   untied (set_embed_and_head), a tied head reads the embeddings; d2t becomes hot_token_id = d2t + arange.
@@ -24,13 +24,18 @@ SPECULATORS_HINT = "sglang-eagle3 convert DRAFT OUT, then eval --draft OUT"
 
 @dataclasses.dataclass
 class LoadedDraft:
-    model: object              # torch module (LlamaEagle3Draft or Eagle3MLADraft)
+    model: object              # torch module: the layout's NET
     hot: object                # torch [draft_vocab] target ids of the draft vocab, or None (same vocab)
     spec: object               # draft.rules.DraftSpec
     cfg: dict
     hf_indices: list | None    # HF hidden_states indices a server feeds it
     hf_from: str
     notes: list
+
+    @property
+    def max_len(self) -> int | None:
+        """The longest sequence the module runs (its RoPE table's length), or None: any."""
+        return getattr(self.model, "max_positions", None)
 
 
 def read_config(draft: Path) -> dict:
@@ -106,15 +111,10 @@ def _target_tensors(target: Path | None, need: tuple, why: str) -> dict:
 
 
 def _module(spec, cfg: dict):
-    if spec.layout == "mla":
-        from ..training.mla_draft import Eagle3MLADraft
+    """The layout's SGLang-equal module (its NET, draft/nets)."""
+    from ..draft import arch as layouts
 
-        return Eagle3MLADraft(cfg)
-    if spec.layout == "llama":
-        from .llama_draft import LlamaEagle3Draft
-
-        return LlamaEagle3Draft(cfg)
-    raise Refused(f"draft layout {spec.layout!r} ({spec.arch}): eval does not simulate it yet")
+    return layouts.resolve(spec.layout_module.NET)(cfg)
 
 
 def _unused(canon: str) -> bool:

@@ -128,7 +128,7 @@ def _run(o: Options, loaded, source, idx: list[int], device: str, notes: list) -
     from .stats import Tally, Walk
 
     dtype = torch.bfloat16 if o.dtype == "bf16" else torch.float32
-    max_len = int(loaded.cfg["max_position_embeddings"]) if loaded.spec.layout == "mla" else None
+    max_len = loaded.max_len
     every, walk = Tally(o.steps), Walk(o.steps)
     t0, done, samples = time.perf_counter(), 0, []
     for batch in _batches(source, idx, loaded, o.batch_tokens, max_len, notes):
@@ -158,7 +158,7 @@ def _local_inputs(o: Options):
         raise Refused(f"--data {o.data}: no samples to evaluate (the {source.kind} holds none)")
     target, target_from = _target(o, source)
     _, spec = drafts.served_spec(o.draft, target)
-    split, rule = heldout(source.n, o.heldout_fraction, spec.layout == "mla")
+    split, rule = heldout(source.n, o.heldout_fraction, spec.layout_module)
     idx = split[: o.samples] if o.samples else split
     if not idx:
         raise Refused(f"--data {o.data}: --samples/--heldout-fraction select no sample of {source.n}")
@@ -190,14 +190,14 @@ def evaluate(o: Options) -> dict:
     if o.url:
         from .served import connect
 
-        server = connect(o.url, o.steps, o.steps + 1, o.timeout, spec.layout)
+        server = connect(o.url, o.steps, o.steps + 1, o.timeout, spec.layout_module.READS_DRAFT_WINDOW)
     import torch
 
     loaded = drafts.load(o.draft, target, device, torch.bfloat16 if o.dtype == "bf16" else torch.float32)
     notes = list(loaded.notes) + [_layers_agree(loaded, source)]
     if server is not None and server[1].get("speculative_draft_window_size") is not None:
         notes.append(f"the server's --speculative-draft-window-size {server[1]['speculative_draft_window_size']} "
-                     f"is ignored by SGLang's MLA draft class: simulated with full attention")
+                     f"is ignored by SGLang's {spec.arch}: simulated with full attention")
     r = _run(o, loaded, source, idx, device, notes)
     every, walk = r["every"], r["walk"]
     if not every.units:

@@ -30,7 +30,7 @@ def requests_for(samples) -> tuple[list[dict], list[int], list[list[int]]]:
     return prompts, lengths, recorded
 
 
-def _settings(srv, steps: int, draft_tokens: int, layout: str | None = None) -> dict:
+def _settings(srv, steps: int, draft_tokens: int, reads_window: bool = True) -> dict:
     """The server's speculative settings; Refused when they are not the ones evaluated."""
     from ..server.replies import server_args
 
@@ -40,7 +40,7 @@ def _settings(srv, steps: int, draft_tokens: int, layout: str | None = None) -> 
     if info is not None and algo.upper() != "EAGLE3":
         raise Refused(f"--url {srv.url}: the server runs speculative algorithm {algo[:40] or 'none'}, not EAGLE3")
     window = args.get("speculative_draft_window_size")
-    if window is not None and layout != "mla":     # SGLang's MLA draft class never reads it
+    if window is not None and reads_window:     # a draft class that never reads it runs full attention
         raise Refused(f"--url {srv.url}: the server runs --speculative-draft-window-size {str(window)[:40]} "
                       f"(sliding-window draft attention), which eval does not simulate; compare against a server "
                       f"without it, or measure this one with `sglang-eagle3 bench`")
@@ -67,13 +67,13 @@ class _NoBar:
         pass
 
 
-def connect(url: str, steps: int, draft_tokens: int, timeout: float = 300.0, layout: str | None = None):
-    """(server, its speculative settings), checked before any simulation time is spent; `layout`: the draft's
-    (an MLA draft runs full attention whatever --speculative-draft-window-size says)."""
+def connect(url: str, steps: int, draft_tokens: int, timeout: float = 300.0, reads_window: bool = True):
+    """(server, its speculative settings), checked before any simulation time is spent; `reads_window`: whether
+    the draft's class runs --speculative-draft-window-size (its layout's READS_DRAFT_WINDOW)."""
     from ..server.http_client import Server
 
     srv = Server(url, timeout=timeout)
-    return srv, _settings(srv, steps, draft_tokens, layout)
+    return srv, _settings(srv, steps, draft_tokens, reads_window)
 
 
 def implausible(st, steps: int, server_avg: float | None) -> list[str]:

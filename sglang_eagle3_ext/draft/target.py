@@ -52,6 +52,17 @@ def target_problems(spec, target_cfg: dict, where: str, draft_cfg: dict | None =
     return P
 
 
+# a multimodal wrapper's own towers: never the language model's embeddings, head or norm
+_NOT_LANGUAGE = ("vision_tower", "mm_projector")
+
+
+def names_tensor(name: str, key: str) -> bool:
+    """Whether the target's tensor `name` is its language model's `key` (e.g. "lm_head.weight"): the key itself, or
+    the key under a wrapper's prefix ("language_model.lm_head.weight"), never a longer name that merely ends like it
+    ("mtp_lm_head.weight") nor a vision tower's."""
+    return (name == key or name.endswith("." + key)) and not any(t in name for t in _NOT_LANGUAGE)
+
+
 def head_tensor(target_dir, target_cfg: dict | None, shape: tuple):
     """The target's lm_head (its embeddings when tied) from its safetensors headers, or None. Headers only:
     milliseconds even for a sharded 600 GB target."""
@@ -62,8 +73,7 @@ def head_tensor(target_dir, target_cfg: dict | None, shape: tuple):
     wanted = ["lm_head.weight"] + (["embed_tokens.weight"] if lc.get("tie_word_embeddings") is True else [])
     for suffix in wanted:
         for name, info in sorted(tensors.items()):
-            if (name == suffix or name.endswith("." + suffix)) and info.shape == tuple(shape) \
-                    and info.dtype in FLOAT_DTYPES:
+            if names_tensor(name, suffix) and info.shape == tuple(shape) and info.dtype in FLOAT_DTYPES:
                 return info
     return None
 

@@ -1,6 +1,6 @@
 """Draft training from hidden-state files: `train_draft(TrainOptions(data=..., target=..., out=...))`.
 
-- `train` — the entry and the registry of routes, one per draft layout (`ROUTES`);
+- `train` — the entry, and the route of each draft layout (`ROUTES`: what draft/arch names);
 - `options` — `TrainOptions` (what one run is asked to do) and how it writes its output folder;
 - `distributed`, `sharding`, `checkpoint` — one process or one per rank under torchrun; which samples each rank
   trains on per step; --out written after every epoch and `--resume`;
@@ -8,7 +8,8 @@
 - `selection` — which epoch's draft --out keeps (`--select-by`: the last, or the best by a per-epoch score);
 - `speculators_train` (+ `speculators_run`, `speculators_trainer`, `speculators_patches`, `progress`) — the
   Llama layout, trained by speculators' own trainer (FSDP over ranks);
-- `mla_train` (+ `mla_loop`, `mla_step`, `mla_draft`) — SGLang's MLA layout (Kimi-K2.x), trained by our own loop (DDP);
+- `mla_train` (+ `mla_loop`, `mla_step`; the module is draft/nets/mla.py) — SGLang's MLA layout (Kimi-K2.x), trained by
+  our own loop (DDP);
 - `data`, `samples`, `loader`, `target_view` — the hidden-state files, each checked before training and
   streamed by a worker pool, and the target;
 - `plan` (+ `plan_models`, `memory_trace`) — `--dry-run`: sizes and memory per rank without training;

@@ -166,28 +166,17 @@ def read_draft(path, target_cfg: dict) -> InitDraft:
 # --- the run's settings from DIR ----------------------------------------------------------------------------
 
 def _settings(init: InitDraft) -> dict:
-    """Option name -> DIR's value: DIR's layout and shape settings (an option left unset, None, takes it)."""
+    """Option name -> DIR's value: DIR's layout and shape settings (an option left unset, None, takes it), the
+    layout's own among them."""
     spec = init.spec
     s = {"draft_arch": init.layout, "layer_ids": init.hf_indices, "intermediate_size": spec.inter,
          "num_layers": spec.n_layers, "draft_vocab_size": spec.lm_head_rows}
-    if init.layout == "llama":
-        s["head_dim"] = spec.head_dim
-        if isinstance(init.cfg.get("max_position_embeddings"), int):
-            s["max_position_embeddings"] = init.cfg["max_position_embeddings"]
-    return s
+    return {**s, **spec.layout_module.init_settings(spec, init.cfg)}
 
 
 def _recipe_problems(init: InitDraft) -> list[str]:
-    """What DIR was trained with that this route does not build (it would continue another network)."""
-    spec, cfg = init.spec, init.cfg
-    if init.layout == "llama":
-        on = [n for n, v in (("fc_norm", spec.fc_norm), ("norm_before_fc", spec.norm_before_fc),
-                             ("norm_output", bool(cfg.get("norm_output")))) if v]
-        return [f"it was trained with {', '.join(on)}, which train's Llama drafts do not have"] if on else []
-    if spec.lm_head_rows != spec.vocab:
-        return [f"an MLA draft with draft_vocab_size {spec.lm_head_rows}: train's MLA route trains the full target "
-                f"vocabulary ({spec.vocab})"]
-    return []
+    """What DIR was trained with that its layout's route does not build (it would continue another network)."""
+    return init.spec.layout_module.init_problems(init.spec, init.cfg)
 
 
 def resumed_line(init, out) -> str:

@@ -3,7 +3,7 @@ same hidden-state files the Llama path reads (`hs_{i}.safetensors`: token_ids [L
 = K aux states + the final pre-norm state).
 
 The loss is speculators' kind: KL from the target's distribution (its lm_head over its final norm of the
-final state) to the draft's, summed over `--ttt-steps` unrolled steps (see mla_draft.forward_steps), the
+final state) to the draft's, summed over `--ttt-steps` unrolled steps (see draft/nets/mla.forward_steps), the
 embedding frozen (SGLang replaces it with the target's at load time), lm_head starting from the target's.
 For the first SELF_BIAS_FRACTION of the steps each query's score for its own key gets a fading bonus (see
 self_bias_at; without it the draft can stay at accuracy 0).
@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .mla_draft import MLA_KEYS, Eagle3MLADraft, rope_scaling_of
+from ..draft.arch import mla
+from ..draft.nets.mla import MLA_KEYS, Eagle3MLADraft, rope_scaling_of
 from .options import DEFAULT_EPOCHS, TrainOptions
 from .mla_step import (SELF_BIAS, SELF_BIAS_FRACTION, accuracy, save_state_dict,  # noqa: F401 - also imported
                        self_bias_at, step_loss)                                   # from here by callers
 from .target_view import EMBED, HEAD, NORM, read_tensors, text_config
 
-ARCH = "Eagle3DeepseekV2ForCausalLM"
+ARCH = mla.ARCH
 
 
 def mla_draft_config(target_cfg: dict, layer_ids: list[int], intermediate_size: int | None = None,
@@ -108,12 +109,12 @@ def _check_and_measure(a: TrainOptions, got: dict, world) -> list[int]:
 
 
 def _split(a: TrainOptions, lengths: list[int]) -> tuple[list[int], list[int]]:
-    """(train, val) file indices: the last (1 - --train-ratio) of the files validate; a training sample needs
+    """(train, val) file indices: the layout's held-out files validate (draft/arch/mla.heldout); a training sample needs
     --ttt-steps + 2 tokens (fewer: skipped, said once)."""
     from .report import say
 
     n = len(lengths)
-    n_val = max(1, n - int(n * a.train_ratio)) if n > 1 and a.train_ratio < 1 else 0
+    n_val = n - mla.heldout(n, a.train_ratio)[0]
     train = [i for i in range(n - n_val) if lengths[i] >= a.ttt_steps + 2]
     if len(train) < n - n_val:
         say(f"{n - n_val - len(train)} training samples have fewer than {a.ttt_steps + 2} tokens "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..draft import arch as layouts
 from .options import TrainOptions
 from .report import TrainDraftError
 
@@ -86,13 +87,11 @@ def plan_draft(a: TrainOptions) -> dict:
     G, A = sharding.accumulation(a.global_batch, world)
     K = _aux_layers(a)
     lengths = _lengths(a)
-    from . import plan_models
-
-    llama = a.draft_arch == "llama"
-    T = a.total_seq_len if llama or not lengths else max(lengths)
+    layout = layouts.get(a.draft_arch)
+    packed = layout.TRAIN_PADS_TO_TOTAL_SEQ_LEN
+    T = a.total_seq_len if packed or not lengths else max(lengths)
     try:
-        sizes = (plan_models.llama_step(a, tcfg, K, T, device, world) if llama
-                 else plan_models.mla_step(a, tcfg, K, T, device))
+        sizes = layouts.resolve(layout.PLAN)(a, tcfg, K, T, device, world)
     except TrainDraftError:
         raise
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError, OverflowError,
@@ -100,11 +99,12 @@ def plan_draft(a: TrainOptions) -> dict:
         # the config's sizes do not make a draft (torch refuses the shapes, a head size does not divide...)
         raise TrainDraftError(f"--target {a.target}: its config.json does not describe a {a.draft_arch} draft "
                               f"({type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]})") from None
-    per_step = G * T if llama else round(G * (sum(lengths) / len(lengths) if lengths else T))
-    return _finish(a, tcfg, sizes, device=device, world=world, G=G, A=A, T=T, per_step=per_step, n=len(lengths))
+    per_step = G * T if packed else round(G * (sum(lengths) / len(lengths) if lengths else T))
+    return _finish(a, tcfg, sizes, device=device, world=world, G=G, A=A, T=T, per_step=per_step, n=len(lengths),
+                   shards=layout.TRAIN_SHARDS_WEIGHTS)
 
 
-def _finish(a, tcfg, sizes, *, device, world, G, A, T, per_step, n) -> dict:
+def _finish(a, tcfg, sizes, *, device, world, G, A, T, per_step, n, shards) -> dict:
     nbytes = dict(sizes["bytes"], total=sum(sizes["bytes"].values()))
     mem = {k: v / GIB for k, v in nbytes.items()}
     budget = _device_gib(a, device)
@@ -112,7 +112,7 @@ def _finish(a, tcfg, sizes, *, device, world, G, A, T, per_step, n) -> dict:
     if budget is not None and mem["total"] > budget:
         warnings.append(f"does not fit: {mem['total']:.2f} GiB per rank > {budget:.2f} GiB of device memory; "
                         f"shorten --total-seq-len (llama) or the samples (mla), use more ranks"
-                        f"{' (FSDP shards the weights)' if a.draft_arch == 'llama' else ''}, or a --draft-vocab-size")
+                        f"{' (FSDP shards the weights)' if shards else ''}, or a --draft-vocab-size")
     return {"arch": a.draft_arch, "target": str(a.target), "vocab_size": int(tcfg["vocab_size"]),
             "hidden_size": int(tcfg["hidden_size"]), "device": device, "world_size": world, "global_batch": G,
             "accumulation": A, "tokens_per_micro_batch": T, "tokens_per_step": per_step, "samples": n or None,

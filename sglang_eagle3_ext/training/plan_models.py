@@ -30,12 +30,12 @@ def _buffer_bytes(model) -> int:
     return sum(b.numel() * b.element_size() for b in model.buffers())
 
 
-def mla_step(a, tcfg: dict, K: int, T: int, device: str) -> dict:
+def mla_step(a, tcfg: dict, K: int, T: int, device: str, world: int = 1) -> dict:
     """The MLA route (one process per rank, the draft replicated: DDP)."""
     import torch
 
     from .memory_trace import trace_step
-    from .mla_draft import Eagle3MLADraft
+    from ..draft.nets.mla import Eagle3MLADraft
     from .mla_step import SELF_BIAS, step_loss
     from .mla_train import mla_draft_config
 
@@ -63,7 +63,7 @@ def mla_step(a, tcfg: dict, K: int, T: int, device: str) -> dict:
     traced = trace_step(model, make, step)
     tr = params["trainable"]
     weights = params["total"] * F32 + buffers + (V * H + H) * BF16 + (tr * BF16 if cuda else 0)
-    return {"params": params, "notes": _notes(a, "mla", T, cuda),
+    return {"params": params, "notes": _notes(a, T, cuda),
             "bytes": {"weights": weights, "gradients": tr * F32, "optimizer": tr * F32 * 2,
                       "activations": traced["activations"]}}
 
@@ -133,7 +133,7 @@ def llama_step(a, tcfg: dict, K: int, T: int, device: str, world: int) -> dict:
         weights = total * F32 // world + gathered + buffers
     else:
         weights = total * F32 + buffers + (_linear_weights(model) * BF16 if cuda else 0)
-    return {"params": params, "notes": _notes(a, "llama", T, cuda),
+    return {"params": params, "notes": _notes(a, T, cuda, compiled=True),
             "bytes": {"weights": weights, "gradients": tr * F32 // world, "optimizer": tr * F32 * 2 // world,
                       "activations": traced["activations"]}}
 
@@ -148,9 +148,10 @@ def _eager():
         yield
 
 
-def _notes(a, arch: str, T: int, cuda: bool) -> list[str]:
+def _notes(a, T: int, cuda: bool, compiled: bool = False) -> list[str]:
+    """compiled: the route compiles the forward on CUDA, which the eager trace does not."""
     out = [f"activations: one micro-batch of {T} tokens, {a.ttt_steps} TTT steps, traced on the meta device"]
-    if arch == "llama" and cuda:
+    if compiled and cuda:
         out.append("traced eagerly: speculators compiles the forward on CUDA (and its fused loss), which keeps "
                    "less: an upper bound")
     if a.optimizer != "adamw":

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..server.runtime import language_config
 
-# tensors found by name suffix (a wrapper prefixes them; vision tensors never end like these)
+# the language model's tensors, found as draft/target.names_tensor finds them (a wrapper prefixes them)
 EMBED, HEAD, NORM = "model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"
 
 
@@ -38,13 +38,14 @@ def read_tensors(target: Path, suffixes=(EMBED, HEAD, NORM)) -> dict:
     """{suffix: tensor} for the language model's embed / lm_head / final norm."""
     from safetensors import safe_open
 
+    from ..draft.target import names_tensor
+
     found: dict = {}
     for f in sorted(Path(target).glob("*.safetensors")):
         with safe_open(str(f), framework="pt") as st:
             for k in st.keys():
                 for s in suffixes:
-                    if (k == s or k.endswith("." + s) or k.endswith(s)) and s not in found \
-                            and "vision_tower" not in k and "mm_projector" not in k:
+                    if s not in found and names_tensor(k, s):
                         found[s] = st.get_tensor(k)
     missing = [s for s in suffixes if s not in found]
     if missing:

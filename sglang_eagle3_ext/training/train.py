@@ -1,27 +1,42 @@
 """Train an EAGLE-3 draft from hidden-state files: `train_draft(TrainOptions(...))`, the one entry of the
 library (the `train` command line calls it).
 
-Each draft layout is trained by its own route (ROUTES): the Llama layout by speculators' own trainer
-(training/speculators_train.py), SGLang's MLA layout by ours (training/mla_train.py). A new layout is one
-more route module and one line here."""
+Each draft layout names the route that trains it (draft/arch: TRAINING): the Llama layout is trained by
+speculators' own trainer (training/speculators_train.py), SGLang's MLA layout by ours (training/mla_train.py)."""
 from __future__ import annotations
 
-import importlib
+from collections.abc import Mapping
 from typing import Callable
 
+from ..draft import arch as layouts
 from .options import TrainOptions
 from .report import TrainDraftError
 
-# draft layout (--draft-arch) -> "module:function" of its route, imported when chosen (the MLA route imports
-# torch at import time); a route is called with (options, output rule) and returns the run's summary
-ROUTES = {"llama": "speculators_train:train_llama", "mla": "mla_train:train_from_options"}
+
+class _Routes(Mapping):
+    """draft layout (--draft-arch) -> "module:function" of its route, read live from the layout registry (a route
+    is imported when chosen: the MLA route imports torch at import time); a route is called with (options, output
+    rule) and returns the run's summary."""
+
+    def __getitem__(self, name: str) -> str:
+        if name not in layouts.LAYOUTS:
+            raise KeyError(name)
+        return layouts.get(name).TRAINING
+
+    def __iter__(self):
+        return iter(layouts.names())
+
+    def __len__(self) -> int:
+        return len(layouts.LAYOUTS)
+
+
+ROUTES = _Routes()
 
 
 def route(draft_arch: str) -> Callable[[TrainOptions, dict], dict]:
     if draft_arch not in ROUTES:
         raise TrainDraftError(f"--draft-arch {draft_arch!r}: expected one of {', '.join(ROUTES)}")
-    mod, fn = ROUTES[draft_arch].split(":")
-    return getattr(importlib.import_module(f"{__package__}.{mod}"), fn)
+    return layouts.resolve(ROUTES[draft_arch])
 
 
 def resolve_device(device: str | None) -> str:

@@ -1,4 +1,4 @@
-"""Our trainable MLA draft (training/mla_draft.py) against SGLang's own Eagle3DeepseekV2ForCausalLM on CPU:
+"""Our trainable MLA draft (draft/nets/mla.py) against SGLang's own Eagle3DeepseekV2ForCausalLM on CPU:
 the checkpoint we write goes through SGLang's load_weights -- wrapped by our strict loader (the `draft`
 patches applied, as when serving) -- and both run the same tokens and target states (only SGLang's
 attention kernel is replaced by an exact torch one, see mla_cpu.py)."""
@@ -9,7 +9,7 @@ import contextlib
 import pytest
 import torch
 
-from sglang_eagle3_ext.training.mla_draft import Eagle3MLADraft
+from sglang_eagle3_ext.draft.nets.mla import Eagle3MLADraft
 from sglang_eagle3_ext.training.mla_train import load_checkpoint, mla_draft_config, save_checkpoint
 
 from helpers import cosine

@@ -122,11 +122,11 @@ def test_batched_rounds_equal_an_explicit_unroll(world, tmp_path, layers, monkey
 
 
 def test_mla_draft_through_the_command(world, tmp_path, capsys):
-    """The MLA layout end to end: training/mla_draft's module, `train --draft-arch mla`'s held-out files, samples
+    """The MLA layout end to end: draft/nets/mla's module, `train --draft-arch mla`'s held-out files, samples
     cut to the draft's RoPE table."""
     from safetensors.torch import save_file
 
-    from sglang_eagle3_ext.training.mla_draft import Eagle3MLADraft
+    from sglang_eagle3_ext.draft.nets.mla import Eagle3MLADraft
     from sglang_eagle3_ext.training.mla_train import mla_draft_config, save_checkpoint
 
     yarn = {"rope_type": "deepseek_yarn", "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
@@ -174,20 +174,24 @@ def test_response_region_from_an_export_and_a_dump_agree(world, tmp_path, capsys
 
 
 def test_heldout_split_is_trains_and_deterministic():
+    import types
+
     from sglang_eagle3_ext.cli import eval as eval_cli
     from sglang_eagle3_ext.cli import train as train_cli
+    from sglang_eagle3_ext.draft.arch import llama, mla
+    from sglang_eagle3_ext.training.mla_train import _split
 
     default = eval_cli.build_parser().get_default("heldout_fraction")
     assert round(1 - default, 12) == train_cli.build_parser().get_default("train_ratio")
     for n in (1, 2, 10, 19, 20, 21, 333, 2000):
         ratio = 1 - default
-        idx, rule = adata.heldout(n, default, mla=False)
-        assert idx == list(range(int(n * ratio), n)) == adata.heldout(n, default, mla=False)[0]
+        idx, rule = adata.heldout(n, default, llama)
+        assert idx == list(range(int(n * ratio), n)) == adata.heldout(n, default, llama)[0]
         assert set(idx).isdisjoint(range(int(n * ratio))) and "train-ratio 0.95" in rule
-        mla_idx, _ = adata.heldout(n, default, mla=True)
-        k = max(1, n - int(n * ratio)) if n > 1 else 0      # training/mla_train._split's validation files
-        assert mla_idx == (list(range(n - k, n)) if k else [0])
-    assert adata.heldout(7, 1.0, mla=False)[0] == list(range(7))
+        mla_idx, _ = adata.heldout(n, default, mla)
+        _, val = _split(types.SimpleNamespace(train_ratio=round(ratio, 12), ttt_steps=0), [8] * n)
+        assert mla_idx == (val or list(range(n)))     # the MLA route's validation files (all: it holds none out)
+    assert adata.heldout(7, 1.0, llama)[0] == list(range(7))
 
 
 def test_samples_caps_the_heldout_split(world, capsys):

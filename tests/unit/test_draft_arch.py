@@ -118,13 +118,14 @@ def test_each_layout_declares_the_whole_interface():
         assert re.fullmatch(r"[\w.]+:\w+", mod.TRAINING), mod.TRAINING
 
 
-def test_training_modules_are_named_not_imported():
+def test_what_a_layout_builds_is_named_not_imported():
     import sys
 
     for name in layouts.names():
-        mod_name = layouts.get(name).TRAINING.split(":")[0]
-        if mod_name.startswith("sglang_eagle3_ext."):
-            assert mod_name in sys.modules or importlib.util.find_spec(mod_name) is not None
+        mod = layouts.get(name)
+        for ref in (mod.NET, mod.TRAINING, mod.PLAN):
+            assert re.fullmatch(r"sglang_eagle3_ext(\.\w+)+:\w+", ref), ref
+            assert ref.split(":")[0] in sys.modules or importlib.util.find_spec(ref.split(":")[0]) is not None
     src = "\n".join(p.read_text() for p in (PKG / "draft" / "arch").glob("*.py"))
     assert "import torch" not in src and "from ...training" not in src and "import speculators" not in src
 
@@ -133,10 +134,11 @@ def test_layout_classes_exist_where_they_are_named():
     pytest.importorskip("sglang")
     for name in layouts.names():
         mod = layouts.get(name)
-        for ref in (mod.SGLANG_CLASS, mod.TRAINING):
-            module, cls = ref.split(":")
-            spec = importlib.util.find_spec(module)
-            assert spec is not None and f"class {cls}" in Path(spec.origin).read_text(), ref
+        module, cls = mod.SGLANG_CLASS.split(":")
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and f"class {cls}" in Path(spec.origin).read_text(), mod.SGLANG_CLASS
+        for ref in (mod.NET, mod.TRAINING, mod.PLAN):    # what train, eval and the plan call
+            assert callable(layouts.resolve(ref)), ref
 
 
 # The modules every layout goes through: a layout is named in its own module and the registry only.

@@ -1,14 +1,15 @@
 """Draft layouts: one module per draft class SGLang can build an EAGLE-3 draft as, and the one registry of them.
 
-`rules`, the loader, `check` and `convert` know no layout by name: they find the draft's layout module here
-(`layout_of(config)`, `get(spec.layout)`) and ask it. A new layout (an EAGLE-3.1 variant, P-EAGLE) is one
+`rules`, the loader, `check`, `convert`, `swap`, `train` and `eval` know no layout by name: they find the draft's
+layout module here (`layout_of(config)`, `get(spec.layout)`) and ask it, or build what it names (NET, TRAINING,
+PLAN: "module:attr" strings, imported only when used). A new layout (an EAGLE-3.1 variant, P-EAGLE) is one
 module declaring INTERFACE (llama.py is the reference, each name documented there) plus one line in LAYOUTS.
 
     layout_of(cfg)    the layout module a draft config names (its `architectures`); BadInput naming the known ones
     find(cfg)         the same, or None
     get(name)         the module registered under `name`; names(): every name, in registry order
     config_fields()   every layout's own config fields (read from a live config object by the loader)
-    resolve(ref)      import a "module:Class" string (SGLANG_CLASS, TRAINING) when a caller needs the class
+    resolve(ref)      import a "module:attr" string (NET, TRAINING, PLAN) when a caller needs what it names
 
 Imports nothing heavy: layout modules import only the draft's errors and keys.
 """
@@ -27,10 +28,13 @@ LAYOUTS: dict[str, str | types.ModuleType] = {
 
 # What every layout module declares (documented in llama.py).
 INTERFACE = (
-    "NAME", "ARCH", "LABEL", "SGLANG_CLASS", "TRAINING", "CONFIG_FIELDS", "DRAFT_VOCAB_REQUIRED", "FUSED",
+    "NAME", "ARCH", "LABEL", "SGLANG_CLASS", "CONFIG_FIELDS", "DRAFT_VOCAB_REQUIRED", "FUSED",
     "SOURCE_NAMES", "READERS", "CONFIG_DEFAULTS",
     "config_fields", "aux_count", "option_problems", "layer_shapes", "tensor_problem", "to_release",
     "reads_num_aux", "source_format", "source_key",
+    # what train, eval and swap build for it
+    "NET", "TRAINING", "PLAN", "TRAIN_PADS_TO_TOTAL_SEQ_LEN", "TRAIN_SHARDS_WEIGHTS", "READS_DRAFT_WINDOW",
+    "heldout", "init_settings", "init_problems",
 )
 
 

@@ -16,7 +16,13 @@ NAME = "llama"                          # registry name (also train's --draft-ar
 ARCH = "LlamaForCausalLMEagle3"         # the `architectures` entry SGLang builds this class from
 LABEL = None                            # a word naming the layout in messages (None: the class name says it)
 SGLANG_CLASS = "sglang.srt.models.llama_eagle3:LlamaForCausalLMEagle3"
-TRAINING = "speculators.models.eagle3.core:Eagle3DraftModel"   # what trains it (cli/train drives speculators' trainer)
+# What the other features build for this layout, named "module:attr" and imported only when used:
+NET = "sglang_eagle3_ext.draft.nets.llama:LlamaEagle3Draft"   # eval's SGLang-equal module: NET(config) -> nn.Module
+TRAINING = "sglang_eagle3_ext.training.speculators_train:train_llama"  # train's route: (options, out rule) -> summary
+PLAN = "sglang_eagle3_ext.training.plan_models:llama_step"  # train --dry-run: (opts, target cfg, K, T, device, world)
+TRAIN_PADS_TO_TOTAL_SEQ_LEN = True      # the route packs samples into --total-seq-len rows (else one sample a step)
+TRAIN_SHARDS_WEIGHTS = True             # the route shards the weights over the ranks (FSDP; else DDP replicas)
+READS_DRAFT_WINDOW = True               # the class runs --speculative-draft-window-size (sliding-window attention)
 CONFIG_FIELDS: tuple[str, ...] = ()     # this layout's own config fields (positive integers)
 DRAFT_VOCAB_REQUIRED = True             # the class fails without `draft_vocab_size` (null: share the target's head)
 # SGLang parameter (canonical name) -> the checkpoint keys the release's load_weights fuses into it itself.
@@ -135,6 +141,29 @@ def source_key(canon: str, fmt: str) -> tuple[str, str | None]:
         # speculators layers >= 1 are plain decoder layers; SGLang's use hidden_norm in that role
         return canon.replace(".input_layernorm.", ".hidden_norm."), "layers.N.input_layernorm -> layers.N.hidden_norm (N>=1)"
     return canon, None
+
+
+def heldout(n: int, train_ratio: float) -> tuple[int, str]:
+    """The first of the n sample files train's route validates on (the rest are held out), and the rule in words:
+    speculators' split, rows [int(n * train_ratio), n)."""
+    start = int(n * train_ratio)
+    return start, (f"rows {start}..{n - 1} of {n}: speculators' validation split under "
+                   f"`train --train-ratio {train_ratio:g}`")
+
+
+def init_settings(spec, cfg: dict) -> dict:
+    """train --init-from: the option values a continued run takes from the draft, beyond the shared ones."""
+    s = {"head_dim": spec.head_dim}
+    if isinstance(cfg.get("max_position_embeddings"), int):
+        s["max_position_embeddings"] = cfg["max_position_embeddings"]
+    return s
+
+
+def init_problems(spec, cfg: dict) -> list[str]:
+    """train --init-from: what the draft was trained with that train's route does not build."""
+    on = [n for n, v in (("fc_norm", spec.fc_norm), ("norm_before_fc", spec.norm_before_fc),
+                         ("norm_output", bool(cfg.get("norm_output")))) if v]
+    return [f"it was trained with {', '.join(on)}, which train's Llama drafts do not have"] if on else []
 
 
 def from_speculators(cfg: dict, hf_override) -> tuple[dict, list[int]]:

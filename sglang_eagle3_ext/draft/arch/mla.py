@@ -24,7 +24,12 @@ NAME = "mla"
 ARCH = "Eagle3DeepseekV2ForCausalLM"
 LABEL = "MLA"
 SGLANG_CLASS = "sglang.srt.models.kimi_k25_eagle3:Eagle3DeepseekV2ForCausalLM"
-TRAINING = "sglang_eagle3_ext.training.mla_draft:Eagle3MLADraft"
+NET = "sglang_eagle3_ext.draft.nets.mla:Eagle3MLADraft"
+TRAINING = "sglang_eagle3_ext.training.mla_train:train_from_options"
+PLAN = "sglang_eagle3_ext.training.plan_models:mla_step"
+TRAIN_PADS_TO_TOTAL_SEQ_LEN = False     # one sample per micro-batch: the plan sizes the longest
+TRAIN_SHARDS_WEIGHTS = False            # DDP: every rank holds the whole draft
+READS_DRAFT_WINDOW = False              # the class runs full attention whatever the window says
 REQUIRES = "HAS_MLA_DRAFT"      # the release capability flag saying the class exists
 SINCE = "0.5.14"
 SPECFORGE = "DeepseekV3ForCausalLMEagle3"   # SpecForge's own class name for this layout (`midlayer.*`)
@@ -151,6 +156,26 @@ def source_format(cfg: dict) -> str | None:
 
 def source_key(canon: str, fmt: str) -> tuple[str, str | None]:
     return canon, None
+
+
+def heldout(n: int, train_ratio: float) -> tuple[int, str]:
+    """train's MLA route validates on the files past int(n * train_ratio), at least one (none of one file)."""
+    k = max(1, n - int(n * train_ratio)) if n > 1 and train_ratio < 1 else 0
+    if not k:
+        return n, f"`train --draft-arch mla` holds none of {n} sample(s) out at --train-ratio {train_ratio:g}"
+    return n - k, (f"the last {k} of {n} samples: the validation files `train --draft-arch mla` holds out at "
+                   f"--train-ratio {train_ratio:g}")
+
+
+def init_settings(spec, cfg: dict) -> dict:
+    return {}   # the shared settings are the whole shape (one layer, MLA dims from the target)
+
+
+def init_problems(spec, cfg: dict) -> list[str]:
+    if spec.lm_head_rows != spec.vocab:
+        return [f"an MLA draft with draft_vocab_size {spec.lm_head_rows}: train's MLA route trains the full target "
+                f"vocabulary ({spec.vocab})"]
+    return []
 
 
 # --- the fused q/kv down-projection (FUSED) ------------------------------------------------------------

@@ -16,7 +16,7 @@ import math
 import torch
 from torch import nn
 
-from ..boundary import BadInput
+from ...boundary import BadInput
 from .common import MLP, AuxInput, RMSNorm
 
 ROPE_TYPES = ("default", "linear", "llama3")
@@ -127,6 +127,7 @@ class LlamaEagle3Draft(AuxInput, nn.Module):
         if why:
             raise BadInput("draft config.json", f"{why}: eval does not reproduce it; evaluate the draft by serving it")
         self.cfg = cfg
+        self.max_positions = None     # RoPE computed for any position
         h, eps = int(cfg["hidden_size"]), float(cfg.get("rms_norm_eps", 1e-6))
         target_h = int(cfg.get("target_hidden_size") or h)
         ids = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")

@@ -139,6 +139,7 @@ class Eagle3MLADraft(AuxInput, nn.Module):
     def __init__(self, cfg: dict):
         super().__init__()
         self.cfg = cfg
+        self.max_positions = int(cfg["max_position_embeddings"])   # its RoPE table's length (no row past it)
         h, eps = int(cfg["hidden_size"]), float(cfg.get("rms_norm_eps", 1e-6))
         if int(cfg.get("num_hidden_layers", 1)) != 1:
             raise ValueError("SGLang's MLA EAGLE-3 draft has exactly one layer (num_hidden_layers=1)")
@@ -182,7 +183,7 @@ class Eagle3MLADraft(AuxInput, nn.Module):
         target_states [T, K*H]. Returns one logits tensor [T, V] per step; row p of step k predicts the
         token two after the target's position p, from a state chain k steps long (rows p < k are unused).
         self_bias > 0 adds that much to each query's score for its own key (a training warm-up, see
-        training's mla_step.self_bias_at: the token to pass on enters only through the attention's value of its own row)."""
+        training/mla_step.self_bias_at: the token to pass on enters only through the attention's value of its own row)."""
         T = input_ids.shape[0]
         pos = torch.arange(T, device=input_ids.device)
         layer = self.layers[0]
