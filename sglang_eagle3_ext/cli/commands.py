@@ -42,6 +42,8 @@ COMMANDS = (
             "train the served draft further on the traffic it served; keep it only if predicted better (--swap)"),
     Command("build", "cli.build:main", "cli.build",
             "prompts in, a checked and predicted draft out: dump, export, train, convert, check, eval, report (resumable)"),
+    Command("tune", "cli.tune:main", "cli.tune",
+            "the fastest speculative settings for your draft and traffic: offline accept side, timed costs, a preset"),
 )
 
 BY_NAME = {c.name: c for c in COMMANDS}

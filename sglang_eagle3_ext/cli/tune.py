@@ -1,0 +1,108 @@
+"""`sglang-eagle3 tune --target DIR --draft DIR --data DUMP --concurrency 1,4,16,32 [--budget-min N]`: the fastest
+speculative settings for your own draft and traffic.
+
+The accept length of every --speculative-num-steps 1..8 comes offline from one simulation of your dump (eval's,
+topk 1); one short timing pass per attention backend the release and GPU offer (target-only and EAGLE-3 servers,
+CUDA graphs on) gives each batch size's verify, draft step and draft extend; a cost model predicts tokens/s for
+every (backend, steps, concurrency) and reports its error; only the best candidates per concurrency band are
+started and timed with `bench` on your prompts (greedy outputs compared with the target alone). Written to
+--out: a preset per band and, where the release has --speculative-adaptive, one preset with a fitted
+--speculative-adaptive-config; timings.json; tune.json; a plot. Exit 0; 2 on bad input (one line naming it),
+a backend the release lacks, or a budget below one timing pass.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+
+def _levels(s: str) -> list[int]:
+    try:
+        out = sorted({int(x) for x in s.replace(" ", "").split(",") if x})
+    except ValueError:
+        out = []
+    if not out or min(out) < 1 or max(out) > 4096:
+        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated integers 1..4096, e.g. 1,4,16,32")
+    return out
+
+
+def _names(s: str) -> tuple:
+    out = tuple(x for x in s.replace(" ", "").split(",") if x)
+    if not out:
+        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated backend names, e.g. fa3,flashmla,triton")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..bench.run import MAX_CONCURRENCY  # noqa: F401 - the same bound as bench's
+    from ..tune.run import DEFAULT_BACKENDS
+    from . import common as cli_common
+    from .bench import _new_tokens
+
+    p = cli_common.parser("tune", cli_common.doc_description(__doc__, paragraphs=2))
+    p.add_argument("--target", required=True, help="the target model's folder")
+    p.add_argument("--draft", required=True, help="the EAGLE-3 draft's folder, in the layout SGLang serves")
+    p.add_argument("--data", required=True, help="your dump (or a training export): the accept side is simulated "
+                   "on its held-out samples")
+    p.add_argument("--prompts", default=None, help="your prompts (JSONL / ShareGPT / MT-bench) for the timed "
+                   "candidates (default: built-in random token ids)")
+    p.add_argument("--concurrency", type=_levels, default=[1, 4, 16, 32], help="the concurrency bands to tune, "
+                   "e.g. 1,4,16,32")
+    p.add_argument("--budget-min", type=cli_common.number_in(0.0, 1e6), default=None,
+                   help="GPU minutes the run may spend (servers up x GPUs); it stops starting servers there")
+    p.add_argument("--backends", type=_names, default=DEFAULT_BACKENDS, help="attention backends to consider "
+                   "(those the release or GPU lack are left out, each with its reason)")
+    p.add_argument("--out", default="tune_out", help="folder for the presets, timings.json, tune.json, the plot")
+    p.add_argument("--timings", default=None, help="a timings.json of an earlier run: no timing pass")
+    p.add_argument("--no-measure", action="store_true", help="no measurement of the top candidates: the model's "
+                   "predictions only")
+    p.add_argument("--per-band", type=int, default=2, choices=range(1, 5), metavar="{1..4}",
+                   help="candidates measured per band")
+    p.add_argument("--new-tokens", type=_new_tokens, default=(64, 1024), help="the measurements' output lengths, "
+                   "N or LO:HI")
+    p.add_argument("--num-prompts", type=cli_common.positive_int, default=None, help="prompts per measurement")
+    p.add_argument("--samples", type=cli_common.positive_int, default=64, help="held-out samples simulated")
+    p.add_argument("--heldout-fraction", type=cli_common.number_in(0.0, 1.0), default=0.05,
+                   help="the share `train` held out of --data (1: every sample)")
+    p.add_argument("--device", default=None, help="torch device of the simulation (default: cuda when there is one)")
+    p.add_argument("--server-args", default="", help="more SGLang arguments for every server, one quoted string "
+                   "(e.g. \"--mem-fraction-static 0.5 --max-total-tokens 65536\")")
+    p.add_argument("--trust-remote-code", action="store_true", help="let --target's tokenizer run its own code")
+    p.add_argument("--dry-run", action="store_true", help="check every input and print the plan: backends and "
+                   "why, the servers a run starts, the budget; nothing loaded or started")
+    cli_common.add_json_out(p, "the report")
+    cli_common.add_verbosity(p, quiet="no progress lines")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..boundary import BadInput, Refused
+    from ..tune.run import Options, render, tune
+    from . import common as cli_common
+    from .output import library_output
+
+    raw = list(sys.argv[1:] if argv is None else argv)
+    a = cli_common.finish(build_parser(), "tune").parse_args(argv)
+    say = None if a.quiet or a.json == "-" else (lambda m: print(f"tune: {m}", file=sys.stderr, flush=True))
+    tok = (lambda: cli_common.load_tokenizer(a.target, a.trust_remote_code)) if a.prompts else None
+    opts = Options(target=a.target, draft=a.draft, data=a.data, concurrency=a.concurrency, prompts=a.prompts,
+                   budget_min=a.budget_min, backends=a.backends, out=a.out, dry_run=a.dry_run, timings=a.timings,
+                   measure=not a.no_measure, per_band=a.per_band, new_tokens=a.new_tokens, num_prompts=a.num_prompts,
+                   heldout_fraction=a.heldout_fraction, samples=a.samples, device=a.device,
+                   server_args=a.server_args, tokenizer=tok, say=say,
+                   command="sglang-eagle3 tune " + " ".join(shlex.quote(x) for x in raw))
+    try:
+        cli_common.check_json_dest(a.json)
+        with library_output(a.verbose):
+            rep = tune(opts)
+    except (Refused, BadInput) as e:
+        print(cli_common.error_line("tune", str(e).replace("\n", " ")), file=sys.stderr)
+        return getattr(e, "code", cli_common.EXIT_BAD_INPUT)
+    return cli_common.report(a.json, rep, render(rep))
+
+
+if __name__ == "__main__":
+    from .common import run_tool
+
+    sys.exit(run_tool("tune", main))
