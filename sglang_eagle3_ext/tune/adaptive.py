@@ -8,8 +8,8 @@ candidate), keeps an EMA of the accepted drafts per request, and every `update_i
 while EMA <= prev - 0.5 + down_hysteresis (prev 0: 0.5 + down_hysteresis), else up while
 EMA > current - 0.5 + up_hysteresis; a slot at 0 steps probes the next candidate.
 
-`settle` replays that rule with the mean accepted drafts eval predicts per steps count (deterministic: the EMA's
-fixed point), so a config is chosen that settles where the cost model puts each band's best; the unit tests hold
+`settle` replays that rule (EMA, warm-up, update interval) with the mean accepted drafts eval predicts per steps
+count, so a config is chosen that settles where the cost model puts each band's best; the unit tests hold
 it to SGLang's own AdaptiveStepSlot.
 """
 from __future__ import annotations
@@ -22,36 +22,35 @@ NEAR_BEST = 0.03          # neighbours within 3 % of a band's best predicted tok
 
 
 def settle(candidates: list[int], accept: dict[int, float], initial: int, up: float = 0.0, down: float = -0.25,
-           rounds: int = 64) -> list[int]:
-    """The steps a slot ends on (a cycle: every steps count in it), fed the mean accepted drafts at each steps
-    count (accept[s] - 1; 0 steps accept nothing and leave the EMA alone)."""
+           batches: int = 600, ema_alpha: float = 0.2, update_interval: int = 5, warmup: int = 10) -> list[int]:
+    """The steps a slot serves in its last 100 of `batches` verifies (a cycle: every steps count in it), each
+    verify accepting the mean drafts eval predicts at the current steps count (accept[s] - 1)."""
     cand = sorted(set(candidates))
     cur = initial if initial in cand else cand[len(cand) // 2]
-    ema = float(cur - 1)
-    seen: list[int] = []
-    for _ in range(rounds):
+    ema, seen = float(cur - 1), []
+    for n in range(1, batches + 1):
         if cur > 0:
-            ema = accept.get(cur, 1.0) - 1.0          # the EMA's fixed point at this steps count
-        i = cand.index(cur)
-        if cur == 0:
-            i = min(i + 1, len(cand) - 1)
-            if cand[i] > 0 and ema < 0:
-                ema = float(cand[i] - 1)
-        else:
-            moved = False
-            while i > 0:
-                prev = cand[i - 1]
-                if ema <= (0.5 if prev == 0 else prev - 0.5) + down:
-                    i, moved = i - 1, True
-                else:
-                    break
-            if not moved:
-                while i < len(cand) - 1 and ema > cand[i] - 0.5 + up:
-                    i += 1
-        seen.append(cand[i])
-        cur = cand[i]
-    tail = seen[-8:]
-    return sorted(set(tail))
+            ema = (1 - ema_alpha) * ema + ema_alpha * (accept.get(cur, 1.0) - 1.0)
+        if n > warmup and (n - warmup) % update_interval == 0:
+            cur, ema = _recompute(cand, cur, ema, up, down)
+        seen.append(cur)
+    return sorted(set(seen[-100:]))
+
+
+def _recompute(cand: list[int], cur: int, ema: float, up: float, down: float) -> tuple[int, float]:
+    i = cand.index(cur)
+    if cur == 0:
+        i = min(i + 1, len(cand) - 1)
+        if cand[i] > 0 and ema < 0:
+            ema = float(cand[i] - 1)
+        return cand[i], ema
+    start = i
+    while i > 0 and ema <= (0.5 if cand[i - 1] == 0 else cand[i - 1] - 0.5) + down:
+        i -= 1
+    if i == start:
+        while i < len(cand) - 1 and ema > cand[i] - 0.5 + up:
+            i += 1
+    return cand[i], ema
 
 
 def band_slot(best: int, ranked: dict[int, float], accept: dict[int, float], initial: int) -> dict:
