@@ -72,8 +72,6 @@ def build(o: BuildOptions, run: Run | None = None, config_text: str | None = Non
         t0 = time.monotonic()
         result = FUNCTIONS[s](run)
         run.seconds[s] = round(time.monotonic() - t0, 1)
-        if s == "report":   # the report's own time is known only now
-            result = {**result, "stage_seconds": run.seconds}
         state.mark_done(out, s, {**result, "seconds": run.seconds[s]})
         run.say(f"stage {s}: done in {run.seconds[s]:.1f} s")
         run.current = None
