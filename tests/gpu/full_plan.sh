@@ -8,6 +8,10 @@
 #   tests/gpu/full_plan.sh fa3      dump, drafts, fc guard, dump while serving, Kimi wrapper on FA3 (FA3 kernels installed)
 #   tests/gpu/full_plan.sh kimi_fa3 the Kimi-width round trip timed on FA3, then eval's prediction at Kimi width
 #   tests/gpu/full_plan.sh kimi_life the draft's life at Kimi width from ONE preparation (0.5.16, ~22 min), below
+#   tests/gpu/full_plan.sh build    `build` from the tiny prompts to a served draft, interrupted once mid-training
+#                                   and resumed (0.5.16, ~5 min)
+#   tests/gpu/full_plan.sh tune     Kimi-width preparation (~13 min), then the FA3 / FlashMLA / Triton speedup table at 3
+#                                   steps (~8 min) and `tune --budget-min 8` (~9 min), below
 #   tests/gpu/bg.sh poll SECONDS    in every later call, back to back (an idle host may be released after ~30 s
 #                                   without a call): states, figures, $OUT/results.tgz
 # The Kimi-width round trip (0.5.16, timed on FlashMLA, docs/results.md: bs1 2.00x, bs16 x 128:896
@@ -96,10 +100,26 @@ kimi_life)
     $BG start swap '$K ${L}_swap $LR_ -s tests/gpu/test_swap_gpu.py::test_swap_without_restart'; \
     $BG start refresh '$K ${L}_refresh $RD SGE3_REFRESH_REQUESTS=800 SGE3_REFRESH_EPOCHS=16 $LR_ -s \
       tests/gpu/test_refresh_gpu.py'" ;;
+build)
+  $BG start build "PYTHONPATH=/tmp/site $C SGE3_MEM_FRACTION=0.3 $R -s tests/gpu/test_build_gpu.py" ;;
 kimi_fa3)
   K="PYTHONPATH=/tmp/site TRITON_CACHE_DIR=/tmp/triton_cache SGE3_MEM_FRACTION=0.5 SGE3_MAX_TOTAL_TOKENS=65536"
   KRT="$K SGE3_RT_TARGET=kimi SGE3_RT_DIR=/tmp/rtk"
   T=tests/gpu/test_roundtrip_gpu.py::test_roundtrip
   $BG start kimi "$KRT SGE3_RT_PREPARE_ONLY=1 $R $T; $KRT SGE3_RT_SERVE_BACKEND=fa3 $R $T; \
     $KRT $R tests/gpu/test_eval_gpu.py::test_predicted_accept_length_matches_served" ;;
+tune)
+  # One preparation (reused when $SGE3_RT_DIR already holds it), then with the GPU to itself:
+  #   table  fa3, flashmla, triton at 3 steps, c1/c4/c16/c32, 64:1024-token outputs, 3/4/16/32 requests per point;
+  #          per backend its target-only and EAGLE-3 servers start once, side by side (0.45 of the memory each, a
+  #          KV cap); figures printed per point; $OUT/tune_speedup_table.{json,md}
+  #   tune   `sglang-eagle3 tune --budget-min 8` on the same target, draft and export; $OUT/tune/
+  S="PYTHONPATH=/tmp/site TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton_cache}"
+  D=${SGE3_RT_DIR:-/tmp/rtk}
+  K="$S SGE3_RT_TARGET=kimi SGE3_RT_DIR=$D"
+  $BG start tune "$K SGE3_MEM_FRACTION=0.9 SGE3_MAX_TOTAL_TOKENS=32768 SGE3_RT_PREPARE_ONLY=1 $R \
+      tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \
+    [ -e $D/kimi/draft_sglang/config.json ] || exit 1; \
+    $K SGE3_MAX_TOTAL_TOKENS=32768 $R -s tests/gpu/test_tune_gpu.py::test_speedup_table; \
+    $K SGE3_MAX_TOTAL_TOKENS=32768 $R -s tests/gpu/test_tune_gpu.py::test_tune_within_budget" ;;
 esac
