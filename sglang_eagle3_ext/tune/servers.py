@@ -24,6 +24,8 @@ LAUNCHER = "sglang_eagle3_ext.launch_server"
 START_MIN = 1.5
 MEASURE_MIN = 0.5
 SERVERS_PER_TIMING_PASS = 3        # target-only + EAGLE-3 at two steps counts
+# backends that serve MLA layers only: a Llama-layout draft runs on Triton beside them
+MLA_ONLY = ("flashmla", "cutlass_mla", "trtllm_mla")
 
 
 def min_budget_min() -> float:
@@ -89,6 +91,8 @@ def server_args(target: str, backend: str, max_bs: int, draft: str | None = None
         args += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", draft,
                  "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1",
                  "--speculative-num-draft-tokens", str(steps + 1)]
+        if backend in MLA_ONLY:
+            args += ["--speculative-draft-attention-backend", "triton"]
     if max_running:
         args += ["--max-running-requests", str(max_running)]
     return args + list(extra or [])
