@@ -101,17 +101,17 @@ def plan_draft(a: TrainOptions) -> dict:
                               f"({type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]})") from None
     per_step = G * T if packed else round(G * (sum(lengths) / len(lengths) if lengths else T))
     return _finish(a, tcfg, sizes, device=device, world=world, G=G, A=A, T=T, per_step=per_step, n=len(lengths),
-                   shards=layout.TRAIN_SHARDS_WEIGHTS)
+                   packed=packed, shards=layout.TRAIN_SHARDS_WEIGHTS)
 
 
-def _finish(a, tcfg, sizes, *, device, world, G, A, T, per_step, n, shards) -> dict:
+def _finish(a, tcfg, sizes, *, device, world, G, A, T, per_step, n, packed, shards) -> dict:
     nbytes = dict(sizes["bytes"], total=sum(sizes["bytes"].values()))
     mem = {k: v / GIB for k, v in nbytes.items()}
     budget = _device_gib(a, device)
     warnings = []
     if budget is not None and mem["total"] > budget:
         warnings.append(f"does not fit: {mem['total']:.2f} GiB per rank > {budget:.2f} GiB of device memory; "
-                        f"shorten --total-seq-len (llama) or the samples (mla), use more ranks"
+                        f"shorten {'--total-seq-len' if packed else 'the samples'}, use more ranks"
                         f"{' (FSDP shards the weights)' if shards else ''}, or a --draft-vocab-size")
     return {"arch": a.draft_arch, "target": str(a.target), "vocab_size": int(tcfg["vocab_size"]),
             "hidden_size": int(tcfg["hidden_size"]), "device": device, "world_size": world, "global_batch": G,

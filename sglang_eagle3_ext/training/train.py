@@ -15,7 +15,7 @@ from .report import TrainDraftError
 
 class _Routes(Mapping):
     """draft layout (--draft-arch) -> "module:function" of its route, read live from the layout registry (a route
-    is imported when chosen: the MLA route imports torch at import time); a route is called with (options, output
+    is imported when chosen: a route may import torch at import time); a route is called with (options, output
     rule) and returns the run's summary."""
 
     def __getitem__(self, name: str) -> str:
