@@ -41,8 +41,11 @@ def _run(args) -> int:
 
 
 def _export(args) -> int:
-    n = driver.export(args.dump_dir, args.to, args.out, data=args.data, workers=args.workers,
-                      progress=not args.quiet)
+    from .output import library_output
+
+    with library_output(getattr(args, "verbose", False), bars=True):   # our bar, not the datasets' save bar
+        n = driver.export(args.dump_dir, args.to, args.out, data=args.data, workers=args.workers,
+                          progress=not args.quiet)
     _report(args, {"exported": n, "to": args.to, "out": str(args.out)},
             f"exported {n} samples for {args.to} into {args.out}")
     return 0

@@ -1,14 +1,17 @@
 """The built-in tiny targets: small random DeepSeek-V3 models that SGLang serves, made on first use.
 
     sglang-eagle3 tiny [OUT] [--predictable] [--seed N] [--kimi]
+    sglang-eagle3 tiny [OUT] --predictable --sample-dump DIR [--samples N] [--prompts FILE]
 
-Writes one (tiny/deepseek_v3.py; with --kimi the Kimi-K2.5 wrapper around it, tiny/kimi_k25.py) and prints
-its folder.
+Writes one (with --kimi the Kimi-K2.5 wrapper around it) and prints its folder. --sample-dump also writes a
+small dump of its hidden states, computed on this machine's CPU, in the format a dumping server writes:
+`dump export`, `train`, `eval` take it as they take a served dump (no GPU needed).
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..tiny import deepseek_v3
 from . import common as cli_common
@@ -20,10 +23,22 @@ def build_parser() -> argparse.ArgumentParser:
                                            f"{deepseek_v3.default_dir()}); one holding other files is refused, one "
                                            f"holding this target is reused")
     ap.add_argument("--predictable", action="store_true",
-                    help="the round trip's target: a greedy walk a draft can learn (tiny.PREDICTABLE)")
+                    help="a target whose greedy continuation a draft can learn (each token leans on a fixed "
+                         "successor); the plain random target's greedy outputs are chaotic and no draft learns them")
     ap.add_argument("--seed", type=int, default=0, help="weights' random seed")
     ap.add_argument("--kimi", action="store_true",
-                    help="wrap it as Kimi-K2.5 (KimiK25ForConditionalGeneration + tiny vision tower; tiny/kimi_k25.py)")
+                    help="wrap it as Kimi-K2.5 (KimiK25ForConditionalGeneration with a tiny vision tower)")
+    g = ap.add_argument_group("a sample dump on CPU (--sample-dump)")
+    g.add_argument("--sample-dump", metavar="DIR",
+                   help="also write the target's hidden states for --samples prompts into DIR (new or empty), as "
+                        "the dumping server would: the aux layers it captures by default, the final state")
+    g.add_argument("--samples", type=cli_common.positive_int, default=64,
+                   help="prompts to dump (about a second each on a CPU)")
+    g.add_argument("--prompts", metavar="FILE",
+                   help="a `dump run --data` file of token-id prompts (default: seeded random token ids)")
+    g.add_argument("--max-new-tokens", type=cli_common.non_negative_int, default=32,
+                   help="greedy answer tokens per prompt, dumped with it as `dump run --generate` does (0: the "
+                        "prompts alone)")
     return cli_common.finish(ap, "tiny")
 
 
@@ -34,7 +49,25 @@ def main(argv=None) -> int:
     make = deepseek_v3.ensure_tiny_target
     if a.kimi:
         from ..tiny.kimi_k25 import ensure_tiny_kimi_target as make
-    print(make(a.out, seed=a.seed, **(deepseek_v3.PREDICTABLE if a.predictable else {})))
+    if a.sample_dump and a.kimi:
+        raise cli_common.CliError("--sample-dump reads the DeepSeek-V3 target; drop --kimi")
+    if a.sample_dump:
+        from ..tiny.sample_dump import refuse_used_folder
+
+        refuse_used_folder(Path(a.sample_dump))             # before minutes of work, not after
+    from .output import library_output
+
+    with library_output(verbose=False, bars=True):      # our progress lines, not transformers' bars
+        target = make(a.out, seed=a.seed, **(deepseek_v3.PREDICTABLE if a.predictable else {}))
+        print(target, flush=True)
+        if a.sample_dump:
+            from ..tiny.sample_dump import write_sample_dump
+
+            n = write_sample_dump(Path(target), Path(a.sample_dump), Path(a.prompts) if a.prompts else None,
+                                  samples=a.samples, new_tokens=a.max_new_tokens, seed=a.seed)
+    if a.sample_dump:
+        print(f"wrote {n} samples into {a.sample_dump}; next: {cli_common.COMMAND} dump export --dump-dir "
+              f"{a.sample_dump} --to speculators --out DIR", file=sys.stderr)
     return 0
 
 

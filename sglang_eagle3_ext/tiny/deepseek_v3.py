@@ -168,7 +168,25 @@ def reuse_existing(out: Path, tool: str, settings: dict) -> bool:
                                     f"folder")
     made = (marker or {}).get("settings")
     if isinstance(made, dict) and made != json.loads(json.dumps(settings, default=str)):
-        diff = {k: (made.get(k), v) for k, v in settings.items() if made.get(k) != v}
-        raise OutputDirRefused(out, f"holds a {tool} target made with other settings {diff} (there, asked); "
-                                    f"give another folder, or remove this one to remake it")
+        raise OutputDirRefused(out, f"holds a {tool} target made {settings_words(made, settings)}; give another "
+                                    f"folder, or remove this one to remake it")
     return True
+
+
+def settings_words(made: dict, asked: dict) -> str:
+    """How two targets' settings differ, in the command's flags: 'with --predictable, asked without it'."""
+    def predictable(d):
+        return all(d.get(k) == v for k, v in PREDICTABLE.items())
+
+    there, wanted = [], []
+    if predictable(made) != predictable(asked):
+        there.append("with --predictable" if predictable(made) else "without --predictable")
+        wanted.append("without it" if predictable(made) else "with it")
+    if made.get("seed") != asked.get("seed"):
+        there.append(f"with --seed {made.get('seed')}")
+        wanted.append(f"--seed {asked.get('seed')}")
+    others = [k for k in asked if k not in ("seed", *PREDICTABLE) and made.get(k) != asked[k]]
+    if others or not there:
+        there.append("with " + ", ".join(f"{k}={made.get(k)}" for k in others or asked))
+        wanted.append(", ".join(f"{k}={asked[k]}" for k in others or asked))
+    return f"{' and '.join(there)}, asked {' and '.join(wanted)}"

@@ -45,7 +45,7 @@ def test_tiny_writes_an_empty_folder_and_reuses_only_the_same_target(tmp_path):
     assert json.loads((d / outdir.MARKER).read_text())["tool"] == "tiny"
     before = snapshot(tmp_path)
     assert tiny.ensure_tiny_target(d, **SMALL) == d    # the same target: reused as it is
-    with pytest.raises(outdir.OutputDirRefused, match="other settings"):
+    with pytest.raises(outdir.OutputDirRefused, match="made with --seed 0, asked --seed 3; give another folder"):
         tiny.ensure_tiny_target(d, **{**SMALL, "seed": 3})
     assert snapshot(tmp_path) == before
 
