@@ -191,3 +191,22 @@ def _as_tuple(types) -> tuple:
 def _short(value: Any, n: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def at_least(kind, minimum: float, what: str | None = None):
+    """An argparse `type`: a finite `kind` (int or float) >= minimum, else ArgumentTypeError (argparse names the
+    flag). A count of 0 or -1 must not silently mean "all", nor a NaN timeout start anything."""
+    import argparse
+
+    what = what or f"{kind.__name__} >= {minimum:g}"
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or not math.isfinite(v) or v < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return v
+    parse.__name__ = what
+    return parse

@@ -10,6 +10,7 @@ import json
 import sys
 
 from .. import envs
+from ..boundary import at_least
 
 _EXIT_USAGE = 2   # cli_common.EXIT_BAD_INPUT: a usage error is bad input
 
@@ -207,22 +208,6 @@ def write_json(dest: str, obj) -> None:
         f.write(text + "\n")
 
 
-def _number(kind, minimum: float, what: str):
-    """An argparse `type` refusing what is not a finite `kind` >= minimum; argparse names the flag."""
-    import math
-
-    def parse(text: str):
-        try:
-            v = kind(text)
-        except ValueError:
-            v = None
-        if v is None or (kind is float and not math.isfinite(v)) or v < minimum:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return v
-    parse.__name__ = what
-    return parse
-
-
 def number_in(low: float, high: float, include_high: bool = True):
     """An argparse `type`: a finite number in (low, high] (or (low, high) without include_high); argparse names
     the flag."""
@@ -243,7 +228,7 @@ def number_in(low: float, high: float, include_high: bool = True):
 
 
 # shared argparse types: a count of 0 or -1 must not silently mean "all" or slice from the end
-positive_int = _number(int, 1, "a positive integer")
-non_negative_int = _number(int, 0, "an integer >= 0")
-positive_float = _number(float, 1e-9, "a positive number of seconds")
-non_negative_float = _number(float, 0.0, "a number >= 0")
+positive_int = at_least(int, 1, "a positive integer")
+non_negative_int = at_least(int, 0, "an integer >= 0")
+positive_float = at_least(float, 1e-9, "a positive number of seconds")
+non_negative_float = at_least(float, 0.0, "a number >= 0")

@@ -11,7 +11,6 @@ SGLang arguments the user set are never overridden (each automatic choice is pri
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 
@@ -39,7 +38,7 @@ def our_parser() -> argparse.ArgumentParser:
     p.add_argument("--loopback-only", action="store_true",
                    help="single node: NCCL/gloo bootstrap on lo and IB off (breaks cross-node groups such as RLHF "
                         "weight sync; preset key loopback_only)")
-    p.add_argument("--preflight-timeout", type=_seconds, default=120.0, metavar="S",
+    p.add_argument("--preflight-timeout", type=cli_common.positive_float, default=120.0, metavar="S",
                    help="seconds per preflight attempt (default 120; a hang is retried once with NCCL_P2P_DISABLE=1)")
     p.add_argument("--dry-run", action="store_true",
                    help="print topology, decisions and the SGLang command; start nothing (works without GPUs)")
@@ -53,16 +52,6 @@ def our_parser() -> argparse.ArgumentParser:
     p.add_argument("-h", "--help", action="store_true", help="this help, then SGLang's")
     cli_common.add_json_out(p, "the plan (--dry-run; a real launch writes it to PATH first)")
     return cli_common.finish(p, "launch")
-
-
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
-    return v
 
 
 def _print_help(parser: argparse.ArgumentParser) -> None:

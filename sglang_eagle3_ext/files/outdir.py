@@ -208,3 +208,17 @@ def _fill(tmp: Path, real: Path) -> None:
     for name in sorted(os.listdir(tmp), key=lambda n: n == MARKER):
         os.rename(tmp / name, real / name)
     tmp.rmdir()
+
+
+def link_or_copy(src, dst) -> None:
+    """`dst` as a hard link to `src` where the file system allows (a published checkpoint costs no copy), else a
+    copy."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def link_tree(src: Path, dst: Path) -> None:
+    """A copy of the tree `src` at `dst`, its files hard-linked where the file system allows."""
+    shutil.copytree(src, dst, copy_function=link_or_copy, symlinks=False)

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from .. import envs
+from ..boundary import at_least
 from .nccl import Decision
 
 DEFAULT_SIZES = (256 << 10, 256 << 20)      # decode-like and prefill-like messages
@@ -284,21 +285,8 @@ def _failure_message(first: Attempt, second: Attempt | None, hints: list[str], w
     return " ".join(parts)
 
 
-def _at_least(minimum: float, kind):
-    """argparse type: a finite `kind` >= minimum (a zero rank count or NaN timeout must not start anything)."""
-    def parse(text: str):
-        try:
-            v = kind(text)
-        except ValueError:
-            v = None
-        if v is None or not math.isfinite(v) or v < minimum:
-            raise argparse.ArgumentTypeError(f"expected {kind.__name__} >= {minimum}, got {text!r}")
-        return v
-    return parse
-
-
 def _sizes(text: str) -> list[int]:
-    return [_at_least(1, int)(t) for t in text.split(",")]
+    return [at_least(int, 1)(t) for t in text.split(",")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,11 +295,11 @@ def main(argv: list[str] | None = None) -> int:
         return _worker_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.launch.preflight",
                                  description="All-reduce check across N local GPUs (or CPU ranks with gloo)")
-    ap.add_argument("--nprocs", type=_at_least(1, int), required=True)
+    ap.add_argument("--nprocs", type=at_least(int, 1), required=True)
     ap.add_argument("--backend", default="nccl", choices=("nccl", "gloo"))
-    ap.add_argument("--timeout", type=_at_least(1e-3, float), default=DEFAULT_TIMEOUT, help="seconds per attempt")
+    ap.add_argument("--timeout", type=at_least(float, 1e-3), default=DEFAULT_TIMEOUT, help="seconds per attempt")
     ap.add_argument("--sizes", type=_sizes, default=",".join(map(str, DEFAULT_SIZES)), help="bytes, comma-separated")
-    ap.add_argument("--base-gpu-id", type=_at_least(0, int), default=0)
+    ap.add_argument("--base-gpu-id", type=at_least(int, 0), default=0)
     ap.add_argument("--no-retry", action="store_true")
     a = ap.parse_args(argv)
     res = run_preflight(a.nprocs, timeout=a.timeout, backend=a.backend, sizes=a.sizes,

@@ -8,8 +8,6 @@ the global batch: training/sharding.py).
 """
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -51,17 +49,6 @@ class Publisher:
         on_main(write, self.world)
         self.count += 1
         barrier(self.world)
-
-
-def link_tree(src: Path, dst: Path) -> None:
-    """A copy of the tree `src` at `dst`, its files hard-linked where the file system allows (a checkpoint is
-    published every epoch: linking costs no copy)."""
-    def link(s, d):
-        try:
-            os.link(s, d)
-        except OSError:
-            shutil.copy2(s, d)
-    shutil.copytree(src, dst, copy_function=link, symlinks=False)
 
 
 def write_state(ckpt: Path, state: dict) -> None:

@@ -19,6 +19,7 @@ import os
 import shutil
 from pathlib import Path
 
+from ..files.outdir import link_or_copy
 from .report import TrainDraftError, say
 
 SELECT_BY = ("last", "predicted-accept")
@@ -99,13 +100,6 @@ def draft_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.is_file() and not p.is_symlink() and p.name not in RUN_FILES)
 
 
-def _link(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
 class Keeper:
     """The selection of one run: every epoch's score and the epoch whose draft --out holds."""
 
@@ -152,7 +146,7 @@ class Keeper:
         d = scratch / f"epoch-{epoch}"
         d.mkdir()
         for n in names:
-            _link(files_from / n, d / n)
+            link_or_copy(files_from / n, d / n)
         try:
             got = self.scorer(d)
         except TrainDraftError as e:
@@ -212,7 +206,7 @@ class Keeper:
         for n in mine:
             (tmp / n).unlink()
         for n in self._kept_files(real):
-            _link(real / n, tmp / n)
+            link_or_copy(real / n, tmp / n)
         say(f"epoch {epoch}: {self._name} {_shown(score)}; --out keeps epoch {self.kept_epoch} "
             f"({_shown(self.kept_score)}, the best so far)")
 

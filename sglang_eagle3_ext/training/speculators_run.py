@@ -9,7 +9,8 @@ import shutil
 from pathlib import Path
 
 from . import speculators_patches
-from .checkpoint import CKPT_DIR, link_tree, maybe_stop, write_state
+from ..files.outdir import link_tree
+from .checkpoint import CKPT_DIR, maybe_stop, write_state
 from .distributed import World, on_main
 from .options import DEFAULT_EPOCHS, RUN_DIR
 from .progress import _Progress
