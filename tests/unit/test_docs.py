@@ -201,7 +201,8 @@ def test_tutorial_marks_every_server_step():
     for cmd in bash_commands(TUTORIAL):
         _, argv = _env_and_argv(cmd.argv)
         needs_server = argv[:2] in (["sglang-eagle3", "launch"], ["sglang-eagle3", "bench"]) or \
-            argv[:3] == ["sglang-eagle3", "dump", "run"]
+            argv[:3] == ["sglang-eagle3", "dump", "run"] or \
+            (argv[:2] == ["sglang-eagle3", "build"] and not {"--preset", "--url"}.isdisjoint(argv))
         assert needs_server == cmd.gpu, f"{cmd.where}: {cmd.text!r} {'lacks' if needs_server else 'has'} {GPU_MARK}"
 
 
