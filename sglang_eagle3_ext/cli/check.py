@@ -40,10 +40,15 @@ def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     from ..draft.hub import looks_like_hub_id
 
-    if not Path(a.draft).exists() and not looks_like_hub_id(a.draft):   # a bad path, not a verdict on a draft
+    draft = Path(a.draft)
+    if draft.exists() and not draft.is_dir():              # a bad path, not a verdict on a draft
+        raise cli_common.CliError(f"{a.draft}: is a file, not a draft folder (config.json + *.safetensors); "
+                                  f"name its folder")
+    if not draft.exists() and not looks_like_hub_id(a.draft):
         raise cli_common.CliError(f"{a.draft}: no such directory (and not a hub id org/name)")
     if a.target and not Path(a.target).is_dir():
-        raise cli_common.CliError(f"--target {a.target}: no such directory (the target model's folder)")
+        what = "is a file, not" if Path(a.target).exists() else "no such directory,"
+        raise cli_common.CliError(f"--target {a.target}: {what} the target model's folder")
     from .output import library_output
 
     with library_output(a.verbose):

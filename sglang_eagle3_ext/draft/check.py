@@ -45,7 +45,7 @@ class Report:
         lines = [f"draft {self.draft}{cls} for SGLang {self.release}:"] + ([f"  {self.note}"] if self.note else [])
         if any(p.code == E.NOT_A_DRAFT for p in self.problems):   # what the folder is, in one line
             return "\n".join(lines + [f"  ERROR {p}" for p in self.errors]
-                             + ["  not an EAGLE-3 draft: nothing checked"])
+                             + ["  not an EAGLE-3 draft: not servable as one"])
         lines.append(f"  would load {len(self.loads)} tensors; renames: {keys.summarize_renames(self.renames)}")
         if not self.checked:
             return "\n".join(lines + ["  NOT CHECKED"])

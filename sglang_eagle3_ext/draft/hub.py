@@ -9,8 +9,7 @@ from ..server.hf_cache import cached_snapshot, looks_like_hub_id
 
 
 def how_to_check(repo_id: str) -> str:
-    return (f"download it first (huggingface-cli download {repo_id}), then "
-            f"python -m sglang_eagle3_ext.check {repo_id}")
+    return f"download it first (hf download {repo_id}), then sglang-eagle3 check {repo_id}"
 
 
 def resolve(draft: str) -> tuple[Path | None, str | None, str | None]:
@@ -18,6 +17,8 @@ def resolve(draft: str) -> tuple[Path | None, str | None, str | None]:
     local = Path(os.path.expanduser(str(draft)))
     if local.is_dir():
         return local, None, None
+    if local.exists():
+        return None, None, f"{draft}: is a file, not a draft folder (config.json + *.safetensors); name its folder"
     if not looks_like_hub_id(str(draft)):
         return None, None, f"{draft}: no such directory (and not a hub id org/name)"
     snap = cached_snapshot(str(draft))

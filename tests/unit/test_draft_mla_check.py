@@ -220,7 +220,7 @@ def test_hub_id_checked_from_local_cache(good, tmp_path, monkeypatch):
     assert read_config("kimi/k25-eagle3-mla")["architectures"] == [mla.ARCH]  # the serving process reads it too
     assert read_config("kimi/not-downloaded") is None
     rep = check_draft("kimi/not-downloaded", sglang_version=V)
-    assert not rep.checked and "NOT checked" in rep.note and "huggingface-cli download kimi/not-downloaded" in rep.note
+    assert not rep.checked and "NOT checked" in rep.note and "hf download kimi/not-downloaded" in rep.note
 
     from sglang_eagle3_ext.launch.draft_precheck import precheck
 
@@ -234,7 +234,7 @@ def test_check_cli_on_uncached_hub_id_says_not_checked(tmp_path):
     env = {**__import__("os").environ, "HF_HUB_CACHE": str(tmp_path / "empty"), "HF_HUB_OFFLINE": "1"}
     r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.check", "org/absent-draft", "--sglang-version", V],
                        capture_output=True, text=True, env=env)
-    assert r.returncode == 2 and "NOT checked" in r.stdout and "huggingface-cli download org/absent-draft" in r.stdout
+    assert r.returncode == 2 and "NOT checked" in r.stdout and "hf download org/absent-draft" in r.stdout
 
 
 def test_precheck_mla_draft_names_the_class(good, tmp_path):
