@@ -187,10 +187,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             if getattr(e, "echo", True):   # a refusal every rank shares is printed by rank 0 only
                 print(cli_common.error_line("train", str(e)), file=sys.stderr)
-            return cli_common.EXIT_BAD_INPUT
+            return getattr(e, "exit_code", cli_common.EXIT_BAD_INPUT)
         if _rank() == 0:      # whatever the training made of it
-            print(interrupted_line("train", "--out holds the last complete epoch, if any: continue with --resume"),
-                  file=sys.stderr)
+            print(interrupted_line("train", what_out_holds(a.out)), file=sys.stderr)
         return cli_common.EXIT_INTERRUPTED
     if a.dry_run:
         from ..training.plan import plan_lines
@@ -200,6 +199,15 @@ def main(argv: list[str] | None = None) -> int:
     if a.json and _rank() == 0:
         cli_common.write_json(a.json, result)
     return 0
+
+
+def what_out_holds(out: str | None) -> str:
+    """A true sentence on --out after an interrupted run: a draft is published there once an epoch completes."""
+    from pathlib import Path
+
+    if out and (Path(out) / "config.json").is_file():
+        return f"--out {out} holds the draft of the last complete epoch; continue with --resume"
+    return f"--out {out} was not written (no epoch completed); run the command again to start over"
 
 
 def _rank() -> int:

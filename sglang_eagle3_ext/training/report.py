@@ -7,6 +7,12 @@ from pathlib import Path
 
 class TrainDraftError(RuntimeError):
     """A refusal whose message names the input and the fix (the train command exits 2 with it)."""
+    exit_code = 2
+
+
+class NotLearned(TrainDraftError):
+    """The run finished and its draft did not learn: a negative verdict (exit 1), not bad input."""
+    exit_code = 1
 
 
 _quiet = False
@@ -29,7 +35,7 @@ def require_learned(val_acc: float | None, min_acc: float, out: Path) -> None:
     if min_acc <= 0 or val_acc is None or val_acc != val_acc:      # disabled, or no validation split (NaN)
         return
     if val_acc <= min_acc:
-        raise TrainDraftError(f"the trained draft's validation accuracy is {val_acc:.4f} (<= --min-val-acc "
+        raise NotLearned(f"the trained draft's validation accuracy is {val_acc:.4f} (<= --min-val-acc "
                               f"{min_acc}): it did not learn and would serve at an accept length of ~1; "
                               f"checkpoint kept in {out}; train longer / with another --lr, or check the data")
 

@@ -204,7 +204,9 @@ def make_trainer_class(base, ctx):
             ctx.result["train_seconds"] = time.perf_counter() - t0
             if ctx.epochs_published < self.config.num_epochs:
                 raise TrainDraftError(f"training was interrupted after epoch {ctx.epochs_published}: --out holds "
-                                      f"that epoch; continue with --resume")
+                                      f"that epoch; continue with --resume" if ctx.epochs_published else
+                                      "training was interrupted before its first epoch completed: --out was not "
+                                      "written; run the command again")
 
     return DraftTrainer
 

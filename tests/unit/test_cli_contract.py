@@ -43,3 +43,31 @@ def test_check_of_an_absent_hub_id_names_the_installed_download_command(capsys):
     rc, out, err = run(["check", "org-absent/never-downloaded"], capsys)
     assert rc == 2
     assert "hf download org-absent/never-downloaded" in out and "huggingface-cli" not in out + err
+
+
+# ---- train ------------------------------------------------------------------------------------------------
+def test_train_below_min_val_acc_is_a_negative_verdict(tmp_path, monkeypatch, capsys):
+    """A draft that did not learn is the run's verdict (exit 1), not bad input: the finished run's real
+    refusal (report.require_learned) raised where training ends."""
+    from sglang_eagle3_ext.cli import train as cli_train
+    from sglang_eagle3_ext.training.report import require_learned
+
+    def trained_but_not_learned(opts):
+        require_learned(0.01, opts.min_val_acc, opts.out)
+
+    monkeypatch.setattr(cli_train, "train_draft", trained_but_not_learned)
+    rc, _, err = run(["train", "--data", str(tmp_path), "--target", str(tmp_path), "--out", str(tmp_path / "d")],
+                     capsys)
+    assert rc == 1 and "--min-val-acc" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("made", [False, True])
+def test_train_interrupted_says_truly_what_out_holds(tmp_path, made):
+    from sglang_eagle3_ext.cli.train import what_out_holds
+
+    out = tmp_path / "draft"
+    if made:
+        out.mkdir()
+        (out / "config.json").write_text("{}")
+    text = what_out_holds(str(out))
+    assert ("holds" in text and "--resume" in text) if made else ("not written" in text and "--resume" not in text)
