@@ -206,8 +206,8 @@ for spec in ROWS:
     owner, attr = patching.resolve_target(spec)
     cur = owner.__dict__[attr]
     assert isinstance(cur, wrapt.FunctionWrapper), f"{spec.target} is not wrapped"
-    assert getattr(cur, patching._MARK) == spec.name, f"{spec.target} marked {getattr(cur, patching._MARK, None)}"
-    want = patching._import_string(spec.wrapper)
+    assert getattr(cur, patching.PATCH_MARK) == spec.name, f"{spec.target} marked {getattr(cur, patching.PATCH_MARK, None)}"
+    want = patching.import_string(spec.wrapper)
     assert cur._self_wrapper is want, f"{spec.target} wrapped by {cur._self_wrapper}, not {spec.wrapper}"
 assert sorted(static_patch.applied()) == sorted(s.name for s in ROWS), static_patch.applied()
 assert ext.apply({"draft", "dump"}) == [], "runtime apply wrapped a baked target a second time"

@@ -9,7 +9,7 @@ import threading
 from ._log import logger
 from .patch_table import PATCHES, PatchSpec, features_from_env
 
-_MARK = "_self_sge3_patch"
+PATCH_MARK = "_self_sge3_patch"
 _lock = threading.RLock()
 # name -> (owner, attr, original, original_was_own_attr)
 _active: dict[str, tuple[object, str, object, bool]] = {}
@@ -19,7 +19,7 @@ class PatchTargetMissing(RuntimeError):
     pass
 
 
-def _import_string(path: str):
+def import_string(path: str):
     mod, _, qual = path.partition(":")
     obj = importlib.import_module(mod)
     for part in qual.split("."):
@@ -60,11 +60,11 @@ def apply_spec(spec: PatchSpec) -> bool:
     with _lock:
         owner, attr = resolve_target(spec)
         current = owner.__dict__.get(attr, getattr(owner, attr))
-        if getattr(current, _MARK, None) == spec.name:
+        if getattr(current, PATCH_MARK, None) == spec.name:
             return False
-        wrapper = _import_string(spec.wrapper)
+        wrapper = import_string(spec.wrapper)
         fw = wrapt.FunctionWrapper(current, wrapper)
-        setattr(fw, _MARK, spec.name)
+        setattr(fw, PATCH_MARK, spec.name)
         _active[spec.name] = (owner, attr, current, attr in owner.__dict__)
         setattr(owner, attr, fw)
         logger.debug("patched %s (%s)", spec.target, spec.name)

@@ -65,10 +65,10 @@ def patched(name: str):
             return func
         import wrapt
 
-        from .patching import _MARK, _import_string
+        from .patching import PATCH_MARK, import_string
 
-        fw = wrapt.FunctionWrapper(func, _import_string(spec.wrapper))
-        setattr(fw, _MARK, spec.name)
+        fw = wrapt.FunctionWrapper(func, import_string(spec.wrapper))
+        setattr(fw, PATCH_MARK, spec.name)
         _applied.append(name)
         return fw
 

@@ -117,7 +117,7 @@ class Capabilities:
         return dataclasses.asdict(self)
 
 
-def _sglang_root() -> Path | None:
+def sglang_root() -> Path | None:
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -207,6 +207,6 @@ def swap_refusal(caps: Capabilities) -> str | None:
 def capabilities() -> Capabilities:
     """Flags of the installed SGLang (cached; cheap: reads a few source files)."""
     version = check_supported()
-    root = _sglang_root()
+    root = sglang_root()
     assert root is not None
     return capabilities_from_source(root, version)

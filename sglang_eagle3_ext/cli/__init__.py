@@ -61,11 +61,8 @@ def main(argv=None) -> int:
 
 def _as_command(cmd: str, argv=None) -> int:
     """Run a tool as `sglang-eagle3 CMD` (its usage and errors say so), in-process callers unaffected after."""
-    was, naming._via_command = naming._via_command, True
-    try:
+    with naming.as_command():
         return cli_common.entry(cmd)(argv)
-    finally:
-        naming._via_command = was
 
 
 def convert_main() -> int:  # the `sglang-eagle3-convert` console script (older name of `convert`)

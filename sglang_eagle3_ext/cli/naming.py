@@ -2,11 +2,28 @@
 else the `python -m sglang_eagle3_ext.MODULE` entry that ran it."""
 from __future__ import annotations
 
+import contextlib
+
 from .commands import BY_NAME
 
 COMMAND = "sglang-eagle3"
 
-_via_command = False  # set by the `sglang-eagle3` dispatcher (cli/__init__.py)
+_via_command = False  # inside the `sglang-eagle3` dispatcher (cli/__init__.py)
+
+
+@contextlib.contextmanager
+def as_command():
+    """Usage and error lines say `sglang-eagle3 TOOL` inside; in-process callers are unaffected after."""
+    global _via_command
+    was, _via_command = _via_command, True
+    try:
+        yield
+    finally:
+        _via_command = was
+
+
+def called_as_command() -> bool:
+    return _via_command
 
 
 def prog(tool: str) -> str:

@@ -256,9 +256,9 @@ def release_root(*, source: str | None = None, wheel: str | None = None, version
         return unpack_wheel(wheel, cache_dir() / "src" / f"{wheel.stem}-{_digest(wheel)}", "--wheel"), version
     if version:
         return source_for(version, download=download, wheel_dirs=wheel_dirs), version
-    from ..versions import _sglang_root, installed_version
+    from ..versions import sglang_root, installed_version
 
-    root = _sglang_root()
+    root = sglang_root()
     if root is None:
         raise ReleaseUnavailable("sglang is not installed here; name a release with --sglang VERSION [--download]")
     return root, installed_version()

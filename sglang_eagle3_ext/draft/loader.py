@@ -312,7 +312,7 @@ def _accounting(model, feed, recorder, spec, layout, where) -> list[Problem]:
         if half and canon == half[1]:
             continue  # reported below as the missing other half
         P.append(Problem(E.UNEXPECTED_WEIGHT, f"{where}: {name} reached no parameter of SGLang {layout.release}'s "
-                                              f"draft — {rules._likely_cause(canon, spec)}", key=canon))
+                                              f"draft — {rules.likely_cause(canon, spec)}", key=canon))
     required = rules.required_keys(spec)
     known = rules.expected_shapes(spec)
     missing = set()

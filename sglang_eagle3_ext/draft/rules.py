@@ -212,7 +212,7 @@ def required_keys(spec: DraftSpec) -> set[str]:
     return req
 
 
-def _likely_cause(canon: str, spec: DraftSpec) -> str:
+def likely_cause(canon: str, spec: DraftSpec) -> str:
     m = LAYER.match(canon)
     if m and int(m.group(1)) >= spec.n_layers:
         return f"the checkpoint has layer {m.group(1)} but config num_hidden_layers={spec.n_layers}"
@@ -231,7 +231,7 @@ def tensor_problems(canon: str, shape: tuple, spec: DraftSpec, shapes: dict, whe
     if canon in arch.FUSED:
         return [arch.prefused_problem(canon, where)]
     if canon not in shapes:
-        return [Problem(E.UNEXPECTED_WEIGHT, f"{where}: unexpected tensor {canon} {list(shape)} — {_likely_cause(canon, spec)}",
+        return [Problem(E.UNEXPECTED_WEIGHT, f"{where}: unexpected tensor {canon} {list(shape)} — {likely_cause(canon, spec)}",
                         key=canon)]
     want = shapes[canon]
     if tuple(shape) == want:

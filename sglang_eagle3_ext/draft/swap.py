@@ -200,7 +200,7 @@ def _load(state, plan: Plan) -> bool:
 
     import torch
 
-    from ..patching import _MARK
+    from ..patching import PATCH_MARK
     from .errors import DraftLoadError
     from .loader import load_accounted
     from .swap_tensors import sync
@@ -212,7 +212,7 @@ def _load(state, plan: Plan) -> bool:
         with torch.no_grad():
             for model in side.models:
                 fn = type(model).load_weights      # the release's own, past our strict wrapper (its pre-load
-                release = functools.partial(fn.__wrapped__ if getattr(fn, _MARK, None) else fn, model)  # rules
+                release = functools.partial(fn.__wrapped__ if getattr(fn, PATCH_MARK, None) else fn, model)  # rules
                 skip = state.skip_names(model)     # read the served draft's folder; judge() read the new one)
                 load_accounted(lambda feed, r=release, s=skip: r(_unshared(feed, s)), model,
                                _weights(plan.path), plan.spec, plan.layout, str(plan.path), plan.target)

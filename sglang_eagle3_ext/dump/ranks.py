@@ -25,7 +25,7 @@ def _single_process() -> bool:
         return False
 
 
-def _ranks() -> dict:
+def rank_info() -> dict:
     """Parallel layout of this process; every field best-effort (missing -> default), except the
     attention-TP rank, which decides who writes: unknown there is None unless the process is alone."""
     out = _probe_ranks()

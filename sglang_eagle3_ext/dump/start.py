@@ -10,7 +10,7 @@ from .._log import log_once, logger
 from ..server.startup import StartupContext, startup_context
 from .capture import ATTR, TARGET_CLASSES, DumpTarget
 from .config import CONVENTION, DumpConfig, from_env
-from .ranks import _ranks, is_writer
+from .ranks import rank_info, is_writer
 
 _writer = None                         # one per process (one DP group's attention-TP rank 0)
 
@@ -96,7 +96,7 @@ def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
 
     cfg = serving_mode.config_for_target(cfg, n, ctx)
     layers = cfg.resolve_layers(n, layer0_refusal())
-    ranks = _ranks()
+    ranks = rank_info()
     if ranks["pp_rank"] != ranks["pp_size"] - 1:
         log_once("dump.pp", "dump: pipeline rank %d is not the last: no capture here", ranks["pp_rank"])
         return None

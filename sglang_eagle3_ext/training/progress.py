@@ -7,7 +7,7 @@ import time
 from .report import say
 
 
-class _Progress(logging.Handler):
+class TrainingProgress(logging.Handler):
     """Reads speculators' metric records (dicts on the `speculators.metrics` logger) and prints them."""
 
     def __init__(self, every: int, ttt_steps: int, total_steps: int | None):

@@ -13,7 +13,7 @@ from ..files.outdir import link_tree
 from .checkpoint import CKPT_DIR, maybe_stop, write_state
 from .distributed import World, on_main
 from .options import DEFAULT_EPOCHS, RUN_DIR
-from .progress import _Progress
+from .progress import TrainingProgress
 from .report import TrainDraftError, non_finite
 
 
@@ -75,7 +75,7 @@ class RunContext:
     work: Path
     publisher: object            # checkpoint.Publisher
     identity: dict
-    progress: _Progress
+    progress: TrainingProgress
     result: dict
     epochs_published: int = 0
     init_weights: Path | None = None   # --init-from's weights (speculators' names), loaded after setup_model
@@ -140,7 +140,7 @@ def run_speculators(spec_cli, TrainConfig, ctx: RunContext, argv: list[str]) -> 
         raise TrainDraftError("speculators' trainer returned without training (see its log above)")
 
 
-def summarize(a, result: dict, progress: _Progress) -> dict:
+def summarize(a, result: dict, progress: TrainingProgress) -> dict:
     """The run's figures from speculators' metric records: losses and accuracies (means of the last 10 % of the
     steps), the last validation, and this process's throughput (the first step's start-up left out)."""
     hist = progress.history
@@ -160,6 +160,6 @@ def summarize(a, result: dict, progress: _Progress) -> dict:
             "loader_share": sum(r.get("fetch_s", 0.0) for r in timed) / secs if hist else 0.0}
 
 
-def history_rows(progress: _Progress) -> list[dict]:
+def history_rows(progress: TrainingProgress) -> list[dict]:
     keys = ("step", "epoch", "loss", "full_acc_0", "tokens", "tokens_per_s", "time_s", "fetch_s")
     return [{k: r.get(k) for k in keys} for r in progress.history]

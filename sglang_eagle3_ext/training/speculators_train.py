@@ -257,7 +257,7 @@ def train_llama(a: TrainOptions, rule: dict) -> dict:
     from . import sharding
     from .checkpoint import Publisher
     from .distributed import current, on_main
-    from .progress import _Progress
+    from .progress import TrainingProgress
     from .selection import Keeper
     from .speculators_run import RunContext, build_argv, history_rows, run_speculators, summarize
 
@@ -272,7 +272,7 @@ def train_llama(a: TrainOptions, rule: dict) -> dict:
     work = got["work"]
     try:
         G, A = sharding.accumulation(a.global_batch, world.size)
-        progress = _Progress(a.log_every, a.ttt_steps, None)
+        progress = TrainingProgress(a.log_every, a.ttt_steps, None)
         if got["state"] is not None:
             progress.history = list(got["state"].get("history") or [])
             progress.val = list(got["state"].get("val") or [])

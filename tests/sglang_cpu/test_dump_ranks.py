@@ -32,8 +32,8 @@ def worker(rank, port, d, q, extra):
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.layers.dp_attention import initialize_dp_attention
     initialize_dp_attention(sa, ModelConfig.from_server_args(sa))
-    from sglang_eagle3_ext.dump.ranks import _ranks, is_writer
-    r = _ranks()
+    from sglang_eagle3_ext.dump.ranks import rank_info, is_writer
+    r = rank_info()
     q.put({"rank": rank, "ranks": r, "writes": is_writer(r)})
 
 if __name__ == "__main__":
@@ -100,7 +100,7 @@ def test_rank_probe_failure_fails_closed_in_a_multi_rank_world(sglang_cpu, tmp_p
 
     _break_attn_tp_probe(monkeypatch)
     monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: 2)      # one rank of a world of two
-    r = start._ranks()
+    r = start.rank_info()
     assert r["attn_tp_rank"] is None and not start.is_writer(r)
     monkeypatch.setattr(start, "_writer", None)
     from test_dump_hook import _model
@@ -115,5 +115,5 @@ def test_rank_probe_failure_in_a_world_of_one_still_writes(sglang_cpu, monkeypat
     from sglang_eagle3_ext.dump import start
 
     _break_attn_tp_probe(monkeypatch)
-    r = start._ranks()
+    r = start.rank_info()
     assert r["attn_tp_rank"] == 0 and start.is_writer(r)

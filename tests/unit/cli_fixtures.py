@@ -51,7 +51,7 @@ def _all(parser):
 @pytest.fixture(autouse=True)
 def _as_module_after():
     yield
-    cli_naming._via_command = False
+    assert not cli_naming.called_as_command(), "the dispatcher left its usage name set"
 
 
 def sg(argv, capfd):
@@ -60,7 +60,5 @@ def sg(argv, capfd):
         rc = cli.main(list(map(str, argv)))
     except SystemExit as e:   # a tool that let argparse exit
         rc = e.code
-    finally:
-        cli_naming._via_command = False
     out = capfd.readouterr()
     return rc, out.out, out.err

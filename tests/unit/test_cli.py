@@ -63,7 +63,6 @@ def test_usage_names_the_command_it_was_called_by(parsers, capsys):
     assert parsers["check"].prog == "python -m sglang_eagle3_ext.check"
     assert cli.main(["check", "--help"]) == 0
     assert capsys.readouterr().out.startswith("usage: sglang-eagle3 check ")
-    cli_naming._via_command = False
 
 
 def test_top_level(capsys):
@@ -105,8 +104,6 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
         rc = cli.main(argv)
     except SystemExit as e:  # argparse's own usage errors exit 2 directly
         rc = e.code
-    finally:
-        cli_naming._via_command = False
     _one_line_error(capsys, rc, EXIT_BAD_INPUT, *words)
 
 

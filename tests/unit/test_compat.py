@@ -218,8 +218,8 @@ def test_static_patch_uses_the_runtime_wrapper_and_mark(monkeypatch):
         f = _named(spec)
         fw = static_patch.patched(spec.name)(f)
         assert isinstance(fw, wrapt.FunctionWrapper)
-        assert fw._self_wrapper is patching._import_string(spec.wrapper)
-        assert getattr(fw, patching._MARK) == spec.name
+        assert fw._self_wrapper is patching.import_string(spec.wrapper)
+        assert getattr(fw, patching.PATCH_MARK) == spec.name
         assert fw.__wrapped__ is f
 
 

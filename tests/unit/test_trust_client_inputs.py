@@ -167,12 +167,8 @@ def test_dump_status_sums_the_writers_skip_counters(tmp_path, capsys):
 ])
 def test_counts_out_of_range_are_refused_naming_the_flag(capsys, argv, flag):
     from sglang_eagle3_ext import cli
-    from sglang_eagle3_ext.cli import common as cli_common
 
-    try:
-        rc = cli.main(argv)
-    finally:
-        cli_naming._via_command = False
+    rc = cli.main(argv)
     _line(capsys, rc, f"argument {flag}:")
 
 
