@@ -117,12 +117,20 @@ def check_pip(cmd: Command) -> None:
 # ---- the tutorial ----------------------------------------------------------------------------------------
 # What differs on CPU, each for a reason:
 #   launch     (GPU server)    run with --dry-run: the plan, the preset checked against SGLang, the draft checked
-#   dump run   (needs it)      flags parsed; docs_dump_standin writes what the server would, for DUMP_LIMIT prompts
+#   dump run   (needs it)      flags parsed; tiny.sample_dump writes what the server would, for DUMP_LIMIT prompts
 #                              with STANDIN_NEW_TOKENS-token answers (greedy decoding on CPU is slow)
 #   bench      (two servers)   flags parsed
 #   train      (sized for GPU) CPU_TRAIN appended: one step of a smaller draft (its own 512-token vocabulary, so
 #                              convert and check also meet a d2t mapping), a real checkpoint in seconds
 DUMP_LIMIT, STANDIN_NEW_TOKENS = 8, 4
+
+
+def preset_layers(preset: str) -> tuple[int, ...]:
+    """The HF indices a launch preset dumps (its eagle3_ext.dump_layers)."""
+    import yaml
+
+    cfg = yaml.safe_load((REPO / "server_configs" / f"{preset}.yaml").read_text())
+    return tuple(int(x) for x in cfg["eagle3_ext"]["dump_layers"])
 CPU_TRAIN = ["--device", "cpu", "--steps", "1", "--ttt-steps", "1", "--draft-vocab-size", "512", "--intermediate-size",
              "256", "--total-seq-len", "128", "--num-workers", "0", "--min-val-acc", "0"]
 
@@ -146,12 +154,13 @@ def _step(cmd: Command, cwd: Path, home: Path, dump_preset: list[str]) -> str:
         assert rc == 0, f"{cmd.where}: launch --dry-run exited {rc}"
         return "ran with --dry-run"
     if sub[:2] == ["dump", "run"]:
-        from docs_dump_standin import dump
+        from sglang_eagle3_ext.tiny.sample_dump import write_sample_dump
 
         a = parse_only(sub)
-        n = dump(cwd / "tiny-target", cwd / a.data, cwd / a.dump_dir, dump_preset[0], a.generate,
-                 min(a.max_new_tokens, STANDIN_NEW_TOKENS), DUMP_LIMIT)
-        return f"parsed; stand-in dumped {n} samples"
+        n = write_sample_dump(cwd / "tiny-target", cwd / a.dump_dir, cwd / a.data, samples=DUMP_LIMIT,
+                              new_tokens=min(a.max_new_tokens, STANDIN_NEW_TOKENS) if a.generate else 0,
+                              layers=preset_layers(dump_preset[0]), stream=None)
+        return f"parsed; the CPU sample dump wrote {n} samples"
     if sub[0] == "bench" or cmd.gpu:
         parse_only(sub)
         return "parsed (needs GPU servers)"
@@ -193,6 +202,8 @@ def test_tutorial_runs_on_cpu(tmp_path, monkeypatch, capsys):
 
     assert len(read_manifest(cwd / "dumps")) == DUMP_LIMIT, log
     assert (cwd / "draft" / "config.json").is_file() and (cwd / "hs").is_dir(), log
+    # the CPU path: a sample dump computed here, exported, trained, converted
+    assert len(read_manifest(cwd / "cpu-dumps")) == 16 and (cwd / "cpu-draft" / "config.json").is_file(), log
     print("\n".join(log))
 
 
@@ -299,7 +310,7 @@ WORDS = re.compile("|".join(WORKING_WORDS), re.IGNORECASE)
 NOT_SCANNED = (re.compile(r"patches/[^/]+/.*\.patch$"), re.compile(r"docs/examples/"),
                re.compile(r"tests/unit/test_docs\.py$"))
 DOCS_OF_USERS = ("README.md", "CONTRIBUTING.md", "ARCHITECTURE.md", "docs/", "tests/gpu/README.md",
-                 "tests/unit/test_install.py", "tests/unit/docs_dump_standin.py", "pyproject.toml")
+                 "tests/unit/test_install.py", "pyproject.toml")
 
 
 def _repo_files() -> list[str]:
