@@ -6,7 +6,7 @@ drafts (Kimi-K2.5's): SGLang's `Eagle3DeepseekV2ForCausalLM` as published and Sp
 `DeepseekV3ForCausalLMEagle3` (`midlayer.*`); a pre-fused `fused_qkv_a_proj_with_mqa` is split into the two
 halves SGLang fuses itself. `--force` replaces only a previous output of convert, never a dir holding SRC.
 Writes key names for the installed (or named) SGLang release, the aux layer ids that release
-needs, and the trained HF hidden-state indices (keys.HF_INDICES_FIELD). Refuses anything SGLang
+needs, and the trained HF hidden-state indices (eagle_config.hf_hidden_state_indices). Refuses anything SGLang
 cannot reproduce. Output is written to a temp dir beside DST and renamed into place.
 """
 from __future__ import annotations

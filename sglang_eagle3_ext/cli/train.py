@@ -13,8 +13,8 @@ On several GPUs, one process per GPU under torchrun (every rank runs this same c
 `--select-by predicted-accept` keeps in OUT the epoch whose draft `eval` predicts the best accept length for on the
 held-out split (default: the last epoch).
 
-The command line of `training.train_draft` (how each draft layout is trained: training/speculators_train.py,
-training/mla_train.py).
+Llama drafts train with speculators' own trainer; MLA drafts (Kimi-K2.5's layout) with this package's own
+loop, a PyTorch twin of the layer SGLang serves.
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-arch", choices=tuple(ROUTES), default=d["draft_arch"],
                    help="llama (default; with --init-from: its layout): speculators' Eagle3 "
                         "(LlamaForCausalLMEagle3); mla: SGLang's MLA EAGLE-3 draft for DeepSeek/Kimi targets "
-                        "(Eagle3DeepseekV2ForCausalLM), trained by training/mla_train.py")
+                        "(Eagle3DeepseekV2ForCausalLM), trained by this package's own loop")
     p.add_argument("--layer-ids", default=d["layer_ids"],
                    help="aux HF hidden_states indices, e.g. 1,2,3 (default: DIR metadata, else speculators' default)")
     p.add_argument("--init-from", metavar="DIR", default=d["init_from"],

@@ -71,3 +71,16 @@ def test_train_interrupted_says_truly_what_out_holds(tmp_path, made):
         (out / "config.json").write_text("{}")
     text = what_out_holds(str(out))
     assert ("holds" in text and "--resume" in text) if made else ("not written" in text and "--resume" not in text)
+
+
+# ---- the user's words -------------------------------------------------------------------------------------
+# the package's own module paths and constants, which mean nothing to a user reading --help
+INSIDE_WORDS = re.compile(r"tiny\.PREDICTABLE|round trip's target|training/\w+\.py|keys\.HF_INDICES_FIELD|"
+                          r"HAS_MIDLAYER=|tiny/\w+\.py")
+
+
+@pytest.mark.parametrize("command", ["tiny", "train", "convert", "check", "eval", "swap", "refresh", "dump"])
+def test_help_speaks_the_users_words(command, capsys):
+    assert cli.main([command, "--help"]) == 0
+    text = capsys.readouterr().out
+    assert text and not INSIDE_WORDS.search(text), INSIDE_WORDS.search(text).group(0)
