@@ -26,6 +26,10 @@ ENV_MAX_ACCEPT_LEN = envs.DUMP_MAX_ACCEPT_LEN
 _targets: list = []          # every DumpTarget of this process (the worker's start-up check reads them)
 
 
+def forget_targets() -> None:
+    _targets.clear()
+
+
 @dataclasses.dataclass(frozen=True)
 class ServingConfig:
     responses: bool = True                  # capture verify states and write prompt+response

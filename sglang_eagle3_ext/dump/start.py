@@ -15,6 +15,17 @@ from .ranks import rank_info, is_writer
 _writer = None                         # one per process (one DP group's attention-TP rank 0)
 
 
+def reset() -> None:
+    """Forget this process's dump: its writer, its dump targets and its verify capture (the next attach starts
+    afresh; a process that loads a second model, and the tests, need that)."""
+    global _writer
+    from . import serving_mode, verify_capture
+
+    _writer = None
+    serving_mode.forget_targets()
+    verify_capture.set_active(None)
+
+
 def build_meta(model, cfg: DumpConfig, layers: list[int], ranks: dict, ctx: StartupContext) -> dict:
     from .. import __version__
     from ..versions import installed_version

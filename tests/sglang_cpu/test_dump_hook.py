@@ -114,7 +114,7 @@ def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkey
 
     from sglang_eagle3_ext.dump.staging import PinnedRing
 
-    monkeypatch.setattr(start, "_writer", None)
+    start.reset()
     cfg = C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
     m = _model(sglang_cpu)
     target = start.attach(m, cfg)
@@ -147,7 +147,7 @@ def test_hook_feeds_the_writer_process(sglang_cpu, tmp_path, monkeypatch, packed
     which stitches and writes the same files."""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    monkeypatch.setattr(start, "_writer", None)
+    start.reset()
     cfg = C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1",
                       C.ENV_WRITER: "process"})
     m = _model(sglang_cpu)
@@ -172,7 +172,7 @@ def test_hook_feeds_the_writer_process(sglang_cpu, tmp_path, monkeypatch, packed
 def test_hook_refuses_prefix_cache_hit_and_changed_layers(sglang_cpu, tmp_path, monkeypatch):
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    monkeypatch.setattr(start, "_writer", None)
+    start.reset()
     m = _model(sglang_cpu)
     start.attach(m, C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_MIN_TOKENS: "1"}))
     assert m.model.layers_to_capture == default_layers(N) == [1, 3, 5]
@@ -188,7 +188,7 @@ def test_hook_refuses_prefix_cache_hit_and_changed_layers(sglang_cpu, tmp_path, 
 def test_bad_config_stops_start_up_with_the_fix(sglang_cpu, tmp_path, monkeypatch):
     from sglang_eagle3_ext.dump.writer import DumpStartupError
 
-    monkeypatch.setattr(start, "_writer", None)
+    start.reset()
     monkeypatch.setenv(envs.DUMP_DIR, str(tmp_path))
     monkeypatch.setenv(C.ENV_LAYERS, "1,99")
     m = _model(sglang_cpu)
@@ -209,7 +209,7 @@ def test_nan_rows_skip_only_their_request(sglang_cpu, tmp_path, monkeypatch, pac
     capture's per-row flags do, see test_dump_staging.)"""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    monkeypatch.setattr(start, "_writer", None)
+    start.reset()
     cfg = C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
     m = _model(sglang_cpu)
     start.attach(m, cfg)
@@ -231,7 +231,7 @@ def test_request_aborted_mid_chunked_prefill_frees_the_ring(sglang_cpu, tmp_path
     from sglang_eagle3_ext.dump.assemble import STALE_BATCHES
     from sglang_eagle3_ext.dump.staging import PinnedRing
 
-    monkeypatch.setattr(start, "_writer", None)
+    start.reset()
     cfg = C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_MIN_TOKENS: "1"})
     m = _model(sglang_cpu)
     target = start.attach(m, cfg)

@@ -90,7 +90,7 @@ def test_server_start_stops_with_the_flag(sglang_cpu, deepseek_dir, tmp_path, mo
     from sglang_eagle3_ext.dump.writer import DumpStartupError
 
     before = sglang_runtime.server_args()
-    monkeypatch.setattr(start, "_writer", None)
+    start.reset()
     monkeypatch.setenv(envs.DUMP_DIR, str(tmp_path))
     monkeypatch.setenv(C.ENV_LAYERS, "1,2")
     monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "1")

@@ -102,7 +102,7 @@ def test_rank_probe_failure_fails_closed_in_a_multi_rank_world(sglang_cpu, tmp_p
     monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: 2)      # one rank of a world of two
     r = start.rank_info()
     assert r["attn_tp_rank"] is None and not start.is_writer(r)
-    monkeypatch.setattr(start, "_writer", None)
+    start.reset()
     from test_dump_hook import _model
 
     target = start.attach(_model(sglang_cpu), C.from_env({envs.DUMP_DIR: str(tmp_path)}))

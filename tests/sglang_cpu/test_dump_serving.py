@@ -42,9 +42,7 @@ def serving(sglang_cpu, tmp_path, monkeypatch):
                                served_model_name=None, chunked_prefill_size=None, dtype="float32")
     monkeypatch.setattr("sglang_eagle3_ext.server.runtime.server_args", lambda: sa)
     monkeypatch.setattr("sglang_eagle3_ext.dump.prefill_graphs.check", lambda sa: None)
-    monkeypatch.setattr(start, "_writer", None)
-    monkeypatch.setattr(verify_capture, "_active", None)
-    monkeypatch.setattr(serving_mode, "_targets", [])
+    start.reset()
     dump = tmp_path / "dump"
     dump.mkdir()
 

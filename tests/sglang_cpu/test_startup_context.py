@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.draft import layers as L
-from sglang_eagle3_ext.dump import serving_mode, start
+from sglang_eagle3_ext.dump import start
 from sglang_eagle3_ext.server import runtime
 from helpers import serving, stub_deepseek_target
 from test_dump_hook import _model
@@ -71,8 +71,7 @@ def test_one_context_per_process_for_every_consumer(ext, deepseek_dir, tmp_path,
     monkeypatch.setattr(runtime, "read_config", lambda p: reads.append(str(p)) or real_read(p))
     monkeypatch.setattr(startup.StartupContext, "from_server_args",
                         classmethod(lambda cls, sa: builds.append(sa) or real_build(cls, sa)))
-    monkeypatch.setattr(start, "_writer", None)
-    monkeypatch.setattr(serving_mode, "_targets", [])
+    start.reset()
     monkeypatch.setenv(envs.DUMP_DIR, str(tmp_path / "dump"))
     (tmp_path / "dump").mkdir()
     with serving(ext, deepseek_dir, draft) as sa:

@@ -129,7 +129,7 @@ def test_dump_attaches_to_the_language_model_inside_the_wrapper(sglang_cpu, cpu_
     import sglang_eagle3_ext
     from sglang_eagle3_ext.dump import capture, start
 
-    monkeypatch.setattr(start, "_writer", None)
+    start.reset()
     monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_DIR", str(tmp_path))
     monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_LAYERS", "1,2,3")
     sglang_eagle3_ext.apply(["dump"])

@@ -17,7 +17,7 @@ from sglang_eagle3_ext import envs, versions
 from sglang_eagle3_ext.server import runtime as sglang_runtime
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump import copy as dump_copy
-from sglang_eagle3_ext.dump import serving_mode, start
+from sglang_eagle3_ext.dump import start
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.dump.sample_file import T_IDS, read_sample
 from helpers import stub_deepseek_target
@@ -29,8 +29,7 @@ LAYERS = [1, 2, 5]
 
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
-    monkeypatch.setattr(start, "_writer", None)
-    monkeypatch.setattr(serving_mode, "_targets", [])
+    start.reset()
     monkeypatch.setenv(envs.DUMP_MIN_TOKENS, "1")
     yield
     w = start.get_writer()
