@@ -329,9 +329,10 @@ def test_any_recorded_selection_resumes_or_is_refused_by_name(record):
 def test_mla_heldout_split_of_eval_is_trains():
     """eval (and so the scorer) evaluates exactly the files `train --draft-arch mla` validates on."""
     from sglang_eagle3_ext.acceptance.data import heldout
+    from sglang_eagle3_ext.draft.arch import mla
     from sglang_eagle3_ext.training.mla_train import _split
 
     for ratio in (0.5, 0.8, 0.9, 0.95, 0.99):
         for n in range(2, 400, 7):
             _, val = _split(TrainOptions(data="d", target="t", out="o", train_ratio=ratio), [100] * n)
-            assert heldout(n, 1 - ratio, mla=True)[0] == val, (ratio, n)
+            assert heldout(n, 1 - ratio, mla)[0] == val, (ratio, n)
