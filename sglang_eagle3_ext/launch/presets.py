@@ -37,12 +37,18 @@ class Preset:
     path: Path
     server_args: dict       # ServerArgs field -> value
     ext: dict               # our eagle3_ext section
-    by_name: bool = True    # given as --preset NAME (else --config FILE)
+    by_name: bool = True    # given as --preset NAME (else a file: --config FILE, or --preset FILE)
+    flag: str = "--config"  # the flag that named the file
 
     @property
     def where(self) -> str:
         """How the user named it, for messages."""
-        return f"--preset {self.name} ({self.path})" if self.by_name else f"--config {self.path}"
+        return f"--preset {self.name} ({self.path})" if self.by_name else f"{self.flag} {self.path}"
+
+
+def names_a_file(name: str) -> bool:
+    """`--preset` takes a shipped preset's name or a preset file (one `tune` wrote, say)."""
+    return os.sep in name or name.endswith((".yaml", ".yml"))
 
 
 def preset_dirs() -> list[Path]:
@@ -70,8 +76,13 @@ def find_preset(name: str) -> Path:
 def load(name: str | None = None, path: str | os.PathLike | None = None) -> Preset:
     """Read and check a preset file: structure, keys, value shapes, our section's values (ServerArgs values
     are checked against SGLang's parser by `check_values`)."""
+    flag = "--config"
+    if name and not path and names_a_file(name):
+        path, flag = name, "--preset"
+        if not Path(path).is_file():
+            raise PresetError(f"--preset {path}: no such file (a preset file, or one of: {', '.join(available_presets())})")
     p = Path(path) if path else find_preset(name)
-    where = f"--preset {name} ({p})" if not path else f"--config {p}"
+    where = f"--preset {name} ({p})" if not path else f"{flag} {p}"
     data = _read_yaml(p, where)
     if data is None:
         data = {}
@@ -92,7 +103,7 @@ def load(name: str | None = None, path: str | os.PathLike | None = None) -> Pres
     for key, value in ext.items():
         if key in EXT_KEYS and value is not None:   # unknown keys: validate() names the nearest one
             ext_text(key, value, f"{where}: {EXT_SECTION}.{key}")
-    return Preset(name=name or p.stem, path=p, server_args=args, ext=dict(ext), by_name=not path)
+    return Preset(name=p.stem if path else name, path=p, server_args=args, ext=dict(ext), by_name=not path, flag=flag)
 
 
 def _read_yaml(p: Path, where: str):

@@ -128,3 +128,15 @@ def test_the_launcher_refuses_with_exit_2_naming_file_and_key(tmp_path, capsys, 
     rc, _, err = launch(tmp_path, "--config", str(cfg), capsys=capsys)
     assert rc == 2 and str(cfg) in err and key in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.sglang
+def test_a_preset_file_is_taken_by_preset_as_by_config(tmp_path, capsys):
+    """`--preset FILE` (a preset `tune` wrote) serves as `--config FILE` does; a missing file is named once."""
+    mine = tmp_path / "tuned.yaml"
+    mine.write_text(presets.find_preset("tiny").read_text())
+    rc, out, err = launch(tmp_path, "--preset", str(mine), capsys=capsys)
+    assert rc == 0, err
+    assert str(mine) in out, out
+    rc, _, err = launch(tmp_path, "--preset", str(tmp_path / "gone.yaml"), capsys=capsys)
+    assert rc == 2 and err.count(str(tmp_path / "gone.yaml")) == 1 and "no such file" in err, err
