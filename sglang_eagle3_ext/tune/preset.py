@@ -1,4 +1,4 @@
-"""The tuned settings as launch presets (`sglang-eagle3 launch --config FILE`; the shipped ones are
+"""The tuned settings as launch presets (`sglang-eagle3 launch --preset FILE`; the shipped ones are
 `--preset NAME`): SGLang ServerArgs fields, the measured figures and the command that produced them in the
 header comment."""
 from __future__ import annotations
@@ -35,6 +35,6 @@ def write(path, fields: dict, header: list[str]) -> Path:
 
 
 def header(title: str, command: str, figures: list[str], notes: list[str]) -> list[str]:
-    return [title, f"  sglang-eagle3 launch --config {{this file}}", "produced by:", f"  {command}", "",
+    return [title, f"  sglang-eagle3 launch --preset {{this file}}", "produced by:", f"  {command}", "",
             "figures (output tokens/s; measured: by bench, greedy outputs identical to the target alone; predicted: the cost model):",
             *[f"  {x}" for x in figures], *([""] + notes if notes else [])]

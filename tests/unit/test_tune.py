@@ -182,7 +182,7 @@ def test_written_preset_loads_and_plans_with_the_tuned_flags(tmp_path, world):
     loaded = presets.load(path=p)
     assert loaded.server_args["speculative_num_steps"] == 5
     presets.check_values(loaded, presets.sglang_parser())
-    r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.launch_server", "--config", str(p), "--dry-run"],
+    r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.launch_server", "--preset", str(p), "--dry-run"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     for flag in ("--attention-backend flashmla", "--speculative-num-steps 5", "--speculative-num-draft-tokens 6",
