@@ -34,6 +34,7 @@ states() {      # states [newest]: each job's exit status and figures (and its n
     grep -aE "^(dump vs transformers|round trip \[|[a-z_0-9]+/[a-z_]+ bs[0-9]+: |start at )" "$d/log" | sort -u | head -n 40
     # the lifecycle tests' one-line figures (printed under pytest -s, the first one after the test's id)
     grep -aoE "(eval|swap|refresh|first run) \[[^]]*\].*" "$d/log" | cut -c1-600 | head -n 40
+    grep -aoE "\[(table|tune|build)\].*" "$d/log" | cut -c1-300 | head -n 40
   done
 }
 

@@ -12,6 +12,9 @@
 #                                   and resumed (0.5.16, ~5 min)
 #   tests/gpu/full_plan.sh tune     Kimi-width preparation (~13 min), then the FA3 / FlashMLA / Triton speedup table at 3
 #                                   steps (~8 min) and `tune --budget-min 8` (~9 min), below
+#   tests/gpu/full_plan.sh session  one lease (0.5.16, FA3 kernels installed, ~25 min): the GPU smoke (dump vs
+#                                   transformers, EAGLE-3 serve, swap), `build` on the tiny target, then at Kimi
+#                                   width the speedup table (fa3, flashmla, triton) and `tune` (below)
 #   tests/gpu/bg.sh poll SECONDS    in every later call, back to back (an idle host may be released after ~30 s
 #                                   without a call): states, figures, $OUT/results.tgz
 # The Kimi-width round trip (0.5.16, timed on FlashMLA, docs/results.md: bs1 2.00x, bs16 x 128:896
@@ -122,4 +125,21 @@ tune)
     [ -e $D/kimi/draft_sglang/config.json ] || exit 1; \
     $K SGE3_MAX_TOTAL_TOKENS=32768 $R -s tests/gpu/test_tune_gpu.py::test_speedup_table; \
     $K SGE3_MAX_TOTAL_TOKENS=32768 $R -s tests/gpu/test_tune_gpu.py::test_tune_within_budget" ;;
+session)
+  # Started at once: smoke and build are tiny-target jobs (~6 min) that end while the Kimi-width preparation
+  # (600 generations, ~9 min) runs; the table and tune then have the GPU to themselves.
+  S="PYTHONPATH=/tmp/site TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton_cache}"
+  L="$S SGE3_MEM_FRACTION=0.08 SGE3_BACKENDS=triton SGE3_RT_DIR=/tmp/rt SGE3_RT_SAMPLES=600"
+  $BG start smoke "$L $R -s tests/gpu/test_dump_gpu.py -k 'matches_transformers and triton'; \
+    $L $R -s tests/gpu/test_draft_gpu.py -k serves; \
+    $L SGE3_RT_PREPARE_ONLY=1 $R tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \
+    $L $R -s tests/gpu/test_swap_gpu.py::test_swap_without_restart"
+  $BG start build "$S SGE3_MEM_FRACTION=0.1 $R -s tests/gpu/test_build_gpu.py"
+  D=${SGE3_RT_DIR:-/tmp/rtk}
+  K="$S SGE3_RT_TARGET=kimi SGE3_RT_DIR=$D SGE3_MAX_TOTAL_TOKENS=32768"
+  $BG start kimi "$K SGE3_MEM_FRACTION=0.9 SGE3_RT_SAMPLES=600 SGE3_RT_PREPARE_ONLY=1 $R \
+      tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \
+    [ -e $D/kimi/draft_sglang/config.json ] || exit 1; \
+    $K $R -s tests/gpu/test_tune_gpu.py::test_speedup_table; \
+    $K SGE3_TUNE_BUDGET_MIN=6 $R -s tests/gpu/test_tune_gpu.py::test_tune_within_budget" ;;
 esac

@@ -73,6 +73,8 @@ _TABLE = (
     Knob("SGE3_KIMI_SAMPLES", "600", "`test_kimi_gpu.py`: dumped generations to train on"),
     Knob("SGE3_KIMI_EPOCHS", "8", "`test_kimi_gpu.py`: training epochs of the Llama draft"),
     Knob("SGE3_KIMI_MLA_EPOCHS", "4", "`test_kimi_gpu.py`: training epochs of the MLA draft"),
+    # tune at Kimi width
+    Knob("SGE3_TUNE_BUDGET_MIN", "8", "`test_tune_gpu.py`: `tune --budget-min` (GPU minutes)"),
     # benchmarks
     Knob("SGE3_TRAIN_BENCH_STEPS", "30",
          "`test_train_gpu.py`: optimizer steps of each `bench_train.py` run (the first 5 are left out of the figures)"),
