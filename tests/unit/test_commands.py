@@ -44,3 +44,10 @@ def test_wheel_ships_each_patch_and_no_script():
     on_disk = {f"patches/{d.name}" for d in (REPO / "patches").iterdir() if d.is_dir()}
     assert on_disk <= shipped, f"add to pyproject's force-include: {sorted(on_disk - shipped)}"
     assert not [s for s in shipped if s.endswith(".py") or s == "patches"], shipped
+
+
+def test_readme_lists_every_command():
+    readme = (REPO / "README.md").read_text()
+    rows = {ln.split("|")[1].strip().strip("`").split()[0] for ln in readme.splitlines() if ln.startswith("| `")}
+    missing = [c.name for c in COMMANDS if c.name not in rows]
+    assert not missing, f"README's command table lacks {missing}"
