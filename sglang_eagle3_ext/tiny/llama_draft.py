@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..draft import errors as E
 
 
 def make_speculators_draft(out, *, hidden: int = 64, vocab: int = 128, draft_vocab: int = 64,
@@ -62,129 +61,6 @@ def sglang_weights_iterator(draft_dir):
 
 
 # --- malformed variants of a good converted draft: name -> (expected code, builder) ------------------
-
-def _edit_tensors(d: Path, fn):
-    from safetensors.torch import load_file, save_file
-
-    f = d / "model.safetensors"
-    t = load_file(str(f))
-    fn(t)
-    save_file(t, str(f), metadata={"format": "pt"})
-
-
-def _edit_config(d: Path, fn):
-    import json
-
-    p = d / "config.json"
-    c = json.loads(p.read_text())
-    fn(c)
-    p.write_text(json.dumps(c, indent=2))
-
-
-def _v_missing_fc(d):
-    _edit_tensors(d, lambda t: t.pop("fc.weight"))
-
-
-def _v_fc_unfused(d):
-    def f(t):
-        t["fc.weight"] = t["fc.weight"][:, : t["fc.weight"].shape[0]].clone()
-    _edit_tensors(d, f)
-
-
-def _v_unknown_key(d):
-    import torch
-    _edit_tensors(d, lambda t: t.__setitem__("layers.0.self_attn.q_norm.weight", torch.ones(16)))
-
-
-def _v_d2t_length(d):
-    def f(t):
-        t["d2t"] = t["d2t"][:-4].clone()
-    _edit_tensors(d, f)
-
-
-def _v_d2t_range(d):
-    def f(t):
-        t["d2t"] = t["d2t"].clone()
-        t["d2t"][-1] += 10_000
-    _edit_tensors(d, f)
-
-
-def nan_at(key: str):
-    """A tensor edit: one NaN in tensor `key` (the value scan must name it)."""
-    def f(t):
-        w = t[key].clone()
-        w[0, 0] = float("nan")
-        t[key] = w
-    return f
-
-
-def _v_nan(d):
-    _edit_tensors(d, nan_at("layers.0.mlp.down_proj.weight"))
-
-
-def _v_truncated(d):
-    f = d / "model.safetensors"
-    data = f.read_bytes()
-    f.write_bytes(data[:-100])
-
-
-def _v_missing_field(d):
-    _edit_config(d, lambda c: c["eagle_config"].pop("eagle_aux_hidden_state_layer_ids"))
-
-
-def _v_wrong_k(d):
-    def f(c):
-        ec = c["eagle_config"]
-        ec["eagle_aux_hidden_state_layer_ids"] = ec["eagle_aux_hidden_state_layer_ids"] + [7]
-        ec.pop("hf_hidden_state_indices", None)
-        if "num_aux_hidden_states" in c:
-            c["num_aux_hidden_states"] = len(ec["eagle_aux_hidden_state_layer_ids"])
-    _edit_config(d, f)
-
-
-def _v_norm_before_residual(d):
-    _edit_config(d, lambda c: c.__setitem__("norm_before_residual", True))
-
-
-def _v_pickle_only(d):
-    import torch
-    from safetensors.torch import load_file
-
-    f = d / "model.safetensors"
-    torch.save(load_file(str(f)), d / "pytorch_model.bin")
-    f.unlink()
-
-
-def _v_target_hidden(d):
-    pass  # the draft is fine; the target it is served with has another hidden size (see TARGET_OVERRIDES)
-
-
-MALFORMED = {
-    "missing_fc": (E.MISSING_WEIGHT, _v_missing_fc),
-    "fc_1xH": (E.FC_UNFUSED, _v_fc_unfused),
-    "unknown_key": (E.UNEXPECTED_WEIGHT, _v_unknown_key),
-    "d2t_length": (E.D2T_LENGTH, _v_d2t_length),
-    "d2t_out_of_range": (E.D2T_RANGE, _v_d2t_range),
-    "nan_weight": (E.NON_FINITE, _v_nan),
-    "truncated_file": (E.BAD_FILE, _v_truncated),
-    "missing_config_field": (E.CONFIG_MISSING, _v_missing_field),
-    "wrong_k": (E.AUX_COUNT, _v_wrong_k),
-    "target_hidden_mismatch": (E.TARGET_MISMATCH, _v_target_hidden),
-    "norm_before_residual": (E.UNSUPPORTED_OPTION, _v_norm_before_residual),
-    "pickle_only_bin": (E.PICKLE_ONLY, _v_pickle_only),
-}
-TARGET_OVERRIDES = {"target_hidden_mismatch": {"hidden_size": 32}}
-
-
-def make_variant(good: Path, name: str, out: Path) -> tuple[str, Path]:
-    """Copy `good` to `out` and break it the way `name` says; returns (expected code, out)."""
-    import shutil
-
-    shutil.copytree(good, out)
-    code, build = MALFORMED[name]
-    build(Path(out))
-    return code, Path(out)
-
 
 def write_target_config(out, *, hidden: int = 64, vocab: int = 128, layers: int = 8, **overrides) -> Path:
     """A target-model config.json only (enough for the draft/target consistency rules)."""

@@ -1,5 +1,5 @@
-"""Tiny MLA EAGLE-3 drafts (SGLang's `Eagle3DeepseekV2ForCausalLM`, the class of Kimi-K2.5's drafts) and
-malformed variants of them, for tests and GPU smoke runs.
+"""Tiny MLA EAGLE-3 drafts (SGLang's `Eagle3DeepseekV2ForCausalLM`, the class of Kimi-K2.5's drafts),
+for tests and GPU smoke runs (malformed variants: tests/malformed_drafts.py).
 
 The files look like a published Kimi-K2.5 draft: `architectures: ["Eagle3DeepseekV2ForCausalLM"]`,
 `model_type: deepseek_v3`, MLA dims, `eagle_config.eagle_aux_hidden_state_layer_ids`, weights under
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..draft import errors as E
 from ..draft.arch import mla
 
 # Kimi-K2's rope_scaling type (SGLang's MLA runs it as deepseek_yarn; on CPU it needs one); factor 1: plain RoPE.
@@ -96,102 +95,3 @@ def make_mla_draft_for_tiny_target(out, target_dir, aux_ids=(1, 2, 3), **overrid
               intermediate=t["intermediate_size"], max_position_embeddings=t["max_position_embeddings"])
     kw.update(overrides)
     return make_mla_draft(out, **kw)
-
-
-# --- malformed variants: name -> (expected code, what to break) --------------------------------------------
-
-def _edit(d: Path, tensors_fn=None, config_fn=None):
-    from safetensors.torch import load_file
-
-    t = load_file(str(d / "model.safetensors"))
-    c = json.loads((d / "config.json").read_text())
-    if tensors_fn:
-        tensors_fn(t)
-    if config_fn:
-        config_fn(c)
-    from safetensors.torch import save_file
-
-    # in place: `d` is the copy make_mla_variant has just made
-    save_file({k: v.contiguous() for k, v in t.items()}, str(d / "model.safetensors"), metadata={"format": "pt"})
-    (d / "config.json").write_text(json.dumps(c, indent=2))
-
-
-def _v_missing_lm_head(d):
-    _edit(d, lambda t: t.pop("lm_head.weight"))
-
-
-def _v_missing_kv_half(d):
-    _edit(d, lambda t: t.pop(mla.KV_HALF))
-
-
-def _v_q_a_1xH(d):
-    def f(t):
-        w = t[mla.Q_HALF]
-        t[mla.Q_HALF] = w[:, : w.shape[1] // 2].clone()
-    _edit(d, f)
-
-
-def _v_fc_1xH(d):
-    def f(t):
-        w = t["fc.weight"]
-        t["fc.weight"] = w[:, : w.shape[1] // 3].clone()
-    _edit(d, f)
-
-
-def _v_unknown_key(d):
-    def f(t):
-        t["layers.0.mlp.shared_experts.gate_proj.weight"] = t["layers.0.mlp.gate_proj.weight"].clone()
-    _edit(d, f)
-
-
-def _v_nan(d):
-    from .llama_draft import nan_at
-
-    _edit(d, nan_at("layers.0.self_attn.kv_b_proj.weight"))
-
-
-def _v_wrong_k(d):
-    def f(c):
-        ec = c["eagle_config"]
-        ec["eagle_aux_hidden_state_layer_ids"] = ec["eagle_aux_hidden_state_layer_ids"] + [5]
-        ec.pop("hf_hidden_state_indices", None)
-    _edit(d, config_fn=f)
-
-
-def _v_rope_dims(d):
-    _edit(d, config_fn=lambda c: c.__setitem__("qk_rope_head_dim", 2 * c["qk_rope_head_dim"]))
-
-
-def _v_lora_dims(d):
-    _edit(d, config_fn=lambda c: c.__setitem__("kv_lora_rank", 2 * c["kv_lora_rank"]))
-
-
-def _v_prefused(d):
-    import torch
-
-    def f(t):
-        t[mla.FUSED_KEY] = torch.cat([t.pop(mla.Q_HALF), t.pop(mla.KV_HALF)])
-    _edit(d, f)
-
-
-MLA_MALFORMED = {
-    "missing_lm_head": (E.MISSING_WEIGHT, _v_missing_lm_head),
-    "missing_kv_a_half": (E.FUSED_HALF, _v_missing_kv_half),
-    "q_a_proj_1xH": (E.MLA_INPUT, _v_q_a_1xH),
-    "fc_1xH": (E.FC_UNFUSED, _v_fc_1xH),
-    "unknown_key": (E.UNEXPECTED_WEIGHT, _v_unknown_key),
-    "nan_weight": (E.NON_FINITE, _v_nan),
-    "wrong_k": (E.AUX_COUNT, _v_wrong_k),
-    "wrong_rope_dim": (E.MLA_DIMS, _v_rope_dims),
-    "wrong_lora_dim": (E.MLA_DIMS, _v_lora_dims),
-    "prefused_qkv_a": (E.UNEXPECTED_WEIGHT, _v_prefused),
-}
-
-
-def make_mla_variant(good: Path, name: str, out: Path) -> tuple[str, Path]:
-    import shutil
-
-    shutil.copytree(good, out)
-    code, build = MLA_MALFORMED[name]
-    build(Path(out))
-    return code, Path(out)

@@ -100,7 +100,7 @@ def test_layer_keys_follow_the_release(ext, spec_draft, target_dir, tmp_path):
 
 @pytest.fixture(scope="module")
 def variants(converted, tmp_path_factory):
-    from sglang_eagle3_ext.tiny.llama_draft import MALFORMED, make_variant
+    from malformed_drafts import MALFORMED, make_variant
 
     root = tmp_path_factory.mktemp("variants")
     return {n: make_variant(converted, n, root / n) for n in MALFORMED}
@@ -111,7 +111,8 @@ def variants(converted, tmp_path_factory):
                                   "target_hidden_mismatch", "norm_before_residual", "pickle_only_bin"])
 def test_malformed_variant_refused_by_loader_and_check(ext, variants, name, tmp_path):
     from sglang_eagle3_ext.draft.check import check_draft
-    from sglang_eagle3_ext.tiny.llama_draft import TARGET_OVERRIDES, write_target_config
+    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
+    from malformed_drafts import TARGET_OVERRIDES
 
     code, d = variants[name]
     target = write_target_config(tmp_path / "target", **TARGET_OVERRIDES.get(name, {}))
@@ -127,7 +128,7 @@ def test_malformed_variant_refused_by_loader_and_check(ext, variants, name, tmp_
 
 
 def test_distinct_codes():
-    from sglang_eagle3_ext.tiny.llama_draft import MALFORMED
+    from malformed_drafts import MALFORMED
 
     assert len({c for c, _ in MALFORMED.values()}) == len(MALFORMED) == 12
 
@@ -135,7 +136,8 @@ def test_distinct_codes():
 def test_unpatched_release_drops_silently_patched_refuses(ext, converted, target_dir, tmp_path):
     """Without the patch an unknown key (and, on a midlayer release, `layers.0.*`) vanishes; with it: an error."""
     import sglang_eagle3_ext
-    from sglang_eagle3_ext.tiny.llama_draft import make_variant, sglang_weights_iterator
+    from sglang_eagle3_ext.tiny.llama_draft import sglang_weights_iterator
+    from malformed_drafts import make_variant
 
     _, d = make_variant(converted, "unknown_key", tmp_path / "unknown")
     sglang_eagle3_ext.revert()
@@ -209,11 +211,11 @@ def test_startup_width_check_when_target_will_not_capture(ext, converted, target
     import shutil
 
     from sglang_eagle3_ext.draft.loader import DEFER_WIDTH_ENV
-    from sglang_eagle3_ext.tiny.llama_draft import _edit_config
+    from malformed_drafts import edit_config
 
     d = tmp_path / "noaux"
     shutil.copytree(converted, d)
-    _edit_config(d, lambda c: c["eagle_config"].__setitem__("use_aux_hidden_state", False))
+    edit_config(d, lambda c: c["eagle_config"].__setitem__("use_aux_hidden_state", False))
     with pytest.raises(E.DraftLoadError) as ei:
         load_draft(ext, d, target_dir, LLAMA)
     assert ei.value.codes == [E.FC_WIDTH] and "not capturing aux hidden states" in str(ei.value)

@@ -32,7 +32,8 @@ def _draft(root, name, **kw):
 
 @pytest.fixture(scope="module")
 def drafts(ext, tmp_path_factory):
-    from sglang_eagle3_ext.tiny.llama_draft import make_variant, write_target_config
+    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
+    from malformed_drafts import make_variant
 
     root = tmp_path_factory.mktemp("swap")
     out = {"target": write_target_config(root / "target"), "served": _draft(root, "served", seed=0),
@@ -48,10 +49,10 @@ def _with_embeddings(good, out):
     """A draft whose files also hold trained embeddings (SGLang loads them, then installs the target's)."""
     import shutil
 
-    from sglang_eagle3_ext.tiny.llama_draft import _edit_tensors
+    from malformed_drafts import edit_tensors
 
     shutil.copytree(good, out)
-    _edit_tensors(out, lambda t: t.__setitem__("embed_tokens.weight", torch.randn(128, 64).to(t["fc.weight"].dtype)))
+    edit_tensors(out, lambda t: t.__setitem__("embed_tokens.weight", torch.randn(128, 64).to(t["fc.weight"].dtype)))
     return out
 
 

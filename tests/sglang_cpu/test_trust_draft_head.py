@@ -41,7 +41,8 @@ def llama_head_draft(ext, tmp_path_factory):
     """A converted Llama draft with the full-vocab trained head and draft_vocab_size null."""
     pytest.importorskip("speculators")
     from sglang_eagle3_ext.draft.convert import convert
-    from sglang_eagle3_ext.tiny.llama_draft import _edit_config, _edit_tensors, make_speculators_draft
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
+    from malformed_drafts import edit_config, edit_tensors
 
     root = tmp_path_factory.mktemp("llama_head")
     d = convert(make_speculators_draft(root / "spec", aux_ids=(2, 4, 6)), root / "conv", log=lambda *_: None)
@@ -49,8 +50,8 @@ def llama_head_draft(ext, tmp_path_factory):
     def full_head(t):
         t.pop("d2t"), t.pop("t2d", None)
         t["lm_head.weight"] = torch.randn(128, 64, generator=torch.Generator().manual_seed(3)) * 0.02
-    _edit_tensors(d, full_head)
-    _edit_config(d, lambda c: c.__setitem__("draft_vocab_size", None))
+    edit_tensors(d, full_head)
+    edit_config(d, lambda c: c.__setitem__("draft_vocab_size", None))
     return d
 
 
@@ -123,11 +124,11 @@ def test_convert_keeps_the_trained_head(request, ext, tmp_path, fixture, arch):
 
 
 def test_fixed_by_hand_loads(ext, llama_head_draft, tmp_path):
-    from sglang_eagle3_ext.tiny.llama_draft import _edit_config
+    from malformed_drafts import edit_config
 
     d = tmp_path / "by_hand"
     shutil.copytree(llama_head_draft, d)
-    _edit_config(d, lambda c: c.__setitem__("draft_vocab_size", 128))
+    edit_config(d, lambda c: c.__setitem__("draft_vocab_size", 128))
     model = load_draft(ext, d, _target(tmp_path, "t"), LLAMA)
     assert model.load_lm_head_from_target is False
 

@@ -123,7 +123,8 @@ def test_check_flags_raw_speculators_checkpoint(spec_draft):
 
 
 def test_malformed_variants_each_give_their_own_code(good, target, tmp_path):
-    from sglang_eagle3_ext.tiny.llama_draft import MALFORMED, TARGET_OVERRIDES, make_variant, write_target_config
+    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
+    from malformed_drafts import MALFORMED, TARGET_OVERRIDES, make_variant
 
     seen = {}
     for name in MALFORMED:
@@ -138,7 +139,7 @@ def test_malformed_variants_each_give_their_own_code(good, target, tmp_path):
 
 
 def test_nan_found_by_default_and_headers_only_says_so(good, tmp_path):
-    from sglang_eagle3_ext.tiny.llama_draft import make_variant
+    from malformed_drafts import make_variant
 
     _, d = make_variant(good, "nan_weight", tmp_path / "nan")
     assert E.NON_FINITE in check_draft(d, sglang_version="0.5.16").codes
@@ -147,7 +148,7 @@ def test_nan_found_by_default_and_headers_only_says_so(good, tmp_path):
 
 
 def test_check_cli_exit_codes(good, tmp_path):
-    from sglang_eagle3_ext.tiny.llama_draft import make_variant
+    from malformed_drafts import make_variant
 
     ok = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.check", str(good), "--sglang-version", "0.5.16"],
                         capture_output=True, text=True)

@@ -53,7 +53,7 @@ def test_eagle31_mla_draft_ok(tmp_path):
 
 
 def test_mla_variants_each_give_their_own_precise_error(good, tmp_path):
-    from sglang_eagle3_ext.tiny.mla_draft import MLA_MALFORMED, make_mla_variant
+    from malformed_drafts import MLA_MALFORMED, make_mla_variant
 
     words = {}
     for name in MLA_MALFORMED:
@@ -90,7 +90,7 @@ def test_convert_sglang_layout_records_hf_indices(good, tmp_path):
 
 def test_convert_specforge_mla_layout(good, tmp_path):
     """SpecForge's MLA draft: class DeepseekV3ForCausalLMEagle3 (unknown to SGLang), `midlayer.*` keys."""
-    from sglang_eagle3_ext.tiny.mla_draft import _edit
+    from malformed_drafts import edit_mla
 
     sf = tmp_path / "sf"
     shutil.copytree(good, sf)
@@ -102,7 +102,7 @@ def test_convert_specforge_mla_layout(good, tmp_path):
     def cfg_(c):
         c["architectures"] = ["DeepseekV3ForCausalLMEagle3"]
         del c["eagle_config"]
-    _edit(sf, keys_, cfg_)
+    edit_mla(sf, keys_, cfg_)
     assert E.CONFIG_INVALID in check_draft(sf, sglang_version=V).codes  # as published: SGLang cannot build it
     with pytest.raises(E.ConversionRefused, match="--hf-indices"):
         convert(sf, tmp_path / "no_idx", sglang_version=V)
@@ -114,7 +114,7 @@ def test_convert_specforge_mla_layout(good, tmp_path):
 def test_convert_splits_a_prefused_projection(good, tmp_path):
     from safetensors.torch import load_file
 
-    from sglang_eagle3_ext.tiny.mla_draft import make_mla_variant
+    from malformed_drafts import make_mla_variant
 
     _, pf = make_mla_variant(good, "prefused_qkv_a", tmp_path / "pf")
     out = convert(pf, tmp_path / "o", sglang_version=V, hf_indices=[2, 4, 6], log=lambda *_: None)

@@ -32,7 +32,8 @@ def _draft(root, name, **kw):
 
 @pytest.fixture(scope="module")
 def drafts(tmp_path_factory):
-    from sglang_eagle3_ext.tiny.llama_draft import make_variant, write_target_config
+    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
+    from malformed_drafts import make_variant
 
     root = tmp_path_factory.mktemp("swap_client")
     out = {"target": write_target_config(root / "target"), "served": _draft(root, "served"),
