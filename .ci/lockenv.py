@@ -62,6 +62,7 @@ CI_ONLY = {
     "hatchling>=1.21": "this package's build backend (editable install without build isolation)",
     "editables": "hatchling's editable installs",
     "uv": "the installer (sync) and resolver (lock)",
+    "ruff": "lint and import order (.ci/run; rules in pyproject.toml)",
 }
 # What the suite imports while collecting: checked before the tests run (check).
 COLLECTION_IMPORTS = ("torch", "transformers", "speculators", "sglang.srt.server_args", "sglang.srt.utils",
