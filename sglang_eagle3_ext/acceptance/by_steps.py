@@ -53,7 +53,7 @@ def accept_by_steps(o, max_steps: int = MAX_STEPS, say=None) -> dict:
     device = _device(o.device)
     dtype = torch.bfloat16 if o.dtype == "bf16" else torch.float32
     loaded = drafts.load(o.draft, target, device, dtype)
-    max_len = int(loaded.cfg["max_position_embeddings"]) if loaded.spec.layout == "mla" else None
+    max_len = loaded.max_len
     notes: list = list(loaded.notes)
     fan, t0, done = _Fan(max_steps), time.perf_counter(), 0
     for batch in _batches(source, idx, loaded, o.batch_tokens, max_len, notes):
