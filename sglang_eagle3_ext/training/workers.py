@@ -6,30 +6,52 @@ process at whatever line it is running, cleanup included (a worker still startin
 traceback), and a worker that outlives the run keeps reading files its working folder no longer has. So the
 workers ignore both signals (`quiet_workers`; forked ones have them blocked from the start, `QuietLoader`):
 they end when the training process stops them, or within seconds of it dying (torch's own watchdog); and the
-run stops and joins them (`stop_workers`) before its folders are removed. A spawned worker (speculators'
-loaders) starts with a clear signal mask, so one signalled while it still imports torch ends with a traceback.
+run stops them (`stop_workers`) before its folders are removed. A spawned worker (speculators' loaders) is a
+new interpreter that imports torch for seconds before any `worker_init_fn` runs; it starts with both signals
+ignored (a disposition that survives exec, and Python installs no KeyboardInterrupt handler over it), so a
+Ctrl-C then neither prints its traceback nor waits for it: a worker that has not ended within
+`STOP_GRACE_S` of being told to is killed.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
 
 from torch.utils.data import DataLoader
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_GRACE_S = 0.5     # an idle worker ends within milliseconds of being told to; one still importing is killed
 
 
 class QuietLoader(DataLoader):
-    """A DataLoader whose forked workers start with SIGINT/SIGTERM blocked; this process takes them as before."""
+    """A DataLoader whose workers start with SIGINT/SIGTERM blocked (forked) or ignored (spawned); this process
+    takes them as before (one arriving while the workers start is held until they have started)."""
 
     def _get_iterator(self):
         if not self.num_workers:
             return super()._get_iterator()
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
         try:
-            return super()._get_iterator()
+            with _ignored_unless_pending():
+                return super()._get_iterator()
         finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+
+@contextlib.contextmanager
+def _ignored_unless_pending():
+    """Both signals ignored (they are blocked here, so one sent meanwhile is lost only in the instant the
+    processes start), unless one is already pending: then it is delivered as soon as the mask is restored."""
+    if set(_SIGNALS) & signal.sigpending():
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in _SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def _ignore_interrupts(inner, worker_id: int) -> None:
@@ -57,9 +79,16 @@ def stop_workers(*sources) -> None:
         if getattr(it, "_worker_pids_set", False):     # no "worker killed" error raised into this process
             _utils.signal_handling._remove_worker_pids(id(it))
             it._worker_pids_set = False
-        try:
+        grace, _utils.MP_STATUS_CHECK_INTERVAL = _utils.MP_STATUS_CHECK_INTERVAL, STOP_GRACE_S
+        try:      # torch joins each worker for MP_STATUS_CHECK_INTERVAL (5 s), then sends the ignored SIGTERM
             it._shutdown_workers()
         except RuntimeError:
             pass
+        finally:
+            _utils.MP_STATUS_CHECK_INTERVAL = grace
+        for w in getattr(it, "_workers", ()):
+            if w.is_alive():
+                w.kill()
+                w.join(timeout=STOP_GRACE_S)
         if getattr(src, "_iterator", None) is it:
             src._iterator = None

@@ -4,7 +4,12 @@ text says, and messages in the user's words (flags, not module paths or constant
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -71,6 +76,49 @@ def test_train_interrupted_says_truly_what_out_holds(tmp_path, made):
         (out / "config.json").write_text("{}")
     text = what_out_holds(str(out))
     assert ("holds" in text and "--resume" in text) if made else ("not written" in text and "--resume" not in text)
+
+
+@pytest.fixture(scope="module")
+def cpu_training_data(tmp_path_factory):
+    """The tiny predictable target, a real dump of it made on this CPU (`tiny --sample-dump`) and its export."""
+    pytest.importorskip("speculators.train.cli")
+    d = tmp_path_factory.mktemp("contract_train")
+    assert cli.main(["tiny", str(d / "target"), "--predictable", "--sample-dump", str(d / "dump"), "--samples", "12",
+                     "--max-new-tokens", "8"]) == 0
+    assert cli.main(["dump", "export", "--dump-dir", str(d / "dump"), "--to", "speculators", "--out",
+                     str(d / "hs")]) == 0
+    return {"target": d / "target", "data": d / "hs"}
+
+
+def test_ctrl_c_in_train_stops_quietly_within_seconds_with_a_true_sentence(cpu_training_data, tmp_path):
+    """A terminal's Ctrl-C signals the whole process group, DataLoader workers (spawned, still importing) included:
+    the run stops within 5 s, exit 130, one line on what --out holds, and no worker's traceback."""
+    out = tmp_path / "draft"
+    argv = [sys.executable, "-m", "sglang_eagle3_ext", "train", "--data", str(cpu_training_data["data"]),
+            "--target", str(cpu_training_data["target"]), "--out", str(out), "--device", "cpu", "--epochs", "50",
+            "--total-seq-len", "128", "--num-workers", "2", "--min-val-acc", "0", "--draft-vocab-size", "512",
+            "--intermediate-size", "256"]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    seen = []
+    for line in p.stdout:
+        seen.append(line)
+        if "steps/epoch" in line:      # the first epoch's loader workers are starting
+            break
+    time.sleep(1.0)
+    os.killpg(p.pid, signal.SIGINT)
+    sent = time.monotonic()
+    try:
+        rest = p.communicate(timeout=60)[0]
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    took, text = time.monotonic() - sent, "".join(seen) + rest
+    assert p.returncode == 130, text[-3000:]
+    assert took < 5.0, (took, text[-3000:])
+    assert "Traceback" not in text, text[-3000:]
+    said = [ln for ln in text.splitlines() if "interrupted" in ln]
+    assert len(said) == 1 and "train: interrupted;" in said[0], text[-3000:]
+    assert ("not written" in said[0]) == (not (out / "config.json").is_file()), said[0]
 
 
 # ---- the user's words -------------------------------------------------------------------------------------
