@@ -21,16 +21,16 @@ from __future__ import annotations
 import argparse
 import email.parser
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 import urllib.request
 import zipfile
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 LOCKS = REPO / "constraints"

@@ -134,8 +134,8 @@ def main(argv=None) -> int:
     import torch
 
     from sglang_eagle3_ext.dump.encoding import FP8_MAX, dequantize_rows, quantize_rows
-    from sglang_eagle3_ext.dump.sample_file import T_AUX, T_PRE, read_sample
     from sglang_eagle3_ext.dump.manifest import read_manifest
+    from sglang_eagle3_ext.dump.sample_file import T_AUX, T_PRE, read_sample
 
     res: dict = {}
     t0 = time.perf_counter()

@@ -148,13 +148,21 @@ def main():
     ap.add_argument("--specforge-batch-size", type=int, help="prompts per SpecForge forward (default: --concurrency)")
     a = ap.parse_args()
     import torch
-    from gpu_helpers import BASE_ARGS, free_port as _port, sglang_server
+    from gpu_helpers import BASE_ARGS, sglang_server
+    from gpu_helpers import free_port as _port
     from test_dump_gpu import _activation_env
 
-    from sglang_eagle3_ext.dump.config import (ENV_COPY_STREAM, ENV_DISCARD, ENV_IO_THREADS, ENV_LAYERS,
-                                                ENV_MAX_PENDING_MB, ENV_WRITER, META_FILE)
-    from sglang_eagle3_ext.envs import DUMP_DIR
+    from sglang_eagle3_ext.dump.config import (
+        ENV_COPY_STREAM,
+        ENV_DISCARD,
+        ENV_IO_THREADS,
+        ENV_LAYERS,
+        ENV_MAX_PENDING_MB,
+        ENV_WRITER,
+        META_FILE,
+    )
     from sglang_eagle3_ext.dump.manifest import read_manifest
+    from sglang_eagle3_ext.envs import DUMP_DIR
     from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_target, ensure_tiny_target
 
     # Kimi-K2.5's attention and widths with 4 layers and 16 experts (tiny.KIMI_WIDTH), drawn on the GPU

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
-import knobs  # noqa: E402  (tests/gpu/knobs.py: the declared SGE3_* settings)
+import knobs
 
 SCRIPT_ENV = "SGE3_SPECFORGE_SCRIPT"
 VENDORED = Path(__file__).resolve().parent / "third_party" / "specforge_prepare_hidden_states.py"

@@ -255,8 +255,8 @@ def cells_pytest(venv: Venv, version: str, res: dict):
                 bad = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
                 if bad is not None:
                     counts[col]["failed"] += 1
-                    counts[col]["first"] = counts[col]["first"] or \
-                        f"{tc.get('name')}: {(bad.get('message') or '').strip().splitlines()[0][:200] if bad.get('message') else ''}"
+                    said = (bad.get("message") or "").strip().splitlines()
+                    counts[col]["first"] = counts[col]["first"] or f"{tc.get('name')}: {said[0][:200] if said else ''}"
                 elif tc.find("skipped") is not None:
                     counts[col]["skipped"] += 1
                     counts[col]["first"] = counts[col]["first"] or f"skipped: {tc.find('skipped').get('message', '')[:200]}"
@@ -316,8 +316,9 @@ def update_readme(results, total_s: float, path: Path = README) -> None:
               "server arguments, and a TP-8 plan for a model path; **targets** `python -m sglang_eagle3_ext.compat` "
               "(static); **patch** `patches/<release>/` is current, applies (`patch --dry-run`) and compiles; "
               "**baked** that patch installed: SGLang's methods carry the runtime wrappers; **runtime** "
-              "`test_patch_registry.py`; **loader** `test_draft_loader.py -k 'speculators or specforge'` + `test_draft_mla_loader.py` + "
-              "`test_mla_draft_equiv.py` (MLA drafts, Kimi-K2.5); **dump** `test_dump_hook.py` + `test_tiny_kimi.py -k 'through_the_wrapper or inside_the_wrapper'` "
+              "`test_patch_registry.py`; **loader** `test_draft_loader.py -k 'speculators or specforge'` + "
+              "`test_draft_mla_loader.py` + `test_mla_draft_equiv.py` (MLA drafts, Kimi-K2.5); **dump** "
+              "`test_dump_hook.py` + `test_tiny_kimi.py -k 'through_the_wrapper or inside_the_wrapper'` "
               "(the Kimi-K2.5 wrapper's capture hook).")
     when = datetime.date.today().isoformat()
     body = (f"\nCompatibility matrix (CPU, measured {when} by `python patches/compat_matrix.py --update-readme`, "

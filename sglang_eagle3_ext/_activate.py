@@ -28,8 +28,9 @@ def revert() -> list[str]:
 
 def _disable(route: str, exc: BaseException) -> None:
     global _disabled_reason
-    from ._log import log_once
     import logging
+
+    from ._log import log_once
 
     _disabled_reason = f"{type(exc).__name__}: {exc}"
     log_once("disabled", "sglang_eagle3_ext disabled in this process (%s route): %s",

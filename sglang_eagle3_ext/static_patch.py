@@ -32,8 +32,9 @@ def _enabled(spec, env=None) -> bool:
         if envs.raw(ENV_ENABLE, env) is not None and not envs.get(ENV_ENABLE, env):
             return False
     except envs.EnvError as e:
-        from ._log import log_once
         import logging
+
+        from ._log import log_once
 
         log_once("baked-disabled", "sglang_eagle3_ext disabled in this process (baked patches): %s", e,
                  level=logging.ERROR)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Callable
 
 from ..boundary import BadInput
 

@@ -37,11 +37,9 @@ def serve_commands(o, draft: Path) -> dict:
 
 
 def collect(run) -> dict:
-    from .stages import dump_size
-
     o = run.o
     exp = state.done(run.out, "export") or {}
-    size = {k: exp[k] for k in ("dump_dir", "samples", "tokens", "bytes") if k in exp} or dump_size(o.dump_path)
+    size = {k: exp[k] for k in ("dump_dir", "samples", "tokens", "bytes") if k in exp} or state.dump_size(o.dump_path)
     tr = state.done(run.out, "train") or {}
     ev = state.done(run.out, "eval") or {}
     return {"out": str(run.out), "target": str(o.target), "dump": size,

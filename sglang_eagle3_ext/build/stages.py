@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ..boundary import Refused
+from . import state
 
 EXPORT_FORMAT = "speculators"
 
@@ -52,14 +53,6 @@ def _dump_into(run, url: str) -> dict:
     return {k: v for k, v in res.summary.items() if isinstance(v, (int, float, str))}
 
 
-def dump_size(dump_dir: Path) -> dict:
-    from ..dump import driver
-
-    st = driver.status(dump_dir)
-    return {"dump_dir": str(dump_dir), "samples": st["complete_samples"], "tokens": st["tokens"],
-            "bytes": st["bytes"]}
-
-
 def export(run) -> dict:
     from ..dump import driver
 
@@ -67,7 +60,7 @@ def export(run) -> dict:
                       else None, workers=run.o.export_workers, progress=not run.o.quiet)
     if n == 0:
         raise Refused(f"the dump {run.o.dump_path} holds no complete sample to train on; dump first")
-    return {"exported": n, "to": EXPORT_FORMAT, "out": str(run.out / "export"), **dump_size(run.o.dump_path)}
+    return {"exported": n, "to": EXPORT_FORMAT, "out": str(run.out / "export"), **state.dump_size(run.o.dump_path)}
 
 
 def train_fields(run, *, resume: bool) -> dict:
@@ -179,7 +172,8 @@ def check(run) -> dict:
 
 
 def evaluate(run) -> dict:
-    from ..acceptance.evaluate import Options, evaluate as predict
+    from ..acceptance.evaluate import Options
+    from ..acceptance.evaluate import evaluate as predict
     from .state import write_json_atomic
 
     ratio = run.o.train.get("train_ratio") or 0.95

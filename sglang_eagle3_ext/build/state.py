@@ -58,3 +58,11 @@ def forget(out: Path, stages) -> None:
     """Drop the markers of `stages` (they will run again)."""
     for s in stages:
         marker_path(out, s).unlink(missing_ok=True)
+
+
+def dump_size(dump_dir: Path) -> dict:
+    from ..dump import driver
+
+    st = driver.status(dump_dir)
+    return {"dump_dir": str(dump_dir), "samples": st["complete_samples"], "tokens": st["tokens"],
+            "bytes": st["bytes"]}

@@ -14,7 +14,6 @@ from . import naming
 from .commands import BY_NAME, COMMANDS
 
 
-
 def version_line() -> str:
     from importlib import metadata
 

@@ -18,8 +18,7 @@ import traceback
 
 from .. import envs
 from ..boundary import BadInput, Refused
-from .commands import BY_NAME
-from .naming import COMMAND, prog  # noqa: F401 - the name each tool goes by
+
 # the parsers and the flags every tool shares (cli/args.py), under the names the tools use
 from .args import (
     CliParser,
@@ -40,6 +39,15 @@ from .args import (
     positive_int,
     write_json,
 )
+from .commands import BY_NAME
+from .naming import COMMAND, prog  # the name each tool goes by
+
+# what the tools take from here (cli/args.py's parsers and flag types re-exported under one name)
+__all__ = ["CliParser", "HelpFormatter", "add_json_out", "add_sglang_release", "add_verbosity", "check_json_dest",
+           "did_you_mean", "doc_description", "finish", "hidden_alias", "non_negative_float", "non_negative_int",
+           "number_in", "parser", "positive_float", "positive_int", "write_json", "COMMAND", "prog", "BY_NAME",
+           "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "ENV_DEBUG", "CliError",
+           "BadInput", "Refused", "debug_requested", "load_tokenizer", "entry", "optional", "run_tool"]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 ENV_DEBUG = envs.DEBUG

@@ -42,8 +42,8 @@ def int_between(low: int, high: int):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import common as cli_common
     from ..acceptance.evaluate import DTYPES
+    from . import common as cli_common
 
     p = cli_common.parser("eval", cli_common.doc_description(__doc__, paragraphs=2))
     p.add_argument("--draft", required=True, help="the draft's folder, in the layout SGLang serves (a speculators "
@@ -95,9 +95,9 @@ def _check_json(dest: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import common as cli_common
     from ..acceptance.evaluate import Options, evaluate, render
     from ..boundary import BadInput, Refused
+    from . import common as cli_common
     from .output import library_output
 
     a = cli_common.finish(build_parser(), "eval").parse_args(argv)

@@ -27,4 +27,8 @@ def called_as_command() -> bool:
 
 
 def prog(tool: str) -> str:
-    return f"{COMMAND} {tool}" if _via_command else f"python -m sglang_eagle3_ext.{BY_NAME[tool].module if tool in BY_NAME else tool}"
+    return (
+        f"{COMMAND} {tool}"
+        if _via_command
+        else f"python -m sglang_eagle3_ext.{BY_NAME[tool].module if tool in BY_NAME else tool}"
+    )

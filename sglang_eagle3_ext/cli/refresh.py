@@ -19,9 +19,9 @@ import sys
 
 
 def build_parser():
-    from . import common as c
     from ..acceptance.evaluate import DTYPES
     from ..refresh.run import Options
+    from . import common as c
 
     d = Options(dump_dir="", draft="", out="")
     p = c.parser("refresh", c.doc_description(__doc__, paragraphs=3))
@@ -75,10 +75,10 @@ def render(rep: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import common as c
     from ..boundary import BadInput, Refused
     from ..refresh.run import Options, refresh
     from ..training.report import TrainDraftError
+    from . import common as c
     from .interrupts import interrupted_line, interruptible
     from .output import library_output
 

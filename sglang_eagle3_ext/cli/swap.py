@@ -51,9 +51,9 @@ def build_parser():
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import common as cli_common
     from ..boundary import BadInput, Refused
-    from ..draft.swap_client import Options, SwapRefused, render, swap
+    from ..draft.swap_client import Options, render, swap
+    from . import common as cli_common
     from .output import library_output
 
     a = build_parser().parse_args(argv)

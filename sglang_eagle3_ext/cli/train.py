@@ -22,8 +22,7 @@ import argparse
 import dataclasses
 import sys
 
-from ..training.options import (ATTN_IMPLS, DEFAULT_EPOCHS, DEVICES, LOSS_IMPLS, OPTIMIZERS, SCHEDULERS,
-                                TrainOptions)
+from ..training.options import ATTN_IMPLS, DEFAULT_EPOCHS, DEVICES, LOSS_IMPLS, OPTIMIZERS, SCHEDULERS, TrainOptions
 from ..training.report import TrainDraftError
 from ..training.train import ROUTES, train_draft
 from .common import non_negative_int, number_in, positive_int

@@ -19,8 +19,8 @@ from pathlib import Path, PurePosixPath
 
 from .. import envs
 from ..patch_table import PATCHES
-from .source_locate import Location, clear_cache, locate
 from ..versions import FORCE_ENV, SUPPORTED_MAX, SUPPORTED_MIN, capabilities_from_source, in_range, parse
+from .source_locate import Location, clear_cache, locate
 
 CACHE_ENV = envs.CACHE
 
@@ -256,7 +256,7 @@ def release_root(*, source: str | None = None, wheel: str | None = None, version
         return unpack_wheel(wheel, cache_dir() / "src" / f"{wheel.stem}-{_digest(wheel)}", "--wheel"), version
     if version:
         return source_for(version, download=download, wheel_dirs=wheel_dirs), version
-    from ..versions import sglang_root, installed_version
+    from ..versions import installed_version, sglang_root
 
     root = sglang_root()
     if root is None:

@@ -115,8 +115,13 @@ def _option_problems(cfg: dict, layout: Layout, arch, k: int, target_hidden: int
     P += arch.option_problems(cfg, layout, where)
     if not ec.get("use_aux_hidden_state", True) and k != 1:
         from .guard import width_message
-        P.append(Problem(E.FC_WIDTH, f"{where}: eagle_config.use_aux_hidden_state=false, so the target will not "
-                                     f"capture aux states. " + width_message(target_hidden, k * target_hidden, k, target_hidden, "start-up")))
+        P.append(
+            Problem(
+                E.FC_WIDTH,
+                f"{where}: eagle_config.use_aux_hidden_state=false, so the target will not "
+                f"capture aux states. " + width_message(target_hidden, k * target_hidden, k, target_hidden, "start-up"),
+            )
+        )
     mpe = cfg.get("max_position_embeddings")
     if isinstance(mpe, int) and mpe <= 4096 and not cfg.get("rope_scaling"):
         P.append(Problem("short-context", f"{where}: max_position_embeddings={mpe}: SGLang clamps draft RoPE there and "
@@ -253,7 +258,8 @@ def tensor_problems(canon: str, shape: tuple, spec: DraftSpec, shapes: dict, whe
         return [Problem(E.D2T_LENGTH, f"{where}: d2t has {list(shape)} entries but draft_vocab_size="
                                       f"{spec.lm_head_rows} (lm_head rows); d2t must map every draft token", key=canon)]
     return [Problem(E.SHAPE, f"{where}: {canon} is {list(shape)}, expected {list(want)} from config "
-                             f"(hidden {spec.hidden}, target hidden {Ht}, K={k}, heads {spec.n_heads}/{spec.n_kv}x{spec.head_dim})",
+                             f"(hidden {spec.hidden}, target hidden {Ht}, K={k}, "
+                             f"heads {spec.n_heads}/{spec.n_kv}x{spec.head_dim})",
                     key=canon)]
 
 

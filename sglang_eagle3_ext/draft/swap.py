@@ -140,8 +140,8 @@ def judge(side, path: str) -> tuple[list[Problem], Plan | None]:
     """Everything decidable before a tensor is written: the start-up rules and what a swap adds."""
     from ..boundary import read_json_file
     from ..server.startup import startup_context
-    from .check import check_draft
     from . import keys, rules
+    from .check import check_draft
 
     d = Path(path)
     if not d.is_absolute() or not d.is_dir():
@@ -164,7 +164,8 @@ def judge(side, path: str) -> tuple[list[Problem], Plan | None]:
 
 def served_summary(side, layout) -> dict:
     """What the served draft is built as, and what the target captures for it (also /get_server_info's report)."""
-    from . import arch as layouts, rules
+    from . import arch as layouts
+    from . import rules
     from .loader import served_config
     from .swap_keys import build_keys
     from .swap_rules import summary

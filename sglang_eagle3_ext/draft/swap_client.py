@@ -210,8 +210,8 @@ def local_problems(draft: Path, args: dict, served: dict, say=None, scan_values:
     from ..boundary import read_json_file
     from ..server.hf_cache import local_dir
     from ..versions import SUPPORTED_MAX
-    from .check import check_draft
     from . import keys, rules
+    from .check import check_draft
     from .swap_rules import against_served
 
     release = args.get("version") or SUPPORTED_MAX

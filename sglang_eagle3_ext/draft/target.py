@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..server.runtime import language_config
 from . import errors as E
 from .errors import Problem
 from .layers import HF_INDICES_FIELD
-from ..server.runtime import language_config
 
 
 def declared_dtype(*cfgs: dict) -> str | None:

@@ -19,10 +19,10 @@ import collections
 import dataclasses
 import threading
 
-from .sample_file import T_AUX, T_IDS, T_POST, T_PRE
-from .manifest import sanitize_id
 from .._log import log_once
 from .config import NODUMP_RID_PREFIX
+from .manifest import sanitize_id
+from .sample_file import T_AUX, T_IDS, T_POST, T_PRE
 
 # A partial absent from this many consecutive batches has ended. SGLang's chunked request is in the very next
 # prefill batch; one batch of margin costs nothing (the memory of one dead request, one batch longer).

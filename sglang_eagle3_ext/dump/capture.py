@@ -21,9 +21,9 @@ import logging
 import weakref
 
 from .._log import log_once, logger
+from ..patching import arg
 from .config import NODUMP_RID_PREFIX, DumpConfig, DumpConfigError
 from .copy import CopyRequest, HostCopier, copy_prefill
-from ..patching import arg
 from .manifest import sanitize_id
 
 ATTR = "_sge3_dump_target"            # on the target's LogitsProcessor instance

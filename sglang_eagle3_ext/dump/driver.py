@@ -23,9 +23,16 @@ from typing import Callable
 
 from ..boundary import BadInput
 from . import exporters
+from .client_files import (
+    ClientError,
+    ManifestTail,
+    generated_loss_masks,
+    read_samples,
+    require_server_dumping_to,
+    skip_counters,
+    writer_status,
+)
 from .config import GENERATED_FILE, NODUMP_RID_PREFIX
-from .client_files import (ClientError, ManifestTail, generated_loss_masks, read_samples,
-                           require_server_dumping_to, skip_counters, writer_status)
 from .export import require_dump_dir
 
 log = logging.getLogger("sglang_eagle3_ext.dump.driver")

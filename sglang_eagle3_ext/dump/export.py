@@ -22,9 +22,9 @@ from pathlib import Path
 from .._log import log_once
 from ..boundary import BadInput, check_type, field, list_of, read_json_file
 from .config import FINAL_MODES, META_FILE, NORM_FILE
-from .sample_file import T_IDS, T_POST, T_PRE, atomic_write, read_sample, sample_problem
-from .manifest import read_manifest
 from .loss_mask import default_loss_mask
+from .manifest import read_manifest
+from .sample_file import T_IDS, T_POST, T_PRE, atomic_write, read_sample, sample_problem
 
 EXPORT_MARKER = "sge3_export.json"     # what marked an export before outdir.MARKER (still recognised)
 

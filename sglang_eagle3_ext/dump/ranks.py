@@ -51,8 +51,8 @@ def _probe_ranks() -> dict:
     except ImportError:
         pass
     try:
-        from sglang.srt.layers import dp_attention as dpa
         from sglang.srt.distributed import parallel_state as ps
+        from sglang.srt.layers import dp_attention as dpa
 
         for k, fn in (("attn_tp_size", "get_attention_tp_size"), ("attn_tp_rank", "get_attention_tp_rank"),
                       ("dp_size", "get_attention_dp_size"), ("dp_rank", "get_attention_dp_rank")):

@@ -10,7 +10,7 @@ from .._log import log_once, logger
 from ..server.startup import StartupContext, startup_context
 from .capture import ATTR, TARGET_CLASSES, DumpTarget
 from .config import CONVENTION, DumpConfig, from_env
-from .ranks import rank_info, is_writer
+from .ranks import is_writer, rank_info
 
 _writer = None                         # one per process (one DP group's attention-TP rank 0)
 
@@ -102,8 +102,8 @@ def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
     sa = ctx.server_args
     refuse_unsupported(sa)
     n = int(model.config.num_hidden_layers)
-    from . import serving_mode      # EAGLE-3 on: the draft's layers (dump while serving)
     from ..versions import layer0_refusal
+    from . import serving_mode  # EAGLE-3 on: the draft's layers (dump while serving)
 
     cfg = serving_mode.config_for_target(cfg, n, ctx)
     layers = cfg.resolve_layers(n, layer0_refusal())

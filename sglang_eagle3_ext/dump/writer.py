@@ -29,8 +29,8 @@ from .assemble import Assembler, ChunkBatch, Sample
 from .backpressure import Budget, ForwardThreadApi
 from .config import ENV_DISCARD, MANIFEST_DIR, NORM_FILE, SAMPLES_DIR, DumpConfig
 from .encoding import BY_ENV, NATIVE, describe, encode_sample
-from .sample_file import T_AUX, T_IDS, atomic_write, dir_known, write_sample
 from .manifest import ManifestWriter, read_manifest, sample_path, sample_relpath
+from .sample_file import T_AUX, T_IDS, atomic_write, dir_known, write_sample
 from .staging import PinnedRing
 from .status import STATUS_DIR, DumpStartupError, StatusFile, dir_identity, meta_mismatch, validate_dump_root
 
@@ -215,8 +215,9 @@ class DumpWriter(ForwardThreadApi):
         self._stop(TimeoutError(reason))
 
     def _write_norm(self, weight, eps: float) -> None:
-        from safetensors.torch import save_file
         import json
+
+        from safetensors.torch import save_file
 
         meta = {"eps": repr(float(eps)), "note": "model.norm (final RMSNorm) weight: postnorm = rms_norm(prenorm)"}
         try:

@@ -70,8 +70,19 @@ class ProcessDumpWriter(ForwardThreadApi):
         env = {k: v for k, v in envs.environ().items() if k != ENV_ENABLE}  # no SGLang patches in the child
         env["CUDA_VISIBLE_DEVICES"] = ""                                 # and no CUDA context
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "sglang_eagle3_ext.dump.writer_child", str(theirs.fileno()), str(self._mem.fd), str(self._mem.nbytes), name],
-            pass_fds=(theirs.fileno(), self._mem.fd), env=env, stdin=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "sglang_eagle3_ext.dump.writer_child",
+                str(theirs.fileno()),
+                str(self._mem.fd),
+                str(self._mem.nbytes),
+                name,
+            ],
+            pass_fds=(theirs.fileno(), self._mem.fd),
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
         theirs.close()
         self._sock = ours
         self._conn = Connection(os.dup(ours.fileno()))

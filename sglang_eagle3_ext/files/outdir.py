@@ -27,8 +27,7 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterable
 
-from ..boundary import BadInput, field, list_of, read_json_file
-from ..boundary import Refused
+from ..boundary import BadInput, Refused, field, list_of, read_json_file
 
 MARKER = ".sglang-eagle3-output.json"
 

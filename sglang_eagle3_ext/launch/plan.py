@@ -212,7 +212,7 @@ def _load_sglang(dry_run: bool, preset_name: str | None) -> _Sglang:
         fields, version = presets.server_args_fields()
         return _Sglang(presets.sglang_parser(), fields, version,
                        f"sglang: {version} (flags and presets checked against its {len(fields)} server arguments)")
-    except Exception as e:  # noqa: BLE001 - ImportError or a broken install: say which
+    except Exception as e:
         why = f"cannot import SGLang ({type(e).__name__}: {e})"
         fix = "install SGLang into this environment: pip install sglang (from a checkout: pip install '.[sglang]')"
         if preset_name:

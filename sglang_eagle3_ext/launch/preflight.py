@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import signal
 import socket
@@ -120,7 +119,7 @@ def allreduce_worker(rank: int, world_size: int, init_method: str, backend: str,
         numel = max(1, nbytes // 4)
         buf = torch.empty(numel, dtype=torch.float32, device=device)
 
-        def check(what: str):
+        def check(what: str, buf=buf, nbytes=nbytes, numel=numel):  # this size's buffer
             buf.fill_(rank + 1.0)
             dist.all_reduce(buf)
             sync()

@@ -23,8 +23,17 @@ from pathlib import Path
 
 from .. import envs
 from ..boundary import BadInput, read_text_file
-from .preset_schema import (EXT_KEYS, EXT_SECTION, PresetError, as_text, check_keys, check_server_value,  # noqa: F401
-                            check_shape, ext_text, unique_key_loader)
+from .preset_schema import (
+    EXT_KEYS,
+    EXT_SECTION,
+    PresetError,
+    as_text,
+    check_keys,
+    check_server_value,
+    check_shape,
+    ext_text,
+    unique_key_loader,
+)
 
 BUILTIN_PREFIX = "builtin:"
 BUILTIN_MODELS = ("tiny-deepseek-v3", "tiny-kimi-k25")   # made by tiny/builtin.ensure_builtin
@@ -114,7 +123,7 @@ def _read_yaml(p: Path, where: str):
     except BadInput as e:
         raise PresetError(f"{where}: cannot be read ({e.problem})") from None
     try:
-        return yaml.load(text, Loader=unique_key_loader())  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=unique_key_loader())
     except yaml.YAMLError as e:   # one line: where, and yaml's own reason
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

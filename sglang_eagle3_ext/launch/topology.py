@@ -15,8 +15,7 @@ from pathlib import Path
 
 from .. import envs
 from ..boundary import BadInput, parse_json, read_json_file
-from .topology_schema import (ANCESTOR_NAMES, GPU_FIELDS, LINK_FIELDS, P2P_STATUS_NAMES,  # noqa: F401
-                              TOPOLOGY_FIELDS, checked, listed)
+from .topology_schema import ANCESTOR_NAMES, GPU_FIELDS, LINK_FIELDS, P2P_STATUS_NAMES, TOPOLOGY_FIELDS, checked, listed
 
 SWITCH_PATHS = ("INTERNAL", "PIX", "PXB")   # P2P stays below the CPU: NCCL uses P2P by default
 CPU_PATHS = ("PHB", "NODE", "SYS")          # through the CPU: NCCL >= 2.23.4 uses SHM at 3+ GPUs

@@ -52,8 +52,8 @@ def _stage(say, what: str):
 
 
 def _check_inputs(o: Options) -> tuple[Path, dict]:
-    from ..dump.export import ExportError, require_dump_dir
     from ..draft.check import describe_draft
+    from ..dump.export import ExportError, require_dump_dir
 
     try:
         dump = require_dump_dir(o.dump_dir)
@@ -86,7 +86,8 @@ def _export(dump: Path, ids: list, out: Path, workers: int) -> None:
 
 
 def _predict(o: Options, draft, data: Path, target: str) -> dict:
-    from ..acceptance.evaluate import Options as EvalOptions, evaluate
+    from ..acceptance.evaluate import Options as EvalOptions
+    from ..acceptance.evaluate import evaluate
 
     rep = evaluate(EvalOptions(draft=str(draft), data=str(data), target=target, steps=o.spec_steps,
                                heldout_fraction=1.0, samples=o.eval_samples, device=o.device, dtype=o.dtype))
@@ -291,7 +292,8 @@ def refresh(o: Options) -> dict:
 
 
 def _swap(o: Options, draft: str, say) -> dict:
-    from ..draft.swap_client import Options as SwapOptions, can_swap, swap
+    from ..draft.swap_client import Options as SwapOptions
+    from ..draft.swap_client import can_swap, swap
 
     say(f"swapping {draft} into {o.swap_url}")
     try:

@@ -11,9 +11,18 @@ from ..boundary import BadInput, check_type, field, list_of
 
 # /get_server_info keys read by the tools, with what each must be when present (null: not set)
 SERVER_KEY_TYPES = {
-    "model_path": str, "tokenizer_path": str, "speculative_algorithm": str, "speculative_num_steps": int,
-    "speculative_draft_model_path": str, "speculative_eagle_topk": int, "speculative_num_draft_tokens": int, "attention_backend": str,
-    "disable_cuda_graph": bool, "disable_decode_cuda_graph": bool, "tp_size": int, "version": str,
+    "model_path": str,
+    "tokenizer_path": str,
+    "speculative_algorithm": str,
+    "speculative_num_steps": int,
+    "speculative_draft_model_path": str,
+    "speculative_eagle_topk": int,
+    "speculative_num_draft_tokens": int,
+    "attention_backend": str,
+    "disable_cuda_graph": bool,
+    "disable_decode_cuda_graph": bool,
+    "tp_size": int,
+    "version": str,
     "skip_tokenizer_init": bool,
 }
 MAX_DRAFT_TOKENS = 1024      # more would be no EAGLE-3 server; bounds the per-position tables

@@ -35,7 +35,7 @@ def record_draft(server_args, path: str) -> None:
         if callable(override):
             override("sglang_eagle3_ext.draft_swap", speculative_draft_model_path=path)
         else:
-            setattr(server_args, "speculative_draft_model_path", path)
+            server_args.speculative_draft_model_path = path
     except Exception as e:  # noqa: BLE001 - the swap is done; only SGLang's record of it is stale
         logger.warning("EAGLE-3 draft swap: SGLang's record of the draft still names %s (%s: %s); a restart with "
                        "--speculative-draft-model-path %s serves the new one",

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 
-
 def make_speculators_draft(out, *, hidden: int = 64, vocab: int = 128, draft_vocab: int = 64,
                            aux_ids=(1, 2, 3), n_layers: int = 1, heads: int = 4, kv_heads: int = 2,
                            intermediate: int | None = None, target_hidden: int | None = None, seed: int = 0,
@@ -32,7 +31,7 @@ def make_speculators_draft(out, *, hidden: int = 64, vocab: int = 128, draft_voc
                                  speculators_config=sc, **config_overrides)
     model = Eagle3DraftModel(cfg)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             # speculators leaves lm_head/embeddings NaN until verifier weights are loaded: make all finite
             p.copy_(torch.randn_like(p) * 0.02 if p.dim() > 1 else 1.0 + 0.01 * torch.randn_like(p))
         if model.d2t is not None:

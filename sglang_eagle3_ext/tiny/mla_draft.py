@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..draft.arch import mla
 
+
 # Kimi-K2's rope_scaling type (SGLang's MLA runs it as deepseek_yarn; on CPU it needs one); factor 1: plain RoPE.
 def _yarn(max_pos: int) -> dict:
     return {"type": "yarn", "factor": 1.0, "original_max_position_embeddings": max_pos, "beta_fast": 32.0,

@@ -23,11 +23,10 @@ class LiveBytes:
     """A TorchDispatchMode (built on first use) following the live storages of every op's outputs."""
 
     def __init__(self, static: set[int]):
+        import torch
         from torch.multiprocessing.reductions import StorageWeakRef
         from torch.utils._python_dispatch import TorchDispatchMode
         from torch.utils._pytree import tree_leaves
-
-        import torch
 
         tracker = self
         self.static, self.live, self.peak = set(static), {}, 0

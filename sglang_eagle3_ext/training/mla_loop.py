@@ -19,8 +19,8 @@ from . import sharding
 from .checkpoint import CKPT_DIR, maybe_stop, write_state
 from .distributed import World, all_sum, on_main
 from .loader import stream, to_device
-from .workers import stop_workers
 from .mla_step import save_state_dict, self_bias_at, step_loss
+from .workers import stop_workers
 
 CKPT_FILES = ("model_fp32.safetensors", "optimizer.pt", "scheduler.pt")
 

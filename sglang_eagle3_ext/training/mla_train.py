@@ -18,9 +18,15 @@ from pathlib import Path
 
 from ..draft.arch import mla
 from ..draft.nets.mla import MLA_KEYS, Eagle3MLADraft, rope_scaling_of
+from .mla_step import (  # noqa: F401 - also imported
+    SELF_BIAS,
+    SELF_BIAS_FRACTION,
+    accuracy,
+    save_state_dict,
+    self_bias_at,  # from here by callers
+    step_loss,
+)
 from .options import DEFAULT_EPOCHS, TrainOptions
-from .mla_step import (SELF_BIAS, SELF_BIAS_FRACTION, accuracy, save_state_dict,  # noqa: F401 - also imported
-                       self_bias_at, step_loss)                                   # from here by callers
 from .target_view import EMBED, HEAD, NORM, read_tensors, text_config
 
 ARCH = mla.ARCH

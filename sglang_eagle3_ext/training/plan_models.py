@@ -34,8 +34,8 @@ def mla_step(a, tcfg: dict, K: int, T: int, device: str, world: int = 1) -> dict
     """The MLA route (one process per rank, the draft replicated: DDP)."""
     import torch
 
-    from .memory_trace import trace_step
     from ..draft.nets.mla import Eagle3MLADraft
+    from .memory_trace import trace_step
     from .mla_step import SELF_BIAS, step_loss
     from .mla_train import mla_draft_config
 
@@ -70,12 +70,11 @@ def mla_step(a, tcfg: dict, K: int, T: int, device: str, world: int = 1) -> dict
 
 def _llama_model(a, tcfg: dict, K: int):
     import torch
-    from transformers import LlamaConfig
-
     from speculators.config import SpeculatorsConfig, VerifierConfig
     from speculators.models.eagle3 import Eagle3DraftModel
     from speculators.models.eagle3.config import Eagle3SpeculatorConfig
     from speculators.proposals.greedy import GreedyTokenProposalConfig
+    from transformers import LlamaConfig
 
     from .speculators_train import draft_layer_config
 
@@ -98,7 +97,6 @@ def _llama_model(a, tcfg: dict, K: int):
 def llama_step(a, tcfg: dict, K: int, T: int, device: str, world: int) -> dict:
     """The Llama route (speculators' model; FSDP over the ranks when there are several)."""
     import torch
-
     from speculators.models.eagle3.core import Eagle3DraftModel
 
     from .memory_trace import trace_step

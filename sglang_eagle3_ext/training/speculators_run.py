@@ -8,8 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
-from . import speculators_patches
 from ..files.outdir import link_tree
+from . import speculators_patches
 from .checkpoint import CKPT_DIR, maybe_stop, write_state
 from .distributed import World, on_main
 from .options import DEFAULT_EPOCHS, RUN_DIR

@@ -153,8 +153,8 @@ def _work_dir(out: Path) -> Path:
 def _prepare_on_main(a: TrainOptions, world) -> dict:
     """Rank 0: everything read once (target, data, layer ids, the resume point), written into the working folder
     every rank reads from (a shared file system under multi-node torchrun)."""
-    from . import sharding
     from ..files.outdir import link_tree
+    from . import sharding
     from .checkpoint import CKPT_DIR, check_identity, read_resume_point
     from .target_view import is_wrapper, read_tensors, text_config, verifier_view
 

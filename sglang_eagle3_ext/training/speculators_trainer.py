@@ -65,9 +65,13 @@ def rebuild_loader(loader, sampler):
 def checkpointer_class(base):
     """A subclass of speculators' BaseCheckpointer writing full float32 state dicts from rank 0."""
     import torch
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                         get_optimizer_state_dict, set_model_state_dict,
-                                                         set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
 
     from .distributed import barrier, current
 
@@ -121,7 +125,6 @@ def plan_epochs(sampler: PackedSampler, epochs: int, steps: int | None, epochs_g
 
 def _reduce(metrics: dict, world) -> dict:
     import torch
-
     from speculators.train.utils import normalize_counted_metrics
 
     keys = sorted(metrics)

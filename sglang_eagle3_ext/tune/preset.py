@@ -35,6 +35,7 @@ def write(path, fields: dict, header: list[str]) -> Path:
 
 
 def header(title: str, command: str, figures: list[str], notes: list[str]) -> list[str]:
-    return [title, f"  sglang-eagle3 launch --preset {{this file}}", "produced by:", f"  {command}", "",
-            "figures (output tokens/s; measured: by bench, greedy outputs identical to the target alone; predicted: the cost model):",
+    return [title, "  sglang-eagle3 launch --preset {this file}", "produced by:", f"  {command}", "",
+            "figures (output tokens/s; measured: by bench, greedy outputs identical to the target alone; "
+            "predicted: the cost model):",
             *[f"  {x}" for x in figures], *([""] + notes if notes else [])]

@@ -123,7 +123,8 @@ def tune(o: Options) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     shape = _target_shape(o.target)
-    from . import costmodel, timings as T
+    from . import costmodel
+    from . import timings as T
     from .accept import accept_lengths
 
     acc = accept_lengths(o.draft, o.data, o.target, o.heldout_fraction, o.samples, o.device, say)

@@ -131,9 +131,9 @@ def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = N
                 try:
                     http_json(base + "/health", timeout=5)
                     break
-                except Exception:
+                except Exception:  # noqa: BLE001 - not answering yet: ask again until the timeout
                     if time.time() - t0 > timeout:
-                        raise TimeoutError(f"server {name} not healthy after {timeout}s; see {log}")
+                        raise TimeoutError(f"server {name} not healthy after {timeout}s; see {log}") from None
                     time.sleep(2)
         finally:
             start_lock.close()            # releases the lock

@@ -15,15 +15,19 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from gpu_helpers import BASE_ARGS, LOG_DIR, REPO, activation_env, free_port as _port, generate, sglang_server
+from gpu_helpers import BASE_ARGS, LOG_DIR, REPO, activation_env, generate, sglang_server
+from gpu_helpers import free_port as _port
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("serve_backend")]
 HF_INDICES = (1, 2, 3)  # HF hidden_states of the 4-layer tiny target
 
 
 def _launcher() -> str:
-    return "sglang_eagle3_ext.launch_server" if importlib.util.find_spec("sglang_eagle3_ext.launch_server") else "sglang.launch_server"
+    return (
+        "sglang_eagle3_ext.launch_server"
+        if importlib.util.find_spec("sglang_eagle3_ext.launch_server")
+        else "sglang.launch_server"
+    )
 
 
 def _env(tmp: Path, **extra) -> dict:

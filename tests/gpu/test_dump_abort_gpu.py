@@ -78,7 +78,7 @@ def _abort_by_endpoint(base, rids, lone_s: float, g) -> None:
     for rid in rids:
         normal = rid.replace("abortA", "mixA")
         http_json(base + "/generate", _payload(normal, _prompt(g)), timeout=120)
-        t = threading.Thread(target=lambda r=rid, p=_prompt(g): _ignore(lambda: http_json(
+        t = threading.Thread(target=lambda r=rid, p=_prompt(g): _ignore(lambda: http_json(  # noqa: B008 - bound now
             base + "/generate", _payload(r, p), timeout=120)), daemon=True)
         t.start()
         time.sleep(lone_s * rnd.uniform(0.2, 0.7))

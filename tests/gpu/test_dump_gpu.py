@@ -19,11 +19,21 @@ from pathlib import Path
 
 import pytest
 import torch
-
-
-from gpu_helpers import (BACKENDS, BASE_ARGS, LOG_DIR, REPO, activation_env, backend_missing, decode_graphs_captured,
-                         defaults_refused, eager_prefill_args, free_port as _port, multi_gpu_tp, server_args,
-                         sglang_server)
+from gpu_helpers import (
+    BACKENDS,
+    BASE_ARGS,
+    LOG_DIR,
+    REPO,
+    activation_env,
+    backend_missing,
+    decode_graphs_captured,
+    defaults_refused,
+    eager_prefill_args,
+    multi_gpu_tp,
+    server_args,
+    sglang_server,
+)
+from gpu_helpers import free_port as _port
 from helpers import cosine
 
 pytestmark = pytest.mark.gpu
@@ -179,8 +189,8 @@ def test_dump_matches_transformers(variant, backend, tiny_target, tmp_path):
 
 
 def test_sigkill_restart_resume(tiny_target, tmp_path):
-    from sglang_eagle3_ext.dump.sample_file import T_IDS, read_sample
     from sglang_eagle3_ext.dump.manifest import read_manifest
+    from sglang_eagle3_ext.dump.sample_file import T_IDS, read_sample
 
     dump = tmp_path / "dump"
     dump.mkdir()
@@ -213,9 +223,9 @@ def test_sigkill_restart_resume(tiny_target, tmp_path):
 def test_tp_writes_one_copy_with_tp1_values(tmp_path):
     """TP=N (every GPU up to 8, or $SGE3_TP): each sample dumped once (attention-TP rank 0 writes), values
     equal to TP=1's (per-token cosine >= 0.999; dense variant so no router near-tie can flip an expert)."""
-    from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
     from sglang_eagle3_ext.dump.config import SAMPLES_DIR
     from sglang_eagle3_ext.dump.manifest import MANIFEST_DIR, read_manifest
+    from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
     from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target
 
     tp = multi_gpu_tp()

@@ -24,7 +24,8 @@ from pathlib import Path
 import knobs
 import pytest
 import torch
-from draft_input_recorder import install as recorder_env, load as load_records
+from draft_input_recorder import install as recorder_env
+from draft_input_recorder import load as load_records
 from gpu_helpers import LOG_DIR, REPO, SERVE_BACKEND, activation_env, free_port, generate, http_json, sglang_server
 from helpers import cosine
 from test_dump_gpu import dump_args
@@ -39,8 +40,8 @@ def _target_and_draft(work: Path) -> tuple[Path, Path, str]:
     rt = Path(knobs.get("SGE3_RT_DIR") or "/nonexistent")
     if (rt / "draft_sglang" / "config.json").exists() and (rt / "target" / ".complete").exists():
         return rt / "target", rt / "draft_sglang", "round trip"
-    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
     from sglang_eagle3_ext.tiny.deepseek_v3 import PREDICTABLE, ensure_tiny_target
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     target = ensure_tiny_target(work / "target", **PREDICTABLE)
     cfg = json.loads((target / "config.json").read_text())
@@ -160,7 +161,8 @@ def test_draft_retrained_on_serving_dump(tmp_path):
     settings, convert, serve, bench on the round trip's held-out prompts. Its accept length is compared with
     the round trip draft's (bench_tp1.json). Needs a finished round trip in $SGE3_RT_DIR; stages resume from
     $SGE3_SRV_DIR. Prints ratio = accept(serving-dump draft) / accept(plain-dump draft)."""
-    from test_roundtrip_gpu import SPEC_ARGS as RT_SPEC, _done, _mark, _run
+    from test_roundtrip_gpu import SPEC_ARGS as RT_SPEC
+    from test_roundtrip_gpu import _done, _mark, _run
 
     rt = Path(knobs.get("SGE3_RT_DIR") or "/nonexistent")
     ref = rt / "bench_tp1.json"

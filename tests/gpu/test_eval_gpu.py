@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -141,8 +140,8 @@ def _blind_draft(work: Path, share: float) -> Path:
     """The round trip's draft with the lm_head rows of a random `share` of its vocabulary zeroed (seeded): it
     never proposes those tokens (a zero logit loses to the trained prediction, and where it wins it names a token
     of the zeroed share, which the target's next token is not, unless it is one of them and first in order)."""
-    from safetensors.torch import load_file, save_file
     import torch
+    from safetensors.torch import load_file, save_file
 
     good, out = work / "draft_sglang", work / f"eval_blind{round(share * 100)}_draft_sglang"
     if (out / "config.json").exists():      # made (folders appear whole)

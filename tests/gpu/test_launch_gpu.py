@@ -23,8 +23,8 @@ import sys
 import time
 
 import pytest
-
-from gpu_helpers import decode_graphs_captured, free_port as _port, generate, multi_gpu_tp, sglang_server, wait_for
+from gpu_helpers import decode_graphs_captured, generate, multi_gpu_tp, sglang_server, wait_for
+from gpu_helpers import free_port as _port
 
 pytestmark = pytest.mark.gpu
 

@@ -31,8 +31,7 @@ from gpu_helpers import LOG_DIR, REPO, activation_env, free_port, sglang_server
 from test_dump_gpu import dump_args
 from test_eval_gpu import _weak_draft
 from test_roundtrip_gpu import KIMI, LR, SPEC_ARGS
-from test_swap_gpu import CONCURRENCY, Traffic, _accept, _differs, _one, _pass, _prompts, \
-    _served_state, _work
+from test_swap_gpu import CONCURRENCY, Traffic, _accept, _differs, _one, _pass, _prompts, _served_state, _work
 
 pytestmark = pytest.mark.gpu
 N_TRAFFIC = int(knobs.get("SGE3_REFRESH_REQUESTS", "512"))   # training prompts served before the refresh

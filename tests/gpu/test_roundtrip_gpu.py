@@ -263,9 +263,23 @@ def test_draft_at_tp_n():
     if not tp or not ref.exists():
         pytest.skip("needs >= 2 GPUs and a finished round trip in $SGE3_RT_DIR")
     out_json = LOG_DIR / f"rt_bench_tp{tp}.json"
-    with sglang_server(["--preset", "tiny", "--model-path", str(target), *SERVE_ARGS,
-                        "--speculative-draft-model-path", str(draft), "--tp", str(tp), *SPEC_ARGS], name=f"rt_spec_tp{tp}", port=free_port(),
-                       env=activation_env(work)) as (spec, _, _):
+    with sglang_server(
+        [
+            "--preset",
+            "tiny",
+            "--model-path",
+            str(target),
+            *SERVE_ARGS,
+            "--speculative-draft-model-path",
+            str(draft),
+            "--tp",
+            str(tp),
+            *SPEC_ARGS,
+        ],
+        name=f"rt_spec_tp{tp}",
+        port=free_port(),
+        env=activation_env(work),
+    ) as (spec, _, _):
         p = _run(["sglang_eagle3_ext.bench", "--url", spec, "--prompts", str(work / "heldout.jsonl"),
                   "--max-new-tokens", "64", "--concurrency", "8", "--json", str(out_json)], f"bench_tp{tp}")
     a1 = json.loads(ref.read_text())["spec"]["accept_length"]

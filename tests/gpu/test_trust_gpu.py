@@ -26,8 +26,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from gpu_helpers import (LOG_DIR, activation_env, eager_prefill_args, free_port, http_json, server_args, sglang_server,
-                         wait_for)
+from gpu_helpers import (
+    LOG_DIR,
+    activation_env,
+    eager_prefill_args,
+    free_port,
+    http_json,
+    server_args,
+    sglang_server,
+    wait_for,
+)
 from test_dump_gpu import _activation_env, dump_args
 
 pytestmark = pytest.mark.gpu

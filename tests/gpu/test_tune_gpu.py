@@ -17,9 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import knobs
+import pytest
 from gpu_helpers import LOG_DIR, backend_missing, free_port, sglang_server
 
 pytestmark = pytest.mark.gpu

@@ -20,7 +20,7 @@ class RefAttention:
     decode_attention_backend_str = "triton"
     req_to_token_pool = None
 
-    class token_to_kv_pool:  # noqa: N801 - attribute name SGLang reads
+    class token_to_kv_pool:
         @staticmethod
         def set_kv_buffer(*a, **k):
             pass

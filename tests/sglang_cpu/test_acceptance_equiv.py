@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import types
 
+import acceptance_world as W
 import pytest
 import torch
-
-import acceptance_world as W
 from helpers import LLAMA, cosine, load_draft
 from mla_cpu import YARN, RefAttention, extend_batch, init_dp_attention
 
@@ -82,10 +81,9 @@ def _mla(ext, root):
 
 def _sglang_mla(h, draft, target):
     from safetensors.torch import load_file
-    from transformers import AutoConfig
-
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.models.registry import ModelRegistry
+    from transformers import AutoConfig
 
     cls = ModelRegistry.resolve_model_cls(["Eagle3DeepseekV2ForCausalLM"])[0]
     sa = h.server_args(str(draft))

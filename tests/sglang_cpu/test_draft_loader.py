@@ -6,11 +6,10 @@ import types
 
 import pytest
 import torch
+from helpers import LLAMA, build_draft, load_draft, serving, stub_deepseek_target
 
 from sglang_eagle3_ext.draft import errors as E
 from sglang_eagle3_ext.draft.keys import HF_INDICES_FIELD
-
-from helpers import LLAMA, build_draft, load_draft, serving, stub_deepseek_target
 
 pytestmark = pytest.mark.sglang
 pytest.importorskip("speculators")
@@ -110,9 +109,10 @@ def variants(converted, tmp_path_factory):
                                   "nan_weight", "truncated_file", "missing_config_field", "wrong_k",
                                   "target_hidden_mismatch", "norm_before_residual", "pickle_only_bin"])
 def test_malformed_variant_refused_by_loader_and_check(ext, variants, name, tmp_path):
+    from malformed_drafts import TARGET_OVERRIDES
+
     from sglang_eagle3_ext.draft.check import check_draft
     from sglang_eagle3_ext.tiny.llama_draft import write_target_config
-    from malformed_drafts import TARGET_OVERRIDES
 
     code, d = variants[name]
     target = write_target_config(tmp_path / "target", **TARGET_OVERRIDES.get(name, {}))
@@ -135,9 +135,10 @@ def test_distinct_codes():
 
 def test_unpatched_release_drops_silently_patched_refuses(ext, converted, target_dir, tmp_path):
     """Without the patch an unknown key (and, on a midlayer release, `layers.0.*`) vanishes; with it: an error."""
+    from malformed_drafts import make_variant
+
     import sglang_eagle3_ext
     from sglang_eagle3_ext.tiny.llama_draft import sglang_weights_iterator
-    from malformed_drafts import make_variant
 
     _, d = make_variant(converted, "unknown_key", tmp_path / "unknown")
     sglang_eagle3_ext.revert()
@@ -210,8 +211,9 @@ def test_guard_passes_draft_decode_and_correct_width(draft_model):
 def test_startup_width_check_when_target_will_not_capture(ext, converted, target_dir, tmp_path, monkeypatch):
     import shutil
 
-    from sglang_eagle3_ext.draft.loader import DEFER_WIDTH_ENV
     from malformed_drafts import edit_config
+
+    from sglang_eagle3_ext.draft.loader import DEFER_WIDTH_ENV
 
     d = tmp_path / "noaux"
     shutil.copytree(converted, d)

@@ -9,11 +9,10 @@ import types
 
 import pytest
 import torch
+from helpers import LLAMA, build_draft, checkpoint_tensors, load_draft
 
 from sglang_eagle3_ext.draft import errors as E
 from sglang_eagle3_ext.draft.arch import mla
-
-from helpers import LLAMA, build_draft, checkpoint_tensors, load_draft
 
 pytestmark = pytest.mark.sglang
 MLA_NAMES = ["missing_lm_head", "missing_kv_a_half", "q_a_proj_1xH", "fc_1xH", "unknown_key", "nan_weight",

@@ -11,11 +11,10 @@ import types
 
 import pytest
 import torch
+from helpers import LLAMA, checkpoint_tensors, edited_draft, load_draft, serving, stub_deepseek_target
 
 from sglang_eagle3_ext.draft import errors as E
 from sglang_eagle3_ext.draft import swap
-
-from helpers import LLAMA, checkpoint_tensors, edited_draft, load_draft, serving, stub_deepseek_target
 
 pytestmark = pytest.mark.sglang
 pytest.importorskip("speculators")
@@ -32,8 +31,9 @@ def _draft(root, name, **kw):
 
 @pytest.fixture(scope="module")
 def drafts(ext, tmp_path_factory):
-    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
     from malformed_drafts import make_variant
+
+    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
 
     root = tmp_path_factory.mktemp("swap")
     out = {"target": write_target_config(root / "target"), "served": _draft(root, "served", seed=0),
@@ -60,7 +60,7 @@ def _scheduler(model, target):
     """SGLang's weight updater over `model` served the way the EAGLE worker leaves it: the target's embeddings
     installed (set_embed), the worker holding its own copy of the token map."""
     from sglang.srt.managers.scheduler_components.weight_updater import SchedulerWeightUpdaterManager
-    from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2, EagleDraftWorker
+    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2
 
     target.embed = torch.nn.Parameter(torch.randn(128, 64).to(model.model.fc.weight.dtype), requires_grad=False)
     model.set_embed(target.embed)

@@ -6,18 +6,16 @@ import types
 
 import pytest
 import torch
+from helpers import _short_samples_allowed  # noqa: F401 (autouse fixture)
 
-from sglang_eagle3_ext.dump import start
-from sglang_eagle3_ext import envs
+from sglang_eagle3_ext import envs, versions
 from sglang_eagle3_ext.draft.layers import default_layers
 from sglang_eagle3_ext.dump import config as C
-from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
+from sglang_eagle3_ext.dump import start
 from sglang_eagle3_ext.dump.export import rms_norm
 from sglang_eagle3_ext.dump.manifest import read_manifest
+from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
 from sglang_eagle3_ext.targets.logits_processor import dump_prefill
-from sglang_eagle3_ext import versions
-
-from helpers import _short_samples_allowed  # noqa: F401 (autouse fixture)
 
 # HF index 0 (the embeddings) where the installed release can capture it, else the first layer's output
 HOOK_LAYERS = [0, 2, 5] if versions.capabilities().CAPTURE_LAYER0 else [1, 2, 5]
@@ -42,9 +40,9 @@ H, N = 16, 6
 
 
 def _model(sglang_cpu):
-    from transformers import PretrainedConfig
     from sglang.srt.layers.layernorm import RMSNorm
     from sglang.srt.layers.logits_processor import LogitsProcessor
+    from transformers import PretrainedConfig
 
     cfg = PretrainedConfig(hidden_size=H, num_hidden_layers=N, vocab_size=256, architectures=["DeepseekV3ForCausalLM"])
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_eagle3_ext.server import runtime as sglang_runtime
-from sglang_eagle3_ext.dump import start
 from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.dump import config as C
+from sglang_eagle3_ext.dump import start
 from sglang_eagle3_ext.dump.prefill_graphs import FIX_NEW, prefill_graph_backend, refusal
+from sglang_eagle3_ext.server import runtime as sglang_runtime
 
 pytestmark = pytest.mark.sglang
 
@@ -72,9 +72,9 @@ def test_release_defaults_on_cuda(sglang_cpu, deepseek_dir, tmp_path, monkeypatc
 
 
 def _target():
-    from transformers import PretrainedConfig
     from sglang.srt.layers.layernorm import RMSNorm
     from sglang.srt.layers.logits_processor import LogitsProcessor
+    from transformers import PretrainedConfig
 
     cfg = PretrainedConfig(hidden_size=16, num_hidden_layers=4, vocab_size=32, architectures=["DeepseekV3ForCausalLM"])
     inner = torch.nn.Module()

@@ -94,9 +94,9 @@ def test_rank_probe_failure_fails_closed_in_a_multi_rank_world(sglang_cpu, tmp_p
     write the same samples into one manifest): no writer."""
     import torch.distributed as dist
 
-    from sglang_eagle3_ext.dump import start
     from sglang_eagle3_ext import envs
     from sglang_eagle3_ext.dump import config as C
+    from sglang_eagle3_ext.dump import start
 
     _break_attn_tp_probe(monkeypatch)
     monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: 2)      # one rank of a world of two

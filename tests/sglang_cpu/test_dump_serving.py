@@ -10,18 +10,18 @@ import types
 
 import pytest
 import torch
+from test_dump_hook import _original_forward
 
 from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump import serving_mode, start, verify_capture
 from sglang_eagle3_ext.dump.loss_mask import default_loss_mask
-from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
 from sglang_eagle3_ext.dump.manifest import read_manifest
+from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
 from sglang_eagle3_ext.server.startup import startup_context
 from sglang_eagle3_ext.targets.eagle_worker_v2 import dump_verify
 from sglang_eagle3_ext.targets.logits_processor import dump_prefill
 from sglang_eagle3_ext.targets.output_streamer import dump_request_end
-from test_dump_hook import _original_forward
 
 pytestmark = pytest.mark.sglang
 H, N = 16, 6
@@ -62,9 +62,9 @@ def serving(sglang_cpu, tmp_path, monkeypatch):
 
 
 def _model():
-    from transformers import PretrainedConfig
     from sglang.srt.layers.layernorm import RMSNorm
     from sglang.srt.layers.logits_processor import LogitsProcessor
+    from transformers import PretrainedConfig
 
     cfg = PretrainedConfig(hidden_size=H, num_hidden_layers=N, vocab_size=256, architectures=["DeepseekV3ForCausalLM"])
     inner = torch.nn.Module()

@@ -8,12 +8,11 @@ import contextlib
 
 import pytest
 import torch
+from helpers import cosine
+from mla_cpu import YARN, extend_batch, init_dp_attention, use_reference_attention
 
 from sglang_eagle3_ext.draft.nets.mla import Eagle3MLADraft
 from sglang_eagle3_ext.training.mla_train import load_checkpoint, mla_draft_config, save_checkpoint
-
-from helpers import cosine
-from mla_cpu import YARN, extend_batch, init_dp_attention, use_reference_attention
 
 pytestmark = pytest.mark.sglang
 TARGET = dict(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=6, num_attention_heads=4,
@@ -33,7 +32,7 @@ def draft_dir(tmp_path_factory, request):
     torch.manual_seed(0)
     m = Eagle3MLADraft(cfg)
     with torch.no_grad():
-        for n, p in m.named_parameters():   # norms away from 1, projections at a scale where attention is not flat
+        for p in m.parameters():   # norms away from 1, projections at a scale where attention is not flat
             p.copy_(1 + 0.2 * torch.randn_like(p) if p.dim() == 1 else 0.08 * torch.randn_like(p))
     return save_checkpoint(m, cfg, tmp_path_factory.mktemp("mla") / "draft")
 
@@ -70,9 +69,8 @@ def _served(h, path):
 
 def _sglang_draft(h, path):
     from safetensors.torch import load_file
-    from transformers import AutoConfig
-
     from sglang.srt.models.registry import ModelRegistry
+    from transformers import AutoConfig
 
     cls = ModelRegistry.resolve_model_cls(["Eagle3DeepseekV2ForCausalLM"])[0]
     with _served(h, path):

@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import serving, stub_deepseek_target
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_dump_hook import _model
 
 from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.draft import layers as L
 from sglang_eagle3_ext.dump import start
 from sglang_eagle3_ext.server import runtime
-from helpers import serving, stub_deepseek_target
-from test_dump_hook import _model
 
 pytestmark = pytest.mark.sglang
 

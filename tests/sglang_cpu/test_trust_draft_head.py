@@ -14,11 +14,10 @@ import shutil
 
 import pytest
 import torch
+from helpers import LLAMA, build_draft, checkpoint_tensors, load_draft
 
 from sglang_eagle3_ext.draft import errors as E
 from sglang_eagle3_ext.draft.arch import mla
-
-from helpers import LLAMA, build_draft, checkpoint_tensors, load_draft
 
 pytestmark = pytest.mark.sglang
 
@@ -40,9 +39,10 @@ def _target(root, name, head=None):
 def llama_head_draft(ext, tmp_path_factory):
     """A converted Llama draft with the full-vocab trained head and draft_vocab_size null."""
     pytest.importorskip("speculators")
+    from malformed_drafts import edit_config, edit_tensors
+
     from sglang_eagle3_ext.draft.convert import convert
     from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
-    from malformed_drafts import edit_config, edit_tensors
 
     root = tmp_path_factory.mktemp("llama_head")
     d = convert(make_speculators_draft(root / "spec", aux_ids=(2, 4, 6)), root / "conv", log=lambda *_: None)
@@ -138,10 +138,10 @@ def test_why_release_alone_throws_the_trained_head_away(ext, llama_head_draft):
     init_lm_head installs the target's head in its place."""
     import types
 
-    import sglang_eagle3_ext
     from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+    import sglang_eagle3_ext
     from sglang_eagle3_ext.tiny.llama_draft import sglang_weights_iterator
 
     sglang_eagle3_ext.revert()

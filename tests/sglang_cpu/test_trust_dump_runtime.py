@@ -12,16 +12,16 @@ import threading
 
 import pytest
 import torch
+from helpers import stub_deepseek_target
+from test_dump_hook import _fb, _forward, _model
 
 from sglang_eagle3_ext import envs, versions
-from sglang_eagle3_ext.server import runtime as sglang_runtime
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump import copy as dump_copy
 from sglang_eagle3_ext.dump import start
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.dump.sample_file import T_IDS, read_sample
-from helpers import stub_deepseek_target
-from test_dump_hook import _fb, _forward, _model
+from sglang_eagle3_ext.server import runtime as sglang_runtime
 
 pytestmark = pytest.mark.sglang
 LAYERS = [1, 2, 5]

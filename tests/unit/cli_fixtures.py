@@ -7,9 +7,9 @@ import importlib
 
 import pytest
 
-from sglang_eagle3_ext.cli import naming as cli_naming
 from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.cli import common as cli_common
+from sglang_eagle3_ext.cli import naming as cli_naming
 from sglang_eagle3_ext.cli.commands import BY_NAME
 
 TOOLS = list(BY_NAME)

@@ -7,12 +7,11 @@ import json
 import shutil
 from pathlib import Path
 
+import acceptance_world as W
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import acceptance_world as W
 
 from sglang_eagle3_ext.acceptance import data as adata
 from sglang_eagle3_ext.cli.common import run_tool
@@ -77,7 +76,7 @@ def _explicit_tokens(model, hot, ids, aux, a: int, steps: int) -> list[int]:
     toks = list(ids[1:a + 1].tolist())
     hidden = [model.project(aux[:a])]
     out = []
-    for k in range(steps):
+    for _ in range(steps):
         t = torch.tensor(toks)
         h = torch.cat(hidden)
         p = pack([(t, h)], "cpu", torch.float32)

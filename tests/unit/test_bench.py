@@ -238,8 +238,9 @@ def test_silent_server_fails_in_bounded_time(capsys):
 
 def test_a_wait_says_so_in_one_line(capsys):
     """A server that comes up late: one line says bench waits for it, then the run goes on."""
-    from sglang_eagle3_ext.server.http_client import Server
     from trust_client_servers import Replies
+
+    from sglang_eagle3_ext.server.http_client import Server
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

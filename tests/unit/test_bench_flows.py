@@ -101,8 +101,8 @@ def benches(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def target_and_draft(tmp_path_factory):
     from sglang_eagle3_ext.cli.convert import convert
-    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
     from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target
+    from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     d = tmp_path_factory.mktemp("models")
     target = ensure_tiny_target(d / "target")

@@ -10,7 +10,8 @@ from sglang_eagle3_ext.bench import prompts as bench_prompts
 from sglang_eagle3_ext.boundary import BadInput
 from sglang_eagle3_ext.cli.common import CliError, load_tokenizer
 
-TEMPLATE = "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}"
+            "{% if add_generation_prompt %}<assistant>{% endif %}")
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+
 def _mod():
     from sglang_eagle3_ext.bench import steps as bench_steps
 

@@ -10,14 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_fixtures import _all, parsers  # noqa: F401  (module fixture: every tool's finished parser)
 
-from sglang_eagle3_ext.cli import naming as cli_naming
 from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.cli import common as cli_common
 from sglang_eagle3_ext.cli.commands import BY_NAME, COMMANDS
 from sglang_eagle3_ext.cli.common import EXIT_BAD_INPUT, EXIT_INTERNAL, run_tool
-
-from cli_fixtures import _all, parsers  # noqa: F401  (module fixture: every tool's finished parser)
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = list(BY_NAME)

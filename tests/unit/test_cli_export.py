@@ -5,11 +5,10 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from test_dump_export import _make_dump, _short_samples_allowed  # noqa: F401  (fixture: autouse there, used here)
 
 from sglang_eagle3_ext.cli.common import run_tool
 from sglang_eagle3_ext.cli.dump import main as dump_main
-
-from test_dump_export import _make_dump, _short_samples_allowed  # noqa: F401  (fixture: autouse there, used here)
 
 
 def _digest(root):
@@ -21,7 +20,7 @@ def _digest(root):
 
 
 @pytest.mark.parametrize("to", ["speculators", "specforge"])
-def test_parallel_export_equals_serial_and_shows_progress(tmp_path, capsys, to, _short_samples_allowed):  # noqa: F811
+def test_parallel_export_equals_serial_and_shows_progress(tmp_path, capsys, to, _short_samples_allowed):
     d, _ = _make_dump(tmp_path, final="both", lens=tuple(range(3, 15)))
     one, many = tmp_path / "one", tmp_path / "many"
     assert run_tool("dump", dump_main, ["export", "--dump-dir", str(d), "--to", to, "--out", str(one),

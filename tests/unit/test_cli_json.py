@@ -7,14 +7,13 @@ import argparse
 import json
 
 import pytest
-
 from cli_fixtures import _all, _as_module_after, parsers, sg  # noqa: F401  (fixtures)
 
 REPORTING = ["check", "convert", "compat", "bench", "train", "launch", "dump run", "dump export", "dump status"]
 WITH_PROGRESS = ["check", "convert", "bench", "train", "dump run", "dump export"]
 
 
-def _parser_of(parsers, key):  # noqa: F811
+def _parser_of(parsers, key):
     tool, *sub = key.split()
     p = parsers[tool]
     if sub:
@@ -23,13 +22,13 @@ def _parser_of(parsers, key):  # noqa: F811
 
 
 @pytest.mark.parametrize("key", REPORTING)
-def test_every_reporting_command_takes_json(parsers, key):  # noqa: F811
+def test_every_reporting_command_takes_json(parsers, key):
     a = _parser_of(parsers, key)._option_string_actions.get("--json")
     assert a is not None and a.nargs == "?" and a.const == "-" and a.metavar == "PATH", key
 
 
 @pytest.mark.parametrize("key", WITH_PROGRESS)
-def test_quiet_and_verbose_where_there_is_progress(parsers, key):  # noqa: F811
+def test_quiet_and_verbose_where_there_is_progress(parsers, key):
     p = _parser_of(parsers, key)
     assert {"--quiet", "--verbose"} <= set(p._option_string_actions), key
     with pytest.raises(SystemExit):

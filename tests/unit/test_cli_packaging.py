@@ -5,9 +5,10 @@ from __future__ import annotations
 import ast
 import re
 import sys
-import tomllib
 from importlib import metadata
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 PKG = REPO / "sglang_eagle3_ext"

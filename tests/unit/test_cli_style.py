@@ -11,15 +11,14 @@ import json
 import re
 
 import pytest
+from cli_fixtures import _all, _as_module_after, parsers, sg  # noqa: F401  (fixtures)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sglang_eagle3_ext import versions
 from sglang_eagle3_ext.cli import common as cli_common
 from sglang_eagle3_ext.cli.commands import BY_NAME
-from sglang_eagle3_ext import versions
 from sglang_eagle3_ext.cli.common import EXIT_BAD_INPUT, run_tool
-
-from cli_fixtures import _all, _as_module_after, parsers, sg  # noqa: F401  (fixtures)
 
 TOOLS = list(BY_NAME)
 RANGE = f"{versions.SUPPORTED_MIN}..{versions.SUPPORTED_MAX}"
@@ -138,7 +137,8 @@ def test_every_error_has_one_form(case, tmp_path, capfd):
 
 def test_module_entries_keep_the_shape(tmp_path, capfd):
     """Under `python -m sglang_eagle3_ext.MODULE` the prefix is the module's, the shape the same."""
-    from sglang_eagle3_ext.cli import launch as launch_server, train as train_draft
+    from sglang_eagle3_ext.cli import launch as launch_server
+    from sglang_eagle3_ext.cli import train as train_draft
 
     pytest.importorskip("torch")
     rc = run_tool("train", train_draft.main, ["--data", str(tmp_path), "--target", str(_target_config(tmp_path)),
@@ -204,7 +204,8 @@ def test_launch_refuses_what_is_neither_ours_nor_sglangs(argv, words, no_launch,
 
 @pytest.fixture(scope="module")
 def launch_parts():
-    from sglang_eagle3_ext.cli import launch_flags as launch_cli, launch as launch_server
+    from sglang_eagle3_ext.cli import launch as launch_server
+    from sglang_eagle3_ext.cli import launch_flags as launch_cli
 
     p = launch_server.our_parser()
     theirs, _ = launch_cli._sglang_flags()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.cli.commands import COMMANDS

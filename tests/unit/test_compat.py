@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from sglang_eagle3_ext import static_patch
 from sglang_eagle3_ext.cli import compat as compat_cli
 from sglang_eagle3_ext.compat import release as compat
-from sglang_eagle3_ext import static_patch
 from sglang_eagle3_ext.patch_table import PATCHES
 
 REPO = Path(__file__).resolve().parents[2]

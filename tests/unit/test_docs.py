@@ -11,12 +11,12 @@ import re
 import shlex
 import subprocess
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
 import pytest
+import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 TUTORIAL = REPO / "docs" / "tutorial.md"

@@ -123,8 +123,9 @@ def test_check_flags_raw_speculators_checkpoint(spec_draft):
 
 
 def test_malformed_variants_each_give_their_own_code(good, target, tmp_path):
-    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
     from malformed_drafts import MALFORMED, TARGET_OVERRIDES, make_variant
+
+    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
 
     seen = {}
     for name in MALFORMED:

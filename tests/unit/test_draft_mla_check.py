@@ -112,9 +112,8 @@ def test_convert_specforge_mla_layout(good, tmp_path):
 
 
 def test_convert_splits_a_prefused_projection(good, tmp_path):
-    from safetensors.torch import load_file
-
     from malformed_drafts import make_mla_variant
+    from safetensors.torch import load_file
 
     _, pf = make_mla_variant(good, "prefused_qkv_a", tmp_path / "pf")
     out = convert(pf, tmp_path / "o", sglang_version=V, hf_indices=[2, 4, 6], log=lambda *_: None)
@@ -238,8 +237,8 @@ def test_check_cli_on_uncached_hub_id_says_not_checked(tmp_path):
 
 
 def test_precheck_mla_draft_names_the_class(good, tmp_path):
-    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
     from sglang_eagle3_ext.launch.draft_precheck import DraftCheckFailed, precheck
+    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
 
     target = write_target_config(tmp_path / "t", torch_dtype="bfloat16")
     d = precheck("EAGLE3", str(good), str(target), V)

@@ -5,7 +5,6 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-
 from sglang_eagle3_ext.cli.dump import main
 from sglang_eagle3_ext.dump.client_files import read_samples
 
@@ -96,8 +95,8 @@ def test_export_uses_generated_masks(tmp_path):
 
     from sglang_eagle3_ext.dump.client_files import generated_loss_masks
     from sglang_eagle3_ext.dump.exporters.speculators import export_speculators
-    from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_PRE, write_sample
     from sglang_eagle3_ext.dump.manifest import ManifestWriter
+    from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_PRE, write_sample
 
     dump = tmp_path / "dump"
     (dump / "samples").mkdir(parents=True)

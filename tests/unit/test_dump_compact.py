@@ -11,21 +11,25 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import _short_samples_allowed, cosine  # noqa: F401 (autouse fixture)
 
 from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.assemble import ChunkBatch
-from sglang_eagle3_ext.dump.encoding import (FP8_ROWWISE, NATIVE, SCALE_SUFFIX, EncodingError, dequantize_rows,
-                                             quantize_rows)
-from sglang_eagle3_ext.dump.export import ExportError
+from sglang_eagle3_ext.dump.encoding import (
+    FP8_ROWWISE,
+    NATIVE,
+    SCALE_SUFFIX,
+    EncodingError,
+    dequantize_rows,
+    quantize_rows,
+)
+from sglang_eagle3_ext.dump.export import ExportError, rms_norm
 from sglang_eagle3_ext.dump.exporters.specforge import export_specforge
 from sglang_eagle3_ext.dump.exporters.speculators import export_speculators
-from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
-from sglang_eagle3_ext.dump.export import rms_norm
 from sglang_eagle3_ext.dump.manifest import read_manifest
+from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
 from sglang_eagle3_ext.dump.writer import DumpStartupError, DumpWriter
-
-from helpers import _short_samples_allowed, cosine  # noqa: F401 (autouse fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 H, K = 256, 3

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import _short_samples_allowed  # noqa: F401 (autouse fixture)
 
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.assemble import ChunkBatch
-from sglang_eagle3_ext.dump.export import ExportError
+from sglang_eagle3_ext.dump.export import ExportError, rms_norm
 from sglang_eagle3_ext.dump.exporters.specforge import export_specforge
 from sglang_eagle3_ext.dump.exporters.speculators import export_speculators
-from sglang_eagle3_ext.dump.export import rms_norm
 from sglang_eagle3_ext.dump.writer import DumpWriter
-
-from helpers import _short_samples_allowed  # noqa: F401 (autouse fixture)
-
 
 H, K = 8, 3
 

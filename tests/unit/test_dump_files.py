@@ -7,16 +7,14 @@ import os
 
 import pytest
 import torch
+from helpers import _short_samples_allowed  # noqa: F401 (autouse fixture)
 
 from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.assemble import ChunkBatch
-from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample, write_sample
 from sglang_eagle3_ext.dump.manifest import ManifestWriter, read_manifest, sample_path, sanitize_id
+from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample, write_sample
 from sglang_eagle3_ext.dump.writer import DumpStartupError, DumpWriter
-
-from helpers import _short_samples_allowed  # noqa: F401 (autouse fixture)
-
 
 H, K = 8, 3
 
@@ -52,7 +50,10 @@ def test_config_env(tmp_path):
         C.from_env({envs.DUMP_DIR: "x", C.ENV_FINAL: "pickle"})
     with pytest.raises(C.DumpConfigError, match="increasing"):
         C.from_env({envs.DUMP_DIR: "x", C.ENV_LAYERS: "3,1"}).resolve_layers(10)
-    assert C.from_env({envs.DUMP_DIR: "x"}).copy_stream and not C.from_env({envs.DUMP_DIR: "x", C.ENV_COPY_STREAM: "0"}).copy_stream
+    assert (
+        C.from_env({envs.DUMP_DIR: "x"}).copy_stream
+        and not C.from_env({envs.DUMP_DIR: "x", C.ENV_COPY_STREAM: "0"}).copy_stream
+    )
     with pytest.raises(C.DumpConfigError, match="COPY_STREAM"):
         C.from_env({envs.DUMP_DIR: "x", C.ENV_COPY_STREAM: "maybe"})
     from sglang_eagle3_ext.patch_table import features_from_env

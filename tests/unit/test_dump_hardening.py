@@ -12,20 +12,19 @@ import time
 
 import pytest
 import torch
+from dump_writer_fixtures import H, K, _meta, _short_samples_allowed  # noqa: F401 (autouse fixture)
 
 from sglang_eagle3_ext import envs
+from sglang_eagle3_ext.cli.dump import main as dump_cli
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.assemble import STALE_BATCHES, ChunkBatch
-from sglang_eagle3_ext.cli.dump import main as dump_cli
 from sglang_eagle3_ext.dump.export import ExportError
 from sglang_eagle3_ext.dump.exporters.specforge import export_specforge
 from sglang_eagle3_ext.dump.exporters.speculators import export_speculators
-from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, write_sample
 from sglang_eagle3_ext.dump.manifest import read_manifest, sanitize_id
+from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, write_sample
 from sglang_eagle3_ext.dump.staging import PinnedRing, region_size
 from sglang_eagle3_ext.dump.writer import DumpWriter
-
-from dump_writer_fixtures import H, K, _meta, _short_samples_allowed  # noqa: F401 (autouse fixture)
 
 
 def _writer(root, **kw):

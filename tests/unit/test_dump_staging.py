@@ -10,8 +10,8 @@ import threading
 import pytest
 import torch
 
-from sglang_eagle3_ext.dump.sample_file import read_sample, save_safetensors, write_sample
 from sglang_eagle3_ext.dump.manifest import ManifestWriter, read_manifest
+from sglang_eagle3_ext.dump.sample_file import read_sample, save_safetensors, write_sample
 from sglang_eagle3_ext.dump.staging import ALIGN, PinnedRing, region_size
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 import acceptance_world as W
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 
 @pytest.fixture(scope="module")

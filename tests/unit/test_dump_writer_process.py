@@ -11,16 +11,15 @@ import time
 
 import pytest
 import torch
+from dump_writer_fixtures import H, K, _meta, _short_samples_allowed  # noqa: F401 (autouse fixture)
 
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.assemble import ChunkBatch
-from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
 from sglang_eagle3_ext.dump.manifest import read_manifest
+from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
 from sglang_eagle3_ext.dump.staging import region_size
 from sglang_eagle3_ext.dump.writer import DumpStartupError
 from sglang_eagle3_ext.dump.writer_process import ProcessDumpWriter
-
-from dump_writer_fixtures import H, K, _meta, _short_samples_allowed  # noqa: F401 (autouse fixture)
 
 
 def _writer(tmp_path, pending=1 << 20):

@@ -10,11 +10,10 @@ import socket
 import threading
 import time
 
+import acceptance_world as W
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import acceptance_world as W
 
 from sglang_eagle3_ext.acceptance.stats import Walk, histogram_accept_length, regions
 from sglang_eagle3_ext.cli.common import run_tool

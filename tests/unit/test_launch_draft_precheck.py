@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from test_launch_dryrun import dry_run
 
 pytestmark = pytest.mark.sglang

@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from test_launch_topology import FAKES, cpu_root_ports
 
 pytestmark = pytest.mark.sglang

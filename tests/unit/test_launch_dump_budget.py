@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import pytest
+from test_launch_hardware import launch
 
 from sglang_eagle3_ext.dump.config import host_memory_bytes
-from test_launch_hardware import launch
 
 pytestmark = pytest.mark.sglang
 VAR = "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB"

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_launch_hardware import command, decision_rows, launch
 
 from sglang_eagle3_ext import boundary
 from sglang_eagle3_ext.cli import launch as launch_server
 from sglang_eagle3_ext.launch import dump_dir
 from sglang_eagle3_ext.launch.plan import Options, build_plan
-from test_launch_hardware import command, decision_rows, launch
 
 pytestmark = pytest.mark.sglang
 VAR = "SGLANG_EAGLE3_EXT_DUMP_DIR"

@@ -13,10 +13,11 @@ from unittest import mock
 
 import pytest
 import yaml
-
-from sglang_eagle3_ext.cli import common as cli_common, launch as launch_server
-from sglang_eagle3_ext.launch import presets
 from test_launch_topology import cpu_root_ports, mixed_box, nvlink_box, pcie_switches
+
+from sglang_eagle3_ext.cli import common as cli_common
+from sglang_eagle3_ext.cli import launch as launch_server
+from sglang_eagle3_ext.launch import presets
 
 pytestmark = pytest.mark.sglang
 REPO = Path(__file__).resolve().parents[2]

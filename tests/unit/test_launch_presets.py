@@ -81,8 +81,9 @@ def test_to_cli_args_kinds_and_user_dests():
 
 def test_wheel_ships_presets():
     """pyproject force-includes server_configs into the package; presets.preset_dirs looks there first."""
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     root = Path(presets.__file__).resolve().parents[2]
     cfg = tomllib.loads((root / "pyproject.toml").read_text())

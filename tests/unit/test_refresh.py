@@ -7,10 +7,11 @@ import os
 import threading
 from pathlib import Path
 
-import pytest
-from hypothesis import given, settings, strategies as st
-
 import acceptance_world as W
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from sglang_eagle3_ext.boundary import Refused
 from sglang_eagle3_ext.refresh import cursor as C
 from sglang_eagle3_ext.refresh.traffic import select
@@ -206,6 +207,7 @@ def test_a_swap_whose_server_answers_badly_is_reported_not_raised(world, info):
     """After an accepted refresh the new draft is already in --out and the cursor advanced: a server that answers
     the swap with something unreadable makes the swap's report say so, it does not lose the refresh's report."""
     from loopback_server import FakeServer
+
     from sglang_eagle3_ext.refresh.run import Options, _swap
 
     srv = FakeServer(lambda: info, lambda body: (200, {"success": True}))

@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_refresh import world  # noqa: F401 - the fixture: a target, a 40-sample serving dump, a draft
 
 from sglang_eagle3_ext.boundary import Refused
 from sglang_eagle3_ext.refresh import cursor as C
-from test_refresh import world  # noqa: F401 - the fixture: a target, a 40-sample serving dump, a draft
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -40,6 +41,7 @@ class _Server:
 
     def __init__(self, draft, accept: bool):
         from loopback_server import FakeServer
+
         from sglang_eagle3_ext.draft.swap import PROTOCOL, STATE_KEY
 
         self.serving, self.accept = str(draft), accept

@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_fixtures import sg
+from helpers import edited_draft
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from loopback_server import FakeServer
 
 from sglang_eagle3_ext.draft.swap import LOAD_FORMAT, PROTOCOL, STATE_KEY
 from sglang_eagle3_ext.draft.swap_client import draft_states, swap_reply
-
-from cli_fixtures import sg  # noqa: F401
-from helpers import edited_draft
-from loopback_server import FakeServer
 
 pytest.importorskip("speculators")
 AUX = (2, 4, 6)
@@ -32,8 +31,9 @@ def _draft(root, name, **kw):
 
 @pytest.fixture(scope="module")
 def drafts(tmp_path_factory):
-    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
     from malformed_drafts import make_variant
+
+    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
 
     root = tmp_path_factory.mktemp("swap_client")
     out = {"target": write_target_config(root / "target"), "served": _draft(root, "served"),

@@ -20,8 +20,11 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from test_train_draft import SMALL, _train, world  # noqa: E402,F401 - the shared module fixture and run
 
 from sglang_eagle3_ext.cli import train as train_cli  # noqa: E402
-from sglang_eagle3_ext.training import TrainDraftError, TrainOptions, train_draft  # noqa: E402
-from sglang_eagle3_ext.training import init_from  # noqa: E402
+from sglang_eagle3_ext.training import (  # noqa: E402
+    TrainDraftError,
+    TrainOptions,
+    init_from,
+    )
 
 SHAPE = ["--num-layers", "2", "--intermediate-size", "96", "--draft-vocab-size", "128"]
 FROZEN_STEP = ["--steps", "1", "--lr", "1e-12"]     # one step that cannot move a bf16 weight

@@ -58,7 +58,7 @@ def trained(world):
         for arch in ("mla", "llama"):
             plan = train_draft(_opts(world, None, arch, dry_run=True))
             o = world["root"] / f"plan_{arch}"
-            peak = measured_peak(lambda: train_draft(_opts(world, o, arch, epochs=1)))
+            peak = measured_peak(lambda o=o, arch=arch: train_draft(_opts(world, o, arch, epochs=1)))
             out[arch] = (plan, peak, o)
     finally:
         torch.set_num_threads(threads)

@@ -17,10 +17,13 @@ if not hasattr(transformers, "DeepseekV3ForCausalLM"):
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
-from test_train_draft import AUX, SMALL, _run_target  # noqa: E402
-from test_train_draft import world  # noqa: E402,F401 - the shared module fixture
+from safetensors.torch import load_file, save_file  # noqa: E402
+from test_train_draft import (  # noqa: E402
+    AUX,
+    SMALL,
+    _run_target,
+    world,  # noqa: F401 - the shared module fixture
+)
 
 from sglang_eagle3_ext import envs  # noqa: E402
 from sglang_eagle3_ext.cli import train as train_cli  # noqa: E402

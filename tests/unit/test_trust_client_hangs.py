@@ -7,11 +7,11 @@ import json
 import os
 
 import pytest
+from trust_client_servers import Trickle, in_thread
 
 from sglang_eagle3_ext.cli import bench
-from sglang_eagle3_ext.cli.common import run_tool
 from sglang_eagle3_ext.cli import dump as client
-from trust_client_servers import Trickle, in_thread
+from sglang_eagle3_ext.cli.common import run_tool
 
 
 @pytest.fixture

@@ -7,12 +7,11 @@ import json
 import time
 
 import pytest
-
-from sglang_eagle3_ext.cli import naming as cli_naming
-from sglang_eagle3_ext.cli import bench
-from sglang_eagle3_ext.cli.common import run_tool
-from sglang_eagle3_ext.cli import dump as client
 from trust_client_servers import Replies, Trickle
+
+from sglang_eagle3_ext.cli import bench
+from sglang_eagle3_ext.cli import dump as client
+from sglang_eagle3_ext.cli.common import run_tool
 
 GOOD_GEN = {"output_ids": [1, 2], "meta_info": {"completion_tokens": 2, "spec_verify_ct": 1}}
 

@@ -13,11 +13,11 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from trust_client_servers import Replies  # noqa: E402
 
 from sglang_eagle3_ext.cli import bench  # noqa: E402
-from sglang_eagle3_ext.cli.common import run_tool  # noqa: E402
 from sglang_eagle3_ext.cli import dump as client  # noqa: E402
-from trust_client_servers import Replies  # noqa: E402
+from sglang_eagle3_ext.cli.common import run_tool  # noqa: E402
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 scalars = (st.none() | st.booleans() | st.integers(-3, 2**40) | st.floats(allow_nan=False, allow_infinity=False)

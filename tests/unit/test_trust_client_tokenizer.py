@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from trust_client_servers import Replies
 
 from sglang_eagle3_ext.cli import bench
-from sglang_eagle3_ext.cli.common import run_tool
 from sglang_eagle3_ext.cli import dump as client
-from trust_client_servers import Replies
+from sglang_eagle3_ext.cli.common import run_tool
 
 pytest.importorskip("transformers")
 

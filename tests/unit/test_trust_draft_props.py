@@ -20,7 +20,9 @@ from hypothesis import strategies as st  # noqa: E402
 from sglang_eagle3_ext.cli.common import run_tool  # noqa: E402
 
 V = "0.5.16"
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 
 leaf = (st.none() | st.booleans() | st.integers(-(2**66), 2**66) | st.integers(-3, 300)
         | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=6))

@@ -17,9 +17,10 @@ V = "0.5.16"
 
 @pytest.fixture(scope="module")
 def drafts(tmp_path_factory):
+    from malformed_drafts import make_variant
+
     from sglang_eagle3_ext.draft.convert import convert
     from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
-    from malformed_drafts import make_variant
 
     root = tmp_path_factory.mktemp("values")
     good = convert(make_speculators_draft(root / "spec", aux_ids=(1, 4, 6)), root / "good", sglang_version=V,

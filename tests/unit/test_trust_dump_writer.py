@@ -9,18 +9,16 @@ import threading
 
 import pytest
 import torch
+from dump_writer_fixtures import H, K, _meta, _short_samples_allowed  # noqa: F401 (autouse fixture)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_eagle3_ext import versions
-from sglang_eagle3_ext import envs
+from sglang_eagle3_ext import envs, versions
 from sglang_eagle3_ext.dump import config as C
 from sglang_eagle3_ext.dump.assemble import ChunkBatch
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.dump.status import meta_mismatch
 from sglang_eagle3_ext.dump.writer import DumpStartupError, DumpWriter
-
-from dump_writer_fixtures import H, K, _meta, _short_samples_allowed  # noqa: F401 (autouse fixture)
 
 
 def _cfg(root, **kw):

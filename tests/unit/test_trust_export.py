@@ -12,12 +12,12 @@ import pytest
 torch = pytest.importorskip("torch")
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from trust_tree import snapshot  # noqa: E402
 
 from sglang_eagle3_ext.cli.common import run_tool  # noqa: E402
 from sglang_eagle3_ext.cli.dump import main as dump_main  # noqa: E402
 from sglang_eagle3_ext.dump.manifest import sample_relpath  # noqa: E402
 from sglang_eagle3_ext.dump.sample_file import META_KEY, T_AUX, T_IDS, T_POST, T_PRE, write_sample  # noqa: E402
-from trust_tree import snapshot  # noqa: E402
 
 H, K, VOCAB = 8, 3, 100
 

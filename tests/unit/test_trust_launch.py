@@ -8,11 +8,12 @@ import re
 from unittest import mock
 
 import pytest
+from test_launch_topology import cpu_root_ports, nvlink_box
 
-from sglang_eagle3_ext.cli import common as cli_common, launch as launch_server
+from sglang_eagle3_ext.cli import common as cli_common
+from sglang_eagle3_ext.cli import launch as launch_server
 from sglang_eagle3_ext.launch import nccl
 from sglang_eagle3_ext.launch.topology import Topology
-from test_launch_topology import cpu_root_ports, nvlink_box
 
 LOOPBACK_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_DISABLE")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from test_trust_launch import launch
 
 from sglang_eagle3_ext.launch import presets
-from test_trust_launch import launch
 
 
 def _load_checked(tmp_path, text: str, parser=None):

@@ -13,10 +13,11 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from sglang_eagle3_ext.cli import common as cli_common, launch as launch_server
-from sglang_eagle3_ext.launch import nccl
 from test_launch_topology import cpu_root_ports
+
+from sglang_eagle3_ext.cli import common as cli_common
+from sglang_eagle3_ext.cli import launch as launch_server
+from sglang_eagle3_ext.launch import nccl
 
 pytestmark = pytest.mark.sglang
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -14,18 +14,16 @@ import pytest
 torch = pytest.importorskip("torch")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
-from sglang_eagle3_ext.cli import convert as conv  # noqa: E402
-from sglang_eagle3_ext.files import outdir  # noqa: E402
-from sglang_eagle3_ext.cli import tiny as tiny_cli  # noqa: E402
-from sglang_eagle3_ext.tiny import deepseek_v3 as tiny  # noqa: E402
-from sglang_eagle3_ext.cli.common import run_tool  # noqa: E402
-from sglang_eagle3_ext.cli.dump import main as dump_main  # noqa: E402
-
-from test_trust_training import SMALL, make_data, target, train_cli  # noqa: E402,F401 (module fixture)
 from test_trust_export import make_dump  # noqa: E402
+from test_trust_training import SMALL, make_data, target, train_cli  # noqa: E402,F401 (module fixture)
 from trust_tree import snapshot, user_folder  # noqa: E402
 
+from sglang_eagle3_ext.cli import convert as conv  # noqa: E402
+from sglang_eagle3_ext.cli import tiny as tiny_cli  # noqa: E402
+from sglang_eagle3_ext.cli.common import run_tool  # noqa: E402
+from sglang_eagle3_ext.cli.dump import main as dump_main  # noqa: E402
+from sglang_eagle3_ext.files import outdir  # noqa: E402
+from sglang_eagle3_ext.tiny import deepseek_v3 as tiny  # noqa: E402
 
 # ---- tiny ---------------------------------------------------------------------------------------------------
 

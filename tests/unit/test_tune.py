@@ -8,11 +8,10 @@ import json
 import math
 from pathlib import Path
 
+import acceptance_world as W
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import acceptance_world as W
 
 from sglang_eagle3_ext.boundary import BadInput
 from sglang_eagle3_ext.cli.common import run_tool
@@ -137,8 +136,11 @@ def test_timings_reader_accepts_or_names_the_key(obj, bs_key, steps, ms):
 
 @pytest.mark.sglang
 def test_adaptive_config_is_read_by_sglangs_own_parser_and_settles_where_fitted(tmp_path):
-    from sglang.srt.speculative.adaptive_spec_params import (AdaptiveSpeculativeParams, AdaptiveStepSlot,
-                                                             _load_adaptive_config)
+    from sglang.srt.speculative.adaptive_spec_params import (
+        AdaptiveSpeculativeParams,
+        AdaptiveStepSlot,
+        _load_adaptive_config,
+    )
 
     accept = {0: 1.0, 1: 1.9, 2: 2.7, 3: 3.4, 4: 3.8, 5: 4.0}
     predicted = {1: {0: 280, 2: 520, 3: 560, 4: 555}, 16: {0: 3100, 1: 4300, 2: 4500, 3: 4400}}

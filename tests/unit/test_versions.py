@@ -69,7 +69,12 @@ def test_offline_table_matches_installed_release():
 @pytest.mark.parametrize("v,midlayer,packed", [("0.5.10", True, False), ("0.5.16", False, False), ("0.5.23", False, True)])
 def test_offline_table_known_points(v, midlayer, packed):
     c = versions.capabilities_for_version(v)
-    assert (c.HAS_MIDLAYER, c.HAS_LAYERS_LIST, c.AUX_PACKED, c.CAPTURE_ALWAYS_PLUS_ONE) == (midlayer, not midlayer, packed, midlayer)
+    assert (c.HAS_MIDLAYER, c.HAS_LAYERS_LIST, c.AUX_PACKED, c.CAPTURE_ALWAYS_PLUS_ONE) == (
+        midlayer,
+        not midlayer,
+        packed,
+        midlayer,
+    )
 
 
 # ---------------------------------------------------------------- the supported range, declared once
@@ -79,7 +84,6 @@ REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 
 def _pyproject_sglang_requirement():
     import tomllib
-
     from packaging.requirements import Requirement
 
     extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["sglang"]
@@ -122,7 +126,6 @@ def test_not_a_version_is_out_of_range():
 
 
 def test_tested_releases_match_patches_ci_and_readme():
-    import subprocess
 
     rel = versions.TESTED_RELEASES
     assert versions.SUPPORTED_MIN in rel and versions.SUPPORTED_MAX in rel and all(versions.in_range(v) for v in rel)

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..export import (export_into, final_states, load_norm, loss_mask, map_samples, ordered_records, read_checked,
-                      write_index)
+from ..export import (
+    export_into,
+    final_states,
+    load_norm,
+    loss_mask,
+    map_samples,
+    ordered_records,
+    read_checked,
+    write_index,
+)
 from ..sample_file import T_AUX, T_IDS, atomic_write
 
 SPECFORGE_GROUP = 2000
