@@ -57,8 +57,8 @@ def main(argv=None) -> int:
         cli_common.write_json(a.json, report_dict(rep))
     if a.json != "-":
         print(rep.render())
-    if not rep.checked:
-        return 2  # nothing could be read: bad input, not a verdict
+    if not rep.checked or rep.config_unreadable:
+        return 2  # nothing could be read, or judged without its config: bad input, not a verdict
     return 1 if rep.errors else 0
 
 

@@ -30,6 +30,7 @@ class Report:
     note: str | None = None            # e.g. "hub id X: checked from the local cache"
     checked: bool = True               # False: a hub id not in the local cache, nothing was read
     values_scanned: bool = True        # False: headers only, NaN/Inf weights not looked for
+    config_unreadable: bool = False    # config.json is no JSON: nothing can be judged (bad input, not a verdict)
     scanned_bytes: int = 0
 
     @property
@@ -67,6 +68,7 @@ def _read_config(path: Path, rep: Report):
         return read_json_file(path, "draft config", expect=None)  # the rules judge its shape, naming each key
     except BadInput as e:
         rep.problems.append(Problem(E.CONFIG_MISSING, f"{e} (unreadable)"))
+        rep.config_unreadable = True
         return None
 
 
