@@ -17,8 +17,7 @@ import sys
 from .. import envs
 from ..launch import nccl, start
 from ..launch.plan import Plan, build_plan
-from . import common as cli_common
-from . import launch_flags
+from . import common as cli_common, launch_flags
 
 
 def our_parser() -> argparse.ArgumentParser:
@@ -26,8 +25,9 @@ def our_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m sglang_eagle3_ext.launch_server", add_help=False, allow_abbrev=False,
         description="SGLang launcher with EAGLE-3 patches, presets, NCCL settings from the GPU topology, and a "
-                    "preflight all-reduce check. Every other argument goes to SGLang unchanged; a flag that is neither "
-                    "ours nor SGLang's (a typo, an abbreviation of ours) is refused before anything starts.")
+                    "preflight all-reduce check. Every other argument goes to SGLang unchanged (--help-sglang lists "
+                    "SGLang's); flags are spelled out in full, as SGLang's documentation writes them (--tp 8 too): a "
+                    "typo or an abbreviation is refused before anything starts.")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--preset", metavar="NAME", help="a server_configs/NAME.yaml preset (see --list-presets)")
     src.add_argument("--config", metavar="FILE", help="a preset-format YAML file (SGLang --config files work too)")
@@ -50,20 +50,10 @@ def our_parser() -> argparse.ArgumentParser:
     p.add_argument("--dump-topology", action="store_true", help="print the detected topology as JSON and exit")
     p.add_argument("--skip-draft-check", action="store_true",
                    help="do not run `check` on --speculative-draft-model-path before starting SGLang")
-    p.add_argument("-h", "--help", action="store_true", help="this help, then SGLang's")
+    p.add_argument("-h", "--help", action="store_true", help="this help (launch's own flags)")
+    p.add_argument("--help-sglang", action="store_true", help="SGLang's own flags, passed through unchanged")
     cli_common.add_json_out(p, "the plan (--dry-run; a real launch writes it to PATH first)")
     return cli_common.finish(p, "launch")
-
-
-def _print_help(parser: argparse.ArgumentParser) -> None:
-    parser.print_help()
-    print("\n" + "=" * 30 + " SGLang's own arguments (passed through unchanged) " + "=" * 30)
-    try:
-        from ..launch import presets
-
-        presets.sglang_parser().print_help()
-    except Exception as e:  # noqa: BLE001
-        print(f"(SGLang not importable here: {type(e).__name__}: {e})")
 
 
 def launch(plan: Plan, ours) -> None:
@@ -79,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = our_parser()
     ours, rest = parser.parse_known_args(argv)
     if ours.help:
-        _print_help(parser)
+        parser.print_help()
+        print("\nEvery other flag goes to SGLang unchanged: `--help-sglang` lists them.")
+        return 0
+    if ours.help_sglang:
+        launch_flags.print_sglang_help()
         return 0
     launch_flags.check_flags(parser, ours, rest)   # neither ours nor SGLang's (`--dry-runn`): refused, nothing starts
     if ours.list_presets:

@@ -1,9 +1,9 @@
 """`launch`'s command line beside SGLang's: every flag is ours or SGLang's, and the plan as JSON.
 
 launch_server passes what its own parser does not take to SGLang. A flag that is neither (a typo such as
-`--dry-runn`, or an abbreviation of one of ours such as `--dry-ru`, which SGLang's abbreviation rules could
-turn into one of its own) is refused before anything is planned or started; SGLang's own flags keep SGLang's
-rules (its parser accepts a unique abbreviation such as `--tp`).
+`--dry-runn`) or that is abbreviated (`--dry-ru` of ours, `--mem-frac` of SGLang's `--mem-fraction-static`,
+which SGLang's parser would take) is refused before anything is planned or started, naming the full flag:
+flags are spelled out in full. The short forms SGLang's own documentation writes (`--tp 8`) are the exception.
 """
 from __future__ import annotations
 
@@ -11,9 +11,23 @@ import difflib
 
 from .common import CliError, did_you_mean, write_json
 
+# abbreviations SGLang's documentation uses in its own launch commands: taken as SGLang takes them
+SGLANG_SHORT_FORMS = {"--tp": "--tp-size", "--dp": "--dp-size"}
+
 
 def _ours(parser) -> list[str]:
     return sorted(s for s in parser._option_string_actions if s.startswith("--") and s != "--help")
+
+
+def print_sglang_help() -> None:
+    """--help-sglang: SGLang's own flags, which launch passes on unchanged."""
+    try:
+        from ..launch import presets
+
+        presets.sglang_parser().print_help()
+    except Exception as e:  # noqa: BLE001 - said in one line: the flags cannot be listed without SGLang
+        raise CliError(f"--help-sglang: SGLang is not importable here ({type(e).__name__}: {e}); install it with "
+                       f"pip install 'sglang-eagle3-ext[sglang]'") from None
 
 
 def _sglang_flags() -> tuple[dict | None, str]:
@@ -49,12 +63,14 @@ def check_flags(parser, ours, rest: list[str]) -> None:
                            f"out in full; nothing was started)")
         if theirs is None:
             continue   # SGLang not importable (--dry-run only): its own flags cannot be told apart
-        matches = [s for s in theirs if s.startswith(opt)]
-        if len(matches) == 1:
-            continue   # SGLang's parser takes a unique abbreviation of its own flags
-        what = (f"ambiguous among SGLang's {', '.join(sorted(matches)[:4])}" if matches else
-                f"neither a flag of launch nor of SGLang {version}{did_you_mean(opt, [*mine, *theirs])}")
-        raise CliError(f"{opt}: {what} (`launch --help` lists both; nothing was started)")
+        matches = sorted(s for s in theirs if s.startswith(opt))
+        if matches == [SGLANG_SHORT_FORMS.get(opt)]:
+            continue
+        if matches:
+            raise CliError(f"{opt}: an abbreviation of SGLang's {' or '.join(matches[:3])}; flags are spelled out "
+                           f"in full{did_you_mean(opt, matches)} (nothing was started)")
+        raise CliError(f"{opt}: neither a flag of launch nor of SGLang {version}{did_you_mean(opt, [*mine, *theirs])}"
+                       f" (`launch --help` lists ours, `launch --help-sglang` SGLang's; nothing was started)")
 
 
 def _until_double_dash(rest: list[str]) -> list[str]:

@@ -121,6 +121,65 @@ def test_ctrl_c_in_train_stops_quietly_within_seconds_with_a_true_sentence(cpu_t
     assert ("not written" in said[0]) == (not (out / "config.json").is_file()), said[0]
 
 
+# ---- launch -----------------------------------------------------------------------------------------------
+@pytest.fixture
+def no_launch(monkeypatch, tmp_path):
+    """launch's start replaced: a call records that SGLang would have been started."""
+    from sglang_eagle3_ext.cli import launch as launch_cli
+
+    started = []
+    monkeypatch.setattr(launch_cli, "launch", lambda plan, ours: started.append(plan))
+    monkeypatch.setenv("SGLANG_EAGLE3_EXT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    return started
+
+
+def _launch_dry_run(tmp_path, *extra):
+    from test_launch_topology import FAKES
+
+    topo = tmp_path / "topo.json"
+    topo.write_text(FAKES["nvlink"][0]().to_json())
+    return ["launch", "--preset", "tiny", "--dry-run", "--skip-draft-check", "--topology-file", str(topo), *extra]
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("abbreviated,full", [("--mem-frac", "--mem-fraction-static"),
+                                              ("--disable-radix", "--disable-radix-cache"),
+                                              ("--speculative-num-draft", "--speculative-num-draft-tokens")])
+def test_launch_refuses_an_abbreviation_of_sglangs_flags(abbreviated, full, no_launch, tmp_path, capsys):
+    rc, out, err = run(_launch_dry_run(tmp_path, f"{abbreviated}=1"), capsys)
+    lines = [ln for ln in (out + err).splitlines() if ln.strip()]
+    assert rc == 2 and not no_launch, out + err
+    assert len(lines) == 1 and abbreviated in lines[0] and f"did you mean {full}?" in lines[0], lines
+
+
+@pytest.mark.sglang
+def test_launch_passes_sglangs_flags_spelled_out(no_launch, tmp_path, capsys):
+    rc, out, err = run(_launch_dry_run(tmp_path, "--mem-fraction-static", "0.4", "--disable-radix-cache",
+                                       "--tp", "2"), capsys)
+    assert rc == 0, err
+    assert "--mem-fraction-static 0.4" in out and "--disable-radix-cache" in out and "--tp 2" in out, out
+
+
+def test_launch_help_is_ours_and_says_how_to_see_sglangs():
+    """Short and fast (SGLang is not imported for it), naming the flag that prints SGLang's own."""
+    code = ("import sys, time; from sglang_eagle3_ext import cli; t = time.monotonic(); rc = cli.main(['launch', "
+            "'--help']); print('SGLANG_IMPORTED' if 'sglang.srt.server_args' in sys.modules else '', "
+            "round(time.monotonic() - t, 2), file=sys.stderr); sys.exit(rc)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "--nccl-profile" in p.stdout and "--help-sglang" in p.stdout, p.stdout
+    assert "--mem-fraction-static" not in p.stdout and len(p.stdout.splitlines()) < 80, len(p.stdout.splitlines())
+    assert "SGLANG_IMPORTED" not in p.stderr and float(p.stderr.split()[-1]) < 2.0, p.stderr
+
+
+@pytest.mark.sglang
+def test_launch_help_sglang_prints_sglangs_own(capsys):
+    rc, out, _ = run(["launch", "--help-sglang"], capsys)
+    assert rc == 0 and "--mem-fraction-static" in out and "--speculative-draft-model-path" in out
+    assert "--nccl-profile" not in out
+
+
 # ---- the user's words -------------------------------------------------------------------------------------
 # the package's own module paths and constants, which mean nothing to a user reading --help
 INSIDE_WORDS = re.compile(r"tiny\.PREDICTABLE|round trip's target|training/\w+\.py|keys\.HF_INDICES_FIELD|"

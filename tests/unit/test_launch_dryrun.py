@@ -137,9 +137,13 @@ def test_unknown_preset_name_and_sglang_arg_fail_loudly(tmp_path):
     assert p.returncode == 2 and "--no-such-sglang-arg" in p.stderr
 
 
-def test_help_shows_ours_then_sglangs(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.launch_server", "--help"], capture_output=True,
-                       text=True, env=_clean_env(tmp_path), timeout=240)
-    assert p.returncode == 0
-    assert p.stdout.index("--nccl-profile") < p.stdout.index("--mem-fraction-static")
-    assert "--preflight-timeout" in p.stdout and "--speculative-draft-model-path" in p.stdout
+def test_help_shows_ours_and_help_sglang_sglangs(tmp_path):
+    def help_text(flag):
+        p = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.launch_server", flag], capture_output=True,
+                           text=True, env=_clean_env(tmp_path), timeout=240)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    ours, theirs = help_text("--help"), help_text("--help-sglang")
+    assert "--preflight-timeout" in ours and "--help-sglang" in ours and "--mem-fraction-static" not in ours
+    assert "--speculative-draft-model-path" in theirs and "--nccl-profile" not in theirs
