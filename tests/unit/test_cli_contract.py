@@ -180,6 +180,27 @@ def test_launch_help_sglang_prints_sglangs_own(capsys):
     assert "--nccl-profile" not in out
 
 
+# ---- swap -------------------------------------------------------------------------------------------------
+def _unreachable_url() -> str:
+    import socket
+
+    with socket.socket() as sock:      # a port just freed: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("what", ["missing", "not a draft"])
+def test_swap_checks_the_local_draft_before_contacting_the_server(what, tmp_path, capsys):
+    draft = tmp_path / "draft"
+    if what == "not a draft":
+        draft.mkdir()
+        (draft / "notes.txt").write_text("no model here")
+    rc, out, err = run(["swap", "--url", _unreachable_url(), "--draft", str(draft), "--timeout", "5"], capsys)
+    lines = [ln for ln in err.splitlines() if "error:" in ln]
+    assert rc == 2 and len(lines) == 1, out + err
+    assert str(draft) in lines[0] and "127.0.0.1" not in lines[0], lines[0]
+
+
 # ---- the user's words -------------------------------------------------------------------------------------
 # the package's own module paths and constants, which mean nothing to a user reading --help
 INSIDE_WORDS = re.compile(r"tiny\.PREDICTABLE|round trip's target|training/\w+\.py|keys\.HF_INDICES_FIELD|"
