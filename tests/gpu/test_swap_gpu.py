@@ -125,7 +125,7 @@ def _swap(url: str, draft: Path, name: str, *extra: str) -> tuple[int, dict, str
 
 def _config_variant(good: Path, d: Path, edit) -> Path:
     """`good` with its config.json edited by `edit` (the weights hard-linked where the file system allows)."""
-    from sglang_eagle3_ext.tiny.llama_draft import _edit_config
+    from malformed_drafts import edit_config
 
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
@@ -138,7 +138,7 @@ def _config_variant(good: Path, d: Path, edit) -> Path:
                     os.link(f, d / f.name)
             except OSError:
                 shutil.copy2(f, d / f.name)
-    _edit_config(d, edit)
+    edit_config(d, edit)
     return d
 
 
@@ -149,7 +149,7 @@ ROTARY_EDIT = ("rope_is_neox_style", lambda c: c.update(rope_is_neox_style=not c
 def _bad_drafts(good: Path, root: Path, captured: list[int], n_layers: int):
     """(name, make, the problem code or key its refusal names), each made when asked (make() -> folder) and
     removed by the caller after use: another rotary, the wrong K, a NaN weight, other HF indices."""
-    from sglang_eagle3_ext.tiny.llama_draft import make_variant
+    from malformed_drafts import make_variant
 
     key, edit = ROTARY_EDIT
     out = [("rotary", lambda: _config_variant(good, root / "swap_bad_rotary", edit), key)]

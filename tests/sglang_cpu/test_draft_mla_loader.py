@@ -4,6 +4,7 @@ from `check`. Also: a Llama draft missing lm_head is refused, one sharing the ta
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import types
 
@@ -91,7 +92,7 @@ def test_eagle31_mla_draft_loads_fc_norm_and_norm_output(has_mla, good31, target
 
 def test_mla_draft_sharing_the_targets_lm_head_loads(has_mla, good, target_dir, tmp_path):
     """draft_vocab_size null: SGLang takes lm_head (and embeddings) from the target -- not a missing weight."""
-    from sglang_eagle3_ext.tiny.mla_draft import _edit
+    from malformed_drafts import edit_mla
 
     d = tmp_path / "shared_head"
     shutil.copytree(good, d)
@@ -99,14 +100,14 @@ def test_mla_draft_sharing_the_targets_lm_head_loads(has_mla, good, target_dir, 
     def drop(t):
         for k in ("lm_head.weight", "d2t", "t2d"):
             t.pop(k)
-    _edit(d, drop, lambda c: c.__setitem__("draft_vocab_size", None))
+    edit_mla(d, drop, lambda c: c.__setitem__("draft_vocab_size", None))
     model = load_draft(has_mla, d, target_dir, mla.ARCH)
     assert model.load_lm_head_from_target is True
 
 
 @pytest.fixture(scope="module")
 def variants(good, tmp_path_factory):
-    from sglang_eagle3_ext.tiny.mla_draft import make_mla_variant
+    from malformed_drafts import make_mla_variant
 
     root = tmp_path_factory.mktemp("mla_variants")
     return {n: make_mla_variant(good, n, root / n) for n in MLA_NAMES}
@@ -140,16 +141,24 @@ def test_mla_variants_distinct(variants):
     assert len(msgs) == len(MLA_NAMES)
 
 
-def test_unpatched_mla_release_loads_silently(has_mla, variants):
+def test_unpatched_mla_release_loads_silently(has_mla, variants, caplog):
     """Why the patch exists: SGLang alone loads a draft missing lm_head / one fused half without a word."""
     import sglang_eagle3_ext
     from sglang_eagle3_ext.tiny.llama_draft import sglang_weights_iterator
 
     sglang_eagle3_ext.revert()
     try:
-        for name in ("missing_lm_head", "missing_kv_a_half"):
+        for name, missing in (("missing_lm_head", "lm_head"), ("missing_kv_a_half", "kv_a_proj_with_mqa")):
             d = variants[name][1]
-            build_draft(d, mla.ARCH).load_weights(sglang_weights_iterator(d))
+            model = build_draft(d, mla.ARCH)
+            fused = next(p for n, p in model.named_parameters() if n.endswith("fused_qkv_a_proj_with_mqa.weight"))
+            before = fused.detach().clone()
+            caplog.clear()
+            with caplog.at_level(logging.INFO):
+                model.load_weights(sglang_weights_iterator(d))   # no error raised: the silence the patch ends
+            assert not [r for r in caplog.records if missing in r.getMessage()], f"{name}: SGLang named it"
+            if name == "missing_kv_a_half":   # SGLang fuses the halves once both came: with one, nothing is written
+                assert torch.equal(before, fused.detach()), "the fused projection was written"
     finally:
         sglang_eagle3_ext.apply(["draft"])
 
@@ -187,12 +196,13 @@ def llama_draft(ext, tmp_path_factory):
 
 
 def test_llama_draft_missing_lm_head_refused(ext, llama_draft, target_dir, tmp_path):
+    from malformed_drafts import edit_tensors
+
     from sglang_eagle3_ext.draft.check import check_draft
-    from sglang_eagle3_ext.tiny.llama_draft import _edit_tensors
 
     d = tmp_path / "no_head"
     shutil.copytree(llama_draft, d)
-    _edit_tensors(d, lambda t: t.pop("lm_head.weight"))
+    edit_tensors(d, lambda t: t.pop("lm_head.weight"))
     with pytest.raises(E.DraftLoadError) as ei:
         load_draft(ext, d, target_dir, LLAMA)
     assert ei.value.codes == [E.MISSING_WEIGHT] and "lm_head.weight" in str(ei.value)
@@ -202,7 +212,7 @@ def test_llama_draft_missing_lm_head_refused(ext, llama_draft, target_dir, tmp_p
 def test_llama_draft_sharing_the_targets_lm_head_loads(ext, llama_draft, target_dir, tmp_path):
     """draft_vocab_size null (same vocab, no d2t): SGLang's __init__ rewrites it to vocab_size and takes the
     target's lm_head -- the loader must follow that rule, not demand a lm_head."""
-    from sglang_eagle3_ext.tiny.llama_draft import _edit_config, _edit_tensors
+    from malformed_drafts import edit_config, edit_tensors
 
     d = tmp_path / "shared_head"
     shutil.copytree(llama_draft, d)
@@ -210,8 +220,8 @@ def test_llama_draft_sharing_the_targets_lm_head_loads(ext, llama_draft, target_
     def drop(t):
         for k in ("lm_head.weight", "d2t", "t2d"):
             t.pop(k, None)
-    _edit_tensors(d, drop)
-    _edit_config(d, lambda c: c.__setitem__("draft_vocab_size", None))
+    edit_tensors(d, drop)
+    edit_config(d, lambda c: c.__setitem__("draft_vocab_size", None))
     model = load_draft(ext, d, target_dir, LLAMA)
     assert model.load_lm_head_from_target is True
     assert json.loads((d / "config.json").read_text())["draft_vocab_size"] is None

@@ -2,6 +2,7 @@
 nothing silently dropped; each refusal names the file and the key."""
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -108,12 +109,22 @@ def test_server_args_values_are_checked_against_sglangs_flags(tmp_path, line, ke
 
 @pytest.mark.sglang
 def test_good_server_args_values_pass(tmp_path):
+    """Accepted, and SGLang's own parser reads back exactly the values written."""
     parser = presets.sglang_parser()
-    _load_checked(tmp_path, "model_path: /m\ntp_size: 2\nmem_fraction_static: 0.5\ncuda_graph_bs_decode: [1, 2, 4]\n"
-                            "json_model_override_args: {a: 1}\ndisable_radix_cache: false\nattention_backend: triton\n"
-                            "revision: null\n", parser)
+    p = _load_checked(tmp_path, "model_path: /m\ntp_size: 2\nmem_fraction_static: 0.5\n"
+                                "cuda_graph_bs_decode: [1, 2, 4]\njson_model_override_args: {a: 1}\n"
+                                "disable_radix_cache: false\nattention_backend: triton\nrevision: null\n", parser)
+    ns = parser.parse_args(presets.to_cli_args(p.server_args, parser))
+    assert (ns.model_path, ns.tp_size, ns.mem_fraction_static, ns.attention_backend) == ("/m", 2, 0.5, "triton")
+    assert list(ns.cuda_graph_bs_decode) == [1, 2, 4] and not ns.disable_radix_cache
+    assert json.loads(ns.json_model_override_args) == {"a": 1}
     for name in presets.available_presets():
-        presets.check_values(presets.load(name), parser)
+        shipped = presets.load(name)
+        presets.check_values(shipped, parser)
+        ns = parser.parse_args(["--model-path", "/m", *presets.to_cli_args(shipped.server_args, parser)])
+        for dest, value in shipped.server_args.items():
+            if value is not None and dest != "model_path" and hasattr(ns, dest):
+                assert getattr(ns, dest) == value or list(getattr(ns, dest) or []) == value, (name, dest)
 
 
 @pytest.mark.sglang
