@@ -58,7 +58,7 @@ def _check_inputs(o: Options) -> tuple[Path, dict]:
     try:
         dump = require_dump_dir(o.dump_dir)
     except ExportError as e:
-        raise Refused(f"--dump-dir {o.dump_dir}: {e}") from None
+        raise Refused(str(e)) from None      # it names --dump-dir already
     if not (0 < o.heldout_fraction < 1):
         raise Refused(f"--heldout-fraction {o.heldout_fraction}: expected a number in (0, 1)")
     desc = describe_draft(o.draft, target=o.target)

@@ -201,6 +201,19 @@ def test_swap_checks_the_local_draft_before_contacting_the_server(what, tmp_path
     assert str(draft) in lines[0] and "127.0.0.1" not in lines[0], lines[0]
 
 
+# ---- refresh ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("what", ["missing", "not a dump"])
+def test_refresh_names_its_dump_dir_once_in_one_line(what, tmp_path, capsys):
+    dump = tmp_path / "dump"
+    if what == "not a dump":
+        dump.mkdir()
+    rc, out, err = run(["refresh", "--dump-dir", str(dump), "--draft", str(tmp_path / "draft"), "--out",
+                        str(tmp_path / "out")], capsys)
+    lines = [ln for ln in err.splitlines() if "error:" in ln]
+    assert rc == 2 and len(lines) == 1, out + err
+    assert lines[0].count("--dump-dir") == 1 and lines[0].count(str(dump)) == 1, lines[0]
+
+
 # ---- the user's words -------------------------------------------------------------------------------------
 # the package's own module paths and constants, which mean nothing to a user reading --help
 INSIDE_WORDS = re.compile(r"tiny\.PREDICTABLE|round trip's target|training/\w+\.py|keys\.HF_INDICES_FIELD|"
