@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import signal
+import sys
 
 from torch.utils.data import DataLoader
 
@@ -57,8 +58,17 @@ def _ignored_unless_pending():
 def _ignore_interrupts(inner, worker_id: int) -> None:
     for s in _SIGNALS:
         signal.signal(s, signal.SIG_IGN)
+    sys.excepthook = functools.partial(_quiet_when_the_reader_left, sys.excepthook)
     if inner is not None:
         inner(worker_id)
+
+
+def _quiet_when_the_reader_left(hook, kind, value, tb) -> None:
+    """A worker hands a batch's tensors over a connection the training process opens (multiprocessing's
+    resource sharer, whose thread reports its errors here); an interrupt there cuts the handshake short, and
+    the training process reports the interrupt. Any other error is reported as before."""
+    if not issubclass(kind, (ConnectionError, EOFError)):
+        hook(kind, value, tb)
 
 
 def quiet_workers(worker_init_fn=None):
