@@ -11,6 +11,9 @@ import dataclasses
 
 import numpy as np
 
+from ..boundary import Refused
+from . import drafts
+from .evaluate import _batches, _device, _local_inputs, _simulate, settings_problem
 from .stats import Tally, Walk
 
 MAX_STEPS = 8
@@ -41,9 +44,6 @@ def accept_by_steps(o, max_steps: int = MAX_STEPS, say=None) -> dict:
 
     import torch
 
-    from ..boundary import Refused
-    from . import drafts
-    from .evaluate import _batches, _device, _local_inputs, _simulate, settings_problem
 
     problem = settings_problem(max_steps, o.topk, None)
     if problem:

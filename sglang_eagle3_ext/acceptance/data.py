@@ -11,7 +11,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..boundary import Refused
+from ..boundary import BadInput, Refused, read_json_file
+from ..dump import export as ex
+from ..dump.client_files import generated_loss_masks
+from ..dump.config import META_FILE
+from ..dump.sample_file import T_AUX, T_IDS
+from ..training import data as tdata
+from ..training.samples import SampleSpec, load_sample
 
 
 @dataclasses.dataclass
@@ -42,7 +48,6 @@ def _refuse(e: Exception, flag: str = "--data") -> Refused:
 
 def recorded_model_path(root: Path, names=("sge3_dump_meta.json", "dump_meta.json")) -> str | None:
     """The target folder the dump (or export) beside `root` records, or None."""
-    from ..boundary import BadInput, read_json_file
 
     for n in names:
         if (root / n).is_file():
@@ -56,7 +61,6 @@ def recorded_model_path(root: Path, names=("sge3_dump_meta.json", "dump_meta.jso
 
 def open_source(data) -> Source:
     """A dump dir (it has dump_meta.json) or a training export (hs_{i}.safetensors files)."""
-    from ..dump.config import META_FILE
 
     root = Path(data)
     if not root.is_dir():
@@ -65,7 +69,6 @@ def open_source(data) -> Source:
 
 
 def _layer_ids(root: Path):
-    from ..training import data as tdata
 
     try:
         ids, src = tdata.read_layer_ids_from_metadata(root)
@@ -75,8 +78,6 @@ def _layer_ids(root: Path):
 
 
 def _export_source(root: Path) -> Source:
-    from ..training import data as tdata
-    from ..training.samples import SampleSpec, load_sample
 
     try:
         files = tdata.list_hs_files(tdata.find_hs_dir(root))
@@ -99,9 +100,6 @@ def _export_source(root: Path) -> Source:
 
 
 def _dump_source(root: Path) -> Source:
-    from ..dump import export as ex
-    from ..dump.client_files import generated_loss_masks
-    from ..dump.sample_file import T_AUX, T_IDS
 
     try:
         ex.require_dump_dir(root)

@@ -17,6 +17,14 @@ import logging
 from pathlib import Path
 
 from ..boundary import BadInput, Refused, read_json_file
+from ..draft import arch as layouts
+from ..draft import keys, layers, rules
+from ..draft.check import check_draft
+from ..draft.keys import LAYER
+from ..draft.safetensors_io import FLOAT_DTYPES, INT_DTYPES, read_array, scan_headers
+from ..server.runtime import language_config
+from ..training.target_view import EMBED, HEAD, read_tensors
+from ..versions import SUPPORTED_MAX
 
 log = logging.getLogger("sglang_eagle3_ext.acceptance")
 SPECULATORS_HINT = "sglang-eagle3 convert DRAFT OUT, then eval --draft OUT"
@@ -50,7 +58,6 @@ def read_config(draft: Path) -> dict:
 
 def _check(draft: Path, target: Path | None) -> None:
     """`check`'s verdict, headers only (the values are read below and checked finite there)."""
-    from ..draft.check import check_draft
     from ..versions import SUPPORTED_MAX, installed_version
 
     rep = check_draft(draft, target, installed_version() or SUPPORTED_MAX, scan_values=False)
@@ -63,7 +70,6 @@ def _check(draft: Path, target: Path | None) -> None:
 def served_hf_indices(cfg: dict, spec, n_target_layers: int | None) -> tuple[list | None, str]:
     """The HF hidden_states indices a server captures for this draft (with this package active): the one rule
     of draft/layers.py (recorded indices, else the release's +1 rule, else SGLang's default)."""
-    from ..draft import layers
 
     if not (spec.hf_indices or spec.aux_ids) and n_target_layers is None:
         return None, "the release's default [2, n//2, n-3] (the target's layer count unknown)"
@@ -81,8 +87,6 @@ def _tensors(draft: Path) -> dict:
     import numpy as np
     import torch
 
-    from ..draft import keys
-    from ..draft.safetensors_io import FLOAT_DTYPES, INT_DTYPES, read_array, scan_headers
 
     infos, problems = scan_headers(draft)
     if problems:
@@ -102,7 +106,6 @@ def _target_tensors(target: Path | None, need: tuple, why: str) -> dict:
     if target is None:
         raise Refused(f"the draft is served with the target's {why}: pass --target DIR (the target model's folder; "
                       f"also read from the data's metadata when it names a local folder)")
-    from ..training.target_view import read_tensors
 
     try:
         return read_tensors(target, need)
@@ -112,14 +115,12 @@ def _target_tensors(target: Path | None, need: tuple, why: str) -> dict:
 
 def _module(spec, cfg: dict):
     """The layout's SGLang-equal module (its NET, draft/nets)."""
-    from ..draft import arch as layouts
 
     return layouts.resolve(spec.layout_module.NET)(cfg)
 
 
 def _unused(canon: str) -> bool:
     """A tensor SGLang loads into a parameter its forward never reads (a later layer's input_layernorm)."""
-    from ..draft.keys import LAYER
 
     m = LAYER.match(canon)
     return bool(m) and m.group(1) != "0" and m.group(2) == "input_layernorm.weight"
@@ -129,8 +130,6 @@ def _state_dict(spec, tensors: dict, target: Path | None, notes: list) -> tuple[
     """The module's weights after the worker's swaps, and hot_token_id (or None)."""
     import torch
 
-    from ..draft import keys, rules
-    from ..training.target_view import EMBED, HEAD
 
     sd = {k: v for k, v in tensors.items() if keys.ignored_reason(k, False) is None and k != "d2t"
           and not _unused(k)}
@@ -158,7 +157,6 @@ def _state_dict(spec, tensors: dict, target: Path | None, notes: list) -> tuple[
 def served_spec(draft, target=None):
     """(config, DraftSpec) of a draft SGLang would serve as is, from its config and tensor headers only (no
     weight read); Refused naming the fix otherwise."""
-    from ..draft import keys, rules
 
     draft, target = Path(draft), (Path(target) if target else None)
     cfg = read_config(draft)
@@ -197,7 +195,6 @@ def load(draft, target=None, device="cpu", dtype=None) -> LoadedDraft:
 def _target_config(target: Path | None) -> dict | None:
     if target is None:
         return None
-    from ..server.runtime import language_config
 
     return dict(language_config(read_json_file(target / "config.json", "target config")))
 
@@ -209,6 +206,5 @@ def _sglang() -> bool:
 
 
 def _newest() -> str:
-    from ..versions import SUPPORTED_MAX
 
     return SUPPORTED_MAX

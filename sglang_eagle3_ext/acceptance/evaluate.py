@@ -8,6 +8,9 @@ import time
 from pathlib import Path
 
 from ..boundary import Refused
+from . import drafts
+from .data import heldout, open_source
+from .stats import Tally, Walk
 
 log = logging.getLogger("sglang_eagle3_ext.acceptance")
 DTYPES = ("bf16", "fp32")
@@ -125,7 +128,6 @@ def _simulate(loaded, batch, steps: int, device: str, dtype, every, walk) -> Non
 def _run(o: Options, loaded, source, idx: list[int], device: str, notes: list) -> dict:
     import torch
 
-    from .stats import Tally, Walk
 
     dtype = torch.bfloat16 if o.dtype == "bf16" else torch.float32
     max_len = loaded.max_len
@@ -144,8 +146,6 @@ def _run(o: Options, loaded, source, idx: list[int], device: str, notes: list) -
 def _local_inputs(o: Options):
     """Every local input checked, cheapest first, before any server is asked or any weight read:
     (draft spec, data source, target folder, where the target came from, held-out indices, the split's rule)."""
-    from . import drafts
-    from .data import heldout, open_source
 
     problem = settings_problem(o.steps, o.topk, o.draft_tokens)
     if problem:
@@ -180,7 +180,6 @@ def _plan(o: Options, spec, source, target, target_from, idx, rule, n_split, dev
 
 
 def evaluate(o: Options) -> dict:
-    from . import drafts
 
     spec, source, target, target_from, idx, rule, n_split = _local_inputs(o)
     device = _device(o.device)

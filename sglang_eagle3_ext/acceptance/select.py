@@ -12,6 +12,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ..boundary import BadInput, Refused, read_json_file
+from ..draft.convert import convert
+from ..draft.errors import DraftError
+from ..training.report import TrainDraftError
+from .evaluate import Options, evaluate, settings_problem
+
 DEFAULT_STEPS = 3           # --speculative-num-steps the prediction is for (eval's default)
 
 
@@ -36,10 +42,6 @@ class PredictedAccept:
     def __call__(self, draft) -> tuple[float | None, dict]:
         import tempfile
 
-        from ..boundary import BadInput, Refused
-        from ..draft.errors import DraftError
-        from ..training.report import TrainDraftError
-        from .evaluate import Options, evaluate
 
         draft = Path(draft)
         try:
@@ -58,8 +60,6 @@ class PredictedAccept:
 
 def _served_layout(draft: Path, scratch: Path) -> Path:
     """`draft` itself when SGLang serves it as is, else its conversion into `scratch`."""
-    from ..boundary import read_json_file
-    from ..draft.convert import convert
     from ..versions import SUPPORTED_MAX, installed_version
 
     cfg = read_json_file(draft / "config.json", "draft config")
@@ -72,8 +72,6 @@ def _served_layout(draft: Path, scratch: Path) -> Path:
 def epoch_scorer(options, steps: int | None = None, samples: int | None = None) -> PredictedAccept:
     """The scorer of a training run (`options`: its TrainOptions) on the split it holds out; TrainDraftError
     naming the flag when there is nothing to score on or a setting cannot be simulated."""
-    from ..training.report import TrainDraftError
-    from .evaluate import settings_problem
 
     steps = DEFAULT_STEPS if steps is None else steps
     for flag, v in (("--select-steps", steps), ("--select-samples", samples)):

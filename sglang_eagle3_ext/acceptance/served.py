@@ -13,12 +13,15 @@ server generates something else, prediction and server judged different text.
 """
 from __future__ import annotations
 
-from ..boundary import Refused
+from ..bench.run import run_level
+from ..boundary import BadInput, Refused
+from ..server.http_client import Server
+from ..server.replies import avg_accept_length
+from .stats import histogram_accept_length, regions, served_positions
 
 
 def requests_for(samples) -> tuple[list[dict], list[int], list[list[int]]]:
     """(prompts, new-token counts, recorded responses), one per region of each sample."""
-    from .stats import regions
 
     prompts, lengths, recorded = [], [], []
     for s in samples:
@@ -57,7 +60,6 @@ def _settings(srv, steps: int, draft_tokens: int, reads_window: bool = True) -> 
 
 
 def _run_level():
-    from ..bench.run import run_level
 
     return run_level
 
@@ -70,7 +72,6 @@ class _NoBar:
 def connect(url: str, steps: int, draft_tokens: int, timeout: float = 300.0, reads_window: bool = True):
     """(server, its speculative settings), checked before any simulation time is spent; `reads_window`: whether
     the draft's class runs --speculative-draft-window-size (its layout's READS_DRAFT_WINDOW)."""
-    from ..server.http_client import Server
 
     srv = Server(url, timeout=timeout)
     return srv, _settings(srv, steps, draft_tokens, reads_window)
@@ -97,8 +98,6 @@ def implausible(st, steps: int, server_avg: float | None) -> list[str]:
 
 def _server_avg(srv) -> tuple[float | None, str | None]:
     """/get_server_info's lifetime avg_spec_accept_length after the run (None: not reported), and why not read."""
-    from ..boundary import BadInput
-    from ..server.replies import avg_accept_length
 
     try:
         info = srv.server_info()
@@ -109,7 +108,6 @@ def _server_avg(srv) -> tuple[float | None, str | None]:
 
 def serve(srv, settings: dict, samples, steps: int, concurrency: int = 8) -> dict:
     """The served figures on the samples' regions (Refused: unreachable server, bad replies)."""
-    from .stats import histogram_accept_length, served_positions
 
     url = srv.url
     prompts, lengths, recorded = requests_for(samples)

@@ -12,9 +12,14 @@ import sys
 import time
 from typing import Callable
 
-from ..boundary import BadInput
+from .. import __version__
+from ..boundary import BadInput, regular_file
+from ..server.http_client import Server, ServerError
+from ..server.replies import avg_accept_length as read
+from ..server.replies import generate_reply
 from . import prompts as bench_prompts
 from .stats import RunStats
+from .steps import step_summary
 from .verdict import verdict
 
 MAX_CONCURRENCY = 4096     # requests in flight (one client thread each)
@@ -48,7 +53,6 @@ class BenchOptions:
 def server_info(srv):
     """The server's /get_server_info reply (checked by its reader), None when it has no such route or does not
     answer: the bench runs on without it."""
-    from ..server.http_client import ServerError
 
     try:
         return srv.server_info()
@@ -57,14 +61,12 @@ def server_info(srv):
 
 
 def avg_accept_length(srv, info) -> float | None:
-    from ..server.replies import avg_accept_length as read
 
     return None if info is None else read(info, srv.where("GET", "/get_server_info"))
 
 
 def run_level(srv, label: str, prompts: list[dict], new_tokens: list[int], concurrency: int, bar) -> RunStats:
     """Every prompt once, `concurrency` in flight; prompt i generates new_tokens[i] greedy tokens."""
-    from ..server.replies import generate_reply
 
     st = RunStats(label=label, concurrency=concurrency)
 
@@ -113,7 +115,6 @@ def _bar(total: int, quiet: bool):
 
 def read_logs(spec_log: str | None, baseline_log: str | None) -> dict[str, str]:
     """{"spec": text, "baseline": text} of the servers' logs given (regular files only: a FIFO would block)."""
-    from ..boundary import regular_file
 
     texts = {}
     for k, p in (("spec", spec_log), ("baseline", baseline_log)):
@@ -133,7 +134,6 @@ def add_step_costs(levels: list[dict], spec_log: str | None, baseline_log: str |
     """lv["steps"] = {"spec": ..., "baseline": ...}: iteration and admission costs at each concurrency c > 1, from
     the servers' logs (`texts`, read before the run, or read here; each level's lines are those at a running
     batch of c)."""
-    from .steps import step_summary
 
     texts = read_logs(spec_log, baseline_log) if texts is None else texts
     for lv in levels:
@@ -152,7 +152,6 @@ def local_inputs(o: BenchOptions):
 
 
 def _warm_up(servers, prompts: list[dict], n: int, bar) -> None:
-    from ..server.replies import generate_reply
 
     for label, s in servers:
         bar.set_description(f"warm-up {label}")
@@ -182,7 +181,6 @@ def _level(o: BenchOptions, servers, prompts: list[dict], lengths: list[int], c:
 def benchmark(o: BenchOptions) -> dict:
     """Run the benchmark `o` describes; returns the result (levels, verdict, `status` OK/WARNING/FAIL).
     Bad local input is BadInput; an unreachable or silent server, server/http_client's ServerError."""
-    from ..server.http_client import Server
     from ..server.replies import server_args
 
     ps, texts = local_inputs(o)
@@ -209,7 +207,6 @@ def benchmark(o: BenchOptions) -> dict:
 
 def _result(o: BenchOptions, args: dict, ps, lengths: list[int], levels: list[dict], status: str,
             lines: list[str]) -> dict:
-    from .. import __version__
 
     lo, hi = o.max_new_tokens
     return {"tool": "sglang-eagle3 bench", "version": __version__, "created": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 from ..boundary import BadInput
+from ..training.plan import plan_lines as train_lines
+from ..training.target_view import text_config
 from . import STAGES
 from .options import BuildOptions
 
@@ -22,7 +24,6 @@ OUTPUTS = {"dump": "dump/", "export": "export/", "train": "train/", "convert": "
 
 def target_shape(target: str | Path) -> dict:
     """hidden size, layers and vocabulary of the target (a wrapper's text config, as train reads it)."""
-    from ..training.target_view import text_config
 
     cfg = text_config(Path(target))
     return {k: int(cfg[k]) for k in ("hidden_size", "num_hidden_layers", "vocab_size")}
@@ -106,7 +107,6 @@ def _expected_text(stage: str) -> str:
 
 
 def plan_lines(rep: dict) -> list[str]:
-    from ..training.plan import plan_lines as train_lines
 
     sh = rep["target_shape"]
     lines = [f"build plan into {rep['out']} (target {rep['target']}: hidden {sh['hidden_size']}, "

@@ -10,6 +10,7 @@ from typing import Callable
 from ..boundary import Refused
 from . import STAGES, state
 from .options import BuildOptions
+from .stages import FUNCTIONS
 
 CONFIG_FILE = "build_config.yaml"
 
@@ -41,7 +42,6 @@ def stages_to_run(o: BuildOptions) -> list[str]:
 def build(o: BuildOptions, run: Run | None = None, config_text: str | None = None) -> dict:
     """Run (or resume) the build `o`; the report. `run` (made here when None) lets a caller see which stage
     is running when an interrupt arrives."""
-    from .stages import FUNCTIONS
 
     o.check()
     out = Path(o.out)

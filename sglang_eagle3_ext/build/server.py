@@ -10,7 +10,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from .. import envs
 from ..boundary import Refused
+from ..launch.plan import Options, build_plan
+from ..server.http_client import Server, ServerError
 
 STOP_GRACE_S = 60.0
 
@@ -18,10 +21,7 @@ STOP_GRACE_S = 60.0
 @contextlib.contextmanager
 def dumping_server(preset: str, target: str, dump_dir: Path, port: int, wait_s: float, log_path: Path, say):
     """Yield the URL of a server of `target` under `preset` dumping into `dump_dir`."""
-    from .. import envs
     from ..launch import start
-    from ..launch.plan import Options, build_plan
-    from ..server.http_client import Server
 
     plan = build_plan(Options(preset=preset, dump_dir=str(dump_dir)),
                       ["--model-path", str(target), "--port", str(port), "--host", "127.0.0.1"])
@@ -41,7 +41,6 @@ def dumping_server(preset: str, target: str, dump_dir: Path, port: int, wait_s: 
 
 
 def _wait(srv, proc, wait_s: float, log_path: Path) -> None:
-    from ..server.http_client import ServerError
 
     t0 = time.monotonic()
     while True:

@@ -8,8 +8,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..acceptance.evaluate import Options
+from ..acceptance.evaluate import evaluate as predict
 from ..boundary import Refused
+from ..draft.check import check_draft, report_dict
+from ..draft.convert import convert as convert_draft
+from ..dump import driver
+from ..files.outdir import read_marker
+from ..training import TrainOptions
+from ..training.report import TrainDraftError
 from . import state
+from .report import write_report
+from .server import dumping_server
+from .state import write_json_atomic
 
 EXPORT_FORMAT = "speculators"
 
@@ -27,7 +38,6 @@ def dump(run) -> dict:
     o = run.o
     if o.url:
         return _dump_into(run, o.url)
-    from .server import dumping_server
 
     with dumping_server(o.preset, o.target, run.out / "dump", o.port, o.server_wait_s,
                         run.out / "dump_server.log", run.say) as url:
@@ -35,7 +45,6 @@ def dump(run) -> dict:
 
 
 def _dump_into(run, url: str) -> dict:
-    from ..dump import driver
 
     o = run.o
     opts = driver.RunOptions(data=o.data, dump_dir=str(run.out / "dump"), url=url, concurrency=o.concurrency,
@@ -54,7 +63,6 @@ def _dump_into(run, url: str) -> dict:
 
 
 def export(run) -> dict:
-    from ..dump import driver
 
     n = driver.export(run.o.dump_path, EXPORT_FORMAT, run.out / "export", data=run.o.data if not run.o.dump_dir
                       else None, workers=run.o.export_workers, progress=not run.o.quiet)
@@ -71,7 +79,6 @@ def train_fields(run, *, resume: bool) -> dict:
 
 def train(run) -> dict:
     """train_draft into train/; resumed from its checkpoint unless this stage is redone (--from)."""
-    from ..files.outdir import read_marker
 
     out = run.out / "train"
     resume = "train" not in run.redo and out.is_dir() and (read_marker(out) or {}).get("tool") == "train"
@@ -81,7 +88,6 @@ def train(run) -> dict:
     if run.o.gpus > 1:
         return _torchrun(run, fields)
     from ..training import TrainOptions, train_draft
-    from ..training.report import TrainDraftError
 
     try:
         summary = train_draft(TrainOptions(**fields))
@@ -116,7 +122,6 @@ def epoch_curve(history: list) -> list[dict]:
 def train_argv(fields: dict) -> list[str]:
     """The `train` flags of these TrainOptions fields (for the ranks under torchrun): the ones not at their
     default."""
-    from ..training import TrainOptions
 
     defaults = {f.name: f.default for f in dataclasses.fields(TrainOptions)}
     argv = []
@@ -150,7 +155,6 @@ def _torchrun(run, fields: dict) -> dict:
 
 
 def convert(run) -> dict:
-    from ..draft.convert import convert as convert_draft
 
     report: dict = {}
     convert_draft(run.out / "train", run.out / "draft", force=True, progress=not run.o.quiet,
@@ -159,8 +163,6 @@ def convert(run) -> dict:
 
 
 def check(run) -> dict:
-    from ..draft.check import check_draft, report_dict
-    from .state import write_json_atomic
 
     rep = check_draft(run.out / "draft", run.o.target, progress=not run.o.quiet)
     write_json_atomic(run.out / "check.json", report_dict(rep))
@@ -172,9 +174,6 @@ def check(run) -> dict:
 
 
 def evaluate(run) -> dict:
-    from ..acceptance.evaluate import Options
-    from ..acceptance.evaluate import evaluate as predict
-    from .state import write_json_atomic
 
     ratio = run.o.train.get("train_ratio") or 0.95
     rep = predict(Options(draft=str(run.out / "draft"), data=str(run.out / "export"), target=str(run.o.target),
@@ -187,7 +186,6 @@ def evaluate(run) -> dict:
 
 
 def report(run) -> dict:
-    from .report import write_report
 
     return write_report(run)
 

@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+from ..dump import driver
+
 STATE_DIR = ".build"
 
 
@@ -61,7 +63,6 @@ def forget(out: Path, stages) -> None:
 
 
 def dump_size(dump_dir: Path) -> dict:
-    from ..dump import driver
 
     st = driver.status(dump_dir)
     return {"dump_dir": str(dump_dir), "samples": st["complete_samples"], "tokens": st["tokens"],

@@ -9,14 +9,14 @@ import difflib
 import json
 import sys
 
-from .. import envs
-from ..boundary import at_least
+from .. import envs, versions
+from ..boundary import BadInput, at_least, writable_dir
+from .naming import prog
 
 _EXIT_USAGE = 2   # cli_common.EXIT_BAD_INPUT: a usage error is bad input
 
 
 def _prog(tool: str) -> str:
-    from .naming import prog
 
     return prog(tool)
 
@@ -129,7 +129,6 @@ class _SglangRelease(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         from packaging.version import InvalidVersion, Version
 
-        from .. import versions
 
         text = str(values)
         try:
@@ -186,7 +185,6 @@ def check_json_dest(dest: str | None) -> None:
     the irreversible step): PATH is no folder, and its folder exists and is writable here."""
     import os
 
-    from ..boundary import BadInput, writable_dir
 
     if not dest or dest == "-":
         return

@@ -17,9 +17,11 @@ import sys
 from pathlib import Path
 
 from ..bench import prompts as bench_prompts
+from ..bench.report import render
 from ..bench.run import MAX_CONCURRENCY, BenchOptions, benchmark
 from . import common as cli_common
 from .common import CliError
+from .output import library_output
 
 
 def _levels(s: str) -> list[int]:
@@ -122,8 +124,6 @@ def options_from_args(a: argparse.Namespace) -> BenchOptions:
 
 
 def main(argv=None) -> int:
-    from ..bench.report import render
-    from .output import library_output
 
     a = build_parser().parse_args(argv)
     _check_outputs(a)

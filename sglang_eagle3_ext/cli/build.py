@@ -18,8 +18,15 @@ import argparse
 import sys
 
 from ..build import STAGES
+from ..build.config import BOOL, dump_config
+from ..build.options import BuildOptions
+from ..build.report import render_text
+from ..training.options import TrainOptions
+from ..training.report import TrainDraftError
 from . import common as cli_common
 from . import train as train_cli
+from .interrupts import interrupted_line, interruptible
+from .output import library_output
 
 # train's flags that build sets itself (its folders, resuming, planning, output)
 _TRAIN_OWN = {"data", "target", "out", "force", "resume", "dry_run", "json", "quiet", "verbose", "help", "debug"}
@@ -81,7 +88,6 @@ def train_dests() -> list[str]:
 
 
 def _rules(p: argparse.ArgumentParser) -> dict:
-    from ..build.config import BOOL
 
     skip = {"help", "config", "debug", "json", "dry_run"}
     return {a.dest: (BOOL if isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction)) else a.type)
@@ -112,7 +118,6 @@ def parse(argv) -> tuple[argparse.Namespace, dict]:
 
 
 def options(a: argparse.Namespace):
-    from ..build.options import BuildOptions
 
     fields = {k: getattr(a, k) for k in ("out", "target", "data", "dump_dir", "url", "preset", "port", "server_wait_s",
                                          "generate", "max_new_tokens", "temperature", "concurrency", "limit",
@@ -126,7 +131,6 @@ def options(a: argparse.Namespace):
 def _train_fields() -> set:
     import dataclasses
 
-    from ..training.options import TrainOptions
 
     return {f.name for f in dataclasses.fields(TrainOptions) if f.metadata.get("cli", True)}
 
@@ -143,11 +147,7 @@ def _train_plan(o, a):
 
 
 def main(argv=None) -> int:
-    from ..build.config import dump_config
     from ..build.run import Run, build
-    from ..training.report import TrainDraftError
-    from .interrupts import interrupted_line, interruptible
-    from .output import library_output
 
     a, resolved = parse(argv)
     if not a.out and not a.dry_run:
@@ -173,7 +173,6 @@ def main(argv=None) -> int:
                                             f"command again to resume (finished stages are kept)"), file=sys.stderr)
             return cli_common.EXIT_INTERRUPTED
         raise
-    from ..build.report import render_text
 
     return cli_common.report(a.json, rep, render_text(rep))
 

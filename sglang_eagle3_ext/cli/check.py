@@ -14,10 +14,12 @@ import sys
 from pathlib import Path
 
 from ..draft.check import check_draft, report_dict
+from ..draft.hub import looks_like_hub_id
+from . import common as cli_common
+from .output import library_output
 
 
 def build_parser():
-    from . import common as cli_common
 
     ap = cli_common.parser("check", cli_common.doc_description(__doc__, paragraphs=2))
     ap.add_argument("draft", help="the draft checkpoint folder (config.json + *.safetensors)")
@@ -35,10 +37,8 @@ def build_parser():
 
 
 def main(argv=None) -> int:
-    from . import common as cli_common
 
     a = build_parser().parse_args(argv)
-    from ..draft.hub import looks_like_hub_id
 
     draft = Path(a.draft)
     if draft.exists() and not draft.is_dir():              # a bad path, not a verdict on a draft
@@ -49,7 +49,6 @@ def main(argv=None) -> int:
     if a.target and not Path(a.target).is_dir():
         what = "is a file, not" if Path(a.target).exists() else "no such directory,"
         raise cli_common.CliError(f"--target {a.target}: {what} the target model's folder")
-    from .output import library_output
 
     with library_output(a.verbose):
         rep = check_draft(a.draft, a.target, a.sglang_version, a.scan_values, progress=not a.quiet)

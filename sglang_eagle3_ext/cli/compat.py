@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..boundary import BadInput, regular_file
 from ..compat.release import CACHE_ENV, ReleaseUnavailable, check_source, format_report, release_root
 from ..versions import parse
 from . import common as cli_common
@@ -48,7 +49,6 @@ def main(argv=None) -> int:
 
 
 def _check_local_inputs(a) -> None:
-    from ..boundary import BadInput, regular_file
 
     if a.sglang is not None and (not parse(a.sglang) or "/" in a.sglang or a.sglang != a.sglang.strip()):
         raise ReleaseUnavailable(f"--sglang {a.sglang!r}: not a release number (e.g. 0.5.16)")

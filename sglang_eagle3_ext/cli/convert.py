@@ -16,6 +16,8 @@ import sys
 
 from ..draft.convert import convert
 from ..draft.errors import DraftError
+from . import common as cli_common
+from .output import library_output
 
 
 def _int_list(s: str) -> list[int]:
@@ -28,7 +30,6 @@ def _int_list(s: str) -> list[int]:
 
 
 def build_parser():
-    from . import common as cli_common
 
     ap = cli_common.parser("convert", cli_common.doc_description(__doc__))
     ap.add_argument("src", help="the draft to convert (speculators / SpecForge / EAGLE checkpoint folder)")
@@ -43,12 +44,10 @@ def build_parser():
 
 
 def main(argv=None) -> int:
-    from . import common as cli_common
 
     a = build_parser().parse_args(argv)
     report: dict = {}
     say = (lambda msg: print(msg, file=sys.stderr)) if a.json == "-" else print   # stdout: the JSON only
-    from .output import library_output
 
     try:
         with library_output(a.verbose):

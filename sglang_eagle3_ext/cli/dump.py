@@ -24,6 +24,7 @@ from ..dump import driver, exporters
 from ..dump.client_files import ClientError
 from ..dump.export import ExportError
 from . import common as cli_common
+from .output import library_output
 
 
 def _run(args) -> int:
@@ -41,7 +42,6 @@ def _run(args) -> int:
 
 
 def _export(args) -> int:
-    from .output import library_output
 
     with library_output(getattr(args, "verbose", False), bars=True):   # our bar, not the datasets' save bar
         n = driver.export(args.dump_dir, args.to, args.out, data=args.data, workers=args.workers,

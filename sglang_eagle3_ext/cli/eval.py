@@ -17,6 +17,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..acceptance.evaluate import DTYPES, Options, evaluate, render
+from ..boundary import BadInput, Refused
+from . import common as cli_common
+from .common import CliError
+from .output import library_output
+
 DEFAULT_STEPS = 3
 # Bounds on the flags that size the work: refused up front rather than computing for hours or exhausting memory
 MAX_STEPS = 16                  # draft steps simulated per anchor (each one a forward over every row)
@@ -42,8 +48,6 @@ def int_between(low: int, high: int):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..acceptance.evaluate import DTYPES
-    from . import common as cli_common
 
     p = cli_common.parser("eval", cli_common.doc_description(__doc__, paragraphs=2))
     p.add_argument("--draft", required=True, help="the draft's folder, in the layout SGLang serves (a speculators "
@@ -83,7 +87,6 @@ def build_parser() -> argparse.ArgumentParser:
 def _check_json(dest: str | None) -> None:
     from pathlib import Path
 
-    from .common import CliError
 
     if not dest or dest == "-":
         return
@@ -95,10 +98,6 @@ def _check_json(dest: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..acceptance.evaluate import Options, evaluate, render
-    from ..boundary import BadInput, Refused
-    from . import common as cli_common
-    from .output import library_output
 
     a = cli_common.finish(build_parser(), "eval").parse_args(argv)
     say = None if a.quiet or a.json == "-" else (lambda m: print(f"eval: {m}", file=sys.stderr, flush=True))

@@ -19,6 +19,8 @@ import signal
 import threading
 import time
 
+from .common import prog
+
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 REPEAT_GRACE_S = 10.0      # after the first signal, how long later ones are ignored while the cleanup runs
 
@@ -54,6 +56,5 @@ def interruptible():
 
 
 def interrupted_line(tool: str, what: str) -> str:
-    from .common import prog
 
     return f"{prog(tool)}: interrupted; {what}"

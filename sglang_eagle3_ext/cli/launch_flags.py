@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 
+from ..launch import presets
 from .common import CliError, did_you_mean, write_json
 
 # abbreviations SGLang's documentation uses in its own launch commands: taken as SGLang takes them
@@ -85,7 +86,6 @@ def write_plan(plan, ours) -> bool:
 
 
 def list_presets(ours) -> None:
-    from ..launch import presets
 
     names = list(presets.available_presets())
     if ours.json:

@@ -9,6 +9,8 @@ import logging
 import sys
 import warnings
 
+from .. import envs
+
 OURS = "sglang_eagle3_ext"
 # libraries whose own progress bars are switched off: module, (is it on?, off, on)
 _BARS = {"transformers.utils.logging": ("is_progress_bar_enabled", "disable_progress_bar", "enable_progress_bar"),
@@ -54,7 +56,6 @@ def library_output(verbose: bool, bars: bool = False):
 def _loguru_off():
     """loguru comes with speculators (never imported here): loaded already, its messages of _LOGURU_NAMES are
     switched off; not yet, its default sink will take ERROR and up (LOGURU_LEVEL, read when it loads)."""
-    from .. import envs
 
     mod = sys.modules.get("loguru")
     if mod is not None:

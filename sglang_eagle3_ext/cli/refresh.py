@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import sys
 
+from ..acceptance.evaluate import DTYPES
+from ..boundary import BadInput, Refused
+from ..refresh.run import Options, refresh
+from ..training.report import TrainDraftError
+from . import common as c
+from .interrupts import interrupted_line, interruptible
+from .output import library_output
+
 
 def build_parser():
-    from ..acceptance.evaluate import DTYPES
-    from ..refresh.run import Options
-    from . import common as c
 
     d = Options(dump_dir="", draft="", out="")
     p = c.parser("refresh", c.doc_description(__doc__, paragraphs=3))
@@ -75,12 +80,6 @@ def render(rep: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..boundary import BadInput, Refused
-    from ..refresh.run import Options, refresh
-    from ..training.report import TrainDraftError
-    from . import common as c
-    from .interrupts import interrupted_line, interruptible
-    from .output import library_output
 
     a = build_parser().parse_args(argv)
     stop = None

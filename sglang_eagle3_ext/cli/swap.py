@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import sys
 
+from ..boundary import BadInput, Refused
+from ..draft.swap_client import Options, render, swap
+from . import common as cli_common
+from .output import library_output
+
 MAX_TIMEOUT_S = 86_400.0     # a day: a swap waits for the requests in flight, never longer than that
 MAX_SETTLE_S = 3_600.0
 
 
 def build_parser():
-    from . import common as cli_common
 
     p = cli_common.parser("swap", cli_common.doc_description(__doc__, paragraphs=4))
     p.add_argument("--url", required=True, help="the running EAGLE-3 server (e.g. http://127.0.0.1:30000)")
@@ -51,10 +55,6 @@ def build_parser():
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..boundary import BadInput, Refused
-    from ..draft.swap_client import Options, render, swap
-    from . import common as cli_common
-    from .output import library_output
 
     a = build_parser().parse_args(argv)
     say = None if a.quiet or a.json == "-" else (lambda m: print(f"swap: {m}", file=sys.stderr, flush=True))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..tiny import deepseek_v3
 from . import common as cli_common
+from .output import library_output
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,7 +56,6 @@ def main(argv=None) -> int:
         from ..tiny.sample_dump import refuse_used_folder
 
         refuse_used_folder(Path(a.sample_dump))             # before minutes of work, not after
-    from .output import library_output
 
     with library_output(verbose=False, bars=True):      # our progress lines, not transformers' bars
         target = make(a.out, seed=a.seed, **(deepseek_v3.PREDICTABLE if a.predictable else {}))

@@ -22,10 +22,15 @@ import argparse
 import dataclasses
 import sys
 
+from ..training.distributed import torchrun_env
 from ..training.options import ATTN_IMPLS, DEFAULT_EPOCHS, DEVICES, LOSS_IMPLS, OPTIMIZERS, SCHEDULERS, TrainOptions
 from ..training.report import TrainDraftError
+from ..training.selection import SELECT_BY
 from ..training.train import ROUTES, train_draft
+from . import common as cli_common
 from .common import non_negative_int, number_in, positive_int
+from .interrupts import interrupted_line, interruptible
+from .output import library_output
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainOptions)}
 
@@ -118,7 +123,6 @@ def _add_scale_flags(p: argparse.ArgumentParser) -> None:
 
 def _add_select_flags(p: argparse.ArgumentParser) -> None:
     """Which epoch's draft OUT keeps (training/selection.py; the score: acceptance/select.py)."""
-    from ..training.selection import SELECT_BY
 
     p.add_argument("--select-by", choices=SELECT_BY, default=_DEFAULTS["select_by"],
                    help="the epoch whose draft OUT keeps: last, or predicted-accept: the best accept length `eval` "
@@ -131,7 +135,6 @@ def _add_select_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import common as cli_common
 
     p = cli_common.parser("train", cli_common.doc_description(__doc__))
     _add_run_flags(p)
@@ -162,9 +165,6 @@ def options_from_args(a: argparse.Namespace) -> TrainOptions:
 def main(argv: list[str] | None = None) -> int:
     import contextlib
 
-    from . import common as cli_common
-    from .interrupts import interrupted_line, interruptible
-    from .output import library_output
 
     parser = cli_common.finish(build_parser(), "train")
     a = parser.parse_args(argv)
@@ -211,7 +211,6 @@ def what_out_holds(out: str | None) -> str:
 
 def _rank() -> int:
     """This process's rank under torchrun (0 outside it): rank 0 alone writes --json."""
-    from ..training.distributed import torchrun_env
 
     try:
         env = torchrun_env()

@@ -16,6 +16,12 @@ import argparse
 import shlex
 import sys
 
+from ..boundary import BadInput, Refused
+from ..tune.run import DEFAULT_BACKENDS
+from . import common as cli_common
+from .bench import _new_tokens
+from .output import library_output
+
 
 def _levels(s: str) -> list[int]:
     try:
@@ -35,10 +41,6 @@ def _names(s: str) -> tuple:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..bench.run import MAX_CONCURRENCY  # noqa: F401 - the same bound as bench's
-    from ..tune.run import DEFAULT_BACKENDS
-    from . import common as cli_common
-    from .bench import _new_tokens
 
     p = cli_common.parser("tune", cli_common.doc_description(__doc__, paragraphs=2))
     p.add_argument("--target", required=True, help="the target model's folder")
@@ -77,10 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..boundary import BadInput, Refused
     from ..tune.run import Options, render, tune
-    from . import common as cli_common
-    from .output import library_output
 
     raw = list(sys.argv[1:] if argv is None else argv)
     a = cli_common.finish(build_parser(), "tune").parse_args(argv)

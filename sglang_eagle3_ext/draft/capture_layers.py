@@ -8,6 +8,7 @@ from __future__ import annotations
 from .._log import log_once
 from ..patching import bind
 from ..server.startup import startup_context
+from ..versions import layer0_refusal
 from . import errors as E
 from .errors import DraftLoadError, Problem
 from .layers import AUX_IDS_FIELD, HF_INDICES_FIELD, recorded_hf_indices
@@ -27,7 +28,6 @@ def aux_capture_refusal(sa, who: str) -> str | None:
 
 
 def _refuse_layer0(layers: list[int], where: str) -> None:
-    from ..versions import layer0_refusal
 
     why = layer0_refusal() if 0 in layers else None
     if why:

@@ -16,6 +16,10 @@ from . import arch as layouts
 from . import errors as E
 from . import keys, rules
 from .errors import Problem
+from .hub import resolve
+from .progress import ByteProgress
+from .safetensors_io import FLOAT_DTYPES, INT_DTYPES, count_non_finite, read_array, scan_headers
+from .target import same_as_target_head
 
 
 @dataclasses.dataclass
@@ -107,8 +111,6 @@ class _Ctx:
 
 def _tensor_problems(rep: Report, name: str, info, canon: str, ctx: _Ctx, refused) -> list[Problem] | None:
     """Problems of one tensor SGLang would take (None: ignored, with the reason recorded)."""
-    from .safetensors_io import FLOAT_DTYPES, INT_DTYPES, count_non_finite, read_array
-    from .target import same_as_target_head
 
     spec, where = ctx.spec, str(info.file)
     bad = rules.tensor_problems(canon, info.shape, spec, rules.expected_shapes(spec), where) + ([refused] if refused else [])
@@ -164,9 +166,6 @@ def check_draft(draft, target=None, sglang_version: str | None = None, scan_valu
                 progress: bool = False) -> Report:
     """The verdict on `draft` for a release. scan_values: read every weight once for NaN/Inf (False: headers
     only, and the report says so); progress: a progress line on stderr while a long scan runs."""
-    from .hub import resolve
-    from .progress import ByteProgress
-    from .safetensors_io import FLOAT_DTYPES, scan_headers
 
     layout = keys.resolve_layout(sglang_version)
     local, hub_id, note = resolve(str(draft))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from .. import boundary as B
 from . import errors as E
 from .errors import Problem
+from .keys import HF_INDICES_FIELD
 
 # Present and non-null: a positive integer (a missing one is reported by the rules, with what SGLang does then).
 POSITIVE = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size", "num_hidden_layers",
@@ -54,7 +55,6 @@ def norm_before_fc(cfg: dict) -> bool:
 def type_problems(cfg, where: str, fields: tuple[str, ...] = ()) -> list[Problem]:
     """Every key whose value has the wrong type or range; [] when the config can be read by the rules.
     fields: the draft layout's own positive-integer fields (its CONFIG_FIELDS)."""
-    from .keys import HF_INDICES_FIELD
 
     if not isinstance(cfg, dict):
         return [Problem(E.CONFIG_INVALID, f"{where}: expected a JSON object (mapping) at the top level, got "

@@ -14,12 +14,16 @@ import collections
 import dataclasses
 from pathlib import Path
 
+from ..boundary import field, read_json_file
 from . import arch as layouts
 from . import errors as E
 from . import keys, rules
+from .config_schema import type_problems
 from .convert_io import destination_rule, iter_source, write_draft
 from .errors import ConversionRefused, Problem
 from .keys import HF_INDICES_FIELD
+from .progress import ByteProgress
+from .safetensors_io import file_size_mb
 
 
 def detect_format(cfg: dict):
@@ -81,8 +85,6 @@ def convert_config(cfg: dict, layout: keys.Layout, hf_override=None) -> tuple[di
 def source_config(src: Path) -> dict:
     """The source's config.json, its keys that convert reads checked for type (ConversionRefused / BadInput:
     exit 2, naming the file and key) before anything reads them."""
-    from ..boundary import field, read_json_file
-    from .config_schema import type_problems
 
     where = str(src / "config.json")
     cfg = read_json_file(src / "config.json", "draft config")
@@ -152,8 +154,6 @@ def _take(r: _Read, fname: str, name: str, t, spec, shapes: dict, fmt: str, layo
 
 
 def _read(src: Path, allow_pickle: bool, spec, fmt: str, layout, problems: list[Problem], progress: bool) -> _Read:
-    from .progress import ByteProgress
-    from .safetensors_io import file_size_mb
 
     shapes = rules.expected_shapes(spec)
     prog = ByteProgress("convert", int(file_size_mb([p for p in src.iterdir() if p.is_file()]) * 2**20), progress)

@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 
 from ..boundary import BadInput, regular_file
+from ..files import outdir
 from . import errors as E
 from .errors import ConversionRefused
+from .safetensors_io import DTYPE_BYTES, PICKLE_SUFFIXES, scan_headers, weight_files
 
 _OUR_FILES = ("config.json", "model.safetensors.index.json")
 _METADATA = {"format": "pt", "converted_by": "sglang_eagle3_ext"}
@@ -17,7 +19,6 @@ _METADATA = {"format": "pt", "converted_by": "sglang_eagle3_ext"}
 def _safe_dtypes() -> set:
     import torch
 
-    from .safetensors_io import DTYPE_BYTES
 
     names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",
              "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool", "F8_E4M3": "float8_e4m3fn",
@@ -58,7 +59,6 @@ def iter_source(src: Path, allow_pickle: bool):
     """(file name to write it to, checkpoint key, tensor) for every tensor of the source draft."""
     from safetensors import safe_open
 
-    from .safetensors_io import PICKLE_SUFFIXES, scan_headers, weight_files
 
     files, problems = weight_files(src)
     if problems and problems[0].code == E.PICKLE_ONLY and allow_pickle:
@@ -79,7 +79,6 @@ def destination_rule(src: Path, dst: Path, force: bool) -> dict:
     """Never write into, around or through the source, nor over anything that is not a previous output of
     convert (--force replaces only that): outdir.py's rule, checked before anything is read (OutputDirRefused,
     a BadInput naming DST and the fix). Returns the rule for outdir.writing."""
-    from ..files import outdir
 
     def legacy(d: Path) -> bool:   # outputs written before outdir.MARKER: our file names, our weights
         entries = list(d.iterdir())
@@ -108,7 +107,6 @@ def write_draft(src: Path, dst: Path, force: bool, shards: dict[str, dict], cfg:
     """The converted draft, built beside DST and renamed into place (one shard: model.safetensors)."""
     from safetensors.torch import save_file
 
-    from ..files import outdir
 
     with outdir.writing(dst, **destination_rule(src, dst, force), record={"source": str(src)}) as tmp:
         names = {f: ("model.safetensors" if len(shards) == 1 else f) for f in shards}

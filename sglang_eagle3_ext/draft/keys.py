@@ -10,6 +10,7 @@ import dataclasses
 import re
 
 from ..boundary import BadInput
+from ..versions import capabilities_for_version
 
 # The draft config field holding the HF indices the draft was trained on, and the release's +1 rule: layers.py.
 from .layers import HF_INDICES_FIELD, release_aux_ids  # noqa: F401 - re-exported
@@ -52,7 +53,6 @@ class Layout:
 
 def layout_for_version(version: str) -> Layout:
     """Offline (no SGLang installed): the release's flags from versions' per-release table."""
-    from ..versions import capabilities_for_version
 
     return Layout.from_caps(capabilities_for_version(version))
 

@@ -11,6 +11,8 @@ capture-layer patch, `convert` and `check`:
 """
 from __future__ import annotations
 
+from ..boundary import check_type, list_of
+
 # The draft config field (inside `eagle_config`) holding the HF indices the draft was trained on.
 HF_INDICES_FIELD = "hf_hidden_state_indices"
 # SGLang's own field (inside `eagle_config`): ids that its +1 rule turns into HF indices.
@@ -70,7 +72,6 @@ def fed_hf_indices(draft_cfg: dict, num_layers: int, always_plus_one: bool,
     """(HF indices the served draft is fed, why): its recorded indices (the capture-layer patch serves exactly
     those), else the release's +1 rule on its ids, else SGLang's default for a target of `num_layers`.
     BadInput naming `where` when the config holds something else than lists of indices there."""
-    from ..boundary import check_type, list_of
 
     ec = check_type(draft_cfg.get("eagle_config") or {}, dict, f"{where}: eagle_config")
     hf = ec.get(HF_INDICES_FIELD)

@@ -19,10 +19,13 @@ from pathlib import Path
 from .. import envs
 from .._log import log_once
 from ..patching import bind
+from ..server.startup import startup_context
 from . import arch as layouts
 from . import errors as E
 from . import keys, rules
 from .errors import DraftLoadError, Problem
+from .safetensors_io import scan_headers
+from .target import same_as_target_head
 
 DEFER_WIDTH_ENV = envs.DEFER_WIDTH_CHECK  # 1: leave fc-width problems to the forward guard
 VALUE_SCAN_ENV = envs.VALUE_SCAN          # 0: skip the NaN/Inf scan (one read pass per weight)
@@ -91,7 +94,6 @@ class _Feed:
 
     def _trained_head(self, tensor):
         """SGLang will replace this head with the target's: ignored if equal to it, else refused (rules.trained_head)."""
-        from .target import same_as_target_head
 
         shape = tuple(tensor.shape)
         same, about = same_as_target_head(tensor, self.target_dir, self.target_cfg, shape)
@@ -182,8 +184,6 @@ def _model_path_is(d: Path | None, ctx) -> bool:
 def pre_load_problems(model, layout) -> tuple[rules.DraftSpec | None, list[Problem], str, tuple]:
     """Files, config and target checks: everything decidable before a tensor is read; and the target
     (folder, config) when there is one, for the lm_head rule."""
-    from ..server.startup import startup_context
-    from .safetensors_io import scan_headers
 
     ctx = startup_context()
     d = _draft_dir(model.config, ctx)

@@ -10,6 +10,7 @@ import os
 import struct
 from pathlib import Path
 
+from ..boundary import BadInput, field, parse_json, read_json_file, regular_file
 from .errors import BAD_FILE, NO_WEIGHTS, PICKLE_ONLY, Problem
 
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
@@ -58,7 +59,6 @@ def _entry(name: str, meta, data_start: int, path: Path) -> tuple[TensorInfo | N
 def _header_json(path: Path) -> tuple[dict | None, int, str | None]:
     """(parsed header, data start, None) or (None, 0, what is wrong). A FIFO, special file or folder is refused by name
     (reading one would block or mislead)."""
-    from ..boundary import BadInput, parse_json, regular_file
 
     try:
         size = regular_file(path, "safetensors file").stat().st_size
@@ -125,7 +125,6 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], list[Problem]]:
 
 def _index_files(d: Path, index: Path) -> tuple[list[Path], list[Problem]]:
     """The shard files a model.safetensors.index.json names, each a plain file inside d."""
-    from ..boundary import BadInput, field, read_json_file
 
     try:
         wm = field(read_json_file(index, "safetensors index"), "weight_map", dict, str(index))

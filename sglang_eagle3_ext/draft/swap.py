@@ -27,8 +27,19 @@ import time
 from pathlib import Path
 
 from .._log import logger
+from ..boundary import read_json_file
+from ..patching import PATCH_MARK
+from ..server.startup import startup_context
+from . import arch as layouts
 from . import errors as E
-from .errors import Problem
+from . import keys, rules
+from .check import check_draft
+from .errors import DraftLoadError, Problem
+from .loader import load_accounted, served_config
+from .safetensors_io import weight_files
+from .swap_keys import build_keys
+from .swap_rules import against_served, problems_line, summary
+from .swap_tensors import TensorState, captured_layers, find_draft, sync
 
 LOAD_FORMAT = "sglang_eagle3_ext.draft"    # the marker our patch recognises in /update_weights_from_disk
 STATE_KEY = "sglang_eagle3_ext_draft"      # what the scheduler adds to /get_server_info's internal states
@@ -112,7 +123,6 @@ def _note_attempt(path: str, ok: bool, message: str) -> None:
 
 def _prepare(manager, path: str):
     """(the tensors a load will write, the judged plan), or (None, why not) when the draft is refused."""
-    from .swap_tensors import TensorState, find_draft
 
     side = find_draft(manager)
     if isinstance(side, str):
@@ -131,17 +141,12 @@ def _undo(state) -> bool:
 
 
 def _refusal(path: str, problems) -> str:
-    from .swap_rules import problems_line
 
     return f"draft {path} refused, the served draft is unchanged: {problems_line(problems)}"
 
 
 def judge(side, path: str) -> tuple[list[Problem], Plan | None]:
     """Everything decidable before a tensor is written: the start-up rules and what a swap adds."""
-    from ..boundary import read_json_file
-    from ..server.startup import startup_context
-    from . import keys, rules
-    from .check import check_draft
 
     d = Path(path)
     if not d.is_absolute() or not d.is_dir():
@@ -164,12 +169,6 @@ def judge(side, path: str) -> tuple[list[Problem], Plan | None]:
 
 def served_summary(side, layout) -> dict:
     """What the served draft is built as, and what the target captures for it (also /get_server_info's report)."""
-    from . import arch as layouts
-    from . import rules
-    from .loader import served_config
-    from .swap_keys import build_keys
-    from .swap_rules import summary
-    from .swap_tensors import captured_layers
 
     # the served draft's config.json as read at start-up (or at the last swap): judged in the same form as the
     # new draft's; the built model's config only when the file is not readable here (transformers rewrites some
@@ -186,7 +185,6 @@ def served_summary(side, layout) -> dict:
 
 def served_problems(side, cfg: dict, spec, layout, has_d2t: bool, where: str) -> list[Problem]:
     """The new draft against the served one: built alike, fed what the target captures, its token map."""
-    from .swap_rules import against_served
 
     served = served_summary(side, layout)
     if served["hf_indices"] is None or served["target_layers"] is None:
@@ -201,10 +199,6 @@ def _load(state, plan: Plan) -> bool:
 
     import torch
 
-    from ..patching import PATCH_MARK
-    from .errors import DraftLoadError
-    from .loader import load_accounted
-    from .swap_tensors import sync
 
     side = state.side
     sync(side)                       # a forward still reading the old draft finishes first
@@ -242,7 +236,6 @@ def _weights(path: Path):
     """(name, tensor) of the draft's safetensors files, read by SGLang's own iterator as its model loader does."""
     from sglang.srt.model_loader.weight_utils import safetensors_weights_iterator
 
-    from .safetensors_io import weight_files
 
     files, _ = weight_files(path)
     return safetensors_weights_iterator([str(f) for f in files])
@@ -250,7 +243,6 @@ def _weights(path: Path):
 
 def _commit(manager, path: str, old, seconds: float, flush: bool) -> str:
     """The new draft serves: remember it, flush the prefix cache; the reply's message."""
-    from ..boundary import read_json_file
 
     s = served_draft()
     s.update(path=path, config=read_json_file(Path(path) / "config.json", "draft config"), swaps=s["swaps"] + 1,
@@ -270,8 +262,6 @@ def _commit(manager, path: str, old, seconds: float, flush: bool) -> str:
 def state_report(scheduler) -> dict | None:
     """The entry this scheduler adds to /get_server_info's internal state: the served draft, what it is built as
     and what the target captures (what `swap` checks a new draft against before sending it)."""
-    from . import keys
-    from .swap_tensors import find_draft
 
     side = find_draft(getattr(scheduler, "weight_updater", None) or scheduler)
     if isinstance(side, str):

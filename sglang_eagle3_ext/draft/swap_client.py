@@ -28,9 +28,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..boundary import BadInput, Refused, check_type, field, list_of
+from ..boundary import BadInput, Refused, check_type, field, list_of, read_json_file, writable_dir
+from ..server.hf_cache import local_dir
+from ..server.http_client import Server, ServerTimeout
+from ..versions import SUPPORTED_MAX, capabilities_for_version, swap_refusal
 from . import errors as E
+from .check import check_draft
 from .swap import LOAD_FORMAT, PROTOCOL, STATE_KEY
+from .swap_rules import against_served, problems_line
 
 UPDATE_ROUTE = "/update_weights_from_disk"
 LAUNCH_FLAG = "--speculative-draft-model-path"
@@ -122,7 +127,6 @@ def swap_reply(out, where: str) -> tuple[bool, str, int]:
 def _server_state(srv, where: str) -> tuple[dict, list[dict]]:
     """(the server's arguments, its schedulers' draft reports); Refused when it cannot take a swap."""
     from ..server.replies import server_args
-    from ..versions import capabilities_for_version, swap_refusal
 
     info = srv.server_info()
     if info is None:
@@ -149,7 +153,6 @@ _RELEASE_CODES = (E.UNSUPPORTED_BY_RELEASE, E.DRAFT_CLASS, E.DTYPE)
 def check_link(link: str) -> Path:
     """--draft-link PATH, checked before anything is sent: its folder exists and is writable here, and PATH is
     free or a symlink (swap points a symlink at the draft; it never replaces a file or a folder)."""
-    from ..boundary import writable_dir
 
     if not link or "\x00" in link:
         raise BadInput(f"--draft-link {link!r}", "must be a path")
@@ -194,9 +197,6 @@ def precheck(draft: Path) -> None:
     """The rules that need no server, here, before it is contacted: the folder, its config and files, every
     tensor's shape against the config, every value finite (the release's and the target's rules follow once the
     server said which)."""
-    from ..versions import SUPPORTED_MAX
-    from .check import check_draft
-    from .swap_rules import problems_line
 
     rep = check_draft(draft, target=None, sglang_version=SUPPORTED_MAX, scan_values=True)
     problems = [p for p in rep.errors if p.code not in _RELEASE_CODES]
@@ -207,12 +207,7 @@ def precheck(draft: Path) -> None:
 def local_problems(draft: Path, args: dict, served: dict, say=None, scan_values: bool = True) -> list:
     """The server's rules applied here (check_draft + swap_rules.against_served) for the server's release
     (scan_values False: the values were read already, by precheck)."""
-    from ..boundary import read_json_file
-    from ..server.hf_cache import local_dir
-    from ..versions import SUPPORTED_MAX
     from . import keys, rules
-    from .check import check_draft
-    from .swap_rules import against_served
 
     release = args.get("version") or SUPPORTED_MAX
     target = local_dir(args.get("model_path"))
@@ -233,7 +228,6 @@ def local_problems(draft: Path, args: dict, served: dict, say=None, scan_values:
 
 def can_swap(url: str, timeout: float = 30.0) -> str:
     """The draft `url` serves now; Refused when that server cannot take a swap (checked before long work)."""
-    from ..server.http_client import Server
 
     srv = Server(url, timeout=timeout)
     _, states = _server_state(srv, srv.where("GET", "/get_server_info"))
@@ -259,8 +253,6 @@ def _local_draft(opts: Options, say) -> Path:
 
 def swap(opts: Options) -> dict:
     """Swap the draft of the server at opts.url for opts.draft; the report (Refused on any refusal)."""
-    from ..server.http_client import Server, ServerTimeout
-    from .swap_rules import problems_line
 
     say = opts.say or (lambda m: None)
     link = check_link(opts.draft_link) if opts.draft_link else None      # local inputs before the network

@@ -14,6 +14,7 @@ import dataclasses
 from . import errors as E
 from .errors import Problem
 from .layers import HF_INDICES_FIELD, fed_hf_indices
+from .swap_keys import BASELINE
 
 # DraftSpec fields that shape the built module (aux ids and HF indices are judged by index_problems instead)
 SPEC_FIELDS = ("layout", "arch", "hidden", "target_hidden", "k", "n_layers", "n_heads", "n_kv", "head_dim", "inter",
@@ -25,7 +26,6 @@ def summary(spec, cfg: dict | None, keys=None) -> dict:
     """The parts of a draft that a swap cannot change: its spec's build fields, and the build keys its config sets
     (`keys`: those SGLang's draft class reads, swap_keys.build_keys; `build` holds only the keys the config sets,
     `build_keys` says which were looked at; `build` None: the config is not known, those keys are not judged)."""
-    from .swap_keys import BASELINE
 
     d = dataclasses.asdict(spec)
     keys = list(BASELINE if keys is None else keys)

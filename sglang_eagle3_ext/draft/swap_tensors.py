@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from .._log import logger
+from ..server.startup import startup_context
 from . import arch as layouts
 
 
@@ -57,7 +58,6 @@ def find_draft(manager) -> DraftSide | str:
 
 def _not_swappable(models) -> str | None:
     """Why this server's draft cannot be replaced in place, whatever the new draft (None: it can)."""
-    from ..server.startup import startup_context
 
     for m in models:
         for mod in m.modules():

@@ -8,6 +8,7 @@ from ..server.runtime import language_config
 from . import errors as E
 from .errors import Problem
 from .layers import HF_INDICES_FIELD
+from .safetensors_io import FLOAT_DTYPES, scan_headers, values_equal
 
 
 def declared_dtype(*cfgs: dict) -> str | None:
@@ -66,7 +67,6 @@ def names_tensor(name: str, key: str) -> bool:
 def head_tensor(target_dir, target_cfg: dict | None, shape: tuple):
     """The target's lm_head (its embeddings when tied) from its safetensors headers, or None. Headers only:
     milliseconds even for a sharded 600 GB target."""
-    from .safetensors_io import FLOAT_DTYPES, scan_headers
 
     tensors, _ = scan_headers(Path(target_dir))
     lc = language_config(target_cfg) if isinstance(target_cfg, dict) else {}
@@ -81,7 +81,6 @@ def head_tensor(target_dir, target_cfg: dict | None, shape: tuple):
 def same_as_target_head(draft_head, target_dir, target_cfg: dict | None, shape: tuple) -> tuple[bool | None, str]:
     """(True/False, where the target's head was read), or (None, why it cannot be told). draft_head: a
     TensorInfo or a tensor. Reads both heads once, in chunks."""
-    from .safetensors_io import values_equal
 
     if target_dir is None:
         return None, "no target given (check: pass --target DIR)"

@@ -22,6 +22,7 @@ import weakref
 
 from .._log import log_once, logger
 from ..patching import arg
+from .assemble import ChunkBatch
 from .config import NODUMP_RID_PREFIX, DumpConfig, DumpConfigError
 from .copy import CopyRequest, HostCopier, copy_prefill
 from .manifest import sanitize_id
@@ -59,7 +60,6 @@ class DumpTarget:
     def _send_skips(w, rids, mm, pfx, ext) -> None:
         """A batch whose only dumpable requests carry multimodal inputs: nothing to copy, but the writer counts
         them (a batch of layout only; prompt lengths are this chunk's ends: no device read here)."""
-        from .assemble import ChunkBatch
 
         w.submit(ChunkBatch(rids, pfx, ext, [int(p) + int(n) for p, n in zip(pfx, ext)], None, None, "list",
                             multimodal=mm))

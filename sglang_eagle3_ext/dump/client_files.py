@@ -11,7 +11,9 @@ from pathlib import Path
 from .. import envs
 from ..boundary import BadInput, check_type, field, list_of, read_json_file, regular_file
 from .config import ENV_DISCARD, GENERATED_FILE, META_FILE
+from .export import ExportError, inside
 from .manifest import manifest_files, parse_manifest_line, sanitize_id
+from .status import STATUS_DIR
 
 log = logging.getLogger("sglang_eagle3_ext.dump.driver")
 KINDS = ("input_ids", "text", "messages")
@@ -85,7 +87,6 @@ def read_samples(path, limit: int | None = None, strict: bool = False) -> tuple[
 def generated_loss_masks(dump_dir) -> dict:
     """Response-only masks of `run --generate` samples (last record per id wins: a re-run regenerates). A
     torn last line after a crash is skipped; a record of the wrong shape is a BadInput."""
-    from .export import inside
 
     masks = {}
     if not (Path(dump_dir) / GENERATED_FILE).exists():
@@ -149,8 +150,6 @@ def writer_status(d: Path, unreadable_listed: bool = False) -> dict:
     """name -> the writer's status file (status/<name>.json); BadInput for one that is not a regular file
     holding a status object, or that lies outside the dump dir (with `unreadable_listed`: that writer's entry
     says so instead, state 'unreadable', so a report still lists every other writer)."""
-    from .export import ExportError, inside
-    from .status import STATUS_DIR
 
     out = {}
     for st in sorted((d / STATUS_DIR).glob("*.json")) if (d / STATUS_DIR).is_dir() else []:

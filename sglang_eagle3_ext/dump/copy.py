@@ -8,6 +8,8 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
+from .assemble import ChunkBatch
+
 
 @dataclass
 class CopyRequest:
@@ -111,7 +113,6 @@ def copy_prefill(copier: HostCopier, w, r: CopyRequest, norm=None) -> bool:
     sent once with the first batch (pre-norm dumps), else None. False: the writer stalled, nothing sent."""
     import torch
 
-    from .assemble import ChunkBatch
 
     cfg, T, K, H = copier.cfg, r.T, r.K, r.H
     bs = len(r.rids)

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..boundary import BadInput
+from ..server.http_client import Server
+from ..server.replies import generate_reply
 from . import exporters
 from .client_files import (
     ClientError,
@@ -34,6 +36,7 @@ from .client_files import (
 )
 from .config import GENERATED_FILE, NODUMP_RID_PREFIX
 from .export import require_dump_dir
+from .manifest import read_manifest
 
 log = logging.getLogger("sglang_eagle3_ext.dump.driver")
 
@@ -130,7 +133,6 @@ class _Sender:
             pass
 
     def one(self, s) -> None:
-        from ..server.replies import generate_reply
 
         if self.stop.is_set():
             return
@@ -215,7 +217,6 @@ def run(opts: RunOptions, load_tokenizer: Callable[[str, bool], object]) -> RunR
     """Send the dataset to the server, wait for the writers, and say what happened. `load_tokenizer(name,
     trust_remote_code)` is called only when text/messages samples remain to be sent."""
     samples, bad, dups, meta, tail, tok = _inputs(opts, load_tokenizer)
-    from ..server.http_client import Server
     from ..server.replies import server_args
 
     srv = Server(opts.url, timeout=opts.timeout)
@@ -278,7 +279,6 @@ def export(dump_dir, to: str, out, data=None, workers: int = 8, progress: bool =
 
 def status(dump_dir) -> dict:
     """The manifest's totals, the writers' skip counters summed, and every writer's status."""
-    from .manifest import read_manifest
 
     d = require_dump_dir(dump_dir)  # a mistyped path is an error, not "0 samples"
     man = read_manifest(d)

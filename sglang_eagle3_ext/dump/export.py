@@ -21,6 +21,8 @@ from pathlib import Path
 
 from .._log import log_once
 from ..boundary import BadInput, check_type, field, list_of, read_json_file
+from ..files import outdir
+from ..server.runtime import language_config
 from .config import FINAL_MODES, META_FILE, NORM_FILE
 from .loss_mask import default_loss_mask
 from .manifest import read_manifest
@@ -117,7 +119,6 @@ def _target_vocab(model_path) -> int | None:
                  "path %r is not a local directory): only negative ids and multimodal pad values are refused",
                  META_FILE, model_path)
         return None
-    from ..server.runtime import language_config
 
     try:
         text = language_config(read_json_file(cfg, "target config"))
@@ -132,7 +133,6 @@ def _target_vocab(model_path) -> int | None:
 def export_into(build, to: str, dump_dir, out, **kw) -> int:
     """Run one format's `build(dump_dir, tmp, spec=DumpSpec, **kw) -> samples written` into a folder beside
     `out` that replaces it when complete (outdir.py's rule; `out` is checked before anything is read)."""
-    from ..files import outdir
 
     dump_dir, out = require_dump_dir(dump_dir), Path(out)
     rule = dict(tool="dump export", flag="--out", inputs=[("dump dir", dump_dir)], replace=True,

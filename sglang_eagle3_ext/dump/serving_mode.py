@@ -18,7 +18,9 @@ from .. import envs
 from .._log import log_once, logger
 from ..draft import layers as draft_layers
 from ..server.startup import StartupContext
+from . import verify_capture
 from .config import ENV_LAYERS, ENV_SAMPLE_RATE, DumpConfig, DumpConfigError
+from .writer import DumpStartupError
 
 ENV_RESPONSES = envs.DUMP_RESPONSES
 ENV_MAX_ACCEPT_LEN = envs.DUMP_MAX_ACCEPT_LEN
@@ -117,7 +119,6 @@ def install(target, model, ctx: StartupContext):
         raise DumpConfigError(f"dump while serving EAGLE-3 captures response states of chain drafts only: "
                               f"--speculative-eagle-topk {topk} compacts tree paths after the verify; use topk 1, "
                               f"or set {ENV_RESPONSES}=0 to dump prompts only")
-    from . import verify_capture
 
     vc = verify_capture.VerifyCapture(target, scfg)
     target.verify = vc
@@ -135,7 +136,6 @@ def install(target, model, ctx: StartupContext):
 def check_worker(worker) -> None:
     """EAGLEWorkerV2.__init__ finished (the target's layers are set, its graphs captured): the target must
     capture exactly the dump's layers, and response capture needs a chain (topk 1). Start-up errors."""
-    from .writer import DumpStartupError
 
     for t in list(_targets):
         model = t.model_ref()

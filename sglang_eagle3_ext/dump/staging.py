@@ -15,6 +15,8 @@ import math
 import os
 import threading
 
+from .._log import log_once
+
 ALIGN = 512      # keeps every sub-tensor aligned for any dtype view and for DMA
 
 
@@ -175,7 +177,6 @@ def ring_for(cfg):
     import logging
     import time
 
-    from .._log import log_once
 
     try:
         t0 = time.monotonic()

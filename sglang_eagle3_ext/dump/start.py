@@ -6,11 +6,19 @@ from __future__ import annotations
 import logging
 import os
 
+from .. import __version__
 from .._log import log_once, logger
+from ..boundary import BadInput
+from ..draft.capture_layers import aux_capture_refusal
 from ..server.startup import StartupContext, startup_context
+from ..versions import layer0_refusal
+from . import serving_mode, verify_capture
 from .capture import ATTR, TARGET_CLASSES, DumpTarget
-from .config import CONVENTION, DumpConfig, from_env
+from .config import CONVENTION, DumpConfig, DumpConfigError, from_env
+from .prefill_graphs import check as refuse_prefill_graphs
 from .ranks import is_writer, rank_info
+from .staging import ring_for
+from .writer import DumpStartupError, DumpWriter
 
 _writer = None                         # one per process (one DP group's attention-TP rank 0)
 
@@ -19,7 +27,6 @@ def reset() -> None:
     """Forget this process's dump: its writer, its dump targets and its verify capture (the next attach starts
     afresh; a process that loads a second model, and the tests, need that)."""
     global _writer
-    from . import serving_mode, verify_capture
 
     _writer = None
     serving_mode.forget_targets()
@@ -27,7 +34,6 @@ def reset() -> None:
 
 
 def build_meta(model, cfg: DumpConfig, layers: list[int], ranks: dict, ctx: StartupContext) -> dict:
-    from .. import __version__
     from ..versions import installed_version
 
     config = model.config
@@ -66,8 +72,6 @@ def make_writer(cfg: DumpConfig, meta: dict, name: str, cuda: bool = False):
         from .writer_process import ProcessDumpWriter
 
         return ProcessDumpWriter(cfg, meta, name=name, pin=cuda)
-    from .staging import ring_for
-    from .writer import DumpWriter
 
     return DumpWriter(cfg, meta, name=name, staging=ring_for(cfg) if cuda else None)
 
@@ -79,9 +83,6 @@ def get_writer():
 def refuse_unsupported(sa) -> None:
     """Start-up errors (DumpConfigError) where the server would run the target so that the dump cannot read
     its states: prefill inside CUDA graphs, two-batch overlap."""
-    from ..draft.capture_layers import aux_capture_refusal
-    from .config import DumpConfigError
-    from .prefill_graphs import check as refuse_prefill_graphs
 
     refuse_prefill_graphs(sa)
     why = aux_capture_refusal(sa, "the dump")
@@ -102,8 +103,6 @@ def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
     sa = ctx.server_args
     refuse_unsupported(sa)
     n = int(model.config.num_hidden_layers)
-    from ..versions import layer0_refusal
-    from . import serving_mode  # EAGLE-3 on: the draft's layers (dump while serving)
 
     cfg = serving_mode.config_for_target(cfg, n, ctx)
     layers = cfg.resolve_layers(n, layer0_refusal())
@@ -141,9 +140,6 @@ def install_from_init(instance) -> None:
     rather than serving for hours and writing nothing; so does a dump dir whose files (manifest, settings) are
     not what they must be. Anything unexpected only disables dumping.
     """
-    from ..boundary import BadInput
-    from .config import DumpConfigError
-    from .writer import DumpStartupError
 
     try:
         attach(instance)

@@ -14,7 +14,10 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import recvfds
 
 from . import writer_messages as m
+from .assemble import ChunkBatch
+from .config import DumpConfig
 from .staging import PinnedRing, map_shared, tensor_at
+from .writer import DumpStartupError, DumpWriter
 
 
 def _dtype(name: str):
@@ -24,7 +27,6 @@ def _dtype(name: str):
 
 
 def _batch_from(msg: m.Batch, ring: PinnedRing, seg_bufs: list):
-    from .assemble import ChunkBatch
 
     def get(k):
         f = msg.fields[k]
@@ -45,8 +47,6 @@ def _batch_from(msg: m.Batch, ring: PinnedRing, seg_bufs: list):
 
 
 def child_main(sock_fd: int, ring_fd: int, ring_bytes: int, name: str) -> int:
-    from .config import DumpConfig
-    from .writer import DumpStartupError, DumpWriter
 
     sock = socket.socket(fileno=sock_fd)
     conn = Connection(os.dup(sock_fd))

@@ -29,10 +29,12 @@ from multiprocessing.reduction import sendfds
 
 from .. import envs
 from .._log import log_once, logger
+from ..patch_table import ENV_ENABLE
 from . import writer_messages as m
 from .backpressure import Budget, ForwardThreadApi
 from .manifest import read_manifest
 from .staging import PinnedRing, SharedMemory, region_size
+from .writer import validate_dump_root
 
 START_TIMEOUT_S = 300
 
@@ -48,8 +50,6 @@ class ProcessDumpWriter(ForwardThreadApi):
 
     def __init__(self, cfg, meta: dict, name: str = "dp0", pin: bool = False):
         """pin: page-lock the shared staging memory (a CUDA model: asynchronous device->host copies)."""
-        from ..patch_table import ENV_ENABLE
-        from .writer import validate_dump_root
 
         self.cfg, self.name = cfg, name
         self.root = validate_dump_root(cfg.dump_dir)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..draft import errors as E
+from ..draft.check import check_draft
+from ..draft.hub import resolve
 from .nccl import Decision
 
 EAGLE3 = {"EAGLE3"}
@@ -27,7 +30,6 @@ def precheck(algorithm: str | None, draft: str | None, target: str | None, versi
     dtype: SGLang's --dtype; an explicit one runs draft and target alike, so no dtype mismatch can arise."""
     if not draft or (algorithm or "").upper() not in EAGLE3:
         return None
-    from ..draft.hub import resolve
 
     local, hub_id, note = resolve(draft)
     if local is None:  # a hub id not in the local cache (never downloaded here), or no such directory
@@ -36,8 +38,6 @@ def precheck(algorithm: str | None, draft: str | None, target: str | None, versi
     if not version:
         return Decision(NAME, "skipped", "SGLang not installed here, its key layout is unknown", kind="check",
                         action="warn")
-    from ..draft import errors as E
-    from ..draft.check import check_draft
 
     rep = check_draft(local, target=target if target and Path(target).is_dir() else None, sglang_version=version,
                       scan_values=scan_values, progress=True)

@@ -16,6 +16,7 @@ from typing import Mapping
 
 from .. import envs
 from ..boundary import BadInput, NotWritable, writable_dir
+from ..dump.config import DumpConfigError, pending_budget_bytes
 from .errors import LaunchError
 from .nccl import Decision, env_decision
 
@@ -68,7 +69,6 @@ def _folder(flag: str | None, env: Mapping[str, str], preset, preset_value: str 
 def _check_budget(env: Mapping[str, str]) -> None:
     """The host memory the dump's writer pins at start-up: above this machine's memory every scheduler would
     fail then; a dry run refuses it as the launch would."""
-    from ..dump.config import DumpConfigError, pending_budget_bytes
 
     if not envs.is_set(envs.DUMP_MAX_PENDING_MB, env):
         return

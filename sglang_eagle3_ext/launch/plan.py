@@ -14,8 +14,11 @@ import sys
 from typing import Mapping
 
 from .. import envs
+from ..boundary import BadInput
 from ..patch_table import ENV_ENABLE
+from ..tiny import deepseek_v3 as tiny
 from . import dump_dir, eager_prefill, nccl, presets, profile_choice, server_args, topology
+from .draft_precheck import DraftCheckFailed, precheck
 from .errors import LaunchError
 from .settings import Counts, crude_dests, value
 from .topology import Topology
@@ -188,7 +191,6 @@ def _ask(ours, rest: list[str], env) -> tuple[_Asked, str, str | None]:
 
 def _resolve_builtin(args: list[str], dry_run: bool) -> tuple[list[str], str, str | None]:
     """Replace builtin:NAME model paths by the real folder; (args, note, folder to make)."""
-    from ..tiny import deepseek_v3 as tiny
 
     out, note, make = [], "model: as given", None
     for tok in args:
@@ -235,7 +237,6 @@ def _nccl_decisions(a: _Asked, group: Topology, choice, tp: int, nnodes: int, lo
 
 
 def _topology(path: str | None) -> Topology:
-    from ..boundary import BadInput
 
     if not path:
         return topology.detect()
@@ -246,7 +247,6 @@ def _topology(path: str | None) -> Topology:
 
 
 def _draft_precheck(a: _Asked) -> list[nccl.Decision]:
-    from .draft_precheck import DraftCheckFailed, precheck
 
     try:
         d = precheck(a.get("speculative_algorithm"), a.get("speculative_draft_model_path"), a.get("model_path"),

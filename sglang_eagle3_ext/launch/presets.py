@@ -34,6 +34,7 @@ from .preset_schema import (
     ext_text,
     unique_key_loader,
 )
+from .server_args import installed_field_names
 
 BUILTIN_PREFIX = "builtin:"
 BUILTIN_MODELS = ("tiny-deepseek-v3", "tiny-kimi-k25")   # made by tiny/builtin.ensure_builtin
@@ -165,7 +166,6 @@ def check_values(preset: Preset, parser: argparse.ArgumentParser) -> None:
 def server_args_fields():
     """(field names, version) of the installed SGLang's ServerArgs; ImportError without SGLang."""
     from ..versions import installed_version
-    from .server_args import installed_field_names
 
     return installed_field_names(), installed_version() or "?"
 
@@ -247,7 +247,6 @@ def quiet_parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Na
 def _with_field_names(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> argparse.Namespace:
     """Each value also under its flag's field name where the parser stores it elsewhere (0.5.10: `--tp-size` ->
     tensor_parallel_size, which SGLang maps back to tp_size), so settings are read by field name on every release."""
-    from .server_args import installed_field_names
 
     fields = set(installed_field_names())
     for a in parser._actions:

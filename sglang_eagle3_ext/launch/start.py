@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sys
 
+from .._activate import apply
 from . import nccl
+from .dump_dir import make
 from .errors import LaunchError
 from .plan import LAUNCH_MODULE, Plan
 
@@ -13,7 +15,6 @@ def prepare(plan: Plan, child_env: dict, preflight: bool, preflight_timeout: flo
     """Everything before SGLang starts, a refusal first: make the dump folder, run the preflight (its fallback
     joins the plan's decisions and environment), make the built-in tiny model. `child_env`: the environment
     SGLang's processes will have."""
-    from .dump_dir import make
 
     make(plan.dump_dir)   # first: a refusal costs nothing yet
     if preflight:
@@ -58,7 +59,6 @@ def run_sglang(plan: Plan) -> None:
     """
     import runpy
 
-    from .._activate import apply
 
     apply()
     sys.argv = [LAUNCH_MODULE, *plan.sglang_args]

@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 
 from ..boundary import BadInput, Refused, check_type, field, list_of, read_json_file
+from ..dump.sample_file import write_json_atomic
 
 CURSOR_FILE = "refresh_cursor.json"
 LOCK_FILE = "refresh_cursor.lock"
@@ -66,7 +67,6 @@ class Cursor:
         self.finish(entry, bool(entry.get("accepted")))
 
     def _write(self) -> None:
-        from ..dump.sample_file import write_json_atomic
 
         write_json_atomic(self.path, {"format": FORMAT, "version": VERSION, "used": self.used,
                                       "refreshes": self.history, "pending": self.pending})

@@ -9,6 +9,7 @@ import hashlib
 import math
 
 from ..boundary import BadInput, Refused
+from ..dump.manifest import read_manifest
 
 
 @dataclasses.dataclass
@@ -36,7 +37,6 @@ def _finite(v) -> float | None:
 def select(dump_dir, consumed: set, heldout_fraction: float, max_accept_len: float | None = None) -> Selection:
     """The unused samples of `dump_dir`; with `max_accept_len`, only those whose request's own accept length
     (recorded by a dump while serving EAGLE-3) was below it."""
-    from ..dump.manifest import read_manifest
 
     try:
         records = read_manifest(dump_dir)

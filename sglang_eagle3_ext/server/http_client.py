@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from ..boundary import Refused
+from ..boundary import BadInput, Refused, parse_json
 
 MAX_REPLY_BYTES = 256 << 20
 RETRY_STATUS = (502, 503, 504)
@@ -157,7 +157,6 @@ class Server:
             raise ServerError(f"{where}: HTTP {status}: {_text(body)[:300]}")
         if text:
             return _text(body)
-        from ..boundary import BadInput, parse_json
 
         try:
             return parse_json(body, where, "reply", expect=None) if body.strip() else {}

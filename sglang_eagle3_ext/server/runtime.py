@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 from .._log import logger
+from ..boundary import read_json_file
+from .hf_cache import local_dir
 
 
 def server_args():
@@ -31,8 +33,6 @@ def read_config(path) -> dict | None:
     fetched it before building the draft), else None (nothing is fetched here)."""
     if not path:
         return None
-    from ..boundary import read_json_file
-    from .hf_cache import local_dir
 
     p = (local_dir(path) or Path(os.path.expanduser(str(path)))) / "config.json"
     try:   # a regular file holding an object: a FIFO would block, a list has no keys to read

@@ -11,6 +11,10 @@ import json
 import os
 from pathlib import Path
 
+from .. import envs
+from .._log import log_once
+from ..files.outdir import OutputDirRefused, read_marker, writing
+
 # Keys SGLang's deepseek_v2 reads that transformers does not write.
 SGLANG_EXTRA_KEYS = {"moe_layer_freq": 1, "topk_method": "noaux_tc", "scoring_func": "sigmoid", "ep_size": 1,
                      "norm_topk_prob": True, "num_nextn_predict_layers": 0, "aux_loss_alpha": 0.001,
@@ -55,7 +59,6 @@ TARGETS = {
 
 
 def default_dir() -> Path:
-    from .. import envs
 
     return Path(envs.get(envs.CACHE)) / "tiny-deepseek-v3"
 
@@ -126,8 +129,6 @@ def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, bran
         return out
     import torch
 
-    from .._log import log_once
-    from ..files.outdir import OutputDirRefused, writing
 
     log_once("tiny", "making the tiny DeepSeek-V3 target in %s (first use, ~20 s)", out)
     try:
@@ -157,7 +158,6 @@ def reuse_existing(out: Path, tool: str, settings: dict) -> bool:
     settings is refused rather than served as if it were the one asked for."""
     if not (out / ".complete").exists():
         return False
-    from ..files.outdir import OutputDirRefused, read_marker
 
     try:
         marker = read_marker(out)

@@ -18,6 +18,8 @@ import json
 import os
 from pathlib import Path
 
+from .._log import log_once
+from ..files.outdir import OutputDirRefused, writing
 from .deepseek_v3 import PREDICTABLE, ensure_tiny_target, reuse_existing
 from .deepseek_v3 import default_dir as _target_dir
 
@@ -130,8 +132,6 @@ def ensure_tiny_kimi_target(out: str | os.PathLike | None = None, seed: int = 0,
     import torch
     from safetensors.torch import load_file, save_file
 
-    from .._log import log_once
-    from ..files.outdir import OutputDirRefused, writing
 
     log_once("tiny-kimi", "making the tiny Kimi-K2.5 target in %s (first use)", out)
     try:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..files.outdir import writing
+
 
 def make_speculators_draft(out, *, hidden: int = 64, vocab: int = 128, draft_vocab: int = 64,
                            aux_ids=(1, 2, 3), n_layers: int = 1, heads: int = 4, kv_heads: int = 2,
@@ -41,7 +43,6 @@ def make_speculators_draft(out, *, hidden: int = 64, vocab: int = 128, draft_voc
             model.t2d[hot] = True
     if dtype is not None:
         model = model.to(dtype)
-    from ..files.outdir import writing
 
     with writing(out, tool="tiny speculators draft", flag="out", replace=True) as tmp:   # never over a user's dir
         model.save_pretrained(tmp)
@@ -65,7 +66,6 @@ def write_target_config(out, *, hidden: int = 64, vocab: int = 128, layers: int 
     """A target-model config.json only (enough for the draft/target consistency rules)."""
     import json
 
-    from ..files.outdir import writing
 
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
            "intermediate_size": 2 * hidden, "num_hidden_layers": layers, "num_attention_heads": 4,

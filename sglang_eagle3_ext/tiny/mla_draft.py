@@ -13,6 +13,9 @@ import json
 from pathlib import Path
 
 from ..draft.arch import mla
+from ..draft.keys import Layout
+from ..draft.rules import expected_shapes, spec_from_config
+from ..files.outdir import writing
 
 
 # Kimi-K2's rope_scaling type (SGLang's MLA runs it as deepseek_yarn; on CPU it needs one); factor 1: plain RoPE.
@@ -44,8 +47,6 @@ def mla_tensors(cfg: dict, seed: int = 0) -> dict:
     """Checkpoint tensors (published layout) for `cfg`, shapes from the same rules the loader checks."""
     import torch
 
-    from ..draft.keys import Layout
-    from ..draft.rules import expected_shapes, spec_from_config
 
     layout = Layout(release="offline", midlayer=False, fc_norm=True, input_norm=False, norm_output=True,
                     capture_always_plus_one=False, flags=frozenset({mla.REQUIRES}))
@@ -72,7 +73,6 @@ def write_draft(out, cfg: dict, tensors: dict) -> Path:
     """Write (or rewrite, when `out` is one made here) a draft; a directory of anyone else's is refused."""
     from safetensors.torch import save_file
 
-    from ..files.outdir import writing
 
     with writing(out, tool="tiny mla draft", flag="out", replace=True) as tmp:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / "model.safetensors"),

@@ -15,6 +15,12 @@ import sys
 from pathlib import Path
 
 from ..boundary import BadInput
+from ..dump.assemble import ChunkBatch
+from ..dump.client_files import read_samples
+from ..dump.config import GENERATED_FILE, DumpConfig
+from ..dump.manifest import sanitize_id
+from ..dump.start import build_meta, make_writer
+from ..server.startup import StartupContext
 
 BATCH = 8                     # prompts per forward pass: the MoE's per-expert loop runs once per batch
 
@@ -29,7 +35,6 @@ def random_prompts(count: int, vocab_size: int, seed: int) -> list[tuple[str, li
 def file_prompts(path: Path, count: int, vocab_size: int) -> list[tuple[str, list[int]]]:
     """The first `count` prompts of a `dump run --data` file; token ids only (the tiny target has no
     tokenizer); BadInput naming the file and line otherwise."""
-    from ..dump.client_files import read_samples
 
     samples, _bad, _dups = read_samples(path, limit=count, strict=True)
     out = []
@@ -96,11 +101,6 @@ def write_sample_dump(target: Path, dump_dir: Path, prompts_file: Path | None = 
     import torch
     from transformers import DeepseekV3ForCausalLM
 
-    from ..dump.assemble import ChunkBatch
-    from ..dump.config import GENERATED_FILE, DumpConfig
-    from ..dump.manifest import sanitize_id
-    from ..dump.start import build_meta, make_writer
-    from ..server.startup import StartupContext
 
     refuse_used_folder(dump_dir)
     model = DeepseekV3ForCausalLM.from_pretrained(target, dtype=torch.float32).eval()

@@ -11,6 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from .. import envs
+from ..boundary import BadInput, field, read_json_file
+from ..files import outdir
+from ..files.outdir import read_marker
 from .distributed import World, barrier, on_main
 from .report import TrainDraftError, say
 
@@ -37,7 +41,6 @@ class Publisher:
 
     def publish(self, build: Callable[[Path], None]) -> None:
         """build(tmp) fills the new output; it replaces --out when complete."""
-        from ..files import outdir
 
         def write():
             # after the first write --out holds this run's own output, which the next one replaces
@@ -61,8 +64,6 @@ def write_state(ckpt: Path, state: dict) -> None:
 def read_resume_point(out, resume: bool) -> dict | None:
     """The state to resume from in --out (None: start afresh, said once). TrainDraftError when --out holds an
     output of train that cannot be resumed, naming why."""
-    from ..boundary import BadInput, field, read_json_file
-    from ..files.outdir import read_marker
 
     out = Path(out)
     if not resume:
@@ -113,7 +114,6 @@ def check_identity(state: dict | None, identity: dict) -> None:
 
 def maybe_stop(epochs_done: int, epochs: int) -> None:
     """The testing aid SGLANG_EAGLE3_EXT_TRAIN_STOP_AFTER_EPOCHS: stop as if interrupted (--out is complete)."""
-    from .. import envs
 
     n = envs.get(envs.TRAIN_STOP_AFTER_EPOCHS)
     if n is not None and epochs_done >= n and epochs_done < epochs:

@@ -7,7 +7,9 @@ import os
 import re
 from pathlib import Path
 
+from ..boundary import BadInput, list_of, read_json_file
 from .report import TrainDraftError, say
+from .samples import SampleSpec, load_sample
 
 META_FILES = ("metadata.json", "sge3_dump_meta.json", "dump_meta.json")
 META_KEYS = ("hf_hidden_state_indices", "layer_indices_hf", "eagle_aux_hidden_state_layer_ids",
@@ -40,7 +42,6 @@ def read_layer_ids_from_metadata(data: Path) -> tuple[list[int] | None, str | No
     """The aux layer ids recorded beside the files (the first metadata file that names them). A metadata file
     that is there but unreadable, or whose ids are not integers >= 0, is refused: falling back to a default
     would train on other layers than the files hold."""
-    from ..boundary import BadInput, list_of, read_json_file
 
     for d in (data, data / "hidden_states"):
         for name in META_FILES:
@@ -116,7 +117,6 @@ def prepare_data(data: Path, hs_files: list[Path], prep: Path, n_slots_expected:
     seq_len) + token_freq.pt into `prep`."""
     import torch
 
-    from .samples import SampleSpec, load_sample
 
     existing = _existing_loss_masks(data, len(hs_files))
     rows = {"input_ids": [], "loss_mask": [], "seq_len": []}

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
+from .. import envs
+from .._log import log_once
 from .report import TrainDraftError, set_quiet
 
 
@@ -48,7 +50,6 @@ def current() -> World:
 
 def torchrun_env() -> tuple[int, int, int] | None:
     """(rank, world size, local rank) as torchrun sets them; None outside torchrun."""
-    from .. import envs
 
     names = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
     raw = [envs.external(n) for n in names]
@@ -70,7 +71,6 @@ def _join(device: str, rank: int, size: int, local: int) -> World:
     import torch
     import torch.distributed as dist
 
-    from .._log import log_once
 
     backend = "nccl" if device.startswith("cuda") else "gloo"
     if device.startswith("cuda"):

@@ -19,7 +19,16 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ..boundary import BadInput
+from ..draft import convert, keys, rules
+from ..draft.errors import DraftError
+from ..draft.keys import LAYER, ignored_reason, layout_for_version
+from ..draft.safetensors_io import scan_headers
+from ..versions import SUPPORTED_MAX
+from .data import parse_layer_ids, read_layer_ids_from_metadata
+from .distributed import torchrun_env
 from .report import TrainDraftError, say
+from .target_view import text_config
 
 FIX_SHAPE = ("--init-from needs a draft of the same shape: same --num-layers/--intermediate-size/--draft-vocab-size/"
              "target")
@@ -51,7 +60,6 @@ class InitDraft:
         target's vocabulary."""
         from safetensors import safe_open
 
-        from ..draft import rules
 
         out, problems = {}, []
         for canon, info in sorted(self.infos.items()):
@@ -82,17 +90,12 @@ def _refuse(where: str, problems: list, fix: str) -> None:
 def _layout():
     """Training reads drafts as the newest supported release names them (what an installed release reads is
     `check`'s business, not the trainer's)."""
-    from ..draft.keys import layout_for_version
-    from ..versions import SUPPORTED_MAX
 
     return layout_for_version(SUPPORTED_MAX)
 
 
 def _config(d: Path, where: str):
     """(SGLang-shaped config, source format, rules' spec) of DIR; TrainDraftError naming the fix."""
-    from ..boundary import BadInput
-    from ..draft import convert, rules
-    from ..draft.errors import DraftError
 
     if not d.is_dir():
         raise TrainDraftError(f"{where}: not a folder; point it at a draft's folder (config.json + *.safetensors)")
@@ -115,7 +118,6 @@ def _config(d: Path, where: str):
 def _ignorable(canon: str, spec) -> str | None:
     """Why a DIR tensor is not loaded (None: it is): the target's own tensors, which every run takes from the
     target; the input_layernorm SGLang's layers >= 1 hold but never use."""
-    from ..draft.keys import LAYER, ignored_reason
 
     if canon in ("d2t", "t2d"):
         return None
@@ -130,8 +132,6 @@ def _ignorable(canon: str, spec) -> str | None:
 
 def read_draft(path, target_cfg: dict) -> InitDraft:
     """DIR's config and every tensor header, checked against its own config and against the target."""
-    from ..draft import keys, rules
-    from ..draft.safetensors_io import scan_headers
 
     d = Path(path)
     where = f"--init-from {d}"
@@ -188,8 +188,6 @@ def resolve_options(opts):
     """`opts` with the layout and shape settings of DIR (--init-from): each flag left out takes DIR's value (said
     once); a flag given otherwise is refused, as is a DIR whose HF indices are unknown without --layer-ids, or
     whose indices differ from those recorded beside --data."""
-    from .data import parse_layer_ids, read_layer_ids_from_metadata
-    from .target_view import text_config
 
     try:
         tcfg = text_config(Path(opts.target))
@@ -230,7 +228,6 @@ def resolve_options(opts):
 
 def _main_process() -> bool:
     """Rank 0 (or no torchrun): the one that prints (this runs before the process group is joined)."""
-    from .distributed import torchrun_env
 
     try:
         env = torchrun_env()
@@ -269,7 +266,6 @@ def _mapping(sd: dict, init: InitDraft) -> None:
 
 def speculators_state_dict(init: InitDraft) -> dict:
     """DIR's tensors under speculators' Eagle3DraftModel names, d2t/t2d as its buffers hold them."""
-    from ..draft.keys import LAYER
 
     sd = {}
     for k, v in init.tensors().items():

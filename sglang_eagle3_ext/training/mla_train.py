@@ -17,7 +17,13 @@ import json
 from pathlib import Path
 
 from ..draft.arch import mla
+from ..draft.keys import HF_INDICES_FIELD
 from ..draft.nets.mla import MLA_KEYS, Eagle3MLADraft, rope_scaling_of
+from .checkpoint import Publisher, check_identity, read_resume_point
+from .data import find_hs_dir, list_hs_files, parse_layer_ids, read_layer_ids_from_metadata
+from .distributed import current, on_main
+from .init_from import continuing_line, load_into, mla_config, mla_state_dict, read_draft, resumed_line
+from .loader import sample_length
 from .mla_step import (  # noqa: F401 - also imported
     SELF_BIAS,
     SELF_BIAS_FRACTION,
@@ -27,6 +33,9 @@ from .mla_step import (  # noqa: F401 - also imported
     step_loss,
 )
 from .options import DEFAULT_EPOCHS, TrainOptions
+from .report import TrainDraftError, require_learned, say
+from .samples import SampleSpec, check_samples
+from .selection import Keeper
 from .target_view import EMBED, HEAD, NORM, read_tensors, text_config
 
 ARCH = mla.ARCH
@@ -39,7 +48,6 @@ def mla_draft_config(target_cfg: dict, layer_ids: list[int], intermediate_size: 
     if missing:
         raise ValueError(f"the target config has no {missing[0]}: an MLA draft copies the target's MLA geometry "
                          f"(use --draft-arch llama for a non-MLA target)")
-    from ..draft.keys import HF_INDICES_FIELD
 
     cfg = {k: target_cfg[k] for k in MLA_KEYS if k in target_cfg}
     h = int(target_cfg["hidden_size"])
@@ -74,8 +82,6 @@ def load_checkpoint(path: Path):
 
 def _inputs(a: TrainOptions) -> dict:
     """What rank 0 reads once: the target's config, the files, the layer ids (the same rules as the Llama route)."""
-    from .data import find_hs_dir, list_hs_files, parse_layer_ids, read_layer_ids_from_metadata
-    from .report import TrainDraftError
 
     data, target = Path(a.data), Path(a.target)
     try:
@@ -103,9 +109,6 @@ def _inputs(a: TrainOptions) -> dict:
 def _check_and_measure(a: TrainOptions, got: dict, world) -> list[int]:
     """Every rank checks its share of the files (training/samples.py); the lengths come from the headers."""
     from .distributed import agree, on_main
-    from .loader import sample_length
-    from .report import say
-    from .samples import SampleSpec, check_samples
 
     tcfg, files, layer_ids = got["tcfg"], got["files"], got["layer_ids"]
     spec = SampleSpec(len(layer_ids) + 1, int(tcfg["hidden_size"]), int(tcfg["vocab_size"]),
@@ -117,7 +120,6 @@ def _check_and_measure(a: TrainOptions, got: dict, world) -> list[int]:
 def _split(a: TrainOptions, lengths: list[int]) -> tuple[list[int], list[int]]:
     """(train, val) file indices: the layout's held-out files validate (draft/arch/mla.heldout); a training sample needs
     --ttt-steps + 2 tokens (fewer: skipped, said once)."""
-    from .report import say
 
     n = len(lengths)
     n_val = n - mla.heldout(n, a.train_ratio)[0]
@@ -172,10 +174,6 @@ def train_from_options(a: TrainOptions, rule: dict) -> dict:
     import functools
 
     from . import mla_loop, sharding
-    from .checkpoint import Publisher, check_identity, read_resume_point
-    from .distributed import current, on_main
-    from .report import TrainDraftError, require_learned, say
-    from .selection import Keeper
 
     world, target, out = current(), Path(a.target), Path(a.out)
     got = on_main(lambda: _inputs(a), world)
@@ -227,7 +225,6 @@ def _init_from(a: TrainOptions, tcfg: dict, cfg: dict):
     every rank reads DIR (the draft is small)."""
     if a.init_from is None:
         return None, cfg
-    from .init_from import mla_config, read_draft
 
     init = read_draft(a.init_from, tcfg)
     return init, mla_config(init, cfg)
@@ -236,8 +233,6 @@ def _init_from(a: TrainOptions, tcfg: dict, cfg: dict):
 def _load_init(init, model, state, a: TrainOptions) -> None:
     """DIR's weights into the model, all of them (the embeddings stay the target's), unless --resume continues
     from the run's own checkpoint."""
-    from .init_from import continuing_line, load_into, mla_state_dict, resumed_line
-    from .report import say
 
     if state is not None:
         say(resumed_line(init, a.out))

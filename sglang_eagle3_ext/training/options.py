@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from .report import TrainDraftError
+from .selection import check_options
 
 DEFAULT_EPOCHS = 10
 RUN_DIR = "_speculators_run"
@@ -98,7 +99,6 @@ class TrainOptions:
         for name in ("force", "resume", "dry_run", "keep_checkpoints"):
             if not isinstance(getattr(self, name), bool):
                 raise TrainDraftError(f"{_flag(name)} {getattr(self, name)!r}: expected True or False")
-        from .selection import check_options
 
         check_options(self)
 

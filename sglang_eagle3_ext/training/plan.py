@@ -12,17 +12,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..boundary import BadInput
 from ..draft import arch as layouts
+from . import sharding
+from .data import find_hs_dir, list_hs_files, parse_layer_ids, read_layer_ids_from_metadata
+from .distributed import torchrun_env
+from .loader import sample_length
 from .options import TrainOptions
 from .report import TrainDraftError
+from .target_view import text_config
 
 GIB = 2 ** 30
 ADAMW_STATES = 2
 
 
 def _target_config(a: TrainOptions) -> dict:
-    from ..boundary import BadInput
-    from .target_view import text_config
 
     try:
         return text_config(Path(a.target))
@@ -31,7 +35,6 @@ def _target_config(a: TrainOptions) -> dict:
 
 
 def _world_size(a: TrainOptions) -> int:
-    from .distributed import torchrun_env
 
     if a.world_size is not None:
         return a.world_size
@@ -40,7 +43,6 @@ def _world_size(a: TrainOptions) -> int:
 
 
 def _aux_layers(a: TrainOptions) -> int:
-    from .data import parse_layer_ids, read_layer_ids_from_metadata
 
     ids = parse_layer_ids(a.layer_ids)
     if ids is None and a.data is not None:
@@ -52,8 +54,6 @@ def _lengths(a: TrainOptions) -> list[int]:
     """The samples' lengths from their headers (none without --data)."""
     if a.data is None:
         return []
-    from .data import find_hs_dir, list_hs_files
-    from .loader import sample_length
 
     try:
         return [sample_length(p) for p in list_hs_files(find_hs_dir(Path(a.data)))]
@@ -79,7 +79,6 @@ def plan_draft(a: TrainOptions) -> dict:
     """The plan of the run `a` describes (nothing is trained or written)."""
     import torch
 
-    from . import sharding
 
     tcfg = _target_config(a)
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")

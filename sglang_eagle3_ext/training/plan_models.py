@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import contextlib
 
+from .memory_trace import trace_step
+from .mla_step import SELF_BIAS, step_loss
+from .speculators_train import draft_layer_config
+
 F32, BF16 = 4, 2
 
 
@@ -35,8 +39,6 @@ def mla_step(a, tcfg: dict, K: int, T: int, device: str, world: int = 1) -> dict
     import torch
 
     from ..draft.nets.mla import Eagle3MLADraft
-    from .memory_trace import trace_step
-    from .mla_step import SELF_BIAS, step_loss
     from .mla_train import mla_draft_config
 
     cfg = mla_draft_config(tcfg, list(range(1, K + 1)), a.intermediate_size)
@@ -76,7 +78,6 @@ def _llama_model(a, tcfg: dict, K: int):
     from speculators.proposals.greedy import GreedyTokenProposalConfig
     from transformers import LlamaConfig
 
-    from .speculators_train import draft_layer_config
 
     dc = draft_layer_config(tcfg, num_layers=a.num_layers, intermediate_size=a.intermediate_size,
                             head_dim=a.head_dim, max_position_embeddings=a.max_position_embeddings)
@@ -99,7 +100,6 @@ def llama_step(a, tcfg: dict, K: int, T: int, device: str, world: int) -> dict:
     import torch
     from speculators.models.eagle3.core import Eagle3DraftModel
 
-    from .memory_trace import trace_step
 
     model = _llama_model(a, tcfg, K)
     params, buffers = _count(model), _buffer_bytes(model)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ..boundary import BadInput, regular_file
 from ..dump.sample_file import token_id_problem
 from .report import TrainDraftError
 
@@ -34,7 +35,6 @@ def _refuse(path: Path, problem: str):
 def _read(path: Path):
     from safetensors import safe_open
 
-    from ..boundary import BadInput, regular_file
 
     try:
         regular_file(path, "sample file")          # a FIFO would block the reader

@@ -19,7 +19,9 @@ import os
 import shutil
 from pathlib import Path
 
+from ..boundary import BadInput, field
 from ..files.outdir import link_or_copy
+from .data import find_hs_dir, list_hs_files
 from .report import TrainDraftError, say
 
 SELECT_BY = ("last", "predicted-accept")
@@ -47,7 +49,6 @@ def check_options(opts) -> None:
 def _need_heldout(opts) -> None:
     """Scoring needs samples the run does not train on: both routes hold out the files past
     int(n * --train-ratio), none of a single sample (the MLA route trains on it, the Llama route refuses it)."""
-    from .data import find_hs_dir, list_hs_files
 
     ratio = opts.train_ratio
     if isinstance(ratio, (int, float)) and ratio >= 1:
@@ -78,7 +79,6 @@ def _shown(score: float | None) -> str:
 
 def read_record(raw, epochs_done: int, where: str) -> dict:
     """The selection entry of a checkpoint's state.json, checked (BadInput naming `where` and the key)."""
-    from ..boundary import BadInput, field
 
     field({RECORD: raw}, RECORD, dict, where)
     field(raw, "select_by", str, where, choices=SELECT_BY)
@@ -120,7 +120,6 @@ class Keeper:
         return keeper
 
     def _resume(self, state: dict) -> None:
-        from ..boundary import BadInput
 
         done = state.get("epochs_done") if isinstance(state.get("epochs_done"), int) else 1
         raw = state.get(RECORD)

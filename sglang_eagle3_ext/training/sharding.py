@@ -15,6 +15,9 @@ from __future__ import annotations
 import json
 import os
 
+from .. import envs
+from .report import TrainDraftError
+
 EMPTY = None      # an empty micro-batch slot in a sample step
 
 
@@ -56,7 +59,6 @@ def packed_steps(order: list[int], lengths: list[int], max_len: int, G: int) -> 
 
 def accumulation(global_batch: int | None, world_size: int) -> tuple[int, int]:
     """(G, A): micro-batches per optimizer step over all ranks, and per rank. None: one per rank."""
-    from .report import TrainDraftError
 
     G = world_size if global_batch is None else global_batch
     if G % world_size:
@@ -80,7 +82,6 @@ class Recorder:
     SAMPLES names (one JSON line per rank and epoch; a testing aid: each sample once per epoch over all ranks)."""
 
     def __init__(self, rank: int):
-        from .. import envs
 
         self.path = envs.get(envs.TRAIN_RECORD_SAMPLES)
         self.rank = rank

@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import logging
 
+from .speculators_trainer import make_trainer_class
+
 
 def _adopt(world):
     """speculators' distributed state for our process group (its getters read these module variables)."""
@@ -41,7 +43,6 @@ def applied(spec_cli, ctx):
     accelerator); `ctx`: the run (speculators_run.RunContext)."""
     import torch
 
-    from .speculators_trainer import make_trainer_class
 
     trainer_cls = make_trainer_class(spec_cli.Trainer, ctx)
     setup, destroy = _adopt(ctx.world)

@@ -87,9 +87,25 @@ import json
 import time
 from pathlib import Path
 
+from ..files.outdir import link_tree
+from . import sharding
+from .checkpoint import CKPT_DIR, Publisher, check_identity, read_resume_point
 from .data import find_hs_dir, list_hs_files, parse_layer_ids, prepare_data, read_layer_ids_from_metadata
+from .distributed import current, on_main
+from .init_from import (
+    continuing_line,
+    llama_layer_config,
+    mapping_note,
+    read_draft,
+    resumed_line,
+    speculators_state_dict,
+)
 from .options import TrainOptions
+from .progress import TrainingProgress
 from .report import TrainDraftError, require_learned, say
+from .selection import Keeper
+from .speculators_run import RunContext, build_argv, history_rows, run_speculators, summarize
+from .target_view import is_wrapper, read_tensors, text_config, verifier_view
 
 INIT_WEIGHTS = "init_from.safetensors"   # --init-from's weights in the working folder, as speculators names them
 
@@ -153,10 +169,6 @@ def _work_dir(out: Path) -> Path:
 def _prepare_on_main(a: TrainOptions, world) -> dict:
     """Rank 0: everything read once (target, data, layer ids, the resume point), written into the working folder
     every rank reads from (a shared file system under multi-node torchrun)."""
-    from ..files.outdir import link_tree
-    from . import sharding
-    from .checkpoint import CKPT_DIR, check_identity, read_resume_point
-    from .target_view import is_wrapper, read_tensors, text_config, verifier_view
 
     data, target, out = Path(a.data), Path(a.target), Path(a.out)
     target_cfg = text_config(target)     # a Kimi-K2.5 wrapper: its language model's config
@@ -213,7 +225,6 @@ def _init_from(a: TrainOptions, target_cfg: dict, work: Path, state: dict | None
     import numpy as np
     from safetensors.torch import save_file
 
-    from .init_from import continuing_line, read_draft, resumed_line, speculators_state_dict
 
     init = read_draft(a.init_from, target_cfg)
     sd = speculators_state_dict(init)
@@ -235,7 +246,6 @@ def _continue_as(init, dcfg: dict, work: Path, vocab: int) -> dict:
     import numpy as np
     import torch
 
-    from .init_from import llama_layer_config, mapping_note
 
     if (work / "d2t.npy").exists():
         d2t = torch.from_numpy(np.load(work / "d2t.npy"))
@@ -254,12 +264,6 @@ def train_llama(a: TrainOptions, rule: dict) -> dict:
         raise TrainDraftError(f"--train-ratio {a.train_ratio:g}: speculators' trainer always holds a validation share "
                               f"out; use a ratio below 1 (e.g. 0.95)")
 
-    from . import sharding
-    from .checkpoint import Publisher
-    from .distributed import current, on_main
-    from .progress import TrainingProgress
-    from .selection import Keeper
-    from .speculators_run import RunContext, build_argv, history_rows, run_speculators, summarize
 
     spec_cli, TrainConfig = _speculators()
     world, out = current(), Path(a.out)

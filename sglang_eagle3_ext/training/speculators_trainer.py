@@ -21,6 +21,8 @@ from __future__ import annotations
 import time
 
 from . import sharding
+from .distributed import barrier, current
+from .init_from import expected_of, load_into
 from .report import TrainDraftError, say
 
 
@@ -73,7 +75,6 @@ def checkpointer_class(base):
         set_optimizer_state_dict,
     )
 
-    from .distributed import barrier, current
 
     full = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
@@ -170,7 +171,6 @@ def make_trainer_class(base, ctx):
             super().setup_trainer()
 
         def setup_model(self):
-            from .init_from import expected_of, load_into
 
             # stock code: model.to(local_rank) with local_rank an int, i.e. an accelerator
             self.local_rank = torch.device("cpu") if ctx.device == "cpu" else self.local_rank

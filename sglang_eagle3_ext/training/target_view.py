@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+from ..boundary import field, read_json_file
+from ..draft.target import names_tensor
 from ..server.runtime import language_config
 
 # the language model's tensors, found as draft/target.names_tensor finds them (a wrapper prefixes them)
@@ -14,14 +16,12 @@ EMBED, HEAD, NORM = "model.embed_tokens.weight", "lm_head.weight", "model.norm.w
 
 
 def _config(target: Path) -> dict:
-    from ..boundary import read_json_file
 
     return read_json_file(Path(target) / "config.json", "target config")
 
 
 def text_config(target: Path) -> dict:
     """The language model's config, with the sizes training needs checked (BadInput naming the file)."""
-    from ..boundary import field
 
     cfg = dict(language_config(_config(target)))
     where = str(Path(target) / "config.json")
@@ -38,7 +38,6 @@ def read_tensors(target: Path, suffixes=(EMBED, HEAD, NORM)) -> dict:
     """{suffix: tensor} for the language model's embed / lm_head / final norm."""
     from safetensors import safe_open
 
-    from ..draft.target import names_tensor
 
     found: dict = {}
     for f in sorted(Path(target).glob("*.safetensors")):

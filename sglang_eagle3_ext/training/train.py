@@ -8,7 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Callable
 
+from .._log import log_once
 from ..draft import arch as layouts
+from ..files import outdir
+from . import distributed
 from .options import TrainOptions
 from .report import TrainDraftError
 
@@ -43,7 +46,6 @@ def resolve_device(device: str | None) -> str:
     """--device, or cuda when torch sees a CUDA device (said once)."""
     import torch
 
-    from .._log import log_once
 
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -61,8 +63,6 @@ def train_draft(options: TrainOptions) -> dict:
     Refusals are TrainDraftError (or files/outdir's OutputDirRefused for `out`), each naming the input and the
     fix; a draft whose validation accuracy is <= options.min_val_acc is kept in `out` and reported as a
     TrainDraftError."""
-    from ..files import outdir
-    from . import distributed
 
     options.check()
     if options.init_from is not None:   # the layout and shape are the draft's (read before any plan or route)

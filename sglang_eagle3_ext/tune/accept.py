@@ -2,12 +2,13 @@
 steps count 1..8 (acceptance/by_steps.py); topk 1 only."""
 from __future__ import annotations
 
+from ..acceptance.evaluate import Options, evaluate
+
 MAX_STEPS = 8
 
 
 def accept_lengths(draft: str, data: str, target: str, heldout_fraction: float, samples: int | None,
                    device: str | None, say=None, dry_run: bool = False) -> dict:
-    from ..acceptance.evaluate import Options, evaluate
 
     o = Options(draft=draft, data=data, target=target, steps=MAX_STEPS, heldout_fraction=heldout_fraction,
                 samples=samples, device=device, dry_run=dry_run)

@@ -10,9 +10,17 @@ import shlex
 import time
 from pathlib import Path
 
+from ..bench import prompts as P
 from ..boundary import Refused
+from . import adaptive, costmodel, plot, preset, search
 from . import backends as B
+from . import timings as T
+from .accept import accept_lengths
+from .costmodel import interp
+from .projection import ASSUMPTIONS, project
+from .search import best_per_band
 from .servers import Budget, min_budget_min
+from .timing import TimingPlan, time_backend
 
 log = logging.getLogger("sglang_eagle3_ext.tune")
 DEFAULT_BACKENDS = ("fa3", "flashmla", "flashinfer", "triton")
@@ -92,7 +100,6 @@ def _has_adaptive() -> bool:
 def plan(o: Options) -> dict:
     env = _check_inputs(o)
     shape = _target_shape(o.target)
-    from .accept import accept_lengths
 
     acc = accept_lengths(o.draft, o.data, o.target, o.heldout_fraction, o.samples, o.device, dry_run=True)
     decisions = B.decide(list(o.backends), B.gpu_capability(), shape["mla"])
@@ -123,9 +130,6 @@ def tune(o: Options) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     shape = _target_shape(o.target)
-    from . import costmodel
-    from . import timings as T
-    from .accept import accept_lengths
 
     acc = accept_lengths(o.draft, o.data, o.target, o.heldout_fraction, o.samples, o.device, say)
     accept = {int(k): v for k, v in acc["by_steps"].items() if v is not None}
@@ -147,7 +151,6 @@ def tune(o: Options) -> dict:
         raise Refused(f"no backend has a complete timing pass within --budget-min {o.budget_min}: raise it "
                       f"(one pass needs {min_budget_min():g} GPU minutes)")
     grid = costmodel.grid(models, accept, o.concurrency)
-    from . import search
 
     cands = search.top_candidates(grid, o.concurrency, o.per_band)
     measured = []
@@ -173,8 +176,6 @@ def tune(o: Options) -> dict:
 
 
 def _timing_pass(o: Options, env: dict, shape: dict, budget: Budget, out: Path, say) -> dict:
-    from ..bench import prompts as P
-    from .timing import TimingPlan, time_backend
 
     decisions = B.decide(list(o.backends), B.gpu_capability(), shape["mla"])
     if not any(d.chosen for d in decisions):
@@ -210,7 +211,6 @@ def _parts(models) -> dict:
 
 def _best(grid: list[dict], measured: list[dict], concurrency: list[int]) -> dict:
     """Per band: the measured best where something was measured, else the model's best (marked predicted)."""
-    from .search import best_per_band
 
     got = best_per_band(measured)
     out = {}
@@ -238,7 +238,6 @@ def _server_backend(best: dict) -> str:
 
 
 def _adaptive(o: Options, rep: dict, models, accept, out: Path) -> dict:
-    from . import adaptive
 
     backend = _server_backend(rep["best"])
     m = models.get(backend) or next(iter(models.values()))
@@ -252,7 +251,6 @@ def _adaptive(o: Options, rep: dict, models, accept, out: Path) -> dict:
 
 
 def _presets(o: Options, rep: dict, out: Path) -> list[str]:
-    from . import preset
 
     written = []
     figures = [f"concurrency {c}: {b['backend']} steps {b['steps']}" + (f" max-running {b['max_running']}"
@@ -276,7 +274,6 @@ def _presets(o: Options, rep: dict, out: Path) -> list[str]:
 
 
 def _projection(models, accept, best, shape) -> dict:
-    from .projection import ASSUMPTIONS, project
 
     if not all(shape.get(k) for k in ("layers", "vocab", "hidden")):
         return {"why_not": "the target's config lacks num_hidden_layers / vocab_size / hidden_size"}
@@ -294,13 +291,11 @@ def _projection(models, accept, best, shape) -> dict:
 
 
 def costmodel_verify(m, bs: int, steps: int) -> float:
-    from .costmodel import interp
 
     return interp(m.target_steps, bs * (steps + 1))
 
 
 def _plot(rep: dict, models, accept, out: Path):
-    from . import adaptive, plot
 
     cs = rep["concurrency"]
     backend = _server_backend(rep["best"])

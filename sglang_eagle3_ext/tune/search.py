@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ..bench.run import BenchOptions, benchmark
 from .servers import Budget, server_args, started
 
 GROUPED_FROM = 16          # bands from this concurrency on also try grouped admissions
@@ -42,7 +43,6 @@ def measure(cands: dict[int, list[Candidate]], target: str, draft: str, prompts_
     """Each candidate's server started once and benched at every band it is a candidate for; one target-only
     server per backend beside it. Returns [{"candidate", "concurrency", "tokens_per_s", "baseline_tokens_per_s",
     "speedup", "accept_length", "greedy_mismatches"}]."""
-    from ..bench.run import BenchOptions, benchmark
 
     by_cand: dict[Candidate, list[int]] = {}
     for c, cs in cands.items():

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from ..boundary import Refused
+from ..server.http_client import Server, ServerError
 
 LAUNCHER = "sglang_eagle3_ext.launch_server"
 # planning figures (minutes) until the run has timed its own: a Kimi-width server's start with CUDA graph capture,
@@ -120,7 +121,6 @@ class Started:
 def started(name: str, args: list[str], log_dir: Path, budget: Budget, wait_s: float = 900.0):
     """Start the launcher with `args` on a free port, wait for /health, yield Started; always stop it and
     charge the budget."""
-    from ..server.http_client import Server, ServerError
 
     port = free_port()
     log = log_dir / f"{name}.log"

@@ -6,6 +6,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ..bench.run import _bar, run_level
+from ..bench.steps import step_summary
+from ..server.http_client import Server
 from .servers import Budget, server_args, started
 
 TIMING_STEPS = (1, 3)         # two steps counts give each batch size's intercept and slope
@@ -26,8 +29,6 @@ class TimingPlan:
 
 def _level(srv, prompts: list[dict], c: int, tokens: int):
     """`2c` requests (at least 8) at concurrency c; returns bench's RunStats and the log written meanwhile."""
-    from ..bench.run import _bar, run_level
-    from ..server.http_client import Server
 
     n = max(2 * c, 8)
     batch = [prompts[i % len(prompts)] for i in range(n)]
@@ -38,7 +39,6 @@ def _level(srv, prompts: list[dict], c: int, tokens: int):
 
 def _iteration_ms(text: str, c: int, st) -> tuple[float, str]:
     """The log's median iteration at batch c; else wall time per decode round (admissions included)."""
-    from ..bench.steps import step_summary
 
     s = step_summary(text, c)
     if "iteration_ms" in s:
