@@ -86,3 +86,15 @@ def edited_draft(src, out, **changes):
     cfg.update(changes)
     (out / "config.json").write_text(json.dumps(cfg))
     return out
+
+
+def refusal_line(err: str) -> str:
+    """The line a refusal is read from: the last one written (argparse puts its usage line before it)."""
+    lines = [x for x in str(err).strip().splitlines() if x.strip()]
+    return lines[-1] if lines else ""
+
+
+def assert_names_its_input(err, *inputs) -> None:
+    """A refusal names what it refused (the file, flag, URL or key): one of `inputs` is in its line."""
+    line = refusal_line(err)
+    assert any(str(x) in line for x in inputs if str(x)), f"names none of {inputs}: {line!r}"

@@ -9,6 +9,7 @@ import string
 from pathlib import Path
 
 import pytest
+from helpers import assert_names_its_input
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_launch_hardware import command, decision_rows, launch
@@ -156,3 +157,5 @@ def test_any_dump_dir_text_exits_0_or_2_and_a_dry_run_writes_nothing(tmp_path, t
     assert sorted(str(p) for p in work.rglob("*")) == before
     if rc == 0:
         assert f"{VAR}=" in command(out)
+    else:
+        assert_names_its_input(err, "--dump-dir")

@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("speculators.train.cli")
+from helpers import assert_names_its_input  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from test_train_distributed import world  # noqa: E402,F401 - the shared module fixture
@@ -134,4 +135,6 @@ def test_any_target_config_gives_a_plan_or_a_one_line_refusal(world, tmp_path_fa
     err = capsys.readouterr().err
     assert rc in (0, 2), err
     assert rc == 0 or (len(err.strip().splitlines()) == 1 and "error:" in err), err
+    if rc == 2:
+        assert_names_its_input(err, d)
     assert sorted(p.name for p in d.iterdir()) == ["config.json"]
