@@ -158,7 +158,7 @@ def _epoch_slots(job: Job, epoch: int, first_step: int):
 def _log_step(job: Job, hist: list, t0: float, say) -> None:
     h, every, total = hist[-1], job.opts.log_every, job.sched.total
     if h["step"] == 1 or h["step"] % every == 0 or h["step"] == total:
-        say(f"step {h['step']}/{total} epoch {h['epoch']} loss={h['loss']:.4f} "
+        say(f"step {h['step']}/{total} epoch {h['epoch'] + 1} loss={h['loss']:.4f} "
             + " ".join(f"acc{k}={a:.3f}" for k, a in enumerate(h["accs"]))
             + f" elapsed={time.perf_counter() - t0:.1f}s")
 
@@ -267,7 +267,7 @@ def run(job: Job, state: dict | None, summarize, say) -> dict:
         step = _train_epoch(job, wrapped, opt, sch, epoch, step, hist, rec, t0, say)
         val = _validate(job)
         if val is not None:
-            say(f"val epoch {epoch} " + " ".join(f"acc{k}={a:.3f}" for k, a in enumerate(val)))
+            say(f"val epoch {epoch + 1} " + " ".join(f"acc{k}={a:.3f}" for k, a in enumerate(val)))
         summary = summarize(hist, val, time.perf_counter() - t0)
         _publish(job, opt, sch, epoch + 1, step, hist, summary)
         on_main(lambda e=epoch: maybe_stop(e + 1, job.sched.epochs), job.world)

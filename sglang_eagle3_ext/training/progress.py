@@ -1,7 +1,9 @@
-"""Progress lines of the speculators trainer, read from its own metric records (training/speculators_train.py)."""
+"""Progress lines of the speculators trainer, read from its own metric records (training/speculators_train.py).
+Epochs are counted from 1 for the user: speculators' records and bars count them from 0."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from .report import say
@@ -39,10 +41,22 @@ class TrainingProgress(logging.Handler):
                 tot = f"/{self.total}" if self.total else ""
                 lr = msg.get("lr")
                 lr = next(iter(lr.values())) if isinstance(lr, dict) else lr
-                say(f"step {step}{tot} epoch {msg.get('epoch')} loss={m.get('loss', float('nan')):.4f} {accs} "
+                say(f"step {step}{tot} epoch {_shown(msg.get('epoch'))} loss={m.get('loss', float('nan')):.4f} {accs} "
                     f"tok/s={m['tokens_per_s']:.0f} lr={lr:.2e} elapsed={time.perf_counter() - self.t0:.1f}s")
         elif "val" in msg:
             v = dict(msg["val"])
             self.val.append(v)
             accs = " ".join(f"acc{k}={v.get(f'full_acc_{k}_epoch', float('nan')):.3f}" for k in range(self.ttt))
-            say(f"val epoch {msg.get('epoch')} loss={v.get('loss_epoch', float('nan')):.4f} {accs}")
+            say(f"val epoch {_shown(msg.get('epoch'))} loss={v.get('loss_epoch', float('nan')):.4f} {accs}")
+
+
+def _shown(epoch):
+    return epoch + 1 if isinstance(epoch, int) else epoch
+
+
+def bar_counting_from_one(bar):
+    """speculators' `tqdm(loader, desc=f"Epoch {epoch}")` with the epoch counted from 1, as our lines count it."""
+    def numbered(iterable=None, desc=None, **kw):
+        m = re.fullmatch(r"Epoch (\d+)", desc or "")
+        return bar(iterable, desc=f"Epoch {int(m[1]) + 1}" if m else desc, **kw)
+    return numbered

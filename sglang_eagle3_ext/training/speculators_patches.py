@@ -8,6 +8,7 @@ exit, even on error.
   (training/distributed.py: gloo on CPU, which speculators' own setup refuses, nccl on CUDA), joined before
   speculators runs; speculators' topology state is pointed at it (one data-parallel group of all ranks) and
   reset after, without leaving the group, which outlives speculators' main.
+* ``speculators.train.trainer.tqdm``: its bars count epochs from 1, as our lines do (training/progress.py).
 * ``torch.accelerator.synchronize`` -> a no-op on a CPU-only torch (speculators' step timer calls it and
   it raises there). Nothing changes on CUDA.
 """
@@ -41,14 +42,17 @@ def _adopt(world):
 def applied(spec_cli, ctx):
     """speculators' cli module with our Trainer and process group swapped in (and synchronize a no-op without an
     accelerator); `ctx`: the run (speculators_run.RunContext)."""
+    import speculators.train.trainer as spec_trainer
     import torch
 
+    from .progress import bar_counting_from_one
 
     trainer_cls = make_trainer_class(spec_cli.Trainer, ctx)
     setup, destroy = _adopt(ctx.world)
     saved = (spec_cli.Trainer, spec_cli.maybe_setup_distributed, spec_cli.maybe_destroy_distributed,
-             torch.accelerator.synchronize)
+             torch.accelerator.synchronize, spec_trainer.tqdm)
     spec_cli.Trainer, spec_cli.maybe_setup_distributed, spec_cli.maybe_destroy_distributed = trainer_cls, setup, destroy
+    spec_trainer.tqdm = bar_counting_from_one(spec_trainer.tqdm)
     if torch.accelerator.current_accelerator() is None:
         torch.accelerator.synchronize = lambda *args, **kw: None
     try:
@@ -56,5 +60,5 @@ def applied(spec_cli, ctx):
     finally:
         destroy()
         (spec_cli.Trainer, spec_cli.maybe_setup_distributed, spec_cli.maybe_destroy_distributed,
-         torch.accelerator.synchronize) = saved
+         torch.accelerator.synchronize, spec_trainer.tqdm) = saved
         logging.getLogger("speculators.metrics").removeHandler(ctx.progress)

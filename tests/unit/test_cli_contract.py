@@ -121,6 +121,21 @@ def test_ctrl_c_in_train_stops_quietly_within_seconds_with_a_true_sentence(cpu_t
     assert ("not written" in said[0]) == (not (out / "config.json").is_file()), said[0]
 
 
+def test_train_counts_epochs_from_one_in_its_lines_and_bars(cpu_training_data, tmp_path):
+    """Epoch 1 is the first in the step and val lines, and in speculators' own progress bar beside them."""
+    p = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext", "train", "--data", str(cpu_training_data["data"]),
+                        "--target", str(cpu_training_data["target"]), "--out", str(tmp_path / "draft"), "--device",
+                        "cpu", "--epochs", "2", "--log-every", "1", "--total-seq-len", "128", "--num-workers", "0",
+                        "--min-val-acc", "0", "--draft-vocab-size", "512", "--intermediate-size", "256"],
+                       capture_output=True, text=True, timeout=600)
+    text = p.stdout + p.stderr
+    assert p.returncode == 0, text[-3000:]
+    said = {int(n) for n in re.findall(r"\bepoch (\d+)\b", text)}
+    shown = {int(n) for n in re.findall(r"\bEpoch (\d+)\b", text)}
+    assert said == {1, 2} and re.search(r"\bval epoch 2\b", text), (said, text[-3000:])
+    assert shown <= {1, 2}, (shown, text[-3000:])
+
+
 # ---- launch -----------------------------------------------------------------------------------------------
 @pytest.fixture
 def no_launch(monkeypatch, tmp_path):
