@@ -230,3 +230,14 @@ positive_int = at_least(int, 1, "a positive integer")
 non_negative_int = at_least(int, 0, "an integer >= 0")
 positive_float = at_least(float, 1e-9, "a positive number of seconds")
 non_negative_float = at_least(float, 0.0, "a number >= 0")
+
+
+def new_tokens(s: str) -> tuple[int, int]:
+    """'N' -> (N, N); 'LO:HI' -> (LO, HI): each request's length drawn from LO..HI."""
+    try:
+        lo, hi = (int(x) for x in s.split(":")) if ":" in s else (int(s),) * 2
+    except ValueError:
+        lo = hi = 0
+    if not 1 <= lo <= hi:
+        raise argparse.ArgumentTypeError(f"{s!r}: a positive integer N or a range LO:HI (1 <= LO <= HI), e.g. 128:896")
+    return lo, hi

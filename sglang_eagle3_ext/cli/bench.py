@@ -20,6 +20,7 @@ from ..bench import prompts as bench_prompts
 from ..bench.report import render
 from ..bench.run import MAX_CONCURRENCY, BenchOptions, benchmark
 from . import common as cli_common
+from .args import new_tokens
 from .common import CliError
 from .output import library_output
 
@@ -32,17 +33,6 @@ def _levels(s: str) -> list[int]:
     if not out or min(out) < 1 or max(out) > MAX_CONCURRENCY:
         raise argparse.ArgumentTypeError(f"{s!r}: comma-separated integers 1..{MAX_CONCURRENCY}, e.g. 1,8,32")
     return out
-
-
-def _new_tokens(s: str) -> tuple[int, int]:
-    """'N' -> (N, N); 'LO:HI' -> (LO, HI): each request's length drawn from LO..HI."""
-    try:
-        lo, hi = (int(x) for x in s.split(":")) if ":" in s else (int(s),) * 2
-    except ValueError:
-        lo = hi = 0
-    if not 1 <= lo <= hi:
-        raise argparse.ArgumentTypeError(f"{s!r}: a positive integer N or a range LO:HI (1 <= LO <= HI), e.g. 128:896")
-    return lo, hi
 
 
 def _add_prompt_flags(ap: argparse.ArgumentParser) -> None:
@@ -62,7 +52,7 @@ def _add_prompt_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seed", type=int, default=0, help="seed of the built-in prompt set")
     ap.add_argument("--vocab-size", type=cli_common.positive_int, default=4096,
                     help="token-id range of the built-in prompt set")
-    ap.add_argument("--max-new-tokens", type=_new_tokens, default="64", metavar="N|LO:HI",
+    ap.add_argument("--max-new-tokens", type=new_tokens, default="64", metavar="N|LO:HI",
                     help="greedy tokens per request (ignore_eos); LO:HI draws each request's count from that range "
                     "(seeded by --seed, the same for both servers). Fixed lengths let a server without speculation "
                     "finish and admit its requests in whole cohorts, which real traffic (answers of every "

@@ -19,7 +19,7 @@ import sys
 from ..boundary import BadInput, Refused
 from ..tune.run import DEFAULT_BACKENDS
 from . import common as cli_common
-from .bench import _new_tokens
+from .args import new_tokens
 from .output import library_output
 
 
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "predictions only")
     p.add_argument("--per-band", type=int, default=2, choices=range(1, 5), metavar="{1..4}",
                    help="candidates measured per band")
-    p.add_argument("--new-tokens", type=_new_tokens, default=(64, 1024), help="the measurements' output lengths, "
+    p.add_argument("--new-tokens", type=new_tokens, default=(64, 1024), help="the measurements' output lengths, "
                    "N or LO:HI")
     p.add_argument("--num-prompts", type=cli_common.positive_int, default=None, help="prompts per measurement")
     p.add_argument("--samples", type=cli_common.positive_int, default=64, help="held-out samples simulated")
