@@ -89,9 +89,11 @@ def edited_draft(src, out, **changes):
 
 
 def refusal_line(err: str) -> str:
-    """The line a refusal is read from: the last one written (argparse puts its usage line before it)."""
+    """The line a refusal is read from: the last "error:" line (argparse writes its usage before it, a refused
+    draft lists its problems after it), else the last line."""
     lines = [x for x in str(err).strip().splitlines() if x.strip()]
-    return lines[-1] if lines else ""
+    said = [x for x in lines if "error:" in x]
+    return (said or lines or [""])[-1]
 
 
 def assert_names_its_input(err, *inputs) -> None:

@@ -55,7 +55,9 @@ def main(argv=None) -> int:
                     log=say, report=report)
     except DraftError as e:
         head, *problems = str(e).splitlines()
-        print(cli_common.error_line("convert", head.removeprefix("convert: ")), *problems, sep="\n", file=sys.stderr)
+        said = head.removeprefix("convert: ")
+        said = said if str(a.src) in said else f"{a.src}: {said}"     # the refusal names the draft it refused
+        print(cli_common.error_line("convert", said), *problems, sep="\n", file=sys.stderr)
         if a.json:
             cli_common.write_json(a.json, {"ok": False, "src": a.src, "dst": a.dst, "refused": head,
                                            "problems": [dataclasses.asdict(p) for p in e.problems]})

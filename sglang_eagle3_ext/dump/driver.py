@@ -104,9 +104,9 @@ def _inputs(opts: RunOptions, load_tokenizer):
     tok = None
     if any(s["kind"] != "input_ids" and s["id"] not in tail.ids for s in samples):
         if not opts.target:
-            raise ClientError("text/messages lines need the target's tokenizer: pass --target DIR (the model the "
-                              "server serves; a tokenizer is never loaded from a path the server names), plus "
-                              "--trust-remote-code if its tokenizer ships code you trust; or send input_ids")
+            raise ClientError(f"--data {opts.data}: text/messages lines need the target's tokenizer: pass --target "
+                              "DIR (the model the server serves; a tokenizer is never loaded from a path the server "
+                              "names), plus --trust-remote-code if its tokenizer ships code you trust; or send input_ids")
         tok = Tokenizer(load_tokenizer(opts.target, opts.trust_remote_code))
     return samples, bad, dups, meta, tail, tok
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import acceptance_world as W
 import pytest
 import torch
+from helpers import assert_names_its_input
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -300,6 +301,7 @@ def test_any_flag_values_exit_0_or_2(world, capsys, steps, topk, tokens, frac, s
     assert rc in (0, 2) and "Traceback" not in err and "a bug" not in err, err
     if rc == 2:
         assert len(err.strip().splitlines()) == 1, err
+        assert_names_its_input(err, "--steps", "--topk", "--heldout-fraction", "--draft-tokens", "--samples")
 
 
 JSON_BITS = st.sampled_from(['{}', '[]', 'null', '{"layer_indices_hf": "x"}', '{"layer_indices_hf": [1, 2]}',
@@ -329,6 +331,8 @@ def test_any_damaged_input_exits_0_or_2_and_writes_nothing(world, capsys, which,
                               "--heldout-fraction", "1", "--device", "cpu", "--dtype", "fp32", "--quiet"], capsys)
         assert rc in (0, 2) and "Traceback" not in err and "a bug" not in err, err
         assert rc == 0 or len(err.strip().splitlines()) == 1, err
+        if rc == 2:
+            assert_names_its_input(err, f.name, f.parent)
         assert sorted((str(p), p.stat().st_mtime_ns) for p in root.rglob("*")) == before
     finally:
         shutil.rmtree(root)

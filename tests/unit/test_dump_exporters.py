@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import assume, given, settings
+from helpers import assert_names_its_input
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from sglang_eagle3_ext.cli.common import run_tool
@@ -66,12 +67,14 @@ def test_an_unregistered_format_is_refused_naming_the_formats(tmp_path, name, ca
     assert not out.exists()
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=st.text(max_size=16))
-def test_any_unregistered_format_name_is_refused(tmp_path_factory, name):
+def test_any_unregistered_format_name_is_refused(tmp_path_factory, capsys, name):
     """Whatever unregistered name follows --to: exit 2 (a usage error, never a bug's 3), nothing written."""
     assume(name not in exporters.names())
     root = tmp_path_factory.mktemp("any")
     d, out = _dump_dir(root), root / "out"
+    capsys.readouterr()
     rc = run_tool("dump", dump_main, ["export", "--dump-dir", str(d), "--to", name, "--out", str(out)])
     assert rc == 2 and not out.exists()
+    assert_names_its_input(capsys.readouterr().err, "--to")

@@ -12,6 +12,7 @@ import time
 
 import acceptance_world as W
 import pytest
+from helpers import assert_names_its_input
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -167,7 +168,7 @@ def test_any_server_reply_exits_0_or_2_and_0_only_when_plausible(world, tmp_path
             "speculative_num_draft_tokens": 4, "internal_states": [{"avg_spec_accept_length": avg}]}
     if window is not None:
         info["speculative_draft_window_size"] = window
-    rc, rep, err, _ = _served(world, tmp_path_factory.mktemp("reply"), capsys, meta, info)
+    rc, rep, err, srv = _served(world, tmp_path_factory.mktemp("reply"), capsys, meta, info)
     assert rc in (0, 2) and "Traceback" not in err and "a bug" not in err, err
     if rc == 0:
         s = rep["served"]
@@ -175,6 +176,7 @@ def test_any_server_reply_exits_0_or_2_and_0_only_when_plausible(world, tmp_path
         assert s["server_avg_spec_accept_length"] is None or 1.0 <= s["server_avg_spec_accept_length"] <= 4.0
     else:
         assert len(err.strip().splitlines()) == 1, err
+        assert_names_its_input(err, srv.url)
 
 
 class Silent:

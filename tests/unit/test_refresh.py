@@ -9,6 +9,7 @@ from pathlib import Path
 
 import acceptance_world as W
 import pytest
+from helpers import assert_names_its_input
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -67,7 +68,8 @@ def test_any_cursor_file_reads_or_is_refused(tmp_path_factory, doc):
     (d / C.CURSOR_FILE).write_text(json.dumps(doc))
     try:
         c = C.read_cursor(d)
-    except Refused:
+    except Refused as e:
+        assert_names_its_input(e, C.CURSOR_FILE)
         return
     assert all(isinstance(x, str) for x in c.consumed)
 
@@ -182,7 +184,8 @@ def test_any_recorded_accept_length_or_time_selects_or_skips(tmp_path_factory, v
     man.write_text("".join(json.dumps(r) + "\n" for r in recs))
     try:
         sel = select(dump, set(), 0.25, max_accept_len=limit)
-    except Refused:
+    except Refused as e:
+        assert_names_its_input(e, man, dump)
         return
     assert len(sel.ids) + sum(sel.skipped.values()) == 40 and len(set(sel.ids)) == len(sel.ids)
     if limit is not None:      # only finite recorded accept lengths below the limit are selected

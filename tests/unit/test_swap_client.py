@@ -8,7 +8,7 @@ import json
 
 import pytest
 from cli_fixtures import sg
-from helpers import edited_draft
+from helpers import assert_names_its_input, edited_draft
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loopback_server import FakeServer
@@ -159,7 +159,8 @@ def test_any_update_reply_is_read_or_refused(reply):
 
     try:
         ok, msg, paused = swap_reply(reply, "POST u")
-    except BadInput:
+    except BadInput as e:
+        assert_names_its_input(e, "POST u")
         return
     assert isinstance(ok, bool) and isinstance(msg, str) and isinstance(paused, int) and paused >= 0
 
@@ -175,7 +176,8 @@ def test_any_server_info_is_read_or_refused(info):
 
     try:
         states = draft_states(info, "GET i")
-    except BadInput:
+    except BadInput as e:
+        assert_names_its_input(e, "GET i")
         return
     assert states is None or all(isinstance(s, dict) for s in states)
 
@@ -186,6 +188,8 @@ def test_any_reply_is_exit_0_or_2(server, drafts, capfd, reply, status):
     server.update = lambda body: (status, reply)
     rc, _, err = sg(["swap", "--url", server.url, "--draft", str(drafts["new"]), "--no-local-check"], capfd)
     assert rc in (0, 2) and "Traceback" not in err, err
+    if rc == 2:
+        assert_names_its_input(err, server.url)
 
 
 # ---- a draft built otherwise; SGLang's record and a restart; a lost reply; local inputs first ------------------
@@ -330,7 +334,8 @@ def test_any_draft_report_is_read_or_refused(rep, last):
     rep = {**rep, "last_attempt": last}
     try:
         (state,) = draft_states({"internal_states": [{STATE_KEY: rep}]}, "GET i")
-    except BadInput:
+    except BadInput as e:
+        assert_names_its_input(e, "GET i")
         return
     assert all(isinstance(k, str) for k in state.get("build_keys") or [])
     la = state.get("last_attempt")
@@ -354,6 +359,8 @@ def test_any_server_info_after_the_swap_is_exit_0_or_2(server, drafts, capfd, af
     finally:
         server.info = first
     assert rc in (0, 2) and "Traceback" not in err, err
+    if rc == 2:
+        assert_names_its_input(err, server.url)
 
 
 @pytest.mark.parametrize("flag,value", [("--settle", "1e9"), ("--timeout", "1e12"), ("--settle", "nan"),

@@ -15,6 +15,7 @@ transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "DeepseekV3ForCausalLM"):
     pytest.skip("transformers has no DeepseekV3ForCausalLM", allow_module_level=True)
 
+from helpers import assert_names_its_input  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
@@ -284,17 +285,22 @@ def test_a_python_caller_gets_the_same_refusals(world, tmp_path, kw, words):
 _flag_values = st.sampled_from(["1", "3", "0", "-2", "2.5", "", "x", "10000000000000000000000"]) | st.text(max_size=5)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(select_by=st.none() | st.sampled_from(["last", "predicted-accept"]) | st.text(max_size=8),
        steps=st.none() | _flag_values, samples=st.none() | _flag_values,
        ratio=st.none() | st.sampled_from(["1", "0.5", "0", "nan"]))
-def test_any_selection_flags_plan_or_are_refused(world, select_by, steps, samples, ratio):
+def test_any_selection_flags_plan_or_are_refused(world, capsys, select_by, steps, samples, ratio):
     """The selection flags with --dry-run: the plan (exit 0) or a one-line refusal (exit 2), never a bug."""
     argv = ["--target", str(world["target"]), "--dry-run", "--device", "cpu", "--json", "-", "--quiet"]
     for flag, v in (("--select-by", select_by), ("--select-steps", steps), ("--select-samples", samples),
                     ("--train-ratio", ratio)):
         argv += [] if v is None else [f"{flag}={v}"]
-    assert run_tool("train", train_cli.main, argv) in (0, 2)
+    capsys.readouterr()
+    rc = run_tool("train", train_cli.main, argv)
+    assert rc in (0, 2)
+    if rc == 2:
+        assert_names_its_input(capsys.readouterr().err, "--select-by", "--select-steps", "--select-samples",
+                               "--train-ratio")
 
 
 _json = st.recursive(st.none() | st.booleans() | st.integers(-3, 5) | st.floats() | st.text(max_size=6),

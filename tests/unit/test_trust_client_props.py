@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
+from helpers import assert_names_its_input  # noqa: E402
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from trust_client_servers import Replies  # noqa: E402
@@ -48,9 +49,12 @@ def server():
     srv.close()
 
 
-def _ok(rc, capsys):
+def _ok(rc, capsys, *inputs):
+    """Any outcome but a bug; a refusal (exit 2) names one of `inputs`."""
     err = capsys.readouterr().err
     assert rc in (0, 1, 2) and "Traceback" not in err and "a bug" not in err, (rc, err)
+    if rc == 2:
+        assert_names_its_input(err, *inputs)
 
 
 @SETTINGS
@@ -61,7 +65,7 @@ def test_bench_on_any_reply(server, capsys, gen, info):
     server.routes.update({"/generate": gen, "/get_server_info": info})
     rc = run_tool("bench", bench.main, ["--url", server.url, "--quiet", "--warmup", "1", "--concurrency", "1",
                                         "--num-prompts", "1", "--max-new-tokens", "2"])
-    _ok(rc, capsys)
+    _ok(rc, capsys, server.url)
 
 
 def _dump_dir(root: Path) -> Path:
@@ -83,7 +87,7 @@ def test_dump_run_on_any_reply(server, capsys, gen, info):
         data.write_text(json.dumps({"id": "a", "input_ids": [1, 2]}) + "\n")
         rc = run_tool("dump", client.main, ["run", "--url", server.url, "--data", str(data), "--dump-dir", str(d),
                                             "--generate", "--quiet", "--wait-s", "0"])
-    _ok(rc, capsys)
+    _ok(rc, capsys, server.url)
 
 
 record = st.fixed_dictionaries({"id": st.text(min_size=1, max_size=4) | json_values,
@@ -110,7 +114,7 @@ def test_dump_status_on_any_manifest_and_status_file(capsys, lines, torn, status
         before = sorted(p.relative_to(d) for p in d.rglob("*"))
         rc = run_tool("dump", client.main, ["status", "--dump-dir", str(d)])
         assert sorted(p.relative_to(d) for p in d.rglob("*")) == before
-    _ok(rc, capsys)
+    _ok(rc, capsys, d)
 
 
 turn = st.fixed_dictionaries({}, optional={"role": st.sampled_from(["user", "assistant"]) | json_values,
@@ -144,7 +148,7 @@ def test_bench_and_dump_run_on_any_prompt_file(server, capsys, content):
         p.write_text(content)
         rc = run_tool("bench", bench.main, ["--url", server.url, "--quiet", "--warmup", "0", "--concurrency", "1",
                                             "--prompts", str(p), "--num-prompts", "2", "--max-new-tokens", "1"])
-        _ok(rc, capsys)
+        _ok(rc, capsys, p)
         rc = run_tool("dump", client.main, ["run", "--url", server.url, "--data", str(p), "--dump-dir",
                                             str(_dump_dir(Path(tmp))), "--quiet", "--wait-s", "0"])
-        _ok(rc, capsys)
+        _ok(rc, capsys, p)

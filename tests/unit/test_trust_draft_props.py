@@ -14,6 +14,7 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 pytest.importorskip("speculators")
 torch = pytest.importorskip("torch")
+from helpers import assert_names_its_input  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -68,9 +69,13 @@ def _both_tools(src: Path, capsys, *convert_flags):
     before = _snapshot(root)
     rc, out = _run("check", [str(src), "--sglang", V], capsys)
     assert rc in (0, 1, 2) and "Traceback" not in out and "a bug" not in out, out
+    if rc == 2:
+        assert_names_its_input(out, src)
     assert _snapshot(root) == before, "check wrote something"
     rc, out = _run("convert", [str(src), str(root / "out"), "--sglang", V, "--quiet", *convert_flags], capsys)
     assert rc in (0, 2) and "Traceback" not in out and "a bug" not in out, out
+    if rc == 2:
+        assert_names_its_input(out, src)
     after = {k: v for k, v in _snapshot(root).items() if k != "out" and not k.startswith("out/")}
     assert after == before, "convert wrote outside its output or changed its source"
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+from helpers import assert_names_its_input  # noqa: E402
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from trust_tree import snapshot  # noqa: E402
@@ -195,7 +196,7 @@ def samples(draw):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sample=samples(), to=st.sampled_from(["specforge", "speculators"]))
-def test_any_sample_exports_or_is_refused(tmp_path_factory, sample, to):
+def test_any_sample_exports_or_is_refused(tmp_path_factory, capsys, sample, to):
     from safetensors.torch import save_file
 
     t, header, rec = sample
@@ -206,9 +207,12 @@ def test_any_sample_exports_or_is_refused(tmp_path_factory, sample, to):
               metadata=None if header is None else {META_KEY: header})
     before = snapshot(root)
     out = root / "out"
+    capsys.readouterr()
     rc = export(d, out, to)
     event(f"exit {rc}")
     assert rc in (0, 2)
+    if rc == 2:
+        assert_names_its_input(capsys.readouterr().err, d, sample_relpath("s1"))
     after = snapshot(root)
     assert {k: v for k, v in after.items() if not k.startswith("out")} == before
     if rc == 0:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+from helpers import assert_names_its_input  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from test_trust_export import make_dump  # noqa: E402
@@ -240,15 +241,17 @@ def test_any_output_situation_is_written_whole_or_refused_untouched(tmp_path_fac
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(situation=st.sampled_from(SITUATIONS), force=st.booleans())
-def test_convert_in_any_output_situation_exits_0_or_2_and_keeps_every_other_file(tmp_path_factory, spec_draft,
+def test_convert_in_any_output_situation_exits_0_or_2_and_keeps_every_other_file(tmp_path_factory, capsys, spec_draft,
                                                                                  situation, force):
     root = tmp_path_factory.mktemp("c")
     out, inputs = _make(root, situation, source=spec_draft)
     before = snapshot(root)
+    capsys.readouterr()
     rc = _convert(inputs[0][1], out, *(["--force"] if force else []))
     assert rc in (0, 2)
     after = snapshot(root)
     if rc == 2:
+        assert_names_its_input(capsys.readouterr().err, out)
         assert after == before
         return
     assert situation in ("absent", "empty"), situation
