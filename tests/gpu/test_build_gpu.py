@@ -35,14 +35,15 @@ def test_build_prompts_to_a_served_draft_interrupted_and_resumed(tmp_path):
     target = ensure_tiny_target(tmp_path / "target", **PREDICTABLE)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     cmd = _build_cmd(tmp_path, Path(target))
-    first = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tmp_path)
+    # the stage lines (stderr) and training's step lines (stdout) in one stream, in order
+    first = subprocess.Popen(cmd, stderr=subprocess.STDOUT, stdout=subprocess.PIPE, text=True, cwd=tmp_path)
     seen = []
-    for line in first.stderr:           # an epoch checkpointed, then a real Ctrl-C mid-training
+    for line in first.stdout:           # an epoch checkpointed, then a real Ctrl-C mid-training
         seen.append(line)
-        if line.startswith("[train_draft] step") and " epoch 2 " in line:
+        if "[train_draft] step" in line and " epoch 2 " in line:
             first.send_signal(signal.SIGINT)
             break
-    rest = first.stderr.read()
+    rest = first.stdout.read()
     first.wait(120)
     (LOG_DIR / "build_first.log").write_text("".join(seen) + rest)
     assert first.returncode == 130, f"see {LOG_DIR / 'build_first.log'}"
