@@ -6,10 +6,10 @@
   trains on per step; --out written after every epoch and `--resume`;
 - `init_from` — `--init-from DIR`: continue from an existing draft's weights, vocabulary mapping and shape;
 - `selection` — which epoch's draft --out keeps (`--select-by`: the last, or the best by a per-epoch score);
-- `speculators_train` (+ `speculators_run`, `speculators_trainer`, `speculators_patches`, `progress`) — the
-  Llama layout, trained by speculators' own trainer (FSDP over ranks);
-- `mla_train` (+ `mla_loop`, `mla_step`; the module is draft/nets/mla.py) — SGLang's MLA layout (Kimi-K2.x), trained by
-  our own loop (DDP);
+- `speculators/` (`train`, `run`, `trainer`, `patches`, `progress`) — the Llama layout's route, trained by
+  speculators' own trainer (FSDP over ranks);
+- `mla/` (`train`, `loop`, `step`; the module is draft/nets/mla.py) — SGLang's MLA layout's route (Kimi-K2.x),
+  trained by our own loop (DDP);
 - `data`, `samples`, `loader`, `target_view` — the hidden-state files, each checked before training and
   streamed by a worker pool, and the target;
 - `plan` (+ `plan_models`, `memory_trace`) — `--dry-run`: sizes and memory per rank without training;

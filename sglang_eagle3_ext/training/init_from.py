@@ -353,6 +353,6 @@ _LAYER_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim", "rms_no
 
 
 def llama_layer_config(init: InitDraft, fresh: dict) -> dict:
-    """The Llama draft's layer config: a fresh run's (training/speculators_train.draft_layer_config, with DIR's
+    """The Llama draft's layer config: a fresh run's (training/speculators/train.draft_layer_config, with DIR's
     shape) with DIR's attention geometry and numerics (RoPE, norm eps), so the continued network is DIR's."""
     return {**fresh, **{k: init.cfg[k] for k in _LAYER_KEYS if init.cfg.get(k) is not None}}

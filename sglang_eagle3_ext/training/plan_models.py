@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 
 from .memory_trace import trace_step
-from .mla_step import SELF_BIAS, step_loss
-from .speculators_train import draft_layer_config
+from .mla.step import SELF_BIAS, step_loss
+from .speculators.train import draft_layer_config
 
 F32, BF16 = 4, 2
 
@@ -39,7 +39,7 @@ def mla_step(a, tcfg: dict, K: int, T: int, device: str, world: int = 1) -> dict
     import torch
 
     from ..draft.nets.mla import Eagle3MLADraft
-    from .mla_train import mla_draft_config
+    from .mla.train import mla_draft_config
 
     cfg = mla_draft_config(tcfg, list(range(1, K + 1)), a.intermediate_size)
     with torch.device("meta"):

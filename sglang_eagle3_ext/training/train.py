@@ -2,7 +2,7 @@
 library (the `train` command line calls it).
 
 Each draft layout names the route that trains it (draft/arch: TRAINING): the Llama layout is trained by
-speculators' own trainer (training/speculators_train.py), SGLang's MLA layout by ours (training/mla_train.py)."""
+speculators' own trainer (training/speculators/train.py), SGLang's MLA layout by ours (training/mla/train.py)."""
 from __future__ import annotations
 
 from collections.abc import Mapping

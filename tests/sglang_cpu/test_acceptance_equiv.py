@@ -58,7 +58,7 @@ def _mla(ext, root):
     from safetensors.torch import save_file
 
     from sglang_eagle3_ext.draft.nets.mla import Eagle3MLADraft
-    from sglang_eagle3_ext.training.mla_train import mla_draft_config, save_checkpoint
+    from sglang_eagle3_ext.training.mla.train import mla_draft_config, save_checkpoint
 
     if not ext.caps.HAS_MLA_DRAFT:
         pytest.skip(f"SGLang {ext.version} has no MLA EAGLE-3 draft class")

@@ -12,7 +12,7 @@ from helpers import cosine
 from mla_cpu import YARN, extend_batch, init_dp_attention, use_reference_attention
 
 from sglang_eagle3_ext.draft.nets.mla import Eagle3MLADraft
-from sglang_eagle3_ext.training.mla_train import load_checkpoint, mla_draft_config, save_checkpoint
+from sglang_eagle3_ext.training.mla.train import load_checkpoint, mla_draft_config, save_checkpoint
 
 pytestmark = pytest.mark.sglang
 TARGET = dict(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=6, num_attention_heads=4,

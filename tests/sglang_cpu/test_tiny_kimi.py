@@ -101,7 +101,7 @@ def test_sglang_builds_the_wrapper_and_loads_every_tensor(sglang_cpu, kimi_dir, 
 
 def _draft_dir(tmp_path, target, hf):
     """An MLA draft config as train_draft writes it (ids for the release: [1, 2, 3] as given)."""
-    from sglang_eagle3_ext.training.mla_train import mla_draft_config
+    from sglang_eagle3_ext.training.mla.train import mla_draft_config
     from sglang_eagle3_ext.training.target_view import text_config
 
     d = tmp_path / "draft"

@@ -127,7 +127,7 @@ def test_mla_draft_through_the_command(world, tmp_path, capsys):
     from safetensors.torch import save_file
 
     from sglang_eagle3_ext.draft.nets.mla import Eagle3MLADraft
-    from sglang_eagle3_ext.training.mla_train import mla_draft_config, save_checkpoint
+    from sglang_eagle3_ext.training.mla.train import mla_draft_config, save_checkpoint
 
     yarn = {"rope_type": "deepseek_yarn", "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
             "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
@@ -179,7 +179,7 @@ def test_heldout_split_is_trains_and_deterministic():
     from sglang_eagle3_ext.cli import eval as eval_cli
     from sglang_eagle3_ext.cli import train as train_cli
     from sglang_eagle3_ext.draft.arch import llama, mla
-    from sglang_eagle3_ext.training.mla_train import _split
+    from sglang_eagle3_ext.training.mla.train import _split
 
     default = eval_cli.build_parser().get_default("heldout_fraction")
     assert round(1 - default, 12) == train_cli.build_parser().get_default("train_ratio")

@@ -142,14 +142,14 @@ def test_layout_classes_exist_where_they_are_named():
 
 
 # The modules every layout goes through: a layout is named in its own module and the registry only.
-# acceptance/ and refresh/ whole; training/ but for the routes themselves (mla_*, speculators_*, plan_models) and
-# init_from's per-route readers.
+# acceptance/ and refresh/ whole; training/ but for the routes themselves (its mla/ and speculators/ folders,
+# plan_models) and init_from's per-route readers.
 NEUTRAL = ("draft/rules.py", "draft/loader.py", "draft/keys.py", "draft/config_schema.py", "draft/check.py",
            "draft/convert.py", "draft/convert_io.py", "cli/check.py", "cli/convert.py",
            *sorted(str(p.relative_to(PKG)) for d in ("acceptance", "refresh") for p in (PKG / d).glob("*.py")),
            *(f"training/{m}.py" for m in ("train", "plan", "options", "data", "samples", "loader", "sharding",
-                                          "checkpoint", "distributed", "report", "progress", "workers",
-                                          "target_view", "memory_trace")))
+                                          "checkpoint", "distributed", "report", "workers", "target_view",
+                                          "memory_trace")))
 
 
 @pytest.mark.parametrize("path", NEUTRAL)

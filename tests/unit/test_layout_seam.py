@@ -129,7 +129,7 @@ def test_a_layouts_held_out_rule_is_evals_and_its_routes():
 
 # The features that dispatch through the layout: a layout is named in draft/arch only.
 DISPATCHING = sorted(str(p.relative_to(PKG)) for pkg in ("acceptance", "training", "refresh")
-                     for p in (PKG / pkg).glob("*.py")) + ["draft/swap.py", "draft/swap_keys.py",
+                     for p in (PKG / pkg).rglob("*.py")) + ["draft/swap.py", "draft/swap_keys.py",
                                                            "draft/swap_rules.py", "draft/swap_tensors.py",
                                                            "draft/swap_client.py"]
 

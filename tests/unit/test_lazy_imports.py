@@ -15,7 +15,7 @@ HEAVY = ("torch", "sglang", "transformers", "speculators", "safetensors", "numpy
 TORCH_BY_NATURE = {
     "sglang_eagle3_ext.draft.nets.common", "sglang_eagle3_ext.draft.nets.llama", "sglang_eagle3_ext.draft.nets.mla",
     "sglang_eagle3_ext.acceptance.simulate", "sglang_eagle3_ext.acceptance.by_steps",
-    "sglang_eagle3_ext.training.mla_loop", "sglang_eagle3_ext.training.mla_train", "sglang_eagle3_ext.training.workers",
+    "sglang_eagle3_ext.training.mla.loop", "sglang_eagle3_ext.training.mla.train", "sglang_eagle3_ext.training.workers",
 }
 
 PROBE = r"""

@@ -25,7 +25,7 @@ from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
 from sglang_eagle3_ext.training import TrainDraftError, train_draft  # noqa: E402
 from sglang_eagle3_ext.training import data as training_data  # noqa: E402
 from sglang_eagle3_ext.training.options import RUN_DIR  # noqa: E402
-from sglang_eagle3_ext.training.speculators_train import draft_layer_config  # noqa: E402
+from sglang_eagle3_ext.training.speculators.train import draft_layer_config  # noqa: E402
 
 SMALL = dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_attention_heads=4,
              num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16,

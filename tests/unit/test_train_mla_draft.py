@@ -1,4 +1,4 @@
-"""train_draft --draft-arch mla (training/mla_train.py) on hidden states of the real transformers DeepSeek-V3
+"""train_draft --draft-arch mla (training/mla/train.py) on hidden states of the real transformers DeepSeek-V3
 (the world of test_train_draft.py), and both draft kinds trained against the tiny Kimi-K2.5 wrapper."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from test_train_draft import AUX, SMALL, world  # noqa: E402,F401 - the shared m
 
 from sglang_eagle3_ext.cli import train as train_cli  # noqa: E402
 from sglang_eagle3_ext.training import TrainDraftError, train_draft  # noqa: E402
-from sglang_eagle3_ext.training.mla_train import load_checkpoint  # noqa: E402
+from sglang_eagle3_ext.training.mla.train import load_checkpoint  # noqa: E402
 
 SGLANG_LAYOUT = {"embed_tokens.weight", "fc.weight", "norm.weight", "lm_head.weight",
                  "layers.0.self_attn.q_a_proj.weight", "layers.0.self_attn.q_a_layernorm.weight",

@@ -4,7 +4,7 @@ wrapper's language-model weights (the SGLang dump equals them to cosine 0.9999),
 followed by the target's greedy walk, bf16 `hs_{i}.safetensors` as `dump export --to speculators` writes them.
 Trained one sample per step, the draft sat at accuracy ~0 (GPU: 2400 steps, val_acc 0.0024, accept length
 1.02; here: 80 steps, 0.000): the next token reaches it only through the attention's value of the query's own
-row, which the untrained attention dilutes over the prefix. mla_train's own-key warm-up bias fixes that."""
+row, which the untrained attention dilutes over the prefix. The MLA route's own-key warm-up bias fixes that."""
 from __future__ import annotations
 
 import json

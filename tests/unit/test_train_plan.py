@@ -77,7 +77,7 @@ def test_the_plans_memory_is_within_15_percent_of_the_measured_peak(trained, arc
 def test_the_plan_counts_the_trained_drafts_parameters(trained):
     from speculators.models.eagle3 import Eagle3DraftModel
 
-    from sglang_eagle3_ext.training.mla_train import load_checkpoint
+    from sglang_eagle3_ext.training.mla.train import load_checkpoint
 
     mla = load_checkpoint(trained["mla"][2])
     assert trained["mla"][0]["params"]["total"] == sum(p.numel() for p in mla.parameters())

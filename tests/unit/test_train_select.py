@@ -339,7 +339,7 @@ def test_mla_heldout_split_of_eval_is_trains():
     """eval (and so the scorer) evaluates exactly the files `train --draft-arch mla` validates on."""
     from sglang_eagle3_ext.acceptance.data import heldout
     from sglang_eagle3_ext.draft.arch import mla
-    from sglang_eagle3_ext.training.mla_train import _split
+    from sglang_eagle3_ext.training.mla.train import _split
 
     for ratio in (0.5, 0.8, 0.9, 0.95, 0.99):
         for n in range(2, 400, 7):

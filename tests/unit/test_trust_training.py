@@ -122,7 +122,7 @@ def test_a_diverged_draft_is_not_saved(target, tmp_path, capsys, arch):
 
 
 def test_accuracy_over_no_tokens_is_not_perfect():
-    from sglang_eagle3_ext.training.mla_train import accuracy
+    from sglang_eagle3_ext.training.mla.train import accuracy
 
     empty = torch.zeros(0, dtype=torch.long)
     assert accuracy(empty, empty) != accuracy(empty, empty)       # NaN: nothing was measured

@@ -18,7 +18,7 @@ LABEL = None                            # a word naming the layout in messages (
 SGLANG_CLASS = "sglang.srt.models.llama_eagle3:LlamaForCausalLMEagle3"
 # What the other features build for this layout, named "module:attr" and imported only when used:
 NET = "sglang_eagle3_ext.draft.nets.llama:LlamaEagle3Draft"   # eval's SGLang-equal module: NET(config) -> nn.Module
-TRAINING = "sglang_eagle3_ext.training.speculators_train:train_llama"  # train's route: (options, out rule) -> summary
+TRAINING = "sglang_eagle3_ext.training.speculators.train:train_llama"  # train's route: (options, out rule) -> summary
 PLAN = "sglang_eagle3_ext.training.plan_models:llama_step"  # train --dry-run: (opts, target cfg, K, T, device, world)
 TRAIN_PADS_TO_TOTAL_SEQ_LEN = True      # the route packs samples into --total-seq-len rows (else one sample a step)
 TRAIN_SHARDS_WEIGHTS = True             # the route shards the weights over the ranks (FSDP; else DDP replicas)

@@ -183,7 +183,7 @@ class Eagle3MLADraft(AuxInput, nn.Module):
         target_states [T, K*H]. Returns one logits tensor [T, V] per step; row p of step k predicts the
         token two after the target's position p, from a state chain k steps long (rows p < k are unused).
         self_bias > 0 adds that much to each query's score for its own key (a training warm-up, see
-        training/mla_step.self_bias_at: the token to pass on enters only through the attention's value of its own row)."""
+        training/mla/step.self_bias_at: the token to pass on enters only through the attention's value of its own row)."""
         T = input_ids.shape[0]
         pos = torch.arange(T, device=input_ids.device)
         layer = self.layers[0]

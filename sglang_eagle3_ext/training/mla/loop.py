@@ -1,4 +1,4 @@
-"""The MLA route's training loop (training/mla_train.py sets it up): one process, or one per rank under torchrun
+"""The MLA route's training loop (training/mla/train.py sets it up): one process, or one per rank under torchrun
 with the draft replicated by DDP (the MLA draft fits one device at Kimi-K2.5's width: `train --dry-run`).
 
 Each optimizer step takes --global-batch samples over all ranks (training/sharding.py: a seeded permutation
@@ -15,12 +15,12 @@ import math
 import time
 from pathlib import Path
 
-from . import sharding
-from .checkpoint import CKPT_DIR, maybe_stop, write_state
-from .distributed import World, all_sum, on_main
-from .loader import stream, to_device
-from .mla_step import save_state_dict, self_bias_at, step_loss
-from .workers import stop_workers
+from .. import sharding
+from ..checkpoint import CKPT_DIR, maybe_stop, write_state
+from ..distributed import World, all_sum, on_main
+from ..loader import stream, to_device
+from ..workers import stop_workers
+from .step import save_state_dict, self_bias_at, step_loss
 
 CKPT_FILES = ("model_fp32.safetensors", "optimizer.pt", "scheduler.pt")
 
@@ -44,7 +44,7 @@ def schedule(n_train: int, G: int, A: int, epochs: int | None, steps: int | None
 
 @dataclasses.dataclass
 class Job:
-    """Everything the loop needs (built by mla_train.train_from_options)."""
+    """Everything the loop needs (built by train.train_from_options)."""
     files: list[Path]
     lengths: list[int]
     train: list[int]           # indices into files

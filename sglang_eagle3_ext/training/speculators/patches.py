@@ -1,14 +1,14 @@
-"""The changes the Llama route (training/speculators_train.py) makes to third-party code for the duration of one
+"""The changes the Llama route (training/speculators/train.py) makes to third-party code for the duration of one
 training run (outside sglang_eagle3_ext.patch_table, which patches SGLang only); `applied(...)` undoes them on
 exit, even on error.
 
-* ``speculators.train.cli.Trainer`` -> a subclass (training/speculators_trainer.py: our batches, step loop with
+* ``speculators.train.cli.Trainer`` -> a subclass (training/speculators/trainer.py: our batches, step loop with
   gradient accumulation, checkpoints, and --out written after each epoch).
 * ``speculators.train.cli.maybe_setup_distributed`` / ``maybe_destroy_distributed``: the process group is ours
   (training/distributed.py: gloo on CPU, which speculators' own setup refuses, nccl on CUDA), joined before
   speculators runs; speculators' topology state is pointed at it (one data-parallel group of all ranks) and
   reset after, without leaving the group, which outlives speculators' main.
-* ``speculators.train.trainer.tqdm``: its bars count epochs from 1, as our lines do (training/progress.py).
+* ``speculators.train.trainer.tqdm``: its bars count epochs from 1, as our lines do (training/speculators/progress.py).
 * ``torch.accelerator.synchronize`` -> a no-op on a CPU-only torch (speculators' step timer calls it and
   it raises there). Nothing changes on CUDA.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from .speculators_trainer import make_trainer_class
+from .trainer import make_trainer_class
 
 
 def _adopt(world):
@@ -41,7 +41,7 @@ def _adopt(world):
 @contextlib.contextmanager
 def applied(spec_cli, ctx):
     """speculators' cli module with our Trainer and process group swapped in (and synchronize a no-op without an
-    accelerator); `ctx`: the run (speculators_run.RunContext)."""
+    accelerator); `ctx`: the run (speculators/run.RunContext)."""
     import speculators.train.trainer as spec_trainer
     import torch
 

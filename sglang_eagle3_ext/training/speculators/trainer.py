@@ -1,4 +1,4 @@
-"""speculators' `Trainer`, as the Llama route runs it (training/speculators_patches.py swaps it in for one run).
+"""speculators' `Trainer`, as the Llama route runs it (training/speculators/patches.py swaps it in for one run).
 
 Kept from speculators: the model, its loss and metrics, the optimizers and schedulers, FSDP (`--fsdp-shard`
 with more than one rank: its own `apply_fully_sharded`, mixed precision in the hidden states' dtype), the
@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import time
 
-from . import sharding
-from .distributed import barrier, current
-from .init_from import expected_of, load_into
-from .report import TrainDraftError, say
+from .. import sharding
+from ..distributed import barrier, current
+from ..init_from import expected_of, load_into
+from ..report import TrainDraftError, say
 
 
 class PackedSampler:
@@ -54,7 +54,7 @@ class PackedSampler:
 def rebuild_loader(loader, sampler):
     """One of speculators' loaders (its dataset, collator, workers) with `sampler` as its batch sampler and workers
     that leave interrupts to this process (training/workers.py)."""
-    from .workers import QuietLoader, quiet_workers
+    from ..workers import QuietLoader, quiet_workers
 
     return QuietLoader(loader.dataset, batch_sampler=sampler, num_workers=loader.num_workers,
                       collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
@@ -139,7 +139,7 @@ def _reduce(metrics: dict, world) -> dict:
 
 def make_trainer_class(base, ctx):
     """speculators' Trainer with our sampler, step loop, checkpointer and per-epoch output; `ctx`: the run
-    (speculators_run.RunContext)."""
+    (speculators/run.RunContext)."""
     import torch
 
     class DraftTrainer(base):
@@ -201,7 +201,7 @@ def make_trainer_class(base, ctx):
             try:
                 getattr(base.run_training, "__wrapped__", base.run_training)(self)
             finally:   # before the working folder they read from is removed
-                from .workers import stop_workers
+                from ..workers import stop_workers
 
                 stop_workers(self.train_loader, self.val_loader)
             ctx.result["train_seconds"] = time.perf_counter() - t0
@@ -230,7 +230,7 @@ def _set_sync(tr, world, sync: bool) -> None:
 
 def train_epoch(tr, ctx, epoch: int) -> None:
     """One epoch of optimizer steps, each accumulating this rank's micro-batches of a global step; one metric
-    record per step on speculators' metric logger (what training/progress.py prints)."""
+    record per step on speculators' metric logger (what training/speculators/progress.py prints)."""
     import logging
 
     import torch

@@ -1,12 +1,12 @@
-"""What one training step of the MLA draft computes, shared by the loop (training/mla_loop.py), the route
-(training/mla_train.py) and the memory plan (training/plan_models.py): the loss and its warm-up bias, the
+"""What one training step of the MLA draft computes, shared by the loop (training/mla/loop.py), the route
+(training/mla/train.py) and the memory plan (training/plan_models.py): the loss and its warm-up bias, the
 accuracy, and the draft's file as SGLang loads it."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from .report import non_finite
+from ..report import non_finite
 
 
 def save_state_dict(state_dict: dict, cfg: dict, out: Path) -> Path:

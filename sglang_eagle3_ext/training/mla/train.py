@@ -16,15 +16,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..draft.arch import mla
-from ..draft.keys import HF_INDICES_FIELD
-from ..draft.nets.mla import MLA_KEYS, Eagle3MLADraft, rope_scaling_of
-from .checkpoint import Publisher, check_identity, read_resume_point
-from .data import find_hs_dir, list_hs_files, parse_layer_ids, read_layer_ids_from_metadata
-from .distributed import current, on_main
-from .init_from import continuing_line, load_into, mla_config, mla_state_dict, read_draft, resumed_line
-from .loader import sample_length
-from .mla_step import (  # noqa: F401 - also imported
+from ...draft.arch import mla
+from ...draft.keys import HF_INDICES_FIELD
+from ...draft.nets.mla import MLA_KEYS, Eagle3MLADraft, rope_scaling_of
+from ..checkpoint import Publisher, check_identity, read_resume_point
+from ..data import find_hs_dir, list_hs_files, parse_layer_ids, read_layer_ids_from_metadata
+from ..distributed import current, on_main
+from ..init_from import continuing_line, load_into, mla_config, mla_state_dict, read_draft, resumed_line
+from ..loader import sample_length
+from ..options import DEFAULT_EPOCHS, TrainOptions
+from ..report import TrainDraftError, require_learned, say
+from ..samples import SampleSpec, check_samples
+from ..selection import Keeper
+from ..target_view import EMBED, HEAD, NORM, read_tensors, text_config
+from .step import (  # noqa: F401 - also imported
     SELF_BIAS,
     SELF_BIAS_FRACTION,
     accuracy,
@@ -32,11 +37,6 @@ from .mla_step import (  # noqa: F401 - also imported
     self_bias_at,  # from here by callers
     step_loss,
 )
-from .options import DEFAULT_EPOCHS, TrainOptions
-from .report import TrainDraftError, require_learned, say
-from .samples import SampleSpec, check_samples
-from .selection import Keeper
-from .target_view import EMBED, HEAD, NORM, read_tensors, text_config
 
 ARCH = mla.ARCH
 
@@ -94,7 +94,7 @@ def _inputs(a: TrainOptions) -> dict:
     if layer_ids is None:
         layer_ids, src = read_layer_ids_from_metadata(data)
     if layer_ids is None:
-        from ..draft.layers import default_layers
+        from ...draft.layers import default_layers
         layer_ids, src = default_layers(n), "the default aux layers of draft/layers.py"
     if len(set(layer_ids)) != len(layer_ids) or min(layer_ids) < 0 or max(layer_ids) >= n:
         raise TrainDraftError(f"layer ids {layer_ids} ({src}) must be distinct HF hidden_states indices in "
@@ -108,7 +108,7 @@ def _inputs(a: TrainOptions) -> dict:
 
 def _check_and_measure(a: TrainOptions, got: dict, world) -> list[int]:
     """Every rank checks its share of the files (training/samples.py); the lengths come from the headers."""
-    from .distributed import agree, on_main
+    from ..distributed import agree, on_main
 
     tcfg, files, layer_ids = got["tcfg"], got["files"], got["layer_ids"]
     spec = SampleSpec(len(layer_ids) + 1, int(tcfg["hidden_size"]), int(tcfg["vocab_size"]),
@@ -173,7 +173,8 @@ def train_from_options(a: TrainOptions, rule: dict) -> dict:
     resolution as the Llama route; `rule`: how --out is written (TrainOptions.output_rule, already checked)."""
     import functools
 
-    from . import mla_loop, sharding
+    from .. import sharding
+    from . import loop
 
     world, target, out = current(), Path(a.target), Path(a.out)
     got = on_main(lambda: _inputs(a), world)
@@ -181,7 +182,7 @@ def train_from_options(a: TrainOptions, rule: dict) -> dict:
     lengths = _check_and_measure(a, got, world)
     train, val = _split(a, lengths)
     G, A = on_main(lambda: sharding.accumulation(a.global_batch, world.size), world)   # one refusal, from rank 0
-    sched = mla_loop.schedule(len(train), G, A, a.epochs, a.steps, DEFAULT_EPOCHS)
+    sched = loop.schedule(len(train), G, A, a.epochs, a.steps, DEFAULT_EPOCHS)
     identity = {"arch": "mla", "seed": a.seed, "global_batch": G, "n_train": len(train), "layer_ids": layer_ids,
                 "train_ratio": a.train_ratio}
     state = on_main(lambda: read_resume_point(out, a.resume), world)
@@ -196,17 +197,17 @@ def train_from_options(a: TrainOptions, rule: dict) -> dict:
         if init is not None:
             _load_init(init, model, state, a)
         keep = Keeper.for_run(a, state)             # which epoch's draft --out holds (--select-by)
-        job = mla_loop.Job(files=files, lengths=lengths, train=train, val=val, cfg=cfg, model=model, head=head,
+        job = loop.Job(files=files, lengths=lengths, train=train, val=val, cfg=cfg, model=model, head=head,
                            norm_w=norm_w, eps=eps, opts=a, world=world, device=world.device, sched=sched,
                            publisher=Publisher(out, rule, {"arch": "mla", "target": str(target), "data": str(a.data)},
                                                world, keep),
                            identity=identity)
         summ = functools.partial(summarize, ttt=a.ttt_steps, layer_ids=layer_ids, out=out, world=world, sched=sched,
                                  init_from=a.init_from)
-        r = mla_loop.run(job, state, summ, say)
+        r = loop.run(job, state, summ, say)
         r["selection"] = keep.summary()
     except ValueError as e:
-        from ..boundary import BadInput
+        from ...boundary import BadInput
 
         if isinstance(e, BadInput):       # files/outdir's refusals: already one line naming the fix
             raise
@@ -242,7 +243,7 @@ def _load_init(init, model, state, a: TrainOptions) -> None:
 
 def _release_ids(layer_ids: list[int]):
     try:
-        from ..draft.keys import installed_layout, release_aux_ids
+        from ...draft.keys import installed_layout, release_aux_ids
 
         return release_aux_ids(layer_ids, installed_layout())[0]
     except Exception:  # noqa: BLE001 - no SGLang here: record the HF indices as-is

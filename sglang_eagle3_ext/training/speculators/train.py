@@ -33,15 +33,15 @@ What speculators needs besides the ``hs_{i}.safetensors`` files, and how this mo
   speculators' default ``[2, n//2, n-3]``; checked against the files' slot count.
 
 Small adaptations, all outside the math (a ``Trainer`` subclass swapped in for the call, see
-training/speculators_patches.py):
+training/speculators/patches.py):
 
 * ``Trainer.setup_model`` does ``model.to(local_rank)`` (an int -> an accelerator) and its step
   timer calls ``torch.accelerator.synchronize()``; both raise on a CPU-only torch.  On CPU the
   model is placed on ``cpu`` first and ``synchronize`` is a no-op for the duration of the call
   (restored afterwards).  Nothing changes on CUDA.
-* the batches, the step loop and the checkpoints are ours (training/speculators_trainer.py): global steps of
+* the batches, the step loop and the checkpoints are ours (training/speculators/trainer.py): global steps of
   ``--global-batch`` packed sequences, gradient accumulation, one checkpoint per epoch gathered to rank 0;
-  under torchrun speculators runs with ``--fsdp-shard`` in our process group (training/speculators_patches.py).
+  under torchrun speculators runs with ``--fsdp-shard`` in our process group (training/speculators/patches.py).
   ``--steps`` runs as many epochs as it needs, the last one cut short.
 * progress is printed from speculators' own metric records (``speculators.metrics`` logger):
   step, loss (summed over the TTT steps), accuracy per TTT step (``full_acc_k``), tokens/s;
@@ -64,7 +64,7 @@ training/speculators_patches.py):
   supported release serves.
 
 ``--draft-arch mla`` trains SGLang's MLA EAGLE-3 layout for DeepSeek/Kimi targets
-(``Eagle3DeepseekV2ForCausalLM``) with our own loop instead (training/mla_train.py: a PyTorch twin of
+(``Eagle3DeepseekV2ForCausalLM``) with our own loop instead (training/mla/train.py: a PyTorch twin of
 SGLang's class, same loss kind, checkpoint in the layout SGLang's load_weights reads). A Kimi-K2.5 wrapper
 target (``model_type: kimi_k25``) works for both: its ``text_config`` is the target config, and speculators
 gets a verifier view of it (training/target_view.py).
@@ -87,12 +87,12 @@ import json
 import time
 from pathlib import Path
 
-from ..files.outdir import link_tree
-from . import sharding
-from .checkpoint import CKPT_DIR, Publisher, check_identity, read_resume_point
-from .data import find_hs_dir, list_hs_files, parse_layer_ids, prepare_data, read_layer_ids_from_metadata
-from .distributed import current, on_main
-from .init_from import (
+from ...files.outdir import link_tree
+from .. import sharding
+from ..checkpoint import CKPT_DIR, Publisher, check_identity, read_resume_point
+from ..data import find_hs_dir, list_hs_files, parse_layer_ids, prepare_data, read_layer_ids_from_metadata
+from ..distributed import current, on_main
+from ..init_from import (
     continuing_line,
     llama_layer_config,
     mapping_note,
@@ -100,12 +100,12 @@ from .init_from import (
     resumed_line,
     speculators_state_dict,
 )
-from .options import TrainOptions
+from ..options import TrainOptions
+from ..report import TrainDraftError, require_learned, say
+from ..selection import Keeper
+from ..target_view import is_wrapper, read_tensors, text_config, verifier_view
 from .progress import TrainingProgress
-from .report import TrainDraftError, require_learned, say
-from .selection import Keeper
-from .speculators_run import RunContext, build_argv, history_rows, run_speculators, summarize
-from .target_view import is_wrapper, read_tensors, text_config, verifier_view
+from .run import RunContext, build_argv, history_rows, run_speculators, summarize
 
 INIT_WEIGHTS = "init_from.safetensors"   # --init-from's weights in the working folder, as speculators names them
 

@@ -1,4 +1,4 @@
-"""Progress lines of the speculators trainer, read from its own metric records (training/speculators_train.py).
+"""Progress lines of the speculators trainer, read from its own metric records (training/speculators/train.py).
 Epochs are counted from 1 for the user: speculators' records and bars count them from 0."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 import re
 import time
 
-from .report import say
+from ..report import say
 
 
 class TrainingProgress(logging.Handler):

@@ -1,5 +1,5 @@
 """The Llama route around speculators' own trainer: its command line (built from ours), the run on every rank,
-the output written after each epoch, and the summary of its metric records (see training/speculators_train.py
+the output written after each epoch, and the summary of its metric records (see training/speculators/train.py
 for what and why)."""
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import json
 import shutil
 from pathlib import Path
 
-from ..files.outdir import link_tree
-from . import speculators_patches
-from .checkpoint import CKPT_DIR, maybe_stop, write_state
-from .distributed import World, on_main
-from .options import DEFAULT_EPOCHS, RUN_DIR
+from ...files.outdir import link_tree
+from ..checkpoint import CKPT_DIR, maybe_stop, write_state
+from ..distributed import World, on_main
+from ..options import DEFAULT_EPOCHS, RUN_DIR
+from ..report import TrainDraftError, non_finite
+from . import patches
 from .progress import TrainingProgress
-from .report import TrainDraftError, non_finite
 
 
 def build_argv(a, *, verifier: Path, prep: Path, hs_dir: Path, work: Path, layer_ids: list[int],
@@ -66,7 +66,7 @@ def build_argv(a, *, verifier: Path, prep: Path, hs_dir: Path, work: Path, layer
 
 @dataclasses.dataclass
 class RunContext:
-    """One Llama run as the trainer subclass (training/speculators_trainer.py) sees it."""
+    """One Llama run as the trainer subclass (training/speculators/trainer.py) sees it."""
     opts: object                 # TrainOptions
     world: World
     device: str
@@ -132,9 +132,9 @@ class RunContext:
 
 
 def run_speculators(spec_cli, TrainConfig, ctx: RunContext, argv: list[str]) -> None:
-    """speculators' `train` main on this rank, with our trainer swapped in (training/speculators_patches.py)."""
+    """speculators' `train` main on this rank, with our trainer swapped in (training/speculators/patches.py)."""
     cfg = TrainConfig.resolve(argv)
-    with speculators_patches.applied(spec_cli, ctx):
+    with patches.applied(spec_cli, ctx):
         spec_cli.main(cfg)
     if "train_seconds" not in ctx.result:
         raise TrainDraftError("speculators' trainer returned without training (see its log above)")
