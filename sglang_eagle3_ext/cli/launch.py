@@ -17,7 +17,8 @@ import sys
 from .. import envs
 from ..launch import nccl, start
 from ..launch.plan import Plan, build_plan
-from . import common as cli_common, launch_flags
+from . import common as cli_common
+from . import launch_flags
 
 
 def our_parser() -> argparse.ArgumentParser:

@@ -17,7 +17,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from .. import envs
 from ..boundary import at_least
+from ..server.ports import free_port
 from .nccl import Decision
 
 DEFAULT_SIZES = (256 << 10, 256 << 20)      # decode-like and prefill-like messages
@@ -170,12 +170,6 @@ def _worker_main(argv: list[str]) -> int:
 
 # ---------------------------------------------------------------- launcher side
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _kill(procs) -> None:
     for p in procs:
         if p.poll() is None:
@@ -199,7 +193,7 @@ def _tail(path: Path, n: int = 1500) -> str:
 
 def run_attempt(label: str, nprocs: int, env: dict, *, timeout: float, worker: str, backend: str, sizes,
                 base_gpu_id: int, workdir: Path) -> Attempt:
-    port = _free_port()
+    port = free_port()
     procs, logs, outs = [], [], []
     t0 = time.monotonic()
     for rank in range(nprocs):

@@ -79,8 +79,8 @@ def quiet_workers(worker_init_fn=None):
 def stop_workers(*sources) -> None:
     """Stop and join the worker processes of DataLoaders (their persistent iterator) or DataLoader iterators;
     a worker already gone (killed with the training process's group) is not an error here."""
-    from torch.utils.data import dataloader as dl
     from torch.utils.data import _utils
+    from torch.utils.data import dataloader as dl
 
     for src in sources:
         it = getattr(src, "_iterator", src)

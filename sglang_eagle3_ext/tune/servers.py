@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from ..boundary import Refused
 from ..server.http_client import Server, ServerError
+from ..server.ports import free_port
 
 LAUNCHER = "sglang_eagle3_ext.launch_server"
 # planning figures (minutes) until the run has timed its own: a Kimi-width server's start with CUDA graph capture,
@@ -67,20 +67,6 @@ class Budget:
     def as_dict(self) -> dict:
         return {"limit_gpu_min": self.limit_min, "spent_gpu_min": round(self.spent_gpu_min, 2),
                 "servers_started": self.servers_started, "gpus_per_server": self.gpus, "skipped": self.skipped}
-
-
-def free_port() -> int:
-    """A free port below 45000 (SGLang derives more ports from it)."""
-    import random
-
-    while True:
-        port = random.randrange(20000, 45000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
 
 
 def server_args(target: str, backend: str, max_bs: int, draft: str | None = None, steps: int = 0,

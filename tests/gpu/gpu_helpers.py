@@ -15,6 +15,8 @@ from pathlib import Path
 
 import knobs
 
+from sglang_eagle3_ext.server.ports import free_port  # noqa: F401 - the GPU tests take it from here
+
 LOG_DIR = Path(os.environ.get("OUT") or knobs.get("SGE3_LOG_DIR"))
 # Served as users serve: decode (and EAGLE-3 draft) CUDA graphs ON, SGLang's prefill-graph rules as
 # released. A small capture batch keeps capture quick (~25 s on the tiny target); 16 covers the
@@ -179,21 +181,6 @@ def wait_for(cond, timeout: float, what: str, poll: float = 0.2):
             return v
         assert time.monotonic() < t_end, f"timed out after {timeout:.0f} s waiting for {what}"
         time.sleep(poll)
-
-
-def free_port() -> int:
-    """A free port below 45000: SGLang 0.5.14 derives more ports from it (gRPC = port + 10000 must be valid)."""
-    import random
-    import socket
-
-    while True:
-        port = random.randrange(20000, 45000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
 
 
 def activation_env(tmp: Path, *, fallback: bool | None = None, **extra) -> dict:
