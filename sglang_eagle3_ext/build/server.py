@@ -30,7 +30,7 @@ def dumping_server(preset: str, target: str, dump_dir: Path, port: int, wait_s: 
     say(f"dump: starting the dumping server ({preset}, port {port}); its log: {log_path}")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(plan.command, env={**os.environ, **plan.env_updates}, stdout=log,
+        proc = subprocess.Popen(plan.command, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -95,9 +95,9 @@ def refuse_used_folder(dump_dir: Path) -> None:
 
 def write_sample_dump(target: Path, dump_dir: Path, prompts_file: Path | None = None, samples: int = 64,
                       new_tokens: int = 32, seed: int = 0, layers: list[int] | None = None,
-                      stream=sys.stderr) -> int:
+                      quiet: bool = False) -> int:
     """Write what the dumping server would for `samples` prompts of `prompts_file` (default: seeded random
-    token ids) into `dump_dir`; the number of samples written. Progress on `stream` (None: quiet)."""
+    token ids) into `dump_dir`; the number of samples written. Progress on stderr unless quiet."""
     import torch
     from transformers import DeepseekV3ForCausalLM
 
@@ -135,8 +135,8 @@ def write_sample_dump(target: Path, dump_dir: Path, prompts_file: Path | None = 
                     writer.reserve(1)
                     writer.submit(batch)
                 done += len(chunk)
-                if stream is not None:
-                    print(f"[sample-dump] {done}/{len(prompts)} samples", file=stream, flush=True)
+                if not quiet:   # the stderr of the moment (a caller may have replaced it since import)
+                    print(f"[sample-dump] {done}/{len(prompts)} samples", file=sys.stderr, flush=True)
         if not writer.flush(120):
             raise RuntimeError(f"the dump writer did not write every sample into {dump_dir} within 120 s")
     finally:

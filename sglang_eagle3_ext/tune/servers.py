@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import envs
 from ..boundary import Refused
 from ..server.http_client import Server, ServerError
 from ..server.ports import free_port
@@ -111,7 +112,7 @@ def started(name: str, args: list[str], log_dir: Path, budget: Budget, wait_s: f
     port = free_port()
     log = log_dir / f"{name}.log"
     cmd = [sys.executable, "-m", LAUNCHER, *args, "--port", str(port)]
-    env = {"SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS": "0", **os.environ}
+    env = {"SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS": "0", **envs.environ()}
     t0 = time.monotonic()
     with open(log, "w") as f:
         f.write("$ " + " ".join(cmd) + "\n")

@@ -62,7 +62,7 @@ def test_license_is_apache_and_declared():
 
 def test_patches_are_package_data():
     cfg = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
-    assert cfg["force-include"]["patches"] == "sglang_eagle3_ext/patches"
+    assert cfg["force-include"]["patches/0.5.16"] == "sglang_eagle3_ext/patches/0.5.16"
     from sglang_eagle3_ext.cli import patches as patches_cli
 
     assert patches_cli.releases(), "no patches/<release>/sglang-eagle3-ext.patch found"

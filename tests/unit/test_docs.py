@@ -159,7 +159,7 @@ def _step(cmd: Command, cwd: Path, home: Path, dump_preset: list[str]) -> str:
         a = parse_only(sub)
         n = write_sample_dump(cwd / "tiny-target", cwd / a.dump_dir, cwd / a.data, samples=DUMP_LIMIT,
                               new_tokens=min(a.max_new_tokens, STANDIN_NEW_TOKENS) if a.generate else 0,
-                              layers=preset_layers(dump_preset[0]), stream=None)
+                              layers=preset_layers(dump_preset[0]), quiet=True)
         return f"parsed; the CPU sample dump wrote {n} samples"
     if sub[0] == "bench" or cmd.gpu:
         parse_only(sub)

@@ -1,5 +1,6 @@
 """Bad draft inputs are bad input, never "a bug": `check` and `convert` answer a malformed config.json,
-safetensors header, index or pickle with exit 1 (check's verdict) or 2 (convert's refusal) and one message
+safetensors header, index or pickle with exit 1 (check's verdict; 2 for a config.json it cannot read) or 2
+(convert's refusal) and one message
 naming the file and key; nothing hangs on a FIFO, nothing is written outside the output. No SGLang import."""
 from __future__ import annotations
 
@@ -185,7 +186,7 @@ def test_config_fifo_does_not_block(capsys, good, tmp_path):
     (d / "config.json").unlink()
     os.mkfifo(d / "config.json")
     rc, out = check(capsys, d)
-    assert rc == 1 and "FIFO" in out, out
+    assert rc == 2 and "FIFO" in out, out      # a config that cannot be read: bad input, not a verdict
 
 
 def test_bad_target_flag_names_the_flag(capsys, good, tmp_path):
