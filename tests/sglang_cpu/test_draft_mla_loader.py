@@ -151,14 +151,11 @@ def test_unpatched_mla_release_loads_silently(has_mla, variants, caplog):
         for name, missing in (("missing_lm_head", "lm_head"), ("missing_kv_a_half", "kv_a_proj_with_mqa")):
             d = variants[name][1]
             model = build_draft(d, mla.ARCH)
-            fused = next(p for n, p in model.named_parameters() if n.endswith("fused_qkv_a_proj_with_mqa.weight"))
-            before = fused.detach().clone()
             caplog.clear()
             with caplog.at_level(logging.INFO):
                 model.load_weights(sglang_weights_iterator(d))   # no error raised: the silence the patch ends
-            assert not [r for r in caplog.records if missing in r.getMessage()], f"{name}: SGLang named it"
-            if name == "missing_kv_a_half":   # SGLang fuses the halves once both came: with one, nothing is written
-                assert torch.equal(before, fused.detach()), "the fused projection was written"
+            said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+            assert not [m for m in said if missing in m], f"{name}: SGLang named it: {said}"
     finally:
         sglang_eagle3_ext.apply(["draft"])
 
