@@ -16,6 +16,7 @@ the lock's lines. The locks are also constraints for users (`pip install -c cons
 
 Standard library only (runs before any venv exists); `uv` comes from the lock itself.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,23 +40,36 @@ PLATFORM = "x86_64-manylinux_2_28"
 # The CPU build of torch every CPU environment uses; a release's own torch pin is a CUDA build for its kernels.
 TORCH = "2.13.0"
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
-TORCH_LOCAL = Path("/opt/wheels")         # a machine may keep the CPU wheel here (searched first when present)
+TORCH_LOCAL = Path("/opt/wheels")  # a machine may keep the CPU wheel here (searched first when present)
 # Bound to the CPU torch, not to the release: kept out of the user-facing lock (a user's SGLang pins its own torch
 # and these with it) and written to constraints/cpu/sglang-X.txt, which the CPU environment adds.
 # (triton: SGLang imports it at module level and torch's CPU build does not bring it.)
 CPU_STACK = ("torchvision", "triton")
 # Left out of every lock, each with why. The CPU tests never import these; most are CUDA builds of many GB.
 EXCLUDED = {
-    "cuda-python": "CUDA driver bindings", "cuda-tile": "CUDA kernels", "flash-attn-4": "CUDA kernels",
-    "flashinfer-python": "CUDA kernels", "flashinfer-cubin": "CUDA kernels", "humming-kernels": "CUDA kernels",
-    "nvidia-cutlass-dsl": "CUDA kernels", "nvidia-mathdx": "CUDA kernels", "nvshmem4py-cu13": "CUDA multi-GPU",
-    "quack-kernels": "CUDA kernels", "sgl-deep-ep": "CUDA multi-GPU", "sgl-deep-gemm": "CUDA kernels",
-    "sgl-flash-mla": "CUDA kernels", "sglang-kernel": "CUDA kernels (0.5.10 gets a CPU stand-in: tests/cpu_shims)",
-    "tilelang": "CUDA kernel compiler", "tokenspeed-mla": "CUDA kernels", "helion": "CUDA kernel compiler",
-    "torch-memory-saver": "CUDA memory hooks", "torchao": "GPU quantization, bound to a CUDA torch",
+    "cuda-python": "CUDA driver bindings",
+    "cuda-tile": "CUDA kernels",
+    "flash-attn-4": "CUDA kernels",
+    "flashinfer-python": "CUDA kernels",
+    "flashinfer-cubin": "CUDA kernels",
+    "humming-kernels": "CUDA kernels",
+    "nvidia-cutlass-dsl": "CUDA kernels",
+    "nvidia-mathdx": "CUDA kernels",
+    "nvshmem4py-cu13": "CUDA multi-GPU",
+    "quack-kernels": "CUDA kernels",
+    "sgl-deep-ep": "CUDA multi-GPU",
+    "sgl-deep-gemm": "CUDA kernels",
+    "sgl-flash-mla": "CUDA kernels",
+    "sglang-kernel": "CUDA kernels (0.5.10 gets a CPU stand-in: tests/cpu_shims)",
+    "tilelang": "CUDA kernel compiler",
+    "tokenspeed-mla": "CUDA kernels",
+    "helion": "CUDA kernel compiler",
+    "torch-memory-saver": "CUDA memory hooks",
+    "torchao": "GPU quantization, bound to a CUDA torch",
     "torchaudio": "a torch-version-bound native build; audio models only",
     "torchcodec": "a torch-version-bound native build; video only",
-    "av": "video decoding only", "decord2": "video decoding only",
+    "av": "video decoding only",
+    "decord2": "video decoding only",
 }
 # Not in any release's Requires-Dist, needed by the CPU environment.
 CI_ONLY = {
@@ -65,8 +79,19 @@ CI_ONLY = {
     "ruff": "lint and import order (.ci/run; rules in pyproject.toml)",
 }
 # What the suite imports while collecting: checked before the tests run (check).
-COLLECTION_IMPORTS = ("torch", "transformers", "speculators", "sglang.srt.server_args", "sglang.srt.utils",
-                      "safetensors", "hypothesis", "wrapt", "yaml", "datasets", "sglang_eagle3_ext")
+COLLECTION_IMPORTS = (
+    "torch",
+    "transformers",
+    "speculators",
+    "sglang.srt.server_args",
+    "sglang.srt.utils",
+    "safetensors",
+    "hypothesis",
+    "wrapt",
+    "yaml",
+    "datasets",
+    "sglang_eagle3_ext",
+)
 # CPU stand-ins for CUDA-only modules SGLang imports at module level, loaded at start-up through a .pth:
 # module file in tests/cpu_shims -> the releases that need it (None: every release).
 # (torchvision: PyPI's build beside the CPU torch needs two op schemas defined before it registers fakes)
@@ -123,9 +148,26 @@ def release_requires(release: str, wheel_dir: Path) -> list[str]:
     """The release's Requires-Dist (no extras), read from its wheel's METADATA."""
     wheels = sorted(wheel_dir.glob(f"sglang-{release}-*.whl"))
     if not wheels:
-        r = run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
-                 "--python-version", PYTHON.replace(".", ""), "--platform", "manylinux_2_34_x86_64",
-                 "-d", wheel_dir, f"sglang=={release}"], capture_output=True)
+        r = run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                "--python-version",
+                PYTHON.replace(".", ""),
+                "--platform",
+                "manylinux_2_34_x86_64",
+                "-d",
+                wheel_dir,
+                f"sglang=={release}",
+            ],
+            capture_output=True,
+        )
         wheels = sorted(wheel_dir.glob(f"sglang-{release}-*.whl"))
         if not wheels:
             die(f"cannot download sglang=={release}: {r.stderr.strip().splitlines()[-1:]}")
@@ -147,15 +189,32 @@ def torch_source() -> list[str]:
     return ["--extra-index-url", TORCH_INDEX, "--index-strategy", "unsafe-best-match"]
 
 
-def uv_compile(d: Path, inp: list[str], out: Path, extra: list[str], exclude_newer: str | None,
-               upgrade: bool) -> list[str]:
+def uv_compile(
+    d: Path, inp: list[str], out: Path, extra: list[str], exclude_newer: str | None, upgrade: bool
+) -> list[str]:
     """`uv pip compile` of the lines `inp` (written to d/<out.stem>.in: the "via" notes name it) for CPython
     PYTHON on x86_64 Linux; the lock's lines."""
     src = d / f"{out.stem}.in"
     src.write_text("\n".join(inp) + "\n")
-    cmd = ["uv", "pip", "compile", src.name, "--python-version", PYTHON,
-           "--python-platform", PLATFORM, "--index-url", "https://pypi.org/simple", *extra,
-           "--no-header", "--annotation-style", "line", "-q", "-o", d / f"{out.stem}.out"]
+    cmd = [
+        "uv",
+        "pip",
+        "compile",
+        src.name,
+        "--python-version",
+        PYTHON,
+        "--python-platform",
+        PLATFORM,
+        "--index-url",
+        "https://pypi.org/simple",
+        *extra,
+        "--no-header",
+        "--annotation-style",
+        "line",
+        "-q",
+        "-o",
+        d / f"{out.stem}.out",
+    ]
     cmd += ["--exclude-newer", exclude_newer] if exclude_newer else []
     cmd += ["--upgrade"] if upgrade else []
     r = run(cmd, capture_output=True, cwd=d)
@@ -166,8 +225,10 @@ def uv_compile(d: Path, inp: list[str], out: Path, extra: list[str], exclude_new
 
 def left_out(lines: list[str]) -> set[str]:
     """EXCLUDED, torch and what is bound to it (CPU_STACK), and what only they bring (CUDA runtime wheels, ...)."""
-    via = {req_name(ln): {v.strip() for v in ln.split("# via", 1)[1].split(",")} if "# via" in ln else set()
-           for ln in lines}
+    via = {
+        req_name(ln): {v.strip() for v in ln.split("# via", 1)[1].split(",")} if "# via" in ln else set()
+        for ln in lines
+    }
     drop = {"torch", *CPU_STACK, *EXCLUDED}
     while True:
         more = {n for n, v in via.items() if n not in drop and v and all(norm(x) in drop for x in v)}
@@ -186,22 +247,35 @@ def compile_lock(release: str, out: Path, wheel_dir: Path, exclude_newer: str | 
         drop = left_out(lines)
         kept = [ln for ln in lines if req_name(ln) not in drop]
         (d / "lock.txt").write_text("\n".join(kept) + "\n")
-        cpu = uv_compile(d, [f"torch=={TORCH}+cpu", *CPU_STACK], cpu_lock_path(out),
-                         ["-c", "lock.txt", *torch_source()], exclude_newer, upgrade)
+        cpu = uv_compile(
+            d,
+            [f"torch=={TORCH}+cpu", *CPU_STACK],
+            cpu_lock_path(out),
+            ["-c", "lock.txt", *torch_source()],
+            exclude_newer,
+            upgrade,
+        )
     pinned = {req_name(ln) for ln in kept}
     cpu = [ln for ln in cpu if req_name(ln) not in pinned]
     cpu_out = cpu_lock_path(out)
     cpu_out.parent.mkdir(exist_ok=True)
-    cpu_out.write_text(f"# What the CPU test environment for SGLang {release} adds to ../sglang-{release}.txt: the CPU build\n"
-                       f"# of torch and what is bound to it. Generated by `python3 .ci/lockenv.py lock`; do not edit.\n"
-                       + "\n".join(cpu) + "\n")
-    header = (f"# SGLang {release}'s environment (CPython {PYTHON}, x86_64 Linux): every package `name==version`.\n"
-              f"# Generated by `python3 .ci/lockenv.py lock --release {release}` from the release's Requires-Dist,\n"
-              "# this package's dependencies and extras, and .ci/lockenv.py's CI_ONLY; do not edit by hand.\n"
-              "# Left out (CUDA-only; see EXCLUDED in .ci/lockenv.py): " + ", ".join(sorted(EXCLUDED)) + ".\n"
-              f"# torch and what is bound to it ({', '.join(CPU_STACK)}) are the release's own pins for a user\n"
-              f"# (`pip install -c` this file); the CPU test environment adds cpu/sglang-{release}.txt.\n")
-    out.write_text(header + "\n".join(kept) + f"\nsglang=={release}    # installed without dependencies: the lines above\n")
+    cpu_out.write_text(
+        f"# What the CPU test environment for SGLang {release} adds to ../sglang-{release}.txt: the CPU build\n"
+        f"# of torch and what is bound to it. Generated by `python3 .ci/lockenv.py lock`; do not edit.\n"
+        + "\n".join(cpu)
+        + "\n"
+    )
+    header = (
+        f"# SGLang {release}'s environment (CPython {PYTHON}, x86_64 Linux): every package `name==version`.\n"
+        f"# Generated by `python3 .ci/lockenv.py lock --release {release}` from the release's Requires-Dist,\n"
+        "# this package's dependencies and extras, and .ci/lockenv.py's CI_ONLY; do not edit by hand.\n"
+        "# Left out (CUDA-only; see EXCLUDED in .ci/lockenv.py): " + ", ".join(sorted(EXCLUDED)) + ".\n"
+        f"# torch and what is bound to it ({', '.join(CPU_STACK)}) are the release's own pins for a user\n"
+        f"# (`pip install -c` this file); the CPU test environment adds cpu/sglang-{release}.txt.\n"
+    )
+    out.write_text(
+        header + "\n".join(kept) + f"\nsglang=={release}    # installed without dependencies: the lines above\n"
+    )
 
 
 def cmd_lock(a) -> int:
@@ -252,8 +326,13 @@ def release_of(lock: Path) -> str:
 
 
 def install_shims(venv: Path, release: str) -> None:
-    site = Path(run([venv_python(venv), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                    capture_output=True, check=True).stdout.strip())
+    site = Path(
+        run(
+            [venv_python(venv), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            check=True,
+        ).stdout.strip()
+    )
     for mod, only in SHIMS.items():
         pth, dst = site / f"{mod}.pth", site / f"{mod}.py"
         if only is None or release in only:
@@ -276,9 +355,21 @@ def sync(venv: Path, lock: Path) -> int:
         run([sys.executable, "-m", "venv", venv], check=True)
     exe = uv(venv)
     py = ["--python", venv_python(venv)]
-    r = run([exe, "pip", "sync", "-q", *py, "--index-url", "https://pypi.org/simple", *torch_source(),
-             lock, cpu_lock_path(lock)])
-    if r.returncode == 0:   # the package itself, built by the lock's hatchling (no second download)
+    r = run(
+        [
+            exe,
+            "pip",
+            "sync",
+            "-q",
+            *py,
+            "--index-url",
+            "https://pypi.org/simple",
+            *torch_source(),
+            lock,
+            cpu_lock_path(lock),
+        ]
+    )
+    if r.returncode == 0:  # the package itself, built by the lock's hatchling (no second download)
         r = run([exe, "pip", "install", "-q", *py, "--no-deps", "--no-build-isolation", "-e", REPO])
     if r.returncode == 0:
         install_shims(venv, release_of(lock))
@@ -338,8 +429,10 @@ def cmd_check(a) -> int:
     for b in bad:
         print(f"environment: {b}", file=sys.stderr)
     if not bad:
-        print(f"environment: exactly {lock_path(a.release).relative_to(REPO)}"
-              + ("" if a.no_imports else "; the suite's imports import"))
+        print(
+            f"environment: exactly {lock_path(a.release).relative_to(REPO)}"
+            + ("" if a.no_imports else "; the suite's imports import")
+        )
     return 1 if bad else 0
 
 

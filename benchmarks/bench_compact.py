@@ -18,6 +18,7 @@
 3. Codec speed at H=7168 on this CPU (encode runs on the writer's io threads).
 Prints one SUMMARY line at the end.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-PROD_H, PROD_SLICES = 7168, 4            # Kimi-K2.5: 3 aux layers + final_prenorm per token
+PROD_H, PROD_SLICES = 7168, 4  # Kimi-K2.5: 3 aux layers + final_prenorm per token
 
 
 def errors(x, y, width: int) -> dict:
@@ -44,13 +45,20 @@ def errors(x, y, width: int) -> dict:
     keep = nrm > 0
     rel = (ys - xs).norm(dim=-1)[keep] / nrm[keep]
     cos = torch.nn.functional.cosine_similarity(xs[keep], ys[keep], dim=-1)
-    return {"max_rel": rel.max().item(), "mean_rel": rel.mean().item(),
-            "min_cos": cos.min().item(), "mean_cos": cos.mean().item(), "n": int(keep.sum())}
+    return {
+        "max_rel": rel.max().item(),
+        "mean_rel": rel.mean().item(),
+        "min_cos": cos.min().item(),
+        "mean_cos": cos.mean().item(),
+        "n": int(keep.sum()),
+    }
 
 
 def fmt_err(e: dict) -> str:
-    return (f"rel err max {e['max_rel']:.4f} mean {e['mean_rel']:.4f}   "
-            f"cos min {e['min_cos']:.6f} mean {e['mean_cos']:.6f}   ({e['n']} rows)")
+    return (
+        f"rel err max {e['max_rel']:.4f} mean {e['mean_rel']:.4f}   "
+        f"cos min {e['min_cos']:.6f} mean {e['mean_cos']:.6f}   ({e['n']} rows)"
+    )
 
 
 def real_states(tmp: Path, tokens: int, hidden: int, seqs: int):
@@ -61,17 +69,30 @@ def real_states(tmp: Path, tokens: int, hidden: int, seqs: int):
     from sglang_eagle3_ext.draft.layers import default_layers
     from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target
 
-    small = dict(vocab_size=2048, hidden_size=hidden, intermediate_size=2 * hidden, moe_intermediate_size=hidden // 2,
-                 num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8,
-                 num_experts_per_tok=2, kv_lora_rank=64, q_lora_rank=64, qk_rope_head_dim=16, v_head_dim=32,
-                 qk_nope_head_dim=32)
+    small = dict(
+        vocab_size=2048,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        moe_intermediate_size=hidden // 2,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        n_routed_experts=8,
+        num_experts_per_tok=2,
+        kv_lora_rank=64,
+        q_lora_rank=64,
+        qk_rope_head_dim=16,
+        v_head_dim=32,
+        qk_nope_head_dim=32,
+    )
     path = ensure_tiny_target(tmp / "tiny", **small)
     model = DeepseekV3ForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
     n = model.config.num_hidden_layers
     layers = default_layers(n)
     pre = []
     hook = model.model.layers[-1].register_forward_hook(
-        lambda m, a, out: pre.append((out[0] if isinstance(out, tuple) else out).detach()))
+        lambda m, a, out: pre.append((out[0] if isinstance(out, tuple) else out).detach())
+    )
     g = torch.Generator().manual_seed(0)
     out = []
     L = tokens // seqs
@@ -94,8 +115,14 @@ def dump_bytes(root: Path, encoding: str, samples, layers, cfg) -> tuple[int, in
     from sglang_eagle3_ext.dump.writer import DumpWriter
 
     root.mkdir(parents=True)
-    meta = {"layer_indices_hf": list(layers), "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_hidden_layers,
-            "architecture": "DeepseekV3ForCausalLM", "final": "prenorm", "dtype": "bfloat16"}
+    meta = {
+        "layer_indices_hf": list(layers),
+        "hidden_size": cfg.hidden_size,
+        "num_hidden_layers": cfg.num_hidden_layers,
+        "architecture": "DeepseekV3ForCausalLM",
+        "final": "prenorm",
+        "dtype": "bfloat16",
+    }
     w = DumpWriter(DumpConfig(str(root), tuple(layers), final="prenorm", encoding=encoding), meta)
     for j, s in enumerate(samples):
         L = s["ids"].shape[0]
@@ -157,8 +184,11 @@ def main(argv=None) -> int:
                 xs[k].append(ref)
                 ys[k].append(t[k])
         real = {k: errors(torch.cat(xs[k]), torch.cat(ys[k]), H) for k in xs}
-        real["all"] = errors(torch.cat([torch.cat(xs[T_AUX]).reshape(-1, H), torch.cat(xs[T_PRE])]),
-                             torch.cat([torch.cat(ys[T_AUX]).reshape(-1, H), torch.cat(ys[T_PRE])]), H)
+        real["all"] = errors(
+            torch.cat([torch.cat(xs[T_AUX]).reshape(-1, H), torch.cat(xs[T_PRE])]),
+            torch.cat([torch.cat(ys[T_AUX]).reshape(-1, H), torch.cat(ys[T_PRE])]),
+            H,
+        )
         amax_over_rms = torch.cat(xs[T_AUX]).float().reshape(-1, H)
         crest = (amax_over_rms.abs().amax(-1) / amax_over_rms.pow(2).mean(-1).sqrt()).median().item()
 
@@ -166,16 +196,30 @@ def main(argv=None) -> int:
     per_tok_bf = PROD_SLICES * PROD_H * 2 + 8
     per_tok_f8 = PROD_SLICES * PROD_H * 1 + PROD_SLICES * 4 + 8
     prod_ratio = per_tok_f8 / per_tok_bf
-    print(f"real hidden states: transformers DeepseekV3ForCausalLM (random, bf16), hidden {H}, "
-          f"{cfg.num_hidden_layers} layers, aux layers {layers} + final pre-norm, {n_tok} tokens in {len(samples)} "
-          f"samples (model {t_model:.1f} s); median amax/rms per row {crest:.1f}")
-    print(f"  bytes/token  bf16 {b_bf / n_tok:9.1f}   fp8 {b_f8 / n_tok:9.1f}   ratio fp8/bf16 = {ratio:.4f}  (goal <= 0.55)")
+    print(
+        f"real hidden states: transformers DeepseekV3ForCausalLM (random, bf16), hidden {H}, "
+        f"{cfg.num_hidden_layers} layers, aux layers {layers} + final pre-norm, {n_tok} tokens in {len(samples)} "
+        f"samples (model {t_model:.1f} s); median amax/rms per row {crest:.1f}"
+    )
+    print(
+        f"  bytes/token  bf16 {b_bf / n_tok:9.1f}   fp8 {b_f8 / n_tok:9.1f}   ratio fp8/bf16 = {ratio:.4f}  (goal <= 0.55)"
+    )
     for k in (T_AUX, T_PRE, "all"):
         print(f"  {k:18s} {fmt_err(real[k])}")
-    print(f"  projected at H={PROD_H}, {PROD_SLICES} slices/token: {per_tok_bf} -> {per_tok_f8} bytes/token, ratio "
-          f"{prod_ratio:.4f}: 924 GiB for 17.3 M tokens -> {924 * prod_ratio:.0f} GiB")
-    res["real"] = {"hidden": H, "tokens": n_tok, "bytes_per_token_bf16": b_bf / n_tok, "bytes_per_token_fp8": b_f8 / n_tok,
-                   "ratio": ratio, "errors": real, "median_amax_over_rms": crest, "projected_ratio_h7168": prod_ratio}
+    print(
+        f"  projected at H={PROD_H}, {PROD_SLICES} slices/token: {per_tok_bf} -> {per_tok_f8} bytes/token, ratio "
+        f"{prod_ratio:.4f}: 924 GiB for 17.3 M tokens -> {924 * prod_ratio:.0f} GiB"
+    )
+    res["real"] = {
+        "hidden": H,
+        "tokens": n_tok,
+        "bytes_per_token_bf16": b_bf / n_tok,
+        "bytes_per_token_fp8": b_f8 / n_tok,
+        "ratio": ratio,
+        "errors": real,
+        "median_amax_over_rms": crest,
+        "projected_ratio_h7168": prod_ratio,
+    }
 
     # synthetic heavy tails: per-token scales vs outlier channels
     SH, R = args.synthetic_hidden, args.synthetic_rows
@@ -188,7 +232,7 @@ def main(argv=None) -> int:
         e_all = errors(x, y, SH)
         e_bulk = errors(x[:, bulk], y[:, bulk], int(bulk.sum()))
         # fraction of bulk values that land below fp8's smallest normal (2^-6) after scaling: 1 mantissa bit or less
-        sub = ((x[:, bulk].float().abs() / s) < 2 ** -6).float().mean().item()
+        sub = ((x[:, bulk].float().abs() / s) < 2**-6).float().mean().item()
         print(f"  M={mult:<6d} all channels:  {fmt_err(e_all)}")
         print(f"  {'':8s} bulk channels: {fmt_err(e_bulk)}   bulk values in fp8 subnormals: {sub:.1%}")
         res["synthetic"][f"x{mult}"] = {"all": e_all, "bulk": e_bulk, "bulk_subnormal_fraction": sub}
@@ -218,15 +262,19 @@ def main(argv=None) -> int:
     dequantize_rows(q, s, torch.bfloat16)
     t_dec = time.perf_counter() - t
     n = x.shape[0]
-    print(f"codec speed (H={PROD_H}, {PROD_SLICES} slices/token, {torch.get_num_threads()} torch threads): encode "
-          f"{n / t_enc:,.0f} tokens/s ({x.numel() * 2 / t_enc / 1e9:.2f} GB/s of bf16), decode {n / t_dec:,.0f} tokens/s")
+    print(
+        f"codec speed (H={PROD_H}, {PROD_SLICES} slices/token, {torch.get_num_threads()} torch threads): encode "
+        f"{n / t_enc:,.0f} tokens/s ({x.numel() * 2 / t_enc / 1e9:.2f} GB/s of bf16), decode {n / t_dec:,.0f} tokens/s"
+    )
     res["encode_tokens_per_s_h7168"] = n / t_enc
     res["decode_tokens_per_s_h7168"] = n / t_dec
     res["wall_s"] = time.perf_counter() - t0
     e = real["all"]
-    print(f"SUMMARY bytes_per_token_ratio fp8/bf16 = {ratio:.4f} (goal <= 0.55, {'PASS' if ratio <= 0.55 else 'FAIL'}; "
-          f"H=7168 layout {prod_ratio:.4f}) | real hidden states: rel err max {e['max_rel']:.4f} mean {e['mean_rel']:.4f}, "
-          f"cos min {e['min_cos']:.5f} mean {e['mean_cos']:.5f} | wall {res['wall_s']:.1f} s")
+    print(
+        f"SUMMARY bytes_per_token_ratio fp8/bf16 = {ratio:.4f} (goal <= 0.55, {'PASS' if ratio <= 0.55 else 'FAIL'}; "
+        f"H=7168 layout {prod_ratio:.4f}) | real hidden states: rel err max {e['max_rel']:.4f} mean {e['mean_rel']:.4f}, "
+        f"cos min {e['min_cos']:.5f} mean {e['mean_cos']:.5f} | wall {res['wall_s']:.1f} s"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
     return 0 if ratio <= 0.55 else 1

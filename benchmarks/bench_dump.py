@@ -24,6 +24,7 @@ and prompts, and prints specforge tokens/s, ours tokens/s (prefill_tok_s_on), ra
 both clocks leaving out the warm-up (our warm-up burst; SpecForge's first batch) and model load.
 Every server is warmed with one whole burst (JIT, writer, staging) before the first measured round.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,8 +71,11 @@ def send(base, prompts, concurrency, rids) -> float:
 
     def one(rid_prompt):
         rid, ids = rid_prompt
-        http_json(base + "/generate", {"input_ids": ids, "rid": rid,
-                                       "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
+        http_json(
+            base + "/generate",
+            {"input_ids": ids, "rid": rid, "sampling_params": {"max_new_tokens": 1, "temperature": 0}},
+        )
+
     t = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as ex:
         list(ex.map(one, zip(rids, prompts)))
@@ -96,9 +100,13 @@ def wait_listed(d: Path, rids, timeout: float = 600) -> float:
     while not want <= set(read_manifest(d)):
         if time.perf_counter() - t0 > timeout:
             raise SystemExit(f"writer did not finish in {timeout:.0f} s")
-        skipped = {k: v for w in _writer_status(d).values() for k, v in (w or {}).items()
-                   if k in ("nonfinite", "refused_other", "refused_prefix_cache") and v}
-        if skipped:   # those samples will never be listed: say why now rather than after the timeout
+        skipped = {
+            k: v
+            for w in _writer_status(d).values()
+            for k, v in (w or {}).items()
+            if k in ("nonfinite", "refused_other", "refused_prefix_cache") and v
+        }
+        if skipped:  # those samples will never be listed: say why now rather than after the timeout
             raise SystemExit(f"the writer skipped samples {skipped}; see the server log")
         time.sleep(0.02)
     return time.perf_counter() - t0
@@ -110,13 +118,19 @@ def specforge_vs_ours(a, model, prompts, res):
 
     out = Path(tempfile.mkdtemp(prefix="sge3_bench_specforge_")) / "out"
     try:
-        sf = run_specforge_capture(model, prompts, out, a.specforge_script, timeout=1800,
-                                   batch_size=a.specforge_batch_size or a.concurrency,
-                                   mem_fraction=float(knobs.get("SGE3_MEM_FRACTION", "0.3")))
+        sf = run_specforge_capture(
+            model,
+            prompts,
+            out,
+            a.specforge_script,
+            timeout=1800,
+            batch_size=a.specforge_batch_size or a.concurrency,
+            mem_fraction=float(knobs.get("SGE3_MEM_FRACTION", "0.3")),
+        )
     except Exception as e:  # noqa: BLE001 -- reported in the JSON, the run's own numbers still print
         res["specforge_error"] = f"{type(e).__name__}: {e}"[-4000:]
         return
-    finally:   # its hidden states (as large as ours) are counted by now; the disk is needed after us
+    finally:  # its hidden states (as large as ours) are counted by now; the disk is needed after us
         shutil.rmtree(out.parent, ignore_errors=True)
     res["specforge"] = sf
     res["specforge_tok_s"] = sf["tokens_per_s"]
@@ -127,22 +141,39 @@ def specforge_vs_ours(a, model, prompts, res):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model")
-    ap.add_argument("--kimi-width", action="store_true",
-                    help="a random DeepSeek-V3 at Kimi-K2.5's width (hidden 7168, 64 heads, MLA ranks 1536/512; "
-                         "4 layers, 16 experts; ~6 GB, made on first use) instead of the tiny target: the "
-                         "dump's cost per token against a forward pass of the product's width")
+    ap.add_argument(
+        "--kimi-width",
+        action="store_true",
+        help="a random DeepSeek-V3 at Kimi-K2.5's width (hidden 7168, 64 heads, MLA ranks 1536/512; "
+        "4 layers, 16 experts; ~6 GB, made on first use) instead of the tiny target: the "
+        "dump's cost per token against a forward pass of the product's width",
+    )
     ap.add_argument("--dump-dir")
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--len", type=int, default=2048)
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=6, help="bursts of --prompts per server; the writer drains "
-                    "after each off the clock (each burst must fit SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB)")
-    ap.add_argument("--discard", action="store_true",
-                    help="also a server that captures but writes nothing: the forward pass's share of the cost")
-    ap.add_argument("--writer-process", action="store_true",
-                    help="also a server whose writer runs in a child process (SGLANG_EAGLE3_EXT_DUMP_WRITER=process)")
-    ap.add_argument("--compute-stream", action="store_true",
-                    help="also dump with the copies on the compute stream (SGLANG_EAGLE3_EXT_DUMP_COPY_STREAM=0)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=6,
+        help="bursts of --prompts per server; the writer drains "
+        "after each off the clock (each burst must fit SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB)",
+    )
+    ap.add_argument(
+        "--discard",
+        action="store_true",
+        help="also a server that captures but writes nothing: the forward pass's share of the cost",
+    )
+    ap.add_argument(
+        "--writer-process",
+        action="store_true",
+        help="also a server whose writer runs in a child process (SGLANG_EAGLE3_EXT_DUMP_WRITER=process)",
+    )
+    ap.add_argument(
+        "--compute-stream",
+        action="store_true",
+        help="also dump with the copies on the compute stream (SGLANG_EAGLE3_EXT_DUMP_COPY_STREAM=0)",
+    )
     ap.add_argument("--specforge", action="store_true", help="also time SpecForge's prepare_hidden_states.py")
     ap.add_argument("--specforge-script", help="its path (default: $SGE3_SPECFORGE_SCRIPT, else the vendored copy)")
     ap.add_argument("--specforge-batch-size", type=int, help="prompts per SpecForge forward (default: --concurrency)")
@@ -173,27 +204,37 @@ def main():
     prompts = [torch.randint(10, 4000, (a.len,), generator=g).tolist() for _ in range(a.prompts)]
     # CUDA graphs on (decode); prefill eager on every server alike: the dump refuses to start under prefill
     # graphs (0.5.14's default for DeepSeek-V3; 0.5.16 resolves MLA prefill eager anyway)
-    args = ["--model-path", model, *BASE_ARGS, "--disable-radix-cache", "--context-length", str(a.len + 64),
-            "--disable-prefill-cuda-graph"]
+    args = [
+        "--model-path",
+        model,
+        *BASE_ARGS,
+        "--disable-radix-cache",
+        "--context-length",
+        str(a.len + 64),
+        "--disable-prefill-cuda-graph",
+    ]
 
     res = {"io_threads": os.environ.get(ENV_IO_THREADS) or "default", "rounds": a.rounds}
     tmp = Path(tempfile.mkdtemp())
     on_env = _activation_env(tmp, dump)
-    variants = {"off": {k: v for k, v in on_env.items() if not k.startswith("SGLANG_EAGLE3_EXT_DUMP")},
-                "on": on_env}   # name -> server env
-    for name, wanted, var, value in (("discard", a.discard, ENV_DISCARD, "1"),
-                                     ("process", a.writer_process, ENV_WRITER, "process"),
-                                     ("compute_stream", a.compute_stream, ENV_COPY_STREAM, "0")):
-        if wanted:   # dumping with one setting changed, into a dump dir of its own
+    variants = {
+        "off": {k: v for k, v in on_env.items() if not k.startswith("SGLANG_EAGLE3_EXT_DUMP")},
+        "on": on_env,
+    }  # name -> server env
+    for name, wanted, var, value in (
+        ("discard", a.discard, ENV_DISCARD, "1"),
+        ("process", a.writer_process, ENV_WRITER, "process"),
+        ("compute_stream", a.compute_stream, ENV_COPY_STREAM, "0"),
+    ):
+        if wanted:  # dumping with one setting changed, into a dump dir of its own
             variants[name] = _activation_env(tmp, Path(tempfile.mkdtemp(prefix=f"sge3_bench_{name}_")), **{var: value})
     # all servers share the GPU, one at a time under load
     frac = knobs.get("SGE3_MEM_FRACTION") or f"{min(0.3, 0.8 / len(variants)):.2f}"
     args += ["--mem-fraction-static", frac]
     tokens_per_burst = (len(prompts) - 1) * a.len
     cfg = json.loads(Path(model, "config.json").read_text())
-    need_mb = tokens_per_burst * (len(on_env[ENV_LAYERS].split(",")) + 2) \
-        * cfg["hidden_size"] * 2 * 1.1 / (1 << 20)
-    if not os.environ.get(ENV_MAX_PENDING_MB) and need_mb > 4096:   # a burst must fit the host budget
+    need_mb = tokens_per_burst * (len(on_env[ENV_LAYERS].split(",")) + 2) * cfg["hidden_size"] * 2 * 1.1 / (1 << 20)
+    if not os.environ.get(ENV_MAX_PENDING_MB) and need_mb > 4096:  # a burst must fit the host budget
         for env in variants.values():
             if DUMP_DIR in env:
                 env[ENV_MAX_PENDING_MB] = str(int(need_mb) + 1)
@@ -203,17 +244,24 @@ def main():
     drain_s = {n: 0.0 for n in variants}
     writes = {n: Path(env[DUMP_DIR]) for n, env in variants.items() if DUMP_DIR in env and ENV_DISCARD not in env}
     with contextlib.ExitStack() as stack:
+
         def serve(name):
-            return stack.enter_context(sglang_server(args, name=f"bench_dump_{name}", port=_port(),
-                                                     env=variants[name], launcher="sglang.launch_server"))[0]
+            return stack.enter_context(
+                sglang_server(
+                    args, name=f"bench_dump_{name}", port=_port(), env=variants[name], launcher="sglang.launch_server"
+                )
+            )[0]
+
         # started one after another: SGLang sizes its KV cache from the memory free at start-up, which a
         # server starting beside it is still taking (-> "Loaded weights leave no GPU memory for the KV cache")
-        bases = {name: serve(name) for name in variants}   # then served side by side; each stops at exit
+        bases = {name: serve(name) for name in variants}  # then served side by side; each stops at exit
         for name, env in variants.items():
             d = env.get(DUMP_DIR)
-            if d and not Path(d, META_FILE).exists():   # the writer writes it at model init
-                raise SystemExit(f"{name}: dumping did not start in the server (no {META_FILE} in {d}): the "
-                                 f"activation did not reach it; see its log")
+            if d and not Path(d, META_FILE).exists():  # the writer writes it at model init
+                raise SystemExit(
+                    f"{name}: dumping did not start in the server (no {META_FILE} in {d}): the "
+                    f"activation did not reach it; see its log"
+                )
             # warm-up off the clock, a whole burst as the rounds send it: Triton JIT for every batch shape the
             # rounds hit, the writer's threads and staging ring (one prompt was not enough: a Kimi-width run's
             # first round then measured 2.01 beside 0.993-0.997)
@@ -224,25 +272,26 @@ def main():
                 drop_samples(writes[name], warm)
         names = list(variants)
         for r in range(a.rounds):
-            for name in names[r % len(names):] + names[:r % len(names)]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 rids = [f"{name}-{r}-{i}" for i in range(1, len(prompts))]
                 busy[name].append(send(bases[name], prompts[1:], a.concurrency, rids))
-                if name in writes:   # off the clock: the burst's samples written before the next burst
+                if name in writes:  # off the clock: the burst's samples written before the next burst
                     drain_s[name] += wait_listed(writes[name], rids)
                     drop_samples(writes[name], rids)
-            print(f"round {r}: " + ", ".join(f"{n} {tokens_per_burst / busy[n][-1]:.0f} tok/s" for n in names),
-                  flush=True)
+            print(
+                f"round {r}: " + ", ".join(f"{n} {tokens_per_burst / busy[n][-1]:.0f} tok/s" for n in names), flush=True
+            )
     for name in variants:
         res[f"prefill_tok_s_{name}"] = len(busy[name]) * tokens_per_burst / sum(busy[name])
         if name != "off":
-            per_round = sorted(o / x for o, x in zip(busy["off"], busy[name]))   # rate ratio = time ratio inverted
+            per_round = sorted(o / x for o, x in zip(busy["off"], busy[name]))  # rate ratio = time ratio inverted
             res[f"prefill_ratio_{name}_over_off"] = statistics.median(per_round)
             res[f"prefill_ratio_{name}_over_off_rounds"] = [round(x, 3) for x in per_round]
             res[f"prefill_ratio_{name}_over_off_aggregate"] = res[f"prefill_tok_s_{name}"] / res["prefill_tok_s_off"]
             d = variants[name].get(DUMP_DIR)
-            res[f"writer_status_{name}"] = _writer_status(Path(d))   # staging ring, fallbacks, skips
+            res[f"writer_status_{name}"] = _writer_status(Path(d))  # staging ring, fallbacks, skips
     res["disk_seq_write_bytes_s"] = disk_write_bps(dump)
-    for name, d in writes.items():   # "on" keeps the unprefixed keys
+    for name, d in writes.items():  # "on" keeps the unprefixed keys
         sfx = "" if name == "on" else f"_{name}"
         ours = [m for k, m in read_manifest(d).items() if k.startswith(f"{name}-") and "-warm-" not in k]
         res[f"writer_bytes_s{sfx}"] = sum(m["bytes"] for m in ours) / (sum(busy[name]) + drain_s[name])
@@ -251,14 +300,17 @@ def main():
             res["dump_bytes_per_token"] = sum(m["bytes"] for m in ours) / sum(m["num_tokens"] for m in ours)
     # Sustained dumping at the "off" prefill rate would need this many bytes/s: above 1, the disk (not
     # the dump) sets the pace once the host budget is full, whatever the writer does.
-    res["sustained_need_over_disk"] = (res["prefill_tok_s_off"] * res["dump_bytes_per_token"]
-                                       / res["disk_seq_write_bytes_s"])
+    res["sustained_need_over_disk"] = (
+        res["prefill_tok_s_off"] * res["dump_bytes_per_token"] / res["disk_seq_write_bytes_s"]
+    )
     if a.specforge:
         specforge_vs_ours(a, model, prompts, res)
     print(json.dumps(res, indent=2))
     if "ratio_ours_over_specforge" in res:
-        print(f"specforge tokens/s: {res['specforge_tok_s']:.0f}\nours tokens/s: {res['ours_tok_s']:.0f}\n"
-              f"ratio ours/specforge: {res['ratio_ours_over_specforge']:.3f}")
+        print(
+            f"specforge tokens/s: {res['specforge_tok_s']:.0f}\nours tokens/s: {res['ours_tok_s']:.0f}\n"
+            f"ratio ours/specforge: {res['ratio_ours_over_specforge']:.3f}"
+        )
     out = os.environ.get("OUT")
     if out:
         Path(out, "bench_dump.json").write_text(json.dumps(res, indent=2))

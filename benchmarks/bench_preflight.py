@@ -3,6 +3,7 @@ using the launcher's preflight workers. Decode-size to prefill-size messages.
 
     python benchmarks/bench_preflight.py --nprocs 8 [--timeout 300]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,9 @@ def main() -> None:
     ap.add_argument("--backend", default="nccl", choices=("nccl", "gloo"))
     a = ap.parse_args()
     for label, extra in (("default", {}), ("NCCL_P2P_DISABLE=1 (SHM)", {"NCCL_P2P_DISABLE": "1"})):
-        res = preflight.run_preflight(a.nprocs, env={**os.environ, **extra}, timeout=a.timeout, backend=a.backend,
-                                      sizes=SIZES, retry=False)
+        res = preflight.run_preflight(
+            a.nprocs, env={**os.environ, **extra}, timeout=a.timeout, backend=a.backend, sizes=SIZES, retry=False
+        )
         print(f"[{label}]\n{res.report()}\n")
 
 

@@ -4,6 +4,7 @@ Two throw-away venvs of this interpreter, identical except that one has our .pth
 site-packages; `python -c pass` is timed alternately in both, and the medians compared.
 Usage: python benchmarks/bench_startup.py [--runs 200]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,12 @@ PTH = Path(__file__).resolve().parents[1] / "sglang_eagle3_ext" / "_startup" / "
 def make_venv(root: Path, with_pth: bool) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     py = root / "bin" / "python"
-    site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     if with_pth:
         shutil.copy(PTH, Path(site) / PTH.name)
     return py
@@ -50,9 +55,11 @@ def main() -> None:
             tb.append(time_once(base, env))
             to.append(time_once(ours, env))
     mb, mo = statistics.median(tb), statistics.median(to)
-    print(f"python {sysconfig.get_python_version()}: start-up median without package {mb*1e3:.2f} ms, "
-          f"with .pth (variable unset) {mo*1e3:.2f} ms over {args.runs} runs each")
-    print(f"ratio with/without = {mo/mb:.4f} (goal <= 1.02)")
+    print(
+        f"python {sysconfig.get_python_version()}: start-up median without package {mb * 1e3:.2f} ms, "
+        f"with .pth (variable unset) {mo * 1e3:.2f} ms over {args.runs} runs each"
+    )
+    print(f"ratio with/without = {mo / mb:.4f} (goal <= 1.02)")
 
 
 if __name__ == "__main__":

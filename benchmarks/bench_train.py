@@ -13,6 +13,7 @@ Per step the trainer measures the time waiting for the next batch (the loader) a
 With --nproc N > 1 the same run goes through `torchrun --nproc-per-node N` and is compared with one process:
 the scaling ratio is N processes' tokens/s over one's (goal >= 1.8 for 2 GPUs).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,10 +26,30 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-TINY = dict(hidden_size=64, vocab_size=256, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=32,
-            kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16, intermediate_size=128)
-KIMI = dict(hidden_size=7168, vocab_size=163840, num_attention_heads=64, num_key_value_heads=64, q_lora_rank=1536,
-            kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, intermediate_size=18432)
+TINY = dict(
+    hidden_size=64,
+    vocab_size=256,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    q_lora_rank=32,
+    kv_lora_rank=32,
+    qk_rope_head_dim=16,
+    qk_nope_head_dim=16,
+    v_head_dim=16,
+    intermediate_size=128,
+)
+KIMI = dict(
+    hidden_size=7168,
+    vocab_size=163840,
+    num_attention_heads=64,
+    num_key_value_heads=64,
+    q_lora_rank=1536,
+    kv_lora_rank=512,
+    qk_rope_head_dim=64,
+    qk_nope_head_dim=128,
+    v_head_dim=128,
+    intermediate_size=18432,
+)
 AUX = [1, 2, 3]
 
 
@@ -40,13 +61,22 @@ def make_target(out: Path, width: dict, device: str) -> Path:
     from sglang_eagle3_ext.tiny.deepseek_v3 import SGLANG_EXTRA_KEYS, TINY_CONFIG
 
     H, V = width["hidden_size"], width["vocab_size"]
-    cfg = {**TINY_CONFIG, **width, **SGLANG_EXTRA_KEYS, "architectures": ["DeepseekV3ForCausalLM"],
-           "model_type": "deepseek_v3", "num_hidden_layers": 8, "torch_dtype": "bfloat16"}
+    cfg = {
+        **TINY_CONFIG,
+        **width,
+        **SGLANG_EXTRA_KEYS,
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "num_hidden_layers": 8,
+        "torch_dtype": "bfloat16",
+    }
     out.mkdir(parents=True, exist_ok=True)
     g = torch.Generator(device=device).manual_seed(0)
-    tensors = {"model.embed_tokens.weight": torch.randn(V, H, generator=g, device=device) * 0.02,
-               "lm_head.weight": torch.randn(V, H, generator=g, device=device) * 0.02,
-               "model.norm.weight": torch.ones(H, device=device)}
+    tensors = {
+        "model.embed_tokens.weight": torch.randn(V, H, generator=g, device=device) * 0.02,
+        "lm_head.weight": torch.randn(V, H, generator=g, device=device) * 0.02,
+        "model.norm.weight": torch.ones(H, device=device),
+    }
     save_file({k: v.to(torch.bfloat16).cpu().contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"))
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     return out
@@ -70,10 +100,35 @@ def make_data(out: Path, width: dict, samples: int, tokens: int, device: str) ->
 
 def train_argv(a, target: Path, data: Path, out: Path, nproc: int) -> list[str]:
     seq = a.tokens * 4
-    return ["--data", str(data), "--target", str(target), "--out", str(out), "--draft-arch", a.arch,
-            "--device", a.device, "--steps", str(a.steps), "--global-batch", str(nproc), "--num-workers",
-            str(a.num_workers), "--total-seq-len", str(seq), "--min-val-acc", "0", "--log-every", "10",
-            "--train-ratio", "0.95", "--force", "--loss-impl", a.loss_impl]
+    return [
+        "--data",
+        str(data),
+        "--target",
+        str(target),
+        "--out",
+        str(out),
+        "--draft-arch",
+        a.arch,
+        "--device",
+        a.device,
+        "--steps",
+        str(a.steps),
+        "--global-batch",
+        str(nproc),
+        "--num-workers",
+        str(a.num_workers),
+        "--total-seq-len",
+        str(seq),
+        "--min-val-acc",
+        "0",
+        "--log-every",
+        "10",
+        "--train-ratio",
+        "0.95",
+        "--force",
+        "--loss-impl",
+        a.loss_impl,
+    ]
 
 
 def run(a, target: Path, data: Path, work: Path, nproc: int) -> dict:
@@ -90,10 +145,20 @@ def run(a, target: Path, data: Path, work: Path, nproc: int) -> dict:
         if a.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         rc = run_tool("train", train_command.main, argv)
-        peak = torch.cuda.max_memory_allocated() / 2 ** 30 if a.device == "cuda" else None
+        peak = torch.cuda.max_memory_allocated() / 2**30 if a.device == "cuda" else None
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-               "-m", "sglang_eagle3_ext", "train", *argv]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(nproc),
+            "-m",
+            "sglang_eagle3_ext",
+            "train",
+            *argv,
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4")}
         rc = subprocess.run(cmd, env=env).returncode
     if rc != 0:
@@ -116,9 +181,14 @@ def figures(summary: dict, warmup: int) -> dict:
     secs = sum(h["time_s"] for h in hist)
     fetch = sum(h["fetch_s"] for h in hist)
     tokens = sum(h["tokens"] for h in hist)
-    return {"steps_timed": len(hist), "tokens_per_s_per_process": tokens / secs, "loader_share": fetch / secs,
-            "step_ms": 1e3 * secs / len(hist), "loader_ms": 1e3 * fetch / len(hist),
-            "tokens_per_step_per_process": tokens / len(hist)}
+    return {
+        "steps_timed": len(hist),
+        "tokens_per_s_per_process": tokens / secs,
+        "loader_share": fetch / secs,
+        "step_ms": 1e3 * secs / len(hist),
+        "loader_ms": 1e3 * fetch / len(hist),
+        "tokens_per_step_per_process": tokens / len(hist),
+    }
 
 
 def parse(argv=None):
@@ -129,8 +199,9 @@ def parse(argv=None):
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5, help="steps left out of the figures")
     ap.add_argument("--samples", type=int, default=48)
-    ap.add_argument("--tokens", type=int, default=None, help="tokens per sample (default 2048 at --kimi-width, "
-                                                              "else 512)")
+    ap.add_argument(
+        "--tokens", type=int, default=None, help="tokens per sample (default 2048 at --kimi-width, else 512)"
+    )
     ap.add_argument("--num-workers", type=int, default=4, help="loader worker processes per rank")
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None)
     ap.add_argument("--loss-impl", choices=("fused", "eager"), default="fused", help="llama: speculators' loss")
@@ -151,26 +222,43 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
         work = Path(a.workdir or tmp)
         target = make_target(work / "target", width, a.device) if not (work / "target").exists() else work / "target"
-        data = (make_data(work / "data", width, a.samples, a.tokens, a.device)
-                if not (work / "data").exists() else work / "data")
+        data = (
+            make_data(work / "data", width, a.samples, a.tokens, a.device)
+            if not (work / "data").exists()
+            else work / "data"
+        )
         summary = run(a, target, data, work, 1)
-        one = dict(figures(summary, a.warmup), cuda_peak_gib=summary["cuda_peak_gib"],
-                   plan_gib=plan_gib(a, target, data, work))
-        result = {"arch": a.arch, "hidden_size": width["hidden_size"], "vocab_size": width["vocab_size"],
-                  "device": a.device, "tokens_per_sample": a.tokens, "num_workers": a.num_workers, "one": one}
-        print(f"bench_train: {a.arch} draft, hidden {width['hidden_size']}, vocab {width['vocab_size']}, {a.device}: "
-              f"{one['tokens_per_s_per_process']:.0f} tokens/s per process, loader {one['loader_ms']:.1f} of "
-              f"{one['step_ms']:.1f} ms per step = {one['loader_share']:.1%} of the step time (goal <= 10%)")
+        one = dict(
+            figures(summary, a.warmup), cuda_peak_gib=summary["cuda_peak_gib"], plan_gib=plan_gib(a, target, data, work)
+        )
+        result = {
+            "arch": a.arch,
+            "hidden_size": width["hidden_size"],
+            "vocab_size": width["vocab_size"],
+            "device": a.device,
+            "tokens_per_sample": a.tokens,
+            "num_workers": a.num_workers,
+            "one": one,
+        }
+        print(
+            f"bench_train: {a.arch} draft, hidden {width['hidden_size']}, vocab {width['vocab_size']}, {a.device}: "
+            f"{one['tokens_per_s_per_process']:.0f} tokens/s per process, loader {one['loader_ms']:.1f} of "
+            f"{one['step_ms']:.1f} ms per step = {one['loader_share']:.1%} of the step time (goal <= 10%)"
+        )
         if one["cuda_peak_gib"] is not None:
-            print(f"bench_train: GPU memory peak {one['cuda_peak_gib']:.1f} GiB, --dry-run planned "
-                  f"{one['plan_gib']:.1f} GiB")
+            print(
+                f"bench_train: GPU memory peak {one['cuda_peak_gib']:.1f} GiB, --dry-run planned "
+                f"{one['plan_gib']:.1f} GiB"
+            )
         if a.nproc > 1:
             many = figures(run(a, target, data, work, a.nproc), a.warmup)
             ratio = many["tokens_per_s_per_process"] * a.nproc / one["tokens_per_s_per_process"]
             result.update(nproc=a.nproc, many=many, scaling=ratio)
-            print(f"bench_train: {a.nproc} processes: {many['tokens_per_s_per_process']:.0f} tokens/s each, "
-                  f"scaling {ratio:.2f}x one process (goal >= {0.9 * a.nproc:.1f}x), loader "
-                  f"{many['loader_share']:.1%}")
+            print(
+                f"bench_train: {a.nproc} processes: {many['tokens_per_s_per_process']:.0f} tokens/s each, "
+                f"scaling {ratio:.2f}x one process (goal >= {0.9 * a.nproc:.1f}x), loader "
+                f"{many['loader_share']:.1%}"
+            )
         if a.json:
             Path(a.json).write_text(json.dumps(result, indent=2))
     return 0

@@ -10,6 +10,7 @@ process (SGLANG_EAGLE3_EXT_DUMP_WRITER=process: no GIL shared with the stand-in)
   forward_ratio = stand-in loop rate while writing ÷ alone          (goal: near 1)
   writer_over_disk = writer bytes/s ÷ sequential fsynced disk bytes/s, same run
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def spin(stop: threading.Event, out: list) -> None:
     n, t0 = 0, time.perf_counter()
     while not stop.is_set():
-        for _ in range(1000):     # bytecode-bound, like a scheduler loop
+        for _ in range(1000):  # bytecode-bound, like a scheduler loop
             n += 1
     out.append(n / (time.perf_counter() - t0))
 
@@ -67,18 +68,33 @@ def run_writer(a, root: Path, use_save_file: bool, process: bool = False) -> dic
     real = F.save_safetensors
     if use_save_file:
         from safetensors.torch import save_file
-        def via_save_file(p, t, m, fsync=False):     # the previous writer: safetensors' own serializer
-            save_file({k: v.contiguous() for k, v in t.items()}, str(p), metadata=m)   # None: atomic_write fsyncs
+
+        def via_save_file(p, t, m, fsync=False):  # the previous writer: safetensors' own serializer
+            save_file({k: v.contiguous() for k, v in t.items()}, str(p), metadata=m)  # None: atomic_write fsyncs
+
         F.save_safetensors = via_save_file
     try:
-        cfg = C.from_env({envs.DUMP_DIR: str(root), C.ENV_LAYERS: "1,2,3", C.ENV_FINAL: "both",
-                          C.ENV_IO_THREADS: str(a.io_threads), C.ENV_MIN_TOKENS: "1",
-                          C.ENV_WRITER: "process" if process else "thread"})
-        meta = {"layer_indices_hf": [1, 2, 3], "hidden_size": a.hidden, "num_hidden_layers": 4,
-                "architecture": "DeepseekV3ForCausalLM", "final": "both", "dtype": "bfloat16"}
+        cfg = C.from_env(
+            {
+                envs.DUMP_DIR: str(root),
+                C.ENV_LAYERS: "1,2,3",
+                C.ENV_FINAL: "both",
+                C.ENV_IO_THREADS: str(a.io_threads),
+                C.ENV_MIN_TOKENS: "1",
+                C.ENV_WRITER: "process" if process else "thread",
+            }
+        )
+        meta = {
+            "layer_indices_hf": [1, 2, 3],
+            "hidden_size": a.hidden,
+            "num_hidden_layers": 4,
+            "architecture": "DeepseekV3ForCausalLM",
+            "final": "both",
+            "dtype": "bfloat16",
+        }
         T, H = a.tokens, a.hidden
-        src = [torch.randn(T, 5 * H).bfloat16() for _ in range(4)]   # reused contents, fresh batches
-        ok = [_rows_finite([s]) for s in src]                          # as the capture computes them
+        src = [torch.randn(T, 5 * H).bfloat16() for _ in range(4)]  # reused contents, fresh batches
+        ok = [_rows_finite([s]) for s in src]  # as the capture computes them
         w = make_writer(cfg, meta, "dp0")
         ring = w.staging if process else None
         with spinning() as out:
@@ -87,19 +103,39 @@ def run_writer(a, root: Path, use_save_file: bool, process: bool = False) -> dic
                 s = src[i % 4]
                 nb = s.numel() * 2 + T * 8
                 w.reserve(nb)
-                host = {"ids": torch.arange(T), "aux": s[:, :3 * H], "pre": s[:, 3 * H:4 * H],
-                        "post": s[:, 4 * H:], "ok": ok[i % 4]}
+                host = {
+                    "ids": torch.arange(T),
+                    "aux": s[:, : 3 * H],
+                    "pre": s[:, 3 * H : 4 * H],
+                    "post": s[:, 4 * H :],
+                    "ok": ok[i % 4],
+                }
                 region = None
-                if ring is not None:   # as the capture does: the host copies land in the shared memory
+                if ring is not None:  # as the capture does: the host copies land in the shared memory
                     specs = [(tuple(t.shape), t.dtype) for t in host.values()]
                     region = ring.alloc(region_size(specs))
-                    dst = ring.tensors(region, specs) if region else list(w.host_buffers(dict(zip(host, specs)),
-                                                                                        False).values())
+                    dst = (
+                        ring.tensors(region, specs)
+                        if region
+                        else list(w.host_buffers(dict(zip(host, specs)), False).values())
+                    )
                     host = {k: d.copy_(t) for (k, t), d in zip(host.items(), dst)}
                 else:
                     host = {k: t.contiguous() for k, t in host.items()}
-                b = ChunkBatch([f"s{i}"], [0], [T], [T], host["ids"], host["aux"], "packed", host["pre"],
-                               host["post"], None, nb, row_ok=host["ok"])
+                b = ChunkBatch(
+                    [f"s{i}"],
+                    [0],
+                    [T],
+                    [T],
+                    host["ids"],
+                    host["aux"],
+                    "packed",
+                    host["pre"],
+                    host["post"],
+                    None,
+                    nb,
+                    row_ok=host["ok"],
+                )
                 if region is not None:
                     b.free_host = lambda r=region: ring.free(r)
                 w.submit(b)

@@ -21,6 +21,7 @@ Defaults as benchmarks/bench_serve.py: the Kimi-width predictable target and a r
 length ~1 does not change what one iteration costs: the verify still runs every draft token). Writes
 $OUT/profile_spec_BACKEND_bsN.json when $OUT is set.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,7 +55,7 @@ def kernel_summary(trace_dir: Path, steps: int, top: int = 15, pattern: str = "*
         return {"error": f"no kernel events in {trace_dir}"}
     spans = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels)
     busy, end = 0.0, spans[0][0]
-    for s, t in spans:                    # union of intervals: overlapping streams are not counted twice
+    for s, t in spans:  # union of intervals: overlapping streams are not counted twice
         if t > end:
             busy += t - max(s, end)
             end = t
@@ -65,15 +66,21 @@ def kernel_summary(trace_dir: Path, steps: int, top: int = 15, pattern: str = "*
         for e in evs:
             by_name[e["name"]] += float(e["dur"])
         return by_name
+
     by_kernel = total_by_name(kernels)
     by_cpu = total_by_name(e for e in events if e.get("cat") in ("cpu_op", "user_annotation", "python_function"))
-    top_of = lambda d: {n[:120]: round(us / 1e3 / steps, 3)                        # noqa: E731
-                        for n, us in sorted(d.items(), key=lambda kv: -kv[1])[:top]}
+
+    def top_of(d):
+        return {n[:120]: round(us / 1e3 / steps, 3) for n, us in sorted(d.items(), key=lambda kv: -kv[1])[:top]}
+
     t0, t1 = min(float(e["ts"]) for e in events), max(float(e["ts"]) + float(e["dur"]) for e in events)
-    res = {"wall_ms_per_step": round(wall / 1e3 / steps, 3), "gpu_busy": round(busy / wall, 3),
-           "trace_ms": round((t1 - t0) / 1e3, 3),             # CPU and GPU events: the whole profiled span
-           "kernel_ms_per_step": round(sum(by_kernel.values()) / 1e3 / steps, 3),
-           "top_kernels_ms_per_step": top_of(by_kernel)}
+    res = {
+        "wall_ms_per_step": round(wall / 1e3 / steps, 3),
+        "gpu_busy": round(busy / wall, 3),
+        "trace_ms": round((t1 - t0) / 1e3, 3),  # CPU and GPU events: the whole profiled span
+        "kernel_ms_per_step": round(sum(by_kernel.values()) / 1e3 / steps, 3),
+        "top_kernels_ms_per_step": top_of(by_kernel),
+    }
     if by_cpu:
         res["top_cpu_ms_per_step"] = top_of(by_cpu)
     return res
@@ -86,7 +93,7 @@ def profile_server(base: str, log: Path, prompts, a, out_dir: Path) -> dict:
 
     from sglang_eagle3_ext.bench.steps import step_summary
 
-    workload(base, prompts, a.bs, a.new_tokens)                      # warm: JIT, graphs, prefill shapes
+    workload(base, prompts, a.bs, a.new_tokens)  # warm: JIT, graphs, prefill shapes
     timed = workload(base, prompts, a.bs, a.new_tokens)
     steps = step_summary(log.read_text(errors="replace"), a.bs) if log.exists() else {"error": f"no log {log}"}
     res = {"tok_s": round(timed["tok_s"], 1), "accept_length": timed["accept_length"], "steps": steps}
@@ -106,9 +113,10 @@ def profile_during(base: str, prompts, a, out_dir: Path, req: dict) -> None:
 
     th = threading.Thread(target=workload, args=(base, prompts, a.bs, a.new_tokens))
     th.start()
-    time.sleep(1.0)                                                  # past the first prefills: decode steady state
-    _server(base).request("POST", "/start_profile", {"output_dir": str(out_dir), "activities": ["CPU", "GPU"], **req},
-                          text=True)                                 # plain text reply
+    time.sleep(1.0)  # past the first prefills: decode steady state
+    _server(base).request(
+        "POST", "/start_profile", {"output_dir": str(out_dir), "activities": ["CPU", "GPU"], **req}, text=True
+    )  # plain text reply
     th.join()
     deadline, sizes = time.time() + 180, None
     while time.time() < deadline:
@@ -136,33 +144,66 @@ def main():
     for s in a.spec or ["3,1,4"]:
         steps, topk, ndt = (int(x) for x in s.split(","))
         settings[f"spec_{steps}_{topk}_{ndt}"] = [
-            "--speculative-draft-model-path", str(draft), "--speculative-algorithm", "EAGLE3",
-            "--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk),
-            "--speculative-num-draft-tokens", str(ndt)]
+            "--speculative-draft-model-path",
+            str(draft),
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-num-steps",
+            str(steps),
+            "--speculative-eagle-topk",
+            str(topk),
+            "--speculative-num-draft-tokens",
+            str(ndt),
+        ]
     prompts = prompts_for(a.bs, max(1, a.requests // a.bs), seed=4242)
-    res = {"sglang": __import__("importlib.metadata").metadata.version("sglang"), "bs": a.bs, "model": str(model),
-           "draft": str(draft), "new_tokens": a.new_tokens, "attention_backend": a.attention_backend, "servers": {}}
+    res = {
+        "sglang": __import__("importlib.metadata").metadata.version("sglang"),
+        "bs": a.bs,
+        "model": str(model),
+        "draft": str(draft),
+        "new_tokens": a.new_tokens,
+        "attention_backend": a.attention_backend,
+        "servers": {},
+    }
     for name, extra in settings.items():
         # every decode iteration logged: sglang_eagle3_ext/bench/steps.py reads iteration and admission costs from it
-        with sglang_server([*common, *extra, "--decode-log-interval", "1"], name=f"profile_{name}", port=free_port(),
-                           env=activation_env(tmp), launcher="sglang.launch_server", timeout=900) as (base, log, _):
+        with sglang_server(
+            [*common, *extra, "--decode-log-interval", "1"],
+            name=f"profile_{name}",
+            port=free_port(),
+            env=activation_env(tmp),
+            launcher="sglang.launch_server",
+            timeout=900,
+        ) as (base, log, _):
             r = profile_server(base, log, prompts, a, tmp / f"trace_{name}")
         res["servers"][name] = r
-        print(f"{name}: {r['tok_s']} tok/s, accept {r['accept_length']}, {r.get('wall_ms_per_step')} ms/step, "
-              f"GPU busy {r.get('gpu_busy')}", flush=True)
+        print(
+            f"{name}: {r['tok_s']} tok/s, accept {r['accept_length']}, {r.get('wall_ms_per_step')} ms/step, "
+            f"GPU busy {r.get('gpu_busy')}",
+            flush=True,
+        )
         st = r["steps"]
-        print(f"    iteration {st.get('iteration_ms')} ms at batch {a.bs}; admission {st.get('admission_ms')} ms per "
-              f"prefill batch ({st.get('seqs_per_prefill_batch')} requests each), {st.get('admission_share')} of "
-              f"the time" if "error" not in st else f"    steps: {st['error']}")
+        print(
+            f"    iteration {st.get('iteration_ms')} ms at batch {a.bs}; admission {st.get('admission_ms')} ms per "
+            f"prefill batch ({st.get('seqs_per_prefill_batch')} requests each), {st.get('admission_share')} of "
+            f"the time"
+            if "error" not in st
+            else f"    steps: {st['error']}"
+        )
         for k, v in list(r.get("top_kernels_ms_per_step", {}).items())[:8]:
             print(f"    {v:8.3f} ms  {k}")
         for k, v in list(r.get("top_cpu_ms_per_step", {}).items())[:6]:
             print(f"    {v:8.3f} ms  CPU {k}")
         ad = r["admission_profile"]
-        print(f"  one admission (by-stage EXTEND trace): {ad.get('trace_ms')} ms traced, GPU busy {ad.get('gpu_busy')}"
-              if "error" not in ad else f"  one admission: {ad['error']}")
-        for k, v in [*list(ad.get("top_kernels_ms_per_step", {}).items())[:5],
-                     *[("CPU " + n, t) for n, t in list(ad.get("top_cpu_ms_per_step", {}).items())[:8]]]:
+        print(
+            f"  one admission (by-stage EXTEND trace): {ad.get('trace_ms')} ms traced, GPU busy {ad.get('gpu_busy')}"
+            if "error" not in ad
+            else f"  one admission: {ad['error']}"
+        )
+        for k, v in [
+            *list(ad.get("top_kernels_ms_per_step", {}).items())[:5],
+            *[("CPU " + n, t) for n, t in list(ad.get("top_cpu_ms_per_step", {}).items())[:8]],
+        ]:
             print(f"    {v:8.3f} ms  {k}")
     b = res["servers"]["base"]["tok_s"]
     for name, r in res["servers"].items():

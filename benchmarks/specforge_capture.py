@@ -18,6 +18,7 @@ carries Triton JIT and is excluded like bench_dump's warm-up request; the clock 
 "Generation loop finished" (hidden states handed to its async writer, as our prefill clock stops at the
 response) and, for `tokens_per_s_until_written`, at the last "Finalizing Writes" line (its writes done).
 """
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,10 @@ def find_script(explicit: str | None = None) -> Path:
     """prepare_hidden_states.py: `explicit`, else $SGE3_SPECFORGE_SCRIPT, else our vendored copy."""
     p = explicit or knobs.get(SCRIPT_ENV) or VENDORED
     if not Path(p).is_file():
-        raise FileNotFoundError(f"SpecForge's prepare_hidden_states.py not found at {p}: the specforge wheel does not "
-                                f"ship scripts/; set {SCRIPT_ENV} to a checkout's scripts/prepare_hidden_states.py")
+        raise FileNotFoundError(
+            f"SpecForge's prepare_hidden_states.py not found at {p}: the specforge wheel does not "
+            f"ship scripts/; set {SCRIPT_ENV} to a checkout's scripts/prepare_hidden_states.py"
+        )
     return Path(p)
 
 
@@ -60,8 +63,9 @@ def write_tokenizer(d: Path, vocab_size: int) -> None:
     tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     template = "{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] }}{% endif %}{% endfor %}"
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", pad_token="t0",
-                            chat_template=template).save_pretrained(d)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="t0", pad_token="t0", chat_template=template
+    ).save_pretrained(d)
 
 
 def prepare_inputs(model_dir, prompts: list[list[int]], work: Path) -> dict:
@@ -80,28 +84,69 @@ def prepare_inputs(model_dir, prompts: list[list[int]], work: Path) -> dict:
             turn = {"role": "user", "content": " ".join(f"t{i}" for i in ids)}
             fh.write(json.dumps({"conversations": [turn]}) + "\n")
     # Only eagle_config and the vocab sizes matter to the capture; the rest makes it a valid EAGLE-3 draft config.
-    draft = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-             "eagle_config": {"eagle_aux_hidden_state_layer_ids": LAYER_IDS, "use_aux_hidden_state": True},
-             "hidden_size": cfg["hidden_size"], "intermediate_size": 2 * cfg["hidden_size"],
-             "num_attention_heads": cfg["num_attention_heads"], "num_key_value_heads": cfg["num_attention_heads"],
-             "num_hidden_layers": 1, "hidden_act": "silu", "rms_norm_eps": 1e-6, "max_position_embeddings": 4096,
-             "vocab_size": cfg["vocab_size"], "draft_vocab_size": min(1024, cfg["vocab_size"]),
-             "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+    draft = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": LAYER_IDS, "use_aux_hidden_state": True},
+        "hidden_size": cfg["hidden_size"],
+        "intermediate_size": 2 * cfg["hidden_size"],
+        "num_attention_heads": cfg["num_attention_heads"],
+        "num_key_value_heads": cfg["num_attention_heads"],
+        "num_hidden_layers": 1,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 4096,
+        "vocab_size": cfg["vocab_size"],
+        "draft_vocab_size": min(1024, cfg["vocab_size"]),
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
     draft_cfg = work / "draft_config.json"
     draft_cfg.write_text(json.dumps(draft, indent=2))
     return {"target": target, "data": data, "draft_config": draft_cfg}
 
 
-def command(script: Path, inputs: dict, out: Path, work: Path, max_length: int, batch_size: int,
-            mem_fraction: float, attention_backend: str = "triton", python: str | None = None) -> list[str]:
-    return [python or sys.executable, str(script),
-            "--target-model-path", str(inputs["target"]), "--data-path", str(inputs["data"]),
-            "--draft-model-config", str(inputs["draft_config"]), "--strategy", "eagle3",
-            "--chat-template", "deepseek-v2",  # general parser, no system prompt (the tokenizer's template wins)
-            "--max-length", str(max_length), "--batch-size", str(batch_size), "--tp-size", "1",
-            "--output-path", str(out), "--cache-dir", str(work / "cache"),
-            "--sglang-attention-backend", attention_backend,  # its default is flashinfer
-            "--sglang-mem-fraction-static", str(mem_fraction), "--sglang-context-length", str(max_length)]
+def command(
+    script: Path,
+    inputs: dict,
+    out: Path,
+    work: Path,
+    max_length: int,
+    batch_size: int,
+    mem_fraction: float,
+    attention_backend: str = "triton",
+    python: str | None = None,
+) -> list[str]:
+    return [
+        python or sys.executable,
+        str(script),
+        "--target-model-path",
+        str(inputs["target"]),
+        "--data-path",
+        str(inputs["data"]),
+        "--draft-model-config",
+        str(inputs["draft_config"]),
+        "--strategy",
+        "eagle3",
+        "--chat-template",
+        "deepseek-v2",  # general parser, no system prompt (the tokenizer's template wins)
+        "--max-length",
+        str(max_length),
+        "--batch-size",
+        str(batch_size),
+        "--tp-size",
+        "1",
+        "--output-path",
+        str(out),
+        "--cache-dir",
+        str(work / "cache"),
+        "--sglang-attention-backend",
+        attention_backend,  # its default is flashinfer
+        "--sglang-mem-fraction-static",
+        str(mem_fraction),
+        "--sglang-context-length",
+        str(max_length),
+    ]
 
 
 def _free_port() -> int:
@@ -167,9 +212,17 @@ def count_written(out: Path) -> dict:
     return {"files": len(files), "bytes": sum(f.stat().st_size for f in files), "tokens_written": tokens}
 
 
-def run_specforge_capture(model_dir, prompts: list[list[int]], out_dir, script_path=None, timeout: float = 1800,
-                          batch_size: int = 8, mem_fraction: float = 0.3, python: str | None = None,
-                          log_dir=None) -> dict:
+def run_specforge_capture(
+    model_dir,
+    prompts: list[list[int]],
+    out_dir,
+    script_path=None,
+    timeout: float = 1800,
+    batch_size: int = 8,
+    mem_fraction: float = 0.3,
+    python: str | None = None,
+    log_dir=None,
+) -> dict:
     """Capture `prompts` with SpecForge into out_dir (must be empty or absent); tokens/s over batches 2..N.
 
     tokens, seconds, tokens_per_s: batches 2..N, clock from the end of batch 1 to the end of the loop.
@@ -190,14 +243,27 @@ def run_specforge_capture(model_dir, prompts: list[list[int]], out_dir, script_p
     max_length = max(map(len, prompts)) + 64  # no truncation; KV pool (batch * max_length) with headroom
     cmd = command(script, inputs, out, work, max_length, batch_size, mem_fraction, python=python)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_EAGLE3_EXT")}  # SpecForge runs unpatched
-    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(_free_port()), PYTHONUNBUFFERED="1", TQDM_MININTERVAL="0",
-               SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS="0")
+    env.update(
+        RANK="0",
+        LOCAL_RANK="0",
+        WORLD_SIZE="1",
+        LOCAL_WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+        PYTHONUNBUFFERED="1",
+        TQDM_MININTERVAL="0",
+        SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS="0",
+    )
     log = Path(log_dir or os.environ.get("OUT") or work) / "specforge_capture.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     seen = _run_timed(cmd, env, log, timeout)
-    res = {"script": str(find_script(script_path)), "log": str(log), "batch_size": batch_size,
-           "layer_ids": LAYER_IDS, **count_written(out)}
+    res = {
+        "script": str(find_script(script_path)),
+        "log": str(log),
+        "batch_size": batch_size,
+        "layer_ids": LAYER_IDS,
+        **count_written(out),
+    }
     res["dropped"] = len(prompts) - res["files"]  # its DataLoader has drop_last=True
     batches = {k[1]: (t, k[2]) for k, t in seen.items() if isinstance(k, tuple)}
     # no pending writes at the loop's end: no "Finalizing Writes" bar, all written by "Waiting for ..."
@@ -209,9 +275,14 @@ def run_specforge_capture(model_dir, prompts: list[list[int]], out_dir, script_p
     first = 1 if n > 1 and 1 in batches else 0  # one batch only: its warm-up stays in
     t_loop = min(t for t, _ in batches.values())  # the bar's 0/N, drawn as the loop starts
     t_first = batches[first][0] if first else t_loop
-    res.update(n_batches=n, includes_warmup=first == 0, tokens=res["tokens_written"] * (n - first) // n,
-               seconds=loop_end - t_first, seconds_until_written=done - t_first,
-               seconds_load_and_prep=t_loop - seen["start"])  # excluded: model load, tokenizing, vocab mapping
+    res.update(
+        n_batches=n,
+        includes_warmup=first == 0,
+        tokens=res["tokens_written"] * (n - first) // n,
+        seconds=loop_end - t_first,
+        seconds_until_written=done - t_first,
+        seconds_load_and_prep=t_loop - seen["start"],
+    )  # excluded: model load, tokenizing, vocab mapping
     res["tokens_per_s"] = res["tokens"] / res["seconds"]
     res["tokens_per_s_until_written"] = res["tokens"] / res["seconds_until_written"]
     return res

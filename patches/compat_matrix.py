@@ -24,6 +24,7 @@ The release installed in the venv at the start is run last, so the venv ends as 
     python patches/compat_matrix.py --venv /work/venv_matrix [--releases 0.5.16,0.5.23]
         [--wheel-dir DIR] [--update-readme] [--json out.json] [--budget-s 900]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,18 +56,24 @@ LOCKENV = REPO / ".ci" / "lockenv.py"
 COLUMNS = ["install", "launch", "targets", "patch", "baked", "runtime", "loader", "dump"]
 README = REPO / "README.md"
 START, END = "<!-- compat-matrix:start -->", "<!-- compat-matrix:end -->"
-PYTEST_K = ("test_patch_registry or test_dump_hook or speculators or specforge or mla or through_the_wrapper "
-            "or inside_the_wrapper or server_args_fields")
+PYTEST_K = (
+    "test_patch_registry or test_dump_hook or speculators or specforge or mla or through_the_wrapper "
+    "or inside_the_wrapper or server_args_fields"
+)
 # more files counted in a column: the MLA (Kimi-K2.5) draft loader runs in the loader column
 # and the Kimi-K2.5 wrapper's capture hook (the language model inside it is the target) in the dump column
-EXTRA_FILES = {"tests/sglang_cpu/test_draft_mla_loader.py": "loader",
-               "tests/sglang_cpu/test_mla_draft_equiv.py": "loader",
-               "tests/sglang_cpu/test_tiny_kimi.py": "dump",
-               # the release's ServerArgs read through the adapter (dataclass or msgspec struct)
-               "tests/sglang_cpu/test_server_args_fields.py": "runtime"}
-PYTEST_FILES = {"runtime": "tests/sglang_cpu/test_patch_registry.py",
-                "loader": "tests/sglang_cpu/test_draft_loader.py",
-                "dump": "tests/sglang_cpu/test_dump_hook.py"}
+EXTRA_FILES = {
+    "tests/sglang_cpu/test_draft_mla_loader.py": "loader",
+    "tests/sglang_cpu/test_mla_draft_equiv.py": "loader",
+    "tests/sglang_cpu/test_tiny_kimi.py": "dump",
+    # the release's ServerArgs read through the adapter (dataclass or msgspec struct)
+    "tests/sglang_cpu/test_server_args_fields.py": "runtime",
+}
+PYTEST_FILES = {
+    "runtime": "tests/sglang_cpu/test_patch_registry.py",
+    "loader": "tests/sglang_cpu/test_draft_loader.py",
+    "dump": "tests/sglang_cpu/test_dump_hook.py",
+}
 
 
 def run(cmd, timeout=600, stdout_only=False, **kw):
@@ -117,8 +124,9 @@ def cell_install(venv: Venv, version: str, wheel_dirs, res: dict) -> Path | None
         res["install"] = ("FAIL", last_line(out, "^environment"))
         return None
     try:
-        wheel = compat.find_wheel(version, [*wheel_dirs, compat.cache_dir() / "wheels"]) or \
-            compat.download_wheel(version, compat.cache_dir() / "wheels", python=venv.python)
+        wheel = compat.find_wheel(version, [*wheel_dirs, compat.cache_dir() / "wheels"]) or compat.download_wheel(
+            version, compat.cache_dir() / "wheels", python=venv.python
+        )
     except compat.ReleaseUnavailable as e:
         res["install"] = ("FAIL", f"the wheel for the patch cells: {e}")
         return None
@@ -130,15 +138,25 @@ def cell_launch(venv: Venv, version: str, res: dict):
     """The README's first-run preset, validated by a dry run, and a plan for a model path at TP 8."""
     cli = [venv.python, "-m", "sglang_eagle3_ext", "launch"]
     with tempfile.TemporaryDirectory() as d:
-        rc, out = run([*cli, "--preset", "tiny-dump", "--dry-run", "--json", "-"], timeout=300, cwd=d,
-                      env=locked_env(version), stdout_only=True)
+        rc, out = run(
+            [*cli, "--preset", "tiny-dump", "--dry-run", "--json", "-"],
+            timeout=300,
+            cwd=d,
+            env=locked_env(version),
+            stdout_only=True,
+        )
         note = _plan_note(out)
         if rc or f"sglang: {version} (flags and presets checked" not in note:
             _, why = run([*cli, "--preset", "tiny-dump", "--dry-run"], timeout=300, cwd=d, env=locked_env(version))
             res["launch"] = ("FAIL", f"--preset tiny-dump --dry-run: rc={rc} {note or last_line(why, 'error')}")
             return
-        rc, out = run([*cli, "--model-path", str(Path(d) / "model"), "--tp-size", "8", "--dry-run", "--json", "-"],
-                      timeout=300, cwd=d, env=locked_env(version), stdout_only=True)
+        rc, out = run(
+            [*cli, "--model-path", str(Path(d) / "model"), "--tp-size", "8", "--dry-run", "--json", "-"],
+            timeout=300,
+            cwd=d,
+            env=locked_env(version),
+            stdout_only=True,
+        )
         if rc or _plan_field(out, "tp_size") != 8:
             res["launch"] = ("FAIL", f"--model-path --tp-size 8 --dry-run: rc={rc} {last_line(out)}")
             return
@@ -147,7 +165,7 @@ def cell_launch(venv: Venv, version: str, res: dict):
 
 def _plan_field(out: str, key: str):
     try:
-        return json.loads(out[out.index("{"):])[key]
+        return json.loads(out[out.index("{") :])[key]
     except (ValueError, KeyError):
         return None
 
@@ -241,15 +259,27 @@ def cell_baked(venv: Venv, version: str, res: dict):
 def cells_pytest(venv: Venv, version: str, res: dict):
     with tempfile.TemporaryDirectory() as d:
         xml = Path(d) / "junit.xml"
-        cmd = [venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", PYTEST_K,
-               f"--junitxml={xml}", *PYTEST_FILES.values(), *EXTRA_FILES]
+        cmd = [
+            venv.python,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            PYTEST_K,
+            f"--junitxml={xml}",
+            *PYTEST_FILES.values(),
+            *EXTRA_FILES,
+        ]
         rc, out = run(cmd, timeout=600, cwd=REPO, env=locked_env(version))
         counts = {c: {"passed": 0, "failed": 0, "skipped": 0, "first": ""} for c in PYTEST_FILES}
         if xml.exists():
             for tc in ET.parse(xml).getroot().iter("testcase"):
                 cls = tc.get("classname", "")
-                col = next((c for c, f in PYTEST_FILES.items() if Path(f).stem in cls), None) or \
-                    next((c for f, c in EXTRA_FILES.items() if Path(f).stem in cls), None)
+                col = next((c for c, f in PYTEST_FILES.items() if Path(f).stem in cls), None) or next(
+                    (c for f, c in EXTRA_FILES.items() if Path(f).stem in cls), None
+                )
                 if col is None:
                     continue
                 bad = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
@@ -259,7 +289,9 @@ def cells_pytest(venv: Venv, version: str, res: dict):
                     counts[col]["first"] = counts[col]["first"] or f"{tc.get('name')}: {said[0][:200] if said else ''}"
                 elif tc.find("skipped") is not None:
                     counts[col]["skipped"] += 1
-                    counts[col]["first"] = counts[col]["first"] or f"skipped: {tc.find('skipped').get('message', '')[:200]}"
+                    counts[col]["first"] = (
+                        counts[col]["first"] or f"skipped: {tc.find('skipped').get('message', '')[:200]}"
+                    )
                 else:
                     counts[col]["passed"] += 1
     for col, c in counts.items():
@@ -268,8 +300,11 @@ def cells_pytest(venv: Venv, version: str, res: dict):
             res[col] = ("FAIL", f"no tests ran (pytest rc={rc}: {last_line(out)})")
         elif c["failed"] or not c["passed"]:
             res[col] = ("FAIL", f"{c['passed']}/{n} passed; {c['first']}")
-        else:   # skips are a release lacking a capability (e.g. no MLA draft class before 0.5.14): said, not failed
-            res[col] = ("ok", f"{c['passed']}/{n} passed" + (f", {c['skipped']} skipped ({c['first']})" if c["skipped"] else ""))
+        else:  # skips are a release lacking a capability (e.g. no MLA draft class before 0.5.14): said, not failed
+            res[col] = (
+                "ok",
+                f"{c['passed']}/{n} passed" + (f", {c['skipped']} skipped ({c['first']})" if c["skipped"] else ""),
+            )
 
 
 def run_release(venv: Venv, version: str, wheel_dirs) -> dict:
@@ -297,8 +332,11 @@ def table(results: list[dict]) -> str:
     hdr = ["SGLang", "transformers", *COLUMNS, "s"]
     rows = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
     for r in results:
-        cells = [r["release"], r["transformers"]] + [
-            "✅" if r[c][0] == "ok" else "❌" for c in COLUMNS] + [str(r["seconds"])]
+        cells = (
+            [r["release"], r["transformers"]]
+            + ["✅" if r[c][0] == "ok" else "❌" for c in COLUMNS]
+            + [str(r["seconds"])]
+        )
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -311,18 +349,22 @@ def update_readme(results, total_s: float, path: Path = README) -> None:
     text = path.read_text()
     if START not in text or END not in text:
         raise SystemExit(f"{path}: markers {START} / {END} not found")
-    legend = ("Columns: **install** the release's lock (`constraints/sglang-X.txt`) synced, the environment exactly "
-              "the lock; **launch** `launch --preset tiny-dump --dry-run` validates the preset against the release's "
-              "server arguments, and a TP-8 plan for a model path; **targets** `python -m sglang_eagle3_ext.compat` "
-              "(static); **patch** `patches/<release>/` is current, applies (`patch --dry-run`) and compiles; "
-              "**baked** that patch installed: SGLang's methods carry the runtime wrappers; **runtime** "
-              "`test_patch_registry.py`; **loader** `test_draft_loader.py -k 'speculators or specforge'` + "
-              "`test_draft_mla_loader.py` + `test_mla_draft_equiv.py` (MLA drafts, Kimi-K2.5); **dump** "
-              "`test_dump_hook.py` + `test_tiny_kimi.py -k 'through_the_wrapper or inside_the_wrapper'` "
-              "(the Kimi-K2.5 wrapper's capture hook).")
+    legend = (
+        "Columns: **install** the release's lock (`constraints/sglang-X.txt`) synced, the environment exactly "
+        "the lock; **launch** `launch --preset tiny-dump --dry-run` validates the preset against the release's "
+        "server arguments, and a TP-8 plan for a model path; **targets** `python -m sglang_eagle3_ext.compat` "
+        "(static); **patch** `patches/<release>/` is current, applies (`patch --dry-run`) and compiles; "
+        "**baked** that patch installed: SGLang's methods carry the runtime wrappers; **runtime** "
+        "`test_patch_registry.py`; **loader** `test_draft_loader.py -k 'speculators or specforge'` + "
+        "`test_draft_mla_loader.py` + `test_mla_draft_equiv.py` (MLA drafts, Kimi-K2.5); **dump** "
+        "`test_dump_hook.py` + `test_tiny_kimi.py -k 'through_the_wrapper or inside_the_wrapper'` "
+        "(the Kimi-K2.5 wrapper's capture hook)."
+    )
     when = datetime.date.today().isoformat()
-    body = (f"\nCompatibility matrix (CPU, measured {when} by `python patches/compat_matrix.py --update-readme`, "
-            f"{total_s / 60:.1f} min):\n\n{table(results)}\n\n{legend}\n")
+    body = (
+        f"\nCompatibility matrix (CPU, measured {when} by `python patches/compat_matrix.py --update-readme`, "
+        f"{total_s / 60:.1f} min):\n\n{table(results)}\n\n{legend}\n"
+    )
     bad = failures(results)
     if bad:
         body += "\nFailures:\n\n" + "\n".join(f"- {b}" for b in bad) + "\n"
@@ -354,13 +396,19 @@ def main(argv=None) -> int:
     by_version = {}
     for v in order:
         if time.monotonic() - t0 > a.budget_s:
-            by_version[v] = {"release": v, "transformers": RELEASES[v], "seconds": 0,
-                             **{c: ("FAIL", f"matrix budget {a.budget_s:.0f}s exhausted") for c in COLUMNS}}
+            by_version[v] = {
+                "release": v,
+                "transformers": RELEASES[v],
+                "seconds": 0,
+                **{c: ("FAIL", f"matrix budget {a.budget_s:.0f}s exhausted") for c in COLUMNS},
+            }
             continue
         r = run_release(venv, v, a.wheel_dir)
         by_version[v] = r
-        print(f"{v}: {'ok' if ok(r) else 'FAIL'} ({r['seconds']} s) " +
-              "  ".join(f"{c}={r[c][0]}" for c in COLUMNS), flush=True)
+        print(
+            f"{v}: {'ok' if ok(r) else 'FAIL'} ({r['seconds']} s) " + "  ".join(f"{c}={r[c][0]}" for c in COLUMNS),
+            flush=True,
+        )
     total = time.monotonic() - t0
     results = [by_version[v] for v in wanted]
     print("\n" + table(results))

@@ -3,6 +3,7 @@
 Start-up routes (.pth, plugin) never raise: any error is logged as one line and the package stays
 disabled in that process. The explicit route raises.
 """
+
 from __future__ import annotations
 
 from .patch_table import ENV_ENABLE, PATCHES
@@ -23,6 +24,7 @@ def apply(features=None) -> list[str]:
 
 def revert() -> list[str]:
     from . import patching
+
     return [n for n in patching.active() if patching.revert_spec(n)]
 
 
@@ -33,8 +35,13 @@ def _disable(route: str, exc: BaseException) -> None:
     from ._log import log_once
 
     _disabled_reason = f"{type(exc).__name__}: {exc}"
-    log_once("disabled", "sglang_eagle3_ext disabled in this process (%s route): %s",
-             route, _disabled_reason, level=logging.ERROR)
+    log_once(
+        "disabled",
+        "sglang_eagle3_ext disabled in this process (%s route): %s",
+        route,
+        _disabled_reason,
+        level=logging.ERROR,
+    )
 
 
 def _apply_module_safely(module) -> None:

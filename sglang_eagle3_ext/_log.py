@@ -1,4 +1,5 @@
 """One logger for the package and a `log_once` for automatic decisions (each said once, with its reason)."""
+
 from __future__ import annotations
 
 import logging

@@ -5,6 +5,7 @@ the value is judged here by the package's one boolean rule (envs.parse_bool): a 
 disabled; a value outside the legal ones is one log line and the package stays off in this process
 (the plugin route then says nothing more: same log key).
 """
+
 try:
     from sglang_eagle3_ext import envs
 

@@ -9,6 +9,7 @@ command line maps it to exit 2 (bad input), never 3 (a bug).
 
 Imports nothing heavy.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,15 @@ class BadInput(ValueError):
 
 def _type_name(types) -> str:
     types = types if isinstance(types, tuple) else (types,)
-    names = {bool: "true/false", int: "an integer", float: "a number", str: "a string", list: "a list",
-             dict: "an object (mapping)", type(None): "null"}
+    names = {
+        bool: "true/false",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object (mapping)",
+        type(None): "null",
+    }
     return " or ".join(names.get(t, t.__name__) for t in types)
 
 
@@ -60,9 +68,20 @@ def check_type(value: Any, types, where: str) -> Any:
     return value
 
 
-def field(obj: Any, key: str, types, where: str, *, optional: bool = False, default: Any = None,
-          minimum: float | None = None, maximum: float | None = None, nonempty: bool = False,
-          choices: tuple | None = None, check: Callable[[Any], str | None] | None = None) -> Any:
+def field(
+    obj: Any,
+    key: str,
+    types,
+    where: str,
+    *,
+    optional: bool = False,
+    default: Any = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    nonempty: bool = False,
+    choices: tuple | None = None,
+    check: Callable[[Any], str | None] | None = None,
+) -> Any:
     """obj[key], checked: `types`, inclusive bounds for numbers, non-empty strings/lists, one of `choices`,
     and `check(value)` returning a problem text or None. A missing (or null, when optional) key gives
     `default` if optional, else BadInput naming `where` and the key."""
@@ -112,7 +131,9 @@ def regular_file(path, what: str = "file") -> Path:
     except OSError as e:
         raise BadInput(str(p), f"{what} cannot be read ({e.strerror or e})") from None
     if not stat.S_ISREG(st.st_mode):
-        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+        kind = (
+            "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+        )
         raise BadInput(str(p), f"{what} is {kind}; expected a regular file")
     return p
 
@@ -131,10 +152,15 @@ def writable_dir(path, what: str = "folder", make: bool = False) -> Path:
     p = Path(os.path.abspath(os.path.expanduser(text)))
     probe = p
     while not os.path.lexists(probe) and probe.parent != probe:
-        probe = probe.parent   # the nearest part of the path that exists
+        probe = probe.parent  # the nearest part of the path that exists
     if not os.path.isdir(probe):
-        kind = ("a broken symlink" if os.path.islink(probe) and not os.path.exists(probe) else
-                "a file" if os.path.isfile(probe) else "not a folder")
+        kind = (
+            "a broken symlink"
+            if os.path.islink(probe) and not os.path.exists(probe)
+            else "a file"
+            if os.path.isfile(probe)
+            else "not a folder"
+        )
         at = f"{what} is {kind}" if probe == p else f"{what} lies under {probe}, which is {kind}"
         raise BadInput(str(p), f"{at}; expected a folder")
     if make and probe != p:
@@ -144,8 +170,12 @@ def writable_dir(path, what: str = "folder", make: bool = False) -> Path:
             raise NotWritable(str(p), f"{what} cannot be made ({e.strerror or e})") from None
         probe = p
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise NotWritable(str(p), f"{what} is not writable by this user" if probe == p else
-                          f"{what} cannot be made: {probe} is not writable by this user")
+        raise NotWritable(
+            str(p),
+            f"{what} is not writable by this user"
+            if probe == p
+            else f"{what} cannot be made: {probe} is not writable by this user",
+        )
     return p
 
 
@@ -167,8 +197,10 @@ def read_text_file(path, what: str = "file", max_bytes: int | None = None) -> st
 def parse_json(text: str | bytes, where: str, what: str = "JSON", expect=dict) -> Any:
     """Parse JSON text; the top-level value must be `expect` (dict by default; None: anything). Non-finite
     numbers (NaN, Infinity) are refused: no input of ours legitimately holds them."""
+
     def _no_const(name):
         raise ValueError(f"{name} is not allowed")
+
     try:
         value = json.loads(text, parse_constant=_no_const)
     except (ValueError, RecursionError) as e:
@@ -208,5 +240,6 @@ def at_least(kind, minimum: float, what: str | None = None):
         if v is None or not math.isfinite(v) or v < minimum:
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
         return v
+
     parse.__name__ = what
     return parse

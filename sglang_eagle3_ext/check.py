@@ -1,4 +1,5 @@
 """`python -m sglang_eagle3_ext.check`: the same as `sglang-eagle3 check` (the command lives in `cli/check.py`)."""
+
 from .cli.check import main
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ anything else is an `EnvError` naming the variable and its legal values. For eve
 empty value means "unset" (the default). The README's variable tables are generated from this table
 (`python -m sglang_eagle3_ext.envs --markdown`; a test keeps them equal). Imports nothing heavy.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,15 +34,15 @@ class EnvError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Var:
     name: str
-    type: str                         # bool | int | float | choice | path | str | layers
-    default: Any                      # parsed value when unset (None: no default); callable: computed
+    type: str  # bool | int | float | choice | path | str | layers
+    default: Any  # parsed value when unset (None: no default); callable: computed
     doc: str
-    section: str = "general"          # README table it belongs to: general | dump
-    preset_key: str | None = None     # key in a preset's `eagle3_ext:` section (launch/presets.py)
+    section: str = "general"  # README table it belongs to: general | dump
+    preset_key: str | None = None  # key in a preset's `eagle3_ext:` section (launch/presets.py)
     choices: tuple[str, ...] = ()
-    minimum: float | None = None      # int / float: inclusive bounds
+    minimum: float | None = None  # int / float: inclusive bounds
     maximum: float | None = None
-    default_doc: str | None = None    # how the README shows the default, when not the value itself
+    default_doc: str | None = None  # how the README shows the default, when not the value itself
 
     @property
     def legal(self) -> str:
@@ -76,8 +77,11 @@ class Var:
                 v = float(s)
             except ValueError:
                 raise EnvError(self.name, text, self.legal) from None
-            if not (math.isfinite(v) and (self.minimum is None or v >= self.minimum)
-                    and (self.maximum is None or v <= self.maximum)):
+            if not (
+                math.isfinite(v)
+                and (self.minimum is None or v >= self.minimum)
+                and (self.maximum is None or v <= self.maximum)
+            ):
                 raise EnvError(self.name, text, self.legal)
             return v
         if self.type == "choice":
@@ -103,11 +107,11 @@ def parse_bool(name: str, text: str) -> bool:
 
 
 LAYERS_LEGAL = "comma-separated integers, e.g. 2,30,58"
-_LAYER_TOKEN = re.compile(r"[0-9]+", re.ASCII)   # int() also takes "1_0", "١" and whitespace: not layer ids
+_LAYER_TOKEN = re.compile(r"[0-9]+", re.ASCII)  # int() also takes "1_0", "١" and whitespace: not layer ids
 
 
 def parse_layers(text: str, name: str) -> tuple[int, ...] | None:
-    """"2,30,58" -> (2, 30, 58); None when empty. Only ASCII digits between single commas (spaces around them
+    """ "2,30,58" -> (2, 30, 58); None when empty. Only ASCII digits between single commas (spaces around them
     allowed): "1,,2", "1_0", "1.9", "-1" and non-ASCII digits are an EnvError naming `name`, never a guess."""
     text = (text or "").strip()
     if not text:
@@ -115,8 +119,13 @@ def parse_layers(text: str, name: str) -> tuple[int, ...] | None:
     parts = [x.strip() for x in text.split(",")]
     bad = [x for x in parts if not _LAYER_TOKEN.fullmatch(x)]
     if bad:
-        raise EnvError(name, text, LAYERS_LEGAL, f"{name}={text!r}: {bad[0]!r} is not a layer index; expected "
-                                                 f"comma-separated non-negative integers (ASCII digits), e.g. 2,30,58")
+        raise EnvError(
+            name,
+            text,
+            LAYERS_LEGAL,
+            f"{name}={text!r}: {bad[0]!r} is not a layer index; expected "
+            f"comma-separated non-negative integers (ASCII digits), e.g. 2,30,58",
+        )
     return tuple(int(x) for x in parts)
 
 
@@ -148,66 +157,165 @@ TRAIN_RECORD_SAMPLES = "SGLANG_EAGLE3_EXT_TRAIN_RECORD_SAMPLES"
 TRAIN_STOP_AFTER_EPOCHS = "SGLANG_EAGLE3_EXT_TRAIN_STOP_AFTER_EPOCHS"
 
 _VARS: tuple[Var, ...] = (
-    Var(ENABLE, "bool", False,
+    Var(
+        ENABLE,
+        "bool",
+        False,
         "patch every SGLang process (draft loader, fc width guard, explicit capture layers) through the installed "
         "`.pth` and SGLang's plugin entry point. On an image with `patches/` baked in, unset means on and a false "
-        "value turns the baked patches off. A value outside the legal ones: one log line, package off"),
+        "value turns the baked patches off. A value outside the legal ones: one log line, package off",
+    ),
     Var(FORCE_VERSION, "bool", False, "run on a SGLang release outside the supported range"),
-    Var(CACHE, "path", _cache_default, "cache of the built-in tiny target and of downloaded SGLang wheels (`compat`)",
-        default_doc="`$XDG_CACHE_HOME/sglang_eagle3_ext`"),
-    Var(DEFER_WIDTH_CHECK, "bool", False,
-        "leave a draft's fc-width problem to the forward guard instead of refusing the load"),
+    Var(
+        CACHE,
+        "path",
+        _cache_default,
+        "cache of the built-in tiny target and of downloaded SGLang wheels (`compat`)",
+        default_doc="`$XDG_CACHE_HOME/sglang_eagle3_ext`",
+    ),
+    Var(
+        DEFER_WIDTH_CHECK,
+        "bool",
+        False,
+        "leave a draft's fc-width problem to the forward guard instead of refusing the load",
+    ),
     Var(VALUE_SCAN, "bool", True, "scan every draft weight for NaN/Inf at load (one read pass per weight)"),
     Var(DEBUG, "bool", False, "command-line tools print the full traceback of an error (as `--debug`)"),
-    Var(DUMP_DIR, "path", None,
+    Var(
+        DUMP_DIR,
+        "path",
+        None,
         "dump directory; turns dumping on. Must exist for a plain SGLang launch (a typo must not start a new "
-        "tree); `sglang-eagle3 launch --dump-dir DIR` creates it", section="dump", preset_key="dump_dir"),
-    Var(DUMP_LAYERS, "layers", None, "HF hidden_states indices (0 = embeddings, i = output of decoder layer i-1)",
-        section="dump", preset_key="dump_layers", default_doc="`2,n//2,n-3` (n < 7: `1,n//2,n-1`)"),
-    Var(DUMP_FINAL, "choice", "prenorm",
+        "tree); `sglang-eagle3 launch --dump-dir DIR` creates it",
+        section="dump",
+        preset_key="dump_dir",
+    ),
+    Var(
+        DUMP_LAYERS,
+        "layers",
+        None,
+        "HF hidden_states indices (0 = embeddings, i = output of decoder layer i-1)",
+        section="dump",
+        preset_key="dump_layers",
+        default_doc="`2,n//2,n-3` (n < 7: `1,n//2,n-1`)",
+    ),
+    Var(
+        DUMP_FINAL,
+        "choice",
+        "prenorm",
         "final state before the last norm (speculators); `postnorm` / `both`",
-        section="dump", preset_key="dump_final", choices=("prenorm", "postnorm", "both")),
-    Var(DUMP_MAX_PENDING_MB, "int", 4096,
+        section="dump",
+        preset_key="dump_final",
+        choices=("prenorm", "postnorm", "both"),
+    ),
+    Var(
+        DUMP_MAX_PENDING_MB,
+        "int",
+        4096,
         "host memory for in-flight samples (the forward waits, never drops); on GPU pinned once at start-up "
         "(per writer: one per DP group) as the staging buffer of the device→host copies. More than the machine's "
         "memory: an error; unset on a small machine: a quarter of its memory",
-        section="dump", minimum=1),
-    Var(DUMP_IO_THREADS, "int", 8,
-        "writer threads (file writes are fsync-latency bound: more threads, more overlap)", section="dump", minimum=1),
-    Var(DUMP_MIN_TOKENS, "int", 8,
+        section="dump",
+        minimum=1,
+    ),
+    Var(
+        DUMP_IO_THREADS,
+        "int",
+        8,
+        "writer threads (file writes are fsync-latency bound: more threads, more overlap)",
+        section="dump",
+        minimum=1,
+    ),
+    Var(
+        DUMP_MIN_TOKENS,
+        "int",
+        8,
         "shorter prompts are served, never dumped (SGLang's own warm-up request must not land in training data)",
-        section="dump", minimum=1),
-    Var(DUMP_COPY_STREAM, "bool", True,
+        section="dump",
+        minimum=1,
+    ),
+    Var(
+        DUMP_COPY_STREAM,
+        "bool",
+        True,
         "device→host copies on a side CUDA stream, overlapping the next forward; `0`: on the compute stream",
-        section="dump"),
-    Var(DUMP_ENCODING, "choice", "bf16",
+        section="dump",
+    ),
+    Var(
+        DUMP_ENCODING,
+        "choice",
+        "bf16",
         "`fp8`: e4m3 with a float32 scale per token and layer, 0.50× the bytes; readers and exporters decode it",
-        section="dump", preset_key="dump_encoding", choices=("bf16", "fp8")),
-    Var(DUMP_WRITER, "choice", "thread",
+        section="dump",
+        preset_key="dump_encoding",
+        choices=("bf16", "fp8"),
+    ),
+    Var(
+        DUMP_WRITER,
+        "choice",
+        "thread",
         "`process`: the files are written by a child process that maps the staging buffer (a shared memfd), so "
         "the file io does not share the scheduler's GIL; the server keeps a forwarder and a reader thread. A dead "
         "child stops dumping (serving continues). Measured no faster on an H200 host (below), and slower to the "
         "disk: `thread` stays the default",
-        section="dump", preset_key="dump_writer", choices=("thread", "process")),
-    Var(DUMP_DISCARD, "bool", False,
+        section="dump",
+        preset_key="dump_writer",
+        choices=("thread", "process"),
+    ),
+    Var(
+        DUMP_DISCARD,
+        "bool",
+        False,
         "`1`: benchmarking aid — capture, copy and stitch, write nothing (warned at start-up; the dump client "
-        "refuses such a server)", section="dump"),
-    Var(DUMP_RESPONSES, "bool", True,
+        "refuses such a server)",
+        section="dump",
+    ),
+    Var(
+        DUMP_RESPONSES,
+        "bool",
+        True,
         "with EAGLE-3 on (dump while serving, at the draft's layers): also capture the response's states from the "
         "TARGET_VERIFY batches and write prompt+response per finished request (aborted: nothing); `0`: prompts "
-        "only, written at prefill", section="dump", preset_key="dump_responses"),
-    Var(DUMP_SAMPLE_RATE, "float", None,
+        "only, written at prefill",
+        section="dump",
+        preset_key="dump_responses",
+    ),
+    Var(
+        DUMP_SAMPLE_RATE,
+        "float",
+        None,
         "fraction of requests dumped, 0..1 (a hash of the request id: the same choice on every rank and re-run)",
-        section="dump", preset_key="dump_sample_rate", default_doc="`1`", minimum=0.0, maximum=1.0),
-    Var(DUMP_MAX_ACCEPT_LEN, "float", None,
+        section="dump",
+        preset_key="dump_sample_rate",
+        default_doc="`1`",
+        minimum=0.0,
+        maximum=1.0,
+    ),
+    Var(
+        DUMP_MAX_ACCEPT_LEN,
+        "float",
+        None,
         "dump while serving: write only requests whose own accept length is below this number (where the draft "
-        "is weakest)", section="dump", preset_key="dump_max_accept_len", minimum=1.0),
-    Var(TRAIN_RECORD_SAMPLES, "path", None,
+        "is weakest)",
+        section="dump",
+        preset_key="dump_max_accept_len",
+        minimum=1.0,
+    ),
+    Var(
+        TRAIN_RECORD_SAMPLES,
+        "path",
+        None,
         "testing aid: each `train` rank appends one JSON line per epoch to this file (`rank`, `epoch`, the sample "
-        "indices it trained on)"),
-    Var(TRAIN_STOP_AFTER_EPOCHS, "int", None,
+        "indices it trained on)",
+    ),
+    Var(
+        TRAIN_STOP_AFTER_EPOCHS,
+        "int",
+        None,
         "testing aid: `train` stops (exit 2, as if interrupted) once this many epochs are checkpointed in its "
-        "`--out`; `--resume` continues the run", minimum=1),
+        "`--out`; `--resume` continues the run",
+        minimum=1,
+    ),
 )
 VARS: dict[str, Var] = {v.name: v for v in _VARS}
 
@@ -270,6 +378,7 @@ def override_external(name: str, value: str):
             os.environ.pop(name, None)
         else:
             os.environ[name] = old
+
     return restore
 
 
@@ -301,9 +410,11 @@ def markdown(section: str) -> str:
 
 
 SECTIONS = ("general", "dump")
-BOOL_RULE = ("Booleans: `1/true/yes/on` or `0/false/no/off/\"\"`; any other value is an error naming the variable. "
-             "Declared once in `sglang_eagle3_ext/envs.py`; this table is generated from it "
-             "(`python -m sglang_eagle3_ext.envs --update-readme README.md`).")
+BOOL_RULE = (
+    'Booleans: `1/true/yes/on` or `0/false/no/off/""`; any other value is an error naming the variable. '
+    "Declared once in `sglang_eagle3_ext/envs.py`; this table is generated from it "
+    "(`python -m sglang_eagle3_ext.envs --update-readme README.md`)."
+)
 
 
 def readme_block(section: str) -> str:
@@ -314,8 +425,9 @@ def readme_block(section: str) -> str:
 def sync_readme(text: str) -> str:
     """`text` with every envs block replaced by the registry's current tables."""
     for s in SECTIONS:
-        text = re.sub(rf"<!-- envs:{s}:start -->.*?<!-- envs:{s}:end -->", lambda _m, s=s: readme_block(s),
-                      text, flags=re.S)
+        text = re.sub(
+            rf"<!-- envs:{s}:start -->.*?<!-- envs:{s}:end -->", lambda _m, s=s: readme_block(s), text, flags=re.S
+        )
     return text
 
 
@@ -323,8 +435,9 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    ap = argparse.ArgumentParser(prog="python -m sglang_eagle3_ext.envs", description=__doc__.split("\n")[0],
-                                 allow_abbrev=False)
+    ap = argparse.ArgumentParser(
+        prog="python -m sglang_eagle3_ext.envs", description=__doc__.split("\n")[0], allow_abbrev=False
+    )
     ap.add_argument("--markdown", action="store_true", help="print the README tables")
     ap.add_argument("--update-readme", metavar="README", help="rewrite the env tables of this README in place")
     ap.add_argument("--check", action="store_true", help="parse every set variable; non-zero on an illegal value")

@@ -1,5 +1,6 @@
 """wrapt mechanics for the patch table: idempotent apply, exact revert, a list of what is active; and the
 arguments of a wrapped SGLang call read by parameter name (`bind`, `arg`)."""
+
 from __future__ import annotations
 
 import importlib
@@ -29,6 +30,7 @@ def import_string(path: str):
 
 def _sglang_version() -> str:
     from .versions import installed_version
+
     return installed_version() or "<not installed>"
 
 
@@ -41,7 +43,8 @@ def resolve_target(spec: PatchSpec) -> tuple[object, str]:
     except ImportError as e:
         raise PatchTargetMissing(
             f"patch {spec.name}: module {mod_name} not importable in sglang {_sglang_version()} ({e}); "
-            f"run `python -m sglang_eagle3_ext.compat` to see which targets moved") from e
+            f"run `python -m sglang_eagle3_ext.compat` to see which targets moved"
+        ) from e
     for part in owner_path:
         owner = getattr(owner, part, None)
         if owner is None:
@@ -49,7 +52,8 @@ def resolve_target(spec: PatchSpec) -> tuple[object, str]:
     if owner is None or not hasattr(owner, attr):
         raise PatchTargetMissing(
             f"patch {spec.name}: target {spec.target} not found in sglang {_sglang_version()}; "
-            f"this release moved it — run `python -m sglang_eagle3_ext.compat` or pin sglang to a supported release")
+            f"this release moved it — run `python -m sglang_eagle3_ext.compat` or pin sglang to a supported release"
+        )
     return owner, attr
 
 
@@ -86,6 +90,7 @@ def revert_spec(name: str) -> bool:
 
 def selected(features=None, module: str | None = None) -> list[PatchSpec]:
     from .versions import capabilities
+
     feats = features_from_env() if features is None else frozenset(features)
     caps = None
     out = []
@@ -113,10 +118,10 @@ _POSITIONS: dict = {}
 
 
 def _signature(fn):
-    func = getattr(fn, "__func__", fn)        # a bound method: one signature for all its instances
+    func = getattr(fn, "__func__", fn)  # a bound method: one signature for all its instances
     try:
         sig = _SIGNATURES.get(func)
-    except TypeError:                          # unhashable callable: read each time
+    except TypeError:  # unhashable callable: read each time
         return inspect.signature(func)
     if sig is None:
         sig = _SIGNATURES[func] = inspect.signature(func)
@@ -144,8 +149,11 @@ def arg(wrapped, args, kwargs, name: str, default=None):
     try:
         names = _POSITIONS.get(func)
         if names is None:
-            names = _POSITIONS[func] = [p.name for p in _signature(func).parameters.values()
-                                        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            names = _POSITIONS[func] = [
+                p.name
+                for p in _signature(func).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
     except (TypeError, ValueError):
         return bind(wrapped, args, kwargs).get(name, default)
     if name not in names:

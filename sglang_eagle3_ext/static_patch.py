@@ -15,6 +15,7 @@ exactly as for the runtime route: the `draft` patches always, the `dump` patches
 SGLang behaviour, for comparisons). Nothing heavy is imported here: the wrappers import their
 implementation on first call.
 """
+
 from __future__ import annotations
 
 from . import envs
@@ -36,8 +37,9 @@ def _enabled(spec, env=None) -> bool:
 
         from ._log import log_once
 
-        log_once("baked-disabled", "sglang_eagle3_ext disabled in this process (baked patches): %s", e,
-                 level=logging.ERROR)
+        log_once(
+            "baked-disabled", "sglang_eagle3_ext disabled in this process (baked patches): %s", e, level=logging.ERROR
+        )
         return False
     return spec.feature in features_from_env(env)
 
@@ -50,7 +52,8 @@ def patched(name: str):
         raise RuntimeError(
             f"sglang_eagle3_ext: the baked patch names {name!r}, which this sglang-eagle3-ext version does not "
             f"have (known: {', '.join(sorted(_BY_NAME))}); regenerate the image's patch with patches/make_patches.py "
-            f"from the installed sglang-eagle3-ext") from None
+            f"from the installed sglang-eagle3-ext"
+        ) from None
 
     qual = spec.target.partition(":")[2]
 
@@ -60,7 +63,8 @@ def patched(name: str):
             raise RuntimeError(
                 f"sglang_eagle3_ext: baked patch {name!r} decorates {got!r} in {getattr(func, '__module__', '?')}, "
                 f"expected {qual!r}: this SGLang was patched with the diff of another release; reinstall sglang and "
-                f"apply patches/<its release>/ with `patch -p1 --fuzz=0`")
+                f"apply patches/<its release>/ with `patch -p1 --fuzz=0`"
+            )
         if not _enabled(spec):
             _skipped.append(name)
             return func

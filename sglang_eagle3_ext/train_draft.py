@@ -1,4 +1,5 @@
 """`python -m sglang_eagle3_ext.train_draft`: the same as `sglang-eagle3 train` (the command lives in `cli/train.py`)."""
+
 from .cli.train import main
 
 if __name__ == "__main__":

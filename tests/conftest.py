@@ -5,6 +5,7 @@ release installed in the test environment (see .ci/setup_venv.sh); tests that ne
 marked `sglang` and skipped when SGLang is not installed. `ext` adds the draft patches to it;
 `deepseek_dir` is the tiny DeepSeek-V3 config. Functions shared by the tests of every folder: helpers.py.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 
 HAVE_SGLANG = importlib.util.find_spec("sglang") is not None
-LOCKED_ENV = "SGE3_LOCKED_RELEASE"   # set by .ci/run: the environment must be exactly that release's lock
-LOCK_FILE_ENV = "SGE3_LOCK_FILE"      # another lock file to hold it to (default: constraints/sglang-RELEASE.txt)
+LOCKED_ENV = "SGE3_LOCKED_RELEASE"  # set by .ci/run: the environment must be exactly that release's lock
+LOCK_FILE_ENV = "SGE3_LOCK_FILE"  # another lock file to hold it to (default: constraints/sglang-RELEASE.txt)
 
 
 def load_lockenv():
@@ -45,7 +46,9 @@ def pytest_collection_modifyitems(config, items):
     have_cuda = torch.cuda.is_available()
     for item in items:
         if "gpu" in item.keywords and not have_cuda:
-            item.add_marker(pytest.mark.skip(reason="GPU test: no CUDA device here (run tests/gpu/run.sh on the GPU host)"))
+            item.add_marker(
+                pytest.mark.skip(reason="GPU test: no CUDA device here (run tests/gpu/run.sh on the GPU host)")
+            )
         if "sglang" in item.keywords and not HAVE_SGLANG:
             item.add_marker(pytest.mark.skip(reason="sglang not installed (run .ci/setup_venv.sh)"))
 
@@ -93,15 +96,27 @@ def sglang_cpu(tmp_path_factory):
     from transformers import LlamaConfig
 
     d = tmp_path_factory.mktemp("bootstrap_cfg")
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=128, max_position_embeddings=256,
-                      tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    )
     cfg.architectures = ["LlamaForCausalLMEagle3"]
     cfg.save_pretrained(d)
     h.publish(h.server_args(str(d)))
     if not ps.model_parallel_is_initialized():
-        ps.init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
-                                        distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+        ps.init_distributed_environment(
+            backend="gloo",
+            world_size=1,
+            rank=0,
+            local_rank=0,
+            distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
+        )
         kw = {} if caps.HAS_RUNTIME_CONTEXT else {"tensor_model_parallel_size": 1}
         ps.initialize_model_parallel(**kw)
     import sglang.srt.layers.rotary_embedding.base as rb

@@ -1,6 +1,7 @@
 """Helpers shared by the test modules of every folder, imported as a plain module (`from helpers import ...`):
 tests/ is on sys.path through tests/conftest.py. Fixtures every module may request live in conftest.py; this
 module holds functions, and the fixtures a module opts into by importing them."""
+
 from __future__ import annotations
 
 import contextlib
@@ -23,6 +24,7 @@ def _short_samples_allowed(monkeypatch):
 
 
 # ---- real SGLang on CPU -----------------------------------------------------------------------------------
+
 
 def stub_deepseek_target(n_layers=8):
     """A real DeepseekV2ForCausalLM object without its (GPU-sized) layers: the release's method runs on it."""

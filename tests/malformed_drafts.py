@@ -1,6 +1,7 @@
 """Malformed EAGLE-3 drafts for the tests: a good tiny draft (sglang_eagle3_ext.tiny) copied and broken one way
 each, with the problem code `check` and the strict loader must name (imported as a plain module: tests/ is on
 sys.path)."""
+
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from sglang_eagle3_ext.draft import errors as E
 from sglang_eagle3_ext.draft.arch import mla
 
 # --- Llama layout (speculators' Eagle3 drafts) ---------------------------------------------------------------
+
 
 def edit_tensors(d: Path, fn):
     from safetensors.torch import load_file, save_file
@@ -36,17 +38,20 @@ def _v_missing_fc(d):
 def _v_fc_unfused(d):
     def f(t):
         t["fc.weight"] = t["fc.weight"][:, : t["fc.weight"].shape[0]].clone()
+
     edit_tensors(d, f)
 
 
 def _v_unknown_key(d):
     import torch
+
     edit_tensors(d, lambda t: t.__setitem__("layers.0.self_attn.q_norm.weight", torch.ones(16)))
 
 
 def _v_d2t_length(d):
     def f(t):
         t["d2t"] = t["d2t"][:-4].clone()
+
     edit_tensors(d, f)
 
 
@@ -54,15 +59,18 @@ def _v_d2t_range(d):
     def f(t):
         t["d2t"] = t["d2t"].clone()
         t["d2t"][-1] += 10_000
+
     edit_tensors(d, f)
 
 
 def nan_at(key: str):
     """A tensor edit: one NaN in tensor `key` (the value scan must name it)."""
+
     def f(t):
         w = t[key].clone()
         w[0, 0] = float("nan")
         t[key] = w
+
     return f
 
 
@@ -87,6 +95,7 @@ def _v_wrong_k(d):
         ec.pop("hf_hidden_state_indices", None)
         if "num_aux_hidden_states" in c:
             c["num_aux_hidden_states"] = len(ec["eagle_aux_hidden_state_layer_ids"])
+
     edit_config(d, f)
 
 
@@ -136,6 +145,7 @@ def make_variant(good: Path, name: str, out: Path) -> tuple[str, Path]:
 
 # --- MLA layout (Kimi-K2.5's drafts): name -> (expected code, what to break) --------------------------------------------
 
+
 def edit_mla(d: Path, tensors_fn=None, config_fn=None):
     from safetensors.torch import load_file
 
@@ -164,6 +174,7 @@ def _v_q_a_1xH(d):
     def f(t):
         w = t[mla.Q_HALF]
         t[mla.Q_HALF] = w[:, : w.shape[1] // 2].clone()
+
     edit_mla(d, f)
 
 
@@ -171,12 +182,14 @@ def _v_fc_1xH(d):
     def f(t):
         w = t["fc.weight"]
         t["fc.weight"] = w[:, : w.shape[1] // 3].clone()
+
     edit_mla(d, f)
 
 
 def _v_mla_unknown_key(d):
     def f(t):
         t["layers.0.mlp.shared_experts.gate_proj.weight"] = t["layers.0.mlp.gate_proj.weight"].clone()
+
     edit_mla(d, f)
 
 
@@ -189,6 +202,7 @@ def _v_mla_wrong_k(d):
         ec = c["eagle_config"]
         ec["eagle_aux_hidden_state_layer_ids"] = ec["eagle_aux_hidden_state_layer_ids"] + [5]
         ec.pop("hf_hidden_state_indices", None)
+
     edit_mla(d, config_fn=f)
 
 
@@ -205,6 +219,7 @@ def _v_prefused(d):
 
     def f(t):
         t[mla.FUSED_KEY] = torch.cat([t.pop(mla.Q_HALF), t.pop(mla.KV_HALF)])
+
     edit_mla(d, f)
 
 

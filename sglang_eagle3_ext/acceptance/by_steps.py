@@ -5,6 +5,7 @@ every shorter chain: at n steps an anchor accepts min(accepted, n) drafts of min
 gets its own greedy server walk (rounds advance by that n's accepted drafts + 1), so every figure is the one
 `eval --steps n` reports. Trees (topk > 1) are not simulated (evaluate.settings_problem says so).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,7 +45,6 @@ def accept_by_steps(o, max_steps: int = MAX_STEPS, say=None) -> dict:
 
     import torch
 
-
     problem = settings_problem(max_steps, o.topk, None)
     if problem:
         raise Refused(problem)
@@ -62,13 +62,20 @@ def accept_by_steps(o, max_steps: int = MAX_STEPS, say=None) -> dict:
         if say:
             say(f"simulated {done}/{len(idx)} held-out samples at {max_steps} steps")
     if not fan.every[1].units:
-        raise Refused(f"--data {o.data}: the {len(idx)} held-out samples hold no anchor (no position with a next "
-                      f"token inside the response region); give a dump with responses")
-    return {"by_steps": {n: w.as_sglang_reports() for n, w in fan.walks.items()},
-            "per_request": {n: w.per_request() for n, w in fan.walks.items()},
-            "every_anchor": {n: t.accept_length() for n, t in fan.every.items()},
-            "positions": [p["p"] for p in fan.every[max_steps].positions()],
-            "rounds": {n: w.rounds for n, w in fan.walks.items()},
-            "samples": len(idx), "heldout_rule": rule, "seconds": round(time.perf_counter() - t0, 3),
-            "notes": notes, "topk": 1,
-            "trees": "topk > 1 draft trees are not simulated: every figure is for --speculative-eagle-topk 1"}
+        raise Refused(
+            f"--data {o.data}: the {len(idx)} held-out samples hold no anchor (no position with a next "
+            f"token inside the response region); give a dump with responses"
+        )
+    return {
+        "by_steps": {n: w.as_sglang_reports() for n, w in fan.walks.items()},
+        "per_request": {n: w.per_request() for n, w in fan.walks.items()},
+        "every_anchor": {n: t.accept_length() for n, t in fan.every.items()},
+        "positions": [p["p"] for p in fan.every[max_steps].positions()],
+        "rounds": {n: w.rounds for n, w in fan.walks.items()},
+        "samples": len(idx),
+        "heldout_rule": rule,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "notes": notes,
+        "topk": 1,
+        "trees": "topk > 1 draft trees are not simulated: every figure is for --speculative-eagle-topk 1",
+    }

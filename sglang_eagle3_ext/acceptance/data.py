@@ -6,6 +6,7 @@ The held-out split is the one `train` holds out of the same files at --train-rat
 layout's rule (draft/arch/<layout>.heldout, written once for the route that trains it and for eval).
 A dump dir is taken in sorted id order, the order of `dump export` without --data.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,19 +24,19 @@ from ..training.samples import SampleSpec, load_sample
 @dataclasses.dataclass
 class Sample:
     name: str
-    ids: object        # torch [L] int64
-    aux: object        # torch [L, K*H]
-    mask: list         # [L] 0/1: 1 = a position the target generated (the region anchors come from)
+    ids: object  # torch [L] int64
+    aux: object  # torch [L, K*H]
+    mask: list  # [L] 0/1: 1 = a position the target generated (the region anchors come from)
 
 
 @dataclasses.dataclass
 class Source:
-    kind: str                      # "export" or "dump"
+    kind: str  # "export" or "dump"
     root: Path
     n: int
-    layer_ids: list | None         # HF hidden_states indices the states were captured at
+    layer_ids: list | None  # HF hidden_states indices the states were captured at
     layers_from: str
-    model_path: str | None         # the target the data was dumped from (its metadata), when recorded
+    model_path: str | None  # the target the data was dumped from (its metadata), when recorded
     _load: object = None
 
     def load(self, i: int, k: int, hidden: int | None, vocab: int) -> Sample:
@@ -88,8 +89,9 @@ def _export_source(root: Path) -> Source:
 
     def load(i, k, hidden, vocab):
         try:
-            tok, hs = load_sample(files[i], SampleSpec(k + 1, hidden, vocab, f"{k} aux states (the draft's K) + the "
-                                                                             f"final state"))
+            tok, hs = load_sample(
+                files[i], SampleSpec(k + 1, hidden, vocab, f"{k} aux states (the draft's K) + the final state")
+            )
             mask = tdata._loss_mask(masks, i, files[i], tok.tolist(), root)
         except tdata.TrainDraftError as e:
             raise _refuse(e) from None
@@ -118,7 +120,7 @@ def _dump_source(root: Path) -> Source:
         try:
             t, _ = ex.read_checked(root, recs[i], dataclasses.replace(spec, vocab=vocab or spec.vocab))
             mask = ex.loss_mask(recs[i], int(t[T_IDS].shape[0]), gen)
-        except ex.ExportError as e:     # names the sample and its file
+        except ex.ExportError as e:  # names the sample and its file
             raise _refuse(e) from None
         return Sample(recs[i]["id"], t[T_IDS].long(), t[T_AUX], mask)
 
@@ -129,14 +131,20 @@ def dump_shape_problem(n_aux, width, dump_vocab, k: int, hidden: int | None, voc
     """Why a dump's recorded shapes cannot feed this draft (None: they can); its sample files are checked
     against these shapes as they are read."""
     if n_aux != k:
-        return (f"the dump holds {n_aux} aux states per token (dump_meta.json), the draft's fc takes K={k}: dump "
-                f"with the draft's layers, or evaluate a draft trained on these")
+        return (
+            f"the dump holds {n_aux} aux states per token (dump_meta.json), the draft's fc takes K={k}: dump "
+            f"with the draft's layers, or evaluate a draft trained on these"
+        )
     if hidden is not None and width != hidden:
-        return (f"the dump's states are {width} wide (dump_meta.json hidden_size), the draft's fc takes {hidden}: "
-                f"dumped from another target; evaluate a draft of that target")
+        return (
+            f"the dump's states are {width} wide (dump_meta.json hidden_size), the draft's fc takes {hidden}: "
+            f"dumped from another target; evaluate a draft of that target"
+        )
     if dump_vocab and vocab and dump_vocab != vocab:
-        return (f"the dump's vocabulary is {dump_vocab} tokens (dump_meta.json vocab_size), the draft's target "
-                f"has {vocab}: dumped from another target; evaluate a draft of that target")
+        return (
+            f"the dump's vocabulary is {dump_vocab} tokens (dump_meta.json vocab_size), the draft's target "
+            f"has {vocab}: dumped from another target; evaluate a draft of that target"
+        )
     return None
 
 

@@ -10,6 +10,7 @@
   target_hidden_size == hidden_size (set_embed), the lm_head the target's when draft_vocab_size is null and
   untied (set_embed_and_head), a tied head reads the embeddings; d2t becomes hot_token_id = d2t + arange.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,11 +33,11 @@ SPECULATORS_HINT = "sglang-eagle3 convert DRAFT OUT, then eval --draft OUT"
 
 @dataclasses.dataclass
 class LoadedDraft:
-    model: object              # torch module: the layout's NET
-    hot: object                # torch [draft_vocab] target ids of the draft vocab, or None (same vocab)
-    spec: object               # draft.rules.DraftSpec
+    model: object  # torch module: the layout's NET
+    hot: object  # torch [draft_vocab] target ids of the draft vocab, or None (same vocab)
+    spec: object  # draft.rules.DraftSpec
     cfg: dict
-    hf_indices: list | None    # HF hidden_states indices a server feeds it
+    hf_indices: list | None  # HF hidden_states indices a server feeds it
     hf_from: str
     notes: list
 
@@ -51,8 +52,9 @@ def read_config(draft: Path) -> dict:
         raise Refused(f"--draft {draft}: no such directory (the draft's folder: config.json + *.safetensors)")
     cfg = read_json_file(draft / "config.json", "draft config")
     if cfg.get("speculators_model_type") or "transformer_layer_config" in cfg:
-        raise Refused(f"--draft {draft}: a speculators-format draft; eval runs the layout SGLang serves: "
-                      f"{SPECULATORS_HINT}")
+        raise Refused(
+            f"--draft {draft}: a speculators-format draft; eval runs the layout SGLang serves: {SPECULATORS_HINT}"
+        )
     return cfg
 
 
@@ -63,8 +65,10 @@ def _check(draft: Path, target: Path | None) -> None:
     rep = check_draft(draft, target, installed_version() or SUPPORTED_MAX, scan_values=False)
     if rep.errors:
         more = f" (+{len(rep.errors) - 1} more)" if len(rep.errors) > 1 else ""
-        raise Refused(f"--draft {draft}: SGLang would not serve it as is: {rep.errors[0]}{more}; "
-                      f"`sglang-eagle3 check {draft}{f' --target {target}' if target else ''}` lists every problem")
+        raise Refused(
+            f"--draft {draft}: SGLang would not serve it as is: {rep.errors[0]}{more}; "
+            f"`sglang-eagle3 check {draft}{f' --target {target}' if target else ''}` lists every problem"
+        )
 
 
 def served_hf_indices(cfg: dict, spec, n_target_layers: int | None) -> tuple[list | None, str]:
@@ -87,13 +91,12 @@ def _tensors(draft: Path) -> dict:
     import numpy as np
     import torch
 
-
     infos, problems = scan_headers(draft)
     if problems:
         raise Refused(f"--draft {draft}: {problems[0]}")
     out = {}
     for name, info in infos.items():
-        if info.dtype not in FLOAT_DTYPES | INT_DTYPES | {"BOOL"}:    # speculators' t2d is a bool mask
+        if info.dtype not in FLOAT_DTYPES | INT_DTYPES | {"BOOL"}:  # speculators' t2d is a bool mask
             raise Refused(f"--draft {draft}: {name} is {info.dtype}; eval reads float, integer and bool tensors only")
         arr = np.array(read_array(info)).reshape(info.shape)
         out[keys.canonical(name)[0]] = torch.from_numpy(arr)
@@ -104,8 +107,10 @@ def _target_tensors(target: Path | None, need: tuple, why: str) -> dict:
     if not need:
         return {}
     if target is None:
-        raise Refused(f"the draft is served with the target's {why}: pass --target DIR (the target model's folder; "
-                      f"also read from the data's metadata when it names a local folder)")
+        raise Refused(
+            f"the draft is served with the target's {why}: pass --target DIR (the target model's folder; "
+            f"also read from the data's metadata when it names a local folder)"
+        )
 
     try:
         return read_tensors(target, need)
@@ -130,14 +135,14 @@ def _state_dict(spec, tensors: dict, target: Path | None, notes: list) -> tuple[
     """The module's weights after the worker's swaps, and hot_token_id (or None)."""
     import torch
 
-
-    sd = {k: v for k, v in tensors.items() if keys.ignored_reason(k, False) is None and k != "d2t"
-          and not _unused(k)}
+    sd = {k: v for k, v in tensors.items() if keys.ignored_reason(k, False) is None and k != "d2t" and not _unused(k)}
     need = ()
     if spec.embed_from_target:
         if target is None and "embed_tokens.weight" in sd:
-            notes.append("no target given: the draft's own embed_tokens stand in for the target's, which a server "
-                         "installs (identical when the draft was trained with them frozen, as speculators does)")
+            notes.append(
+                "no target given: the draft's own embed_tokens stand in for the target's, which a server "
+                "installs (identical when the draft was trained with them frozen, as speculators does)"
+            )
         else:
             need += (EMBED,)
     if rules.head_from_target(spec):
@@ -179,13 +184,15 @@ def load(draft, target=None, device="cpu", dtype=None) -> LoadedDraft:
         raise Refused(f"--draft {draft}: {e}") from None
     missing, unexpected = model.load_state_dict({k: v for k, v in sd.items() if v is not None}, strict=False)
     if missing or unexpected:
-        raise Refused(f"--draft {draft}: weights {sorted(missing)[:3]} missing, {sorted(unexpected)[:3]} not part "
-                      f"of the {spec.arch} eval builds (`sglang-eagle3 check {draft}` should have named this: a bug)")
+        raise Refused(
+            f"--draft {draft}: weights {sorted(missing)[:3]} missing, {sorted(unexpected)[:3]} not part "
+            f"of the {spec.arch} eval builds (`sglang-eagle3 check {draft}` should have named this: a bug)"
+        )
     bad = [n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
     if bad:
         raise Refused(f"--draft {draft}: {bad[0]} holds NaN/Inf values (`sglang-eagle3 check {draft}` names them)")
     model = model.to(device).eval()
-    for p in model.parameters():      # buffers (RoPE tables) stay fp32, as SGLang keeps its cos/sin cache
+    for p in model.parameters():  # buffers (RoPE tables) stay fp32, as SGLang keeps its cos/sin cache
         p.data = p.data.to(dtype or torch.float32)
     tcfg = _target_config(target)
     hf, hf_from = served_hf_indices(cfg, spec, tcfg.get("num_hidden_layers") if tcfg else None)

@@ -1,5 +1,6 @@
 """`sglang-eagle3 eval`'s library: the served accept length of a draft, predicted offline on held-out samples
 (and, with a server URL, measured beside it). `evaluate(Options(...))` returns the report; `render` prints it."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,32 +24,38 @@ class Options:
     target: str | None = None
     steps: int = 3
     topk: int = 1
-    draft_tokens: int | None = None         # None: steps + 1
+    draft_tokens: int | None = None  # None: steps + 1
     heldout_fraction: float = 0.05
-    samples: int | None = None               # at most this many of the held-out samples (the first ones)
-    device: str | None = None                # None: cuda when there is one
+    samples: int | None = None  # at most this many of the held-out samples (the first ones)
+    device: str | None = None  # None: cuda when there is one
     dtype: str = "bf16"
     url: str | None = None
     concurrency: int = 8
     timeout: float = 300.0
-    batch_tokens: int = 8192                 # rows simulated at once
-    say: object = None                       # progress lines (None: silent)
-    dry_run: bool = False                    # check the inputs and report the plan; load, simulate, send nothing
+    batch_tokens: int = 8192  # rows simulated at once
+    say: object = None  # progress lines (None: silent)
+    dry_run: bool = False  # check the inputs and report the plan; load, simulate, send nothing
 
 
-SGLANG_DEFINITION = ("accepted drafts + 1 per verify round over the rounds (SGLang's avg_spec_accept_length, its "
-                     "log's accept len, the sglang:spec_accept_length metric)")
+SGLANG_DEFINITION = (
+    "accepted drafts + 1 per verify round over the rounds (SGLang's avg_spec_accept_length, its "
+    "log's accept len, the sglang:spec_accept_length metric)"
+)
 PER_REQUEST_DEFINITION = "generated tokens / verify rounds per request (meta_info spec_accept_length)"
 
 
 def settings_problem(steps: int, topk: int, draft_tokens: int | None) -> str | None:
     """Why these speculative settings cannot be simulated (None: they can)."""
     if topk != 1:
-        return (f"--topk {topk}: eval simulates --speculative-eagle-topk 1 only (an exact simulation of the draft "
-                f"tree topk > 1 builds is not implemented); evaluate with --topk 1, or serve and use `bench`")
+        return (
+            f"--topk {topk}: eval simulates --speculative-eagle-topk 1 only (an exact simulation of the draft "
+            f"tree topk > 1 builds is not implemented); evaluate with --topk 1, or serve and use `bench`"
+        )
     if draft_tokens is not None and draft_tokens != steps + 1:
-        return (f"--draft-tokens {draft_tokens}: with --topk 1 SGLang drafts a chain of --steps {steps} tokens and "
-                f"verifies {steps + 1} (steps + 1); pass --draft-tokens {steps + 1} or leave it out")
+        return (
+            f"--draft-tokens {draft_tokens}: with --topk 1 SGLang drafts a chain of --steps {steps} tokens and "
+            f"verifies {steps + 1} (steps + 1); pass --draft-tokens {steps + 1} or leave it out"
+        )
     return None
 
 
@@ -78,12 +85,16 @@ def _layers_agree(loaded, source) -> str:
     """The aux layers the data holds must be the ones a server feeds the draft."""
     have, want = source.layer_ids, loaded.hf_indices
     if have is not None and want is not None and list(have) != list(want):
-        raise Refused(f"--data {source.root} holds HF hidden_states {list(have)} ({source.layers_from}), but a server "
-                      f"feeds this draft {list(want)} ({loaded.hf_from}): eval would predict for inputs the draft "
-                      f"never gets; dump with the draft's layers, or evaluate the draft trained on these")
+        raise Refused(
+            f"--data {source.root} holds HF hidden_states {list(have)} ({source.layers_from}), but a server "
+            f"feeds this draft {list(want)} ({loaded.hf_from}): eval would predict for inputs the draft "
+            f"never gets; dump with the draft's layers, or evaluate the draft trained on these"
+        )
     if have is None or want is None:
-        return (f"aux layers not compared: data {have if have is not None else 'unrecorded'}, draft "
-                f"{want if want is not None else 'unknown'} ({loaded.hf_from})")
+        return (
+            f"aux layers not compared: data {have if have is not None else 'unrecorded'}, draft "
+            f"{want if want is not None else 'unknown'} ({loaded.hf_from})"
+        )
     return f"aux layers: HF hidden_states {list(have)} (data and draft agree)"
 
 
@@ -121,13 +132,12 @@ def _simulate(loaded, batch, steps: int, device: str, dtype, every, walk) -> Non
     start = 0
     for s in batch:
         L = int(s.ids.shape[0])
-        walk.add(accepted[start:start + L], known[start:start + L], s.mask)
+        walk.add(accepted[start : start + L], known[start : start + L], s.mask)
         start += L
 
 
 def _run(o: Options, loaded, source, idx: list[int], device: str, notes: list) -> dict:
     import torch
-
 
     dtype = torch.bfloat16 if o.dtype == "bf16" else torch.float32
     max_len = loaded.max_len
@@ -136,7 +146,7 @@ def _run(o: Options, loaded, source, idx: list[int], device: str, notes: list) -
     for batch in _batches(source, idx, loaded, o.batch_tokens, max_len, notes):
         _simulate(loaded, batch, o.steps, device, dtype, every, walk)
         done += len(batch)
-        samples += [dataclasses.replace(s, aux=None) for s in batch] if o.url else []   # --url needs ids only
+        samples += [dataclasses.replace(s, aux=None) for s in batch] if o.url else []  # --url needs ids only
         if o.say:
             o.say(f"simulated {done}/{len(idx)} samples ({done / (time.perf_counter() - t0):.1f}/s)")
     secs = time.perf_counter() - t0
@@ -166,17 +176,37 @@ def _local_inputs(o: Options):
 
 
 def _heldout_report(idx: list, rule: str, n: int, n_split: int) -> dict:
-    return {"rule": rule, "samples": len(idx), "of": n, "first": idx[0], "last": idx[-1],
-            "capped_by_samples": len(idx) < n_split}
+    return {
+        "rule": rule,
+        "samples": len(idx),
+        "of": n,
+        "first": idx[0],
+        "last": idx[-1],
+        "capped_by_samples": len(idx) < n_split,
+    }
 
 
 def _plan(o: Options, spec, source, target, target_from, idx, rule, n_split, device: str) -> dict:
-    return {"dry_run": True, "draft": str(o.draft), "draft_class": spec.arch, "data": str(o.data),
-            "data_kind": source.kind, "target": str(target) if target else None, "target_from": target_from,
-            "heldout": _heldout_report(idx, rule, source.n, n_split), "steps": o.steps, "topk": 1,
-            "draft_tokens": o.steps + 1, "device": device, "dtype": o.dtype, "url": o.url,
-            "notes": ["dry run: inputs checked; no weight loaded, no sample simulated, no request sent"
-                      + (" (the server's settings are read by the real run)" if o.url else "")]}
+    return {
+        "dry_run": True,
+        "draft": str(o.draft),
+        "draft_class": spec.arch,
+        "data": str(o.data),
+        "data_kind": source.kind,
+        "target": str(target) if target else None,
+        "target_from": target_from,
+        "heldout": _heldout_report(idx, rule, source.n, n_split),
+        "steps": o.steps,
+        "topk": 1,
+        "draft_tokens": o.steps + 1,
+        "device": device,
+        "dtype": o.dtype,
+        "url": o.url,
+        "notes": [
+            "dry run: inputs checked; no weight loaded, no sample simulated, no request sent"
+            + (" (the server's settings are read by the real run)" if o.url else "")
+        ],
+    }
 
 
 def evaluate(o: Options) -> dict:
@@ -195,30 +225,53 @@ def evaluate(o: Options) -> dict:
     loaded = drafts.load(o.draft, target, device, torch.bfloat16 if o.dtype == "bf16" else torch.float32)
     notes = list(loaded.notes) + [_layers_agree(loaded, source)]
     if server is not None and server[1].get("speculative_draft_window_size") is not None:
-        notes.append(f"the server's --speculative-draft-window-size {server[1]['speculative_draft_window_size']} "
-                     f"is ignored by SGLang's {spec.arch}: simulated with full attention")
+        notes.append(
+            f"the server's --speculative-draft-window-size {server[1]['speculative_draft_window_size']} "
+            f"is ignored by SGLang's {spec.arch}: simulated with full attention"
+        )
     r = _run(o, loaded, source, idx, device, notes)
     every, walk = r["every"], r["walk"]
     if not every.units:
-        raise Refused(f"--data {o.data}: the {len(idx)} held-out samples hold no anchor (no position with a next "
-                      f"token inside the response region); evaluate other samples")
+        raise Refused(
+            f"--data {o.data}: the {len(idx)} held-out samples hold no anchor (no position with a next "
+            f"token inside the response region); evaluate other samples"
+        )
     unjudged = [p["k"] for p in walk.tally.positions() if not p["tried"]]
     if unjudged:
-        notes.append(f"draft position(s) {unjudged} never judged in a round (responses too short): the accept "
-                     f"length counts them as rejected, a lower bound of what a server reports")
+        notes.append(
+            f"draft position(s) {unjudged} never judged in a round (responses too short): the accept "
+            f"length counts them as rejected, a lower bound of what a server reports"
+        )
     report = {
-        "draft": str(o.draft), "draft_class": loaded.spec.arch, "data": str(o.data), "data_kind": source.kind,
-        "target": str(target) if target else None, "target_from": target_from,
+        "draft": str(o.draft),
+        "draft_class": loaded.spec.arch,
+        "data": str(o.data),
+        "data_kind": source.kind,
+        "target": str(target) if target else None,
+        "target_from": target_from,
         "heldout": _heldout_report(idx, rule, source.n, n_split),
-        "steps": o.steps, "topk": 1, "draft_tokens": o.steps + 1, "device": device, "dtype": o.dtype,
+        "steps": o.steps,
+        "topk": 1,
+        "draft_tokens": o.steps + 1,
+        "device": device,
+        "dtype": o.dtype,
         "predicted_accept_length": walk.as_sglang_reports(),
         "predicted_accept_length_per_request": walk.per_request(),
-        "accept_length_definition": SGLANG_DEFINITION, "per_request_definition": PER_REQUEST_DEFINITION,
-        "rounds": {"rounds": walk.rounds, "tokens": walk.tokens, "positions": walk.tally.positions(),
-                   "accept_length": walk.as_sglang_reports(), "per_request_accept_length": walk.per_request(),
-                   "histogram": walk.histogram},
-        "anchors": every.units, "positions": every.positions(), "accept_length_every_anchor": every.accept_length(),
-        "samples_per_s": len(idx) / r["seconds"] if r["seconds"] else None, "seconds": round(r["seconds"], 3),
+        "accept_length_definition": SGLANG_DEFINITION,
+        "per_request_definition": PER_REQUEST_DEFINITION,
+        "rounds": {
+            "rounds": walk.rounds,
+            "tokens": walk.tokens,
+            "positions": walk.tally.positions(),
+            "accept_length": walk.as_sglang_reports(),
+            "per_request_accept_length": walk.per_request(),
+            "histogram": walk.histogram,
+        },
+        "anchors": every.units,
+        "positions": every.positions(),
+        "accept_length_every_anchor": every.accept_length(),
+        "samples_per_s": len(idx) / r["seconds"] if r["seconds"] else None,
+        "seconds": round(r["seconds"], 3),
         "notes": notes,
     }
     if server is not None:
@@ -226,12 +279,15 @@ def evaluate(o: Options) -> dict:
 
         report["served"] = s = serve(*server, r["samples"], o.steps, o.concurrency)
         s["difference"] = _minus(report["predicted_accept_length"], s["accept_length"])
-        s["difference_per_request"] = _minus(report["predicted_accept_length_per_request"],
-                                             s["accept_length_per_request"])
+        s["difference_per_request"] = _minus(
+            report["predicted_accept_length_per_request"], s["accept_length_per_request"]
+        )
         s["draft_is_evaluated_draft"] = _same_folder(s["draft"], o.draft)
         if s["draft_is_evaluated_draft"] is False:
-            notes.append(f"the server at {o.url} serves the draft {s['draft']}, not --draft {o.draft}: the figures "
-                         f"compare two drafts unless the folders hold the same one")
+            notes.append(
+                f"the server at {o.url} serves the draft {s['draft']}, not --draft {o.draft}: the figures "
+                f"compare two drafts unless the folders hold the same one"
+            )
     return report
 
 
@@ -256,10 +312,12 @@ def _fmt(v, spec=".3f") -> str:
 def render(rep: dict) -> str:
     k = rep["steps"]
     h = rep["heldout"]
-    head = [f"eval: {rep['draft']} ({rep['draft_class']}), steps {k}, topk 1, draft tokens {k + 1}, "
-            f"{rep['dtype']} on {rep['device']}",
-            f"  data: {h['samples']} held-out samples of {rep['data']} ({rep['data_kind']}): {h['rule']}"
-            + (" (first ones, --samples)" if h["capped_by_samples"] else "")]
+    head = [
+        f"eval: {rep['draft']} ({rep['draft_class']}), steps {k}, topk 1, draft tokens {k + 1}, "
+        f"{rep['dtype']} on {rep['device']}",
+        f"  data: {h['samples']} held-out samples of {rep['data']} ({rep['data_kind']}): {h['rule']}"
+        + (" (first ones, --samples)" if h["capped_by_samples"] else ""),
+    ]
     if rep.get("dry_run"):
         return "\n".join(head + [f"  note: {n}" for n in rep["notes"]])
     r = rep["rounds"]
@@ -269,21 +327,27 @@ def render(rep: dict) -> str:
         f"    per request {_fmt(rep['predicted_accept_length_per_request'])}  ({r['tokens']} tokens / {r['rounds']} "
         f"rounds, as meta_info spec_accept_length: cut at max_new_tokens)",
         "  P(draft token k accepted | tokens < k accepted):  " + "  ".join(f"k={i + 1:<5}" for i in range(k)),
-        "    over the server's rounds                       " + "  ".join(
-            f"{_fmt(p['p']):7}" for p in r["positions"]),
-        f"    over every anchor ({rep['anchors']} anchors)" + " " * max(1, 19 - len(str(rep['anchors'])))
+        "    over the server's rounds                       " + "  ".join(f"{_fmt(p['p']):7}" for p in r["positions"]),
+        f"    over every anchor ({rep['anchors']} anchors)"
+        + " " * max(1, 19 - len(str(rep["anchors"])))
         + "  ".join(f"{_fmt(p['p']):7}" for p in rep["positions"]),
-        f"  1 + sum_k prod p over every anchor: {_fmt(rep['accept_length_every_anchor'])}"]
+        f"  1 + sum_k prod p over every anchor: {_fmt(rep['accept_length_every_anchor'])}",
+    ]
     s = rep.get("served")
     if s:
-        lines.append(f"  served ({s['url']}, draft {s.get('draft') or 'not reported'}): accept length "
-                     f"{_fmt(s['accept_length'])} over {s['verify_rounds']} rounds, predicted - served = "
-                     f"{_fmt(s['difference'], '+.3f')}; per request {_fmt(s['accept_length_per_request'])} "
-                     f"({_fmt(s['difference_per_request'], '+.3f')})")
-        lines.append("    per position " + "  ".join(_fmt(p["p"]) for p in s["positions"])
-                     + f"; the server's lifetime avg_spec_accept_length "
-                     f"{_fmt(s['server_avg_spec_accept_length'])}; greedy outputs equal to the recorded ones: "
-                     f"{s['outputs_equal_recorded']}/{s['requests']}")
+        lines.append(
+            f"  served ({s['url']}, draft {s.get('draft') or 'not reported'}): accept length "
+            f"{_fmt(s['accept_length'])} over {s['verify_rounds']} rounds, predicted - served = "
+            f"{_fmt(s['difference'], '+.3f')}; per request {_fmt(s['accept_length_per_request'])} "
+            f"({_fmt(s['difference_per_request'], '+.3f')})"
+        )
+        lines.append(
+            "    per position "
+            + "  ".join(_fmt(p["p"]) for p in s["positions"])
+            + f"; the server's lifetime avg_spec_accept_length "
+            f"{_fmt(s['server_avg_spec_accept_length'])}; greedy outputs equal to the recorded ones: "
+            f"{s['outputs_equal_recorded']}/{s['requests']}"
+        )
         lines += [f"  IMPLAUSIBLE served figure: {x}" for x in s["implausible"]]
     lines += [f"  note: {n}" for n in rep["notes"]]
     lines.append(f"  {_fmt(rep['samples_per_s'], '.1f')} samples/s ({rep['seconds']:.1f} s)")

@@ -7,6 +7,7 @@ A speculators-format draft (the Llama route's output) is converted into SGLang's
 for the installed release, else the newest supported one: what eval judges by), in a scratch folder beside the
 draft; the MLA route already writes SGLang's layout.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,44 +19,62 @@ from ..draft.errors import DraftError
 from ..training.report import TrainDraftError
 from .evaluate import Options, evaluate, settings_problem
 
-DEFAULT_STEPS = 3           # --speculative-num-steps the prediction is for (eval's default)
+DEFAULT_STEPS = 3  # --speculative-num-steps the prediction is for (eval's default)
 
 
 @dataclasses.dataclass(frozen=True)
 class PredictedAccept:
     """draft folder -> (predicted accept length, details); TrainDraftError naming the fix when it cannot score."""
+
     data: str
     target: str
     heldout_fraction: float
     steps: int = DEFAULT_STEPS
-    samples: int | None = None          # the first this many held-out samples (None: all)
-    device: str | None = None           # None: cuda when there is one
-    dtype: str = "bf16"                 # as served
+    samples: int | None = None  # the first this many held-out samples (None: all)
+    device: str | None = None  # None: cuda when there is one
+    dtype: str = "bf16"  # as served
     name = "predicted accept length"
 
     @property
     def criterion(self) -> dict:
         """What makes two runs' scores comparable (a resumed run checks it)."""
-        return {"score": "predicted_accept_length", "steps": self.steps, "samples": self.samples,
-                "heldout_fraction": self.heldout_fraction, "dtype": self.dtype}
+        return {
+            "score": "predicted_accept_length",
+            "steps": self.steps,
+            "samples": self.samples,
+            "heldout_fraction": self.heldout_fraction,
+            "dtype": self.dtype,
+        }
 
     def __call__(self, draft) -> tuple[float | None, dict]:
         import tempfile
-
 
         draft = Path(draft)
         try:
             with tempfile.TemporaryDirectory(prefix=".served-", dir=draft.parent) as tmp:
                 served = _served_layout(draft, Path(tmp) / "sglang")
-                rep = evaluate(Options(draft=str(served), data=str(self.data), target=str(self.target),
-                                       steps=self.steps, heldout_fraction=self.heldout_fraction,
-                                       samples=self.samples, device=self.device, dtype=self.dtype))
+                rep = evaluate(
+                    Options(
+                        draft=str(served),
+                        data=str(self.data),
+                        target=str(self.target),
+                        steps=self.steps,
+                        heldout_fraction=self.heldout_fraction,
+                        samples=self.samples,
+                        device=self.device,
+                        dtype=self.dtype,
+                    )
+                )
         except (Refused, BadInput, DraftError) as e:
             raise TrainDraftError(str(e).replace("\n", " ")) from None
         score = rep["predicted_accept_length"]
-        return score, {"predicted_accept_length": score, "steps": self.steps,
-                       "positions": [p["p"] for p in rep["rounds"]["positions"]],
-                       "samples": rep["heldout"]["samples"], "seconds": rep["seconds"]}
+        return score, {
+            "predicted_accept_length": score,
+            "steps": self.steps,
+            "positions": [p["p"] for p in rep["rounds"]["positions"]],
+            "samples": rep["heldout"]["samples"],
+            "seconds": rep["seconds"],
+        }
 
 
 def _served_layout(draft: Path, scratch: Path) -> Path:
@@ -65,8 +84,9 @@ def _served_layout(draft: Path, scratch: Path) -> Path:
     cfg = read_json_file(draft / "config.json", "draft config")
     if not (cfg.get("speculators_model_type") or "transformer_layer_config" in cfg):
         return draft
-    return convert(draft, scratch, sglang_version=installed_version() or SUPPORTED_MAX, progress=False,
-                   log=lambda *a, **k: None)
+    return convert(
+        draft, scratch, sglang_version=installed_version() or SUPPORTED_MAX, progress=False, log=lambda *a, **k: None
+    )
 
 
 def epoch_scorer(options, steps: int | None = None, samples: int | None = None) -> PredictedAccept:
@@ -82,8 +102,15 @@ def epoch_scorer(options, steps: int | None = None, samples: int | None = None) 
         raise TrainDraftError(f"--select-steps {steps}: {problem}")
     ratio = options.train_ratio
     if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not 0 < ratio < 1:
-        raise TrainDraftError(f"--select-by predicted-accept with --train-ratio {ratio!r}: nothing is held out to "
-                              f"score the epochs on; give --train-ratio below 1 (e.g. 0.95), or --select-by last")
-    return PredictedAccept(data=str(options.data), target=str(options.target),
-                           heldout_fraction=round(1.0 - ratio, 12), steps=steps, samples=samples,
-                           device=options.device)
+        raise TrainDraftError(
+            f"--select-by predicted-accept with --train-ratio {ratio!r}: nothing is held out to "
+            f"score the epochs on; give --train-ratio below 1 (e.g. 0.95), or --select-by last"
+        )
+    return PredictedAccept(
+        data=str(options.data),
+        target=str(options.target),
+        heldout_fraction=round(1.0 - ratio, 12),
+        steps=steps,
+        samples=samples,
+        device=options.device,
+    )

@@ -11,6 +11,7 @@ Each region of a sample is one request: the tokens before it as the prompt, as m
 holds -- the sequence the prediction walked. Its greedy output is compared with the recorded tokens: where the
 server generates something else, prediction and server judged different text.
 """
+
 from __future__ import annotations
 
 from ..bench.run import run_level
@@ -29,7 +30,7 @@ def requests_for(samples) -> tuple[list[dict], list[int], list[list[int]]]:
         for a, e in regions(s.mask):
             prompts.append({"input_ids": ids[:a]})
             lengths.append(e - a + 1)
-            recorded.append(ids[a:e + 1])
+            recorded.append(ids[a : e + 1])
     return prompts, lengths, recorded
 
 
@@ -43,20 +44,38 @@ def _settings(srv, steps: int, draft_tokens: int, reads_window: bool = True) -> 
     if info is not None and algo.upper() != "EAGLE3":
         raise Refused(f"--url {srv.url}: the server runs speculative algorithm {algo[:40] or 'none'}, not EAGLE3")
     window = args.get("speculative_draft_window_size")
-    if window is not None and reads_window:     # a draft class that never reads it runs full attention
-        raise Refused(f"--url {srv.url}: the server runs --speculative-draft-window-size {str(window)[:40]} "
-                      f"(sliding-window draft attention), which eval does not simulate; compare against a server "
-                      f"without it, or measure this one with `sglang-eagle3 bench`")
-    have = (args.get("speculative_num_steps"), args.get("speculative_eagle_topk"),
-            args.get("speculative_num_draft_tokens"))
+    if window is not None and reads_window:  # a draft class that never reads it runs full attention
+        raise Refused(
+            f"--url {srv.url}: the server runs --speculative-draft-window-size {str(window)[:40]} "
+            f"(sliding-window draft attention), which eval does not simulate; compare against a server "
+            f"without it, or measure this one with `sglang-eagle3 bench`"
+        )
+    have = (
+        args.get("speculative_num_steps"),
+        args.get("speculative_eagle_topk"),
+        args.get("speculative_num_draft_tokens"),
+    )
     want = (steps, 1, draft_tokens)
     if info is not None and None not in have and have != want:
-        raise Refused(f"--url {srv.url}: the server speculates with steps {have[0]}, topk {have[1]}, draft tokens "
-                      f"{have[2]}; eval was asked for --steps {steps} --topk 1 --draft-tokens {draft_tokens}: give "
-                      f"eval the server's settings (or serve with these)")
-    return {k: args.get(k) for k in ("model_path", "speculative_draft_model_path", "speculative_num_steps",
-                                     "speculative_eagle_topk", "speculative_num_draft_tokens", "attention_backend",
-                                     "disable_cuda_graph", "speculative_draft_window_size") if k in args}
+        raise Refused(
+            f"--url {srv.url}: the server speculates with steps {have[0]}, topk {have[1]}, draft tokens "
+            f"{have[2]}; eval was asked for --steps {steps} --topk 1 --draft-tokens {draft_tokens}: give "
+            f"eval the server's settings (or serve with these)"
+        )
+    return {
+        k: args.get(k)
+        for k in (
+            "model_path",
+            "speculative_draft_model_path",
+            "speculative_num_steps",
+            "speculative_eagle_topk",
+            "speculative_num_draft_tokens",
+            "attention_backend",
+            "disable_cuda_graph",
+            "speculative_draft_window_size",
+        )
+        if k in args
+    }
 
 
 def _run_level():
@@ -81,7 +100,7 @@ def implausible(st, steps: int, server_avg: float | None) -> list[str]:
     """What in the served figures no server speculating `steps` drafts a round can report (empty: nothing)."""
     out, hist = [], list(st.histogram)
     top = steps + 1
-    if any(c for c in hist[steps + 1:]):
+    if any(c for c in hist[steps + 1 :]):
         out.append(f"rounds accepting more than {steps} drafts in spec_correct_drafts_histogram {hist}")
     if hist and sum(hist) != st.verify_ct:
         out.append(f"the histograms count {sum(hist)} rounds, spec_verify_ct {st.verify_ct}")
@@ -89,8 +108,10 @@ def implausible(st, steps: int, server_avg: float | None) -> list[str]:
     if hist and st.accepted_drafts and st.accepted_drafts != drafts:
         out.append(f"spec_num_correct_drafts {st.accepted_drafts} but the histograms hold {drafts}")
     if st.verify_ct and not st.verify_ct <= st.output_tokens <= st.requests + st.verify_ct * top:
-        out.append(f"{st.output_tokens} completion tokens cannot come from {st.requests} requests in "
-                   f"{st.verify_ct} rounds of at most {top} tokens")
+        out.append(
+            f"{st.output_tokens} completion tokens cannot come from {st.requests} requests in "
+            f"{st.verify_ct} rounds of at most {top} tokens"
+        )
     if server_avg is not None and not 1.0 <= server_avg <= top:
         out.append(f"/get_server_info avg_spec_accept_length {server_avg:g} outside [1, {top}]")
     return out
@@ -114,10 +135,12 @@ def serve(srv, settings: dict, samples, steps: int, concurrency: int = 8) -> dic
     if not prompts:
         raise Refused("--url: the held-out samples hold no region to generate (no response tokens)")
     st = _run_level()(srv, "spec", prompts, lengths, concurrency, _NoBar())
-    same = sum(list(o or [])[:len(r)] == r for o, r in zip(st.outputs, recorded))
+    same = sum(list(o or [])[: len(r)] == r for o, r in zip(st.outputs, recorded))
     if not st.verify_ct:
-        raise Refused(f"--url {url}: the replies carry no speculative statistics (spec_verify_ct): is it serving "
-                      f"EAGLE-3 with this draft?")
+        raise Refused(
+            f"--url {url}: the replies carry no speculative statistics (spec_verify_ct): is it serving "
+            f"EAGLE-3 with this draft?"
+        )
     hist = list(st.histogram)
     headline = histogram_accept_length(hist)
     server_avg, unread = _server_avg(srv)
@@ -126,10 +149,20 @@ def serve(srv, settings: dict, samples, steps: int, concurrency: int = 8) -> dic
         flags.append("the replies carry no spec_correct_drafts_histogram: SGLang's figure cannot be read from them")
     if headline is not None and not 1.0 <= headline <= steps + 1:
         flags.insert(0, f"accept length {headline:g} outside [1, {steps + 1}]")
-    return {"url": url, "server": settings, "draft": settings.get("speculative_draft_model_path"),
-            "requests": st.requests, "tokens": st.output_tokens, "verify_rounds": st.verify_ct,
-            "accepted_drafts": sum(j * c for j, c in enumerate(hist)) if hist else None,
-            "accept_length": headline, "accept_length_per_request": st.accept_length,
-            "server_avg_spec_accept_length": server_avg, "histogram": hist,
-            "positions": served_positions(hist, steps) if hist else [], "outputs_equal_recorded": same,
-            "implausible": flags, "wall_s": round(st.wall_s, 3)}
+    return {
+        "url": url,
+        "server": settings,
+        "draft": settings.get("speculative_draft_model_path"),
+        "requests": st.requests,
+        "tokens": st.output_tokens,
+        "verify_rounds": st.verify_ct,
+        "accepted_drafts": sum(j * c for j, c in enumerate(hist)) if hist else None,
+        "accept_length": headline,
+        "accept_length_per_request": st.accept_length,
+        "server_avg_spec_accept_length": server_avg,
+        "histogram": hist,
+        "positions": served_positions(hist, steps) if hist else [],
+        "outputs_equal_recorded": same,
+        "implausible": flags,
+        "wall_s": round(st.wall_s, 3),
+    }

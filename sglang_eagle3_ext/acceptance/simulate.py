@@ -14,6 +14,7 @@ Here the target's next tokens are the recorded ones. Row p of step k is the chai
 step k is one batched forward over every row (the TTT layout of draft/nets/mla.forward_steps, with the
 draft's own sampled tokens in place of the recorded ones).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,17 +22,18 @@ import math
 
 import torch
 
-ATTN_BYTES = 1 << 29        # score block held at once per layer (fp32): bounds the attention's memory
+ATTN_BYTES = 1 << 29  # score block held at once per layer (fp32): bounds the attention's memory
 
 
 @dataclasses.dataclass
 class Packed:
     """Sequences packed into one row axis."""
-    ids: torch.Tensor          # [T] recorded tokens
-    aux: torch.Tensor          # [T, K*H] the target's aux states
-    start: torch.Tensor        # [T] first row of the row's sequence
-    end: torch.Tensor          # [T] one past the last row of the row's sequence
-    local: torch.Tensor        # [T] position inside the sequence
+
+    ids: torch.Tensor  # [T] recorded tokens
+    aux: torch.Tensor  # [T, K*H] the target's aux states
+    start: torch.Tensor  # [T] first row of the row's sequence
+    end: torch.Tensor  # [T] one past the last row of the row's sequence
+    local: torch.Tensor  # [T] position inside the sequence
 
 
 def pack(samples, device, dtype) -> Packed:
@@ -68,7 +70,7 @@ def _attend(q, k0, v0, chain_k, chain_v, step: int, p: Packed, scale: float):
     chunk = max(1, min(ATTN_BYTES // (8 * H * seq_max), math.isqrt(ATTN_BYTES // (4 * H))))
     for r0 in range(0, T, chunk):
         r1 = min(T, r0 + chunk)
-        ck = torch.stack([c[:, r0:r1] for c in chain_k], 2).float() if chain_k else None    # [H, rows, step, d]
+        ck = torch.stack([c[:, r0:r1] for c in chain_k], 2).float() if chain_k else None  # [H, rows, step, d]
         cv = torch.stack([c[:, r0:r1] for c in chain_v], 2).float() if chain_v else None
         k_lo, k_hi = int(p.start[r0]), max(int(p.start[r0]) + 1, r1 - step)
         rows = torch.arange(r0, r1, device=q.device)[:, None]
@@ -79,10 +81,10 @@ def _attend(q, k0, v0, chain_k, chain_v, step: int, p: Packed, scale: float):
         s = s.masked_fill(~visible, float("-inf"))
         if ck is not None:
             s = torch.cat([s, torch.einsum("htd,htjd->htj", qf, ck) * scale], -1)
-        w = torch.softmax(s, -1).nan_to_num(0.0)     # a row with no visible key (no chain there) stays finite
+        w = torch.softmax(s, -1).nan_to_num(0.0)  # a row with no visible key (no chain there) stays finite
         o = torch.einsum("hts,hsd->htd", w[..., : k_hi - k_lo], v0[:, k_lo:k_hi].float())
         if cv is not None:
-            o = o + torch.einsum("htj,htjd->htd", w[..., k_hi - k_lo:], cv)
+            o = o + torch.einsum("htj,htjd->htd", w[..., k_hi - k_lo :], cv)
         out[r0:r1] = o.transpose(0, 1)
     return out.reshape(T, -1).to(q.dtype)
 
@@ -111,8 +113,9 @@ def _forward(model, tokens, hidden, positions, p: Packed, step: int, caches: lis
             cache[3].append(v)
             chain_k = [cache[2][j - 1][:, i] for j, i in zip(range(1, step), idx)] + [k]
             chain_v = [cache[3][j - 1][:, i] for j, i in zip(range(1, step), idx)] + [v]
-        o = _attend(q, caches[li][0], caches[li][1], chain_k if step else [], chain_v if step else [], step, p,
-                    attn.scale)
+        o = _attend(
+            q, caches[li][0], caches[li][1], chain_k if step else [], chain_v if step else [], step, p, attn.scale
+        )
         h, residual = _add_norm(layer.post_attention_layernorm, attn.o_proj(o), residual)
         hidden = layer.mlp(h)
     normed, residual = _add_norm(model.norm, hidden, residual)
@@ -123,11 +126,12 @@ def draft_tokens(model, p: Packed, steps: int, hot: torch.Tensor | None) -> torc
     """[steps, T]: row r of step k = the target id draft step k+1 proposes on the chain whose target-fed row is
     r - k (anchor r - k + 1). Rows whose chain would start before their sequence are meaningless."""
     T = p.ids.shape[0]
-    nxt = torch.where(p.local + 1 < p.end - p.start, torch.roll(p.ids, -1), p.ids)   # x_{r+1}; last row: unused
+    nxt = torch.where(p.local + 1 < p.end - p.start, torch.roll(p.ids, -1), p.ids)  # x_{r+1}; last row: unused
     hidden = model.project(p.aux)
     tokens, caches, out = nxt, [], []
-    shift = torch.cat([torch.zeros(1, dtype=torch.long, device=p.ids.device),
-                       torch.arange(T - 1, device=p.ids.device)])                       # row r reads row r-1
+    shift = torch.cat(
+        [torch.zeros(1, dtype=torch.long, device=p.ids.device), torch.arange(T - 1, device=p.ids.device)]
+    )  # row r reads row r-1
     for step in range(steps):
         logits, state = _forward(model, tokens, hidden, p.local, p, step, caches)
         ids = logits.argmax(-1)
@@ -147,11 +151,11 @@ def run_lengths(proposed: torch.Tensor, p: Packed, region: torch.Tensor, steps: 
     ok = torch.zeros(steps, T, dtype=torch.bool, device=dev)
     known = torch.zeros(steps, T, dtype=torch.bool, device=dev)
     for k in range(steps):
-        tgt = rows + k + 2                                       # x_{a+k+1}
+        tgt = rows + k + 2  # x_{a+k+1}
         valid = tgt < p.end
         tgt_c = tgt.clamp(max=T - 1)
         known[k] = valid & region[tgt_c] & (known[k - 1] if k else region[(rows + 1).clamp(max=T - 1)])
-        src = (rows + k).clamp(max=T - 1)                        # step k of chain c ran at row c + k
+        src = (rows + k).clamp(max=T - 1)  # step k of chain c ran at row c + k
         ok[k] = known[k] & (proposed[k, src] == p.ids[tgt_c])
     accepted = torch.cumprod(ok.int(), 0).sum(0)
     return accepted, known.int().sum(0)

@@ -19,6 +19,7 @@ Two accept lengths come from the server rounds, as SGLang has two:
   cut at max_new_tokens; the prefill's token counts and no round does, so short responses read low and some
   lengths read above steps + 1 (33 tokens at 3 steps: 33 / 8 = 4.125).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,10 +28,11 @@ import dataclasses
 @dataclasses.dataclass
 class Tally:
     """Counts per draft position k = 1..steps."""
+
     steps: int
-    tried: list = None         # anchors where token k could be judged and tokens < k were accepted
-    hit: list = None           # ... and token k was accepted too
-    units: int = 0             # anchors (or rounds) counted
+    tried: list = None  # anchors where token k could be judged and tokens < k were accepted
+    hit: list = None  # ... and token k was accepted too
+    units: int = 0  # anchors (or rounds) counted
 
     def __post_init__(self):
         self.tried = self.tried or [0] * self.steps
@@ -96,11 +98,12 @@ def regions(mask: list[int]) -> list[tuple[int, int]]:
 @dataclasses.dataclass
 class Walk:
     """The greedy server's rounds over the regions of the sequences."""
+
     steps: int
     tally: Tally = None
     rounds: int = 0
     tokens: int = 0
-    histogram: list = None     # rounds that accepted j draft tokens, j = 0..steps
+    histogram: list = None  # rounds that accepted j draft tokens, j = 0..steps
 
     def __post_init__(self):
         self.tally = self.tally or Tally(self.steps)
@@ -109,7 +112,7 @@ class Walk:
     def add(self, accepted, known, mask) -> None:
         """accepted/known: per anchor row c = a - 1 of one sequence; mask: its region."""
         for s, e in regions(mask):
-            self.tokens += e - s + 1          # the first one is the prefill's, no verify round
+            self.tokens += e - s + 1  # the first one is the prefill's, no verify round
             a = s
             while a < e:
                 r = int(accepted[a - 1])

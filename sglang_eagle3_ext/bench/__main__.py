@@ -1,4 +1,5 @@
 """`python -m sglang_eagle3_ext.bench`: the same as `sglang-eagle3 bench`."""
+
 from ..cli.bench import main
 from ..cli.common import run_tool
 

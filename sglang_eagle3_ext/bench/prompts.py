@@ -13,6 +13,7 @@ named (`from_file(..., tokenizer=...)`). With a tokenizer, text is sent as token
 server tokenizes it; a --skip-tokenizer-init server needs token ids). Every record is checked where it is
 read: a wrong one is named by file:line (JSONL) or file[index] (array) and key (BadInput).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,7 @@ from ..boundary import BadInput, check_type, list_of, parse_json, read_text_file
 from ..boundary import field as key
 
 BUILTIN = ("random-ids",)
-MAX_ARRAY_FILE = 2 << 30      # a JSON array is parsed whole (ShareGPT's is ~0.7 GB); JSONL streams
+MAX_ARRAY_FILE = 2 << 30  # a JSON array is parsed whole (ShareGPT's is ~0.7 GB); JSONL streams
 SHAREGPT_ROLES = {"human": "user", "user": "user", "system": "system", "gpt": "assistant", "assistant": "assistant"}
 
 
@@ -36,7 +37,7 @@ def with_flag(flag: str, e: BadInput) -> BadInput:
 
 @dataclass
 class PromptSet:
-    prompts: list[dict]                      # each {"input_ids": [...]} or {"text": "..."}
+    prompts: list[dict]  # each {"input_ids": [...]} or {"text": "..."}
     source: str
     notes: list[str] = field(default_factory=list)
 
@@ -55,7 +56,7 @@ def _records(path: Path, limit: int | None) -> tuple[list[tuple[str, object]], i
                 continue
             total += 1
             if limit is not None and len(out) >= limit:
-                continue                      # counted, not parsed
+                continue  # counted, not parsed
             try:
                 out.append((f"{path}:{i}", json.loads(raw)))
             except (ValueError, RecursionError) as e:
@@ -112,16 +113,18 @@ def parse_record(where: str, rec) -> dict:
         return {"messages": msgs}
     if msgs is not None:
         raise BadInput(where, "the conversation holds no prompt text before the first reply")
-    raise BadInput(where, "needs 'input_ids', 'text'/'prompt', 'messages', 'conversations' (ShareGPT) or "
-                          "'turns' (MT-bench)")
+    raise BadInput(
+        where, "needs 'input_ids', 'text'/'prompt', 'messages', 'conversations' (ShareGPT) or 'turns' (MT-bench)"
+    )
 
 
 def _chat_ids(tok, where: str, msgs: list[dict]) -> list[int]:
     try:
         ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
     except Exception as e:  # noqa: BLE001 - a template refusing a conversation: name the record
-        raise BadInput(where, f"the chat template of --target refuses this conversation "
-                              f"({type(e).__name__}: {str(e)[:160]})") from None
+        raise BadInput(
+            where, f"the chat template of --target refuses this conversation ({type(e).__name__}: {str(e)[:160]})"
+        ) from None
     ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
     return list(ids)
 
@@ -132,13 +135,19 @@ def tokenize(parsed: list[tuple[str, dict]], tok) -> tuple[list[dict], list[str]
     if tok is None:
         chat = next((w for w, p in parsed if "messages" in p), None)
         if chat is not None:
-            raise BadInput(chat, "chat prompts need the chat template of the target's tokenizer: pass --target DIR "
-                                 "(the model the server serves; a tokenizer is never loaded from a path the server "
-                                 "names), plus --trust-remote-code if its tokenizer ships code you trust")
+            raise BadInput(
+                chat,
+                "chat prompts need the chat template of the target's tokenizer: pass --target DIR "
+                "(the model the server serves; a tokenizer is never loaded from a path the server "
+                "names), plus --trust-remote-code if its tokenizer ships code you trust",
+            )
         return [p for _, p in parsed], []
     templ = bool(getattr(tok, "chat_template", None))
-    notes = ["chat template of the target's tokenizer" if templ else "the target's tokenizer has no chat "
-             "template: chat turns joined as plain text"]
+    notes = [
+        "chat template of the target's tokenizer"
+        if templ
+        else "the target's tokenizer has no chat template: chat turns joined as plain text"
+    ]
     out = []
     for where, p in parsed:
         if "messages" in p and templ:
@@ -157,8 +166,11 @@ def builtin(name: str, n: int, seed: int, vocab: int, length: int = 64) -> Promp
         raise BadInput(f"--builtin {name!r}", f"unknown prompt set; available: {', '.join(BUILTIN)}")
     rng = random.Random(seed)
     prompts = [{"input_ids": [rng.randrange(vocab) for _ in range(length)]} for _ in range(n)]
-    return PromptSet(prompts, f"builtin:{name} (seed {seed}, vocab {vocab}, {length} tokens)",
-                     ["random token ids: acceptance on them says little about real text; use --prompts"])
+    return PromptSet(
+        prompts,
+        f"builtin:{name} (seed {seed}, vocab {vocab}, {length} tokens)",
+        ["random token ids: acceptance on them says little about real text; use --prompts"],
+    )
 
 
 def from_file(path: str, limit: int | None, tokenizer: Callable[[], object] | None = None) -> PromptSet:

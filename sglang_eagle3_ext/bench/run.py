@@ -3,6 +3,7 @@ server with speculative decoding (and to a baseline without, same target), at ea
 returns per level: accept length, how often draft token 1, 2, 3 ... is accepted (SGLang's per-request
 `meta_info`: `spec_verify_ct`, `spec_accept_histogram`), output tokens/s, the speedup over the baseline, the
 steps' costs read from the servers' logs, and the verdict (bench/verdict.py)."""
+
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -22,30 +23,40 @@ from .stats import RunStats
 from .steps import step_summary
 from .verdict import verdict
 
-MAX_CONCURRENCY = 4096     # requests in flight (one client thread each)
-SERVER_KEYS = ("model_path", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
-               "speculative_num_draft_tokens", "attention_backend", "disable_cuda_graph", "tp_size", "version")
+MAX_CONCURRENCY = 4096  # requests in flight (one client thread each)
+SERVER_KEYS = (
+    "model_path",
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "attention_backend",
+    "disable_cuda_graph",
+    "tp_size",
+    "version",
+)
 
 
 @dataclasses.dataclass
 class BenchOptions:
     """One benchmark run; field names are the `bench` flags' (`--baseline-url` -> `baseline_url`)."""
-    url: str                                   # the server with speculative decoding
-    baseline_url: str | None = None            # the same target without: speedup and the greedy check
-    prompts: str | None = None                 # a prompt file (bench/prompts.py); None: the built-in set
+
+    url: str  # the server with speculative decoding
+    baseline_url: str | None = None  # the same target without: speedup and the greedy check
+    prompts: str | None = None  # a prompt file (bench/prompts.py); None: the built-in set
     builtin: str = "random-ids"
-    tokenizer: Callable[[], object] | None = None   # gives the target's tokenizer (text/chat prompts)
+    tokenizer: Callable[[], object] | None = None  # gives the target's tokenizer (text/chat prompts)
     num_prompts: int | None = None
     seed: int = 0
     vocab_size: int = 4096
-    max_new_tokens: tuple[int, int] = (64, 64)     # each request's greedy tokens drawn from LO..HI
+    max_new_tokens: tuple[int, int] = (64, 64)  # each request's greedy tokens drawn from LO..HI
     concurrency: tuple[int, ...] = (1, 8)
     warmup: int = 2
     timeout: float = 300.0
     wait_for_server: float = 60.0
     fail_on_slower: bool = False
-    quiet: bool = False                        # no progress bar
-    spec_log: str | None = None                # the servers' logs (--decode-log-interval log_interval)
+    quiet: bool = False  # no progress bar
+    spec_log: str | None = None  # the servers' logs (--decode-log-interval log_interval)
     baseline_log: str | None = None
     log_interval: int = 1
 
@@ -105,10 +116,17 @@ def _bar(total: int, quiet: bool):
     try:
         from tqdm import tqdm
     except ImportError:  # optional: the benchmark runs without a bar
+
         class _Null:
-            def update(self, n=1): pass
-            def set_description(self, s): pass
-            def close(self): pass
+            def update(self, n=1):
+                pass
+
+            def set_description(self, s):
+                pass
+
+            def close(self):
+                pass
+
         return _Null()
     return tqdm(total=total, unit="req", disable=True if quiet else None, file=sys.stderr, dynamic_ncols=True)
 
@@ -129,8 +147,9 @@ def read_logs(spec_log: str | None, baseline_log: str | None) -> dict[str, str]:
     return texts
 
 
-def add_step_costs(levels: list[dict], spec_log: str | None, baseline_log: str | None, interval: int = 1,
-                   texts: dict | None = None) -> None:
+def add_step_costs(
+    levels: list[dict], spec_log: str | None, baseline_log: str | None, interval: int = 1, texts: dict | None = None
+) -> None:
     """lv["steps"] = {"spec": ..., "baseline": ...}: iteration and admission costs at each concurrency c > 1, from
     the servers' logs (`texts`, read before the run, or read here; each level's lines are those at a running
     batch of c)."""
@@ -156,8 +175,10 @@ def _warm_up(servers, prompts: list[dict], n: int, bar) -> None:
     for label, s in servers:
         bar.set_description(f"warm-up {label}")
         for p in (prompts[i % len(prompts)] for i in range(n)):
-            generate_reply(s.post("/generate", {**p, "sampling_params": {"temperature": 0, "max_new_tokens": 8}}),
-                           s.where("POST", "/generate"))
+            generate_reply(
+                s.post("/generate", {**p, "sampling_params": {"temperature": 0, "max_new_tokens": 8}}),
+                s.where("POST", "/generate"),
+            )
             bar.update(1)
 
 
@@ -205,16 +226,28 @@ def benchmark(o: BenchOptions) -> dict:
     return _result(o, args, ps, lengths, levels, status, lines)
 
 
-def _result(o: BenchOptions, args: dict, ps, lengths: list[int], levels: list[dict], status: str,
-            lines: list[str]) -> dict:
+def _result(
+    o: BenchOptions, args: dict, ps, lengths: list[int], levels: list[dict], status: str, lines: list[str]
+) -> dict:
 
     lo, hi = o.max_new_tokens
-    return {"tool": "sglang-eagle3 bench", "version": __version__, "created": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "spec_url": o.url, "baseline_url": o.baseline_url,
-            "server": {k: args.get(k) for k in SERVER_KEYS if k in args},
-            "prompts": {"source": ps.source, "count": len(ps.prompts), "notes": ps.notes},
-            "max_new_tokens": lo if lo == hi else f"{lo}:{hi}", "new_tokens_mean": sum(lengths) / max(len(lengths), 1),
-            "concurrency": list(o.concurrency), "levels": levels,
-            # the first level's figures at the top level (what earlier versions wrote)
-            "spec": levels[0]["spec"], "speedup": levels[0].get("speedup"),
-            "status": status, "ok": status != "FAIL", "verdict": "\n".join(lines), "verdict_lines": lines}
+    return {
+        "tool": "sglang-eagle3 bench",
+        "version": __version__,
+        "created": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "spec_url": o.url,
+        "baseline_url": o.baseline_url,
+        "server": {k: args.get(k) for k in SERVER_KEYS if k in args},
+        "prompts": {"source": ps.source, "count": len(ps.prompts), "notes": ps.notes},
+        "max_new_tokens": lo if lo == hi else f"{lo}:{hi}",
+        "new_tokens_mean": sum(lengths) / max(len(lengths), 1),
+        "concurrency": list(o.concurrency),
+        "levels": levels,
+        # the first level's figures at the top level (what earlier versions wrote)
+        "spec": levels[0]["spec"],
+        "speedup": levels[0].get("speedup"),
+        "status": status,
+        "ok": status != "FAIL",
+        "verdict": "\n".join(lines),
+        "verdict_lines": lines,
+    }

@@ -1,5 +1,6 @@
 """What one server did at one concurrency level (`RunStats`): tokens, time, and how often its draft tokens were
 accepted, from SGLang's per-request `meta_info`."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 @dataclass
 class RunStats:
     """One server at one concurrency level."""
+
     label: str
     concurrency: int
     requests: int = 0
@@ -16,7 +18,7 @@ class RunStats:
     verify_ct: int = 0
     accepted_drafts: int = 0
     proposed_drafts: int = 0
-    histogram: list = field(default_factory=list)   # [steps that accepted 0 drafts, 1 draft, 2 drafts, ...]
+    histogram: list = field(default_factory=list)  # [steps that accepted 0 drafts, 1 draft, 2 drafts, ...]
     latency_s: list = field(default_factory=list)
     outputs: list = field(default_factory=list, repr=False)
     server_avg_accept_length: float | None = None
@@ -41,7 +43,7 @@ class RunStats:
             return []
         n = max(len(self.histogram) - 1, n_draft or 0)
         tail, out = steps, []
-        for k in range(1, n + 1):             # steps with j >= k, one subtraction per position
+        for k in range(1, n + 1):  # steps with j >= k, one subtraction per position
             tail -= self.histogram[k - 1] if k - 1 < len(self.histogram) else 0
             out.append(tail / steps)
         return out
@@ -65,10 +67,19 @@ class RunStats:
 
     def as_dict(self, n_draft: int | None = None) -> dict:
         lat = sorted(self.latency_s)
-        return {"label": self.label, "concurrency": self.concurrency, "requests": self.requests,
-                "output_tokens": self.output_tokens, "wall_s": round(self.wall_s, 4),
-                "tokens_per_s": self.tokens_per_s, "verify_ct": self.verify_ct, "accept_length": self.accept_length,
-                "accept_rate": self.accept_rate, "accept_histogram": self.histogram,
-                "position_acceptance": self.position_acceptance(n_draft),
-                "server_avg_accept_length": self.server_avg_accept_length,
-                "latency_p50_s": lat[len(lat) // 2] if lat else None, "latency_max_s": lat[-1] if lat else None}
+        return {
+            "label": self.label,
+            "concurrency": self.concurrency,
+            "requests": self.requests,
+            "output_tokens": self.output_tokens,
+            "wall_s": round(self.wall_s, 4),
+            "tokens_per_s": self.tokens_per_s,
+            "verify_ct": self.verify_ct,
+            "accept_length": self.accept_length,
+            "accept_rate": self.accept_rate,
+            "accept_histogram": self.histogram,
+            "position_acceptance": self.position_acceptance(n_draft),
+            "server_avg_accept_length": self.server_avg_accept_length,
+            "latency_p50_s": lat[len(lat) // 2] if lat else None,
+            "latency_max_s": lat[-1] if lat else None,
+        }

@@ -14,13 +14,16 @@ concurrency 16 x 128 new tokens: requests finishing out of step were admitted on
 Approximate by construction (a batch that changed size inside an interval, the first token of a prefill);
 intervals longer than `idle_s` seconds (the server waited for requests) are left out.
 """
+
 from __future__ import annotations
 
 import re
 import statistics
 
-DECODE = re.compile(r"\] Decode batch(?: \[\d+\])?, #running-req: (?P<run>\d+),.*?"
-                    r"(?:accept len: (?P<acc>[0-9.]+),.*?)?gen throughput \(token/s\): (?P<tput>[0-9.]+)")
+DECODE = re.compile(
+    r"\] Decode batch(?: \[\d+\])?, #running-req: (?P<run>\d+),.*?"
+    r"(?:accept len: (?P<acc>[0-9.]+),.*?)?gen throughput \(token/s\): (?P<tput>[0-9.]+)"
+)
 PREFILL = re.compile(r"\] Prefill batch(?: \[\d+\])?, #new-seq: (?P<new>\d+)")
 
 
@@ -35,22 +38,28 @@ def step_summary(text: str, bs: int, interval: int = 1, idle_s: float = 0.5) -> 
             continue
         run, tput = int(m["run"]), float(m["tput"])
         dt = run * float(m["acc"] or 1) * interval / tput if tput > 0 else None
-        if dt is not None and dt <= idle_s and run == bs:    # other batches: other workloads
+        if dt is not None and dt <= idle_s and run == bs:  # other batches: other workloads
             if prefills:
                 mixed.append((dt, prefills, new_seqs))
             else:
                 pure.append(dt)
         prefills = new_seqs = 0
     if not pure:
-        return {"error": f"no decode interval at batch {bs} without a prefill (is --decode-log-interval "
-                         f"{interval} what the server ran with?)"}
+        return {
+            "error": f"no decode interval at batch {bs} without a prefill (is --decode-log-interval "
+            f"{interval} what the server ran with?)"
+        }
     it = statistics.median(pure) / interval
     res = {"batch": bs, "iteration_ms": round(it * 1e3, 3), "iterations": len(pure) * interval}
     if mixed:
         extra = [(dt - it * interval) / k for dt, k, _ in mixed]
         spent = sum(pure) + sum(dt for dt, _, _ in mixed)
-        res.update({"prefill_batches": sum(k for _, k, _ in mixed),
-                    "seqs_per_prefill_batch": round(sum(n for *_, n in mixed) / sum(k for _, k, _ in mixed), 2),
-                    "admission_ms": round(statistics.median(extra) * 1e3, 3),
-                    "admission_share": round(sum(dt - it * interval for dt, _, _ in mixed) / spent, 3)})
+        res.update(
+            {
+                "prefill_batches": sum(k for _, k, _ in mixed),
+                "seqs_per_prefill_batch": round(sum(n for *_, n in mixed) / sum(k for _, k, _ in mixed), 2),
+                "admission_ms": round(statistics.median(extra) * 1e3, 3),
+                "admission_share": round(sum(dt - it * interval for dt, _, _ in mixed) / spent, 3),
+            }
+        )
     return res

@@ -9,6 +9,7 @@ marker is there; `--from STAGE` redoes that stage and the ones after it. Map: op
 config.py (the YAML file of flags), plan.py (`--dry-run`), server.py (the dumping server build starts),
 stages.py (one function per stage), run.py (the order, the markers, the log lines), report.py (HTML + JSON).
 """
+
 from __future__ import annotations
 
 STAGES = ("dump", "export", "train", "convert", "check", "eval", "report")

@@ -1,6 +1,7 @@
 """`build --config FILE`: a YAML mapping of flags (`lr: 3e-3`, `max-new-tokens: 96`; `-` or `_` alike), read
 and checked at the boundary: an unknown key is refused naming it (with `did you mean`), a value is checked by
 the same rule as its flag. The command line overrides it."""
+
 from __future__ import annotations
 
 import difflib
@@ -8,7 +9,7 @@ from pathlib import Path
 
 from ..boundary import BadInput
 
-BOOL = "bool"   # the rule of a flag that takes no value
+BOOL = "bool"  # the rule of a flag that takes no value
 
 
 def key_of(name: str) -> str:
@@ -55,7 +56,7 @@ def _value(where: str, name, value, rule):
     if value is None:
         return None
     if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        value = ",".join(map(str, value))   # layer ids as a YAML list
+        value = ",".join(map(str, value))  # layer ids as a YAML list
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise BadInput(where, f"{name}: expected a number or text, got {value!r}")
     if rule is None:

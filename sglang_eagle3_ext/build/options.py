@@ -1,5 +1,6 @@
 """What one build is asked to do (`BuildOptions`): where the prompts and the dump come from, the folders, and the
 settings of each stage; the training settings are `TrainOptions` fields, passed through unchanged."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,12 +15,12 @@ DEFAULT_SERVER_WAIT_S = 1800.0
 
 @dataclasses.dataclass
 class BuildOptions:
-    out: str                                 # every stage's output folder lives here
-    target: str | None = None                # the target's local folder (served, tokenizer, train, check, eval)
-    data: str | None = None                  # the prompts (JSONL), for the dump stage
-    dump_dir: str | None = None              # an existing dump: the dump stage is skipped
-    url: str | None = None                   # a running dumping server
-    preset: str | None = None                # or a server build starts (launch preset) and stops after
+    out: str  # every stage's output folder lives here
+    target: str | None = None  # the target's local folder (served, tokenizer, train, check, eval)
+    data: str | None = None  # the prompts (JSONL), for the dump stage
+    dump_dir: str | None = None  # an existing dump: the dump stage is skipped
+    url: str | None = None  # a running dumping server
+    preset: str | None = None  # or a server build starts (launch preset) and stops after
     port: int = 30000
     server_wait_s: float = DEFAULT_SERVER_WAIT_S
     generate: bool = False
@@ -31,13 +32,13 @@ class BuildOptions:
     timeout: float = 600.0
     wait_s: float = 300.0
     export_workers: int = 8
-    gpus: int = 1                            # >1: train under torchrun, one process per GPU
-    spec_steps: int = 3                      # --speculative-num-steps the prediction and the serve command use
+    gpus: int = 1  # >1: train under torchrun, one process per GPU
+    spec_steps: int = 3  # --speculative-num-steps the prediction and the serve command use
     eval_samples: int | None = None
     eval_dtype: str = "bf16"
-    serve_preset: str | None = None          # the preset of the serve command (default: the dump preset's twin)
+    serve_preset: str | None = None  # the preset of the serve command (default: the dump preset's twin)
     from_stage: str | None = None
-    train: dict = dataclasses.field(default_factory=dict)   # TrainOptions fields (data/target/out: build's)
+    train: dict = dataclasses.field(default_factory=dict)  # TrainOptions fields (data/target/out: build's)
     say: Callable[[str], None] = print
     quiet: bool = False
 
@@ -51,18 +52,21 @@ class BuildOptions:
             raise Refused(f"--target {self.target}: no config.json there; give the target model's local folder")
         if self.dump_dir:
             if self.url or self.preset:
-                raise Refused("--dump-dir starts from an existing dump: leave out --url/--preset (they are for "
-                              "making one)")
+                raise Refused(
+                    "--dump-dir starts from an existing dump: leave out --url/--preset (they are for making one)"
+                )
             return
         if self.from_stage not in (None, "dump") and (Path(self.out) / "dump").is_dir():
-            return   # the dump is there; a later stage is redone
+            return  # the dump is there; a later stage is redone
         if not self.data:
             raise Refused("--data PROMPTS.jsonl is required to dump (or --dump-dir DIR to start from a dump)")
         if not Path(self.data).is_file():
             raise Refused(f"--data {self.data}: no such file (the JSONL prompts)")
         if bool(self.url) == bool(self.preset):
-            raise Refused("to dump, give --url URL (a running dumping server) or --preset NAME (build starts one "
-                          "from --target and stops it after), not both or neither")
+            raise Refused(
+                "to dump, give --url URL (a running dumping server) or --preset NAME (build starts one "
+                "from --target and stops it after), not both or neither"
+            )
 
     @property
     def dump_path(self) -> Path:

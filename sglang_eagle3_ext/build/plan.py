@@ -1,6 +1,7 @@
 """`build --dry-run`: the stages, their folders, the dump's size at this target's width, training memory per
 rank (training/plan.py) and each stage's expected time where a measured figure exists. Reads the target's
 config.json and the prompts file; loads no weights and starts nothing."""
+
 from __future__ import annotations
 
 import json
@@ -12,14 +13,21 @@ from ..training.target_view import text_config
 from . import STAGES
 from .options import BuildOptions
 
-DUMP_DTYPE_BYTES = 2          # the dump stores bf16 hidden states
-CHARS_PER_TOKEN = 4           # a text prompt's length before its tokenizer is loaded (the plan loads none)
+DUMP_DTYPE_BYTES = 2  # the dump stores bf16 hidden states
+CHARS_PER_TOKEN = 4  # a text prompt's length before its tokenizer is loaded (the plan loads none)
 # measured seconds per stage: (stage, what it scales with) -> seconds per unit. Empty: nothing measured yet, and
 # the plan says so rather than guess
 MEASURED: dict[tuple[str, str], float] = {}
 
-OUTPUTS = {"dump": "dump/", "export": "export/", "train": "train/", "convert": "draft/", "check": "check.json",
-           "eval": "eval.json", "report": "report.html, report.json"}
+OUTPUTS = {
+    "dump": "dump/",
+    "export": "export/",
+    "train": "train/",
+    "convert": "draft/",
+    "check": "check.json",
+    "eval": "eval.json",
+    "report": "report.html, report.json",
+}
 
 
 def target_shape(target: str | Path) -> dict:
@@ -40,7 +48,7 @@ def prompt_tokens(data: str | Path, limit: int | None) -> tuple[int, int, str]:
             try:
                 rec = json.loads(line)
             except ValueError:
-                continue   # `dump run` skips it too, naming its line
+                continue  # `dump run` skips it too, naming its line
             if not isinstance(rec, dict):
                 continue
             if isinstance(rec.get("input_ids"), list):
@@ -54,9 +62,12 @@ def prompt_tokens(data: str | Path, limit: int | None) -> tuple[int, int, str]:
             if limit and n >= limit:
                 break
     if n == 0:
-        raise BadInput(where, "holds no prompt line ({\"id\": ..., \"input_ids\" | \"text\" | \"messages\": ...})")
-    how = "token ids counted" if not estimated else \
-        f"{estimated} text prompt(s) estimated at {CHARS_PER_TOKEN} characters per token"
+        raise BadInput(where, 'holds no prompt line ({"id": ..., "input_ids" | "text" | "messages": ...})')
+    how = (
+        "token ids counted"
+        if not estimated
+        else f"{estimated} text prompt(s) estimated at {CHARS_PER_TOKEN} characters per token"
+    )
     return n, tokens, how
 
 
@@ -73,20 +84,32 @@ def build_plan(o: BuildOptions, train_plan) -> dict:
     for s in STAGES:
         skipped = s == "dump" and bool(o.dump_dir)
         path = o.dump_dir if skipped else ", ".join(str(out / p.strip()) for p in OUTPUTS[s].split(","))
-        stages.append({"stage": s, "output": path, "runs": not skipped,
-                       "why": "--dump-dir: the dump is given" if skipped else None,
-                       "expected_s": _expected(s), "expected": _expected_text(s)})
+        stages.append(
+            {
+                "stage": s,
+                "output": path,
+                "runs": not skipped,
+                "why": "--dump-dir: the dump is given" if skipped else None,
+                "expected_s": _expected(s),
+                "expected": _expected_text(s),
+            }
+        )
     rep = {"out": str(out), "target": str(o.target), "target_shape": shape, "stages": stages}
     aux = _aux_layers(o.train.get("layer_ids"))
     if not o.dump_dir and o.data:
         n, prompt, how = prompt_tokens(o.data, o.limit)
         tokens = prompt + (n * o.max_new_tokens if o.generate else 0)
-        rep["dump"] = {"samples": n, "tokens": tokens, "counted": how, "aux_layers": aux,
-                       "generated_tokens_per_sample": o.max_new_tokens if o.generate else 0,
-                       "bytes": dump_bytes(n, tokens, shape["hidden_size"], aux),
-                       "formula": f"{tokens} tokens x ({aux} aux layers + last hidden) x hidden "
-                                  f"{shape['hidden_size']} x {DUMP_DTYPE_BYTES} bytes"}
-        rep["export_bytes"] = rep["dump"]["bytes"]   # the export holds the same states again
+        rep["dump"] = {
+            "samples": n,
+            "tokens": tokens,
+            "counted": how,
+            "aux_layers": aux,
+            "generated_tokens_per_sample": o.max_new_tokens if o.generate else 0,
+            "bytes": dump_bytes(n, tokens, shape["hidden_size"], aux),
+            "formula": f"{tokens} tokens x ({aux} aux layers + last hidden) x hidden "
+            f"{shape['hidden_size']} x {DUMP_DTYPE_BYTES} bytes",
+        }
+        rep["export_bytes"] = rep["dump"]["bytes"]  # the export holds the same states again
     rep["train"] = train_plan(o.train)
     return rep
 
@@ -109,21 +132,25 @@ def _expected_text(stage: str) -> str:
 def plan_lines(rep: dict) -> list[str]:
 
     sh = rep["target_shape"]
-    lines = [f"build plan into {rep['out']} (target {rep['target']}: hidden {sh['hidden_size']}, "
-             f"{sh['num_hidden_layers']} layers, vocab {sh['vocab_size']})"]
+    lines = [
+        f"build plan into {rep['out']} (target {rep['target']}: hidden {sh['hidden_size']}, "
+        f"{sh['num_hidden_layers']} layers, vocab {sh['vocab_size']})"
+    ]
     for s in rep["stages"]:
         what = s["output"] if s["runs"] else f"skipped ({s['why']}): {s['output']}"
         lines.append(f"  {s['stage']:8} -> {what}  [expected time: {s['expected']}]")
     d = rep.get("dump")
     if d:
-        lines.append(f"dump: {d['samples']} samples, {d['tokens']:,} tokens ({d['counted']}): "
-                     f"{_size(d['bytes'])} ({d['formula']}); the export needs as much again")
+        lines.append(
+            f"dump: {d['samples']} samples, {d['tokens']:,} tokens ({d['counted']}): "
+            f"{_size(d['bytes'])} ({d['formula']}); the export needs as much again"
+        )
     lines += train_lines(rep["train"])
     return lines
 
 
 def _size(n: int) -> str:
-    for unit, k in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20)):
+    for unit, k in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
         if n >= k:
             return f"{n / k:.2f} {unit}"
     return f"{n} bytes"

@@ -1,6 +1,7 @@
 """The build's report: report.json (`--json` prints the same) and report.html. The dump's size, the training
 curve (per epoch: loss and first-token accuracy), the draft's predicted accept length per position (eval), and
 the commands that serve the draft."""
+
 from __future__ import annotations
 
 import html
@@ -26,14 +27,27 @@ def serve_preset(o) -> tuple[str | None, str]:
 
 def serve_commands(o, draft: Path) -> dict:
     steps = o.spec_steps
-    spec = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft),
-            "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1",
-            "--speculative-num-draft-tokens", str(steps + 1)]
+    spec = [
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        str(draft),
+        "--speculative-num-steps",
+        str(steps),
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        str(steps + 1),
+    ]
     preset, why = serve_preset(o)
     ours = ["sglang-eagle3", "launch", *(["--preset", preset] if preset else []), "--model-path", str(o.target), *spec]
     sglang = ["SGLANG_EAGLE3_EXT=1", "python", "-m", "sglang.launch_server", "--model-path", str(o.target), *spec]
-    return {"launch": shlex.join(ours), "sglang": " ".join(shlex.quote(a) if "=" not in a else a for a in sglang),
-            "preset": preset, "preset_why": why}
+    return {
+        "launch": shlex.join(ours),
+        "sglang": " ".join(shlex.quote(a) if "=" not in a else a for a in sglang),
+        "preset": preset,
+        "preset_why": why,
+    }
 
 
 def collect(run) -> dict:
@@ -42,14 +56,20 @@ def collect(run) -> dict:
     size = {k: exp[k] for k in ("dump_dir", "samples", "tokens", "bytes") if k in exp} or state.dump_size(o.dump_path)
     tr = state.done(run.out, "train") or {}
     ev = state.done(run.out, "eval") or {}
-    return {"out": str(run.out), "target": str(o.target), "dump": size,
-            "train": {k: tr.get(k) for k in ("steps", "epochs", "final_loss", "train_acc", "val")},
-            "training_curve": tr.get("curve") or [],
-            "predicted_accept_length": ev.get("predicted_accept_length"),
-            "accept_per_position": ev.get("positions") or [], "spec_steps": o.spec_steps,
-            "check": (state.done(run.out, "check") or {}).get("ok"),
-            "draft": str(run.out / "draft"), "serve": serve_commands(o, run.out / "draft"),
-            "stage_seconds": {**{s: (state.done(run.out, s) or {}).get("seconds") for s in STAGES}, **run.seconds}}
+    return {
+        "out": str(run.out),
+        "target": str(o.target),
+        "dump": size,
+        "train": {k: tr.get(k) for k in ("steps", "epochs", "final_loss", "train_acc", "val")},
+        "training_curve": tr.get("curve") or [],
+        "predicted_accept_length": ev.get("predicted_accept_length"),
+        "accept_per_position": ev.get("positions") or [],
+        "spec_steps": o.spec_steps,
+        "check": (state.done(run.out, "check") or {}).get("ok"),
+        "draft": str(run.out / "draft"),
+        "serve": serve_commands(o, run.out / "draft"),
+        "stage_seconds": {**{s: (state.done(run.out, s) or {}).get("seconds") for s in STAGES}, **run.seconds},
+    }
 
 
 def write_report(run) -> dict:
@@ -65,34 +85,38 @@ def _f(v, spec=".3f") -> str:
 
 def render_text(rep: dict) -> str:
     d = rep["dump"]
-    lines = [f"build: draft in {rep['draft']}",
-             f"  dump: {d.get('samples')} samples, {d.get('tokens')} tokens, {(d.get('bytes') or 0) / 1e9:.3f} GB",
-             "  training: " + ", ".join(f"epoch {c['epoch']} loss {_f(c['loss'])} acc {_f(c['acc'])}"
-                                        for c in rep["training_curve"][-3:]),
-             f"  predicted accept length {_f(rep['predicted_accept_length'])} at {rep['spec_steps']} steps; per "
-             f"position: " + ", ".join(_f(p) for p in rep["accept_per_position"]),
-             f"  serve it: {rep['serve']['launch']}",
-             f"  or with SGLang's own launcher: {rep['serve']['sglang']}"]
+    lines = [
+        f"build: draft in {rep['draft']}",
+        f"  dump: {d.get('samples')} samples, {d.get('tokens')} tokens, {(d.get('bytes') or 0) / 1e9:.3f} GB",
+        "  training: "
+        + ", ".join(f"epoch {c['epoch']} loss {_f(c['loss'])} acc {_f(c['acc'])}" for c in rep["training_curve"][-3:]),
+        f"  predicted accept length {_f(rep['predicted_accept_length'])} at {rep['spec_steps']} steps; per "
+        f"position: " + ", ".join(_f(p) for p in rep["accept_per_position"]),
+        f"  serve it: {rep['serve']['launch']}",
+        f"  or with SGLang's own launcher: {rep['serve']['sglang']}",
+    ]
     return "\n".join(lines)
 
 
 def render_html(rep: dict) -> str:
     e = html.escape
     d = rep["dump"]
-    curve = "".join(f"<tr><td>{c['epoch']}</td><td>{c['steps']}</td><td>{_f(c['loss'])}</td><td>{_f(c['acc'])}</td>"
-                    f"</tr>" for c in rep["training_curve"])
+    curve = "".join(
+        f"<tr><td>{c['epoch']}</td><td>{c['steps']}</td><td>{_f(c['loss'])}</td><td>{_f(c['acc'])}</td></tr>"
+        for c in rep["training_curve"]
+    )
     pos = "".join(f"<tr><td>{i + 1}</td><td>{_f(p)}</td></tr>" for i, p in enumerate(rep["accept_per_position"]))
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>EAGLE-3 draft build</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}td,th{{padding:.2em .8em;text-align:right}}
 pre{{background:#f4f4f4;padding:1em;white-space:pre-wrap}}</style></head><body>
-<h1>EAGLE-3 draft for {e(rep['target'])}</h1>
-<p>Draft: <code>{e(rep['draft'])}</code> (check: {'passed' if rep['check'] else 'not passed'})</p>
-<h2>Dump</h2><p>{d.get('samples')} samples, {d.get('tokens')} tokens, {(d.get('bytes') or 0) / 1e9:.3f} GB in
-<code>{e(str(d.get('dump_dir')))}</code></p>
+<h1>EAGLE-3 draft for {e(rep["target"])}</h1>
+<p>Draft: <code>{e(rep["draft"])}</code> (check: {"passed" if rep["check"] else "not passed"})</p>
+<h2>Dump</h2><p>{d.get("samples")} samples, {d.get("tokens")} tokens, {(d.get("bytes") or 0) / 1e9:.3f} GB in
+<code>{e(str(d.get("dump_dir")))}</code></p>
 <h2>Training curve</h2><table><tr><th>epoch</th><th>steps</th><th>loss</th><th>accuracy (token 1)</th></tr>{curve}</table>
-<h2>Predicted accept length</h2><p>{_f(rep['predicted_accept_length'])} at {rep['spec_steps']} draft steps (topk 1)</p>
+<h2>Predicted accept length</h2><p>{_f(rep["predicted_accept_length"])} at {rep["spec_steps"]} draft steps (topk 1)</p>
 <table><tr><th>draft position</th><th>P(accepted | earlier accepted)</th></tr>{pos}</table>
-<h2>Serve it</h2><pre>{e(rep['serve']['launch'])}</pre><p>or with SGLang's own launcher:</p>
-<pre>{e(rep['serve']['sglang'])}</pre><p>preset: {e(str(rep['serve']['preset']))} ({e(rep['serve']['preset_why'])})</p>
+<h2>Serve it</h2><pre>{e(rep["serve"]["launch"])}</pre><p>or with SGLang's own launcher:</p>
+<pre>{e(rep["serve"]["sglang"])}</pre><p>preset: {e(str(rep["serve"]["preset"]))} ({e(rep["serve"]["preset_why"])})</p>
 </body></html>
 """

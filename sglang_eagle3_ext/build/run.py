@@ -1,5 +1,6 @@
 """`build(options)`: the stages in order, each skipped when its marker says it finished, each that runs making
 every later stage run again; one line per stage start and end with its time."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,7 +24,7 @@ class Run:
     say: Callable[[str], None]
     load_tokenizer: Callable | None = None
     seconds: dict = dataclasses.field(default_factory=dict)
-    current: str | None = None            # the stage running now (an interrupt names it)
+    current: str | None = None  # the stage running now (an interrupt names it)
 
 
 def check_out(out: Path) -> None:
@@ -31,8 +32,7 @@ def check_out(out: Path) -> None:
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise Refused(f"--out {out}: not a folder; give a new folder or an earlier build's --out")
     if out.is_dir() and any(out.iterdir()) and not (out / state.STATE_DIR).is_dir():
-        raise Refused(f"--out {out}: holds files that are not an earlier build's output; give a new or empty "
-                      f"folder")
+        raise Refused(f"--out {out}: holds files that are not an earlier build's output; give a new or empty folder")
 
 
 def stages_to_run(o: BuildOptions) -> list[str]:
@@ -56,7 +56,7 @@ def build(o: BuildOptions, run: Run | None = None, config_text: str | None = Non
     if o.dump_dir:
         run.say(f"stage dump: skipped (--dump-dir {o.dump_dir}: starting from that dump)")
     if o.from_stage:
-        run.redo |= set(STAGES[STAGES.index(o.from_stage):])
+        run.redo |= set(STAGES[STAGES.index(o.from_stage) :])
         state.forget(out, run.redo)
     result = None
     for s in stages_to_run(o):
@@ -65,8 +65,8 @@ def build(o: BuildOptions, run: Run | None = None, config_text: str | None = Non
             run.say(f"stage {s}: complete, skipped")
             result = rec
             continue
-        later = set(STAGES[STAGES.index(s) + 1:])
-        state.forget(out, later)      # they depend on what this stage writes now
+        later = set(STAGES[STAGES.index(s) + 1 :])
+        state.forget(out, later)  # they depend on what this stage writes now
         run.current = s
         run.say(f"stage {s}: started")
         t0 = time.monotonic()

@@ -1,6 +1,7 @@
 """The dumping server `build --preset` starts: the launch library's plan (preset, NCCL settings, the dump folder,
 our patches in every SGLang process), SGLang's own launcher in a child process of its own session, waited on
 until healthy, and stopped (its whole process group) when the dump is done or anything fails."""
+
 from __future__ import annotations
 
 import contextlib
@@ -23,15 +24,23 @@ def dumping_server(preset: str, target: str, dump_dir: Path, port: int, wait_s: 
     """Yield the URL of a server of `target` under `preset` dumping into `dump_dir`."""
     from ..launch import start
 
-    plan = build_plan(Options(preset=preset, dump_dir=str(dump_dir)),
-                      ["--model-path", str(target), "--port", str(port), "--host", "127.0.0.1"])
+    plan = build_plan(
+        Options(preset=preset, dump_dir=str(dump_dir)),
+        ["--model-path", str(target), "--port", str(port), "--host", "127.0.0.1"],
+    )
     env = {**envs.environ(), **plan.env_updates}
     start.prepare(plan, env, preflight=False, preflight_timeout=120.0)
     say(f"dump: starting the dumping server ({preset}, port {port}); its log: {log_path}")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(plan.command, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            plan.command,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(Server(url), proc, wait_s, log_path)
@@ -45,15 +54,17 @@ def _wait(srv, proc, wait_s: float, log_path: Path) -> None:
     t0 = time.monotonic()
     while True:
         if proc.poll() is not None:
-            raise Refused(f"--preset: the dumping server exited with {proc.returncode} before it was ready; see "
-                          f"{log_path}")
+            raise Refused(
+                f"--preset: the dumping server exited with {proc.returncode} before it was ready; see {log_path}"
+            )
         try:
             srv.wait_healthy(min(10.0, max(1.0, wait_s - (time.monotonic() - t0))), flag="--server-wait-s")
             return
         except ServerError as e:
             if time.monotonic() - t0 >= wait_s:
-                raise Refused(f"--server-wait-s {wait_s:g}: the dumping server was not healthy in time ({e}); see "
-                              f"{log_path}") from None
+                raise Refused(
+                    f"--server-wait-s {wait_s:g}: the dumping server was not healthy in time ({e}); see {log_path}"
+                ) from None
 
 
 def stop(proc, say) -> None:

@@ -1,5 +1,6 @@
 """One function per stage: `fn(run) -> result` (a dict recorded in the stage's marker). Each calls the library
 of the single command it stands for, with the same defaults, and writes the folder that command writes."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,33 +40,53 @@ def dump(run) -> dict:
     if o.url:
         return _dump_into(run, o.url)
 
-    with dumping_server(o.preset, o.target, run.out / "dump", o.port, o.server_wait_s,
-                        run.out / "dump_server.log", run.say) as url:
+    with dumping_server(
+        o.preset, o.target, run.out / "dump", o.port, o.server_wait_s, run.out / "dump_server.log", run.say
+    ) as url:
         return _dump_into(run, url)
 
 
 def _dump_into(run, url: str) -> dict:
 
     o = run.o
-    opts = driver.RunOptions(data=o.data, dump_dir=str(run.out / "dump"), url=url, concurrency=o.concurrency,
-                             target=o.target, trust_remote_code=o.trust_remote_code, generate=o.generate,
-                             max_new_tokens=o.max_new_tokens, temperature=o.temperature, limit=o.limit,
-                             timeout=o.timeout, wait_s=o.wait_s, progress=not o.quiet)
+    opts = driver.RunOptions(
+        data=o.data,
+        dump_dir=str(run.out / "dump"),
+        url=url,
+        concurrency=o.concurrency,
+        target=o.target,
+        trust_remote_code=o.trust_remote_code,
+        generate=o.generate,
+        max_new_tokens=o.max_new_tokens,
+        temperature=o.temperature,
+        limit=o.limit,
+        timeout=o.timeout,
+        wait_s=o.wait_s,
+        progress=not o.quiet,
+    )
     res = driver.run(opts, run.load_tokenizer)
     driver.warn_unfinished(opts, res)
     if res.fatal is not None:
         raise res.fatal
     if not res.ok:
-        raise NegativeVerdict(f"the dump in {run.out / 'dump'} is incomplete ({res.summary.get('not_written')} "
-                              f"sample(s) not written, {res.summary.get('failed_requests')} failed request(s)); "
-                              f"run build again to resume it")
+        raise NegativeVerdict(
+            f"the dump in {run.out / 'dump'} is incomplete ({res.summary.get('not_written')} "
+            f"sample(s) not written, {res.summary.get('failed_requests')} failed request(s)); "
+            f"run build again to resume it"
+        )
     return {k: v for k, v in res.summary.items() if isinstance(v, (int, float, str))}
 
 
 def export(run) -> dict:
 
-    n = driver.export(run.o.dump_path, EXPORT_FORMAT, run.out / "export", data=run.o.data if not run.o.dump_dir
-                      else None, workers=run.o.export_workers, progress=not run.o.quiet)
+    n = driver.export(
+        run.o.dump_path,
+        EXPORT_FORMAT,
+        run.out / "export",
+        data=run.o.data if not run.o.dump_dir else None,
+        workers=run.o.export_workers,
+        progress=not run.o.quiet,
+    )
     if n == 0:
         raise Refused(f"the dump {run.o.dump_path} holds no complete sample to train on; dump first")
     return {"exported": n, "to": EXPORT_FORMAT, "out": str(run.out / "export"), **state.dump_size(run.o.dump_path)}
@@ -73,8 +94,14 @@ def export(run) -> dict:
 
 def train_fields(run, *, resume: bool) -> dict:
     """TrainOptions fields of this build's training: its settings, build's folders."""
-    return {**run.o.train, "data": str(run.out / "export"), "target": str(run.o.target), "out": str(run.out / "train"),
-            "resume": resume, "force": not resume}
+    return {
+        **run.o.train,
+        "data": str(run.out / "export"),
+        "target": str(run.o.target),
+        "out": str(run.out / "train"),
+        "resume": resume,
+        "force": not resume,
+    }
 
 
 def train(run) -> dict:
@@ -92,7 +119,7 @@ def train(run) -> dict:
     try:
         summary = train_draft(TrainOptions(**fields))
     except TrainDraftError as e:
-        if "did not learn" in str(e):   # report.require_learned: the run finished, its verdict is negative
+        if "did not learn" in str(e):  # report.require_learned: the run finished, its verdict is negative
             raise NegativeVerdict(str(e)) from None
         raise Refused(f"train: {e}") from None
     return summary_record(summary)
@@ -114,8 +141,14 @@ def epoch_curve(history: list) -> list[dict]:
         rows = by[e]
         loss = [r["loss"] for r in rows if isinstance(r.get("loss"), (int, float))]
         acc = [r["full_acc_0"] for r in rows if isinstance(r.get("full_acc_0"), (int, float))]
-        out.append({"epoch": e + 1, "steps": len(rows), "loss": sum(loss) / len(loss) if loss else None,
-                    "acc": sum(acc) / len(acc) if acc else None})
+        out.append(
+            {
+                "epoch": e + 1,
+                "steps": len(rows),
+                "loss": sum(loss) / len(loss) if loss else None,
+                "acc": sum(acc) / len(acc) if acc else None,
+            }
+        )
     return out
 
 
@@ -143,8 +176,18 @@ def _torchrun(run, fields: dict) -> dict:
     summary = run.out / ".build" / "train_summary.json"
     summary.parent.mkdir(parents=True, exist_ok=True)
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    cmd = [torchrun, "--standalone", "--nproc-per-node", str(run.o.gpus), "-m", "sglang_eagle3_ext", "train",
-           *train_argv(fields), "--json", str(summary)]
+    cmd = [
+        torchrun,
+        "--standalone",
+        "--nproc-per-node",
+        str(run.o.gpus),
+        "-m",
+        "sglang_eagle3_ext",
+        "train",
+        *train_argv(fields),
+        "--json",
+        str(summary),
+    ]
     run.say(f"train: {run.o.gpus} ranks under torchrun: {' '.join(cmd)}")
     rc = subprocess.call(cmd)
     if rc == 130:
@@ -157,8 +200,9 @@ def _torchrun(run, fields: dict) -> dict:
 def convert(run) -> dict:
 
     report: dict = {}
-    convert_draft(run.out / "train", run.out / "draft", force=True, progress=not run.o.quiet,
-                  log=run.say, report=report)
+    convert_draft(
+        run.out / "train", run.out / "draft", force=True, progress=not run.o.quiet, log=run.say, report=report
+    )
     return {"draft": str(run.out / "draft"), **{k: v for k, v in report.items() if isinstance(v, (str, int, list))}}
 
 
@@ -168,21 +212,35 @@ def check(run) -> dict:
     write_json_atomic(run.out / "check.json", report_dict(rep))
     run.say(rep.render())
     if not rep.checked or rep.errors:
-        raise NegativeVerdict(f"check: the draft in {run.out / 'draft'} would not serve as trained "
-                              f"({len(rep.errors)} problem(s), listed above and in {run.out / 'check.json'})")
+        raise NegativeVerdict(
+            f"check: the draft in {run.out / 'draft'} would not serve as trained "
+            f"({len(rep.errors)} problem(s), listed above and in {run.out / 'check.json'})"
+        )
     return {"ok": True, "draft_class": rep.draft_class, "release": rep.release}
 
 
 def evaluate(run) -> dict:
 
     ratio = run.o.train.get("train_ratio") or 0.95
-    rep = predict(Options(draft=str(run.out / "draft"), data=str(run.out / "export"), target=str(run.o.target),
-                          steps=run.o.spec_steps, heldout_fraction=1.0 - ratio if ratio < 1 else 1.0,
-                          samples=run.o.eval_samples, device=run.o.train.get("device"), dtype=run.o.eval_dtype,
-                          say=None if run.o.quiet else (lambda m: run.say(f"eval: {m}"))))
+    rep = predict(
+        Options(
+            draft=str(run.out / "draft"),
+            data=str(run.out / "export"),
+            target=str(run.o.target),
+            steps=run.o.spec_steps,
+            heldout_fraction=1.0 - ratio if ratio < 1 else 1.0,
+            samples=run.o.eval_samples,
+            device=run.o.train.get("device"),
+            dtype=run.o.eval_dtype,
+            say=None if run.o.quiet else (lambda m: run.say(f"eval: {m}")),
+        )
+    )
     write_json_atomic(run.out / "eval.json", rep)
-    return {"predicted_accept_length": rep.get("predicted_accept_length"),
-            "positions": [p.get("p") for p in rep["rounds"]["positions"]], "steps": run.o.spec_steps}
+    return {
+        "predicted_accept_length": rep.get("predicted_accept_length"),
+        "positions": [p.get("p") for p in rep["rounds"]["positions"]],
+        "steps": run.o.spec_steps,
+    }
 
 
 def report(run) -> dict:
@@ -190,5 +248,12 @@ def report(run) -> dict:
     return write_report(run)
 
 
-FUNCTIONS = {"dump": dump, "export": export, "train": train, "convert": convert, "check": check,
-             "eval": evaluate, "report": report}
+FUNCTIONS = {
+    "dump": dump,
+    "export": export,
+    "train": train,
+    "convert": convert,
+    "check": check,
+    "eval": evaluate,
+    "report": report,
+}

@@ -1,5 +1,6 @@
 """The stages' completeness markers: `--out/.build/STAGE.json`, written last and atomically (a temporary file
 renamed into place), holding what the stage reports. A stage without its marker did not finish."""
+
 from __future__ import annotations
 
 import json
@@ -65,5 +66,4 @@ def forget(out: Path, stages) -> None:
 def dump_size(dump_dir: Path) -> dict:
 
     st = driver.status(dump_dir)
-    return {"dump_dir": str(dump_dir), "samples": st["complete_samples"], "tokens": st["tokens"],
-            "bytes": st["bytes"]}
+    return {"dump_dir": str(dump_dir), "samples": st["complete_samples"], "tokens": st["tokens"], "bytes": st["bytes"]}

@@ -4,6 +4,7 @@ Each command is the same tool as its `python -m sglang_eagle3_ext.MODULE` entry 
 same flags; `sglang-eagle3 COMMAND --help` shows every option with its default. Exit codes: see
 `sglang_eagle3_ext/cli/common.py` (0 ok, 1 negative verdict, 2 bad input, 3 bug, 130 interrupted).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -32,11 +33,19 @@ def version_line() -> str:
 
 def usage() -> str:
     width = max(len(c.name) for c in COMMANDS)
-    lines = [f"usage: {cli_common.COMMAND} [-h] [--version] COMMAND [options]", "", __doc__.split("\n")[0], "",
-             "commands:"]
+    lines = [
+        f"usage: {cli_common.COMMAND} [-h] [--version] COMMAND [options]",
+        "",
+        __doc__.split("\n")[0],
+        "",
+        "commands:",
+    ]
     lines += [f"  {c.name:{width}}  {c.summary}" for c in COMMANDS]
-    lines += ["", f"`{cli_common.COMMAND} COMMAND --help` for a command's options; --debug on any command shows "
-                  f"tracebacks (or {cli_common.ENV_DEBUG}=1)."]
+    lines += [
+        "",
+        f"`{cli_common.COMMAND} COMMAND --help` for a command's options; --debug on any command shows "
+        f"tracebacks (or {cli_common.ENV_DEBUG}=1).",
+    ]
     return "\n".join(lines)
 
 
@@ -52,8 +61,10 @@ def main(argv=None) -> int:
     if cmd not in BY_NAME:
         near = difflib.get_close_matches(cmd, list(BY_NAME), n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
-        print(f"{cli_common.COMMAND}: error: unknown command {cmd!r}{hint} (choose from {', '.join(BY_NAME)})",
-              file=sys.stderr)
+        print(
+            f"{cli_common.COMMAND}: error: unknown command {cmd!r}{hint} (choose from {', '.join(BY_NAME)})",
+            file=sys.stderr,
+        )
         return cli_common.EXIT_BAD_INPUT
     return _as_command(cmd, rest)
 

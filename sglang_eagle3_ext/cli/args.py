@@ -1,7 +1,8 @@
 """The argument parsers of every tool (re-exported by cli_common): the shared prog name and help formatter,
 no abbreviated flags, a group's help when its subcommand is missing, one-line usage errors with `did you mean`,
 and the flags every tool spells alike (`--sglang VERSION`, `--json [PATH]`, `--quiet`/`--verbose`) with their
-argparse types. """
+argparse types."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,7 +14,7 @@ from .. import envs, versions
 from ..boundary import BadInput, at_least, writable_dir
 from .naming import prog
 
-_EXIT_USAGE = 2   # cli_common.EXIT_BAD_INPUT: a usage error is bad input
+_EXIT_USAGE = 2  # cli_common.EXIT_BAD_INPUT: a usage error is bad input
 
 
 def _prog(tool: str) -> str:
@@ -26,8 +27,13 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action):
         h = action.help or ""
-        if (action.default not in (None, argparse.SUPPRESS, [], ()) and "%(default)" not in h and "default" not in h
-                and action.option_strings and not isinstance(action.default, bool)):
+        if (
+            action.default not in (None, argparse.SUPPRESS, [], ())
+            and "%(default)" not in h
+            and "default" not in h
+            and action.option_strings
+            and not isinstance(action.default, bool)
+        ):
             h += " (default: %(default)s)"
         return h
 
@@ -38,18 +44,23 @@ class CliParser(argparse.ArgumentParser):
     prints its help; a usage error is one line `PROG: error: MSG`, with `did you mean` for a mistyped flag."""
 
     def parse_known_args(self, args=None, namespace=None):
-        self._argv = list(sys.argv[1:] if args is None else args)   # error() looks for a mistyped flag in it
+        self._argv = list(sys.argv[1:] if args is None else args)  # error() looks for a mistyped flag in it
         ns, extras = super().parse_known_args(args, namespace)
         for a in self._actions:
-            if isinstance(a, argparse._SubParsersAction) and a.dest != argparse.SUPPRESS \
-                    and getattr(ns, a.dest, None) is None:
+            if (
+                isinstance(a, argparse._SubParsersAction)
+                and a.dest != argparse.SUPPRESS
+                and getattr(ns, a.dest, None) is None
+            ):
                 self.print_help(sys.stderr)
                 self.exit(_EXIT_USAGE)
         return ns, extras
 
     def error(self, message):
-        self.exit(_EXIT_USAGE, f"{self.prog}: error: {message}{_near_miss(self, message)} "
-                               f"(`{self.prog} --help` lists the options)\n")
+        self.exit(
+            _EXIT_USAGE,
+            f"{self.prog}: error: {message}{_near_miss(self, message)} (`{self.prog} --help` lists the options)\n",
+        )
 
 
 def _long_flags(parser: argparse.ArgumentParser) -> list[str]:
@@ -102,17 +113,18 @@ def finish(parser: argparse.ArgumentParser, tool: str) -> argparse.ArgumentParse
     todo = [parser]
     while todo:
         p = todo.pop()
-        p.prog = new + p.prog[len(old):] if p.prog.startswith(old) else p.prog
+        p.prog = new + p.prog[len(old) :] if p.prog.startswith(old) else p.prog
         p.formatter_class = HelpFormatter
         p.allow_abbrev = False
         if type(p) is argparse.ArgumentParser:
             p.__class__ = CliParser
         if "--debug" not in p._option_string_actions:
-            p.add_argument("--debug", action="store_true",
-                           help=f"show the full traceback of an error (also {envs.DEBUG}=1)")
+            p.add_argument(
+                "--debug", action="store_true", help=f"show the full traceback of an error (also {envs.DEBUG}=1)"
+            )
         for a in p._actions:
             if isinstance(a, argparse._SubParsersAction):
-                a.required = False   # CliParser prints the group's help instead of "required: cmd"
+                a.required = False  # CliParser prints the group's help instead of "required: cmd"
                 todo += list(a.choices.values())
     return parser
 
@@ -129,33 +141,43 @@ class _SglangRelease(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         from packaging.version import InvalidVersion, Version
 
-
         text = str(values)
         try:
             ok = bool(Version(text).release) and text == text.strip() and "/" not in text
         except InvalidVersion:
             ok = False
         if not ok:
-            raise argparse.ArgumentError(self, f"expected a SGLang release number such as {versions.SUPPORTED_MAX}, "
-                                               f"got {text!r}")
+            raise argparse.ArgumentError(
+                self, f"expected a SGLang release number such as {versions.SUPPORTED_MAX}, got {text!r}"
+            )
         if not versions.in_range(text):
-            print(f"{parser.prog}: warning: {option_string} {text} is outside the supported range "
-                  f"{versions.SUPPORTED_MIN}..{versions.SUPPORTED_MAX}: judged with the rules of the nearest "
-                  f"supported release", file=sys.stderr)
+            print(
+                f"{parser.prog}: warning: {option_string} {text} is outside the supported range "
+                f"{versions.SUPPORTED_MIN}..{versions.SUPPORTED_MAX}: judged with the rules of the nearest "
+                f"supported release",
+                file=sys.stderr,
+            )
         setattr(namespace, self.dest, text)
 
 
 def add_sglang_release(parser, what: str, dest: str = "sglang_version") -> None:
     """`--sglang VERSION` (older spelling --sglang-version) -> args.<dest>: the release `what` is for."""
-    parser.add_argument("--sglang", dest=dest, metavar="VERSION", action=_SglangRelease,
-                        help=f"{what} (default: the installed one)")
+    parser.add_argument(
+        "--sglang", dest=dest, metavar="VERSION", action=_SglangRelease, help=f"{what} (default: the installed one)"
+    )
     hidden_alias(parser, "--sglang-version", dest=dest, action=_SglangRelease)
 
 
 def add_json_out(parser, what: str = "the results") -> None:
     """`--json [PATH]`: the same flag in every tool; no PATH or '-' prints JSON on stdout."""
-    parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
-                        help=f"write {what} as JSON to PATH ('-' or no PATH: print JSON instead of text)")
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="PATH",
+        help=f"write {what} as JSON to PATH ('-' or no PATH: print JSON instead of text)",
+    )
 
 
 def add_verbosity(parser, quiet: str = "no progress output", verbose: str | None = None) -> None:
@@ -163,8 +185,9 @@ def add_verbosity(parser, quiet: str = "no progress output", verbose: str | None
     lines; --verbose adds what the libraries underneath log."""
     g = parser.add_mutually_exclusive_group()
     g.add_argument("--quiet", action="store_true", help=quiet)
-    g.add_argument("--verbose", action="store_true",
-                   help=verbose or "also show the logs and warnings of the libraries underneath")
+    g.add_argument(
+        "--verbose", action="store_true", help=verbose or "also show the logs and warnings of the libraries underneath"
+    )
 
 
 def _finite(obj):
@@ -184,7 +207,6 @@ def check_json_dest(dest: str | None) -> None:
     """`--json PATH` checked before a command acts (a report that cannot be written must not be found only after
     the irreversible step): PATH is no folder, and its folder exists and is writable here."""
     import os
-
 
     if not dest or dest == "-":
         return
@@ -222,6 +244,7 @@ def number_in(low: float, high: float, include_high: bool = True):
             what = f"in ({low:g}, {high:g}{close}" if math.isfinite(high) else f"> {low:g}"
             raise argparse.ArgumentTypeError(f"expected a finite number {what}, got {text!r}")
         return v
+
     return parse
 
 

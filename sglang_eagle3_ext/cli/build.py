@@ -12,6 +12,7 @@ redoes that stage and the later ones. `--config FILE`: a YAML mapping of this co
 (`lr: 0.003`); the command line overrides it. `--dry-run`: the plan (stages, folders, the dump's size at this
 target's width, training memory per rank) without starting anything.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,41 +36,61 @@ _TRAIN_OWN = {"data", "target", "out", "force", "resume", "dry_run", "json", "qu
 def build_parser() -> argparse.ArgumentParser:
     c = cli_common
     p = c.parser("build", c.doc_description(__doc__, paragraphs=3))
-    p.add_argument("--config", metavar="FILE", help="YAML mapping of build's and train's flags (the command line "
-                                                    "overrides it)")
+    p.add_argument(
+        "--config", metavar="FILE", help="YAML mapping of build's and train's flags (the command line overrides it)"
+    )
     p.add_argument("--out", help="where every stage's output goes (new, empty, or an earlier build's)")
-    p.add_argument("--target", help="the target model's local folder (served for the dump, its tokenizer, "
-                                    "train, check, eval)")
+    p.add_argument(
+        "--target", help="the target model's local folder (served for the dump, its tokenizer, train, check, eval)"
+    )
     c.hidden_alias(p, "--model-path", dest="target")
     g = p.add_argument_group("dump")
-    g.add_argument("--data", metavar="PROMPTS", help="JSONL prompts ({\"id\", \"input_ids\" | \"text\" | "
-                                                     "\"messages\"}) to dump")
+    g.add_argument(
+        "--data", metavar="PROMPTS", help='JSONL prompts ({"id", "input_ids" | "text" | "messages"}) to dump'
+    )
     g.add_argument("--dump-dir", metavar="DIR", help="start from this existing dump (the dump stage is skipped)")
     g.add_argument("--url", help="a running dumping server (its dump folder must be OUT/dump)")
-    g.add_argument("--preset", metavar="NAME", help="start a dumping server with this launch preset and --target, "
-                                                    "stopped when the dump is done")
+    g.add_argument(
+        "--preset",
+        metavar="NAME",
+        help="start a dumping server with this launch preset and --target, stopped when the dump is done",
+    )
     g.add_argument("--port", type=c.positive_int, default=30000, help="the port of the server --preset starts")
-    g.add_argument("--server-wait-s", type=c.positive_float, default=1800.0,
-                   help="how long the server --preset starts may take to become healthy")
-    g.add_argument("--generate", action="store_true", help="the target answers each prompt first; prompt + answer "
-                                                           "is dumped")
+    g.add_argument(
+        "--server-wait-s",
+        type=c.positive_float,
+        default=1800.0,
+        help="how long the server --preset starts may take to become healthy",
+    )
+    g.add_argument(
+        "--generate", action="store_true", help="the target answers each prompt first; prompt + answer is dumped"
+    )
     g.add_argument("--max-new-tokens", type=c.positive_int, default=512, help="answer length with --generate")
-    g.add_argument("--temperature", type=c.non_negative_float, default=0.0, help="sampling temperature with "
-                                                                               "--generate")
+    g.add_argument("--temperature", type=c.non_negative_float, default=0.0, help="sampling temperature with --generate")
     g.add_argument("--concurrency", type=c.positive_int, default=8, help="dump requests in flight")
     g.add_argument("--limit", type=c.positive_int, help="dump only the first N prompts")
-    g.add_argument("--trust-remote-code", action="store_true",
-                   help="let --target's tokenizer run the code it ships (text prompts; only a model you trust)")
+    g.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let --target's tokenizer run the code it ships (text prompts; only a model you trust)",
+    )
     g.add_argument("--timeout", type=c.positive_float, default=600.0, help="seconds for one dump request")
     g.add_argument("--wait-s", type=c.non_negative_float, default=300.0, help="how long to wait for the last writes")
     g.add_argument("--export-workers", type=c.positive_int, default=8, help="samples exported in parallel")
     s = p.add_argument_group("eval and serving")
-    s.add_argument("--spec-steps", type=c.positive_int, default=3,
-                   help="--speculative-num-steps of the prediction and of the serve command")
+    s.add_argument(
+        "--spec-steps",
+        type=c.positive_int,
+        default=3,
+        help="--speculative-num-steps of the prediction and of the serve command",
+    )
     s.add_argument("--eval-samples", type=c.positive_int, help="predict on at most this many held-out samples")
     s.add_argument("--eval-dtype", choices=("bf16", "fp32"), default="bf16", help="eval's weights and activations")
-    s.add_argument("--serve-preset", metavar="NAME", help="the preset of the serve command (default: the dump "
-                                                          "preset's serving twin, NAME-dump -> NAME)")
+    s.add_argument(
+        "--serve-preset",
+        metavar="NAME",
+        help="the preset of the serve command (default: the dump preset's serving twin, NAME-dump -> NAME)",
+    )
     r = p.add_argument_group("running")
     r.add_argument("--gpus", type=c.positive_int, default=1, help="train on this many GPUs (torchrun) when > 1")
     r.add_argument("--from", dest="from_stage", choices=STAGES, help="redo this stage and the ones after it")
@@ -90,8 +111,11 @@ def train_dests() -> list[str]:
 def _rules(p: argparse.ArgumentParser) -> dict:
 
     skip = {"help", "config", "debug", "json", "dry_run"}
-    return {a.dest: (BOOL if isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction)) else a.type)
-            for a in p._actions if a.dest not in skip and a.option_strings}
+    return {
+        a.dest: (BOOL if isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction)) else a.type)
+        for a in p._actions
+        if a.dest not in skip and a.option_strings
+    }
 
 
 def parse(argv) -> tuple[argparse.Namespace, dict]:
@@ -109,8 +133,10 @@ def parse(argv) -> tuple[argparse.Namespace, dict]:
             if a.dest in values and a.choices is not None and values[a.dest] not in a.choices:
                 from ..boundary import BadInput
 
-                raise BadInput(f"--config {known.config}", f"{a.dest.replace('_', '-')}: {values[a.dest]!r} is not "
-                               f"one of {', '.join(map(str, a.choices))}")
+                raise BadInput(
+                    f"--config {known.config}",
+                    f"{a.dest.replace('_', '-')}: {values[a.dest]!r} is not one of {', '.join(map(str, a.choices))}",
+                )
         p.set_defaults(**values)
     a = p.parse_args(argv)
     resolved = {k: getattr(a, k) for k in rules if getattr(a, k, None) not in (None, False)}
@@ -119,11 +145,35 @@ def parse(argv) -> tuple[argparse.Namespace, dict]:
 
 def options(a: argparse.Namespace):
 
-    fields = {k: getattr(a, k) for k in ("out", "target", "data", "dump_dir", "url", "preset", "port", "server_wait_s",
-                                         "generate", "max_new_tokens", "temperature", "concurrency", "limit",
-                                         "trust_remote_code", "timeout", "wait_s", "export_workers", "gpus",
-                                         "spec_steps", "eval_samples", "eval_dtype", "serve_preset", "from_stage",
-                                         "quiet")}
+    fields = {
+        k: getattr(a, k)
+        for k in (
+            "out",
+            "target",
+            "data",
+            "dump_dir",
+            "url",
+            "preset",
+            "port",
+            "server_wait_s",
+            "generate",
+            "max_new_tokens",
+            "temperature",
+            "concurrency",
+            "limit",
+            "trust_remote_code",
+            "timeout",
+            "wait_s",
+            "export_workers",
+            "gpus",
+            "spec_steps",
+            "eval_samples",
+            "eval_dtype",
+            "serve_preset",
+            "from_stage",
+            "quiet",
+        )
+    }
     train = {k: getattr(a, k) for k in train_dests() if k in _train_fields()}
     return BuildOptions(**fields, train=train, say=lambda m: print(f"build: {m}", file=sys.stderr, flush=True))
 
@@ -131,18 +181,27 @@ def options(a: argparse.Namespace):
 def _train_fields() -> set:
     import dataclasses
 
-
     return {f.name for f in dataclasses.fields(TrainOptions) if f.metadata.get("cli", True)}
 
 
 def _train_plan(o, a):
     """train's dry-run plan for this build's training (on --gpus ranks)."""
+
     def plan(fields: dict) -> dict:
         from ..training import TrainOptions, train_draft
 
-        opts = TrainOptions(**{**fields, "data": None, "target": o.target, "out": None, "dry_run": True,
-                               "world_size": fields.get("world_size") or o.gpus})
+        opts = TrainOptions(
+            **{
+                **fields,
+                "data": None,
+                "target": o.target,
+                "out": None,
+                "dry_run": True,
+                "world_size": fields.get("world_size") or o.gpus,
+            }
+        )
         return train_draft(opts)
+
     return plan
 
 
@@ -169,8 +228,14 @@ def main(argv=None) -> int:
             rep = build(o, run, config_text=dump_config(resolved))
     except (Exception, KeyboardInterrupt) as e:
         if (stop and stop.received) or isinstance(e, KeyboardInterrupt):
-            print(interrupted_line("build", f"during stage {run.current or '(between stages)'}; run the same "
-                                            f"command again to resume (finished stages are kept)"), file=sys.stderr)
+            print(
+                interrupted_line(
+                    "build",
+                    f"during stage {run.current or '(between stages)'}; run the same "
+                    f"command again to resume (finished stages are kept)",
+                ),
+                file=sys.stderr,
+            )
             return cli_common.EXIT_INTERRUPTED
         raise
 

@@ -8,6 +8,7 @@ prints which SGLang class builds the draft (LlamaForCausalLMEagle3 or the MLA Ea
 would load and every problem. DRAFT may be a hub id (org/name): read from the local Hugging Face cache only; not
 cached: "NOT checked", exit 2.
 """
+
 from __future__ import annotations
 
 import sys
@@ -23,12 +24,19 @@ def build_parser():
 
     ap = cli_common.parser("check", cli_common.doc_description(__doc__, paragraphs=2))
     ap.add_argument("draft", help="the draft checkpoint folder (config.json + *.safetensors)")
-    ap.add_argument("--target", help="target model dir (its config.json; its lm_head when the draft shares it): "
-                                     "hidden/vocab/layer checks")
+    ap.add_argument(
+        "--target",
+        help="target model dir (its config.json; its lm_head when the draft shares it): hidden/vocab/layer checks",
+    )
     cli_common.add_sglang_release(ap, "check against this release")
-    ap.add_argument("--headers-only", dest="scan_values", action="store_false", default=True,
-                    help="fast: read headers only, no NaN/Inf scan of the weights (the verdict says 'values not "
-                         "scanned'); default: every weight is read once")
+    ap.add_argument(
+        "--headers-only",
+        dest="scan_values",
+        action="store_false",
+        default=True,
+        help="fast: read headers only, no NaN/Inf scan of the weights (the verdict says 'values not "
+        "scanned'); default: every weight is read once",
+    )
     cli_common.hidden_alias(ap, "--no-scan-values", dest="scan_values", action="store_false", default=True)
     cli_common.hidden_alias(ap, "--scan-values", dest="scan_values", action="store_true", default=True)  # the default
     cli_common.add_json_out(ap, "the report")
@@ -41,9 +49,10 @@ def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
 
     draft = Path(a.draft)
-    if draft.exists() and not draft.is_dir():              # a bad path, not a verdict on a draft
-        raise cli_common.CliError(f"{a.draft}: is a file, not a draft folder (config.json + *.safetensors); "
-                                  f"name its folder")
+    if draft.exists() and not draft.is_dir():  # a bad path, not a verdict on a draft
+        raise cli_common.CliError(
+            f"{a.draft}: is a file, not a draft folder (config.json + *.safetensors); name its folder"
+        )
     if not draft.exists() and not looks_like_hub_id(a.draft):
         raise cli_common.CliError(f"{a.draft}: no such directory (and not a hub id org/name)")
     if a.target and not Path(a.target).is_dir():

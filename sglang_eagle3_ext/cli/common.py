@@ -10,6 +10,7 @@ Exit codes (the same in every tool, also under `sglang-eagle3 COMMAND`):
     3  unexpected error: a bug; rerun with --debug (or SGLANG_EAGLE3_EXT_DEBUG=1) for the traceback
   130  interrupted (Ctrl-C)
 """
+
 from __future__ import annotations
 
 import json
@@ -43,16 +44,48 @@ from .commands import BY_NAME
 from .naming import COMMAND, prog  # the name each tool goes by
 
 # what the tools take from here (cli/args.py's parsers and flag types re-exported under one name)
-__all__ = ["CliParser", "HelpFormatter", "add_json_out", "add_sglang_release", "add_verbosity", "check_json_dest",
-           "did_you_mean", "doc_description", "finish", "hidden_alias", "non_negative_float", "non_negative_int",
-           "number_in", "parser", "positive_float", "positive_int", "write_json", "COMMAND", "prog", "BY_NAME",
-           "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "ENV_DEBUG", "CliError",
-           "BadInput", "Refused", "debug_requested", "load_tokenizer", "entry", "optional", "run_tool"]
+__all__ = [
+    "CliParser",
+    "HelpFormatter",
+    "add_json_out",
+    "add_sglang_release",
+    "add_verbosity",
+    "check_json_dest",
+    "did_you_mean",
+    "doc_description",
+    "finish",
+    "hidden_alias",
+    "non_negative_float",
+    "non_negative_int",
+    "number_in",
+    "parser",
+    "positive_float",
+    "positive_int",
+    "write_json",
+    "COMMAND",
+    "prog",
+    "BY_NAME",
+    "EXIT_OK",
+    "EXIT_FAILED",
+    "EXIT_BAD_INPUT",
+    "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
+    "ENV_DEBUG",
+    "CliError",
+    "BadInput",
+    "Refused",
+    "debug_requested",
+    "load_tokenizer",
+    "entry",
+    "optional",
+    "run_tool",
+]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 ENV_DEBUG = envs.DEBUG
 # import name -> what to pip install (messages name installable things only)
 PIP_NAMES = {"yaml": "pyyaml", "pynvml": "nvidia-ml-py", "sklearn": "scikit-learn", "PIL": "pillow"}
+
 
 def debug_requested(argv=None) -> bool:
     if "--debug" in (argv or ()):
@@ -74,10 +107,14 @@ def load_tokenizer(name: str, trust_remote_code: bool = False, flag: str = "--ta
     except Exception as e:  # noqa: BLE001 - any loader failure: say which model and why
         text = str(e)
         if not trust_remote_code and "trust_remote_code" in text:
-            raise CliError(f"{flag} {name}: its tokenizer ships its own code, which runs only with "
-                           f"--trust-remote-code: add that flag if you trust the code in {name}") from None
-        raise CliError(f"{flag} {name}: cannot load its tokenizer ({type(e).__name__}: "
-                       f"{text.splitlines()[0][:200] if text else ''})") from None
+            raise CliError(
+                f"{flag} {name}: its tokenizer ships its own code, which runs only with "
+                f"--trust-remote-code: add that flag if you trust the code in {name}"
+            ) from None
+        raise CliError(
+            f"{flag} {name}: cannot load its tokenizer ({type(e).__name__}: "
+            f"{text.splitlines()[0][:200] if text else ''})"
+        ) from None
 
 
 CliError = Refused  # the refusal features raise (boundary.Refused), under the name the commands use
@@ -122,8 +159,13 @@ def describe(e: BaseException) -> tuple[int, str]:
         return EXIT_BAD_INPUT, f"{e.filename}: {e.strerror or e}"
     if mod.startswith(("requests", "urllib3", "httpx")):
         return EXIT_BAD_INPUT, f"HTTP: {e}"
-    what = ("not valid JSON" if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
-            if isinstance(e, UnicodeDecodeError) else type(e).__name__)
+    what = (
+        "not valid JSON"
+        if isinstance(e, json.JSONDecodeError)
+        else "not UTF-8 text"
+        if isinstance(e, UnicodeDecodeError)
+        else type(e).__name__
+    )
     line = f"{what}: {e}".replace("\n", " ")
     if isinstance(e, (OSError, ValueError)) or mod.startswith(("yaml", "safetensors")):
         where = _file_being_read(e)
@@ -177,7 +219,7 @@ def run_tool(tool: str, main, argv=None) -> int:
         if debug:
             traceback.print_exc()
         code, line = describe(e)
-        said = isinstance(e, (CliError, BadInput))   # the message is the whole story
+        said = isinstance(e, (CliError, BadInput))  # the message is the whole story
         hint = "" if debug or code == EXIT_INTERNAL or said else f"  [--debug or {ENV_DEBUG}=1: traceback]"
         print(error_line(tool, f"{line}{hint}"), file=sys.stderr)
         return code
@@ -202,8 +244,10 @@ def optional(module: str, purpose: str, pip_name: str | None = None):
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise CliError(f"{purpose} needs {module}: pip install {pip_name or PIP_NAMES.get(module, module)} "
-                       f"({type(e).__name__}: {e})") from None
+        raise CliError(
+            f"{purpose} needs {module}: pip install {pip_name or PIP_NAMES.get(module, module)} "
+            f"({type(e).__name__}: {e})"
+        ) from None
 
 
 def report(json_dest, rep: dict, text: str) -> int:

@@ -7,6 +7,7 @@
 How each target is found: compat/release.py. Exit status: 0 supported, 1 unsupported, 2 the release could
 not be obtained.
 """
+
 from __future__ import annotations
 
 import sys
@@ -25,8 +26,13 @@ def build_parser():
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--source", metavar="DIR", help="an unpacked SGLang tree (DIR/sglang or the sglang dir)")
     src.add_argument("--wheel", metavar="FILE", help="this SGLang wheel file (its version from the file name)")
-    ap.add_argument("--wheel-dir", action="append", default=[], metavar="DIR",
-                    help=f"also look for sglang-VERSION-*.whl here (cache: ${CACHE_ENV} or ~/.cache/sglang_eagle3_ext)")
+    ap.add_argument(
+        "--wheel-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help=f"also look for sglang-VERSION-*.whl here (cache: ${CACHE_ENV} or ~/.cache/sglang_eagle3_ext)",
+    )
     cli_common.add_json_out(ap, "the report")
     return cli_common.finish(ap, "compat")
 
@@ -34,9 +40,10 @@ def build_parser():
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     try:
-        _check_local_inputs(a)   # before any download: a typo must not cost a network wait
-        root, version = release_root(source=a.source, wheel=a.wheel, version=a.sglang, download=a.download,
-                                     wheel_dirs=a.wheel_dir)
+        _check_local_inputs(a)  # before any download: a typo must not cost a network wait
+        root, version = release_root(
+            source=a.source, wheel=a.wheel, version=a.sglang, download=a.download, wheel_dirs=a.wheel_dir
+        )
         rep = check_source(root, version)
     except ReleaseUnavailable as e:
         print(cli_common.error_line("compat", str(e)), file=sys.stderr)

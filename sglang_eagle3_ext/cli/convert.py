@@ -9,6 +9,7 @@ Writes key names for the installed (or named) SGLang release, the aux layer ids 
 needs, and the trained HF hidden-state indices (eagle_config.hf_hidden_state_indices). Refuses anything SGLang
 cannot reproduce. Output is written to a temp dir beside DST and renamed into place.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +36,9 @@ def build_parser():
     ap.add_argument("src", help="the draft to convert (speculators / SpecForge / EAGLE checkpoint folder)")
     ap.add_argument("dst", help="output folder (must be empty or absent, or --force)")
     cli_common.add_sglang_release(ap, "target SGLang release")
-    ap.add_argument("--hf-indices", type=_int_list, help="HF hidden_states indices the draft was trained on, e.g. 3,31,59")
+    ap.add_argument(
+        "--hf-indices", type=_int_list, help="HF hidden_states indices the draft was trained on, e.g. 3,31,59"
+    )
     ap.add_argument("--force", action="store_true", help="replace a non-empty DST")
     ap.add_argument("--allow-pickle", action="store_true", help="read .bin/.pt sources (torch.load weights_only=True)")
     cli_common.add_json_out(ap, "what was converted (or the problems refusing it)")
@@ -47,20 +50,37 @@ def main(argv=None) -> int:
 
     a = build_parser().parse_args(argv)
     report: dict = {}
-    say = (lambda msg: print(msg, file=sys.stderr)) if a.json == "-" else print   # stdout: the JSON only
+    say = (lambda msg: print(msg, file=sys.stderr)) if a.json == "-" else print  # stdout: the JSON only
 
     try:
         with library_output(a.verbose):
-            convert(a.src, a.dst, a.sglang_version, a.hf_indices, a.force, a.allow_pickle, progress=not a.quiet,
-                    log=say, report=report)
+            convert(
+                a.src,
+                a.dst,
+                a.sglang_version,
+                a.hf_indices,
+                a.force,
+                a.allow_pickle,
+                progress=not a.quiet,
+                log=say,
+                report=report,
+            )
     except DraftError as e:
         head, *problems = str(e).splitlines()
         said = head.removeprefix("convert: ")
-        said = said if str(a.src) in said else f"{a.src}: {said}"     # the refusal names the draft it refused
+        said = said if str(a.src) in said else f"{a.src}: {said}"  # the refusal names the draft it refused
         print(cli_common.error_line("convert", said), *problems, sep="\n", file=sys.stderr)
         if a.json:
-            cli_common.write_json(a.json, {"ok": False, "src": a.src, "dst": a.dst, "refused": head,
-                                           "problems": [dataclasses.asdict(p) for p in e.problems]})
+            cli_common.write_json(
+                a.json,
+                {
+                    "ok": False,
+                    "src": a.src,
+                    "dst": a.dst,
+                    "refused": head,
+                    "problems": [dataclasses.asdict(p) for p in e.problems],
+                },
+            )
         return cli_common.EXIT_BAD_INPUT
     if a.json:
         cli_common.write_json(a.json, {"ok": True, **report})

@@ -13,6 +13,7 @@ for a tokenizer that ships code you trust); a tokenizer is never loaded from a p
 dir must be visible to this client (shared filesystem): resume and completion are read from its manifests.
 `status` also sums the writers' skip counters (e.g. skipped_multimodal: image requests, not dumped).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,10 +30,20 @@ from .output import library_output
 
 def _run(args) -> int:
     opts = driver.RunOptions(
-        data=args.data, dump_dir=args.dump_dir, url=args.url, concurrency=args.concurrency, target=args.tokenizer,
-        trust_remote_code=args.trust_remote_code, generate=args.generate, max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature, limit=args.limit, timeout=args.timeout, wait_s=args.wait_s,
-        progress=not args.quiet)
+        data=args.data,
+        dump_dir=args.dump_dir,
+        url=args.url,
+        concurrency=args.concurrency,
+        target=args.tokenizer,
+        trust_remote_code=args.trust_remote_code,
+        generate=args.generate,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        limit=args.limit,
+        timeout=args.timeout,
+        wait_s=args.wait_s,
+        progress=not args.quiet,
+    )
     res = driver.run(opts, cli_common.load_tokenizer)
     _report(args, res.summary, _run_text(res.summary))
     driver.warn_unfinished(opts, res)
@@ -43,11 +54,15 @@ def _run(args) -> int:
 
 def _export(args) -> int:
 
-    with library_output(getattr(args, "verbose", False), bars=True):   # our bar, not the datasets' save bar
-        n = driver.export(args.dump_dir, args.to, args.out, data=args.data, workers=args.workers,
-                          progress=not args.quiet)
-    _report(args, {"exported": n, "to": args.to, "out": str(args.out)},
-            f"exported {n} samples for {args.to} into {args.out}")
+    with library_output(getattr(args, "verbose", False), bars=True):  # our bar, not the datasets' save bar
+        n = driver.export(
+            args.dump_dir, args.to, args.out, data=args.data, workers=args.workers, progress=not args.quiet
+        )
+    _report(
+        args,
+        {"exported": n, "to": args.to, "out": str(args.out)},
+        f"exported {n} samples for {args.to} into {args.out}",
+    )
     return 0
 
 
@@ -71,8 +86,10 @@ def _counters(d: dict) -> str:
 
 def _status_text(st: dict) -> str:
     skips = {k: v for k, v in st.items() if k.startswith("skipped")}
-    lines = [f"dump {st['dump_dir']}: {st['complete_samples']} complete samples, {st['tokens']} tokens, "
-             f"{st['bytes'] / 1e9:.3f} GB"] + ([f"  not dumped: {_counters(skips)}"] if skips else [])
+    lines = [
+        f"dump {st['dump_dir']}: {st['complete_samples']} complete samples, {st['tokens']} tokens, "
+        f"{st['bytes'] / 1e9:.3f} GB"
+    ] + ([f"  not dumped: {_counters(skips)}"] if skips else [])
     for name, w in st["writers"].items():
         err = f" ({w['error']})" if w.get("error") else ""
         stats = w.get("stats") if isinstance(w.get("stats"), dict) else {}
@@ -81,11 +98,13 @@ def _status_text(st: dict) -> str:
 
 
 def _run_text(sm: dict) -> str:
-    return (f"dump run: {sm['written']} of {sm['sent']} sent samples written ({sm['already_done']} of "
-            f"{sm['samples']} already in the manifest), {sm['tokens_written']} tokens, {sm['gb_written']} GB in "
-            f"{sm['seconds']} s; failed requests {sm['failed_requests']}, not written {sm['not_written']}, "
-            f"malformed lines {sm['malformed_lines']}, duplicate ids {sm['duplicate_ids']}"
-            + "".join(f", {k} {v}" for k, v in sm.items() if k.startswith("skipped")))
+    return (
+        f"dump run: {sm['written']} of {sm['sent']} sent samples written ({sm['already_done']} of "
+        f"{sm['samples']} already in the manifest), {sm['tokens_written']} tokens, {sm['gb_written']} GB in "
+        f"{sm['seconds']} s; failed requests {sm['failed_requests']}, not written {sm['not_written']}, "
+        f"malformed lines {sm['malformed_lines']}, duplicate ids {sm['duplicate_ids']}"
+        + "".join(f", {k} {v}" for k, v in sm.items() if k.startswith("skipped"))
+    )
 
 
 def _add_run(sub) -> None:
@@ -95,19 +114,30 @@ def _add_run(sub) -> None:
     r.add_argument("--data", required=True, metavar="PATH", help="JSONL dataset (input lines: see above)")
     r.add_argument("--dump-dir", required=True, help="the server's SGLANG_EAGLE3_EXT_DUMP_DIR, as seen from here")
     r.add_argument("--concurrency", type=c.positive_int, default=8, help="requests in flight")
-    r.add_argument("--target", dest="tokenizer", metavar="DIR",
-                   help="target model dir or HF id whose tokenizer turns text/messages into token ids (needed for "
-                        "them: a tokenizer is never loaded from a path the server names)")
+    r.add_argument(
+        "--target",
+        dest="tokenizer",
+        metavar="DIR",
+        help="target model dir or HF id whose tokenizer turns text/messages into token ids (needed for "
+        "them: a tokenizer is never loaded from a path the server names)",
+    )
     c.hidden_alias(r, "--tokenizer", dest="tokenizer")
-    r.add_argument("--trust-remote-code", action="store_true",
-                   help="let --target's tokenizer run the code it ships (only for a model you trust)")
+    r.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let --target's tokenizer run the code it ships (only for a model you trust)",
+    )
     r.add_argument("--generate", action="store_true", help="target writes a response first; dump prompt+response")
     r.add_argument("--max-new-tokens", type=c.positive_int, default=512, help="response length with --generate")
-    r.add_argument("--temperature", type=c.non_negative_float, default=0.0,
-                   help="sampling temperature with --generate")
+    r.add_argument("--temperature", type=c.non_negative_float, default=0.0, help="sampling temperature with --generate")
     r.add_argument("--limit", type=c.positive_int, help="send only the first N samples")
-    r.add_argument("--timeout", type=c.positive_float, default=600.0, metavar="S",
-                   help="seconds for one request, all of its reply included")
+    r.add_argument(
+        "--timeout",
+        type=c.positive_float,
+        default=600.0,
+        metavar="S",
+        help="seconds for one request, all of its reply included",
+    )
     r.add_argument("--wait-s", type=c.non_negative_float, default=300.0, help="how long to wait for the last writes")
     c.add_json_out(r, "the summary")
     c.add_verbosity(r, quiet="no progress bar")
@@ -123,8 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--to", choices=exporters.names(), required=True, help="output format")
     e.add_argument("--out", required=True, help="output directory")
     e.add_argument("--data", help="the JSONL used for the dump: sample order and loss_mask fields")
-    e.add_argument("--workers", type=c.positive_int, default=8,
-                   help="samples converted in parallel (threads: file io and tensor copies release the GIL)")
+    e.add_argument(
+        "--workers",
+        type=c.positive_int,
+        default=8,
+        help="samples converted in parallel (threads: file io and tensor copies release the GIL)",
+    )
     c.add_json_out(e, "what was exported")
     c.add_verbosity(e, quiet="no progress bar")
     s = sub.add_parser("status", help="manifest and writer status")
@@ -137,10 +171,10 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     if not getattr(args, "verbose", False):
-        logging.getLogger("urllib3").setLevel(logging.ERROR)   # its retries: the final error says it once
+        logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries: the final error says it once
     try:
         return {"run": _run, "export": _export, "status": _status}[args.cmd](args)
-    except (ClientError, cli_common.CliError, BadInput, ExportError) as e:   # each names the input and the fix
+    except (ClientError, cli_common.CliError, BadInput, ExportError) as e:  # each names the input and the fix
         print(cli_common.error_line(f"dump {args.cmd}", str(e)), file=sys.stderr)
         return 2
 

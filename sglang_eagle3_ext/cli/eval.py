@@ -12,6 +12,7 @@ spec_accept_length: tokens / rounds, cut at max_new_tokens) stands beside it. Th
 input (one line naming the input and the fix), a server setting eval does not simulate, or a served figure no
 server with these settings can report (the report still lists it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,16 +26,17 @@ from .output import library_output
 
 DEFAULT_STEPS = 3
 # Bounds on the flags that size the work: refused up front rather than computing for hours or exhausting memory
-MAX_STEPS = 16                  # draft steps simulated per anchor (each one a forward over every row)
+MAX_STEPS = 16  # draft steps simulated per anchor (each one a forward over every row)
 MAX_TOPK = 64
 MAX_SAMPLES = 10_000_000
-MAX_BATCH_TOKENS = 1 << 20      # rows of one simulated batch
+MAX_BATCH_TOKENS = 1 << 20  # rows of one simulated batch
 MAX_CONCURRENCY = 1024
 MAX_TIMEOUT_S = 86_400.0
 
 
 def int_between(low: int, high: int):
     """An argparse `type`: an integer in [low, high]; argparse names the flag."""
+
     def parse(text: str) -> int:
         try:
             v = int(text)
@@ -43,6 +45,7 @@ def int_between(low: int, high: int):
         if v is None or not low <= v <= high:
             raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {text!r}")
         return v
+
     parse.__name__ = f"integer in [{low}, {high}]"
     return parse
 
@@ -50,35 +53,83 @@ def int_between(low: int, high: int):
 def build_parser() -> argparse.ArgumentParser:
 
     p = cli_common.parser("eval", cli_common.doc_description(__doc__, paragraphs=2))
-    p.add_argument("--draft", required=True, help="the draft's folder, in the layout SGLang serves (a speculators "
-                   "checkpoint: `sglang-eagle3 convert` it first)")
-    p.add_argument("--data", required=True, help="a dump dir (dump_meta.json + manifests) or a training export "
-                   "(hs_{i}.safetensors, `dump export --to speculators`)")
-    p.add_argument("--target", default=None, help="the target model's folder: its embeddings (and lm_head when the "
-                   "draft shares it), as a server installs them (default: the model path the data records)")
-    p.add_argument("--steps", type=int_between(1, MAX_STEPS), default=DEFAULT_STEPS,
-                   help=f"--speculative-num-steps of the server to predict, 1..{MAX_STEPS}")
-    p.add_argument("--topk", type=int_between(1, MAX_TOPK), default=1,
-                   help="--speculative-eagle-topk (only 1 is simulated)")
-    p.add_argument("--draft-tokens", type=int_between(1, MAX_STEPS + 1), default=None,
-                   help="--speculative-num-draft-tokens (with topk 1: steps + 1, the default)")
-    p.add_argument("--heldout-fraction", type=cli_common.number_in(0.0, 1.0), default=0.05,
-                   help="the share `train` holds out (1 - train's --train-ratio); 1: every sample")
-    p.add_argument("--samples", type=int_between(1, MAX_SAMPLES), default=None,
-                   help=f"evaluate at most this many held-out samples (the first ones), 1..{MAX_SAMPLES:_}; "
-                        f"default: all")
+    p.add_argument(
+        "--draft",
+        required=True,
+        help="the draft's folder, in the layout SGLang serves (a speculators "
+        "checkpoint: `sglang-eagle3 convert` it first)",
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        help="a dump dir (dump_meta.json + manifests) or a training export "
+        "(hs_{i}.safetensors, `dump export --to speculators`)",
+    )
+    p.add_argument(
+        "--target",
+        default=None,
+        help="the target model's folder: its embeddings (and lm_head when the "
+        "draft shares it), as a server installs them (default: the model path the data records)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int_between(1, MAX_STEPS),
+        default=DEFAULT_STEPS,
+        help=f"--speculative-num-steps of the server to predict, 1..{MAX_STEPS}",
+    )
+    p.add_argument(
+        "--topk", type=int_between(1, MAX_TOPK), default=1, help="--speculative-eagle-topk (only 1 is simulated)"
+    )
+    p.add_argument(
+        "--draft-tokens",
+        type=int_between(1, MAX_STEPS + 1),
+        default=None,
+        help="--speculative-num-draft-tokens (with topk 1: steps + 1, the default)",
+    )
+    p.add_argument(
+        "--heldout-fraction",
+        type=cli_common.number_in(0.0, 1.0),
+        default=0.05,
+        help="the share `train` holds out (1 - train's --train-ratio); 1: every sample",
+    )
+    p.add_argument(
+        "--samples",
+        type=int_between(1, MAX_SAMPLES),
+        default=None,
+        help=f"evaluate at most this many held-out samples (the first ones), 1..{MAX_SAMPLES:_}; default: all",
+    )
     p.add_argument("--device", default=None, help="torch device (default: cuda when there is one, else cpu)")
     p.add_argument("--dtype", choices=DTYPES, default="bf16", help="weights and activations (bf16: as served)")
-    p.add_argument("--batch-tokens", type=int_between(1, MAX_BATCH_TOKENS), default=8192,
-                   help=f"tokens simulated at once, 1..{MAX_BATCH_TOKENS}")
-    p.add_argument("--url", default=None, help="a running EAGLE-3 server of this draft: send it the same held-out "
-                   "prompts and report its accept length beside the prediction")
-    p.add_argument("--concurrency", type=int_between(1, MAX_CONCURRENCY), default=8,
-                   help=f"requests in flight with --url, 1..{MAX_CONCURRENCY}")
-    p.add_argument("--timeout", type=cli_common.number_in(0.0, MAX_TIMEOUT_S), default=300.0,
-                   help=f"seconds for each request with --url, at most {MAX_TIMEOUT_S:g}")
-    p.add_argument("--dry-run", action="store_true", help="check every local input and print the plan (held-out "
-                   "samples, settings) in seconds; no weight is loaded, no sample simulated, no request sent")
+    p.add_argument(
+        "--batch-tokens",
+        type=int_between(1, MAX_BATCH_TOKENS),
+        default=8192,
+        help=f"tokens simulated at once, 1..{MAX_BATCH_TOKENS}",
+    )
+    p.add_argument(
+        "--url",
+        default=None,
+        help="a running EAGLE-3 server of this draft: send it the same held-out "
+        "prompts and report its accept length beside the prediction",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int_between(1, MAX_CONCURRENCY),
+        default=8,
+        help=f"requests in flight with --url, 1..{MAX_CONCURRENCY}",
+    )
+    p.add_argument(
+        "--timeout",
+        type=cli_common.number_in(0.0, MAX_TIMEOUT_S),
+        default=300.0,
+        help=f"seconds for each request with --url, at most {MAX_TIMEOUT_S:g}",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check every local input and print the plan (held-out "
+        "samples, settings) in seconds; no weight is loaded, no sample simulated, no request sent",
+    )
     cli_common.add_json_out(p, "the report")
     cli_common.add_verbosity(p, quiet="no progress lines")
     return p
@@ -86,7 +137,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_json(dest: str | None) -> None:
     from pathlib import Path
-
 
     if not dest or dest == "-":
         return
@@ -101,24 +151,42 @@ def main(argv: list[str] | None = None) -> int:
 
     a = cli_common.finish(build_parser(), "eval").parse_args(argv)
     say = None if a.quiet or a.json == "-" else (lambda m: print(f"eval: {m}", file=sys.stderr, flush=True))
-    opts = Options(draft=a.draft, data=a.data, target=a.target, steps=a.steps, topk=a.topk,
-                   draft_tokens=a.draft_tokens, heldout_fraction=a.heldout_fraction, samples=a.samples,
-                   device=a.device, dtype=a.dtype, url=a.url, concurrency=a.concurrency, timeout=a.timeout,
-                   batch_tokens=a.batch_tokens, say=say, dry_run=a.dry_run)
+    opts = Options(
+        draft=a.draft,
+        data=a.data,
+        target=a.target,
+        steps=a.steps,
+        topk=a.topk,
+        draft_tokens=a.draft_tokens,
+        heldout_fraction=a.heldout_fraction,
+        samples=a.samples,
+        device=a.device,
+        dtype=a.dtype,
+        url=a.url,
+        concurrency=a.concurrency,
+        timeout=a.timeout,
+        batch_tokens=a.batch_tokens,
+        say=say,
+        dry_run=a.dry_run,
+    )
     try:
         _check_json(a.json)
         with library_output(a.verbose):
             rep = evaluate(opts)
-    except (Refused, BadInput) as e:   # names the input and the fix
+    except (Refused, BadInput) as e:  # names the input and the fix
         print(cli_common.error_line("eval", str(e).replace("\n", " ")), file=sys.stderr)
         return getattr(e, "code", cli_common.EXIT_BAD_INPUT)
     code = cli_common.report(a.json, rep, render(rep))
     odd = (rep.get("served") or {}).get("implausible")
-    if odd:     # a reply taken on trust would make the comparison meaningless: the report says which figure
-        print(cli_common.error_line("eval", f"--url {a.url}: a served figure no server at --steps {a.steps} can "
-                                            f"report: {odd[0]}" + (f" (+{len(odd) - 1} more)" if len(odd) > 1
-                                                                    else "") + "; see served.implausible"),
-              file=sys.stderr)
+    if odd:  # a reply taken on trust would make the comparison meaningless: the report says which figure
+        print(
+            cli_common.error_line(
+                "eval",
+                f"--url {a.url}: a served figure no server at --steps {a.steps} can "
+                f"report: {odd[0]}" + (f" (+{len(odd) - 1} more)" if len(odd) > 1 else "") + "; see served.implausible",
+            ),
+            file=sys.stderr,
+        )
         return cli_common.EXIT_BAD_INPUT
     return code
 

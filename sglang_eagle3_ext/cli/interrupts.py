@@ -11,6 +11,7 @@ interrupt, not every child with a traceback of its own (data-loader workers igno
 The same signal sent again soon after (torchrun sends SIGINT then SIGTERM; a terminal signals the whole
 group) is ignored, so the cleanup it would cut short runs to its end.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,18 +23,18 @@ import time
 from .common import prog
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-REPEAT_GRACE_S = 10.0      # after the first signal, how long later ones are ignored while the cleanup runs
+REPEAT_GRACE_S = 10.0  # after the first signal, how long later ones are ignored while the cleanup runs
 
 
 class Interrupt:
-    received: int | None = None      # the signal number, once one arrived
-    at: float = 0.0                  # when (time.monotonic())
+    received: int | None = None  # the signal number, once one arrived
+    at: float = 0.0  # when (time.monotonic())
 
 
 @contextlib.contextmanager
 def interruptible():
     stop = Interrupt()
-    if threading.current_thread() is not threading.main_thread():   # signals reach the main thread only
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
         yield stop
         return
     owner = os.getpid()

@@ -8,6 +8,7 @@ every SGLang process.
 Order of precedence: command line > preset/config > SGLang defaults; environment variables and
 SGLang arguments the user set are never overridden (each automatic choice is printed with its reason).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,33 +25,58 @@ from . import launch_flags
 def our_parser() -> argparse.ArgumentParser:
     # allow_abbrev=False: never swallow an abbreviated SGLang option (e.g. --pre... / --config-...)
     p = argparse.ArgumentParser(
-        prog="python -m sglang_eagle3_ext.launch_server", add_help=False, allow_abbrev=False,
+        prog="python -m sglang_eagle3_ext.launch_server",
+        add_help=False,
+        allow_abbrev=False,
         description="SGLang launcher with EAGLE-3 patches, presets, NCCL settings from the GPU topology, and a "
-                    "preflight all-reduce check. Every other argument goes to SGLang unchanged (--help-sglang lists "
-                    "SGLang's); flags are spelled out in full, as SGLang's documentation writes them (--tp 8 too): a "
-                    "typo or an abbreviation is refused before anything starts.")
+        "preflight all-reduce check. Every other argument goes to SGLang unchanged (--help-sglang lists "
+        "SGLang's); flags are spelled out in full, as SGLang's documentation writes them (--tp 8 too): a "
+        "typo or an abbreviation is refused before anything starts.",
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--preset", metavar="NAME", help="a server_configs/NAME.yaml preset (see --list-presets)")
     src.add_argument("--config", metavar="FILE", help="a preset-format YAML file (SGLang --config files work too)")
     p.add_argument("--list-presets", action="store_true", help="print the shipped presets and exit")
-    p.add_argument("--nccl-profile", choices=nccl.PROFILES, default=None,
-                   help="auto (default): from the detected topology; pcie/nvlink: force; off: set nothing")
-    p.add_argument("--preflight", action="store_true",
-                   help="all-reduce check across the TP group's GPUs before starting SGLang")
-    p.add_argument("--loopback-only", action="store_true",
-                   help="single node: NCCL/gloo bootstrap on lo and IB off (breaks cross-node groups such as RLHF "
-                        "weight sync; preset key loopback_only)")
-    p.add_argument("--preflight-timeout", type=cli_common.positive_float, default=120.0, metavar="S",
-                   help="seconds per preflight attempt (default 120; a hang is retried once with NCCL_P2P_DISABLE=1)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print topology, decisions and the SGLang command; start nothing (works without GPUs)")
-    p.add_argument("--dump-dir", metavar="DIR",
-                   help="dump prefill hidden states into DIR (made if missing; replaces a preset's dump_dir; "
-                        "passed to SGLang's processes as SGLANG_EAGLE3_EXT_DUMP_DIR)")
+    p.add_argument(
+        "--nccl-profile",
+        choices=nccl.PROFILES,
+        default=None,
+        help="auto (default): from the detected topology; pcie/nvlink: force; off: set nothing",
+    )
+    p.add_argument(
+        "--preflight", action="store_true", help="all-reduce check across the TP group's GPUs before starting SGLang"
+    )
+    p.add_argument(
+        "--loopback-only",
+        action="store_true",
+        help="single node: NCCL/gloo bootstrap on lo and IB off (breaks cross-node groups such as RLHF "
+        "weight sync; preset key loopback_only)",
+    )
+    p.add_argument(
+        "--preflight-timeout",
+        type=cli_common.positive_float,
+        default=120.0,
+        metavar="S",
+        help="seconds per preflight attempt (default 120; a hang is retried once with NCCL_P2P_DISABLE=1)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print topology, decisions and the SGLang command; start nothing (works without GPUs)",
+    )
+    p.add_argument(
+        "--dump-dir",
+        metavar="DIR",
+        help="dump prefill hidden states into DIR (made if missing; replaces a preset's dump_dir; "
+        "passed to SGLang's processes as SGLANG_EAGLE3_EXT_DUMP_DIR)",
+    )
     p.add_argument("--topology-file", metavar="F", help="read the topology from JSON instead of NVML")
     p.add_argument("--dump-topology", action="store_true", help="print the detected topology as JSON and exit")
-    p.add_argument("--skip-draft-check", action="store_true",
-                   help="do not run `check` on --speculative-draft-model-path before starting SGLang")
+    p.add_argument(
+        "--skip-draft-check",
+        action="store_true",
+        help="do not run `check` on --speculative-draft-model-path before starting SGLang",
+    )
     p.add_argument("-h", "--help", action="store_true", help="this help (launch's own flags)")
     p.add_argument("--help-sglang", action="store_true", help="SGLang's own flags, passed through unchanged")
     cli_common.add_json_out(p, "the plan (--dry-run; a real launch writes it to PATH first)")
@@ -76,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if ours.help_sglang:
         launch_flags.print_sglang_help()
         return 0
-    launch_flags.check_flags(parser, ours, rest)   # neither ours nor SGLang's (`--dry-runn`): refused, nothing starts
+    launch_flags.check_flags(parser, ours, rest)  # neither ours nor SGLang's (`--dry-runn`): refused, nothing starts
     if ours.list_presets:
         launch_flags.list_presets(ours)
         return 0
@@ -86,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         print(topology.detect().to_json())
         return 0
     plan = build_plan(ours, rest)
-    text = launch_flags.write_plan(plan, ours)   # --json [PATH]
+    text = launch_flags.write_plan(plan, ours)  # --json [PATH]
     if ours.dry_run:
         if text:
             print(plan.render())

@@ -5,6 +5,7 @@ launch_server passes what its own parser does not take to SGLang. A flag that is
 which SGLang's parser would take) is refused before anything is planned or started, naming the full flag:
 flags are spelled out in full. The short forms SGLang's own documentation writes (`--tp 8`) are the exception.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -27,8 +28,10 @@ def print_sglang_help() -> None:
 
         presets.sglang_parser().print_help()
     except Exception as e:  # noqa: BLE001 - said in one line: the flags cannot be listed without SGLang
-        raise CliError(f"--help-sglang: SGLang is not importable here ({type(e).__name__}: {e}); install it with "
-                       f"pip install 'sglang-eagle3-ext[sglang]'") from None
+        raise CliError(
+            f"--help-sglang: SGLang is not importable here ({type(e).__name__}: {e}); install it with "
+            f"pip install 'sglang-eagle3-ext[sglang]'"
+        ) from None
 
 
 def _sglang_flags() -> tuple[dict | None, str]:
@@ -38,7 +41,7 @@ def _sglang_flags() -> tuple[dict | None, str]:
     try:
         from ..launch import presets
 
-        with warnings.catch_warnings():   # what importing SGLang says on a machine without its kernels
+        with warnings.catch_warnings():  # what importing SGLang says on a machine without its kernels
             warnings.simplefilter("ignore")
             _, version = presets.server_args_fields()
             return presets.sglang_parser()._option_string_actions, version
@@ -49,8 +52,10 @@ def _sglang_flags() -> tuple[dict | None, str]:
 def check_flags(parser, ours, rest: list[str]) -> None:
     """CliError for a flag in `rest` that is neither ours nor SGLang's; `--json` on stdout only with --dry-run."""
     if ours.json == "-" and not ours.dry_run and not ours.list_presets:
-        raise CliError("--json without PATH prints the plan of --dry-run: add --dry-run, or give --json PATH to "
-                       "keep the plan of a real launch")
+        raise CliError(
+            "--json without PATH prints the plan of --dry-run: add --dry-run, or give --json PATH to "
+            "keep the plan of a real launch"
+        )
     flags = [t.split("=", 1)[0] for t in _until_double_dash(rest) if t.startswith("--")]
     if not flags:
         return
@@ -60,22 +65,28 @@ def check_flags(parser, ours, rest: list[str]) -> None:
         if theirs is not None and opt in theirs:
             continue
         if any(f.startswith(opt) for f in (*mine, "--help")) or difflib.get_close_matches(opt, mine, n=1, cutoff=0.8):
-            raise CliError(f"{opt}: not a flag of launch nor of SGLang{did_you_mean(opt, mine)} (flags are spelled "
-                           f"out in full; nothing was started)")
+            raise CliError(
+                f"{opt}: not a flag of launch nor of SGLang{did_you_mean(opt, mine)} (flags are spelled "
+                f"out in full; nothing was started)"
+            )
         if theirs is None:
-            continue   # SGLang not importable (--dry-run only): its own flags cannot be told apart
+            continue  # SGLang not importable (--dry-run only): its own flags cannot be told apart
         matches = sorted(s for s in theirs if s.startswith(opt))
         if matches == [SGLANG_SHORT_FORMS.get(opt)]:
             continue
         if matches:
-            raise CliError(f"{opt}: an abbreviation of SGLang's {' or '.join(matches[:3])}; flags are spelled out "
-                           f"in full{did_you_mean(opt, matches)} (nothing was started)")
-        raise CliError(f"{opt}: neither a flag of launch nor of SGLang {version}{did_you_mean(opt, [*mine, *theirs])}"
-                       f" (`launch --help` lists ours, `launch --help-sglang` SGLang's; nothing was started)")
+            raise CliError(
+                f"{opt}: an abbreviation of SGLang's {' or '.join(matches[:3])}; flags are spelled out "
+                f"in full{did_you_mean(opt, matches)} (nothing was started)"
+            )
+        raise CliError(
+            f"{opt}: neither a flag of launch nor of SGLang {version}{did_you_mean(opt, [*mine, *theirs])}"
+            f" (`launch --help` lists ours, `launch --help-sglang` SGLang's; nothing was started)"
+        )
 
 
 def _until_double_dash(rest: list[str]) -> list[str]:
-    return rest[:rest.index("--")] if "--" in rest else rest
+    return rest[: rest.index("--")] if "--" in rest else rest
 
 
 def write_plan(plan, ours) -> bool:

@@ -1,5 +1,6 @@
 """The name each tool goes by in its usage and error lines: `sglang-eagle3 TOOL` when run through the command,
 else the `python -m sglang_eagle3_ext.MODULE` entry that ran it."""
+
 from __future__ import annotations
 
 import contextlib

@@ -1,6 +1,7 @@
 """What a command shows by default: its own lines and progress, not the logs, warnings and progress bars of
 the libraries it drives (speculators, transformers, datasets, torch). `--verbose` shows those too; errors of
 any logger are always shown."""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,9 +14,11 @@ from .. import envs
 
 OURS = "sglang_eagle3_ext"
 # libraries whose own progress bars are switched off: module, (is it on?, off, on)
-_BARS = {"transformers.utils.logging": ("is_progress_bar_enabled", "disable_progress_bar", "enable_progress_bar"),
-         "datasets.utils.logging": ("is_progress_bar_enabled", "disable_progress_bar", "enable_progress_bar")}
-_LOGURU_NAMES = ("speculators",)   # libraries logging through loguru
+_BARS = {
+    "transformers.utils.logging": ("is_progress_bar_enabled", "disable_progress_bar", "enable_progress_bar"),
+    "datasets.utils.logging": ("is_progress_bar_enabled", "disable_progress_bar", "enable_progress_bar"),
+}
+_LOGURU_NAMES = ("speculators",)  # libraries logging through loguru
 
 
 class _OursOrErrors(logging.Filter):
@@ -39,7 +42,7 @@ def library_output(verbose: bool, bars: bool = False):
     saved_handlers, ours = root.handlers[:], logging.getLogger(OURS)
     root.handlers = [handler]
     undo = [_loguru_off(), *(_bars_off() if bars else [])]
-    if ours.level == logging.NOTSET:   # our own INFO lines (automatic decisions) stay visible
+    if ours.level == logging.NOTSET:  # our own INFO lines (automatic decisions) stay visible
         ours.setLevel(logging.INFO)
         undo.append(lambda: ours.setLevel(logging.NOTSET))
     try:

@@ -6,6 +6,7 @@ package, so wheel users get them too:
     sglang-eagle3 patches --print 0.5.16 > sge3.patch
     cd "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" && patch -p1 --forward --fuzz=0 < sge3.patch
 """
+
 from __future__ import annotations
 
 import sys
@@ -18,7 +19,7 @@ PATCH_FILE = "sglang-eagle3-ext.patch"
 
 def patch_dirs() -> list[Path]:
     """Installed wheel: sglang_eagle3_ext/patches (hatch force-include); checkout: <repo>/patches."""
-    pkg = Path(__file__).resolve().parent.parent   # the package (wheel) or the checkout (patches/ beside it)
+    pkg = Path(__file__).resolve().parent.parent  # the package (wheel) or the checkout (patches/ beside it)
     return [d for d in (pkg / "patches", pkg.parent / "patches") if d.is_dir()]
 
 
@@ -44,7 +45,8 @@ def find(release: str) -> Path:
     if release not in have:
         raise cli_common.CliError(
             f"no static patch for SGLang {release!r}; shipped: {', '.join(sorted(have, key=_sort_key)) or 'none'} "
-            f"(other releases: the runtime route, SGLANG_EAGLE3_EXT=1, needs no patch)")
+            f"(other releases: the runtime route, SGLANG_EAGLE3_EXT=1, needs no patch)"
+        )
     return have[release]
 
 

@@ -13,6 +13,7 @@ half-way is settled by the next one. Otherwise the current draft stays and the r
 OUT (a new folder) receives data/, train/, draft/ (the new draft, in SGLang's layout) and refresh.json.
 Exit 0 accepted (and swapped with --swap); 1 not accepted (the reason printed); 2 bad input or a refused swap.
 """
+
 from __future__ import annotations
 
 import sys
@@ -31,45 +32,81 @@ def build_parser():
     d = Options(dump_dir="", draft="", out="")
     p = c.parser("refresh", c.doc_description(__doc__, paragraphs=3))
     p.add_argument("--dump-dir", required=True, help="the serving dump (the server's SGLANG_EAGLE3_EXT_DUMP_DIR)")
-    p.add_argument("--draft", default=None, help="the draft being served (SGLang's layout): training starts from "
-                   "its weights and the new one must beat it. Required without --swap; with --swap it must be the "
-                   "draft the server serves (default: that one)")
+    p.add_argument(
+        "--draft",
+        default=None,
+        help="the draft being served (SGLang's layout): training starts from "
+        "its weights and the new one must beat it. Required without --swap; with --swap it must be the "
+        "draft the server serves (default: that one)",
+    )
     p.add_argument("--out", required=True, help="a new folder for this refresh (data/, train/, draft/, refresh.json)")
     p.add_argument("--target", default=None, help="the target's folder (default: the model path the dump records)")
-    p.add_argument("--margin", type=c.non_negative_float, default=d.margin,
-                   help="predicted accept length the new draft must gain to replace the current one")
-    p.add_argument("--min-samples", type=c.positive_int, default=d.min_samples,
-                   help="fewer new samples than this: nothing is trained")
-    p.add_argument("--heldout-fraction", type=c.number_in(0.0, 1.0, include_high=False),
-                   default=d.heldout_fraction, help="share of the new samples held out to judge both drafts on")
-    p.add_argument("--max-accept-len", type=c.positive_float, default=None,
-                   help="use only requests the current draft served with an accept length below this")
+    p.add_argument(
+        "--margin",
+        type=c.non_negative_float,
+        default=d.margin,
+        help="predicted accept length the new draft must gain to replace the current one",
+    )
+    p.add_argument(
+        "--min-samples",
+        type=c.positive_int,
+        default=d.min_samples,
+        help="fewer new samples than this: nothing is trained",
+    )
+    p.add_argument(
+        "--heldout-fraction",
+        type=c.number_in(0.0, 1.0, include_high=False),
+        default=d.heldout_fraction,
+        help="share of the new samples held out to judge both drafts on",
+    )
+    p.add_argument(
+        "--max-accept-len",
+        type=c.positive_float,
+        default=None,
+        help="use only requests the current draft served with an accept length below this",
+    )
     p.add_argument("--epochs", type=c.positive_int, default=d.epochs, help="training epochs over the new samples")
     p.add_argument("--lr", type=c.positive_float, default=d.lr, help="peak learning rate")
-    p.add_argument("--spec-steps", type=c.positive_int, default=d.spec_steps,
-                   help="the server's --speculative-num-steps (topk 1) the prediction is for")
-    p.add_argument("--eval-samples", type=c.positive_int, default=None, help="judge on at most this many held-out "
-                   "samples (default: all)")
+    p.add_argument(
+        "--spec-steps",
+        type=c.positive_int,
+        default=d.spec_steps,
+        help="the server's --speculative-num-steps (topk 1) the prediction is for",
+    )
+    p.add_argument(
+        "--eval-samples",
+        type=c.positive_int,
+        default=None,
+        help="judge on at most this many held-out samples (default: all)",
+    )
     p.add_argument("--device", default=None, help="torch device (default: cuda when there is one)")
     p.add_argument("--dtype", choices=DTYPES, default=d.dtype, help="eval's weights and activations")
     p.add_argument("--workers", type=c.positive_int, default=d.workers, help="export threads")
-    p.add_argument("--swap", dest="swap_url", default=None, metavar="URL",
-                   help="a running EAGLE-3 server: swap an accepted draft into it (`sglang-eagle3 swap`)")
+    p.add_argument(
+        "--swap",
+        dest="swap_url",
+        default=None,
+        metavar="URL",
+        help="a running EAGLE-3 server: swap an accepted draft into it (`sglang-eagle3 swap`)",
+    )
     p.add_argument("--loss-impl", choices=("fused", "eager"), default=None, help="train's --loss-impl")
     c.add_json_out(p, "the report")
     c.add_verbosity(p, quiet="no progress lines")
     return c.finish(p, "refresh")
 
 
-_STOPPED = ("a refresh stopped half-way records none of its samples as used (the next refresh settles it): run "
-            "refresh again")
+_STOPPED = (
+    "a refresh stopped half-way records none of its samples as used (the next refresh settles it): run refresh again"
+)
 
 
 def render(rep: dict) -> str:
     verdict = "accepted" if rep["accepted"] else "not accepted"
-    lines = [f"refresh: {verdict}: {rep['reason']}",
-             f"  samples: {rep['selected']} selected of {rep['new_samples']} new "
-             f"({rep['train_samples']} trained on, {rep['heldout_samples']} held out)"]
+    lines = [
+        f"refresh: {verdict}: {rep['reason']}",
+        f"  samples: {rep['selected']} selected of {rep['new_samples']} new "
+        f"({rep['train_samples']} trained on, {rep['heldout_samples']} held out)",
+    ]
     if rep.get("out"):
         lines.append(f"  new draft: {rep['draft_after']} (report: {rep['out']}/refresh.json)")
     sw = rep.get("swap")
@@ -85,13 +122,31 @@ def main(argv: list[str] | None = None) -> int:
     stop = None
     say = None if a.quiet or a.json == "-" else (lambda m: print(f"refresh: {m}", file=sys.stderr, flush=True))
     extra = {"loss_impl": a.loss_impl} if a.loss_impl else {}
-    opts = Options(dump_dir=a.dump_dir, draft=a.draft, out=a.out, target=a.target, margin=a.margin,
-                   min_samples=a.min_samples, heldout_fraction=a.heldout_fraction, max_accept_len=a.max_accept_len,
-                   epochs=a.epochs, lr=a.lr, spec_steps=a.spec_steps, eval_samples=a.eval_samples, device=a.device,
-                   dtype=a.dtype, workers=a.workers, swap_url=a.swap_url, train_options=extra, say=say)
+    opts = Options(
+        dump_dir=a.dump_dir,
+        draft=a.draft,
+        out=a.out,
+        target=a.target,
+        margin=a.margin,
+        min_samples=a.min_samples,
+        heldout_fraction=a.heldout_fraction,
+        max_accept_len=a.max_accept_len,
+        epochs=a.epochs,
+        lr=a.lr,
+        spec_steps=a.spec_steps,
+        eval_samples=a.eval_samples,
+        device=a.device,
+        dtype=a.dtype,
+        workers=a.workers,
+        swap_url=a.swap_url,
+        train_options=extra,
+        say=say,
+    )
     if a.draft is None and a.swap_url is None:
-        print(c.error_line("refresh", "--draft is required without --swap (with --swap it defaults to the served "
-                                      "draft)"), file=sys.stderr)
+        print(
+            c.error_line("refresh", "--draft is required without --swap (with --swap it defaults to the served draft)"),
+            file=sys.stderr,
+        )
         return c.EXIT_BAD_INPUT
     try:
         with interruptible() as stop, library_output(a.verbose, bars=True):
@@ -102,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             print(c.error_line("refresh", str(e).replace("\n", " ")), file=sys.stderr)
             return getattr(e, "code", c.EXIT_BAD_INPUT)
-        print(interrupted_line("refresh", _STOPPED), file=sys.stderr)   # whatever the training made of it
+        print(interrupted_line("refresh", _STOPPED), file=sys.stderr)  # whatever the training made of it
         return c.EXIT_INTERRUPTED
     except KeyboardInterrupt:
         print(interrupted_line("refresh", _STOPPED), file=sys.stderr)

@@ -7,6 +7,7 @@ Writes one (with --kimi the Kimi-K2.5 wrapper around it) and prints its folder. 
 small dump of its hidden states, computed on this machine's CPU, in the format a dumping server writes:
 `dump export`, `train`, `eval` take it as they take a served dump (no GPU needed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,26 +21,46 @@ from .output import library_output
 
 def build_parser() -> argparse.ArgumentParser:
     ap = cli_common.parser("tiny", cli_common.doc_description(__doc__))
-    ap.add_argument("out", nargs="?", help=f"output folder, new or empty (default: the cache, "
-                                           f"{deepseek_v3.default_dir()}); one holding other files is refused, one "
-                                           f"holding this target is reused")
-    ap.add_argument("--predictable", action="store_true",
-                    help="a target whose greedy continuation a draft can learn (each token leans on a fixed "
-                         "successor); the plain random target's greedy outputs are chaotic and no draft learns them")
+    ap.add_argument(
+        "out",
+        nargs="?",
+        help=f"output folder, new or empty (default: the cache, "
+        f"{deepseek_v3.default_dir()}); one holding other files is refused, one "
+        f"holding this target is reused",
+    )
+    ap.add_argument(
+        "--predictable",
+        action="store_true",
+        help="a target whose greedy continuation a draft can learn (each token leans on a fixed "
+        "successor); the plain random target's greedy outputs are chaotic and no draft learns them",
+    )
     ap.add_argument("--seed", type=int, default=0, help="weights' random seed")
-    ap.add_argument("--kimi", action="store_true",
-                    help="wrap it as Kimi-K2.5 (KimiK25ForConditionalGeneration with a tiny vision tower)")
+    ap.add_argument(
+        "--kimi",
+        action="store_true",
+        help="wrap it as Kimi-K2.5 (KimiK25ForConditionalGeneration with a tiny vision tower)",
+    )
     g = ap.add_argument_group("a sample dump on CPU (--sample-dump)")
-    g.add_argument("--sample-dump", metavar="DIR",
-                   help="also write the target's hidden states for --samples prompts into DIR (new or empty), as "
-                        "the dumping server would: the aux layers it captures by default, the final state")
-    g.add_argument("--samples", type=cli_common.positive_int, default=64,
-                   help="prompts to dump (about a second each on a CPU)")
-    g.add_argument("--prompts", metavar="FILE",
-                   help="a `dump run --data` file of token-id prompts (default: seeded random token ids)")
-    g.add_argument("--max-new-tokens", type=cli_common.non_negative_int, default=32,
-                   help="greedy answer tokens per prompt, dumped with it as `dump run --generate` does (0: the "
-                        "prompts alone)")
+    g.add_argument(
+        "--sample-dump",
+        metavar="DIR",
+        help="also write the target's hidden states for --samples prompts into DIR (new or empty), as "
+        "the dumping server would: the aux layers it captures by default, the final state",
+    )
+    g.add_argument(
+        "--samples", type=cli_common.positive_int, default=64, help="prompts to dump (about a second each on a CPU)"
+    )
+    g.add_argument(
+        "--prompts",
+        metavar="FILE",
+        help="a `dump run --data` file of token-id prompts (default: seeded random token ids)",
+    )
+    g.add_argument(
+        "--max-new-tokens",
+        type=cli_common.non_negative_int,
+        default=32,
+        help="greedy answer tokens per prompt, dumped with it as `dump run --generate` does (0: the prompts alone)",
+    )
     return cli_common.finish(ap, "tiny")
 
 
@@ -55,19 +76,28 @@ def main(argv=None) -> int:
     if a.sample_dump:
         from ..tiny.sample_dump import refuse_used_folder
 
-        refuse_used_folder(Path(a.sample_dump))             # before minutes of work, not after
+        refuse_used_folder(Path(a.sample_dump))  # before minutes of work, not after
 
-    with library_output(verbose=False, bars=True):      # our progress lines, not transformers' bars
+    with library_output(verbose=False, bars=True):  # our progress lines, not transformers' bars
         target = make(a.out, seed=a.seed, **(deepseek_v3.PREDICTABLE if a.predictable else {}))
         print(target, flush=True)
         if a.sample_dump:
             from ..tiny.sample_dump import write_sample_dump
 
-            n = write_sample_dump(Path(target), Path(a.sample_dump), Path(a.prompts) if a.prompts else None,
-                                  samples=a.samples, new_tokens=a.max_new_tokens, seed=a.seed)
+            n = write_sample_dump(
+                Path(target),
+                Path(a.sample_dump),
+                Path(a.prompts) if a.prompts else None,
+                samples=a.samples,
+                new_tokens=a.max_new_tokens,
+                seed=a.seed,
+            )
     if a.sample_dump:
-        print(f"wrote {n} samples into {a.sample_dump}; next: {cli_common.COMMAND} dump export --dump-dir "
-              f"{a.sample_dump} --to speculators --out DIR", file=sys.stderr)
+        print(
+            f"wrote {n} samples into {a.sample_dump}; next: {cli_common.COMMAND} dump export --dump-dir "
+            f"{a.sample_dump} --to speculators --out DIR",
+            file=sys.stderr,
+        )
     return 0
 
 

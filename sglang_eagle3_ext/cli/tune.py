@@ -10,6 +10,7 @@ started and timed with `bench` on your prompts (greedy outputs compared with the
 --speculative-adaptive-config; timings.json; tune.json; a plot. Exit 0; 2 on bad input (one line naming it),
 a backend the release lacks, or a budget below one timing pass.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,34 +46,64 @@ def build_parser() -> argparse.ArgumentParser:
     p = cli_common.parser("tune", cli_common.doc_description(__doc__, paragraphs=2))
     p.add_argument("--target", required=True, help="the target model's folder")
     p.add_argument("--draft", required=True, help="the EAGLE-3 draft's folder, in the layout SGLang serves")
-    p.add_argument("--data", required=True, help="your dump (or a training export): the accept side is simulated "
-                   "on its held-out samples")
-    p.add_argument("--prompts", default=None, help="your prompts (JSONL / ShareGPT / MT-bench) for the timed "
-                   "candidates (default: built-in random token ids)")
-    p.add_argument("--concurrency", type=_levels, default=[1, 4, 16, 32], help="the concurrency bands to tune, "
-                   "e.g. 1,4,16,32")
-    p.add_argument("--budget-min", type=cli_common.number_in(0.0, 1e6), default=None,
-                   help="GPU minutes the run may spend (servers up x GPUs); it stops starting servers there")
-    p.add_argument("--backends", type=_names, default=DEFAULT_BACKENDS, help="attention backends to consider "
-                   "(those the release or GPU lack are left out, each with its reason)")
+    p.add_argument(
+        "--data",
+        required=True,
+        help="your dump (or a training export): the accept side is simulated on its held-out samples",
+    )
+    p.add_argument(
+        "--prompts",
+        default=None,
+        help="your prompts (JSONL / ShareGPT / MT-bench) for the timed candidates (default: built-in random token ids)",
+    )
+    p.add_argument(
+        "--concurrency", type=_levels, default=[1, 4, 16, 32], help="the concurrency bands to tune, e.g. 1,4,16,32"
+    )
+    p.add_argument(
+        "--budget-min",
+        type=cli_common.number_in(0.0, 1e6),
+        default=None,
+        help="GPU minutes the run may spend (servers up x GPUs); it stops starting servers there",
+    )
+    p.add_argument(
+        "--backends",
+        type=_names,
+        default=DEFAULT_BACKENDS,
+        help="attention backends to consider (those the release or GPU lack are left out, each with its reason)",
+    )
     p.add_argument("--out", default="tune_out", help="folder for the presets, timings.json, tune.json, the plot")
     p.add_argument("--timings", default=None, help="a timings.json of an earlier run: no timing pass")
-    p.add_argument("--no-measure", action="store_true", help="no measurement of the top candidates: the model's "
-                   "predictions only")
-    p.add_argument("--per-band", type=int, default=2, choices=range(1, 5), metavar="{1..4}",
-                   help="candidates measured per band")
-    p.add_argument("--new-tokens", type=new_tokens, default=(64, 1024), help="the measurements' output lengths, "
-                   "N or LO:HI")
+    p.add_argument(
+        "--no-measure", action="store_true", help="no measurement of the top candidates: the model's predictions only"
+    )
+    p.add_argument(
+        "--per-band", type=int, default=2, choices=range(1, 5), metavar="{1..4}", help="candidates measured per band"
+    )
+    p.add_argument(
+        "--new-tokens", type=new_tokens, default=(64, 1024), help="the measurements' output lengths, N or LO:HI"
+    )
     p.add_argument("--num-prompts", type=cli_common.positive_int, default=None, help="prompts per measurement")
     p.add_argument("--samples", type=cli_common.positive_int, default=64, help="held-out samples simulated")
-    p.add_argument("--heldout-fraction", type=cli_common.number_in(0.0, 1.0), default=0.05,
-                   help="the share `train` held out of --data (1: every sample)")
+    p.add_argument(
+        "--heldout-fraction",
+        type=cli_common.number_in(0.0, 1.0),
+        default=0.05,
+        help="the share `train` held out of --data (1: every sample)",
+    )
     p.add_argument("--device", default=None, help="torch device of the simulation (default: cuda when there is one)")
-    p.add_argument("--server-args", default="", help="more SGLang arguments for every server, one quoted string "
-                   "(e.g. \"--mem-fraction-static 0.5 --max-total-tokens 65536\")")
+    p.add_argument(
+        "--server-args",
+        default="",
+        help="more SGLang arguments for every server, one quoted string "
+        '(e.g. "--mem-fraction-static 0.5 --max-total-tokens 65536")',
+    )
     p.add_argument("--trust-remote-code", action="store_true", help="let --target's tokenizer run its own code")
-    p.add_argument("--dry-run", action="store_true", help="check every input and print the plan: backends and "
-                   "why, the servers a run starts, the budget; nothing loaded or started")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check every input and print the plan: backends and "
+        "why, the servers a run starts, the budget; nothing loaded or started",
+    )
     cli_common.add_json_out(p, "the report")
     cli_common.add_verbosity(p, quiet="no progress lines")
     return p
@@ -85,12 +116,29 @@ def main(argv: list[str] | None = None) -> int:
     a = cli_common.finish(build_parser(), "tune").parse_args(argv)
     say = None if a.quiet or a.json == "-" else (lambda m: print(f"tune: {m}", file=sys.stderr, flush=True))
     tok = (lambda: cli_common.load_tokenizer(a.target, a.trust_remote_code)) if a.prompts else None
-    opts = Options(target=a.target, draft=a.draft, data=a.data, concurrency=a.concurrency, prompts=a.prompts,
-                   budget_min=a.budget_min, backends=a.backends, out=a.out, dry_run=a.dry_run, timings=a.timings,
-                   measure=not a.no_measure, per_band=a.per_band, new_tokens=a.new_tokens, num_prompts=a.num_prompts,
-                   heldout_fraction=a.heldout_fraction, samples=a.samples, device=a.device,
-                   server_args=a.server_args, tokenizer=tok, say=say,
-                   command="sglang-eagle3 tune " + " ".join(shlex.quote(x) for x in raw))
+    opts = Options(
+        target=a.target,
+        draft=a.draft,
+        data=a.data,
+        concurrency=a.concurrency,
+        prompts=a.prompts,
+        budget_min=a.budget_min,
+        backends=a.backends,
+        out=a.out,
+        dry_run=a.dry_run,
+        timings=a.timings,
+        measure=not a.no_measure,
+        per_band=a.per_band,
+        new_tokens=a.new_tokens,
+        num_prompts=a.num_prompts,
+        heldout_fraction=a.heldout_fraction,
+        samples=a.samples,
+        device=a.device,
+        server_args=a.server_args,
+        tokenizer=tok,
+        say=say,
+        command="sglang-eagle3 tune " + " ".join(shlex.quote(x) for x in raw),
+    )
     try:
         cli_common.check_json_dest(a.json)
         with library_output(a.verbose):

@@ -7,6 +7,7 @@ or inherited from a SGLang base), capability flags come from `versions.capabilit
 A target that is not where the table says is searched for in the whole tree, so the report says
 where it moved.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,6 +36,7 @@ class ReleaseUnavailable(RuntimeError):
 
 # --------------------------------------------------------------------------- obtaining a release's source
 
+
 def find_wheel(version: str, dirs) -> Path | None:
     for d in dirs:
         d = Path(d)
@@ -51,10 +53,22 @@ def download_wheel(version: str, dest: Path, python: str = sys.executable) -> Pa
     hit = find_wheel(version, [dest])
     if hit:
         return hit
-    print(f"compat: downloading the sglang {version} wheel (no dependencies) into {dest} ...", file=sys.stderr,
-          flush=True)
-    cmd = [python, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-           "--only-binary=:all:", f"sglang=={version}", "-d", str(dest)]
+    print(
+        f"compat: downloading the sglang {version} wheel (no dependencies) into {dest} ...", file=sys.stderr, flush=True
+    )
+    cmd = [
+        python,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--only-binary=:all:",
+        f"sglang=={version}",
+        "-d",
+        str(dest),
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True)
     hit = find_wheel(version, [dest])
     if p.returncode != 0 or hit is None:
@@ -75,10 +89,12 @@ def unpack_wheel(wheel: Path, dest: Path, flag: str = "wheel") -> Path:
     marker = dest / ".sge3_unpacked"
     if marker.exists():
         return dest / "sglang"
-    fix = (f"{flag} {wheel}: not a usable SGLang wheel ({{}}); delete it and download it again "
-           f"(`pip download --no-deps sglang==VERSION`, or compat --download)")
+    fix = (
+        f"{flag} {wheel}: not a usable SGLang wheel ({{}}); delete it and download it again "
+        f"(`pip download --no-deps sglang==VERSION`, or compat --download)"
+    )
     try:
-        sources = _read_sources(wheel)   # every member read (CRC checked) before anything is written
+        sources = _read_sources(wheel)  # every member read (CRC checked) before anything is written
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, NotImplementedError, ValueError) as e:
         raise BadWheel(fix.format(f"{type(e).__name__}: {e}")) from None
     except OSError as e:
@@ -110,7 +126,8 @@ def source_for(version: str, *, download: bool = False, wheel_dirs=()) -> Path:
         if not download:
             raise ReleaseUnavailable(
                 f"no wheel for sglang {version} in {', '.join(str(d) for d in [*wheel_dirs, cache / 'wheels'])}; "
-                f"add --download to fetch it (no dependencies) or --source DIR for an unpacked tree")
+                f"add --download to fetch it (no dependencies) or --source DIR for an unpacked tree"
+            )
         wheel, flag = download_wheel(version, cache / "wheels"), "downloaded wheel"
     return unpack_wheel(wheel, cache / "src" / wheel.stem, flag)
 
@@ -129,8 +146,11 @@ def version_from_source(root: Path) -> str | None:
     for name in ("_version.py", "version.py"):
         p = root / name
         if p.exists():
-            m = re.search(r"^(?:__version__|version)\s*=\s*(?:(?:__version__|version)\s*=\s*)?['\"]([^'\"]+)['\"]",
-                          p.read_text(errors="replace"), re.M)
+            m = re.search(
+                r"^(?:__version__|version)\s*=\s*(?:(?:__version__|version)\s*=\s*)?['\"]([^'\"]+)['\"]",
+                p.read_text(errors="replace"),
+                re.M,
+            )
             if m:
                 return m.group(1)
     marker = root.parent / ".sge3_unpacked"
@@ -144,6 +164,7 @@ def version_from_source(root: Path) -> str | None:
 
 
 # --------------------------------------------------------------------------- report
+
 
 @dataclasses.dataclass
 class PatchRow:
@@ -191,17 +212,32 @@ class Report:
             why = f"sglang {self.version} is outside the supported range {SUPPORTED_MIN}..{SUPPORTED_MAX}"
             if moved:
                 return f"unsupported: {moved}; {why}"
-            return (f"unsupported: {why} (every patch target was found in its source, but the release is "
-                    f"untested: {FORCE_ENV}=1 to try at your own risk)")
+            return (
+                f"unsupported: {why} (every patch target was found in its source, but the release is "
+                f"untested: {FORCE_ENV}=1 to try at your own risk)"
+            )
         return f"unsupported: {moved}"
 
     def as_dict(self) -> dict:
         return {
-            "version": self.version, "source": str(self.root), "supported": self.supported,
-            "in_range": self.in_range, "verdict": self.verdict, "capabilities": self.capabilities,
-            "patches": [{"name": r.name, "target": r.target, "feature": r.feature, "requires": r.requires,
-                         "status": r.location.status, "detail": r.location.detail, "applies": r.applies}
-                        for r in self.rows],
+            "version": self.version,
+            "source": str(self.root),
+            "supported": self.supported,
+            "in_range": self.in_range,
+            "verdict": self.verdict,
+            "capabilities": self.capabilities,
+            "patches": [
+                {
+                    "name": r.name,
+                    "target": r.target,
+                    "feature": r.feature,
+                    "requires": r.requires,
+                    "status": r.location.status,
+                    "detail": r.location.detail,
+                    "applies": r.applies,
+                }
+                for r in self.rows
+            ],
         }
 
 
@@ -235,15 +271,25 @@ def format_report(rep: Report) -> str:
     lines.append(fmt.format(*hdr))
     lines.append(fmt.format(*("-" * w for w in widths), "-" * 7))
     lines += [fmt.format(*d) for d in data]
-    lines += ["", "capabilities: " + ", ".join(f"{k}={'on' if v else 'off'}" for k, v in rep.capabilities.items()
-                                                if k != "version"),
-              f"range: {SUPPORTED_MIN}..{SUPPORTED_MAX} ({'in' if rep.in_range else 'OUT OF'} range)", "",
-              rep.verdict]
+    lines += [
+        "",
+        "capabilities: "
+        + ", ".join(f"{k}={'on' if v else 'off'}" for k, v in rep.capabilities.items() if k != "version"),
+        f"range: {SUPPORTED_MIN}..{SUPPORTED_MAX} ({'in' if rep.in_range else 'OUT OF'} range)",
+        "",
+        rep.verdict,
+    ]
     return "\n".join(lines)
 
 
-def release_root(*, source: str | None = None, wheel: str | None = None, version: str | None = None,
-                 download: bool = False, wheel_dirs=()) -> tuple[Path, str | None]:
+def release_root(
+    *,
+    source: str | None = None,
+    wheel: str | None = None,
+    version: str | None = None,
+    download: bool = False,
+    wheel_dirs=(),
+) -> tuple[Path, str | None]:
     """(the `sglang/` source dir to check, its release number when known) for: an unpacked tree (`source`),
     a wheel file, a named release (`version`: a wheel in `wheel_dirs` or the cache, else PyPI with
     `download`), or else the installed SGLang. ReleaseUnavailable when it cannot be had."""

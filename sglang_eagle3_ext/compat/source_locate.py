@@ -6,6 +6,7 @@ inherited from a SGLang base. A target that is not where the table says is searc
 tree, so the caller can say where it moved. Used by `compat` (the pre-upgrade check) and
 `patches/make_patches.py`.
 """
+
 from __future__ import annotations
 
 import ast
@@ -19,11 +20,12 @@ from ..patch_table import PatchSpec
 @dataclasses.dataclass
 class Location:
     """Where a target's function is defined, statically."""
-    status: str                 # found | reachable | moved | missing
+
+    status: str  # found | reachable | moved | missing
     detail: str = ""
-    file: Path | None = None    # the file defining the function (found/reachable)
+    file: Path | None = None  # the file defining the function (found/reachable)
     node: ast.AST | None = None  # its FunctionDef
-    inherited: bool = False     # defined on a base class, not on the target class itself
+    inherited: bool = False  # defined on a base class, not on the target class itself
 
 
 def module_file(root: Path, module: str) -> Path | None:
@@ -149,9 +151,11 @@ def locate(root: Path, spec: PatchSpec) -> Location:
             hit = (path, nested[0]) if nested else None
         if hit is None:
             where = _grep(root, rf"^\s*class {re.escape(name)}\b")
-            return Location("moved" if where else "missing",
-                            f"class {name} not in {mod}" + (f"; defined in {', '.join(where)}" if where else
-                                                           " nor anywhere in the tree"))
+            return Location(
+                "moved" if where else "missing",
+                f"class {name} not in {mod}"
+                + (f"; defined in {', '.join(where)}" if where else " nor anywhere in the tree"),
+            )
         path, cls = hit
     if cls is None:
         return Location("missing", f"{spec.target}: no class in the target (module-level targets are not supported)")
@@ -163,14 +167,24 @@ def locate(root: Path, spec: PatchSpec) -> Location:
     fpath, fcls, node = found
     inherited = fcls is not cls
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return Location("reachable", f"{attr} is an assignment on {fcls.name} (line {node.lineno}), not a def",
-                        fpath, node, inherited)
+        return Location(
+            "reachable",
+            f"{attr} is an assignment on {fcls.name} (line {node.lineno}), not a def",
+            fpath,
+            node,
+            inherited,
+        )
     a = node.args
     named = {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs}
     gone = [p for p in spec.params if p not in named]
-    if gone:   # the wrapper reads these by name (targets/_bind.py)
-        return Location("moved", f"param {', '.join(gone)} gone from {fcls.name}.{attr} "
-                                 f"({_rel(root, fpath)}:{node.lineno})", fpath, node, inherited)
+    if gone:  # the wrapper reads these by name (targets/_bind.py)
+        return Location(
+            "moved",
+            f"param {', '.join(gone)} gone from {fcls.name}.{attr} ({_rel(root, fpath)}:{node.lineno})",
+            fpath,
+            node,
+            inherited,
+        )
     if fpath == f and not inherited:
         return Location("found", f"{_rel(root, fpath)}:{node.lineno}", fpath, node)
     how = f"inherited from {fcls.name}" if inherited else f"class defined in {_rel(root, fpath)}"

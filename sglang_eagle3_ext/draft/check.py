@@ -6,6 +6,7 @@ and applies the rules the strict loader applies, through the draft's layout (dra
     check_draft(draft, target=None, sglang_version=None, scan_values=True) -> Report
     describe_draft(path, sglang_version=None)  what `bench` wants to know: class, K, HF indices, servable
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,15 +27,15 @@ from .target import same_as_target_head
 class Report:
     draft: Path
     release: str
-    loads: dict[str, str] = dataclasses.field(default_factory=dict)    # checkpoint key -> release name
+    loads: dict[str, str] = dataclasses.field(default_factory=dict)  # checkpoint key -> release name
     ignored: dict[str, str] = dataclasses.field(default_factory=dict)
     renames: dict[str, int] = dataclasses.field(default_factory=dict)
     problems: list[Problem] = dataclasses.field(default_factory=list)
-    draft_class: str | None = None     # the SGLang class that will build it (config architectures)
-    note: str | None = None            # e.g. "hub id X: checked from the local cache"
-    checked: bool = True               # False: a hub id not in the local cache, nothing was read
-    values_scanned: bool = True        # False: headers only, NaN/Inf weights not looked for
-    config_unreadable: bool = False    # config.json is no JSON: nothing can be judged (bad input, not a verdict)
+    draft_class: str | None = None  # the SGLang class that will build it (config architectures)
+    note: str | None = None  # e.g. "hub id X: checked from the local cache"
+    checked: bool = True  # False: a hub id not in the local cache, nothing was read
+    values_scanned: bool = True  # False: headers only, NaN/Inf weights not looked for
+    config_unreadable: bool = False  # config.json is no JSON: nothing can be judged (bad input, not a verdict)
     scanned_bytes: int = 0
 
     @property
@@ -48,9 +49,10 @@ class Report:
     def render(self) -> str:
         cls = f" ({self.draft_class})" if self.draft_class else ""
         lines = [f"draft {self.draft}{cls} for SGLang {self.release}:"] + ([f"  {self.note}"] if self.note else [])
-        if any(p.code == E.NOT_A_DRAFT for p in self.problems):   # what the folder is, in one line
-            return "\n".join(lines + [f"  ERROR {p}" for p in self.errors]
-                             + ["  not an EAGLE-3 draft: not servable as one"])
+        if any(p.code == E.NOT_A_DRAFT for p in self.problems):  # what the folder is, in one line
+            return "\n".join(
+                lines + [f"  ERROR {p}" for p in self.errors] + ["  not an EAGLE-3 draft: not servable as one"]
+            )
         lines.append(f"  would load {len(self.loads)} tensors; renames: {keys.summarize_renames(self.renames)}")
         if not self.checked:
             return "\n".join(lines + ["  NOT CHECKED"])
@@ -60,10 +62,14 @@ class Report:
             lines.append(f"  values: {self.scanned_bytes / 2**20:.1f} MiB of weights scanned for NaN/Inf")
         for p in self.problems:
             lines.append(f"  {'warning' if p.warning else 'ERROR'} {p}")
-        unscanned = "" if self.values_scanned else " (values not scanned: --headers-only; NaN/Inf would only be " \
-                                                   "refused at load)"
-        lines.append(f"  OK{unscanned}" if not self.errors else
-                     f"  {len(self.errors)} problem(s): not servable as is{unscanned}")
+        unscanned = (
+            ""
+            if self.values_scanned
+            else " (values not scanned: --headers-only; NaN/Inf would only be refused at load)"
+        )
+        lines.append(
+            f"  OK{unscanned}" if not self.errors else f"  {len(self.errors)} problem(s): not servable as is{unscanned}"
+        )
         return "\n".join(lines)
 
 
@@ -90,8 +96,10 @@ def _what_folder(d: Path) -> Problem | None:
     if any(n.endswith(".safetensors") and not n.startswith("hs_") for n in names):
         return None
     if "manifests" in names or "dump_meta.json" in names:
-        what, fix = ("a hidden-state dump (what `dump run` writes)",
-                     "export it with `dump export`, train a draft on that, then check the draft")
+        what, fix = (
+            "a hidden-state dump (what `dump run` writes)",
+            "export it with `dump export`, train a draft on that, then check the draft",
+        )
     elif "hidden_states" in names or any(n.startswith("hs_") for n in names):
         what, fix = "training data (hidden states for `train --data`)", "check the draft that `train --out` writes"
     else:
@@ -113,17 +121,23 @@ def _tensor_problems(rep: Report, name: str, info, canon: str, ctx: _Ctx, refuse
     """Problems of one tensor SGLang would take (None: ignored, with the reason recorded)."""
 
     spec, where = ctx.spec, str(info.file)
-    bad = rules.tensor_problems(canon, info.shape, spec, rules.expected_shapes(spec), where) + ([refused] if refused else [])
+    bad = rules.tensor_problems(canon, info.shape, spec, rules.expected_shapes(spec), where) + (
+        [refused] if refused else []
+    )
     if not bad and canon == rules.HEAD and rules.head_from_target(spec):
-        why, problem = rules.trained_head(spec, info.shape, where, *same_as_target_head(info, ctx.target, ctx.target_cfg,
-                                                                                       info.shape))
+        why, problem = rules.trained_head(
+            spec, info.shape, where, *same_as_target_head(info, ctx.target, ctx.target_cfg, info.shape)
+        )
         if why:
             rep.ignored[name] = why
             return None
         bad.append(problem)
     if not bad and canon == "d2t":
-        bad += (rules.d2t_problems(read_array(info), spec, where) if info.dtype in INT_DTYPES
-                else [rules.d2t_dtype_problem(info.dtype, where)])
+        bad += (
+            rules.d2t_problems(read_array(info), spec, where)
+            if info.dtype in INT_DTYPES
+            else [rules.d2t_dtype_problem(info.dtype, where)]
+        )
     if not bad and ctx.scan_values and info.dtype in FLOAT_DTYPES:
         n_bad = count_non_finite(info, progress=ctx.progress)
         rep.scanned_bytes += info.end - info.begin
@@ -146,8 +160,9 @@ def _check_tensors(rep: Report, tensors: dict, ctx: _Ctx) -> set[str]:
         why = keys.ignored_reason(canon, ctx.spec.embed_from_target)
         if why is not None:
             rep.ignored[name] = why
-            rep.problems += rules.tensor_problems(canon, info.shape, ctx.spec, rules.expected_shapes(ctx.spec),
-                                                  str(info.file))
+            rep.problems += rules.tensor_problems(
+                canon, info.shape, ctx.spec, rules.expected_shapes(ctx.spec), str(info.file)
+            )
             continue
         target_name, refused = ctx.spec.layout_module.to_release(canon, ctx.layout)
         bad = _tensor_problems(rep, name, info, canon, ctx, refused)
@@ -162,8 +177,9 @@ def _check_tensors(rep: Report, tensors: dict, ctx: _Ctx) -> set[str]:
     return present
 
 
-def check_draft(draft, target=None, sglang_version: str | None = None, scan_values: bool = True,
-                progress: bool = False) -> Report:
+def check_draft(
+    draft, target=None, sglang_version: str | None = None, scan_values: bool = True, progress: bool = False
+) -> Report:
     """The verdict on `draft` for a release. scan_values: read every weight once for NaN/Inf (False: headers
     only, and the report says so); progress: a progress line on stderr while a long scan runs."""
 
@@ -178,7 +194,7 @@ def check_draft(draft, target=None, sglang_version: str | None = None, scan_valu
         return rep
     cfg_path = local / "config.json"
     other = _what_folder(local) if not cfg_path.exists() else None
-    if other is not None:   # no model folder at all: one line saying what it is, not a list of absent weights
+    if other is not None:  # no model folder at all: one line saying what it is, not a list of absent weights
         rep.problems.append(other)
         return rep
     cfg = _read_config(cfg_path, rep)
@@ -206,10 +222,19 @@ def check_draft(draft, target=None, sglang_version: str | None = None, scan_valu
 
 def report_dict(rep: Report) -> dict:
     """The report as `check --json` writes it."""
-    return {"draft": str(rep.draft), "release": rep.release, "draft_class": rep.draft_class, "checked": rep.checked,
-            "ok": rep.checked and not rep.errors, "values_scanned": rep.values_scanned, "note": rep.note,
-            "loads": rep.loads, "ignored": rep.ignored, "renames": rep.renames,
-            "problems": [dataclasses.asdict(p) for p in rep.problems]}
+    return {
+        "draft": str(rep.draft),
+        "release": rep.release,
+        "draft_class": rep.draft_class,
+        "checked": rep.checked,
+        "ok": rep.checked and not rep.errors,
+        "values_scanned": rep.values_scanned,
+        "note": rep.note,
+        "loads": rep.loads,
+        "ignored": rep.ignored,
+        "renames": rep.renames,
+        "problems": [dataclasses.asdict(p) for p in rep.problems],
+    }
 
 
 def describe_draft(path, sglang_version: str | None = None, target=None) -> dict:
@@ -220,9 +245,16 @@ def describe_draft(path, sglang_version: str | None = None, target=None) -> dict
 
     sglang_version = sglang_version or installed_version() or SUPPORTED_MAX
     rep = check_draft(path, target=target, sglang_version=sglang_version, scan_values=False)
-    out = {"path": str(path), "draft_class": rep.draft_class, "release": rep.release, "checked": rep.checked,
-           "note": rep.note, "ok": rep.checked and not rep.errors, "values_scanned": False,
-           "errors": [str(p) for p in rep.errors]}
+    out = {
+        "path": str(path),
+        "draft_class": rep.draft_class,
+        "release": rep.release,
+        "checked": rep.checked,
+        "note": rep.note,
+        "ok": rep.checked and not rep.errors,
+        "values_scanned": False,
+        "errors": [str(p) for p in rep.errors],
+    }
     if rep.checked:
         from .hub import resolve
 
@@ -233,7 +265,15 @@ def describe_draft(path, sglang_version: str | None = None, target=None) -> dict
             cfg = {}  # already among the errors
         spec, _ = rules.spec_from_config(cfg, keys.resolve_layout(sglang_version)) if cfg else (None, [])
         if spec is not None:
-            out.update(k=spec.k, aux_ids=list(spec.aux_ids or []), hf_indices=list(spec.hf_indices or []) or None,
-                       hidden=spec.hidden, target_hidden=spec.target_hidden, draft_vocab=spec.draft_vocab,
-                       fc_norm=spec.fc_norm, norm_output=bool(cfg.get("norm_output")), layout=spec.layout)
+            out.update(
+                k=spec.k,
+                aux_ids=list(spec.aux_ids or []),
+                hf_indices=list(spec.hf_indices or []) or None,
+                hidden=spec.hidden,
+                target_hidden=spec.target_hidden,
+                draft_vocab=spec.draft_vocab,
+                fc_norm=spec.fc_norm,
+                norm_output=bool(cfg.get("norm_output")),
+                layout=spec.layout,
+            )
     return out

@@ -3,6 +3,7 @@
 A config is outside input: a string where a width belongs, a flag spelled "false" (truthy), zero heads or
 `architectures: 5` must become a Problem naming the file and the key, never a crash deeper in the rules.
 """
+
 from __future__ import annotations
 
 from .. import boundary as B
@@ -11,11 +12,28 @@ from .errors import Problem
 from .keys import HF_INDICES_FIELD
 
 # Present and non-null: a positive integer (a missing one is reported by the rules, with what SGLang does then).
-POSITIVE = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size", "num_hidden_layers",
-            "num_key_value_heads", "head_dim", "target_hidden_size", "num_aux_hidden_states", "draft_vocab_size",
-            "max_position_embeddings")
-FLAGS = ("tie_word_embeddings", "bias", "fc_norm", "use_aux_norm", "norm_before_fc", "norm_output",
-         "norm_before_residual")
+POSITIVE = (
+    "hidden_size",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+    "num_hidden_layers",
+    "num_key_value_heads",
+    "head_dim",
+    "target_hidden_size",
+    "num_aux_hidden_states",
+    "draft_vocab_size",
+    "max_position_embeddings",
+)
+FLAGS = (
+    "tie_word_embeddings",
+    "bias",
+    "fc_norm",
+    "use_aux_norm",
+    "norm_before_fc",
+    "norm_output",
+    "norm_before_residual",
+)
 EAGLE_FLAGS = ("use_aux_hidden_state", "norm_before_fc", "norm_before_residual")
 STRINGS = ("torch_dtype", "dtype", "model_type")
 AUX_IDS = "eagle_aux_hidden_state_layer_ids"
@@ -57,8 +75,12 @@ def type_problems(cfg, where: str, fields: tuple[str, ...] = ()) -> list[Problem
     fields: the draft layout's own positive-integer fields (its CONFIG_FIELDS)."""
 
     if not isinstance(cfg, dict):
-        return [Problem(E.CONFIG_INVALID, f"{where}: expected a JSON object (mapping) at the top level, got "
-                                          f"{type(cfg).__name__}")]
+        return [
+            Problem(
+                E.CONFIG_INVALID,
+                f"{where}: expected a JSON object (mapping) at the top level, got {type(cfg).__name__}",
+            )
+        ]
     P: list[Problem] = []
     if cfg.get("architectures") is not None:
         _collect(P, B.list_of, cfg["architectures"], str, f"{where}: 'architectures'")

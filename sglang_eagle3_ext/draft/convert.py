@@ -8,6 +8,7 @@ parts. Refuses (ConversionRefused) anything SGLang cannot reproduce. Files in an
     convert(src, dst, sglang_version=None, hf_indices=None, force=False, allow_pickle=False, log=print) -> dst
     convert_config(cfg, release, hf_override=None) -> (SGLang config, source format, warnings)
 """
+
 from __future__ import annotations
 
 import collections
@@ -33,8 +34,11 @@ def detect_format(cfg: dict):
         if fmt is not None:
             return fmt, arch
     names = [n for arch in layouts.modules() for n in arch.SOURCE_NAMES]
-    raise E.conversion_refused(f"unrecognised draft config (architectures={cfg.get('architectures') or []}); "
-                               f"expected {', '.join(names[:-1])} or {names[-1]}", E.CONFIG_INVALID)
+    raise E.conversion_refused(
+        f"unrecognised draft config (architectures={cfg.get('architectures') or []}); "
+        f"expected {', '.join(names[:-1])} or {names[-1]}",
+        E.CONFIG_INVALID,
+    )
 
 
 def _sglang_shaped(cfg: dict, fmt: str, arch, hf_override, warnings: list[str]) -> tuple[dict, list | None]:
@@ -46,18 +50,23 @@ def _sglang_shaped(cfg: dict, fmt: str, arch, hf_override, warnings: list[str]) 
     out.setdefault("target_hidden_size", cfg.get("hidden_size"))
     ec = dict(cfg.get("eagle_config") or {})
     if ec.get("norm_before_residual") or cfg.get("norm_before_residual"):
-        raise E.conversion_refused("norm_before_residual=true: SGLang always uses the un-normed residual; retrain "
-                                   "without it")
+        raise E.conversion_refused(
+            "norm_before_residual=true: SGLang always uses the un-normed residual; retrain without it"
+        )
     hf = hf_override or ec.get(HF_INDICES_FIELD)
     if not hf and not ec.get("eagle_aux_hidden_state_layer_ids"):
         # which layers an EAGLE/SpecForge draft saw depends on the engine that dumped them: do not guess
-        raise E.conversion_refused(f"{fmt} checkpoint does not record its target layers; pass --hf-indices (HF "
-                                   f"hidden_states indices used in training, e.g. 3,31,59 for a 61-layer target)",
-                                   E.CONFIG_MISSING)
+        raise E.conversion_refused(
+            f"{fmt} checkpoint does not record its target layers; pass --hf-indices (HF "
+            f"hidden_states indices used in training, e.g. 3,31,59 for a 61-layer target)",
+            E.CONFIG_MISSING,
+        )
     out["eagle_config"] = ec
     if not hf:
-        warnings.append(f"no {HF_INDICES_FIELD} recorded (source is {fmt}); SGLang's own +1 rule will decide the "
-                        f"captured layers from eagle_aux_hidden_state_layer_ids={ec['eagle_aux_hidden_state_layer_ids']}")
+        warnings.append(
+            f"no {HF_INDICES_FIELD} recorded (source is {fmt}); SGLang's own +1 rule will decide the "
+            f"captured layers from eagle_aux_hidden_state_layer_ids={ec['eagle_aux_hidden_state_layer_ids']}"
+        )
     return out, hf
 
 
@@ -77,7 +86,7 @@ def convert_config(cfg: dict, layout: keys.Layout, hf_override=None) -> tuple[di
         ec[HF_INDICES_FIELD] = list(hf)
         if "num_aux_hidden_states" in out:
             out["num_aux_hidden_states"] = len(hf)
-    if not arch.reads_num_aux(layout):   # K = len(layer ids) there
+    if not arch.reads_num_aux(layout):  # K = len(layer ids) there
         out.pop("num_aux_hidden_states", None)
     return out, fmt, warnings
 
@@ -103,6 +112,7 @@ def source_config(src: Path) -> dict:
 @dataclasses.dataclass
 class _Read:
     """What reading the source gave: tensors per output file, canonical keys written, notes, problems."""
+
     problems: list[Problem]
     shards: dict[str, dict] = dataclasses.field(default_factory=dict)
     present: set[str] = dataclasses.field(default_factory=set)
@@ -168,8 +178,9 @@ def _read(src: Path, allow_pickle: bool, spec, fmt: str, layout, problems: list[
 def _record_dtype(cfg: dict, shards: dict, warnings: list[str]) -> None:
     """SGLang's --dtype auto takes the draft's dtype from its config (none/float32 -> float16): record the
     weights' own dtype, or a bf16 target meets a float16 draft at the first request."""
-    float_dtypes = collections.Counter(str(t.dtype).replace("torch.", "") for ts in shards.values()
-                                       for t in ts.values() if t.is_floating_point())
+    float_dtypes = collections.Counter(
+        str(t.dtype).replace("torch.", "") for ts in shards.values() for t in ts.values() if t.is_floating_point()
+    )
     if float_dtypes:
         wdt = float_dtypes.most_common(1)[0][0]
         if cfg.get("torch_dtype") not in (None, wdt):
@@ -179,19 +190,39 @@ def _record_dtype(cfg: dict, shards: dict, warnings: list[str]) -> None:
 
 def _summary(src, dst, fmt: str, layout, r: _Read, cfg: dict, warnings: list[str], log, report) -> None:
     ec = cfg["eagle_config"]
-    log(f"converted {fmt} draft {src} -> {dst} for SGLang {layout.release}: {len(r.present)} tensors; "
+    log(
+        f"converted {fmt} draft {src} -> {dst} for SGLang {layout.release}: {len(r.present)} tensors; "
         f"renames: {keys.summarize_renames(r.renames)}; dropped: {', '.join(r.dropped) or 'none'}; "
-        f"aux ids {ec.get('eagle_aux_hidden_state_layer_ids')}, HF indices {ec.get(HF_INDICES_FIELD)}")
+        f"aux ids {ec.get('eagle_aux_hidden_state_layer_ids')}, HF indices {ec.get(HF_INDICES_FIELD)}"
+    )
     for w in warnings:
         log(f"warning: {w}")
     if report is not None:
-        report.update(src=str(src), dst=str(dst), format=fmt, release=layout.release, tensors=len(r.present),
-                      renames=dict(r.renames), dropped=list(r.dropped), warnings=list(warnings),
-                      aux_ids=ec.get("eagle_aux_hidden_state_layer_ids"), hf_indices=ec.get(HF_INDICES_FIELD))
+        report.update(
+            src=str(src),
+            dst=str(dst),
+            format=fmt,
+            release=layout.release,
+            tensors=len(r.present),
+            renames=dict(r.renames),
+            dropped=list(r.dropped),
+            warnings=list(warnings),
+            aux_ids=ec.get("eagle_aux_hidden_state_layer_ids"),
+            hf_indices=ec.get(HF_INDICES_FIELD),
+        )
 
 
-def convert(src, dst, sglang_version: str | None = None, hf_indices=None, force: bool = False,
-            allow_pickle: bool = False, progress: bool = True, log=print, report: dict | None = None) -> Path:
+def convert(
+    src,
+    dst,
+    sglang_version: str | None = None,
+    hf_indices=None,
+    force: bool = False,
+    allow_pickle: bool = False,
+    progress: bool = True,
+    log=print,
+    report: dict | None = None,
+) -> Path:
     """Write DST; `report` (when given) receives what was done, for --json. Refusals: ConversionRefused (the
     draft), BadInput (a file, the release, or DST: files/outdir.OutputDirRefused)."""
     src, dst = Path(src), Path(dst)

@@ -1,6 +1,7 @@
 """`convert`'s files: reading a source draft's weights (safetensors, or .bin/.pt through torch.load
 weights_only=True), the rule for its destination (files/outdir.py: only a previous output of convert is replaced,
 never a directory holding the source), and writing the converted draft beside DST, renamed into place."""
+
 from __future__ import annotations
 
 import json
@@ -19,10 +20,23 @@ _METADATA = {"format": "pt", "converted_by": "sglang_eagle3_ext"}
 def _safe_dtypes() -> set:
     import torch
 
-
-    names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",
-             "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool", "F8_E4M3": "float8_e4m3fn",
-             "F8_E5M2": "float8_e5m2", "U16": "uint16", "U32": "uint32", "U64": "uint64"}
+    names = {
+        "F64": "float64",
+        "F32": "float32",
+        "F16": "float16",
+        "BF16": "bfloat16",
+        "I64": "int64",
+        "I32": "int32",
+        "I16": "int16",
+        "I8": "int8",
+        "U8": "uint8",
+        "BOOL": "bool",
+        "F8_E4M3": "float8_e4m3fn",
+        "F8_E5M2": "float8_e5m2",
+        "U16": "uint16",
+        "U32": "uint32",
+        "U64": "uint64",
+    }
     return {getattr(torch, names[k]) for k in DTYPE_BYTES if hasattr(torch, names[k])}
 
 
@@ -43,11 +57,16 @@ def read_pickle(f: Path) -> dict:
         if not isinstance(k, str):
             raise BadInput(str(f), f"key {k!r} is not a string; expected a state dict (mapping name -> tensor)")
         if not isinstance(v, torch.Tensor):
-            raise BadInput(f"{f}: {k!r}", f"holds a {type(v).__name__}, not a tensor (a training checkpoint? save the "
-                                          f"model's state_dict())")
+            raise BadInput(
+                f"{f}: {k!r}",
+                f"holds a {type(v).__name__}, not a tensor (a training checkpoint? save the model's state_dict())",
+            )
         if v.layout != torch.strided or v.dtype not in safe:
-            raise BadInput(f"{f}: {k!r}", f"is a {v.dtype} {v.layout} tensor; safetensors stores dense tensors of "
-                                          f"{', '.join(sorted(str(d).replace('torch.', '') for d in safe))}")
+            raise BadInput(
+                f"{f}: {k!r}",
+                f"is a {v.dtype} {v.layout} tensor; safetensors stores dense tensors of "
+                f"{', '.join(sorted(str(d).replace('torch.', '') for d in safe))}",
+            )
         v = v.detach()
         ptr = v.untyped_storage().data_ptr()
         out[k] = v.clone() if v.numel() and ptr in storages else v  # tied weights: safetensors refuses shared storage
@@ -58,7 +77,6 @@ def read_pickle(f: Path) -> dict:
 def iter_source(src: Path, allow_pickle: bool):
     """(file name to write it to, checkpoint key, tensor) for every tensor of the source draft."""
     from safetensors import safe_open
-
 
     files, problems = weight_files(src)
     if problems and problems[0].code == E.PICKLE_ONLY and allow_pickle:
@@ -80,11 +98,14 @@ def destination_rule(src: Path, dst: Path, force: bool) -> dict:
     convert (--force replaces only that): outdir.py's rule, checked before anything is read (OutputDirRefused,
     a BadInput naming DST and the fix). Returns the rule for outdir.writing."""
 
-    def legacy(d: Path) -> bool:   # outputs written before outdir.MARKER: our file names, our weights
+    def legacy(d: Path) -> bool:  # outputs written before outdir.MARKER: our file names, our weights
         entries = list(d.iterdir())
         foreign = [e for e in entries if not (e.is_file() and (e.name in _OUR_FILES or e.suffix == ".safetensors"))]
-        return not foreign and (d / "config.json").is_file() and \
-            all(_converted_by_us(e) for e in entries if e.suffix == ".safetensors")
+        return (
+            not foreign
+            and (d / "config.json").is_file()
+            and all(_converted_by_us(e) for e in entries if e.suffix == ".safetensors")
+        )
 
     rule = dict(tool="convert", flag="DST", inputs=[("source draft", src)], replace=force, legacy=legacy)
     outdir.check(dst, **rule)
@@ -106,7 +127,6 @@ def _converted_by_us(path: Path) -> bool:
 def write_draft(src: Path, dst: Path, force: bool, shards: dict[str, dict], cfg: dict) -> None:
     """The converted draft, built beside DST and renamed into place (one shard: model.safetensors)."""
     from safetensors.torch import save_file
-
 
     with outdir.writing(dst, **destination_rule(src, dst, force), record={"source": str(src)}) as tmp:
         names = {f: ("model.safetensors" if len(shards) == 1 else f) for f in shards}

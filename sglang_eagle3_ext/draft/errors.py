@@ -3,6 +3,7 @@
 Every rule produces `Problem`s with a stable code (tests and scripts match on it) and a message
 written for a person: which file, which key, expected vs actual, and the fix.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,29 +12,29 @@ import dataclasses
 MISSING_WEIGHT = "missing-weight"
 UNEXPECTED_WEIGHT = "unexpected-weight"
 SHAPE = "shape-mismatch"
-FC_UNFUSED = "fc-unfused"                  # fc is 1xH wide: takes a single target layer
-AUX_COUNT = "aux-count-mismatch"           # fc width says K aux layers, config says another K
+FC_UNFUSED = "fc-unfused"  # fc is 1xH wide: takes a single target layer
+AUX_COUNT = "aux-count-mismatch"  # fc width says K aux layers, config says another K
 D2T_LENGTH = "d2t-length"
 D2T_RANGE = "d2t-range"
 NON_FINITE = "non-finite"
-BAD_FILE = "bad-safetensors"               # truncated / corrupt header
+BAD_FILE = "bad-safetensors"  # truncated / corrupt header
 PICKLE_ONLY = "pickle-checkpoint"
 NO_WEIGHTS = "no-weights"
 CONFIG_MISSING = "config-missing-field"
 CONFIG_INVALID = "config-invalid"
 UNSUPPORTED_OPTION = "unsupported-option"  # trained with something SGLang cannot reproduce
 UNSUPPORTED_BY_RELEASE = "unsupported-by-release"  # key/option this SGLang release would ignore
-TARGET_MISMATCH = "target-mismatch"        # hidden/vocab differ from the target model
+TARGET_MISMATCH = "target-mismatch"  # hidden/vocab differ from the target model
 LAYER_INDEX = "capture-layer-index"
-DTYPE = "dtype-mismatch"                  # SGLang would run draft and target in different dtypes
-FC_WIDTH = "fc-width"                      # target sends hidden states the fc cannot take
-FUSED_HALF = "fused-half-missing"          # MLA: one of q_a_proj / kv_a_proj_with_mqa absent (never loaded)
-MLA_INPUT = "mla-input-width"              # MLA q/kv down-projection takes 1xhidden, EAGLE-3 needs cat(embed, hidden)
-MLA_DIMS = "mla-dims"                      # MLA tensor disagrees with the config's lora/rope/head dims
-DRAFT_CLASS = "draft-class-unsupported"    # the draft's class does not exist in this SGLang release
-HEAD_DISCARDED = "lm-head-discarded"       # a trained lm_head SGLang replaces with the target's (draft_vocab_size null)
-NOT_A_DRAFT = "not-an-eagle3-draft"        # the folder holds another kind of model (a target, ...)
-SWAP_MISMATCH = "swap-mismatch"            # a new draft built otherwise than the served one (swap loads in place)
+DTYPE = "dtype-mismatch"  # SGLang would run draft and target in different dtypes
+FC_WIDTH = "fc-width"  # target sends hidden states the fc cannot take
+FUSED_HALF = "fused-half-missing"  # MLA: one of q_a_proj / kv_a_proj_with_mqa absent (never loaded)
+MLA_INPUT = "mla-input-width"  # MLA q/kv down-projection takes 1xhidden, EAGLE-3 needs cat(embed, hidden)
+MLA_DIMS = "mla-dims"  # MLA tensor disagrees with the config's lora/rope/head dims
+DRAFT_CLASS = "draft-class-unsupported"  # the draft's class does not exist in this SGLang release
+HEAD_DISCARDED = "lm-head-discarded"  # a trained lm_head SGLang replaces with the target's (draft_vocab_size null)
+NOT_A_DRAFT = "not-an-eagle3-draft"  # the folder holds another kind of model (a target, ...)
+SWAP_MISMATCH = "swap-mismatch"  # a new draft built otherwise than the served one (swap loads in place)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +42,7 @@ class Problem:
     code: str
     message: str
     key: str | None = None
-    warning: bool = False       # reported, never fatal
+    warning: bool = False  # reported, never fatal
 
     def __str__(self) -> str:
         return f"[{self.code}] {self.message}"
@@ -78,4 +79,6 @@ class ConversionRefused(DraftError):
 
 def conversion_refused(msg: str, code: str = UNSUPPORTED_OPTION) -> ConversionRefused:
     """One reason `convert` refuses (raised by convert and by the layouts' readers of source formats)."""
-    return ConversionRefused([Problem(code, msg)], "convert: refusing to write a draft SGLang would not run as trained:")
+    return ConversionRefused(
+        [Problem(code, msg)], "convert: refusing to write a draft SGLang would not run as trained:"
+    )

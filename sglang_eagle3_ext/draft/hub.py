@@ -1,5 +1,6 @@
 """Drafts named by a Hugging Face hub id (`--speculative-draft-model-path org/name`): checked from the local
 HF cache only (huggingface_hub, no network), or said plainly not to be checked, with how to check them."""
+
 from __future__ import annotations
 
 import os
@@ -23,6 +24,12 @@ def resolve(draft: str) -> tuple[Path | None, str | None, str | None]:
         return None, None, f"{draft}: no such directory (and not a hub id org/name)"
     snap = cached_snapshot(str(draft))
     if snap is None:
-        return None, str(draft), (f"{draft} is no local directory, and as a hub id it is not in the local Hugging "
-                                  f"Face cache: NOT checked — {how_to_check(str(draft))}")
+        return (
+            None,
+            str(draft),
+            (
+                f"{draft} is no local directory, and as a hub id it is not in the local Hugging "
+                f"Face cache: NOT checked — {how_to_check(str(draft))}"
+            ),
+        )
     return snap, str(draft), f"hub id {draft}: checked from the local cache {snap}"

@@ -4,6 +4,7 @@ Canonical names are the speculators / SGLang>=0.5.14 spelling without prefixes:
 `fc.weight`, `layers.N.*`, `norm.weight`, `lm_head.weight`, `embed_tokens.weight`, `d2t`, `t2d`,
 `fc_norm.K.weight`, `input_norm.weight`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,8 +31,9 @@ _ROTARY = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """What a release's draft classes can hold (the Llama class's options; which classes exist: flags)."""
+
     release: str
-    midlayer: bool        # one `midlayer` (<=0.5.10), fc fixed to 3 aux states; else `layers.N`
+    midlayer: bool  # one `midlayer` (<=0.5.10), fc fixed to 3 aux states; else `layers.N`
     fc_norm: bool
     input_norm: bool
     norm_output: bool
@@ -40,11 +42,15 @@ class Layout:
 
     @classmethod
     def from_caps(cls, caps) -> "Layout":
-        return cls(release=caps.version, midlayer=caps.HAS_MIDLAYER and not caps.HAS_LAYERS_LIST,
-                   fc_norm=caps.HAS_FC_NORM, input_norm=caps.HAS_INPUT_NORM,
-                   norm_output=caps.HAS_NORM_OUTPUT,
-                   capture_always_plus_one=caps.CAPTURE_ALWAYS_PLUS_ONE,
-                   flags=frozenset(k for k, v in vars(caps).items() if v is True))
+        return cls(
+            release=caps.version,
+            midlayer=caps.HAS_MIDLAYER and not caps.HAS_LAYERS_LIST,
+            fc_norm=caps.HAS_FC_NORM,
+            input_norm=caps.HAS_INPUT_NORM,
+            norm_output=caps.HAS_NORM_OUTPUT,
+            capture_always_plus_one=caps.CAPTURE_ALWAYS_PLUS_ONE,
+            flags=frozenset(k for k, v in vars(caps).items() if v is True),
+        )
 
     def has(self, flag: str | None) -> bool:
         """Whether the release has capability `flag` (None: nothing required)."""
@@ -82,15 +88,15 @@ def canonical(name: str) -> tuple[str, list[str]]:
         stripped = False
         for p in _PREFIXES:
             if name.startswith(p):
-                name = name[len(p):]
+                name = name[len(p) :]
                 notes.append(f"strip '{p}'")
                 stripped = True
     if name.startswith("midlayer."):
-        name = "layers.0." + name[len("midlayer."):]
+        name = "layers.0." + name[len("midlayer.") :]
         notes.append("midlayer.* -> layers.0.*")
     for old, new in _LEGACY.items():
         if name.startswith(old + "."):
-            name = new + name[len(old):]
+            name = new + name[len(old) :]
             notes.append(f"{old} -> {new}")
     return name, notes
 
@@ -114,8 +120,10 @@ def release_to_canonical_param(param_name: str) -> str:
     return canon
 
 
-_STACKED = {".qkv_proj.": {"q": ".q_proj.", "k": ".k_proj.", "v": ".v_proj."},
-            ".gate_up_proj.": {0: ".gate_proj.", 1: ".up_proj."}}
+_STACKED = {
+    ".qkv_proj.": {"q": ".q_proj.", "k": ".k_proj.", "v": ".v_proj."},
+    ".gate_up_proj.": {0: ".gate_proj.", 1: ".up_proj."},
+}
 
 
 def expected_shards(param_canon: str) -> dict:

@@ -9,6 +9,7 @@ capture-layer patch, `convert` and `check`:
 - the release's +1 rule: what `set_eagle3_layers_to_capture(ids)` makes SGLang capture (`release_capture`),
   and its inverse, the ids that make an unpatched release capture given HF indices (`release_aux_ids`).
 """
+
 from __future__ import annotations
 
 from ..boundary import check_type, list_of
@@ -54,11 +55,14 @@ def release_aux_ids(hf_indices, layout) -> tuple[list[int], str | None]:
 
         return hf, layer0_refusal(capabilities_for_version(layout.release)) or (
             f"SGLang {layout.release} adds 1 to every id, so HF index 0 cannot be expressed; serve with "
-            f"sglang_eagle3_ext active")
+            f"sglang_eagle3_ext active"
+        )
     if release_capture(hf, False) == hf:
         return hf, None
-    return hf, (f"SGLang {layout.release} adds 1 to ids starting with 1, so HF indices {hf} are only captured "
-                f"exactly with sglang_eagle3_ext active (it reads {HF_INDICES_FIELD})")
+    return hf, (
+        f"SGLang {layout.release} adds 1 to ids starting with 1, so HF indices {hf} are only captured "
+        f"exactly with sglang_eagle3_ext active (it reads {HF_INDICES_FIELD})"
+    )
 
 
 def recorded_hf_indices(draft_cfg: dict | None) -> list | None:
@@ -67,8 +71,9 @@ def recorded_hf_indices(draft_cfg: dict | None) -> list | None:
     return ec.get(HF_INDICES_FIELD) if isinstance(ec, dict) else None
 
 
-def fed_hf_indices(draft_cfg: dict, num_layers: int, always_plus_one: bool,
-                   where: str = "draft config") -> tuple[list[int], str]:
+def fed_hf_indices(
+    draft_cfg: dict, num_layers: int, always_plus_one: bool, where: str = "draft config"
+) -> tuple[list[int], str]:
     """(HF indices the served draft is fed, why): its recorded indices (the capture-layer patch serves exactly
     those), else the release's +1 rule on its ids, else SGLang's default for a target of `num_layers`.
     BadInput naming `where` when the config holds something else than lists of indices there."""
@@ -76,8 +81,9 @@ def fed_hf_indices(draft_cfg: dict, num_layers: int, always_plus_one: bool,
     ec = check_type(draft_cfg.get("eagle_config") or {}, dict, f"{where}: eagle_config")
     hf = ec.get(HF_INDICES_FIELD)
     if hf:
-        return list(list_of(hf, int, f"{where}: eagle_config.{HF_INDICES_FIELD}", minimum=0)), \
-            f"eagle_config.{HF_INDICES_FIELD}"
+        return list(
+            list_of(hf, int, f"{where}: eagle_config.{HF_INDICES_FIELD}", minimum=0)
+        ), f"eagle_config.{HF_INDICES_FIELD}"
     ids = ec.get(AUX_IDS_FIELD)
     if not ids:
         return sglang_default_layers(num_layers), "no layer ids, SGLang's default"

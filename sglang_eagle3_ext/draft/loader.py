@@ -9,6 +9,7 @@ release's loading code (stacking, TP sharding, d2t -> hot_token_id) and instead:
   4. refuse unless every tensor was used or is on the ignore list and every parameter that needs
      trained values got one.
 """
+
 from __future__ import annotations
 
 import collections
@@ -28,7 +29,7 @@ from .safetensors_io import scan_headers
 from .target import same_as_target_head
 
 DEFER_WIDTH_ENV = envs.DEFER_WIDTH_CHECK  # 1: leave fc-width problems to the forward guard
-VALUE_SCAN_ENV = envs.VALUE_SCAN          # 0: skip the NaN/Inf scan (one read pass per weight)
+VALUE_SCAN_ENV = envs.VALUE_SCAN  # 0: skip the NaN/Inf scan (one read pass per weight)
 
 
 class _Feed:
@@ -42,8 +43,8 @@ class _Feed:
         self.shapes = rules.expected_shapes(spec)
         self.arch = spec.layout_module
         self.current: str | None = None
-        self.seen: dict[str, str] = {}          # canonical -> name in the checkpoint
-        self.ignored: dict[str, str] = {}       # canonical -> why
+        self.seen: dict[str, str] = {}  # canonical -> name in the checkpoint
+        self.ignored: dict[str, str] = {}  # canonical -> why
         self.problems: list[Problem] = []
         self.renames: collections.Counter = collections.Counter()
         self.d2t = None
@@ -54,15 +55,22 @@ class _Feed:
             canon, notes = keys.canonical(name)
             self.renames.update(notes)
             if canon in self.seen:
-                self.problems.append(Problem(E.UNEXPECTED_WEIGHT, f"{self.where}: {name} and {self.seen[canon]} are the "
-                                                                  f"same tensor ({canon}) twice", key=canon))
+                self.problems.append(
+                    Problem(
+                        E.UNEXPECTED_WEIGHT,
+                        f"{self.where}: {name} and {self.seen[canon]} are the same tensor ({canon}) twice",
+                        key=canon,
+                    )
+                )
                 continue
             self.seen[canon] = name
             why = keys.ignored_reason(canon, self.spec.embed_from_target)
             if why is not None:
                 self.ignored[canon] = why
                 if canon == "t2d" and tuple(tensor.shape) != self.shapes["t2d"]:
-                    self.problems += rules.tensor_problems(canon, tuple(tensor.shape), self.spec, self.shapes, self.where)
+                    self.problems += rules.tensor_problems(
+                        canon, tuple(tensor.shape), self.spec, self.shapes, self.where
+                    )
                 if canon == "embed_tokens.weight" and tuple(tensor.shape) == self.shapes[canon]:
                     # SGLang loads it too, then replaces it with the target's: behave exactly as the release
                     self.current = canon
@@ -76,8 +84,13 @@ class _Feed:
                 why, problem = self._trained_head(tensor)
                 if why is not None:
                     self.ignored[canon] = why
-                    log_once(f"draft-head-ignored:{self.where}", "EAGLE-3 draft %s: %s not loaded: it %s",
-                             self.where, canon, why)
+                    log_once(
+                        f"draft-head-ignored:{self.where}",
+                        "EAGLE-3 draft %s: %s not loaded: it %s",
+                        self.where,
+                        canon,
+                        why,
+                    )
                     continue
                 bad.append(problem)
             if canon == "d2t" and not bad:
@@ -114,10 +127,11 @@ class _Recorder:
         hits, feed = self.hits, self.feed
 
         def loader(param, loaded, *args, **kwargs):
-            call = bind(orig, (param, loaded, *args), kwargs)     # the name moved across releases
+            call = bind(orig, (param, loaded, *args), kwargs)  # the name moved across releases
             shard = call.get("loaded_shard_id", call.get("shard_id"))
             hits.append((feed.current, pname, shard))
             return orig(param, loaded, *args, **kwargs)
+
         return loader
 
     def __enter__(self):
@@ -146,9 +160,19 @@ def _config_dict(config) -> dict:
     # A shallow view, read-only here: to_dict() deep-copies the whole config on every load. Attributes
     # served by the class (not the instance) are read directly for the keys the rules depend on.
     d = dict(vars(config))
-    for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size",
-              "num_hidden_layers", "draft_vocab_size", "target_hidden_size", "tie_word_embeddings", "head_dim",
-              *layouts.config_fields()):
+    for k in (
+        "hidden_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "intermediate_size",
+        "vocab_size",
+        "num_hidden_layers",
+        "draft_vocab_size",
+        "target_hidden_size",
+        "tie_word_embeddings",
+        "head_dim",
+        *layouts.config_fields(),
+    ):
         if hasattr(config, k):
             d[k] = getattr(config, k)
     for k in ("torch_dtype", "dtype"):  # transformers holds a torch.dtype where config.json holds its name
@@ -170,7 +194,7 @@ def _draft_dir(config, ctx) -> Path | None:
     for cand in (getattr(config, "_name_or_path", None), getattr(config, "name_or_path", None)):
         if cand and os.path.isdir(cand):
             return Path(cand)
-    return ctx.draft_dir    # a hub id: SGLang's download in the local cache
+    return ctx.draft_dir  # a hub id: SGLang's download in the local cache
 
 
 def _model_path_is(d: Path | None, ctx) -> bool:
@@ -231,21 +255,35 @@ def load_accounted(wrapped, model, weights, spec, layout, where, target):
     except DraftLoadError:
         raise
     except Exception as e:  # the release's own loaders assert shapes; say which tensor
-        raise DraftLoadError(feed.problems + [Problem(E.SHAPE, f"{where}: loading {feed.current}: {e}", key=feed.current)],
-                             f"EAGLE-3 draft {where} failed to load in SGLang {layout.release}:") from e
+        raise DraftLoadError(
+            feed.problems + [Problem(E.SHAPE, f"{where}: loading {feed.current}: {e}", key=feed.current)],
+            f"EAGLE-3 draft {where} failed to load in SGLang {layout.release}:",
+        ) from e
     problems = feed.problems + _accounting(model, feed, recorder, spec, layout, where)
     if feed.scan_values:
         problems += _non_finite(model, recorder, spec, where)
     if problems:
-        raise DraftLoadError(problems, f"EAGLE-3 draft {where} is not fully accounted for in SGLang {layout.release} "
-                                       f"(SGLang alone would have loaded it silently):")
+        raise DraftLoadError(
+            problems,
+            f"EAGLE-3 draft {where} is not fully accounted for in SGLang {layout.release} "
+            f"(SGLang alone would have loaded it silently):",
+        )
     loaded = len(_used(recorder, feed, spec))
     fc_out, fc_in = model.model.fc.weight.shape
-    log_once(f"draft-load-summary:{where}",
-             "EAGLE-3 draft %s (%s): %d tensors loaded, %d ignored (%s), renames: %s; fc %dx%d (K=%d), SGLang %s",
-             where, type(model).__name__, loaded + (feed.d2t is not None), len(feed.ignored),
-             ", ".join(sorted(feed.ignored)) or "none",
-             keys.summarize_renames({k: v for k, v in feed.renames.items() if v}), fc_out, fc_in, spec.k, layout.release)
+    log_once(
+        f"draft-load-summary:{where}",
+        "EAGLE-3 draft %s (%s): %d tensors loaded, %d ignored (%s), renames: %s; fc %dx%d (K=%d), SGLang %s",
+        where,
+        type(model).__name__,
+        loaded + (feed.d2t is not None),
+        len(feed.ignored),
+        ", ".join(sorted(feed.ignored)) or "none",
+        keys.summarize_renames({k: v for k, v in feed.renames.items() if v}),
+        fc_out,
+        fc_in,
+        spec.k,
+        layout.release,
+    )
     return result
 
 
@@ -311,8 +349,14 @@ def _accounting(model, feed, recorder, spec, layout, where) -> list[Problem]:
             continue
         if half and canon == half[1]:
             continue  # reported below as the missing other half
-        P.append(Problem(E.UNEXPECTED_WEIGHT, f"{where}: {name} reached no parameter of SGLang {layout.release}'s "
-                                              f"draft — {rules.likely_cause(canon, spec)}", key=canon))
+        P.append(
+            Problem(
+                E.UNEXPECTED_WEIGHT,
+                f"{where}: {name} reached no parameter of SGLang {layout.release}'s "
+                f"draft — {rules.likely_cause(canon, spec)}",
+                key=canon,
+            )
+        )
     required = rules.required_keys(spec)
     known = rules.expected_shapes(spec)
     missing = set()
@@ -328,9 +372,15 @@ def _accounting(model, feed, recorder, spec, layout, where) -> list[Problem]:
             if key in required:
                 missing.add(key)
             elif key not in known:  # a parameter our rules do not know: it would run uninitialised
-                P.append(Problem(E.MISSING_WEIGHT, f"{where}: SGLang {layout.release}'s {type(model).__name__} "
-                                                   f"parameter {pname} received no checkpoint tensor (expected "
-                                                   f"{key}) — it would run with uninitialised values", key=key))
+                P.append(
+                    Problem(
+                        E.MISSING_WEIGHT,
+                        f"{where}: SGLang {layout.release}'s {type(model).__name__} "
+                        f"parameter {pname} received no checkpoint tensor (expected "
+                        f"{key}) — it would run with uninitialised values",
+                        key=key,
+                    )
+                )
     if spec.needs_d2t and getattr(model, "hot_token_id", None) is None:
         missing.add("d2t")
     missing -= fed_bad  # already reported with a precise reason

@@ -1,4 +1,5 @@
 """A one-line progress counter on stderr for reads of draft weights that take long (value scans, convert)."""
+
 from __future__ import annotations
 
 import sys

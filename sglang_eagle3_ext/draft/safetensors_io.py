@@ -3,6 +3,7 @@
 Fast on multi-GB drafts (reads a few KB per file) and needs neither torch nor SGLang; small
 tensors (d2t) and the value scan (`check`'s default) read their bytes through a memory map.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,8 +14,23 @@ from pathlib import Path
 from ..boundary import BadInput, field, parse_json, read_json_file, regular_file
 from .errors import BAD_FILE, NO_WEIGHTS, PICKLE_ONLY, Problem
 
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-               "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
+DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "U16": 2,
+    "U32": 4,
+    "U64": 8,
+}
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
 INT_DTYPES = {"I64", "I32", "I16", "I8", "U8", "U16", "U32", "U64"}
 _MAX_HEADER = 100 * 1024 * 1024
@@ -27,7 +43,7 @@ class TensorInfo:
     dtype: str
     shape: tuple[int, ...]
     file: Path
-    begin: int   # absolute byte offsets in the file
+    begin: int  # absolute byte offsets in the file
     end: int
 
     @property
@@ -84,8 +100,13 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], list[Problem]]:
     path = Path(path)
 
     def bad(why: str):
-        return {}, [Problem(BAD_FILE, f"{path}: {why}; the file is truncated or not safetensors — "
-                                      f"re-copy/re-download it or re-save the draft")]
+        return {}, [
+            Problem(
+                BAD_FILE,
+                f"{path}: {why}; the file is truncated or not safetensors — "
+                f"re-copy/re-download it or re-save the draft",
+            )
+        ]
 
     header, data_start, why = _header_json(path)
     if header is None:
@@ -102,8 +123,14 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], list[Problem]]:
             return bad(why)
         want = info.numel * DTYPE_BYTES[info.dtype]
         if info.end - info.begin != want:
-            problems.append(Problem(BAD_FILE, f"{path}: tensor {name} {info.dtype}{list(info.shape)} needs {want} "
-                                              f"bytes, header gives {info.end - info.begin}", key=name))
+            problems.append(
+                Problem(
+                    BAD_FILE,
+                    f"{path}: tensor {name} {info.dtype}{list(info.shape)} needs {want} "
+                    f"bytes, header gives {info.end - info.begin}",
+                    key=name,
+                )
+            )
         if info.end > size:
             return bad(f"tensor {name} ends at byte {info.end} but the file has {size} bytes")
         out[name] = info
@@ -114,12 +141,16 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], list[Problem]]:
         b = info.begin - data_start
         if b != pos:
             what = "overlaps the previous tensor" if b < pos else f"leaves a gap of {b - pos} bytes"
-            return bad(f"tensor {info.name} starts at data byte {b} but the previous tensor ends at {pos}: its "
-                       f"data_offsets {what} (safetensors refuses such a header: invalid offsets)")
+            return bad(
+                f"tensor {info.name} starts at data byte {b} but the previous tensor ends at {pos}: its "
+                f"data_offsets {what} (safetensors refuses such a header: invalid offsets)"
+            )
         pos = info.end - data_start
     if pos != size - data_start:
-        return bad(f"the tensors end at data byte {pos} but the file has {size - data_start} data bytes "
-                   f"(safetensors refuses it: incomplete metadata / trailing bytes)")
+        return bad(
+            f"the tensors end at data byte {pos} but the file has {size - data_start} data bytes "
+            f"(safetensors refuses it: incomplete metadata / trailing bytes)"
+        )
     return out, problems
 
 
@@ -151,9 +182,14 @@ def weight_files(draft_dir: Path) -> tuple[list[Path], list[Problem]]:
         return files, []
     pickles = sorted(p.name for p in d.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
-        return [], [Problem(PICKLE_ONLY, f"{d} has only pickle weights ({', '.join(pickles)}): refused — unpickling "
-                                         f"can run code and cannot be checked without loading everything. Convert: "
-                                         f"python -m sglang_eagle3_ext.convert {d} OUT_DIR --allow-pickle")]
+        return [], [
+            Problem(
+                PICKLE_ONLY,
+                f"{d} has only pickle weights ({', '.join(pickles)}): refused — unpickling "
+                f"can run code and cannot be checked without loading everything. Convert: "
+                f"python -m sglang_eagle3_ext.convert {d} OUT_DIR --allow-pickle",
+            )
+        ]
     return [], [Problem(NO_WEIGHTS, f"{d} has no *.safetensors weights")]
 
 
@@ -174,9 +210,21 @@ def read_array(info: TensorInfo, start: int = 0, count: int | None = None):
     """numpy view of (part of) a tensor; BF16 widened to float32."""
     import numpy as np
 
-    np_dtype = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64,
-                "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
-                "U16": np.uint16, "U32": np.uint32, "U64": np.uint64}[info.dtype]
+    np_dtype = {
+        "F64": np.float64,
+        "F32": np.float32,
+        "F16": np.float16,
+        "BF16": np.uint16,
+        "I64": np.int64,
+        "I32": np.int32,
+        "I16": np.int16,
+        "I8": np.int8,
+        "U8": np.uint8,
+        "BOOL": np.bool_,
+        "U16": np.uint16,
+        "U32": np.uint32,
+        "U64": np.uint64,
+    }[info.dtype]
     count = info.numel - start if count is None else count
     itemsize = DTYPE_BYTES[info.dtype]
     arr = np.memmap(info.file, dtype=np_dtype, mode="r", offset=info.begin + start * itemsize, shape=(count,))
@@ -205,7 +253,7 @@ def _flat_chunk(t, start: int, count: int):
 
     if isinstance(t, TensorInfo):
         return np.asarray(read_array(t, start, count), dtype=np.float64)
-    return t.detach().reshape(-1)[start:start + count].cpu().double().numpy()
+    return t.detach().reshape(-1)[start : start + count].cpu().double().numpy()
 
 
 def values_equal(a, b: TensorInfo, chunk: int = 1 << 22) -> bool | None:

@@ -20,6 +20,7 @@ tokenizer manager records the new draft as SGLang's speculative_draft_model_path
 Each scheduler reports its last attempt (path, outcome) in /get_server_info, so a client whose reply was lost
 (its timeout) reads what happened.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,15 +42,16 @@ from .swap_keys import build_keys
 from .swap_rules import against_served, problems_line, summary
 from .swap_tensors import TensorState, captured_layers, find_draft, sync
 
-LOAD_FORMAT = "sglang_eagle3_ext.draft"    # the marker our patch recognises in /update_weights_from_disk
-STATE_KEY = "sglang_eagle3_ext_draft"      # what the scheduler adds to /get_server_info's internal states
+LOAD_FORMAT = "sglang_eagle3_ext.draft"  # the marker our patch recognises in /update_weights_from_disk
+STATE_KEY = "sglang_eagle3_ext_draft"  # what the scheduler adds to /get_server_info's internal states
 PROTOCOL = 1
-_served: dict = {}                         # this process's served draft: path, raw config, swaps done, attempts
+_served: dict = {}  # this process's served draft: path, raw config, swaps done, attempts
 
 
 @dataclasses.dataclass
 class Plan:
     """A new draft judged fit: what the load needs."""
+
     path: Path
     spec: object
     cfg: dict
@@ -86,7 +88,7 @@ def swap_draft(manager, path: str, flush: bool = True) -> tuple[bool, str]:
         old = served_draft()["path"]
         state, plan = _prepare(manager, path)
         if state is None:
-            ok, message = False, plan           # the refusal
+            ok, message = False, plan  # the refusal
         else:
             ok = _load(state, plan)
             message = "" if ok else state.failure
@@ -150,8 +152,12 @@ def judge(side, path: str) -> tuple[list[Problem], Plan | None]:
 
     d = Path(path)
     if not d.is_absolute() or not d.is_dir():
-        return [Problem(E.CONFIG_MISSING, f"{path}: no such folder here (the server reads it: give an absolute "
-                                          f"path on the server's machine)")], None
+        return [
+            Problem(
+                E.CONFIG_MISSING,
+                f"{path}: no such folder here (the server reads it: give an absolute path on the server's machine)",
+            )
+        ], None
     ctx = startup_context()
     rep = check_draft(d, target=ctx.target_dir if ctx.target_config is not None else None, scan_values=True)
     # the start-up loader casts into the served dtype, whatever the files declare
@@ -163,8 +169,9 @@ def judge(side, path: str) -> tuple[list[Problem], Plan | None]:
     spec, _ = rules.spec_from_config(cfg, layout, where=str(d / "config.json"))
     has_d2t = any(keys.canonical(name)[0] == "d2t" for name in rep.loads)
     problems = served_problems(side, cfg, spec, layout, has_d2t, str(d))
-    return problems, Plan(d, spec, cfg, layout, has_d2t, (ctx.target_dir if ctx.target_config else None,
-                                                          ctx.target_config))
+    return problems, Plan(
+        d, spec, cfg, layout, has_d2t, (ctx.target_dir if ctx.target_config else None, ctx.target_config)
+    )
 
 
 def served_summary(side, layout) -> dict:
@@ -179,8 +186,12 @@ def served_summary(side, layout) -> dict:
         spec, _ = rules.spec_from_config(served_config(side.models[0]), layout)
     captured, n_layers = captured_layers(side.target)
     has_map = bool(side.holders) or getattr(side.models[0], "hot_token_id", None) is not None
-    return {**summary(spec, cfg, build_keys(layouts.get(spec.layout))), "hf_indices": captured,
-            "target_layers": n_layers, "token_map": has_map}
+    return {
+        **summary(spec, cfg, build_keys(layouts.get(spec.layout))),
+        "hf_indices": captured,
+        "target_layers": n_layers,
+        "token_map": has_map,
+    }
 
 
 def served_problems(side, cfg: dict, spec, layout, has_d2t: bool, where: str) -> list[Problem]:
@@ -199,22 +210,30 @@ def _load(state, plan: Plan) -> bool:
 
     import torch
 
-
     side = state.side
-    sync(side)                       # a forward still reading the old draft finishes first
+    sync(side)  # a forward still reading the old draft finishes first
     state.save()
     try:
         with torch.no_grad():
             for model in side.models:
-                fn = type(model).load_weights      # the release's own, past our strict wrapper (its pre-load
+                fn = type(model).load_weights  # the release's own, past our strict wrapper (its pre-load
                 release = functools.partial(fn.__wrapped__ if getattr(fn, PATCH_MARK, None) else fn, model)  # rules
-                skip = state.skip_names(model)     # read the served draft's folder; judge() read the new one)
-                load_accounted(lambda feed, r=release, s=skip: r(_unshared(feed, s)), model,
-                               _weights(plan.path), plan.spec, plan.layout, str(plan.path), plan.target)
+                skip = state.skip_names(model)  # read the served draft's folder; judge() read the new one)
+                load_accounted(
+                    lambda feed, r=release, s=skip: r(_unshared(feed, s)),
+                    model,
+                    _weights(plan.path),
+                    plan.spec,
+                    plan.layout,
+                    str(plan.path),
+                    plan.target,
+                )
             bad = state.rebind()
             if bad:
-                raise DraftLoadError([Problem(E.SWAP_MISMATCH, f"{plan.path}: {b}") for b in bad],
-                                     "the new draft's tensors do not fit the served ones:")
+                raise DraftLoadError(
+                    [Problem(E.SWAP_MISMATCH, f"{plan.path}: {b}") for b in bad],
+                    "the new draft's tensors do not fit the served ones:",
+                )
             state.update_maps(side.models[0], identity=not plan.has_d2t)
         sync(side)
     except Exception as e:  # noqa: BLE001 - the strict loader's refusal, or anything the release raised
@@ -236,7 +255,6 @@ def _weights(path: Path):
     """(name, tensor) of the draft's safetensors files, read by SGLang's own iterator as its model loader does."""
     from sglang.srt.model_loader.weight_utils import safetensors_weights_iterator
 
-
     files, _ = weight_files(path)
     return safetensors_weights_iterator([str(f) for f in files])
 
@@ -245,8 +263,12 @@ def _commit(manager, path: str, old, seconds: float, flush: bool) -> str:
     """The new draft serves: remember it, flush the prefix cache; the reply's message."""
 
     s = served_draft()
-    s.update(path=path, config=read_json_file(Path(path) / "config.json", "draft config"), swaps=s["swaps"] + 1,
-             last={"from": old, "seconds": round(seconds, 3)})
+    s.update(
+        path=path,
+        config=read_json_file(Path(path) / "config.json", "draft config"),
+        swaps=s["swaps"] + 1,
+        last={"from": old, "seconds": round(seconds, 3)},
+    )
     note = ""
     if flush:
         try:
@@ -254,8 +276,10 @@ def _commit(manager, path: str, old, seconds: float, flush: bool) -> str:
         except Exception as e:  # noqa: BLE001 - the swap is done; a stale cache only costs acceptance
             flushed, note = False, f" ({type(e).__name__}: {e})"
         if not flushed:
-            note = (f"; the prefix cache was not flushed{note}: cached prefixes keep the old draft's KV until "
-                    f"evicted (lower acceptance on them, outputs unchanged)")
+            note = (
+                f"; the prefix cache was not flushed{note}: cached prefixes keep the old draft's KV until "
+                f"evicted (lower acceptance on them, outputs unchanged)"
+            )
     return f"draft {path} swapped in (was {old}) in {seconds:.2f} s on this rank{note}"
 
 
@@ -267,9 +291,16 @@ def state_report(scheduler) -> dict | None:
     if isinstance(side, str):
         return {"protocol": PROTOCOL, "draft": None, "refusal": side}
     s = served_draft()
-    return {"protocol": PROTOCOL, "draft": s["path"], "swaps": s["swaps"], "last_swap": s["last"],
-            "attempts": s.get("attempts", 0), "last_attempt": s.get("attempt"), "load_format": LOAD_FORMAT,
-            **served_summary(side, keys.installed_layout())}
+    return {
+        "protocol": PROTOCOL,
+        "draft": s["path"],
+        "swaps": s["swaps"],
+        "last_swap": s["last"],
+        "attempts": s.get("attempts", 0),
+        "last_attempt": s.get("attempt"),
+        "load_format": LOAD_FORMAT,
+        **served_summary(side, keys.installed_layout()),
+    }
 
 
 def add_state_report(scheduler, reply) -> None:
@@ -282,5 +313,6 @@ def add_state_report(scheduler, reply) -> None:
     except Exception as e:  # noqa: BLE001
         from .._log import log_once
 
-        log_once("swap-state-report", "EAGLE-3 draft swap: no draft report in /get_server_info (%s: %s)",
-                 type(e).__name__, e)
+        log_once(
+            "swap-state-report", "EAGLE-3 draft swap: no draft report in /get_server_info (%s: %s)", type(e).__name__, e
+        )

@@ -20,6 +20,7 @@
    (os.replace of a new symlink: atomic), so that the launch command naming the link serves it after a restart.
 A refusal (here or by the server) is boundary.Refused (exit 2) naming the problem.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,8 @@ from .swap_rules import against_served, problems_line
 
 UPDATE_ROUTE = "/update_weights_from_disk"
 LAUNCH_FLAG = "--speculative-draft-model-path"
-MAX_KEYS = 4096              # build keys a report may name (a draft class reads a few dozen)
-MAX_TEXT = 4000              # characters of a server's message kept
+MAX_KEYS = 4096  # build keys a report may name (a draft class reads a few dozen)
+MAX_TEXT = 4000  # characters of a server's message kept
 
 
 class SwapRefused(Refused):
@@ -56,11 +57,11 @@ class SwapRefused(Refused):
 class Options:
     url: str
     draft: str
-    timeout: float = 600.0          # the whole swap request: in-flight requests finish first
-    local_check: bool = True        # False: the folder is on the server's machine only
+    timeout: float = 600.0  # the whole swap request: in-flight requests finish first
+    local_check: bool = True  # False: the folder is on the server's machine only
     say: Callable[[str], None] | None = None
-    draft_link: str | None = None   # a symlink the launch command names: pointed at the draft once it serves
-    settle: float = 60.0            # after a --timeout: how long the server's state is read for the outcome
+    draft_link: str | None = None  # a symlink the launch command names: pointed at the draft once it serves
+    settle: float = 60.0  # after a --timeout: how long the server's state is read for the outcome
 
 
 def draft_states(info, where: str) -> list[dict] | None:
@@ -80,9 +81,13 @@ def draft_states(info, where: str) -> list[dict] | None:
 def _state(rep: dict, at: str) -> dict:
     protocol = field(rep, "protocol", int, at)
     if protocol != PROTOCOL:
-        raise BadInput(f"{at}: 'protocol'", f"{protocol}; this client speaks {PROTOCOL}: use the sglang-eagle3-ext "
-                                            f"the server runs")
-    out = {"draft": field(rep, "draft", str, at, optional=True), "refusal": field(rep, "refusal", str, at, optional=True)}
+        raise BadInput(
+            f"{at}: 'protocol'", f"{protocol}; this client speaks {PROTOCOL}: use the sglang-eagle3-ext the server runs"
+        )
+    out = {
+        "draft": field(rep, "draft", str, at, optional=True),
+        "refusal": field(rep, "refusal", str, at, optional=True),
+    }
     if out["refusal"] is not None:
         return out
     out["spec"] = field(rep, "spec", dict, at)
@@ -96,16 +101,22 @@ def _state(rep: dict, at: str) -> dict:
     out["hf_indices"] = list_of(hf, int, f"{at}: 'hf_indices'", minimum=0) if hf is not None else None
     out["target_layers"] = field(rep, "target_layers", int, at, optional=True, minimum=1)
     if out["hf_indices"] and out["target_layers"] and max(out["hf_indices"]) > out["target_layers"]:
-        raise BadInput(f"{at}: 'hf_indices'", f"{out['hf_indices']} for a target of {out['target_layers']} layers "
-                                              f"(HF hidden_states run 0..{out['target_layers']})")
+        raise BadInput(
+            f"{at}: 'hf_indices'",
+            f"{out['hf_indices']} for a target of {out['target_layers']} layers "
+            f"(HF hidden_states run 0..{out['target_layers']})",
+        )
     out["token_map"] = field(rep, "token_map", bool, at, optional=True, default=False)
     out["swaps"] = field(rep, "swaps", int, at, optional=True, minimum=0, default=0)
     out["attempts"] = field(rep, "attempts", int, at, optional=True, minimum=0)
     last = field(rep, "last_attempt", dict, at, optional=True)
     if last is not None:
         la = f"{at}: 'last_attempt'"
-        out["last_attempt"] = {"path": field(last, "path", str, la), "ok": field(last, "ok", bool, la),
-                               "message": field(last, "message", str, la, optional=True, default="")[:MAX_TEXT]}
+        out["last_attempt"] = {
+            "path": field(last, "path", str, la),
+            "ok": field(last, "ok", bool, la),
+            "message": field(last, "message", str, la, optional=True, default="")[:MAX_TEXT],
+        }
     return out
 
 
@@ -137,9 +148,11 @@ def _server_state(srv, where: str) -> tuple[dict, list[dict]]:
         raise Refused(f"{srv.url}: {why}")
     states = draft_states(info, where)
     if states is None:
-        raise Refused(f"{srv.url}: the server does not run sglang_eagle3_ext's draft swap (no {STATE_KEY!r} in its "
-                      f"internal states); start it with SGLANG_EAGLE3_EXT=1 (or `sglang-eagle3 launch`) and this "
-                      f"package installed: nothing was sent")
+        raise Refused(
+            f"{srv.url}: the server does not run sglang_eagle3_ext's draft swap (no {STATE_KEY!r} in its "
+            f"internal states); start it with SGLANG_EAGLE3_EXT=1 (or `sglang-eagle3 launch`) and this "
+            f"package installed: nothing was sent"
+        )
     refused = next((s["refusal"] for s in states if s.get("refusal")), None)
     if refused:
         raise Refused(f"{srv.url}: {refused}")
@@ -162,9 +175,12 @@ def check_link(link: str) -> Path:
     writable_dir(p.parent, "--draft-link's folder")
     if os.path.lexists(p) and not os.path.islink(p):
         kind = "a folder" if p.is_dir() else "a file"
-        raise BadInput(f"--draft-link {link}", f"is {kind}, not a symlink: swap points a symlink at the new draft "
-                                               f"and never replaces a file or a folder; give the symlink your launch "
-                                               f"command names (or a new path)")
+        raise BadInput(
+            f"--draft-link {link}",
+            f"is {kind}, not a symlink: swap points a symlink at the new draft "
+            f"and never replaces a file or a folder; give the symlink your launch "
+            f"command names (or a new path)",
+        )
     return p
 
 
@@ -213,10 +229,12 @@ def local_problems(draft: Path, args: dict, served: dict, say=None, scan_values:
     target = local_dir(args.get("model_path"))
     target = target if target is not None and (target / "config.json").is_file() else None
     if say and target is None:
-        say(f"the server's target {args.get('model_path')} is not readable here: the draft is checked against it "
-            f"on the server only")
+        say(
+            f"the server's target {args.get('model_path')} is not readable here: the draft is checked against it "
+            f"on the server only"
+        )
     rep = check_draft(draft, target=target, sglang_version=release, scan_values=scan_values)
-    problems = [p for p in rep.errors if p.code != E.DTYPE]   # the server casts into its served dtype
+    problems = [p for p in rep.errors if p.code != E.DTYPE]  # the server casts into its served dtype
     if problems:
         return problems
     cfg = read_json_file(draft / "config.json", "draft config")
@@ -239,12 +257,16 @@ def _local_draft(opts: Options, say) -> Path:
     draft = Path(opts.draft).expanduser()
     if not opts.local_check:
         if not draft.is_absolute():
-            raise Refused(f"--draft {opts.draft}: with --no-local-check give the folder's absolute path on the "
-                          f"server's machine (the server reads it)")
+            raise Refused(
+                f"--draft {opts.draft}: with --no-local-check give the folder's absolute path on the "
+                f"server's machine (the server reads it)"
+            )
         return draft
     if not draft.is_dir():
-        raise Refused(f"--draft {opts.draft}: no such folder here (a folder on the server's machine only: add "
-                      f"--no-local-check, the server applies the same rules)")
+        raise Refused(
+            f"--draft {opts.draft}: no such folder here (a folder on the server's machine only: add "
+            f"--no-local-check, the server applies the same rules)"
+        )
     draft = draft.resolve()
     say(f"checking {draft} (files, shapes, values) before contacting the server")
     precheck(draft)
@@ -255,7 +277,7 @@ def swap(opts: Options) -> dict:
     """Swap the draft of the server at opts.url for opts.draft; the report (Refused on any refusal)."""
 
     say = opts.say or (lambda m: None)
-    link = check_link(opts.draft_link) if opts.draft_link else None      # local inputs before the network
+    link = check_link(opts.draft_link) if opts.draft_link else None  # local inputs before the network
     draft = _local_draft(opts, say)
     srv = Server(opts.url, timeout=opts.timeout)
     where = srv.where("GET", "/get_server_info")
@@ -263,8 +285,10 @@ def swap(opts: Options) -> dict:
     served = states[0]["draft"]
     launched = args.get("speculative_draft_model_path")
     if link is not None and launched not in (str(link), os.path.realpath(link)):
-        say(f"note: the server's record names {launched}, not --draft-link {link}: a restart serves the link only "
-            f"when its launch command names it ({LAUNCH_FLAG} {link})")
+        say(
+            f"note: the server's record names {launched}, not --draft-link {link}: a restart serves the link only "
+            f"when its launch command names it ({LAUNCH_FLAG} {link})"
+        )
     local = None
     if opts.local_check:
         say(f"checking {draft} against the draft {served} served at {srv.url}")
@@ -272,52 +296,77 @@ def swap(opts: Options) -> dict:
         if problems:
             raise Refused(f"draft {draft} refused here, nothing was sent: {problems_line(problems)}")
         local = "passed"
-    base = {"url": srv.url, "draft": str(draft), "previous_draft": served, "release": args.get("version"),
-            "draft_link": str(link) if link else None}
+    base = {
+        "url": srv.url,
+        "draft": str(draft),
+        "previous_draft": served,
+        "release": args.get("version"),
+        "draft_link": str(link) if link else None,
+    }
     say(f"swapping in {draft} (the server lets the requests in flight finish first)")
     t0 = time.monotonic()
     late = None
     try:
-        out = srv.post(UPDATE_ROUTE, {"model_path": str(draft), "load_format": LOAD_FORMAT, "flush_cache": True},
-                       ok_status=(400,))
+        out = srv.post(
+            UPDATE_ROUTE, {"model_path": str(draft), "load_format": LOAD_FORMAT, "flush_cache": True}, ok_status=(400,)
+        )
         ok, message, paused = swap_reply(out, srv.where("POST", UPDATE_ROUTE))
-    except ServerTimeout as e:     # the server may still swap: what it says now decides, not the lost reply
+    except ServerTimeout as e:  # the server may still swap: what it says now decides, not the lost reply
         late = str(e)
         ok, message, paused = True, "", None
         args_after, after = _settle(srv, where, draft, states, opts.settle, say, late, base)
     pause = time.monotonic() - t0
     if not ok:
-        raise SwapRefused(f"the server refused draft {draft}, it keeps serving {served}: {message}",
-                          {**base, "pause_s": round(pause, 3), "server_message": message})
+        raise SwapRefused(
+            f"the server refused draft {draft}, it keeps serving {served}: {message}",
+            {**base, "pause_s": round(pause, 3), "server_message": message},
+        )
     if late is None:
         try:
             args_after, after = _server_state(srv, where)
-        except (BadInput, Refused) as e:     # it said it swapped: the report says so, the link waits for proof
-            raise SwapRefused(f"the server accepted draft {draft} ({message or 'no message'}) but its state could "
-                              f"not be read back: {e}; --draft-link was not touched; after a restart, "
-                              f"{launch_argument(str(draft))} serves it",
-                              {**base, "pause_s": round(pause, 3), "server_message": message}, ok=True) from None
+        except (BadInput, Refused) as e:  # it said it swapped: the report says so, the link waits for proof
+            raise SwapRefused(
+                f"the server accepted draft {draft} ({message or 'no message'}) but its state could "
+                f"not be read back: {e}; --draft-link was not touched; after a restart, "
+                f"{launch_argument(str(draft))} serves it",
+                {**base, "pause_s": round(pause, 3), "server_message": message},
+                ok=True,
+            ) from None
     serving = [s.get("draft") for s in after]
     if any(d != str(draft) for d in serving):
         raise Refused(f"the server accepted draft {draft} but reports serving {serving}: see its log")
     record = args_after.get("speculative_draft_model_path")
     if record is not None and record != str(draft):
-        say(f"note: SGLang's record of the draft (speculative_draft_model_path in /get_server_info) still names "
+        say(
+            f"note: SGLang's record of the draft (speculative_draft_model_path in /get_server_info) still names "
             f"{record} (a server running an older sglang_eagle3_ext): a restart serves what its launch command "
-            f"names")
-    rep = {**base, "ok": True, "pause_s": None if late else round(pause, 3), "requests_paused": paused,
-           "local_check": local or "skipped (--no-local-check)", "hf_indices": states[0].get("hf_indices"),
-           "swaps": after[0].get("swaps"), "server_message": message, "server_record": record,
-           "reply_lost": late, "seconds": round(pause, 3),
-           "launch_argument": launch_argument(str(link) if link else str(draft))}
+            f"names"
+        )
+    rep = {
+        **base,
+        "ok": True,
+        "pause_s": None if late else round(pause, 3),
+        "requests_paused": paused,
+        "local_check": local or "skipped (--no-local-check)",
+        "hf_indices": states[0].get("hf_indices"),
+        "swaps": after[0].get("swaps"),
+        "server_message": message,
+        "server_record": record,
+        "reply_lost": late,
+        "seconds": round(pause, 3),
+        "launch_argument": launch_argument(str(link) if link else str(draft)),
+    }
     if link is not None:
         try:
             point_link(link, str(draft))
         except OSError as e:
-            raise SwapRefused(f"the server serves draft {draft}, but --draft-link {link} could not be pointed at it "
-                              f"({e.strerror or e}): a restart with {LAUNCH_FLAG} {link} serves what the link names; "
-                              f"restart with {launch_argument(str(draft))} instead",
-                              {**rep, "launch_argument": launch_argument(str(draft))}, ok=True) from None
+            raise SwapRefused(
+                f"the server serves draft {draft}, but --draft-link {link} could not be pointed at it "
+                f"({e.strerror or e}): a restart with {LAUNCH_FLAG} {link} serves what the link names; "
+                f"restart with {launch_argument(str(draft))} instead",
+                {**rep, "launch_argument": launch_argument(str(draft))},
+                ok=True,
+            ) from None
     return rep
 
 
@@ -342,11 +391,19 @@ def _settle(srv, where: str, draft: Path, before: list[dict], settle: float, say
                 say(f"the server swapped {draft} in after the client's timeout")
                 return args, states
             att, n = states[0].get("last_attempt"), states[0].get("attempts")
-            if (att and att["path"] == str(draft) and not att["ok"] and isinstance(n, int)
-                    and isinstance(n_before, int) and n > n_before):
-                raise SwapRefused(f"the server refused draft {draft} after the client's timeout, it keeps serving "
-                                  f"{base['previous_draft']}: {att['message']}",
-                                  {**base, "pause_s": None, "server_message": att["message"], "reply_lost": late})
+            if (
+                att
+                and att["path"] == str(draft)
+                and not att["ok"]
+                and isinstance(n, int)
+                and isinstance(n_before, int)
+                and n > n_before
+            ):
+                raise SwapRefused(
+                    f"the server refused draft {draft} after the client's timeout, it keeps serving "
+                    f"{base['previous_draft']}: {att['message']}",
+                    {**base, "pause_s": None, "server_message": att["message"], "reply_lost": late},
+                )
             last = f"it serves {states[0].get('draft')}"
         except (BadInput, Refused) as e:
             if isinstance(e, SwapRefused):
@@ -356,20 +413,26 @@ def _settle(srv, where: str, draft: Path, before: list[dict], settle: float, say
         if left <= 0:
             break
         time.sleep(min(1.0, left))
-    raise SwapRefused(f"not confirmed: {late}; {settle:g} s later {last} and reports no outcome for {draft}: the "
-                      f"server may still swap it (the requests in flight finish first); nothing was changed here. "
-                      f"GET {srv.url}/get_server_info tells which draft it serves; --timeout and --settle set the waits",
-                      {**base, "pause_s": None, "reply_lost": late, "state": "undetermined"})
+    raise SwapRefused(
+        f"not confirmed: {late}; {settle:g} s later {last} and reports no outcome for {draft}: the "
+        f"server may still swap it (the requests in flight finish first); nothing was changed here. "
+        f"GET {srv.url}/get_server_info tells which draft it serves; --timeout and --settle set the waits",
+        {**base, "pause_s": None, "reply_lost": late, "state": "undetermined"},
+    )
 
 
 def render(rep: dict) -> str:
-    pause = (f"{rep['pause_s']:.2f} s (in-flight requests finished, draft checked and loaded, requests admitted "
-             f"again)" if rep.get("pause_s") is not None else
-             f"not measured (the reply was lost: {rep.get('reply_lost')}; the server showed the swap done "
-             f"{rep.get('seconds', 0):.1f} s after the request)")
-    lines = [f"swapped: {rep['url']} now serves draft {rep['draft']} (was {rep['previous_draft']})",
-             f"  pause: {pause}; local check: {rep['local_check']}",
-             f"  server: {' '.join(str(rep['server_message']).split())}"]
+    pause = (
+        f"{rep['pause_s']:.2f} s (in-flight requests finished, draft checked and loaded, requests admitted again)"
+        if rep.get("pause_s") is not None
+        else f"not measured (the reply was lost: {rep.get('reply_lost')}; the server showed the swap done "
+        f"{rep.get('seconds', 0):.1f} s after the request)"
+    )
+    lines = [
+        f"swapped: {rep['url']} now serves draft {rep['draft']} (was {rep['previous_draft']})",
+        f"  pause: {pause}; local check: {rep['local_check']}",
+        f"  server: {' '.join(str(rep['server_message']).split())}",
+    ]
     if rep.get("draft_link"):
         lines.append(f"  after a restart: {rep['launch_argument']} (now -> {rep['draft']}) serves it")
     else:

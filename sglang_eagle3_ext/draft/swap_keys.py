@@ -14,6 +14,7 @@ SGLang class or function they pass the config to (by parameter, alias or `self.<
 supported releases found) is always compared too, so a release whose source cannot be read here loses nothing
 known. Keys the spec or the HF index rule judges (shapes, K, vocabularies: JUDGED_ELSEWHERE) are left to them.
 """
+
 from __future__ import annotations
 
 import ast
@@ -23,18 +24,50 @@ from pathlib import Path
 from .._log import logger
 
 # read by the supported releases' draft classes (llama.py / llama_eagle3.py, deepseek_v2.py / kimi_k25_eagle3.py)
-BASELINE = ("rope_theta", "rope_scaling", "rope_parameters", "rope_is_neox_style", "partial_rotary_factor",
-            "original_max_position_embeddings", "rope_interleave", "max_position_embeddings", "rms_norm_eps",
-            "hidden_act", "attention_bias", "mlp_bias", "norm_output", "model_type")
+BASELINE = (
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "rope_is_neox_style",
+    "partial_rotary_factor",
+    "original_max_position_embeddings",
+    "rope_interleave",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "hidden_act",
+    "attention_bias",
+    "mlp_bias",
+    "norm_output",
+    "model_type",
+)
 # judged with their own rule and message: the spec's fields (swap_rules.SPEC_FIELDS, rules.spec_from_config), the
 # aux layers and HF indices (index_problems), the token map (token_map_problems); the dtype is the server's
 # (--dtype: the loader casts into it); the names of the checkpoint are no build option
-JUDGED_ELSEWHERE = frozenset({
-    "architectures", "hidden_size", "target_hidden_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "draft_vocab_size", "tie_word_embeddings",
-    "bias", "fc_norm", "use_aux_norm", "norm_before_fc", "num_aux_hidden_states", "eagle_config",
-    "eagle_aux_hidden_state_layer_ids", "torch_dtype", "dtype", "name_or_path",
-})
+JUDGED_ELSEWHERE = frozenset(
+    {
+        "architectures",
+        "hidden_size",
+        "target_hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "intermediate_size",
+        "vocab_size",
+        "draft_vocab_size",
+        "tie_word_embeddings",
+        "bias",
+        "fc_norm",
+        "use_aux_norm",
+        "norm_before_fc",
+        "num_aux_hidden_states",
+        "eagle_config",
+        "eagle_aux_hidden_state_layer_ids",
+        "torch_dtype",
+        "dtype",
+        "name_or_path",
+    }
+)
 _MAX_DEPTH = 12
 
 
@@ -65,8 +98,11 @@ def _build_keys(target: str, layout_fields: tuple) -> tuple[str, ...]:
     root = sglang_root()
     found = config_reads(root, target) if root is not None else set()
     if not found:
-        logger.info("EAGLE-3 draft swap: %s not readable in SGLang's source here; comparing the known build keys "
-                    "(%s)", target, ", ".join(BASELINE))
+        logger.info(
+            "EAGLE-3 draft swap: %s not readable in SGLang's source here; comparing the known build keys (%s)",
+            target,
+            ", ".join(BASELINE),
+        )
     return tuple(sorted((found | set(BASELINE)) - JUDGED_ELSEWHERE - set(layout_fields)))
 
 
@@ -210,19 +246,32 @@ class _Scan:
                         if isinstance(t, ast.Name) and t.id not in names:
                             names.add(t.id)
                             changed = True
-                        elif (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
-                              and t.attr not in attrs):
+                        elif (
+                            isinstance(t, ast.Attribute)
+                            and isinstance(t.value, ast.Name)
+                            and t.value.id == "self"
+                            and t.attr not in attrs
+                        ):
                             attrs.add(t.attr)
                             changed = True
         called = {id(n.func) for n in ast.walk(fn) if isinstance(n, ast.Call)}
         for node in ast.walk(fn):
-            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and id(node) not in called \
-                    and is_cfg(node.value):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Load)
+                and id(node) not in called
+                and is_cfg(node.value)
+            ):
                 self._add(node.attr)
             elif isinstance(node, ast.Call):
                 fname = _dotted(node.func)
-                if fname in ("getattr", "hasattr") and len(node.args) >= 2 and is_cfg(node.args[0]) \
-                        and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+                if (
+                    fname in ("getattr", "hasattr")
+                    and len(node.args) >= 2
+                    and is_cfg(node.args[0])
+                    and isinstance(node.args[1], ast.Constant)
+                    and isinstance(node.args[1].value, str)
+                ):
                     self._add(node.args[1].value)
                     continue
                 given = {i: True for i, a in enumerate(node.args) if is_cfg(a)}

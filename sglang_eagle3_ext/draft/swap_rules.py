@@ -7,6 +7,7 @@ draft class reads when it builds or runs the draft, swap_keys.py) and be fed the
 Plain data in, Problems out: the server (swap.py) and the client (swap_client.py) judge with the same functions,
 the client from the summary the server reports (with the keys the server's release reads).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,8 +18,26 @@ from .layers import HF_INDICES_FIELD, fed_hf_indices
 from .swap_keys import BASELINE
 
 # DraftSpec fields that shape the built module (aux ids and HF indices are judged by index_problems instead)
-SPEC_FIELDS = ("layout", "arch", "hidden", "target_hidden", "k", "n_layers", "n_heads", "n_kv", "head_dim", "inter",
-               "vocab", "draft_vocab", "tie", "fc_bias", "fc_norm", "norm_before_fc", "use_aux", "dims")
+SPEC_FIELDS = (
+    "layout",
+    "arch",
+    "hidden",
+    "target_hidden",
+    "k",
+    "n_layers",
+    "n_heads",
+    "n_kv",
+    "head_dim",
+    "inter",
+    "vocab",
+    "draft_vocab",
+    "tie",
+    "fc_bias",
+    "fc_norm",
+    "norm_before_fc",
+    "use_aux",
+    "dims",
+)
 RESTART = "restart the server with it to serve a draft built otherwise"
 
 
@@ -49,20 +68,32 @@ def structure_problems(new: dict, served: dict, where: str) -> list[Problem]:
     for k in SPEC_FIELDS:
         a, b = new["spec"].get(k), served["spec"].get(k)
         if a != b:
-            P.append(Problem(E.SWAP_MISMATCH, f"{where}: {_name(k)} is {a!r}, the served draft's is {b!r}: a swap "
-                                              f"loads the new draft into the served one in place, so it must be "
-                                              f"built the same; {RESTART}", key=k))
+            P.append(
+                Problem(
+                    E.SWAP_MISMATCH,
+                    f"{where}: {_name(k)} is {a!r}, the served draft's is {b!r}: a swap "
+                    f"loads the new draft into the served one in place, so it must be "
+                    f"built the same; {RESTART}",
+                    key=k,
+                )
+            )
     a_build, b_build = new.get("build"), served.get("build")
     if a_build is None or b_build is None:
         return P
-    exact = isinstance(served.get("build_keys"), list)   # else a null in `build` stood for an unset key
+    exact = isinstance(served.get("build_keys"), list)  # else a null in `build` stood for an unset key
     for k in served_keys(served):
         a, b = _value(a_build, k, exact), _value(b_build, k, exact)
         if a != b:
-            P.append(Problem(E.SWAP_MISMATCH, f"{where}: config {k} is {_shown(a)}, the served draft's is "
-                                              f"{_shown(b)}: SGLang built the served draft's modules (rotary, norms, "
-                                              f"layers) with it at start-up and a swap only loads weights into them; "
-                                              f"restart to serve it", key=k))
+            P.append(
+                Problem(
+                    E.SWAP_MISMATCH,
+                    f"{where}: config {k} is {_shown(a)}, the served draft's is "
+                    f"{_shown(b)}: SGLang built the served draft's modules (rotary, norms, "
+                    f"layers) with it at start-up and a swap only loads weights into them; "
+                    f"restart to serve it",
+                    key=k,
+                )
+            )
     return P
 
 
@@ -80,9 +111,16 @@ def _shown(v) -> str:
 
 
 def _name(field: str) -> str:
-    return {"k": "K (aux hidden states the fc takes)", "draft_vocab": "draft_vocab_size", "vocab": "vocab_size",
-            "hidden": "hidden_size", "target_hidden": "target_hidden_size", "inter": "intermediate_size",
-            "n_layers": "num_hidden_layers", "layout": "the draft layout"}.get(field, field)
+    return {
+        "k": "K (aux hidden states the fc takes)",
+        "draft_vocab": "draft_vocab_size",
+        "vocab": "vocab_size",
+        "hidden": "hidden_size",
+        "target_hidden": "target_hidden_size",
+        "inter": "intermediate_size",
+        "n_layers": "num_hidden_layers",
+        "layout": "the draft layout",
+    }.get(field, field)
 
 
 def index_problems(cfg: dict, captured, target_layers: int, always_plus_one: bool, where: str) -> list[Problem]:
@@ -90,18 +128,28 @@ def index_problems(cfg: dict, captured, target_layers: int, always_plus_one: boo
     fed, why = fed_hf_indices(cfg, target_layers, always_plus_one, where=f"{where}/config.json")
     if list(fed) == list(captured):
         return []
-    return [Problem(E.LAYER_INDEX, f"{where}: the draft is fed HF hidden_states{list(fed)} ({why}) but the server's "
-                                   f"target captures {list(captured)}: the captured layers are fixed when the server "
-                                   f"starts; swap in a draft trained on {list(captured)} ({HF_INDICES_FIELD}), or "
-                                   f"{RESTART.replace(' built otherwise', ' on other layers')}")]
+    return [
+        Problem(
+            E.LAYER_INDEX,
+            f"{where}: the draft is fed HF hidden_states{list(fed)} ({why}) but the server's "
+            f"target captures {list(captured)}: the captured layers are fixed when the server "
+            f"starts; swap in a draft trained on {list(captured)} ({HF_INDICES_FIELD}), or "
+            f"{RESTART.replace(' built otherwise', ' on other layers')}",
+        )
+    ]
 
 
 def token_map_problems(new_has_d2t: bool, served_has_map: bool, where: str) -> list[Problem]:
     """A server whose draft maps no draft tokens built its draft step without the map: a new map cannot be added."""
     if new_has_d2t and not served_has_map:
-        return [Problem(E.SWAP_MISMATCH, f"{where}: the draft maps its tokens to the target's (d2t) but the served "
-                                         f"draft has no such map, so the server drafts without one; {RESTART}",
-                        key="d2t")]
+        return [
+            Problem(
+                E.SWAP_MISMATCH,
+                f"{where}: the draft maps its tokens to the target's (d2t) but the served "
+                f"draft has no such map, so the server drafts without one; {RESTART}",
+                key="d2t",
+            )
+        ]
     return []
 
 

@@ -10,6 +10,7 @@ worker's map is copied into in place: every address the graphs captured now hold
 re-captured. Parameters the draft shares with the target (the embeddings, the lm_head of a draft without its
 own) are the target's: never written, never saved.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,6 +24,7 @@ from . import arch as layouts
 class DraftSide:
     """What a swap touches on one scheduler: the draft model(s), the objects holding a device hot-token map,
     and the target model (whose parameters the draft may share)."""
+
     models: list
     holders: list
     target: object
@@ -32,8 +34,10 @@ def find_draft(manager) -> DraftSide | str:
     """The draft side of SGLang's SchedulerWeightUpdaterManager, or why there is none to swap."""
     spec_worker = getattr(manager, "draft_worker", None)
     if spec_worker is None:
-        return ("this server runs no draft model: swap replaces the draft of an EAGLE-3 server (--speculative-algorithm "
-                "EAGLE3)")
+        return (
+            "this server runs no draft model: swap replaces the draft of an EAGLE-3 server (--speculative-algorithm "
+            "EAGLE3)"
+        )
     inner = getattr(spec_worker, "draft_worker", None)
     runners = list(getattr(inner, "draft_runners", None) or [getattr(inner, "draft_runner", None)]) if inner else []
     models = []
@@ -46,8 +50,10 @@ def find_draft(manager) -> DraftSide | str:
         return f"found no draft model runner on the speculative worker {type(spec_worker).__name__}"
     other = [type(m).__name__ for m in models if type(m).__name__ not in archs]
     if other:
-        return (f"the served draft is a {other[0]}, not an EAGLE-3 draft class ({', '.join(sorted(archs))}): swap "
-                f"replaces EAGLE-3 drafts only")
+        return (
+            f"the served draft is a {other[0]}, not an EAGLE-3 draft class ({', '.join(sorted(archs))}): swap "
+            f"replaces EAGLE-3 drafts only"
+        )
     why = _not_swappable(models)
     if why:
         return why
@@ -64,15 +70,19 @@ def _not_swappable(models) -> str | None:
             qm = getattr(mod, "quant_method", None)
             # a quantized layer repacks its weights after loading into new parameters without weight loaders
             if qm is not None and not type(qm).__name__.startswith("Unquantized"):
-                return (f"the served draft is quantized ({type(mod).__name__} uses {type(qm).__name__}, from the "
-                        f"server's --quantization): its weights were repacked at start-up and cannot be loaded "
-                        f"again in place; restart the server with the new draft")
+                return (
+                    f"the served draft is quantized ({type(mod).__name__} uses {type(qm).__name__}, from the "
+                    f"server's --quantization): its weights were repacked at start-up and cannot be loaded "
+                    f"again in place; restart the server with the new draft"
+                )
     sa = startup_context().server_args
     if getattr(sa, "enable_dp_attention_local_control_broadcast", False) is True:
         # each DP group then takes the request in its own scheduler iteration: the TP ranks' verdicts cannot be
         # gathered in step
-        return ("the server runs with --enable-dp-attention-local-control-broadcast (or elastic EP scale-up): its "
-                "TP ranks take a swap at different times; restart the server with the new draft")
+        return (
+            "the server runs with --enable-dp-attention-local-control-broadcast (or elastic EP scale-up): its "
+            "TP ranks take a swap at different times; restart the server with the new draft"
+        )
     return None
 
 
@@ -106,15 +116,21 @@ class TensorState:
 
         shared = {p.data_ptr() for p in side.target.parameters()} if isinstance(side.target, torch.nn.Module) else set()
         self.side = side
-        self.params = [(m, name, p) for m in side.models for name, p in m.named_parameters()
-                       if p.data_ptr() not in shared]
+        self.params = [
+            (m, name, p) for m in side.models for name, p in m.named_parameters() if p.data_ptr() not in shared
+        ]
         self.shared = [(m, name) for m in side.models for name, p in m.named_parameters() if p.data_ptr() in shared]
         # plain tensor attributes (not parameters, not buffers): hot_token_id, w_kc / w_vc
-        self.attrs = [(mod, attr, t) for m in side.models for mod in m.modules()
-                      for attr, t in list(vars(mod).items()) if type(t) is torch.Tensor]
+        self.attrs = [
+            (mod, attr, t)
+            for m in side.models
+            for mod in m.modules()
+            for attr, t in list(vars(mod).items())
+            if type(t) is torch.Tensor
+        ]
         self.maps = [(h, _tensor_attr(h, "hot_token_id")) for h in side.holders]
         self.saved: list | None = None
-        self.failure = ""                 # why a load was undone (the reply's message)
+        self.failure = ""  # why a load was undone (the reply's message)
 
     def skip_names(self, model) -> frozenset[str]:
         """Names under which the release's load_weights would reach a parameter the target owns."""

@@ -1,5 +1,6 @@
 """The target model as the draft rules see it: its config (hidden, vocab, layers, serving dtype) and, when
 its weights are at hand, its lm_head (SGLang gives a draft whose draft_vocab_size is null the target's head)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -32,24 +33,41 @@ def target_problems(spec, target_cfg: dict, where: str, draft_cfg: dict | None =
     d_declared = declared_dtype(draft_cfg) if draft_cfg is not None else None
     P = []
     if draft_cfg is not None and t_declared and serving_dtype(d_declared) != t_dtype:
-        P.append(Problem(E.DTYPE, f"{where}: SGLang would run the draft in {serving_dtype(d_declared)} (config "
-                                  f"torch_dtype={d_declared!r}; auto maps "
-                                  f"float32/none to float16) but the target in {t_dtype}: the first "
-                                  f"request fails with 'expected mat1 and mat2 to have the same dtype'. Fix: set "
-                                  f"torch_dtype to {t_dtype!r} in the draft config (`convert` writes the "
-                                  f"weights' dtype), or serve with an explicit --dtype"))
+        P.append(
+            Problem(
+                E.DTYPE,
+                f"{where}: SGLang would run the draft in {serving_dtype(d_declared)} (config "
+                f"torch_dtype={d_declared!r}; auto maps "
+                f"float32/none to float16) but the target in {t_dtype}: the first "
+                f"request fails with 'expected mat1 and mat2 to have the same dtype'. Fix: set "
+                f"torch_dtype to {t_dtype!r} in the draft config (`convert` writes the "
+                f"weights' dtype), or serve with an explicit --dtype",
+            )
+        )
     th, tv, tn = t.get("hidden_size"), t.get("vocab_size"), t.get("num_hidden_layers")
     if isinstance(th, int) and th != spec.target_hidden:
-        P.append(Problem(E.TARGET_MISMATCH, f"{where}: draft expects target hidden size {spec.target_hidden} "
-                                            f"(target_hidden_size/hidden_size) but the target has hidden_size={th}: "
-                                            f"this draft was trained for another model"))
+        P.append(
+            Problem(
+                E.TARGET_MISMATCH,
+                f"{where}: draft expects target hidden size {spec.target_hidden} "
+                f"(target_hidden_size/hidden_size) but the target has hidden_size={th}: "
+                f"this draft was trained for another model",
+            )
+        )
     if isinstance(tv, int) and tv != spec.vocab:
-        P.append(Problem(E.TARGET_MISMATCH, f"{where}: draft vocab_size={spec.vocab} but the target has vocab_size={tv}"))
+        P.append(
+            Problem(E.TARGET_MISMATCH, f"{where}: draft vocab_size={spec.vocab} but the target has vocab_size={tv}")
+        )
     if isinstance(tn, int) and spec.hf_indices:
         bad = [i for i in spec.hf_indices if not 0 <= i < tn]
         if bad:
-            P.append(Problem(E.LAYER_INDEX, f"{where}: {HF_INDICES_FIELD}={list(spec.hf_indices)} but the target has "
-                                            f"{tn} layers; SGLang can capture HF hidden_states[0..{tn - 1}]"))
+            P.append(
+                Problem(
+                    E.LAYER_INDEX,
+                    f"{where}: {HF_INDICES_FIELD}={list(spec.hf_indices)} but the target has "
+                    f"{tn} layers; SGLang can capture HF hidden_states[0..{tn - 1}]",
+                )
+            )
     return P
 
 

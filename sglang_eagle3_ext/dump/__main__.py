@@ -1,4 +1,5 @@
 """`python -m sglang_eagle3_ext.dump`: the same as `sglang-eagle3 dump`."""
+
 from ..cli.common import run_tool
 from ..cli.dump import main
 

@@ -13,6 +13,7 @@ is released then (else the staging ring's tail and the budget would stay pinned 
 Sample ids are unique among the samples in flight: a second request with the same (sanitised) id is
 refused while the first is being stitched or written (two writers of one file would collide).
 """
+
 from __future__ import annotations
 
 import collections
@@ -27,27 +28,42 @@ from .sample_file import T_AUX, T_IDS, T_POST, T_PRE
 # A partial absent from this many consecutive batches has ended. SGLang's chunked request is in the very next
 # prefill batch; one batch of margin costs nothing (the memory of one dead request, one batch longer).
 STALE_BATCHES = 2
-RECENT_REFUSED = 1024    # rids released as ended or refused as duplicates: what to do with a later chunk of one
+RECENT_REFUSED = 1024  # rids released as ended or refused as duplicates: what to do with a later chunk of one
 
 
 class ChunkBatch:
     """Host copies of one EXTEND batch (rows [0, T) of every tensor), plus the event that says the
     asynchronous device->host copies have landed."""
 
-    def __init__(self, rids, prefix_lens, extend_lens, orig_lens, ids, aux, aux_layout: str,
-                 pre=None, post=None, event=None, nbytes: int = 0, norm=None, row_ok=None, multimodal=None):
+    def __init__(
+        self,
+        rids,
+        prefix_lens,
+        extend_lens,
+        orig_lens,
+        ids,
+        aux,
+        aux_layout: str,
+        pre=None,
+        post=None,
+        event=None,
+        nbytes: int = 0,
+        norm=None,
+        row_ok=None,
+        multimodal=None,
+    ):
         self.rids = list(rids)
         self.prefix_lens = [int(x) for x in prefix_lens]
         self.extend_lens = [int(x) for x in extend_lens]
-        self.orig_lens = orig_lens          # host tensor or list, read only after wait()
-        self.ids, self.aux, self.aux_layout = ids, aux, aux_layout   # layout: "list" [K,T,H] | "packed" [T,K*H]
+        self.orig_lens = orig_lens  # host tensor or list, read only after wait()
+        self.ids, self.aux, self.aux_layout = ids, aux, aux_layout  # layout: "list" [K,T,H] | "packed" [T,K*H]
         self.pre, self.post = pre, post
         self.event = event
         self.nbytes = nbytes
-        self.norm = norm                    # (weight [H] host, eps) once per process, else None
-        self.free_host = None               # returns the staging-ring region the host copies live in
-        self.row_ok = row_ok                # [T] bool, row free of NaN/Inf (None: the writer checks itself)
-        self.multimodal = multimodal        # per request: it carries images/audio/video (None: no request does)
+        self.norm = norm  # (weight [H] host, eps) once per process, else None
+        self.free_host = None  # returns the staging-ring region the host copies live in
+        self.row_ok = row_ok  # [T] bool, row free of NaN/Inf (None: the writer checks itself)
+        self.multimodal = multimodal  # per request: it carries images/audio/video (None: no request does)
         self.refs = 0
         self.released = False
         self._lock = threading.Lock()
@@ -90,13 +106,13 @@ class Sample:
     sample_id: str
     pieces: list
     length: int = 0
-    seen: int = 0          # Assembler.fed when its last chunk came
+    seen: int = 0  # Assembler.fed when its last chunk came
 
     def finite(self) -> bool | None:
         """From the capture's per-row flags; None when some batch came without them."""
         if any(p.batch.row_ok is None for p in self.pieces):
             return None
-        return all(p.batch.row_ok.numpy()[p.start:p.end].all() for p in self.pieces)   # numpy: no GIL handoff
+        return all(p.batch.row_ok.numpy()[p.start : p.end].all() for p in self.pieces)  # numpy: no GIL handoff
 
     def materialize(self, num_aux: int) -> dict:
         """Contiguous tensors of the whole prompt: {input_ids, aux_hidden_states [L, K*H], finals}."""
@@ -105,7 +121,7 @@ class Sample:
         def cat(xs):
             return xs[0] if len(xs) == 1 else torch.cat(xs, 0)
 
-        out = {T_IDS: cat([p.batch.ids[p.start:p.end] for p in self.pieces]).to(torch.int64)}
+        out = {T_IDS: cat([p.batch.ids[p.start : p.end] for p in self.pieces]).to(torch.int64)}
         auxs = []
         for p in self.pieces:
             rows = p.batch.aux_rows(p.start, p.end)
@@ -115,9 +131,9 @@ class Sample:
             raise ValueError(f"aux width {out[T_AUX].shape[1]} is not a multiple of {num_aux} layers")
         first = self.pieces[0].batch
         if first.pre is not None:
-            out[T_PRE] = cat([p.batch.pre[p.start:p.end] for p in self.pieces]).contiguous()
+            out[T_PRE] = cat([p.batch.pre[p.start : p.end] for p in self.pieces]).contiguous()
         if first.post is not None:
-            out[T_POST] = cat([p.batch.post[p.start:p.end] for p in self.pieces]).contiguous()
+            out[T_POST] = cat([p.batch.post[p.start : p.end] for p in self.pieces]).contiguous()
         return out
 
 
@@ -125,22 +141,22 @@ class Sample:
 class Refusal:
     rid: str
     reason: str
-    kind: str      # "prefix_cache" | "gap" | "overrun" | "duplicate_id" | "ended" | "multimodal"
+    kind: str  # "prefix_cache" | "gap" | "overrun" | "duplicate_id" | "ended" | "multimodal"
 
 
 class Assembler:
     """Feeds batches in forward order; returns (complete samples, refusals). Holds partial samples."""
 
     def __init__(self, is_done, release, min_tokens: int = 1):
-        self.is_done = is_done          # callable(sample_id) -> bool
-        self.release = release          # callable(ChunkBatch): its host memory is no longer held
-        self.min_tokens = min_tokens    # shorter prompts (SGLang's warm-up) are not dumped
+        self.is_done = is_done  # callable(sample_id) -> bool
+        self.release = release  # callable(ChunkBatch): its host memory is no longer held
+        self.min_tokens = min_tokens  # shorter prompts (SGLang's warm-up) are not dumped
         self.partials: dict[str, Sample] = {}
-        self.fed = 0                    # batches fed so far
-        self.ended = 0                  # partials released because their request ended unfinished
-        self._recent: collections.OrderedDict = collections.OrderedDict()   # rid -> why it is not stitched
-        self._active: dict[str, str] = {}   # sample id -> rid, from the first chunk until finish()
-        self._active_lock = threading.Lock()   # finish() runs on the io threads
+        self.fed = 0  # batches fed so far
+        self.ended = 0  # partials released because their request ended unfinished
+        self._recent: collections.OrderedDict = collections.OrderedDict()  # rid -> why it is not stitched
+        self._active: dict[str, str] = {}  # sample id -> rid, from the first chunk until finish()
+        self._active_lock = threading.Lock()  # finish() runs on the io threads
 
     def feed(self, batch: ChunkBatch) -> tuple[list[Sample], list[Refusal]]:
         done, refused = [], []
@@ -155,8 +171,12 @@ class Assembler:
             if rid.startswith(NODUMP_RID_PREFIX):
                 continue
             if orig[i] < min_tokens:
-                log_once("dump.short", "dump: not dumping prompts shorter than %d tokens (e.g. SGLang's warm-up "
-                         "request; set SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS to change)", min_tokens)
+                log_once(
+                    "dump.short",
+                    "dump: not dumping prompts shorter than %d tokens (e.g. SGLang's warm-up "
+                    "request; set SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS to change)",
+                    min_tokens,
+                )
                 continue
             sid = sanitize_id(rid)
             if self.is_done(sid):
@@ -167,31 +187,49 @@ class Assembler:
                 continue
             part = self.partials.get(rid)
             if p == 0:
-                if part is not None:        # re-prefilled from scratch (retraction): start over
+                if part is not None:  # re-prefilled from scratch (retraction): start over
                     self._drop(rid)
                 with self._active_lock:
                     other = self._active.get(sid)
                     if other is None:
                         self._active[sid] = rid
-                if other == rid:            # re-prefilled (retraction) while its sample is in flight
+                if other == rid:  # re-prefilled (retraction) while its sample is in flight
                     if not self.restitch(rid):
                         continue
                 elif other is not None:
-                    refused.append(Refusal(rid, f"sample id {sid!r} is already being dumped for request {other!r} "
-                                                f"(request ids must stay distinct after sanitising)", "duplicate_id"))
+                    refused.append(
+                        Refusal(
+                            rid,
+                            f"sample id {sid!r} is already being dumped for request {other!r} "
+                            f"(request ids must stay distinct after sanitising)",
+                            "duplicate_id",
+                        )
+                    )
                     self._remember(rid, "duplicate_id")
                     continue
                 part = self.partials[rid] = Sample(rid, sid, [])
             elif part is None:
-                if self._recent.get(rid) == "duplicate_id":     # its later chunks: refused once, above
+                if self._recent.get(rid) == "duplicate_id":  # its later chunks: refused once, above
                     continue
                 if self._recent.get(rid) == "ended":
-                    refused.append(Refusal(rid, f"a chunk at token {p} came after the request was absent from "
-                                                f"{STALE_BATCHES} batches and released as ended", "ended"))
+                    refused.append(
+                        Refusal(
+                            rid,
+                            f"a chunk at token {p} came after the request was absent from "
+                            f"{STALE_BATCHES} batches and released as ended",
+                            "ended",
+                        )
+                    )
                     continue
-                refused.append(Refusal(rid, f"first prefill chunk starts at token {p}: the prefix cache served "
-                                            f"{p} tokens whose states were not computed; launch with "
-                                            f"--disable-radix-cache", "prefix_cache"))
+                refused.append(
+                    Refusal(
+                        rid,
+                        f"first prefill chunk starts at token {p}: the prefix cache served "
+                        f"{p} tokens whose states were not computed; launch with "
+                        f"--disable-radix-cache",
+                        "prefix_cache",
+                    )
+                )
                 continue
             elif part.length != p:
                 self._drop(rid)
@@ -207,7 +245,7 @@ class Assembler:
             elif part.length > total:
                 self._drop(rid)
                 refused.append(Refusal(rid, f"stitched {part.length} tokens > prompt length {total}", "overrun"))
-        if batch.refs == 0:             # nothing of this batch is kept
+        if batch.refs == 0:  # nothing of this batch is kept
             self.release_unused(batch)
         self.release_ended(STALE_BATCHES)
         return done, refused
@@ -217,8 +255,14 @@ class Assembler:
         the request's images go, and the states there are the vision tower's. Refused once per request."""
         self._drop(rid)
         if self._recent.get(rid) != "multimodal":
-            refused.append(Refusal(rid, "it carries multimodal inputs (their positions hold pad values, not token "
-                                        "ids); send text-only requests to dump", "multimodal"))
+            refused.append(
+                Refusal(
+                    rid,
+                    "it carries multimodal inputs (their positions hold pad values, not token "
+                    "ids); send text-only requests to dump",
+                    "multimodal",
+                )
+            )
             self._remember(rid, "multimodal")
 
     def restitch(self, rid: str) -> bool:

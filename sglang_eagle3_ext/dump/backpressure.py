@@ -4,6 +4,7 @@ the forward pass wait for the writer (backpressure, never a drop), and the relea
 No wait is unbounded: the forward thread waits at most STALL_S without any held byte coming back (stuck
 storage, a lost progress message of the writer process), then the writer stops dumping and serving goes on.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from .config import DumpConfig
     from .staging import PinnedRing
 
-STALL_S = 120.0          # the forward thread waited this long and no host memory came back: the writer is stuck
+STALL_S = 120.0  # the forward thread waited this long and no host memory came back: the writer is stuck
 
 
 class Budget:
@@ -43,9 +44,14 @@ class Budget:
                 if t0 is None:
                     t0 = last_progress = now
                     seen = self.used
-                    log_once("dump.backpressure", "dump writer is behind: the forward pass waits for the writer "
-                             "(host budget %d MB full); raise SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB or use faster "
-                             "storage", self.cap >> 20, level=logging.WARNING)
+                    log_once(
+                        "dump.backpressure",
+                        "dump writer is behind: the forward pass waits for the writer "
+                        "(host budget %d MB full); raise SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB or use faster "
+                        "storage",
+                        self.cap >> 20,
+                        level=logging.WARNING,
+                    )
                 elif self.used < seen:
                     seen, last_progress = self.used, now
                 elif now - last_progress >= self.stall_s:
@@ -55,9 +61,15 @@ class Budget:
             if t0 is not None:
                 self.waited_s += time.monotonic() - t0
             if self.used + n > self.cap and self.used:
-                log_once("dump.overshoot", "dump host budget exceeded by partially stitched requests "
-                         "(%d + %d > %d bytes); continuing rather than deadlocking", self.used, n, self.cap,
-                         level=logging.WARNING)
+                log_once(
+                    "dump.overshoot",
+                    "dump host budget exceeded by partially stitched requests "
+                    "(%d + %d > %d bytes); continuing rather than deadlocking",
+                    self.used,
+                    n,
+                    self.cap,
+                    level=logging.WARNING,
+                )
             self.used += n
             return True
 
@@ -76,14 +88,14 @@ class ForwardThreadApi(Protocol):
     explicitly (writer.DumpWriter in this process, writer_process.ProcessDumpWriter for a child process) and
     inherit the budget handling below; each implements the abstract methods."""
 
-    cfg: DumpConfig                 # the dump's settings (its sample rate decides which requests are dumped)
-    done_ids: set[str]              # sample ids already in the manifest: not copied again
-    budget: Budget                  # host memory held by batches in flight
-    accepting: bool                 # False once dumping stopped (serving goes on)
+    cfg: DumpConfig  # the dump's settings (its sample rate decides which requests are dumped)
+    done_ids: set[str]  # sample ids already in the manifest: not copied again
+    budget: Budget  # host memory held by batches in flight
+    accepting: bool  # False once dumping stopped (serving goes on)
     stop_reason: str | None
-    stats: dict                     # the counters of the status file
-    staging: PinnedRing | None      # the ring the capture copies into; None: host_buffers() per batch
-    checks_finite_off_gil: ClassVar[bool] = False   # True: the NaN/Inf check costs the forward thread nothing
+    stats: dict  # the counters of the status file
+    staging: PinnedRing | None  # the ring the capture copies into; None: host_buffers() per batch
+    checks_finite_off_gil: ClassVar[bool] = False  # True: the NaN/Inf check costs the forward thread nothing
 
     @abstractmethod
     def host_buffers(self, specs: dict, cuda: bool) -> dict:
@@ -115,8 +127,10 @@ class ForwardThreadApi(Protocol):
         dumping stopped) when the writer made no progress for STALL_S: serving must not hang on the dump."""
         if self.budget.acquire(nbytes):
             return True
-        self.stop_stalled(f"the writer released no host memory for {self.budget.stall_s:.0f} s while the forward "
-                          f"pass waited for {nbytes} bytes ({self.budget.used} held; stuck storage?)")
+        self.stop_stalled(
+            f"the writer released no host memory for {self.budget.stall_s:.0f} s while the forward "
+            f"pass waited for {nbytes} bytes ({self.budget.used} held; stuck storage?)"
+        )
         return False
 
     def unreserve(self, nbytes: int) -> None:

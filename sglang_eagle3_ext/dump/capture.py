@@ -14,6 +14,7 @@ Where the data comes from (0.5.10 .. 0.5.23; signatures read from each release):
 All ranks capture identically (the capture path may communicate); only attention-TP rank 0 of each
 DP group writes.
 """
+
 from __future__ import annotations
 
 import collections
@@ -27,7 +28,7 @@ from .config import NODUMP_RID_PREFIX, DumpConfig, DumpConfigError
 from .copy import CopyRequest, HostCopier, copy_prefill
 from .manifest import sanitize_id
 
-ATTR = "_sge3_dump_target"            # on the target's LogitsProcessor instance
+ATTR = "_sge3_dump_target"  # on the target's LogitsProcessor instance
 TARGET_CLASSES = frozenset({"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM"})
 # Not targets: MTP/NextN and EAGLE drafts built on the same classes.
 
@@ -52,7 +53,7 @@ class DumpTarget:
     # forward hook on the final norm: keep a reference (no copy) to the pre-norm state of this forward
     def _stash_prenorm(self, module, inputs, output):
         if isinstance(output, tuple) and len(output) >= 2 and len(inputs) >= 2 and inputs[1] is not None:
-            self._prenorm = output[1]          # fused add-norm returns (normed, x + residual)
+            self._prenorm = output[1]  # fused add-norm returns (normed, x + residual)
         elif inputs:
             self._prenorm = inputs[0]
 
@@ -61,8 +62,9 @@ class DumpTarget:
         """A batch whose only dumpable requests carry multimodal inputs: nothing to copy, but the writer counts
         them (a batch of layout only; prompt lengths are this chunk's ends: no device read here)."""
 
-        w.submit(ChunkBatch(rids, pfx, ext, [int(p) + int(n) for p, n in zip(pfx, ext)], None, None, "list",
-                            multimodal=mm))
+        w.submit(
+            ChunkBatch(rids, pfx, ext, [int(p) + int(n) for p, n in zip(pfx, ext)], None, None, "list", multimodal=mm)
+        )
 
     def refuse(self, key: str, msg: str, *a) -> None:
         log_once(f"dump.skip.{key}", "dump: skipping batches: " + msg, *a, level=logging.WARNING)
@@ -74,12 +76,12 @@ class DumpTarget:
         if w is None or not w.accepting or self.disabled:
             return
         fb, hidden = arg(wrapped, args, kwargs, "logits_metadata"), arg(wrapped, args, kwargs, "hidden_states")
-        vc = getattr(self, "verify", None)   # dump while serving: TARGET_VERIFY final states (verify_capture.py)
+        vc = getattr(self, "verify", None)  # dump while serving: TARGET_VERIFY final states (verify_capture.py)
         if vc is not None and vc.on_logits(fb, pre, hidden):
             return
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-        if getattr(fb, "forward_mode", None) != ForwardMode.EXTEND:   # not verify/mixed/draft/decode
+        if getattr(fb, "forward_mode", None) != ForwardMode.EXTEND:  # not verify/mixed/draft/decode
             return
         import torch
 
@@ -91,29 +93,39 @@ class DumpTarget:
         if rids is None or ext is None or pfx is None:
             return self.refuse("fields", "ForwardBatch has no rids/extend_seq_lens_cpu/extend_prefix_lens_cpu")
         mm = multimodal_requests(fb, len(rids))
-        if not any(not r.startswith(NODUMP_RID_PREFIX) and not (mm and mm[i]) and not w.is_done(sanitize_id(r))
-                   for i, r in enumerate(rids)):
-            if mm and w.accepting:      # counted by the writer once per request (dump status)
+        if not any(
+            not r.startswith(NODUMP_RID_PREFIX) and not (mm and mm[i]) and not w.is_done(sanitize_id(r))
+            for i, r in enumerate(rids)
+        ):
+            if mm and w.accepting:  # counted by the writer once per request (dump status)
                 self._send_skips(w, rids, mm, pfx, ext)
             return
         model = self.model_ref()
-        if model is None or list(model.model.layers_to_capture) != self.layers \
-                or not model.capture_aux_hidden_states:
-            return self.refuse("layers", "the target's layers_to_capture changed to %s (speculative decoding "
-                               "set its own?); configured %s", getattr(model.model, "layers_to_capture", None)
-                               if model else None, self.layers)
+        if model is None or list(model.model.layers_to_capture) != self.layers or not model.capture_aux_hidden_states:
+            return self.refuse(
+                "layers",
+                "the target's layers_to_capture changed to %s (speculative decoding set its own?); configured %s",
+                getattr(model.model, "layers_to_capture", None) if model else None,
+                self.layers,
+            )
         T = int(sum(ext))
         ids = getattr(fb, "input_ids", None)
         aux = arg(wrapped, args, kwargs, "aux_hidden_states")
         orig = getattr(fb, "orig_seq_lens", None)
         K, H = len(self.layers), self.hidden
         if orig is None:
-            return self.refuse("orig", "ForwardBatch.orig_seq_lens is missing: cannot tell when a chunked prompt "
-                               "is complete in this release")
+            return self.refuse(
+                "orig",
+                "ForwardBatch.orig_seq_lens is missing: cannot tell when a chunked prompt is complete in this release",
+            )
         if ids is None or ids.shape[0] < T or hidden is None or hidden.shape[0] < T:
-            return self.refuse("rows", "batch rows (ids %s, hidden %s) < %d extend tokens (scattered/padded "
-                               "layout?)", None if ids is None else tuple(ids.shape),
-                               None if hidden is None else tuple(hidden.shape), T)
+            return self.refuse(
+                "rows",
+                "batch rows (ids %s, hidden %s) < %d extend tokens (scattered/padded layout?)",
+                None if ids is None else tuple(ids.shape),
+                None if hidden is None else tuple(hidden.shape),
+                T,
+            )
         if aux is None:
             return self.refuse("aux", "no aux hidden states reached the logits processor")
         if isinstance(aux, torch.Tensor):
@@ -124,14 +136,28 @@ class DumpTarget:
             layout = "list"
             aux = list(aux)
             if len(aux) != K or any(a.shape[0] < T or a.shape[-1] != H for a in aux):
-                return self.refuse("auxshape", "aux list of %d x %s, expected %d x [>=%d, %d]", len(aux),
-                                   [tuple(a.shape) for a in aux[:2]], K, T, H)
+                return self.refuse(
+                    "auxshape",
+                    "aux list of %d x %s, expected %d x [>=%d, %d]",
+                    len(aux),
+                    [tuple(a.shape) for a in aux[:2]],
+                    K,
+                    T,
+                    H,
+                )
         if self.cfg.want_prenorm and (pre is None or pre.shape[0] < T):
-            return self.refuse("prenorm", "the final norm's hook did not see this forward (compiled/graph "
-                               "prefill?): disable prefill CUDA graphs or set SGLANG_EAGLE3_EXT_DUMP_FINAL=postnorm")
+            return self.refuse(
+                "prenorm",
+                "the final norm's hook did not see this forward (compiled/graph "
+                "prefill?): disable prefill CUDA graphs or set SGLANG_EAGLE3_EXT_DUMP_FINAL=postnorm",
+            )
         send_norm = self.cfg.want_prenorm and not self._norm_sent and self.norm is not None
-        if copy_prefill(self.copier, w, CopyRequest(rids, pfx, ext, orig, ids, aux, layout, pre, hidden, T, K, H, mm),
-                        norm=self.norm if send_norm else None):
+        if copy_prefill(
+            self.copier,
+            w,
+            CopyRequest(rids, pfx, ext, orig, ids, aux, layout, pre, hidden, T, K, H, mm),
+            norm=self.norm if send_norm else None,
+        ):
             self._norm_sent = self._norm_sent or send_norm
 
 
@@ -155,8 +181,11 @@ def note_multimodal(rids, mm_inputs) -> None:
     while len(_MULTIMODAL_RIDS) > _MULTIMODAL_RIDS_MAX:
         _MULTIMODAL_RIDS.popitem(last=False)
     if seen:
-        log_once("dump-multimodal", "dump: requests with images/audio/video are served and counted "
-                 "(skipped_multimodal), never dumped: their positions hold pad values, not token ids")
+        log_once(
+            "dump-multimodal",
+            "dump: requests with images/audio/video are served and counted "
+            "(skipped_multimodal), never dumped: their positions hold pad values, not token ids",
+        )
 
 
 def multimodal_requests(fb, bs: int) -> list[bool] | None:
@@ -173,7 +202,7 @@ def multimodal_requests(fb, bs: int) -> list[bool] | None:
         flags = [r in _MULTIMODAL_RIDS for r in rids]
     else:
         flags = [bool(mm)] * bs
-    if not any(flags) and getattr(fb, "mm_input_embeds", None) is not None:   # no record of which: all
+    if not any(flags) and getattr(fb, "mm_input_embeds", None) is not None:  # no record of which: all
         flags = [True] * bs
     return flags if any(flags) else None
 
@@ -193,5 +222,3 @@ def dump_prefill_hook(instance, wrapped, args, kwargs) -> None:
     except Exception as e:  # noqa: BLE001 - serving must go on
         target.disabled = f"{type(e).__name__}: {e}"
         logger.exception("dump: disabled after an error in the prefill hook: %s", target.disabled)
-
-

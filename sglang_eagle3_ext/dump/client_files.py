@@ -2,6 +2,7 @@
 status files and generated.jsonl. Each is checked where it is read (regular files only: a FIFO would block;
 every key of the type it must have); what is wrong is a `BadInput` naming file:line and key.
 """
+
 from __future__ import annotations
 
 import json
@@ -112,7 +113,7 @@ class ManifestTail:
 
     def __init__(self, dump_dir):
         self.root = Path(dump_dir)
-        self.offsets: dict[Path, tuple[int, int]] = {}   # file -> (bytes read, lines read)
+        self.offsets: dict[Path, tuple[int, int]] = {}  # file -> (bytes read, lines read)
         self.ids: set[str] = set()
         self.tokens = 0
         self.bytes = 0
@@ -123,7 +124,7 @@ class ManifestTail:
             with open(f, "rb") as fh:
                 fh.seek(off)
                 data = fh.read()
-            end = data.rfind(b"\n") + 1          # only whole lines
+            end = data.rfind(b"\n") + 1  # only whole lines
             for line in data[:end].splitlines():
                 lines += 1
                 rec = parse_manifest_line(line, f"{f}:{lines}") if line.strip() else None
@@ -171,7 +172,7 @@ def skip_counters(status: dict) -> dict:
     image requests, whose positions hold pad values, not token ids), summed over writers; {} when none."""
     out: dict[str, int] = {}
     for s in status.values():
-        for k, v in [*s.items(), *(s.get("stats") or {}).items()]:   # a counter in stats, or beside them
+        for k, v in [*s.items(), *(s.get("stats") or {}).items()]:  # a counter in stats, or beside them
             if k.startswith("skipped") and isinstance(v, int) and not isinstance(v, bool) and v >= 0:
                 out[k] = out.get(k, 0) + v
     return out
@@ -183,13 +184,17 @@ def require_server_dumping_to(dump_dir) -> dict:
     d = Path(dump_dir)
     meta = d / META_FILE
     if not meta.exists():
-        raise ClientError(f"{meta} not found: the server is not dumping to {d} (is {envs.DUMP_DIR} set to this path, "
-                          f"SGLANG_EAGLE3_EXT=1, and the dir shared with this client? see the server log for "
-                          f"'dump: DISABLED')")
+        raise ClientError(
+            f"{meta} not found: the server is not dumping to {d} (is {envs.DUMP_DIR} set to this path, "
+            f"SGLANG_EAGLE3_EXT=1, and the dir shared with this client? see the server log for "
+            f"'dump: DISABLED')"
+        )
     for name, s in writer_status(d).items():
         if s.get("state") == "stopped":
             raise ClientError(f"writer {name} stopped: {s.get('error')} (fix it and restart the server)")
         if s.get("state") == "discarding":
-            raise ClientError(f"writer {name} writes nothing: the server runs with {ENV_DISCARD}=1 (a benchmarking "
-                              f"aid); restart it without that variable to dump")
+            raise ClientError(
+                f"writer {name} writes nothing: the server runs with {ENV_DISCARD}=1 (a benchmarking "
+                f"aid); restart it without that variable to dump"
+            )
     return read_json_file(meta, "dump meta file")

@@ -7,6 +7,7 @@ Layer indices use transformers' `output_hidden_states` convention: index i is th
 index i captures exactly that, so `layers_to_capture = hf_indices` with no +1 anywhere; the default
 layers are ../draft/layers.py's, the ones a draft trained on the dump is served with.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,21 +18,21 @@ import os
 from .. import envs
 from ..draft.layers import default_layers
 
-ENV_LAYERS = envs.DUMP_LAYERS                  # "2,30,58": HF hidden_states indices
-ENV_FINAL = envs.DUMP_FINAL                    # prenorm | postnorm | both
+ENV_LAYERS = envs.DUMP_LAYERS  # "2,30,58": HF hidden_states indices
+ENV_FINAL = envs.DUMP_FINAL  # prenorm | postnorm | both
 ENV_MAX_PENDING_MB = envs.DUMP_MAX_PENDING_MB  # host memory for in-flight samples
 ENV_IO_THREADS = envs.DUMP_IO_THREADS
-ENV_ENCODING = envs.DUMP_ENCODING              # bf16 (native, as captured) | fp8 (e4m3, row-wise scales)
-ENV_COPY_STREAM = envs.DUMP_COPY_STREAM        # 1 (default): device->host copies on a side stream
-ENV_DISCARD = envs.DUMP_DISCARD                # 1: benchmarking aid, capture + stitch, write nothing
-ENV_WRITER = envs.DUMP_WRITER                  # thread (default) | process: where the file io runs
+ENV_ENCODING = envs.DUMP_ENCODING  # bf16 (native, as captured) | fp8 (e4m3, row-wise scales)
+ENV_COPY_STREAM = envs.DUMP_COPY_STREAM  # 1 (default): device->host copies on a side stream
+ENV_DISCARD = envs.DUMP_DISCARD  # 1: benchmarking aid, capture + stitch, write nothing
+ENV_WRITER = envs.DUMP_WRITER  # thread (default) | process: where the file io runs
 ENV_MIN_TOKENS = envs.DUMP_MIN_TOKENS
-ENV_SAMPLE_RATE = envs.DUMP_SAMPLE_RATE        # fraction of requests dumped (a hash of the sample id)
+ENV_SAMPLE_RATE = envs.DUMP_SAMPLE_RATE  # fraction of requests dumped (a hash of the sample id)
 WRITERS = envs.VARS[ENV_WRITER].choices
 
 ALL_ENV = tuple(v.name for v in envs.VARS.values() if v.section == "dump")
 
-NODUMP_RID_PREFIX = "nodump-"      # requests whose rid starts with this are served, never dumped
+NODUMP_RID_PREFIX = "nodump-"  # requests whose rid starts with this are served, never dumped
 # Prompts shorter than this are served, never dumped: SGLang's own start-up warm-up request (3 tokens,
 # random rid) must not land in training data, and such short samples teach a draft nothing.
 MIN_TOKENS_DEFAULT = envs.VARS[ENV_MIN_TOKENS].default
@@ -47,10 +48,14 @@ def _get(name: str, env=None):
 
 def min_sample_tokens(env=None) -> int:
     return _get(ENV_MIN_TOKENS, env)
+
+
 FINAL_MODES = envs.VARS[ENV_FINAL].choices
-ENCODINGS = envs.VARS[ENV_ENCODING].choices    # see encoding.py; one encoding per dump dir
-CONVENTION = ("hf_output_hidden_states: index i = input of decoder layer i = output of layer i-1 "
-              "(0 = embeddings); final states are stored separately")
+ENCODINGS = envs.VARS[ENV_ENCODING].choices  # see encoding.py; one encoding per dump dir
+CONVENTION = (
+    "hf_output_hidden_states: index i = input of decoder layer i = output of layer i-1 "
+    "(0 = embeddings); final states are stored separately"
+)
 
 # Files in a dump directory.
 META_FILE = "dump_meta.json"
@@ -68,7 +73,7 @@ class DumpConfigError(ValueError):
 
 def sampled(sample_id: str, rate: float) -> bool:
     """The request is in the sample: a hash of its id, so every rank and every re-run decides alike."""
-    return rate >= 1.0 or _id_hash(sample_id) < rate * 2.0 ** 64
+    return rate >= 1.0 or _id_hash(sample_id) < rate * 2.0**64
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -80,7 +85,7 @@ def _id_hash(sample_id: str) -> int:
 @dataclasses.dataclass(frozen=True)
 class DumpConfig:
     dump_dir: str
-    layers: tuple[int, ...] | None   # None: default_layers(n) once n is known
+    layers: tuple[int, ...] | None  # None: default_layers(n) once n is known
     final: str = "prenorm"
     max_pending_bytes: int = 4 << 30
     io_threads: int = 8
@@ -125,10 +130,13 @@ class DumpConfig:
             if i == num_layers:
                 raise DumpConfigError(
                     f"{ENV_LAYERS}: index {i} is the final hidden state (after the last of {num_layers} layers); "
-                    f"it is always dumped separately ({ENV_FINAL}); aux indices must be 0..{num_layers - 1}")
+                    f"it is always dumped separately ({ENV_FINAL}); aux indices must be 0..{num_layers - 1}"
+                )
             if not 0 <= i < num_layers:
-                raise DumpConfigError(f"{ENV_LAYERS}: index {i} out of range 0..{num_layers - 1} "
-                                      f"for a model with {num_layers} decoder layers")
+                raise DumpConfigError(
+                    f"{ENV_LAYERS}: index {i} out of range 0..{num_layers - 1} "
+                    f"for a model with {num_layers} decoder layers"
+                )
         if len(set(layers)) != len(layers) or layers != sorted(layers):
             raise DumpConfigError(f"{ENV_LAYERS}: indices must be strictly increasing, got {layers}")
         return layers
@@ -148,8 +156,11 @@ def layers_text(value, where: str = "dump_layers") -> str:
     if isinstance(value, (list, tuple)):
         bad = [x for x in value if type(x) is not int or x < 0]
         if bad or not value:
-            raise DumpConfigError(f"{where}: {bad[0]!r} is not a layer index; expected a list of non-negative "
-                                  f"integers, e.g. [2, 30, 58]" if bad else f"{where}: empty list")
+            raise DumpConfigError(
+                f"{where}: {bad[0]!r} is not a layer index; expected a list of non-negative integers, e.g. [2, 30, 58]"
+                if bad
+                else f"{where}: empty list"
+            )
         return ",".join(str(x) for x in value)
     if isinstance(value, str):
         try:
@@ -185,8 +196,10 @@ def pending_budget_bytes(env=None, memory: int | None = -1) -> int:
     mem = host_memory_bytes() if memory == -1 else memory
     if mem and mb << 20 > mem:
         if envs.is_set(ENV_MAX_PENDING_MB, env):
-            raise DumpConfigError(f"{ENV_MAX_PENDING_MB}={mb}: more than this machine's memory ({mem >> 20} MB); "
-                                  f"set it well below that, e.g. {max(1, mem >> 22)}")
+            raise DumpConfigError(
+                f"{ENV_MAX_PENDING_MB}={mb}: more than this machine's memory ({mem >> 20} MB); "
+                f"set it well below that, e.g. {max(1, mem >> 22)}"
+            )
         mb = max(1, mem >> 22)
     return mb << 20
 
@@ -196,12 +209,19 @@ def from_env(env=None) -> DumpConfig | None:
     the writer's, at start-up)."""
     if not envs.is_set(envs.DUMP_DIR, env):
         return None
-    return DumpConfig(dump_dir=os.path.abspath(_get(envs.DUMP_DIR, env)), layers=_get(ENV_LAYERS, env),
-                      final=_get(ENV_FINAL, env), max_pending_bytes=pending_budget_bytes(env),
-                      io_threads=_get(ENV_IO_THREADS, env), encoding=_get(ENV_ENCODING, env),
-                      min_tokens=min_sample_tokens(env), copy_stream=_get(ENV_COPY_STREAM, env),
-                      discard=_get(ENV_DISCARD, env), writer=_get(ENV_WRITER, env),
-                      sample_rate=_sample_rate(env))
+    return DumpConfig(
+        dump_dir=os.path.abspath(_get(envs.DUMP_DIR, env)),
+        layers=_get(ENV_LAYERS, env),
+        final=_get(ENV_FINAL, env),
+        max_pending_bytes=pending_budget_bytes(env),
+        io_threads=_get(ENV_IO_THREADS, env),
+        encoding=_get(ENV_ENCODING, env),
+        min_tokens=min_sample_tokens(env),
+        copy_stream=_get(ENV_COPY_STREAM, env),
+        discard=_get(ENV_DISCARD, env),
+        writer=_get(ENV_WRITER, env),
+        sample_rate=_sample_rate(env),
+    )
 
 
 def _sample_rate(env=None) -> float:

@@ -2,6 +2,7 @@
 provides), on a side stream when asked (SGLANG_EAGLE3_EXT_DUMP_COPY_STREAM), with one CUDA event the writer
 waits on before reading the host copies. Used by the prefill capture (capture.py) and the verify capture
 (verify_capture.py)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -14,19 +15,20 @@ from .assemble import ChunkBatch
 @dataclass
 class CopyRequest:
     """One pure-EXTEND batch's states, checked by DumpTarget.on_logits (device tensors, CPU lists)."""
+
     rids: list
-    pfx: list                 # extend_prefix_lens_cpu
-    ext: list                 # extend_seq_lens_cpu
-    orig: Any                 # orig_seq_lens: device tensor (read on the writer thread after the event) or list
-    ids: Any                  # [>=T] token ids
-    aux: Any                  # packed [>=T, K*H] tensor, or a list of K [>=T, H]
-    layout: str               # "packed" | "list"
-    pre: Any                  # [>=T, H] pre-norm final state, or None
-    hidden: Any               # [>=T, H] post-norm final state (LogitsProcessor's hidden_states)
-    T: int                    # extend tokens of the batch
-    K: int                    # aux layers
-    H: int                    # hidden size
-    multimodal: list | None = None   # per request: carries multimodal inputs (not dumped); None: none does
+    pfx: list  # extend_prefix_lens_cpu
+    ext: list  # extend_seq_lens_cpu
+    orig: Any  # orig_seq_lens: device tensor (read on the writer thread after the event) or list
+    ids: Any  # [>=T] token ids
+    aux: Any  # packed [>=T, K*H] tensor, or a list of K [>=T, H]
+    layout: str  # "packed" | "list"
+    pre: Any  # [>=T, H] pre-norm final state, or None
+    hidden: Any  # [>=T, H] post-norm final state (LogitsProcessor's hidden_states)
+    T: int  # extend tokens of the batch
+    K: int  # aux layers
+    H: int  # hidden size
+    multimodal: list | None = None  # per request: carries multimodal inputs (not dumped); None: none does
 
 
 class _Copies:
@@ -36,8 +38,8 @@ class _Copies:
         self.side, self.cuda, self.event = side, cuda, None
 
     def __call__(self, h, t):
-        if self.side is not None and t.is_cuda:   # the caching allocator must not give t's memory
-            t.record_stream(self.side)             # to the next forward before this copy read it
+        if self.side is not None and t.is_cuda:  # the caching allocator must not give t's memory
+            t.record_stream(self.side)  # to the next forward before this copy read it
         h.copy_(t, non_blocking=self.cuda)
         return h
 
@@ -113,13 +115,12 @@ def copy_prefill(copier: HostCopier, w, r: CopyRequest, norm=None) -> bool:
     sent once with the first batch (pre-norm dumps), else None. False: the writer stalled, nothing sent."""
     import torch
 
-
     cfg, T, K, H = copier.cfg, r.T, r.K, r.H
     bs = len(r.rids)
     item = r.hidden.element_size()
     nbytes = T * r.ids.element_size() + T * K * H * item + bs * 8
     nbytes += T * H * item * (int(cfg.want_prenorm) + int(cfg.want_postnorm))
-    if not w.reserve(nbytes):   # backpressure: may block this (forward) thread, never drops; False: stalled
+    if not w.reserve(nbytes):  # backpressure: may block this (forward) thread, never drops; False: stalled
         return False
     cuda = r.hidden.is_cuda
     with copier.staged(w, nbytes) as st:
@@ -129,10 +130,13 @@ def copy_prefill(copier: HostCopier, w, r: CopyRequest, norm=None) -> bool:
             # SGLang's spec-v1 draft extend (0.5.10 prepare_for_extend) rewrites the batch's input_ids in place on
             # the compute stream right after this forward: the side stream reads a copy taken here, in order
             ids = ids.clone()
-        srcs = {"ids": ids, "aux": r.aux[:T] if r.layout == "packed" else None,
-                "pre": r.pre[:T] if cfg.want_prenorm else None,
-                "post": r.hidden[:T] if cfg.want_postnorm else None,
-                "orig": r.orig[:bs] if hasattr(r.orig, "shape") else None}
+        srcs = {
+            "ids": ids,
+            "aux": r.aux[:T] if r.layout == "packed" else None,
+            "pre": r.pre[:T] if cfg.want_prenorm else None,
+            "post": r.hidden[:T] if cfg.want_postnorm else None,
+            "orig": r.orig[:bs] if hasattr(r.orig, "shape") else None,
+        }
         # NaN/Inf flags per row, on the GPU: the io threads then need no pass over the bytes (each torch
         # call of theirs is a GIL hand-off with this thread). Not on a CPU model (a full pass on this
         # thread), nor for the writer process, whose checks share no GIL with us.
@@ -153,12 +157,27 @@ def copy_prefill(copier: HostCopier, w, r: CopyRequest, norm=None) -> bool:
                     copy(dst["aux"][k], a[:T])
             if norm is not None:
                 wt = norm.weight.data
-                norm_h = (copy(torch.empty(wt.shape, dtype=wt.dtype, device="cpu", pin_memory=cuda), wt),
-                          float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))))
+                norm_h = (
+                    copy(torch.empty(wt.shape, dtype=wt.dtype, device="cpu", pin_memory=cuda), wt),
+                    float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))),
+                )
         orig_h = dst["orig"] if "orig" in dst else list(r.orig)[:bs]
-        st.batch = ChunkBatch(r.rids, r.pfx, r.ext, orig_h, dst["ids"], dst["aux"], r.layout, dst.get("pre"),
-                              dst.get("post"), copy.event, nbytes, norm_h, row_ok=dst.get("ok"),
-                              multimodal=r.multimodal)
+        st.batch = ChunkBatch(
+            r.rids,
+            r.pfx,
+            r.ext,
+            orig_h,
+            dst["ids"],
+            dst["aux"],
+            r.layout,
+            dst.get("pre"),
+            dst.get("post"),
+            copy.event,
+            nbytes,
+            norm_h,
+            row_ok=dst.get("ok"),
+            multimodal=r.multimodal,
+        )
     w.submit(st.batch)
     return True
 
@@ -170,5 +189,5 @@ def rows_finite(states):
     full pass on the forward thread, so there the io threads check instead."""
     import torch
 
-    peaks = [torch.linalg.vector_norm(x, float("inf"), dim=-1) for x in states]   # max |x| per row: NaN/Inf stay
+    peaks = [torch.linalg.vector_norm(x, float("inf"), dim=-1) for x in states]  # max |x| per row: NaN/Inf stay
     return torch.stack(peaks).isfinite().all(0)

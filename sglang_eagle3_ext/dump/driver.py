@@ -9,6 +9,7 @@ status  what the manifest and the writers' status files say.
 
 The dump dir must be visible here (shared filesystem): resume and completion are read from its manifests.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,26 +45,27 @@ log = logging.getLogger("sglang_eagle3_ext.dump.driver")
 @dataclasses.dataclass
 class RunOptions:
     """What `run` sends, where, and how."""
-    data: str                              # the JSONL dataset
-    dump_dir: str                          # the server's dump dir, as seen from here
+
+    data: str  # the JSONL dataset
+    dump_dir: str  # the server's dump dir, as seen from here
     url: str = "http://127.0.0.1:30000"
-    concurrency: int = 8                   # requests in flight
-    target: str | None = None              # the model whose tokenizer turns text/messages into token ids
-    trust_remote_code: bool = False        # let that tokenizer run the code it ships
-    generate: bool = False                 # the target writes a response first; prompt+response is dumped
+    concurrency: int = 8  # requests in flight
+    target: str | None = None  # the model whose tokenizer turns text/messages into token ids
+    trust_remote_code: bool = False  # let that tokenizer run the code it ships
+    generate: bool = False  # the target writes a response first; prompt+response is dumped
     max_new_tokens: int = 512
     temperature: float = 0.0
-    limit: int | None = None               # send only the first N samples
-    timeout: float = 600.0                 # seconds for one request, all of its reply included
-    wait_s: float = 300.0                  # how long to wait for the last writes
-    progress: bool = True                  # a progress bar
+    limit: int | None = None  # send only the first N samples
+    timeout: float = 600.0  # seconds for one request, all of its reply included
+    wait_s: float = 300.0  # how long to wait for the last writes
+    progress: bool = True  # a progress bar
 
 
 @dataclasses.dataclass
 class RunResult:
-    summary: dict                          # counts, tokens, GB, seconds, the writers' skip counters
-    missing: list[str]                     # sent, answered, and not in the manifest
-    fatal: Exception | None                # the refusal that stopped the run early (every later sample alike)
+    summary: dict  # counts, tokens, GB, seconds, the writers' skip counters
+    missing: list[str]  # sent, answered, and not in the manifest
+    fatal: Exception | None  # the refusal that stopped the run early (every later sample alike)
 
     @property
     def ok(self) -> bool:
@@ -87,9 +89,15 @@ class Tokenizer:
 
 
 def _generate(srv, ids, rid, max_new_tokens, temperature=0.0, timeout=600.0):
-    return srv.post("/generate", {"input_ids": ids, "rid": rid,
-                                  "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature}},
-                    timeout=timeout)
+    return srv.post(
+        "/generate",
+        {
+            "input_ids": ids,
+            "rid": rid,
+            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature},
+        },
+        timeout=timeout,
+    )
 
 
 def _inputs(opts: RunOptions, load_tokenizer):
@@ -104,9 +112,11 @@ def _inputs(opts: RunOptions, load_tokenizer):
     tok = None
     if any(s["kind"] != "input_ids" and s["id"] not in tail.ids for s in samples):
         if not opts.target:
-            raise ClientError(f"--data {opts.data}: text/messages lines need the target's tokenizer: pass --target "
-                              "DIR (the model the server serves; a tokenizer is never loaded from a path the server "
-                              "names), plus --trust-remote-code if its tokenizer ships code you trust; or send input_ids")
+            raise ClientError(
+                f"--data {opts.data}: text/messages lines need the target's tokenizer: pass --target "
+                "DIR (the model the server serves; a tokenizer is never loaded from a path the server "
+                "names), plus --trust-remote-code if its tokenizer ships code you trust; or send input_ids"
+            )
         tok = Tokenizer(load_tokenizer(opts.target, opts.trust_remote_code))
     return samples, bad, dups, meta, tail, tok
 
@@ -140,8 +150,17 @@ class _Sender:
         ids = s["value"] if s["kind"] == "input_ids" else tok.ids(s, generation_prompt=o.generate)
         if o.generate:
             where = self.srv.where("POST", "/generate")
-            out = generate_reply(_generate(self.srv, ids, f"{NODUMP_RID_PREFIX}{s['id']}-{uuid.uuid4().hex[:8]}",
-                                           o.max_new_tokens, o.temperature, o.timeout), where)
+            out = generate_reply(
+                _generate(
+                    self.srv,
+                    ids,
+                    f"{NODUMP_RID_PREFIX}{s['id']}-{uuid.uuid4().hex[:8]}",
+                    o.max_new_tokens,
+                    o.temperature,
+                    o.timeout,
+                ),
+                where,
+            )
             gen = out["output_ids"]
             if gen is None:
                 if tok is None:
@@ -160,8 +179,10 @@ class _Sender:
             n0, tok0, b0 = self.base
             bar.n = len(tail.ids & {s["id"] for s in self.samples}) if len(self.samples) < 200_000 else len(tail.ids)
             dt = max(time.monotonic() - self.t0, 1e-6)
-            bar.set_postfix_str(f"{(len(tail.ids) - n0) / dt:.1f} samples/s {(tail.tokens - tok0) / dt:,.0f} "
-                                f"tok/s {(tail.bytes - b0) / 1e9:.2f} GB")
+            bar.set_postfix_str(
+                f"{(len(tail.ids) - n0) / dt:.1f} samples/s {(tail.tokens - tok0) / dt:,.0f} "
+                f"tok/s {(tail.bytes - b0) / 1e9:.2f} GB"
+            )
             bar.refresh()
 
     def send(self, todo: list[dict]) -> None:
@@ -187,7 +208,7 @@ class _Sender:
             return
         self.failed[s["id"]] = f"{type(e).__name__}: {e}"
         log.warning("sample %s failed: %s", s["id"], self.failed[s["id"]])
-        if isinstance(e, (ClientError, BadInput)) and self.fatal is None:   # the next would fail alike
+        if isinstance(e, (ClientError, BadInput)) and self.fatal is None:  # the next would fail alike
             self.fatal = e
             self.stop.set()
 
@@ -223,10 +244,16 @@ def run(opts: RunOptions, load_tokenizer: Callable[[str, bool], object]) -> RunR
     info = srv.server_info()
     if info is None:
         raise ClientError(f"server {srv.url} answers neither /get_server_info nor /server_info: is it SGLang?")
-    server_args(info, srv.where("GET", "/get_server_info"))   # a server that answers sanely
+    server_args(info, srv.where("GET", "/get_server_info"))  # a server that answers sanely
     todo = [s for s in samples if s["id"] not in tail.ids]
-    log.info("dump run: %d samples (%d already in the manifest, %d malformed lines, %d duplicate ids skipped); "
-             "layers %s", len(samples), len(samples) - len(todo), bad, dups, meta.get("layer_indices_hf"))
+    log.info(
+        "dump run: %d samples (%d already in the manifest, %d malformed lines, %d duplicate ids skipped); layers %s",
+        len(samples),
+        len(samples) - len(todo),
+        bad,
+        dups,
+        meta.get("layer_indices_hf"),
+    )
     job = _Sender(opts, srv, tok, tail, samples, len(samples) - len(todo))
     try:
         job.send(todo)
@@ -235,23 +262,38 @@ def run(opts: RunOptions, load_tokenizer: Callable[[str, bool], object]) -> RunR
         job.close()
     sent, failed = job.sent, job.failed
     n0, tok0, b0 = job.base
-    summary = {"samples": len(samples), "already_done": len(samples) - len(todo), "sent": len(sent),
-               "written": len(sent & tail.ids), "failed_requests": len(failed),
-               "not_written": len(sent - tail.ids - set(failed)), "malformed_lines": bad, "duplicate_ids": dups,
-               "seconds": round(time.monotonic() - job.t0, 1), "tokens_written": tail.tokens - tok0,
-               "gb_written": round((tail.bytes - b0) / 1e9, 3), "dump_dir": str(opts.dump_dir),
-               **skip_counters(writer_status(Path(opts.dump_dir)))}
+    summary = {
+        "samples": len(samples),
+        "already_done": len(samples) - len(todo),
+        "sent": len(sent),
+        "written": len(sent & tail.ids),
+        "failed_requests": len(failed),
+        "not_written": len(sent - tail.ids - set(failed)),
+        "malformed_lines": bad,
+        "duplicate_ids": dups,
+        "seconds": round(time.monotonic() - job.t0, 1),
+        "tokens_written": tail.tokens - tok0,
+        "gb_written": round((tail.bytes - b0) / 1e9, 3),
+        "dump_dir": str(opts.dump_dir),
+        **skip_counters(writer_status(Path(opts.dump_dir))),
+    }
     return RunResult(summary, sorted(sent - tail.ids - set(failed)), job.fatal)
 
 
 def warn_unfinished(opts: RunOptions, res: RunResult) -> None:
     """Said after the summary: what was sent and not written, what was not sent."""
     if res.missing:
-        log.warning("%d sent samples are not in the manifest (refused: prefix cache / NaN / writer stopped; see "
-                    "the server log and %s/status/); e.g. %s", len(res.missing), opts.dump_dir, res.missing[:5])
+        log.warning(
+            "%d sent samples are not in the manifest (refused: prefix cache / NaN / writer stopped; see "
+            "the server log and %s/status/); e.g. %s",
+            len(res.missing),
+            opts.dump_dir,
+            res.missing[:5],
+        )
     if res.summary["malformed_lines"]:
-        log.warning("%d malformed lines of %s were not sent (each named above)", res.summary["malformed_lines"],
-                    opts.data)
+        log.warning(
+            "%d malformed lines of %s were not sent (each named above)", res.summary["malformed_lines"], opts.data
+        )
 
 
 def _loss_masks_and_order(data):
@@ -266,13 +308,16 @@ def _loss_masks_and_order(data):
 def export(dump_dir, to: str, out, data=None, workers: int = 8, progress: bool = True) -> int:
     """Export the dump in format `to` (exporters.names()) into `out`; sample order and loss masks from the
     dataset `data` when given, response-only masks for `run --generate` samples. The number exported."""
-    fn = exporters.get(to)             # an unknown format: refused before anything is read
-    require_dump_dir(dump_dir)         # a mistyped path is an error, not an empty export
+    fn = exporters.get(to)  # an unknown format: refused before anything is read
+    require_dump_dir(dump_dir)  # a mistyped path is an error, not an empty export
     order, masks = _loss_masks_and_order(data)
     gen = generated_loss_masks(dump_dir)
     if gen:
-        log.info("loss masks: %d generated samples train on the response only (%s); --data masks take precedence",
-                 len(gen), GENERATED_FILE)
+        log.info(
+            "loss masks: %d generated samples train on the response only (%s); --data masks take precedence",
+            len(gen),
+            GENERATED_FILE,
+        )
         masks = {**gen, **(masks or {})}
     return fn(dump_dir, out, order=order, loss_masks=masks, workers=workers, progress=progress)
 
@@ -282,7 +327,12 @@ def status(dump_dir) -> dict:
 
     d = require_dump_dir(dump_dir)  # a mistyped path is an error, not "0 samples"
     man = read_manifest(d)
-    st = writer_status(d, unreadable_listed=True)   # one bad status file hides no other writer
-    return {"dump_dir": str(d), "complete_samples": len(man),
-            "tokens": sum(r.get("num_tokens", 0) for r in man.values()),
-            "bytes": sum(r.get("bytes", 0) for r in man.values()), **skip_counters(st), "writers": st}
+    st = writer_status(d, unreadable_listed=True)  # one bad status file hides no other writer
+    return {
+        "dump_dir": str(d),
+        "complete_samples": len(man),
+        "tokens": sum(r.get("num_tokens", 0) for r in man.values()),
+        "bytes": sum(r.get("bytes", 0) for r in man.values()),
+        **skip_counters(st),
+        "writers": st,
+    }

@@ -13,17 +13,18 @@ input_ids are never encoded. Per token and H=7168: 4 slices cost 4*7168 + 16 byt
 
 Only torch here; readers decode through fmt.read_sample (raw=True returns what is on disk).
 """
+
 from __future__ import annotations
 
-NATIVE = "native"                     # SGLANG_EAGLE3_EXT_DUMP_ENCODING=bf16: tensors as captured
+NATIVE = "native"  # SGLANG_EAGLE3_EXT_DUMP_ENCODING=bf16: tensors as captured
 FP8_ROWWISE = "fp8_e4m3_rowwise"
-BY_ENV = {"bf16": NATIVE, "fp8": FP8_ROWWISE}   # env value -> name recorded in the metadata
-FP8_MAX = 448.0                       # torch.finfo(torch.float8_e4m3fn).max
+BY_ENV = {"bf16": NATIVE, "fp8": FP8_ROWWISE}  # env value -> name recorded in the metadata
+FP8_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
 SCALE_SUFFIX = ".scale"
 SCALE_DTYPE = "float32"
-ENCODED = ("aux_hidden_states", "final_prenorm", "final_postnorm")   # = fmt.T_AUX, T_PRE, T_POST
-DECODED_DTYPES = ("bfloat16", "float16", "float32")   # what encoded tensors decode to (the captured dtype)
-CHUNK_ROWS = 256                      # bounds the float32 temporaries (and keeps them cache-friendly)
+ENCODED = ("aux_hidden_states", "final_prenorm", "final_postnorm")  # = fmt.T_AUX, T_PRE, T_POST
+DECODED_DTYPES = ("bfloat16", "float16", "float32")  # what encoded tensors decode to (the captured dtype)
+CHUNK_ROWS = 256  # bounds the float32 temporaries (and keeps them cache-friendly)
 
 
 class EncodingError(ValueError):
@@ -34,11 +35,17 @@ def describe(encoding: str) -> dict:
     """What dump_meta.json records about the encoding of every sample in the directory."""
     if encoding == NATIVE:
         return {"encoding": NATIVE}
-    return {"encoding": FP8_ROWWISE,
-            "encoding_detail": {"data_dtype": "float8_e4m3fn", "scale_dtype": SCALE_DTYPE,
-                                "scale": "amax(|x|)/448 per token per hidden_size-wide slice (per layer)",
-                                "scale_tensor": "<name>" + SCALE_SUFFIX, "tensors": list(ENCODED),
-                                "decode": "x = q.float() * scale[..., None] -> original dtype"}}
+    return {
+        "encoding": FP8_ROWWISE,
+        "encoding_detail": {
+            "data_dtype": "float8_e4m3fn",
+            "scale_dtype": SCALE_DTYPE,
+            "scale": "amax(|x|)/448 per token per hidden_size-wide slice (per layer)",
+            "scale_tensor": "<name>" + SCALE_SUFFIX,
+            "tensors": list(ENCODED),
+            "decode": "x = q.float() * scale[..., None] -> original dtype",
+        },
+    }
 
 
 def quantize_rows(x, groups: int = 1):
@@ -55,12 +62,12 @@ def quantize_rows(x, groups: int = 1):
     for a in range(0, L, CHUNK_ROWS):
         b = min(L, a + CHUNK_ROWS)
         xc = x[a:b].reshape(b - a, groups, W)
-        amax = torch.maximum(xc.amax(-1), xc.amin(-1).neg()).float()    # exact in x's dtype; NaN/Inf propagate
+        amax = torch.maximum(xc.amax(-1), xc.amin(-1).neg()).float()  # exact in x's dtype; NaN/Inf propagate
         if not bool(torch.isfinite(amax).all()):
             raise EncodingError("NaN/Inf in a tensor to encode (the writer skips and counts such samples first)")
         s = amax / FP8_MAX
-        safe = torch.where(s > 0, s, torch.ones_like(s))       # zero slices: q = 0, scale = 0
-        y = torch.div(xc, safe.unsqueeze(-1), out=buf[:b - a]).clamp_(-FP8_MAX, FP8_MAX)
+        safe = torch.where(s > 0, s, torch.ones_like(s))  # zero slices: q = 0, scale = 0
+        y = torch.div(xc, safe.unsqueeze(-1), out=buf[: b - a]).clamp_(-FP8_MAX, FP8_MAX)
         q[a:b].view(b - a, groups, W).copy_(y)
         scale[a:b] = s
     return q, scale
@@ -77,7 +84,7 @@ def dequantize_rows(q, scale, dtype=None):
     buf = torch.empty((min(L, CHUNK_ROWS), G, W), dtype=torch.float32)
     for a in range(0, L, CHUNK_ROWS):
         b = min(L, a + CHUNK_ROWS)
-        y = buf[:b - a]
+        y = buf[: b - a]
         y.copy_(q[a:b].view(b - a, G, W)).mul_(scale[a:b].float().unsqueeze(-1))
         out[a:b].view(b - a, G, W).copy_(y)
     return out
@@ -94,8 +101,13 @@ def encode_sample(tensors: dict, groups: dict) -> tuple[dict, dict]:
         g = int(groups.get(k, 1))
         q, s = quantize_rows(v, g)
         out[k], out[k + SCALE_SUFFIX] = q, s
-        info[k] = {"dtype": str(v.dtype).replace("torch.", ""), "scale": k + SCALE_SUFFIX,
-                   "scale_dtype": SCALE_DTYPE, "groups": g, "group_width": int(v.shape[1]) // g}
+        info[k] = {
+            "dtype": str(v.dtype).replace("torch.", ""),
+            "scale": k + SCALE_SUFFIX,
+            "scale_dtype": SCALE_DTYPE,
+            "groups": g,
+            "group_width": int(v.shape[1]) // g,
+        }
     return out, info
 
 
@@ -124,14 +136,25 @@ def _encoded_parts(tensors: dict, k: str, rec) -> tuple:
     import torch
 
     if not isinstance(rec, dict) or not isinstance(rec.get("scale"), str) or rec.get("dtype") not in DECODED_DTYPES:
-        raise EncodingError(f"the 'encoded' record of {k!r} is not {{'scale': name, 'dtype': one of "
-                            f"{', '.join(DECODED_DTYPES)}}}: {str(rec)[:80]}")
+        raise EncodingError(
+            f"the 'encoded' record of {k!r} is not {{'scale': name, 'dtype': one of "
+            f"{', '.join(DECODED_DTYPES)}}}: {str(rec)[:80]}"
+        )
     if k not in tensors or rec["scale"] not in tensors:
         raise EncodingError(f"encoded tensor {k!r} or its scale {rec['scale']!r} is missing from the file")
     q, scale = tensors[k], tensors[rec["scale"]]
-    if q.dtype != torch.float8_e4m3fn or scale.dtype != torch.float32 or q.dim() != 2 or scale.dim() != 2 \
-            or q.shape[0] != scale.shape[0] or scale.shape[1] < 1 or q.shape[1] % scale.shape[1]:
-        raise EncodingError(f"encoded tensor {k!r} {str(q.dtype)[6:]} {list(q.shape)} with scale "
-                            f"{str(scale.dtype)[6:]} {list(scale.shape)}: expected float8_e4m3fn [L, G*W] and "
-                            f"float32 [L, G]")
+    if (
+        q.dtype != torch.float8_e4m3fn
+        or scale.dtype != torch.float32
+        or q.dim() != 2
+        or scale.dim() != 2
+        or q.shape[0] != scale.shape[0]
+        or scale.shape[1] < 1
+        or q.shape[1] % scale.shape[1]
+    ):
+        raise EncodingError(
+            f"encoded tensor {k!r} {str(q.dtype)[6:]} {list(q.shape)} with scale "
+            f"{str(scale.dtype)[6:]} {list(scale.shape)}: expected float8_e4m3fn [L, G*W] and "
+            f"float32 [L, G]"
+        )
     return q, scale, rec["dtype"]

@@ -12,6 +12,7 @@ naming the file. --out follows outdir.py's rule: built beside it and renamed int
 ours is replaced as a whole (no stale hs_N files of a larger older export survive); a symlink, the dump dir or
 anything around it, and any other non-empty directory are refused.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,7 +29,7 @@ from .loss_mask import default_loss_mask
 from .manifest import read_manifest
 from .sample_file import T_IDS, T_POST, T_PRE, atomic_write, read_sample, sample_problem
 
-EXPORT_MARKER = "sge3_export.json"     # what marked an export before outdir.MARKER (still recognised)
+EXPORT_MARKER = "sge3_export.json"  # what marked an export before outdir.MARKER (still recognised)
 
 
 def rms_norm(x, weight, eps: float):
@@ -51,8 +52,10 @@ def inside(dump_dir, rel) -> Path:
     root = Path(dump_dir).resolve()
     p = (root / rel).resolve()
     if root not in p.parents:
-        raise ExportError(f"{dump_dir}: file {rel!r} resolves to {p}, outside the dump dir: refusing to read it "
-                          f"(a manifest or file that did not come from the dump writer)")
+        raise ExportError(
+            f"{dump_dir}: file {rel!r} resolves to {p}, outside the dump dir: refusing to read it "
+            f"(a manifest or file that did not come from the dump writer)"
+        )
     return p
 
 
@@ -62,22 +65,27 @@ def require_dump_dir(path) -> Path:
     if not d.is_dir():
         raise ExportError(f"--dump-dir {path}: no such directory")
     if not (d / META_FILE).is_file():
-        raise ExportError(f"--dump-dir {path}: not a dump dir (no {META_FILE}); give the directory the server "
-                          f"dumped into (its SGLANG_EAGLE3_EXT_DUMP_DIR)")
+        raise ExportError(
+            f"--dump-dir {path}: not a dump dir (no {META_FILE}); give the directory the server "
+            f"dumped into (its SGLANG_EAGLE3_EXT_DUMP_DIR)"
+        )
     inside(d, META_FILE)
     return d
 
 
 # what an export writes at its top level (speculators: + the Arrow dataset's files; SpecForge: rows_G-G+2000/)
-_EXPORT_ENTRY = re.compile(r"hidden_states|index\.jsonl|sge3_dump_meta\.json|sge3_export\.json|dataset_info\.json|"
-                           r"state\.json|_arrow_tmp|data-\d+-of-\d+\.arrow|rows_\d+-\d+")
+_EXPORT_ENTRY = re.compile(
+    r"hidden_states|index\.jsonl|sge3_dump_meta\.json|sge3_export\.json|dataset_info\.json|"
+    r"state\.json|_arrow_tmp|data-\d+-of-\d+\.arrow|rows_\d+-\d+"
+)
 
 
 def _is_our_export(out: Path) -> bool:
     """An export made before outdir.MARKER: its old marker (or an index plus the dump's metadata), and nothing
     at the top level an export does not write (anything else is someone's file: not ours to replace)."""
-    if not ((out / EXPORT_MARKER).is_file() or ((out / "index.jsonl").is_file() and
-                                                (out / "sge3_dump_meta.json").is_file())):
+    if not (
+        (out / EXPORT_MARKER).is_file() or ((out / "index.jsonl").is_file() and (out / "sge3_dump_meta.json").is_file())
+    ):
         return False
     return all(_EXPORT_ENTRY.fullmatch(p.name) for p in out.iterdir())
 
@@ -85,6 +93,7 @@ def _is_our_export(out: Path) -> bool:
 @dataclasses.dataclass(frozen=True)
 class DumpSpec:
     """What dump_meta.json says every sample of the dump holds."""
+
     n_aux: int
     hidden: int
     final: str
@@ -98,12 +107,16 @@ def dump_spec(dump_dir: Path) -> DumpSpec:
     try:
         meta = read_json_file(p, "dump metadata")
         where = str(p)
-        layers = list_of(field(meta, "layer_indices_hf", list, where, nonempty=True), int,
-                         f"{where}: 'layer_indices_hf'", minimum=0)
-        spec = DumpSpec(len(layers), field(meta, "hidden_size", int, where, minimum=1),
-                        field(meta, "final", str, where, choices=FINAL_MODES),
-                        field(meta, "dtype", str, where, optional=True),
-                        field(meta, "vocab_size", int, where, optional=True, minimum=1))
+        layers = list_of(
+            field(meta, "layer_indices_hf", list, where, nonempty=True), int, f"{where}: 'layer_indices_hf'", minimum=0
+        )
+        spec = DumpSpec(
+            len(layers),
+            field(meta, "hidden_size", int, where, minimum=1),
+            field(meta, "final", str, where, choices=FINAL_MODES),
+            field(meta, "dtype", str, where, optional=True),
+            field(meta, "vocab_size", int, where, optional=True, minimum=1),
+        )
     except BadInput as e:
         raise ExportError(f"{e}; this is not a dump_meta.json the dump writer wrote") from None
     if spec.vocab is None:
@@ -115,17 +128,23 @@ def _target_vocab(model_path) -> int | None:
     """The vocab size in the served model's config.json when that is a local directory (reading JSON only)."""
     cfg = Path(model_path) / "config.json" if isinstance(model_path, str) and model_path else None
     if cfg is None or not cfg.is_file():
-        log_once("export-vocab", "token ids are checked against no vocab size (%s has no vocab_size and the model "
-                 "path %r is not a local directory): only negative ids and multimodal pad values are refused",
-                 META_FILE, model_path)
+        log_once(
+            "export-vocab",
+            "token ids are checked against no vocab size (%s has no vocab_size and the model "
+            "path %r is not a local directory): only negative ids and multimodal pad values are refused",
+            META_FILE,
+            model_path,
+        )
         return None
 
     try:
         text = language_config(read_json_file(cfg, "target config"))
         vocab = field(dict(text), "vocab_size", int, str(cfg), minimum=1)
     except (BadInput, TypeError, ValueError) as e:
-        raise ExportError(f"{cfg}: the served model's config gives no vocab size to check token ids against "
-                          f"({e}); add \"vocab_size\" to {META_FILE}") from None
+        raise ExportError(
+            f"{cfg}: the served model's config gives no vocab size to check token ids against "
+            f'({e}); add "vocab_size" to {META_FILE}'
+        ) from None
     log_once("export-vocab", "token ids are checked against vocab size %d (%s)", vocab, cfg)
     return vocab
 
@@ -135,11 +154,10 @@ def export_into(build, to: str, dump_dir, out, **kw) -> int:
     `out` that replaces it when complete (outdir.py's rule; `out` is checked before anything is read)."""
 
     dump_dir, out = require_dump_dir(dump_dir), Path(out)
-    rule = dict(tool="dump export", flag="--out", inputs=[("dump dir", dump_dir)], replace=True,
-                legacy=_is_our_export)
+    rule = dict(tool="dump export", flag="--out", inputs=[("dump dir", dump_dir)], replace=True, legacy=_is_our_export)
     record = {"to": to, "dump_dir": str(dump_dir.resolve())}
     try:
-        outdir.check(out, **rule)                   # before anything is read
+        outdir.check(out, **rule)  # before anything is read
         spec = dump_spec(dump_dir)
         with outdir.writing(out, **rule, record=record) as tmp:
             record["samples"] = build(dump_dir, tmp, spec=spec, **kw)
@@ -175,11 +193,14 @@ def read_checked(dump_dir: Path, rec: dict, spec: DumpSpec):
         t, meta = read_sample(p)
     except Exception as e:  # noqa: BLE001 - safetensors/JSON/encoding errors say what, not which file
         raise ExportError(f"{rel}: not a readable sample file ({type(e).__name__}: {e})".replace("\n", " ")) from None
-    problem = sample_problem(t, n_aux=spec.n_aux, hidden=spec.hidden, final=spec.final, dtype=spec.dtype,
-                             vocab=spec.vocab)
+    problem = sample_problem(
+        t, n_aux=spec.n_aux, hidden=spec.hidden, final=spec.final, dtype=spec.dtype, vocab=spec.vocab
+    )
     if problem:
-        raise ExportError(f"{rel} (sample {rec['id']!r}): {problem}; nothing was exported: remove its line from "
-                          f"{dump_dir}/manifests/ to export the rest")
+        raise ExportError(
+            f"{rel} (sample {rec['id']!r}): {problem}; nothing was exported: remove its line from "
+            f"{dump_dir}/manifests/ to export the rest"
+        )
     _check_record(dump_dir, rec, int(t[T_IDS].shape[0]))
     return t, meta
 
@@ -202,11 +223,12 @@ def _check_record(dump_dir: Path, rec: dict, L: int) -> None:
 
 def loss_mask(rec: dict, L: int, loss_masks: dict | None) -> list[int]:
     """The sample's 0/1 mask: the given one, else its default (serving samples: the response only)."""
-    lm = (loss_masks or {}).get(rec["id"]) or default_loss_mask(rec, L)   # serving samples: the response
+    lm = (loss_masks or {}).get(rec["id"]) or default_loss_mask(rec, L)  # serving samples: the response
     if not isinstance(lm, list) or len(lm) != L or any(type(x) is not int or x not in (0, 1) for x in lm):
         n = len(lm) if isinstance(lm, list) else type(lm).__name__
-        raise ExportError(f"loss_mask of {rec['id']} ({n} entries) is not {L} values of 0/1 (one per token of "
-                          f"the sample)")
+        raise ExportError(
+            f"loss_mask of {rec['id']} ({n} entries) is not {L} values of 0/1 (one per token of the sample)"
+        )
     return lm
 
 
@@ -217,8 +239,10 @@ def ordered_records(dump_dir, order: list[str] | None = None) -> list[dict]:
         return [man[k] for k in sorted(man)]
     missing = [k for k in order if k not in man]
     if missing:
-        raise ExportError(f"{len(missing)} ids of the given order are not in the manifest (e.g. {missing[:3]}); "
-                          f"re-run the dump client to complete them, or export without --data")
+        raise ExportError(
+            f"{len(missing)} ids of the given order are not in the manifest (e.g. {missing[:3]}); "
+            f"re-run the dump client to complete them, or export without --data"
+        )
     return [man[k] for k in order]
 
 
@@ -276,6 +300,7 @@ def write_index(out: Path, index: list, dump_dir: Path) -> None:
     def w(p):
         with open(p, "wb") as fh:
             fh.write(data)
+
     atomic_write(out / "index.jsonl", w)
     if (dump_dir / META_FILE).exists():
         src = inside(dump_dir, META_FILE).read_bytes()
@@ -283,4 +308,5 @@ def write_index(out: Path, index: list, dump_dir: Path) -> None:
         def wm(p):
             with open(p, "wb") as fh:
                 fh.write(src)
+
         atomic_write(out / "sge3_dump_meta.json", wm)

@@ -1,4 +1,5 @@
 """The loss mask an export gives a sample when none is given (`dump run --generate` records its own)."""
+
 from __future__ import annotations
 
 

@@ -8,6 +8,7 @@ The manifest is append-only JSONL, one line per *complete* sample, written (and 
 the sample file is fsynced and renamed into place. One manifest per writer (DP group) so concurrent
 writers never interleave lines; readers take the union. A torn last line (crash mid-append) is ignored.
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,7 +24,7 @@ from .config import MANIFEST_DIR, SAMPLES_DIR
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 MAX_ID_LEN = 120
-RECORD_COUNTS = ("num_tokens", "bytes")   # counts of a manifest record: integers >= 0 where present
+RECORD_COUNTS = ("num_tokens", "bytes")  # counts of a manifest record: integers >= 0 where present
 
 
 def sanitize_id(raw: str) -> str:
@@ -32,7 +33,7 @@ def sanitize_id(raw: str) -> str:
     safe = _SAFE.sub("_", raw).lstrip(".")
     if safe != raw or len(safe) > MAX_ID_LEN or not safe:
         digest = hashlib.sha1(raw.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-        safe = f"{safe[:MAX_ID_LEN - 13]}-{digest}" if safe else f"id-{digest}"
+        safe = f"{safe[: MAX_ID_LEN - 13]}-{digest}" if safe else f"id-{digest}"
     return safe
 
 
@@ -121,7 +122,7 @@ class ManifestWriter:
         mdir.mkdir(parents=True, exist_ok=True)
         self.path = mdir / f"{name}.jsonl"
         self._cond = threading.Condition()
-        self._seq = self._committed = 0          # records numbered on arrival / written up to
+        self._seq = self._committed = 0  # records numbered on arrival / written up to
         self._pending: list = []
         self._busy = False
         self._failed: dict[int, OSError] = {}
@@ -130,7 +131,7 @@ class ManifestWriter:
         if fresh:
             fsync_dir(mdir)
         elif self.path.stat().st_size:
-            with open(self.path, "rb") as fh:   # a torn last line must not swallow the next record
+            with open(self.path, "rb") as fh:  # a torn last line must not swallow the next record
                 fh.seek(-1, os.SEEK_END)
                 if fh.read(1) != b"\n":
                     os.write(self._fd, b"\n")
@@ -146,7 +147,7 @@ class ManifestWriter:
             self._pending.append((me, line, sync_dir))
             while me > self._committed and self._busy:
                 self._cond.wait()
-            if me <= self._committed:           # a leader wrote it (or failed to)
+            if me <= self._committed:  # a leader wrote it (or failed to)
                 err = self._failed.pop(me, None)
                 if err is not None:
                     raise err

@@ -20,6 +20,7 @@ What each release resolves (read from the resolved ServerArgs object -- what it 
 An EAGLE target on tc_piecewise/full is not refused: SGLang skips that capture at run time (0.5.14+). It may also
 skip an auto-selected one with < 4 GiB free: the refusal then errs on the safe side.
 """
+
 from __future__ import annotations
 
 DISABLED = "disabled"
@@ -31,7 +32,7 @@ def prefill_graph_backend(sa) -> str | None:
     """The prefill CUDA-graph backend the resolved server args `sa` capture with; None when prefill is eager
     (or `sa` is unknown: nothing to refuse on)."""
     if sa is None or not str(getattr(sa, "device", None) or "cuda").startswith("cuda"):
-        return None   # CUDA graphs are captured on CUDA devices only (a CPU run resolves them but never captures)
+        return None  # CUDA graphs are captured on CUDA devices only (a CPU run resolves them but never captures)
     cfg = getattr(sa, "cuda_graph_config", None)
     if cfg is not None:
         prefill = cfg.get("prefill") if isinstance(cfg, dict) else getattr(cfg, "prefill", None)
@@ -52,7 +53,9 @@ def _eagle_target_skips(sa) -> bool:
     the breakable backend (tc_piecewise/full would record the wrong hidden-state mode), unless
     --enable-return-hidden-states."""
     algo = str(getattr(sa, "speculative_algorithm", None) or "").upper()
-    return algo in ("EAGLE", "EAGLE3", "NEXTN", "FROZEN_KV_MTP") and not getattr(sa, "enable_return_hidden_states", False)
+    return algo in ("EAGLE", "EAGLE3", "NEXTN", "FROZEN_KV_MTP") and not getattr(
+        sa, "enable_return_hidden_states", False
+    )
 
 
 def refusal(sa) -> str | None:
@@ -61,9 +64,11 @@ def refusal(sa) -> str | None:
     if backend is None:
         return None
     fix = FIX_NEW if hasattr(sa, "cuda_graph_config") else f"{FIX_OLD} (and drop --enforce-piecewise-cuda-graph)"
-    return (f"SGLang would run prefill inside CUDA graphs here (prefill backend {backend!r}), where the dump "
-            f"cannot read the states (the graph replays without the hooks, into buffers the next replay "
-            f"overwrites): launch with {fix}; decode CUDA graphs stay on")
+    return (
+        f"SGLang would run prefill inside CUDA graphs here (prefill backend {backend!r}), where the dump "
+        f"cannot read the states (the graph replays without the hooks, into buffers the next replay "
+        f"overwrites): launch with {fix}; decode CUDA graphs stay on"
+    )
 
 
 def check(sa) -> None:

@@ -5,6 +5,7 @@ with DP attention each DP group holds other requests and has its own writer. The
 an attention-TP rank that cannot be read is None, and None never writes (defaulting it to 0 would make
 every rank write the same samples into one manifest), unless this process is alone in its world.
 """
+
 from __future__ import annotations
 
 
@@ -40,9 +41,16 @@ def _probe_ranks() -> dict:
         from sglang.srt.runtime_context import get_parallel
 
         par = get_parallel()
-        for k, attr in (("tp_size", "tp_size"), ("tp_rank", "tp_rank"), ("attn_tp_size", "attn_tp_size"),
-                        ("attn_tp_rank", "attn_tp_rank"), ("dp_size", "attn_dp_size"), ("dp_rank", "attn_dp_rank"),
-                        ("pp_size", "pp_size"), ("pp_rank", "pp_rank")):
+        for k, attr in (
+            ("tp_size", "tp_size"),
+            ("tp_rank", "tp_rank"),
+            ("attn_tp_size", "attn_tp_size"),
+            ("attn_tp_rank", "attn_tp_rank"),
+            ("dp_size", "attn_dp_size"),
+            ("dp_rank", "attn_dp_rank"),
+            ("pp_size", "pp_size"),
+            ("pp_rank", "pp_rank"),
+        ):
             try:
                 out[k] = int(getattr(par, attr))
             except Exception:  # noqa: BLE001 - not initialised in this layout
@@ -54,16 +62,22 @@ def _probe_ranks() -> dict:
         from sglang.srt.distributed import parallel_state as ps
         from sglang.srt.layers import dp_attention as dpa
 
-        for k, fn in (("attn_tp_size", "get_attention_tp_size"), ("attn_tp_rank", "get_attention_tp_rank"),
-                      ("dp_size", "get_attention_dp_size"), ("dp_rank", "get_attention_dp_rank")):
+        for k, fn in (
+            ("attn_tp_size", "get_attention_tp_size"),
+            ("attn_tp_rank", "get_attention_tp_rank"),
+            ("dp_size", "get_attention_dp_size"),
+            ("dp_rank", "get_attention_dp_rank"),
+        ):
             try:
                 out[k] = int(getattr(dpa, fn)())
             except Exception:  # noqa: BLE001
                 pass
-        for k, fn in (("tp_size", "get_tensor_model_parallel_world_size"),
-                      ("tp_rank", "get_tensor_model_parallel_rank"),
-                      ("pp_size", "get_pipeline_model_parallel_world_size"),
-                      ("pp_rank", "get_pipeline_model_parallel_rank")):
+        for k, fn in (
+            ("tp_size", "get_tensor_model_parallel_world_size"),
+            ("tp_rank", "get_tensor_model_parallel_rank"),
+            ("pp_size", "get_pipeline_model_parallel_world_size"),
+            ("pp_rank", "get_pipeline_model_parallel_rank"),
+        ):
             try:
                 out[k] = int(getattr(ps, fn)())
             except Exception:  # noqa: BLE001

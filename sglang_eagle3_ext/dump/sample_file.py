@@ -9,6 +9,7 @@ Dump while serving EAGLE-3 (serving_assembler.py) writes prompt+response samples
 manifest line add: prompt_len, prefill_tokens (states [0, prefill_tokens) from EXTEND batches),
 verify_tokens (the rest, from TARGET_VERIFY batches), accept_len, source="serving".
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,9 @@ def dir_known(d: Path) -> bool:
     return str(d) in _dirs_made
 
 
-def atomic_write(path: str | os.PathLike, write_fn, tmp_tag: str = "", sync_dir: bool = True,
-                 cache_dir: bool = False) -> int:
+def atomic_write(
+    path: str | os.PathLike, write_fn, tmp_tag: str = "", sync_dir: bool = True, cache_dir: bool = False
+) -> int:
     """write_fn(tmp_path) then fsync, rename into place, fsync the directory; returns bytes.
     On any failure the temporary file is removed and nothing appears at `path`. A write_fn that
     fsyncs the file itself returns its size (saves reopening it); sync_dir=False leaves the
@@ -63,7 +65,7 @@ def atomic_write(path: str | os.PathLike, write_fn, tmp_tag: str = "", sync_dir:
                 os.close(fd)
         os.replace(tmp, path)
     except BaseException as e:
-        if isinstance(e, FileNotFoundError):   # its directory was removed: make it again next time
+        if isinstance(e, FileNotFoundError):  # its directory was removed: make it again next time
             _dirs_made.discard(str(path.parent))
         try:
             os.unlink(tmp)
@@ -76,10 +78,21 @@ def atomic_write(path: str | os.PathLike, write_fn, tmp_tag: str = "", sync_dir:
 
 
 # safetensors dtype names (https://github.com/huggingface/safetensors, format spec)
-_ST_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "float64": "F64", "int64": "I64",
-              "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
-              "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
-_WRITE_MAX = 1 << 30     # per os.write call (Linux caps one write at ~2 GiB)
+_ST_DTYPES = {
+    "bfloat16": "BF16",
+    "float16": "F16",
+    "float32": "F32",
+    "float64": "F64",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "bool": "BOOL",
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2",
+}
+_WRITE_MAX = 1 << 30  # per os.write call (Linux caps one write at ~2 GiB)
 
 
 def save_safetensors(path, tensors: dict, metadata: dict[str, str] | None = None, fsync: bool = False) -> int:
@@ -95,32 +108,35 @@ def save_safetensors(path, tensors: dict, metadata: dict[str, str] | None = None
     import json as _json
 
     header: dict = {"__metadata__": dict(metadata)} if metadata else {}
-    bufs, alive, off = [], [], 0      # alive: contiguous copies made here, kept until written
+    bufs, alive, off = [], [], 0  # alive: contiguous copies made here, kept until written
     for name, t in tensors.items():
         if not t.is_contiguous():
             t = t.contiguous()
         n = t.nbytes
-        header[name] = {"dtype": _ST_DTYPES[str(t.dtype).replace("torch.", "")], "shape": list(t.shape),
-                        "data_offsets": [off, off + n]}
-        if n:   # the tensor's own bytes, no torch op per view (each would hand the GIL back and forth)
+        header[name] = {
+            "dtype": _ST_DTYPES[str(t.dtype).replace("torch.", "")],
+            "shape": list(t.shape),
+            "data_offsets": [off, off + n],
+        }
+        if n:  # the tensor's own bytes, no torch op per view (each would hand the GIL back and forth)
             alive.append(t)
             bufs.append(memoryview((ctypes.c_char * n).from_address(t.data_ptr())).cast("B"))
         off += n
     h = _json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)          # the data section starts 8-byte aligned, as safetensors writes it
+    h += b" " * (-len(h) % 8)  # the data section starts 8-byte aligned, as safetensors writes it
     bufs = [memoryview(len(h).to_bytes(8, "little")), memoryview(h), *bufs]
     total = sum(b.nbytes for b in bufs)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         done = os.writev(fd, bufs) if total <= _WRITE_MAX else 0
-        if done < total:                # huge file or a short write: finish buffer by buffer
+        if done < total:  # huge file or a short write: finish buffer by buffer
             for b in bufs:
                 if done >= b.nbytes:
                     done -= b.nbytes
                     continue
                 mv, done = b[done:], 0
                 while mv:
-                    mv = mv[os.write(fd, mv[:_WRITE_MAX]):]
+                    mv = mv[os.write(fd, mv[:_WRITE_MAX]) :]
         if fsync:
             os.fsync(fd)
     finally:
@@ -130,8 +146,9 @@ def save_safetensors(path, tensors: dict, metadata: dict[str, str] | None = None
 
 def write_sample(path, tensors: dict, meta: dict, tmp_tag: str = "", sync_dir: bool = True) -> int:
     header = {META_KEY: json.dumps(meta, sort_keys=True)}
-    return atomic_write(path, lambda p: save_safetensors(p, tensors, header, fsync=True), tmp_tag, sync_dir,
-                        cache_dir=True)
+    return atomic_write(
+        path, lambda p: save_safetensors(p, tensors, header, fsync=True), tmp_tag, sync_dir, cache_dir=True
+    )
 
 
 class SampleFileError(ValueError):
@@ -173,8 +190,10 @@ def token_id_problem(ids, vocab: int | None) -> str | None:
         return f"token id {lo} is negative"
     if hi >= MM_PAD_SHIFT_VALUE:
         n = int((ids >= MM_PAD_SHIFT_VALUE).sum())
-        return (f"{n} token ids >= {MM_PAD_SHIFT_VALUE} (e.g. {hi}): multimodal pad values SGLang puts where an "
-                f"image or video was, not tokens; a request with images is no text training sample")
+        return (
+            f"{n} token ids >= {MM_PAD_SHIFT_VALUE} (e.g. {hi}): multimodal pad values SGLang puts where an "
+            f"image or video was, not tokens; a request with images is no text training sample"
+        )
     if vocab is not None and hi >= vocab:
         return f"token id {hi} is outside the target's vocab [0, {vocab})"
     return None
@@ -188,8 +207,9 @@ def _dtype(t) -> str:
     return str(t.dtype).replace("torch.", "")
 
 
-def sample_problem(t: dict, *, n_aux: int, hidden: int, final: str, dtype: str | None = None,
-                   vocab: int | None = None) -> str | None:
+def sample_problem(
+    t: dict, *, n_aux: int, hidden: int, final: str, dtype: str | None = None, vocab: int | None = None
+) -> str | None:
     """Why the tensors of one sample are not what dump_meta.json says every sample holds (None: they are):
     input_ids [L] integer ids of the vocab, aux_hidden_states [L, n_aux*hidden], the finals `final` names
     [L, hidden], all of one float dtype (`dtype` when it names one), all finite."""
@@ -211,13 +231,17 @@ def sample_problem(t: dict, *, n_aux: int, hidden: int, final: str, dtype: str |
     states = [k for k in (T_AUX, T_PRE, T_POST) if k in t]
     for k in states:
         if list(t[k].shape) != want[k]:
-            return (f"{k} is {list(t[k].shape)}, expected {want[k]}: {L} rows (one per token id), "
-                    f"{'{} aux layers x '.format(n_aux) if k == T_AUX else ''}hidden size {hidden} (dump_meta.json)")
+            return (
+                f"{k} is {list(t[k].shape)}, expected {want[k]}: {L} rows (one per token id), "
+                f"{'{} aux layers x '.format(n_aux) if k == T_AUX else ''}hidden size {hidden} (dump_meta.json)"
+            )
     dts = {_dtype(t[k]) for k in states}
     expect = dtype if dtype in FLOAT_DTYPES else None
     if len(dts) > 1 or not dts <= set(FLOAT_DTYPES) or (expect and dts != {expect}):
-        return (f"states are {', '.join(sorted(dts))}, expected {expect or 'one of ' + ', '.join(FLOAT_DTYPES)}"
-                f"{' (dump_meta.json dtype)' if expect else ''}")
+        return (
+            f"states are {', '.join(sorted(dts))}, expected {expect or 'one of ' + ', '.join(FLOAT_DTYPES)}"
+            f"{' (dump_meta.json dtype)' if expect else ''}"
+        )
     for k in states:
         bad = ~torch.isfinite(t[k])
         if bool(bad.any()):
@@ -231,4 +255,5 @@ def write_json_atomic(path, obj) -> None:
     def w(p):
         with open(p, "wb") as fh:
             fh.write(data)
+
     atomic_write(path, w)

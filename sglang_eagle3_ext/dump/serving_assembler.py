@@ -14,6 +14,7 @@ checked against the request's ids, every verify chunk must start where the stitc
 The prompt's states are copied out of the staging memory once the prompt is complete, and each verify
 batch is released right after its rows are copied: nothing of the staging ring waits for a request to end.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,15 +26,27 @@ from .assemble import Assembler, Sample
 from .sample_file import T_AUX, T_IDS, T_POST, T_PRE
 from .verify_capture import RequestEnd, VerifyBatch
 
-HELD_IDLE_S = 900.0      # a held request that saw no verify and no end for this long is dropped (lost hook)
-COUNTERS = ("verify_batches", "response_samples", "response_tokens", "skipped_not_sampled", "skipped_accept_len",
-            "dropped_aborted", "dropped_idle", "refused_verify_gap", "refused_token_mismatch", "dropped_memory",
-            "held_requests", "held_mb")
+HELD_IDLE_S = 900.0  # a held request that saw no verify and no end for this long is dropped (lost hook)
+COUNTERS = (
+    "verify_batches",
+    "response_samples",
+    "response_tokens",
+    "skipped_not_sampled",
+    "skipped_accept_len",
+    "dropped_aborted",
+    "dropped_idle",
+    "refused_verify_gap",
+    "refused_token_mismatch",
+    "dropped_memory",
+    "held_requests",
+    "held_mb",
+)
 
 
 @dataclasses.dataclass
 class StitchedSample(Sample):
     """A finished request's prompt+response, ready for the writer's io thread."""
+
     tensors: dict = dataclasses.field(default_factory=dict)
     record_extra: dict = dataclasses.field(default_factory=dict)
 
@@ -41,7 +54,7 @@ class StitchedSample(Sample):
         return self.tensors
 
     def finite(self):
-        return None     # the io thread checks the tensors
+        return None  # the io thread checks the tensors
 
 
 class Held:
@@ -51,8 +64,8 @@ class Held:
         self.rid, self.sid, self.prompt = rid, sid, prompt
         self.prefill = int(prompt[T_IDS].shape[0])
         self.length = self.prefill
-        self.resp: dict = {}          # name -> [cap, ...] buffer; rows [0, length - prefill) used
-        self.steps: list = []         # (start position, accept length) per verify
+        self.resp: dict = {}  # name -> [cap, ...] buffer; rows [0, length - prefill) used
+        self.steps: list = []  # (start position, accept length) per verify
         self.touched = time.monotonic()
 
     @property
@@ -71,7 +84,7 @@ class Held:
                 if buf is not None:
                     new[:used] = buf[:used]
                 self.resp[k] = buf = new
-            buf[used:used + n] = t
+            buf[used : used + n] = t
         self.steps.append((self.length, n))
         self.length += n
         self.touched = time.monotonic()
@@ -86,8 +99,9 @@ class ServingAssembler(Assembler):
         super().__init__(writer.is_done, writer.release_host, writer.cfg.min_tokens)
         self.w, self.scfg, self.vc = writer, scfg, vc
         self.num_aux = writer.num_aux
-        self.final_keys = [k for k, want in ((T_PRE, writer.cfg.want_prenorm), (T_POST, writer.cfg.want_postnorm))
-                           if want]
+        self.final_keys = [
+            k for k, want in ((T_PRE, writer.cfg.want_prenorm), (T_POST, writer.cfg.want_postnorm)) if want
+        ]
         self.held: dict[str, Held] = {}
         self.max_held_bytes = writer.cfg.max_pending_bytes
         self.held_bytes = 0
@@ -98,14 +112,20 @@ class ServingAssembler(Assembler):
         self.w.count(key, n)
 
     def _gauges(self) -> None:
-        self.w.set_gauges(held_requests=len(self.held), held_mb=round(self.held_bytes / 2 ** 20, 1))
+        self.w.set_gauges(held_requests=len(self.held), held_mb=round(self.held_bytes / 2**20, 1))
 
     def _refuse(self, rid: str, key: str, msg: str, *a) -> None:
         self._forget(rid)
         self.vc.refused.add(rid)
         self._inc(key)
-        log_once(f"dump.serving.{key}", "dump while serving: not writing request %s: " + msg + " (said once; "
-                 "counted as %s)", rid, *a, key, level=logging.WARNING)
+        log_once(
+            f"dump.serving.{key}",
+            "dump while serving: not writing request %s: " + msg + " (said once; counted as %s)",
+            rid,
+            *a,
+            key,
+            level=logging.WARNING,
+        )
 
     # ---- feeding -----------------------------------------------------------------------------------
     def feed(self, batch):
@@ -116,7 +136,7 @@ class ServingAssembler(Assembler):
             out = self._feed_end(batch), []
         else:
             for rid, p in zip(batch.rids, batch.prefix_lens):
-                if p == 0 and rid in self.held:     # re-prefilled after a retraction: the new prefill replaces it
+                if p == 0 and rid in self.held:  # re-prefilled after a retraction: the new prefill replaces it
                     self._forget(rid)
             done, refused = super().feed(batch)
             for s in done:
@@ -131,14 +151,18 @@ class ServingAssembler(Assembler):
     def _hold(self, s: Sample) -> None:
         """A complete prompt: copy it out of the staging memory, let go of its batches, keep it."""
         tensors = {k: t.clone() for k, t in s.materialize(self.num_aux).items()}
-        for pc in s.pieces:              # not finish(): the sample id stays taken until the request ends
+        for pc in s.pieces:  # not finish(): the sample id stays taken until the request ends
             self._unref(pc.batch)
         s.pieces = []
         h = self.held[s.rid] = Held(s.rid, s.sample_id, tensors)
         self.held_bytes += h.nbytes
         if self.held_bytes > self.max_held_bytes:
-            self._refuse(s.rid, "dropped_memory", "held requests exceed %d MB (SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB)",
-                         self.max_held_bytes >> 20)
+            self._refuse(
+                s.rid,
+                "dropped_memory",
+                "held requests exceed %d MB (SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB)",
+                self.max_held_bytes >> 20,
+            )
 
     def _feed_verify(self, vb: VerifyBatch) -> None:
         try:
@@ -152,27 +176,36 @@ class ServingAssembler(Assembler):
                     continue
                 p = pos[i, :a].tolist()
                 if p[0] != h.length or p != list(range(p[0], p[0] + a)):
-                    self._refuse(rid, "refused_verify_gap", "a verify chunk at positions %s after %d stitched tokens",
-                                 p[:4], h.length)
+                    self._refuse(
+                        rid,
+                        "refused_verify_gap",
+                        "a verify chunk at positions %s after %d stitched tokens",
+                        p[:4],
+                        h.length,
+                    )
                     continue
                 r0 = i * vb.ndt
-                rows = {T_IDS: vb.ids[i, :a].to(dtype=h.prompt[T_IDS].dtype), T_AUX: vb.aux[r0:r0 + a]}
+                rows = {T_IDS: vb.ids[i, :a].to(dtype=h.prompt[T_IDS].dtype), T_AUX: vb.aux[r0 : r0 + a]}
                 for f, key in zip(range(F), self.final_keys):
-                    rows[key] = vb.finals[f, r0:r0 + a]
+                    rows[key] = vb.finals[f, r0 : r0 + a]
                 before = h.nbytes
                 h.append(rows)
                 self.held_bytes += h.nbytes - before
                 if self.held_bytes > self.max_held_bytes:
-                    self._refuse(rid, "dropped_memory", "held requests exceed %d MB "
-                                 "(SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB)", self.max_held_bytes >> 20)
+                    self._refuse(
+                        rid,
+                        "dropped_memory",
+                        "held requests exceed %d MB (SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB)",
+                        self.max_held_bytes >> 20,
+                    )
         finally:
-            self.release_unused(vb)      # its host copies are no longer needed: release now
+            self.release_unused(vb)  # its host copies are no longer needed: release now
 
     def _feed_end(self, ev: RequestEnd) -> list:
         done = []
         try:
             for rid, sid, kind, prompt_ids, output_ids in ev.ended:
-                if rid in self.partials:         # ended mid-prefill: its chunks go now
+                if rid in self.partials:  # ended mid-prefill: its chunks go now
                     self._drop(rid)
                 h = self.held.get(rid)
                 if h is None:
@@ -202,8 +235,9 @@ class ServingAssembler(Assembler):
         tokens = list(prompt_ids) + list(output_ids)
         L = min(h.length, len(tokens))
         if L < h.prefill:
-            return self._refuse(h.rid, "refused_token_mismatch", "%d prefill tokens but the request has %d",
-                                h.prefill, len(tokens))
+            return self._refuse(
+                h.rid, "refused_token_mismatch", "%d prefill tokens but the request has %d", h.prefill, len(tokens)
+            )
         acc = h.accept_len(L)
         if self.scfg.max_accept_len is not None and (acc is None or acc >= self.scfg.max_accept_len):
             self._forget(h.rid)
@@ -216,13 +250,23 @@ class ServingAssembler(Assembler):
         want = torch.tensor(tokens[:L], dtype=out[T_IDS].dtype)
         if not torch.equal(out[T_IDS], want):
             bad = int((out[T_IDS] != want).nonzero()[0, 0])
-            return self._refuse(h.rid, "refused_token_mismatch", "stitched token %d is %d, the request's is %d", bad,
-                                int(out[T_IDS][bad]), int(want[bad]))
+            return self._refuse(
+                h.rid,
+                "refused_token_mismatch",
+                "stitched token %d is %d, the request's is %d",
+                bad,
+                int(out[T_IDS][bad]),
+                int(want[bad]),
+            )
         if nv:
             self._inc("response_samples")
             self._inc("response_tokens", nv)
-        extra = {"prompt_len": min(len(prompt_ids), L), "prefill_tokens": h.prefill, "verify_tokens": nv,
-                 "source": "serving"}
+        extra = {
+            "prompt_len": min(len(prompt_ids), L),
+            "prefill_tokens": h.prefill,
+            "verify_tokens": nv,
+            "source": "serving",
+        }
         if acc is not None:
             extra["accept_len"] = round(acc, 4)
         return StitchedSample(h.rid, h.sid, [], L, tensors=out, record_extra=extra)

@@ -9,6 +9,7 @@ config.DumpConfig.wanted: a stable hash of the sample id, the same decision on e
 and SGLANG_EAGLE3_EXT_DUMP_MAX_ACCEPT_LEN (only requests whose own accept length is below it: the traffic
 where the draft is weakest).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,7 +26,7 @@ from .writer import DumpStartupError
 ENV_RESPONSES = envs.DUMP_RESPONSES
 ENV_MAX_ACCEPT_LEN = envs.DUMP_MAX_ACCEPT_LEN
 
-_targets: list = []          # every DumpTarget of this process (the worker's start-up check reads them)
+_targets: list = []  # every DumpTarget of this process (the worker's start-up check reads them)
 
 
 def forget_targets() -> None:
@@ -34,9 +35,9 @@ def forget_targets() -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ServingConfig:
-    responses: bool = True                  # capture verify states and write prompt+response
-    responses_explicit: bool = False        # set by the user (an unsupported release is then an error)
-    max_accept_len: float | None = None     # None: every request
+    responses: bool = True  # capture verify states and write prompt+response
+    responses_explicit: bool = False  # set by the user (an unsupported release is then an error)
+    max_accept_len: float | None = None  # None: every request
 
 
 def serving_config(env=None) -> ServingConfig:
@@ -45,8 +46,9 @@ def serving_config(env=None) -> ServingConfig:
         max_accept_len = envs.get(ENV_MAX_ACCEPT_LEN, env)
     except envs.EnvError as e:
         raise DumpConfigError(str(e)) from None
-    return ServingConfig(responses=responses, responses_explicit=envs.raw(ENV_RESPONSES, env) is not None,
-                         max_accept_len=max_accept_len)
+    return ServingConfig(
+        responses=responses, responses_explicit=envs.raw(ENV_RESPONSES, env) is not None, max_accept_len=max_accept_len
+    )
 
 
 def draft_hf_indices(ctx: StartupContext, n: int) -> tuple[list[int] | None, str]:
@@ -56,8 +58,9 @@ def draft_hf_indices(ctx: StartupContext, n: int) -> tuple[list[int] | None, str
         return None, f"draft {ctx.draft_path} (config not readable here)"
     from ..versions import capabilities
 
-    layers, why = draft_layers.fed_hf_indices(ctx.draft_config, n, capabilities().CAPTURE_ALWAYS_PLUS_ONE,
-                                              where=f"draft {ctx.draft_path}/config.json")
+    layers, why = draft_layers.fed_hf_indices(
+        ctx.draft_config, n, capabilities().CAPTURE_ALWAYS_PLUS_ONE, where=f"draft {ctx.draft_path}/config.json"
+    )
     return layers, f"{ctx.draft_path}: {why}"
 
 
@@ -66,8 +69,10 @@ def config_for_target(cfg: DumpConfig, n: int, ctx: StartupContext) -> DumpConfi
     scfg = serving_config()
     if not ctx.eagle3:
         if scfg.max_accept_len is not None:
-            raise DumpConfigError(f"{ENV_MAX_ACCEPT_LEN} selects requests by their EAGLE-3 accept length: it needs "
-                                  f"--speculative-algorithm EAGLE3 (unset it for a plain dump)")
+            raise DumpConfigError(
+                f"{ENV_MAX_ACCEPT_LEN} selects requests by their EAGLE-3 accept length: it needs "
+                f"--speculative-algorithm EAGLE3 (unset it for a plain dump)"
+            )
         return cfg
     layers, where = draft_hf_indices(ctx, n)
     if layers is None:
@@ -76,10 +81,15 @@ def config_for_target(cfg: DumpConfig, n: int, ctx: StartupContext) -> DumpConfi
         raise DumpConfigError(
             f"{ENV_LAYERS}={','.join(map(str, cfg.layers))} but the EAGLE-3 draft is fed HF hidden_states "
             f"{layers} ({where}); while serving EAGLE-3 the dump captures exactly the draft's layers: unset "
-            f"{ENV_LAYERS} (or set it to {','.join(map(str, layers))})")
+            f"{ENV_LAYERS} (or set it to {','.join(map(str, layers))})"
+        )
     if cfg.layers is None:
-        log_once("dump.serving_layers", "dump while serving EAGLE-3: capturing the draft's HF hidden_states %s (%s)",
-                 layers, where)
+        log_once(
+            "dump.serving_layers",
+            "dump while serving EAGLE-3: capturing the draft's HF hidden_states %s (%s)",
+            layers,
+            where,
+        )
     return dataclasses.replace(cfg, layers=tuple(layers))
 
 
@@ -101,8 +111,13 @@ def install(target, model, ctx: StartupContext):
     scfg = serving_config()
     w = target.writer
     if target.cfg.sample_rate < 1.0:
-        log_once("dump.sample_rate", "dump: writing a %g share of the requests (%s; a hash of the request id, the "
-                 "same on every rank and re-run)", target.cfg.sample_rate, ENV_SAMPLE_RATE)
+        log_once(
+            "dump.sample_rate",
+            "dump: writing a %g share of the requests (%s; a hash of the request id, the "
+            "same on every rank and re-run)",
+            target.cfg.sample_rate,
+            ENV_SAMPLE_RATE,
+        )
     if not (ctx.eagle3 and scfg.responses):
         return None
     why = _responses_supported()
@@ -111,14 +126,21 @@ def install(target, model, ctx: StartupContext):
     if why is not None:
         if scfg.responses_explicit:
             raise DumpConfigError(f"{ENV_RESPONSES}=1: {why}")
-        log_once("dump.serving_prompts_only", "dump while serving EAGLE-3: prompts only (%s; set %s=0 to silence)",
-                 why, ENV_RESPONSES, level=logging.WARNING)
+        log_once(
+            "dump.serving_prompts_only",
+            "dump while serving EAGLE-3: prompts only (%s; set %s=0 to silence)",
+            why,
+            ENV_RESPONSES,
+            level=logging.WARNING,
+        )
         return None
     topk = getattr(ctx.server_args, "speculative_eagle_topk", None)
     if topk is not None and int(topk) > 1:
-        raise DumpConfigError(f"dump while serving EAGLE-3 captures response states of chain drafts only: "
-                              f"--speculative-eagle-topk {topk} compacts tree paths after the verify; use topk 1, "
-                              f"or set {ENV_RESPONSES}=0 to dump prompts only")
+        raise DumpConfigError(
+            f"dump while serving EAGLE-3 captures response states of chain drafts only: "
+            f"--speculative-eagle-topk {topk} compacts tree paths after the verify; use topk 1, "
+            f"or set {ENV_RESPONSES}=0 to dump prompts only"
+        )
 
     vc = verify_capture.VerifyCapture(target, scfg)
     target.verify = vc
@@ -127,9 +149,12 @@ def install(target, model, ctx: StartupContext):
 
         w.use_assembler(ServingAssembler(w, scfg, vc))
         verify_capture.set_active(vc)
-    logger.info("dump while serving EAGLE-3: response states from TARGET_VERIFY, one prompt+response sample per "
-                "finished request (sample rate %g, accept length below %s)", target.cfg.sample_rate,
-                scfg.max_accept_len if scfg.max_accept_len is not None else "any")
+    logger.info(
+        "dump while serving EAGLE-3: response states from TARGET_VERIFY, one prompt+response sample per "
+        "finished request (sample rate %g, accept length below %s)",
+        target.cfg.sample_rate,
+        scfg.max_accept_len if scfg.max_accept_len is not None else "any",
+    )
     return vc
 
 
@@ -147,9 +172,12 @@ def check_worker(worker) -> None:
                 f"sglang_eagle3_ext dump: SGLang set the EAGLE-3 target to capture HF hidden_states {now} for the "
                 f"draft, but the dump captures {list(t.layers)} ({ENV_LAYERS}); while serving EAGLE-3 both must be "
                 f"the draft's layers: set {ENV_LAYERS}={','.join(map(str, now))} or record the draft's indices "
-                f"with `python -m sglang_eagle3_ext.convert`")
+                f"with `python -m sglang_eagle3_ext.convert`"
+            )
         vc = getattr(t, "verify", None)
         topk = int(getattr(worker, "topk", 1) or 1)
         if vc is not None and topk > 1:
-            raise DumpStartupError(f"sglang_eagle3_ext dump: response capture needs --speculative-eagle-topk 1 "
-                                   f"(got {topk}); or set {ENV_RESPONSES}=0")
+            raise DumpStartupError(
+                f"sglang_eagle3_ext dump: response capture needs --speculative-eagle-topk 1 "
+                f"(got {topk}); or set {ENV_RESPONSES}=0"
+            )

@@ -8,6 +8,7 @@ the tail advances over freed regions. When no contiguous space is free, alloc() 
 caller falls back to an ordinary pinned allocation: the ring only ever makes the copy cheaper, the
 host-memory budget (backpressure.Budget) still decides when the forward pass must wait.
 """
+
 from __future__ import annotations
 
 import collections
@@ -17,7 +18,7 @@ import threading
 
 from .._log import log_once
 
-ALIGN = 512      # keeps every sub-tensor aligned for any dtype view and for DMA
+ALIGN = 512  # keeps every sub-tensor aligned for any dtype view and for DMA
 
 
 def _up(n: int) -> int:
@@ -36,14 +37,14 @@ class PinnedRing:
         import torch
 
         self.capacity = _up(nbytes)
-        if buf is None:   # device="cpu" explicitly: SGLang builds the model (so this ring) under torch.device("cuda")
+        if buf is None:  # device="cpu" explicitly: SGLang builds the model (so this ring) under torch.device("cuda")
             buf = torch.empty(self.capacity, dtype=torch.uint8, device="cpu", pin_memory=pin)
         self.buf = buf
-        self._live: collections.deque[Region] = collections.deque()   # allocation order
-        self._head = 0                                                  # next free byte
+        self._live: collections.deque[Region] = collections.deque()  # allocation order
+        self._head = 0  # next free byte
         self._lock = threading.Lock()
         self._views = {}
-        self.allocated = self.fallbacks = 0     # regions handed out / requests that did not fit
+        self.allocated = self.fallbacks = 0  # regions handed out / requests that did not fit
 
     def alloc(self, nbytes: int) -> Region | None:
         n = _up(max(nbytes, 1))
@@ -53,9 +54,9 @@ class PinnedRing:
                 start = 0 if n <= self.capacity else None
             else:
                 tail = self._live[0].start
-                if self._head > tail:   # free: [head, capacity), then wrapping, [0, tail)
+                if self._head > tail:  # free: [head, capacity), then wrapping, [0, tail)
                     start = self._head if self._head + n <= self.capacity else (0 if n <= tail else None)
-                else:                   # wrapped (head == tail: full): free is [head, tail)
+                else:  # wrapped (head == tail: full): free is [head, tail)
                     start = self._head if self._head + n <= tail and self._head < tail else None
             if start is None:
                 self.fallbacks += 1
@@ -81,8 +82,11 @@ class PinnedRing:
             n = _nbytes(shape, dtype)
             # one torch call per tensor (on the forward thread): a strided view of the buffer seen as dtype;
             # ALIGN keeps every offset a multiple of the item size
-            out.append(self._typed(dtype).as_strided(shape, _contiguous_strides(shape), off // dtype.itemsize)
-                       if n else torch.empty(shape, dtype=dtype, device="cpu"))
+            out.append(
+                self._typed(dtype).as_strided(shape, _contiguous_strides(shape), off // dtype.itemsize)
+                if n
+                else torch.empty(shape, dtype=dtype, device="cpu")
+            )
             off += _up(n)
         return out
 
@@ -120,7 +124,7 @@ class SharedMemory:
         import torch
 
         self.nbytes = max(_up(nbytes), ALIGN)
-        self.fd = os.memfd_create(name)      # close-on-exec: only pass_fds hands it to the writer process
+        self.fd = os.memfd_create(name)  # close-on-exec: only pass_fds hands it to the writer process
         os.ftruncate(self.fd, self.nbytes)
         self._mm = mmap.mmap(self.fd, self.nbytes)
         self.buf = torch.frombuffer(self._mm, dtype=torch.uint8)
@@ -167,7 +171,7 @@ def map_shared(path_or_fd, nbytes: int):
 def tensor_at(buf, offset: int, shape, dtype):
     """The contiguous tensor of `shape`/`dtype` that starts `offset` bytes into uint8 tensor `buf`."""
     n = _nbytes(shape, dtype)
-    return buf[offset:offset + n].view(dtype).view(shape)
+    return buf[offset : offset + n].view(dtype).view(shape)
 
 
 def ring_for(cfg):
@@ -177,18 +181,27 @@ def ring_for(cfg):
     import logging
     import time
 
-
     try:
         t0 = time.monotonic()
         # PyTorch's pinned allocator rounds up to a power of two: round down instead, so the pinned
         # memory never exceeds the budget (what does not fit falls back to per-batch allocations)
         ring = PinnedRing(1 << (cfg.max_pending_bytes.bit_length() - 1))
     except Exception as e:  # noqa: BLE001 - slower, still correct
-        log_once("dump.ring", "dump: could not pin a %d MB staging buffer (%s: %s): each batch allocates its own "
-                 "pinned memory (slower); lower SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB", cfg.max_pending_bytes >> 20,
-                 type(e).__name__, e, level=logging.WARNING)
+        log_once(
+            "dump.ring",
+            "dump: could not pin a %d MB staging buffer (%s: %s): each batch allocates its own "
+            "pinned memory (slower); lower SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB",
+            cfg.max_pending_bytes >> 20,
+            type(e).__name__,
+            e,
+            level=logging.WARNING,
+        )
         return None
-    log_once("dump.ring", "dump: pinned a %d MB host staging buffer for the device->host copies in %.1f s "
-             "(SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB; allocated once instead of per request)",
-             ring.capacity >> 20, time.monotonic() - t0)
+    log_once(
+        "dump.ring",
+        "dump: pinned a %d MB host staging buffer for the device->host copies in %.1f s "
+        "(SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB; allocated once instead of per request)",
+        ring.capacity >> 20,
+        time.monotonic() - t0,
+    )
     return ring

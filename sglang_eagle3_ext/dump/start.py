@@ -1,6 +1,7 @@
 """Start-up of the dump in a target model's process: after DeepseekV2ForCausalLM.__init__, switch aux capture
 on at the configured layers, build the dump's metadata and start this process's writer (one per DP group's
 attention-TP rank 0), then hand the model to capture.DumpTarget."""
+
 from __future__ import annotations
 
 import logging
@@ -20,7 +21,7 @@ from .ranks import is_writer, rank_info
 from .staging import ring_for
 from .writer import DumpStartupError, DumpWriter
 
-_writer = None                         # one per process (one DP group's attention-TP rank 0)
+_writer = None  # one per process (one DP group's attention-TP rank 0)
 
 
 def reset() -> None:
@@ -44,21 +45,30 @@ def build_meta(model, cfg: DumpConfig, layers: list[int], ranks: dict, ctx: Star
     except Exception:  # noqa: BLE001
         pass
     return {
-        "format": "sge3_dump", "format_version": 1,
-        "layer_indices_hf": list(layers), "layer_convention": CONVENTION,
+        "format": "sge3_dump",
+        "format_version": 1,
+        "layer_indices_hf": list(layers),
+        "layer_convention": CONVENTION,
         "final": cfg.final,
-        "final_states": {"final_prenorm": "output of the last decoder layer before model.norm "
-                                          "(speculators' last hidden_states slot)",
-                         "final_postnorm": "after model.norm = HF hidden_states[n] (SpecForge hidden_state)"},
-        "hidden_size": int(config.hidden_size), "num_hidden_layers": int(config.num_hidden_layers),
+        "final_states": {
+            "final_prenorm": "output of the last decoder layer before model.norm "
+            "(speculators' last hidden_states slot)",
+            "final_postnorm": "after model.norm = HF hidden_states[n] (SpecForge hidden_state)",
+        },
+        "hidden_size": int(config.hidden_size),
+        "num_hidden_layers": int(config.num_hidden_layers),
         # token ids must lie in [0, vocab_size): the writer and export refuse samples that hold others
         "vocab_size": int(config.vocab_size) if getattr(config, "vocab_size", None) else None,
         "architecture": (getattr(config, "architectures", None) or [type(model).__name__])[0],
         "model_class": type(model).__name__,
-        "model_path": getattr(sa, "model_path", None), "served_model_name": getattr(sa, "served_model_name", None),
+        "model_path": getattr(sa, "model_path", None),
+        "served_model_name": getattr(sa, "served_model_name", None),
         "dtype": dtype or str(getattr(sa, "dtype", "")),
-        "sglang_version": installed_version(), "ext_version": __version__,
-        "tp_size": ranks["tp_size"], "dp_size": ranks["dp_size"], "attn_tp_size": ranks["attn_tp_size"],
+        "sglang_version": installed_version(),
+        "ext_version": __version__,
+        "tp_size": ranks["tp_size"],
+        "dp_size": ranks["dp_size"],
+        "attn_tp_size": ranks["attn_tp_size"],
         "pp_size": ranks["pp_size"],
         "chunked_prefill_size": getattr(sa, "chunked_prefill_size", None),
         "disable_radix_cache": getattr(sa, "disable_radix_cache", None),
@@ -115,20 +125,31 @@ def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
     model.model.layers_to_capture = list(layers)
     writes = is_writer(ranks)
     if ranks["attn_tp_rank"] is None:
-        logger.error("dump: could not read this process's attention-TP rank (SGLang's parallel state): NOT writing "
-                     "from it (only a rank known to be 0 writes; else every rank would write the same samples)")
+        logger.error(
+            "dump: could not read this process's attention-TP rank (SGLang's parallel state): NOT writing "
+            "from it (only a rank known to be 0 writes; else every rank would write the same samples)"
+        )
     if writes and _writer is None:
         meta = build_meta(model, cfg, layers, ranks, ctx)
         first = next(model.parameters(), None)
         _writer = make_writer(cfg, meta, name=f"dp{ranks['dp_rank']}", cuda=first is not None and first.is_cuda)
         if sa is not None and not getattr(sa, "disable_radix_cache", False):
-            log_once("dump.radix", "dump: the radix cache is on: requests whose prompt head is cached are refused "
-                     "(launch with --disable-radix-cache to dump every request)", level=logging.WARNING)
+            log_once(
+                "dump.radix",
+                "dump: the radix cache is on: requests whose prompt head is cached are refused "
+                "(launch with --disable-radix-cache to dump every request)",
+                level=logging.WARNING,
+            )
     target = DumpTarget(model, cfg, layers, _writer if writes else None)
     serving_mode.install(target, model, ctx)  # sampling rate; EAGLE-3: verify capture
-    setattr(model.logits_processor, ATTR, target)   # last: an error above leaves no half-attached dump
-    logger.info("dump: capturing HF hidden_states %s + final (%s) of %s; %s", layers, cfg.final,
-                type(model).__name__, f"writing to {cfg.dump_dir}" if writes else "not the writer rank")
+    setattr(model.logits_processor, ATTR, target)  # last: an error above leaves no half-attached dump
+    logger.info(
+        "dump: capturing HF hidden_states %s + final (%s) of %s; %s",
+        layers,
+        cfg.final,
+        type(model).__name__,
+        f"writing to {cfg.dump_dir}" if writes else "not the writer rank",
+    )
     return target
 
 

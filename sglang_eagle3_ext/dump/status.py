@@ -2,6 +2,7 @@
 read by `dump status` and the dump client), the settings in dump_meta.json that every run appending to the dir
 must share, and the checks of the dir itself at start-up (exists, writable, still the same dir).
 """
+
 from __future__ import annotations
 
 import os
@@ -15,9 +16,8 @@ from .sample_file import write_json_atomic
 
 STATUS_DIR = "status"
 # Fields of dump_meta.json that must match when a run appends to an existing dump dir.
-IDENTITY_KEYS = ("layer_indices_hf", "hidden_size", "num_hidden_layers", "architecture", "final", "dtype",
-                 "encoding")
-IDENTITY_DEFAULTS = {"encoding": NATIVE}   # dumps made before the key existed
+IDENTITY_KEYS = ("layer_indices_hf", "hidden_size", "num_hidden_layers", "architecture", "final", "dtype", "encoding")
+IDENTITY_DEFAULTS = {"encoding": NATIVE}  # dumps made before the key existed
 
 
 def meta_mismatch(root: Path, meta: dict) -> str | None:
@@ -26,12 +26,15 @@ def meta_mismatch(root: Path, meta: dict) -> str | None:
     if not os.path.lexists(path):
         write_json_atomic(path, meta)
         return None
-    try:   # a regular file holding a JSON object: a FIFO there would block the server's start-up for ever
+    try:  # a regular file holding a JSON object: a FIFO there would block the server's start-up for ever
         old = read_json_file(path, "the dump's settings")
     except BadInput as e:
         return f"{e}; use a fresh dump dir"
-    diff = {k: (old.get(k, IDENTITY_DEFAULTS.get(k)), meta.get(k)) for k in IDENTITY_KEYS
-            if old.get(k, IDENTITY_DEFAULTS.get(k)) != meta.get(k)}
+    diff = {
+        k: (old.get(k, IDENTITY_DEFAULTS.get(k)), meta.get(k))
+        for k in IDENTITY_KEYS
+        if old.get(k, IDENTITY_DEFAULTS.get(k)) != meta.get(k)
+    }
     if not diff:
         return None
     hint = f" ({ENV_ENCODING} selects the encoding)" if "encoding" in diff else ""
@@ -86,7 +89,8 @@ class StatusFile:
         if staging is not None:
             stats.update(staging_mb=staging.capacity >> 20, staging_fallbacks=staging.fallbacks)
         try:
-            write_json_atomic(self.path, {"state": state, "error": error, "pid": os.getpid(), "time": time.time(),
-                                          "stats": stats})
+            write_json_atomic(
+                self.path, {"state": state, "error": error, "pid": os.getpid(), "time": time.time(), "stats": stats}
+            )
         except OSError:
             pass  # the disk may be the problem; the writer's log line says it

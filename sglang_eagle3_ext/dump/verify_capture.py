@@ -13,6 +13,7 @@ After the verify, the rows of the dumped requests, their token ids, positions an
 to host memory asynchronously and handed to the writer (serving_assembler.py stitches them per request).
 The end of a request (finished / aborted) comes from SchedulerOutputStreamer.stream_output (on_streamed).
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,7 +24,7 @@ from .capture import carries_multimodal
 from .config import NODUMP_RID_PREFIX
 from .manifest import sanitize_id
 
-_active = None          # the VerifyCapture of this process's writer rank
+_active = None  # the VerifyCapture of this process's writer rank
 
 
 def set_active(vc) -> None:
@@ -65,12 +66,12 @@ class VerifyCapture:
         self.writer = target.writer
         self.K, self.H = len(target.layers), target.hidden
         self.n_finals = int(target.cfg.want_prenorm) + int(target.cfg.want_postnorm)
-        self.static = None          # [F, rows, H] written by the captured graphs
-        self.graph_rows = 0         # rows the captured graphs write (0: no graph recorded a copy)
-        self.eager = None           # finals of the last eager TARGET_VERIFY forward
+        self.static = None  # [F, rows, H] written by the captured graphs
+        self.graph_rows = 0  # rows the captured graphs write (0: no graph recorded a copy)
+        self.eager = None  # finals of the last eager TARGET_VERIFY forward
         self.disabled: str | None = None
-        self.refused: set[str] = set()      # rids the assembler will not write (it says so)
-        self._sids: dict[str, str] = {}     # rid -> sanitised id, while the request runs
+        self.refused: set[str] = set()  # rids the assembler will not write (it says so)
+        self._sids: dict[str, str] = {}  # rid -> sanitised id, while the request runs
 
     def fail(self, msg: str, *a) -> None:
         """Response capture stops (serving and prompt dumps go on); said once, loudly."""
@@ -88,19 +89,24 @@ class VerifyCapture:
         cfg = self.target.cfg
         srcs = [t for t, want in ((pre, cfg.want_prenorm), (post, cfg.want_postnorm)) if want]
         if any(t is None for t in srcs):
-            self.fail("the final norm's hook did not see the verify forward (torch.compile?): set "
-                      "SGLANG_EAGLE3_EXT_DUMP_FINAL=postnorm")
+            self.fail(
+                "the final norm's hook did not see the verify forward (torch.compile?): set "
+                "SGLANG_EAGLE3_EXT_DUMP_FINAL=postnorm"
+            )
             return True
         import torch
 
         T = srcs[0].shape[0]
         if _capturing(srcs[0]):
             if self.static is None or self.static.shape[1] < T:
-                self.fail("a TARGET_VERIFY CUDA graph of %d rows was captured without an eager warm-up of at least "
-                          "that size first (static buffer %s); launch with --disable-cuda-graph to dump responses",
-                          T, None if self.static is None else tuple(self.static.shape))
+                self.fail(
+                    "a TARGET_VERIFY CUDA graph of %d rows was captured without an eager warm-up of at least "
+                    "that size first (static buffer %s); launch with --disable-cuda-graph to dump responses",
+                    T,
+                    None if self.static is None else tuple(self.static.shape),
+                )
                 return True
-            for i, t in enumerate(srcs):       # recorded into the graph: every replay refreshes the buffer
+            for i, t in enumerate(srcs):  # recorded into the graph: every replay refreshes the buffer
                 self.static[i, :T].copy_(t[:T])
             self.graph_rows = max(self.graph_rows, T)
             return True
@@ -123,8 +129,12 @@ class VerifyCapture:
         out = []
         for i, req in enumerate(batch.reqs):
             rid = req.rid
-            if rid.startswith(NODUMP_RID_PREFIX) or rid in self.refused or len(req.origin_input_ids) < min_tokens \
-                    or carries_multimodal(getattr(req, "multimodal_inputs", None)):   # refused at its prefill
+            if (
+                rid.startswith(NODUMP_RID_PREFIX)
+                or rid in self.refused
+                or len(req.origin_input_ids) < min_tokens
+                or carries_multimodal(getattr(req, "multimodal_inputs", None))
+            ):  # refused at its prefill
                 continue
             sid = self._sids.get(rid)
             if sid is None:
@@ -139,8 +149,9 @@ class VerifyCapture:
             return None
         vi = batch.spec_info
         if int(getattr(vi, "topk", 1) or 1) > 1:
-            self.fail("tree drafts (topk %s) are compacted after the verify: only chain drafts (topk 1) are "
-                      "captured", vi.topk)
+            self.fail(
+                "tree drafts (topk %s) are compacted after the verify: only chain drafts (topk 1) are captured", vi.topk
+            )
             return None
         self.eager = None
         return vi, idx
@@ -154,9 +165,16 @@ class VerifyCapture:
         hs = getattr(lo, "hidden_states", None)
         acc = getattr(result, "accept_lens", None)
         if hs is None or acc is None or hs.dim() != 2 or hs.shape[0] < N or hs.shape[1] != self.K * self.H:
-            return self.fail("the verify result carries hidden states %s / accept_lens %s; expected [>=%d, %d] "
-                             "(K=%d aux layers of width %d)", None if hs is None else tuple(hs.shape),
-                             None if acc is None else tuple(acc.shape), N, self.K * self.H, self.K, self.H)
+            return self.fail(
+                "the verify result carries hidden states %s / accept_lens %s; expected [>=%d, %d] "
+                "(K=%d aux layers of width %d)",
+                None if hs is None else tuple(hs.shape),
+                None if acc is None else tuple(acc.shape),
+                N,
+                self.K * self.H,
+                self.K,
+                self.H,
+            )
         if self.eager is not None:
             finals = self.eager
         elif getattr(result, "can_run_cuda_graph", True) and self.static is not None and self.graph_rows >= N:
@@ -168,17 +186,21 @@ class VerifyCapture:
         self.eager = None
         cuda = hs.is_cuda
         if len(idx) == bs:
-            take = lambda t, per_req=True: t[:N] if per_req else t[:bs]   # noqa: E731
+            take = lambda t, per_req=True: t[:N] if per_req else t[:bs]  # noqa: E731
         else:
             rows = torch.tensor([b * ndt + j for b in idx for j in range(ndt)], dtype=torch.int64)
             reqs = torch.tensor(idx, dtype=torch.int64)
             if cuda:
                 rows = rows.pin_memory().to(hs.device, non_blocking=True)
                 reqs = reqs.pin_memory().to(hs.device, non_blocking=True)
-            take = lambda t, per_req=True: t.index_select(0, rows if per_req else reqs)   # noqa: E731
+            take = lambda t, per_req=True: t.index_select(0, rows if per_req else reqs)  # noqa: E731
         n = len(idx)
-        srcs = {"ids": take(vi.draft_token).view(n, ndt), "pos": take(vi.positions).view(n, ndt),
-                "acc": take(acc, False), "aux": take(hs)}
+        srcs = {
+            "ids": take(vi.draft_token).view(n, ndt),
+            "pos": take(vi.positions).view(n, ndt),
+            "acc": take(acc, False),
+            "aux": take(hs),
+        }
         if len(finals) == 1:
             srcs["finals"] = take(finals[0]).unsqueeze(0)
         else:
@@ -188,7 +210,7 @@ class VerifyCapture:
     def _copy_and_submit(self, batch, idx, ndt, srcs: dict, cuda: bool) -> None:
         w, copier = self.writer, self.target.copier
         nbytes = sum(t.numel() * t.element_size() for t in srcs.values())
-        if w.reserve(nbytes) is False:   # the writer stalled and stopped
+        if w.reserve(nbytes) is False:  # the writer stalled and stopped
             return
         with copier.staged(w, nbytes) as st:
             if copier.uses_side_stream(cuda):
@@ -199,8 +221,17 @@ class VerifyCapture:
             with copier.copies(srcs["aux"].device, cuda) as copy:
                 for k, t in srcs.items():
                     copy(dst[k], t)
-            st.batch = VerifyBatch([batch.reqs[i].rid for i in idx], ndt, dst["ids"], dst["pos"], dst["acc"],
-                                   dst["aux"], dst["finals"], copy.event, nbytes)
+            st.batch = VerifyBatch(
+                [batch.reqs[i].rid for i in idx],
+                ndt,
+                dst["ids"],
+                dst["pos"],
+                dst["acc"],
+                dst["aux"],
+                dst["finals"],
+                copy.event,
+                nbytes,
+            )
         w.submit(st.batch)
 
     # ---- SchedulerOutputStreamer.stream_output wrapper: requests that ended ----------------------------
@@ -219,9 +250,16 @@ class VerifyCapture:
             if getattr(req, "_sge3_ended", False) or rid.startswith(NODUMP_RID_PREFIX):
                 continue
             req._sge3_ended = True
-            ended.append((rid, self._sids.pop(rid, None) or sanitize_id(rid), kind, req.origin_input_ids,
-                          # what the client gets: spec verify steps can overshoot finished_len
-                          list(getattr(req, "output_ids_through_stop", req.output_ids))))
+            ended.append(
+                (
+                    rid,
+                    self._sids.pop(rid, None) or sanitize_id(rid),
+                    kind,
+                    req.origin_input_ids,
+                    # what the client gets: spec verify steps can overshoot finished_len
+                    list(getattr(req, "output_ids_through_stop", req.output_ids)),
+                )
+            )
         if ended and w.accepting:
             w.submit(RequestEnd(ended))
 
@@ -266,5 +304,10 @@ def streamed_hook(reqs) -> None:
     try:
         vc.on_streamed(reqs)
     except Exception as e:  # noqa: BLE001
-        log_once("dump.streamed", "dump while serving: request-end hook failed: %s: %s", type(e).__name__, e,
-                 level=logging.ERROR)
+        log_once(
+            "dump.streamed",
+            "dump while serving: request-end hook failed: %s: %s",
+            type(e).__name__,
+            e,
+            level=logging.ERROR,
+        )

@@ -12,6 +12,7 @@ skips that sample only; MAX_CONSECUTIVE_ERRORS such failures in a row stop dumpi
 No wait is unbounded: the forward thread waits for host memory at most backpressure.STALL_S without any of
 it coming back, then dumping stops.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -34,15 +35,18 @@ from .sample_file import T_AUX, T_IDS, atomic_write, dir_known, write_sample
 from .staging import PinnedRing
 from .status import STATUS_DIR, DumpStartupError, StatusFile, dir_identity, meta_mismatch, validate_dump_root
 
-STATUS_EVERY_S = 5.0     # status file refresh (and dump dir check) while dumping
-IDLE_RELEASE_S = 30.0    # no batch for this long: no request can be mid-prefill, partials are dead requests
+STATUS_EVERY_S = 5.0  # status file refresh (and dump dir check) while dumping
+IDLE_RELEASE_S = 30.0  # no batch for this long: no request can be mid-prefill, partials are dead requests
 # errors that concern one sample's file; any other OSError is the disk's or the dump dir's and stops dumping
 PER_SAMPLE_ERRNOS = frozenset({errno.ENOENT, errno.ENAMETOOLONG, errno.EINVAL})
 MAX_CONSECUTIVE_ERRORS = 16
 
 
-REFUSAL_COUNTERS = {"prefix_cache": "refused_prefix_cache", "duplicate_id": "refused_duplicate_id",
-                    "multimodal": "skipped_multimodal"}
+REFUSAL_COUNTERS = {
+    "prefix_cache": "refused_prefix_cache",
+    "duplicate_id": "refused_duplicate_id",
+    "multimodal": "skipped_multimodal",
+}
 
 
 class DumpWriter(ForwardThreadApi):
@@ -54,7 +58,7 @@ class DumpWriter(ForwardThreadApi):
         self.encoding = BY_ENV[cfg.encoding]
         self.meta.update(describe(self.encoding))
         self.root = validate_dump_root(cfg.dump_dir)
-        self._root_id = dir_identity(self.root)   # a dump dir removed or replaced while serving stops dumping
+        self._root_id = dir_identity(self.root)  # a dump dir removed or replaced while serving stops dumping
         for sub in (SAMPLES_DIR, MANIFEST_DIR, STATUS_DIR):
             (self.root / sub).mkdir(exist_ok=True)
         why = meta_mismatch(self.root, self.meta)
@@ -64,16 +68,29 @@ class DumpWriter(ForwardThreadApi):
         self.done_ids: set[str] = set(read_manifest(self.root))
         self.manifest = ManifestWriter(self.root, name)
         self.num_aux = len(meta["layer_indices_hf"])
-        self.stats = dict(written=0, tokens=0, bytes=0, nonfinite=0, refused_prefix_cache=0, refused_other=0,
-                          refused_duplicate_id=0, ended_unfinished=0, write_errors=0, already_done=0, batches=0,
-                          discarded=0, skipped_multimodal=0, refused_token_id=0)
+        self.stats = dict(
+            written=0,
+            tokens=0,
+            bytes=0,
+            nonfinite=0,
+            refused_prefix_cache=0,
+            refused_other=0,
+            refused_duplicate_id=0,
+            ended_unfinished=0,
+            write_errors=0,
+            already_done=0,
+            batches=0,
+            discarded=0,
+            skipped_multimodal=0,
+            refused_token_id=0,
+        )
         self._consecutive_errors = 0
-        self._tmp_seq = itertools.count()     # a temporary file name of its own for every write
+        self._tmp_seq = itertools.count()  # a temporary file name of its own for every write
         self.accepting = True
         self.stop_reason: str | None = None
         self._queue: queue.Queue = queue.Queue()
-        self._queued = 0          # batches submitted, not yet assembled
-        self._io_pending = 0      # samples handed to io, not yet finished
+        self._queued = 0  # batches submitted, not yet assembled
+        self._io_pending = 0  # samples handed to io, not yet finished
         self._count_lock = threading.Lock()
         self.budget = Budget(cfg.max_pending_bytes, lambda: self.busy() > 0)
         self._asm = Assembler(self.is_done, self.release_host, cfg.min_tokens)
@@ -87,8 +104,11 @@ class DumpWriter(ForwardThreadApi):
         self._thread = threading.Thread(target=self._assemble_loop, name="sge3-dump-assembler", daemon=True)
         self._thread.start()
         if cfg.discard:
-            logger.warning("dump: %s=1: capturing and stitching every sample but WRITING NONE (a benchmarking "
-                           "aid; unset it to dump)", ENV_DISCARD)
+            logger.warning(
+                "dump: %s=1: capturing and stitching every sample but WRITING NONE (a benchmarking "
+                "aid; unset it to dump)",
+                ENV_DISCARD,
+            )
         self._write_status(self._running_state)
 
     # ---- start-up ---------------------------------------------------------------------------------
@@ -129,7 +149,7 @@ class DumpWriter(ForwardThreadApi):
         `dump status` shows skips and refusals during a run, not only after it."""
         now = time.monotonic()
         if self.accepting and now - self._root_checked_at >= STATUS_EVERY_S:
-            self._root_checked_at = now     # here, not per sample: an io thread's write resolves no path
+            self._root_checked_at = now  # here, not per sample: an io thread's write resolves no path
             if not self._root_ok():
                 return
         if self.accepting and self._status.stale(STATUS_EVERY_S):
@@ -143,10 +163,16 @@ class DumpWriter(ForwardThreadApi):
         import torch
 
         if self.staging is not None:
-            log_once("dump.ring_full", "dump: the pinned staging buffer has no contiguous room for a batch; such "
-                     "batches allocate their own pinned memory (slower). Said once; a larger "
-                     "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB avoids it", level=logging.INFO)
-        return {k: torch.empty(shape, dtype=dtype, device="cpu", pin_memory=cuda) for k, (shape, dtype) in specs.items()}
+            log_once(
+                "dump.ring_full",
+                "dump: the pinned staging buffer has no contiguous room for a batch; such "
+                "batches allocate their own pinned memory (slower). Said once; a larger "
+                "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB avoids it",
+                level=logging.INFO,
+            )
+        return {
+            k: torch.empty(shape, dtype=dtype, device="cpu", pin_memory=cuda) for k, (shape, dtype) in specs.items()
+        }
 
     def submit(self, batch: ChunkBatch) -> None:
         with self._count_lock:
@@ -166,7 +192,7 @@ class DumpWriter(ForwardThreadApi):
             try:
                 if not self.accepting:
                     self._asm.drop_all()
-                    batch.wait()        # its host memory is reused only after the copies into it landed
+                    batch.wait()  # its host memory is reused only after the copies into it landed
                     self._asm.release_unused(batch)
                     continue
                 batch.wait()
@@ -179,8 +205,14 @@ class DumpWriter(ForwardThreadApi):
                 self.count("ended_unfinished", self._asm.ended - ended)
                 for r in refused:
                     self.count(REFUSAL_COUNTERS.get(r.kind, "refused_other"))
-                    log_once(f"dump.refuse.{r.kind}", "dump: not writing request %s: %s (said once per kind; "
-                             "counted in status/%s.json)", r.rid, r.reason, self.name, level=logging.WARNING)
+                    log_once(
+                        f"dump.refuse.{r.kind}",
+                        "dump: not writing request %s: %s (said once per kind; counted in status/%s.json)",
+                        r.rid,
+                        r.reason,
+                        self.name,
+                        level=logging.WARNING,
+                    )
                 for s in done:
                     with self._count_lock:
                         self._io_pending += 1
@@ -206,9 +238,14 @@ class DumpWriter(ForwardThreadApi):
         now = dir_identity(self.root)
         if now == self._root_id:
             return True
-        self._stop(RuntimeError(f"the dump dir {self.root} was {'removed' if now is None else 'replaced'} while "
-                                f"serving (its inode changed): nothing more is written; restart the server to "
-                                f"dump into a new dir"), status=False)
+        self._stop(
+            RuntimeError(
+                f"the dump dir {self.root} was {'removed' if now is None else 'replaced'} while "
+                f"serving (its inode changed): nothing more is written; restart the server to "
+                f"dump into a new dir"
+            ),
+            status=False,
+        )
         return False
 
     def stop_stalled(self, reason: str) -> None:
@@ -221,8 +258,10 @@ class DumpWriter(ForwardThreadApi):
 
         meta = {"eps": repr(float(eps)), "note": "model.norm (final RMSNorm) weight: postnorm = rms_norm(prenorm)"}
         try:
-            atomic_write(self.root / NORM_FILE, lambda p: save_file({"weight": weight.contiguous()}, p,
-                                                                    metadata={"sge3_norm": json.dumps(meta)}))
+            atomic_write(
+                self.root / NORM_FILE,
+                lambda p: save_file({"weight": weight.contiguous()}, p, metadata={"sge3_norm": json.dumps(meta)}),
+            )
             self._norm_written = True
         except OSError as e:
             self._stop(e)
@@ -240,19 +279,34 @@ class DumpWriter(ForwardThreadApi):
             if self._unfit(s, tensors):
                 return
             n = int(tensors[T_IDS].shape[0])
-            extra = getattr(s, "record_extra", None) or {}   # dump while serving: token sources (serving_assembler)
-            meta = {**self.meta, "sample_id": s.sample_id, "rid": s.rid, "num_tokens": n,
-                    "tensors": {k: list(v.shape) for k, v in tensors.items()}, **extra}
-            if self.encoding != NATIVE:    # here, on an io thread: never on the forward thread
+            extra = getattr(s, "record_extra", None) or {}  # dump while serving: token sources (serving_assembler)
+            meta = {
+                **self.meta,
+                "sample_id": s.sample_id,
+                "rid": s.rid,
+                "num_tokens": n,
+                "tensors": {k: list(v.shape) for k, v in tensors.items()},
+                **extra,
+            }
+            if self.encoding != NATIVE:  # here, on an io thread: never on the forward thread
                 tensors, meta["encoded"] = encode_sample(tensors, {T_AUX: self.num_aux})
             path = sample_path(self.root, s.sample_id)
-            if not dir_known(path.parent) and not self._root_ok():   # would make dirs: in our dump dir only
+            if not dir_known(path.parent) and not self._root_ok():  # would make dirs: in our dump dir only
                 return
             size = write_sample(path, tensors, meta, tmp_tag=f"{self.name}.{next(self._tmp_seq)}", sync_dir=False)
-            self.manifest.append({"id": s.sample_id, "rid": s.rid, "file": sample_relpath(s.sample_id),
-                                  "num_tokens": n, "bytes": size, "writer": self.name, "t": round(time.time(), 3),
-                                  **extra},
-                                 sync_dir=path.parent)
+            self.manifest.append(
+                {
+                    "id": s.sample_id,
+                    "rid": s.rid,
+                    "file": sample_relpath(s.sample_id),
+                    "num_tokens": n,
+                    "bytes": size,
+                    "writer": self.name,
+                    "t": round(time.time(), 3),
+                    **extra,
+                },
+                sync_dir=path.parent,
+            )
             self.done_ids.add(s.sample_id)
             if self.on_written is not None:
                 self.on_written(s.sample_id)
@@ -283,27 +337,48 @@ class DumpWriter(ForwardThreadApi):
             finite = all(bool(t.isfinite().all()) for k, t in tensors.items() if k != T_IDS)
         if not finite:
             self.count("nonfinite")
-            log_once("dump.nonfinite", "dump: skipping request %s: NaN/Inf in its hidden states (counted in "
-                     "status/%s.json)", s.rid, self.name, level=logging.WARNING)
+            log_once(
+                "dump.nonfinite",
+                "dump: skipping request %s: NaN/Inf in its hidden states (counted in status/%s.json)",
+                s.rid,
+                self.name,
+                level=logging.WARNING,
+            )
             return True
         ids, vocab = tensors[T_IDS], self.meta.get("vocab_size")
         if vocab and ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < vocab:
             self.count("refused_token_id")
-            log_once("dump.token_id", "dump: skipping request %s: a token id outside the target's vocab [0, %d) "
-                     "(a multimodal pad value?); counted in status/%s.json", s.rid, vocab, self.name,
-                     level=logging.WARNING)
+            log_once(
+                "dump.token_id",
+                "dump: skipping request %s: a token id outside the target's vocab [0, %d) "
+                "(a multimodal pad value?); counted in status/%s.json",
+                s.rid,
+                vocab,
+                self.name,
+                level=logging.WARNING,
+            )
             return True
         return False
 
     def _sample_failed(self, s: Sample, e: BaseException) -> None:
         self.count("write_errors")
         self._consecutive_errors += 1
-        log_once("dump.write_error", "dump: failed to write request %s (%s: %s); skipped, the others go on (said "
-                 "once; counted as write_errors in status/%s.json)", s.rid, type(e).__name__, e, self.name,
-                 level=logging.ERROR)
+        log_once(
+            "dump.write_error",
+            "dump: failed to write request %s (%s: %s); skipped, the others go on (said "
+            "once; counted as write_errors in status/%s.json)",
+            s.rid,
+            type(e).__name__,
+            e,
+            self.name,
+            level=logging.ERROR,
+        )
         if self._consecutive_errors >= MAX_CONSECUTIVE_ERRORS:
-            self._stop(RuntimeError(f"{self._consecutive_errors} samples in a row failed to write; last: "
-                                    f"{type(e).__name__}: {e}"))
+            self._stop(
+                RuntimeError(
+                    f"{self._consecutive_errors} samples in a row failed to write; last: {type(e).__name__}: {e}"
+                )
+            )
 
     def busy(self) -> int:
         """Batches not yet stitched + samples being written: work that ends in releasing host memory."""
@@ -334,15 +409,18 @@ class DumpWriter(ForwardThreadApi):
         self._asm = asm
 
     def _stop(self, exc: BaseException, status: bool = True) -> None:
-        with self._count_lock:           # several io threads may fail at once: one stops, once
+        with self._count_lock:  # several io threads may fail at once: one stops, once
             if not self.accepting:
                 return
             self.accepting = False
         kind = errno.errorcode.get(getattr(exc, "errno", None) or -1, type(exc).__name__)
         self.stop_reason = f"{kind}: {exc}"
-        logger.error("dump: STOPPED writing (%s); serving continues; the manifest lists only complete samples. "
-                     "Fix the cause and re-run the dump client to resume.", self.stop_reason)
-        if status:       # not into a dump dir that replaced ours
+        logger.error(
+            "dump: STOPPED writing (%s); serving continues; the manifest lists only complete samples. "
+            "Fix the cause and re-run the dump client to resume.",
+            self.stop_reason,
+        )
+        if status:  # not into a dump dir that replaced ours
             self._write_status("stopped", self.stop_reason)
         if self.on_stop is not None:
             self.on_stop(self.stop_reason)

@@ -3,6 +3,7 @@ from its layout message, and hand it to an ordinary DumpWriter.
 
     python -m sglang_eagle3_ext.dump.writer_child SOCKET_FD RING_FD RING_BYTES NAME   (started by the server)
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,7 +32,7 @@ def _batch_from(msg: m.Batch, ring: PinnedRing, seg_bufs: list):
     def get(k):
         f = msg.fields[k]
         if not isinstance(f, m.HostTensor):
-            return f                  # a plain list (or None)
+            return f  # a plain list (or None)
         buf = ring.buf if f.segment is None else seg_bufs[f.segment]
         return tensor_at(buf, f.offset, f.shape, _dtype(f.dtype))
 
@@ -41,9 +42,22 @@ def _batch_from(msg: m.Batch, ring: PinnedRing, seg_bufs: list):
 
         n = msg.norm
         norm = (torch.frombuffer(bytearray(n.raw), dtype=torch.float32).view(n.shape).to(_dtype(n.dtype)), n.eps)
-    return ChunkBatch(msg.rids, msg.prefix_lens, msg.extend_lens, get("orig_lens"), get("ids"), get("aux"),
-                      msg.aux_layout, get("pre"), get("post"), None, msg.nbytes, norm, row_ok=get("row_ok"),
-                      multimodal=msg.fields.get("multimodal"))
+    return ChunkBatch(
+        msg.rids,
+        msg.prefix_lens,
+        msg.extend_lens,
+        get("orig_lens"),
+        get("ids"),
+        get("aux"),
+        msg.aux_layout,
+        get("pre"),
+        get("post"),
+        None,
+        msg.nbytes,
+        norm,
+        row_ok=get("row_ok"),
+        multimodal=msg.fields.get("multimodal"),
+    )
 
 
 def child_main(sock_fd: int, ring_fd: int, ring_bytes: int, name: str) -> int:
@@ -57,7 +71,7 @@ def child_main(sock_fd: int, ring_fd: int, ring_bytes: int, name: str) -> int:
             try:
                 conn.send(msg)
             except OSError:
-                pass                  # the server is gone: the receive loop sees it and stops the writer
+                pass  # the server is gone: the receive loop sees it and stops the writer
 
     start: m.Start = conn.recv()
     cfg_d = dict(start.cfg)
@@ -103,7 +117,7 @@ def child_main(sock_fd: int, ring_fd: int, ring_bytes: int, name: str) -> int:
         if isinstance(msg, m.Batch):
             segs = [map_shared(fd, seg_sizes[i]) for i, fd in enumerate(fds)]
             for fd in fds:
-                os.close(fd)          # the mapping keeps the memory
+                os.close(fd)  # the mapping keeps the memory
             ring.fallbacks += bool(segs)
             b = _batch_from(msg, ring, segs)
             b.free_host = lambda bid=msg.id: send(m.Freed(bid))
@@ -113,7 +127,7 @@ def child_main(sock_fd: int, ring_fd: int, ring_bytes: int, name: str) -> int:
         elif isinstance(msg, m.Flush):
             ok = w.flush(msg.timeout)
             send(m.Flushed(msg.token, ok, dict(w.stats)))
-        elif isinstance(msg, m.Stop):    # the server gave up waiting for us (backpressure.STALL_S)
+        elif isinstance(msg, m.Stop):  # the server gave up waiting for us (backpressure.STALL_S)
             w.stop_stalled(msg.reason)
         elif isinstance(msg, m.Close):
             break

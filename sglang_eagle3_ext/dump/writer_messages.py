@@ -2,6 +2,7 @@
 sent pickled over one socket. Plain data only: a batch travels as its layout (where each host tensor lives
 in the shared memory), never as tensors; a batch's own segments follow its message as file descriptors.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,16 +14,17 @@ FIELDS = ("ids", "aux", "pre", "post", "row_ok", "orig_lens", "multimodal")
 # ---- server -> child ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Start:
-    cfg: dict                   # dataclasses.asdict(DumpConfig)
+    cfg: dict  # dataclasses.asdict(DumpConfig)
     meta: dict
 
 
 @dataclass(frozen=True)
 class HostTensor:
     """A contiguous tensor `offset` bytes into the shared ring, or into the batch's segment `segment`."""
+
     offset: int
     shape: tuple
-    dtype: str                  # torch dtype name without "torch."
+    dtype: str  # torch dtype name without "torch."
     segment: int | None = None  # index into the batch's segments (their fds follow the message, in order)
     segment_bytes: int = 0
 
@@ -30,6 +32,7 @@ class HostTensor:
 @dataclass(frozen=True)
 class Norm:
     """The final norm's weight (sent once, with the first batch that carries it), as float32 bytes."""
+
     raw: bytes
     shape: tuple
     dtype: str
@@ -44,13 +47,16 @@ class Batch:
     extend_lens: list
     aux_layout: object
     nbytes: int
-    fields: dict = field(default_factory=dict)   # name in FIELDS -> HostTensor | list[int] | None
+    fields: dict = field(default_factory=dict)  # name in FIELDS -> HostTensor | list[int] | None
     norm: Norm | None = None
 
     def segment_sizes(self) -> dict[int, int]:
         """segment index -> its size, for the fds that follow this message."""
-        return {f.segment: f.segment_bytes for f in self.fields.values()
-                if isinstance(f, HostTensor) and f.segment is not None}
+        return {
+            f.segment: f.segment_bytes
+            for f in self.fields.values()
+            if isinstance(f, HostTensor) and f.segment is not None
+        }
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,7 @@ class Flush:
 
 @dataclass(frozen=True)
 class Stop:
-    reason: str                 # the server gave up waiting for host memory (backpressure.STALL_S)
+    reason: str  # the server gave up waiting for host memory (backpressure.STALL_S)
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,7 @@ class StartFailed:
 
 @dataclass(frozen=True)
 class Freed:
-    batch_id: int               # nothing in the child reads the batch's memory any more
+    batch_id: int  # nothing in the child reads the batch's memory any more
 
 
 @dataclass(frozen=True)
@@ -92,8 +98,8 @@ class Written:
 
 @dataclass(frozen=True)
 class Busy:
-    received: int               # batches the child received so far
-    busy: int                   # of which, and of their samples, still in work (DumpWriter.busy())
+    received: int  # batches the child received so far
+    busy: int  # of which, and of their samples, still in work (DumpWriter.busy())
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ CUDA model. A batch that finds no contiguous room gets a memfd of its own, passe
 A child that dies stops dumping (serving continues, every held byte is released); when the server
 dies the child sees the socket close, lets the files being written finish and exits.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,7 +47,7 @@ def _dtype_name(dtype) -> str:
 class ProcessDumpWriter(ForwardThreadApi):
     """The scheduler-process side: DumpWriter's interface to the capture, the writing done by a child."""
 
-    checks_finite_off_gil = True   # the child checks each sample for NaN/Inf: no flag kernels on the forward
+    checks_finite_off_gil = True  # the child checks each sample for NaN/Inf: no flag kernels on the forward
 
     def __init__(self, cfg, meta: dict, name: str = "dp0", pin: bool = False):
         """pin: page-lock the shared staging memory (a CUDA model: asynchronous device->host copies)."""
@@ -59,16 +60,16 @@ class ProcessDumpWriter(ForwardThreadApi):
         self._mem = SharedMemory(cfg.max_pending_bytes, f"sge3-dump-{name}")
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
-        self._inflight: dict[int, tuple] = {}     # batch id -> (ChunkBatch, its own segments)
-        self._segments: list[SharedMemory] = []   # fallback memory handed out, not yet sent
+        self._inflight: dict[int, tuple] = {}  # batch id -> (ChunkBatch, its own segments)
+        self._segments: list[SharedMemory] = []  # fallback memory handed out, not yet sent
         self._q: queue.Queue = queue.Queue()
         self._next = self._sent = self._child_received = self._child_busy = 0
-        self._waiters: dict[int, list] = {}       # flush token -> [event, reply]
+        self._waiters: dict[int, list] = {}  # flush token -> [event, reply]
         self._closing = False
         self.budget = Budget(cfg.max_pending_bytes, self._progress_possible)
         ours, theirs = socket.socketpair()
         env = {k: v for k, v in envs.environ().items() if k != ENV_ENABLE}  # no SGLang patches in the child
-        env["CUDA_VISIBLE_DEVICES"] = ""                                 # and no CUDA context
+        env["CUDA_VISIBLE_DEVICES"] = ""  # and no CUDA context
         self._proc = subprocess.Popen(
             [
                 sys.executable,
@@ -87,16 +88,22 @@ class ProcessDumpWriter(ForwardThreadApi):
         self._sock = ours
         self._conn = Connection(os.dup(ours.fileno()))
         self._send(m.Start(dataclasses.asdict(cfg), dict(meta)))
-        reply = (self._conn.recv() if self._conn.poll(START_TIMEOUT_S)
-                 else m.StartFailed(f"no answer in {START_TIMEOUT_S} s"))
+        reply = (
+            self._conn.recv()
+            if self._conn.poll(START_TIMEOUT_S)
+            else m.StartFailed(f"no answer in {START_TIMEOUT_S} s")
+        )
         if not isinstance(reply, m.Ready):
             from .writer import DumpStartupError
 
             self._proc.kill()
             raise DumpStartupError(f"the dump writer process did not start: {reply.error}")
         self.staging = self._open_staging(pin)
-        logger.info("dump: writing from a separate process (pid %d; SGLANG_EAGLE3_EXT_DUMP_WRITER=process): the "
-                    "scheduler's GIL is not shared with the file io", self._proc.pid)
+        logger.info(
+            "dump: writing from a separate process (pid %d; SGLANG_EAGLE3_EXT_DUMP_WRITER=process): the "
+            "scheduler's GIL is not shared with the file io",
+            self._proc.pid,
+        )
         self._reader = threading.Thread(target=self._read_loop, name="sge3-dump-reader", daemon=True)
         self._forwarder = threading.Thread(target=self._forward_loop, name="sge3-dump-forwarder", daemon=True)
         self._reader.start()
@@ -109,22 +116,35 @@ class ProcessDumpWriter(ForwardThreadApi):
             try:
                 self._mem.pin()
             except Exception as e:  # noqa: BLE001 - slower (synchronous copies), still correct
-                log_once("dump.pin", "dump: could not page-lock the %d MB shared staging buffer (%s): device->host "
-                         "copies will be synchronous", self._mem.nbytes >> 20, e, level=logging.WARNING)
-        log_once("dump.ring", "dump: %s a %d MB host staging buffer for the device->host copies, shared with the "
-                 "writer process (SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB)",
-                 "pinned" if self._mem.pinned else "mapped", self._mem.nbytes >> 20)
+                log_once(
+                    "dump.pin",
+                    "dump: could not page-lock the %d MB shared staging buffer (%s): device->host "
+                    "copies will be synchronous",
+                    self._mem.nbytes >> 20,
+                    e,
+                    level=logging.WARNING,
+                )
+        log_once(
+            "dump.ring",
+            "dump: %s a %d MB host staging buffer for the device->host copies, shared with the "
+            "writer process (SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB)",
+            "pinned" if self._mem.pinned else "mapped",
+            self._mem.nbytes >> 20,
+        )
         return PinnedRing(self._mem.nbytes, buf=self._mem.buf)
 
     def host_buffers(self, specs: dict, cuda: bool) -> dict:
         """A batch the ring has no room for: its own shared memory (pageable: copies into it are synchronous)."""
-        log_once("dump.segment", "dump: the shared staging buffer has no contiguous room for a batch; such batches "
-                 "get their own shared memory (their copies are synchronous). Said once; a larger "
-                 "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB avoids it")
+        log_once(
+            "dump.segment",
+            "dump: the shared staging buffer has no contiguous room for a batch; such batches "
+            "get their own shared memory (their copies are synchronous). Said once; a larger "
+            "SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB avoids it",
+        )
         seg = SharedMemory(region_size(specs.values()), f"sge3-dump-{self.name}-seg")
         with self._lock:
             self._segments.append(seg)
-        whole = PinnedRing(seg.nbytes, buf=seg.buf)      # laid out as a ring region would be
+        whole = PinnedRing(seg.nbytes, buf=seg.buf)  # laid out as a ring region would be
         return dict(zip(specs, whole.tensors(whole.alloc(seg.nbytes), specs.values())))
 
     def submit(self, batch) -> None:
@@ -135,8 +155,9 @@ class ProcessDumpWriter(ForwardThreadApi):
         if not self.accepting:
             return
         self.accepting, self.stop_reason = False, f"TimeoutError: {reason}"
-        logger.error("dump: STOPPED writing (%s); serving continues; the manifest lists only complete samples.",
-                     self.stop_reason)
+        logger.error(
+            "dump: STOPPED writing (%s); serving continues; the manifest lists only complete samples.", self.stop_reason
+        )
         self._send(m.Stop(reason))
 
     def flush(self, timeout: float = 60.0) -> bool:
@@ -185,13 +206,13 @@ class ProcessDumpWriter(ForwardThreadApi):
             if item is None:
                 self._send(m.Close())
                 return
-            if isinstance(item, m.Flush):         # in order with the batches
+            if isinstance(item, m.Flush):  # in order with the batches
                 if not self._send(item):
                     self._answer(item.token, False)
                 continue
             batch = item
             try:
-                batch.wait()                        # the copies landed: the child may read the memory
+                batch.wait()  # the copies landed: the child may read the memory
                 with self._lock:
                     bid = self._next = self._next + 1
                 desc, segs = self._describe(batch, bid)
@@ -235,8 +256,9 @@ class ProcessDumpWriter(ForwardThreadApi):
         if batch.norm is not None:
             w, eps = batch.norm
             norm = m.Norm(w.float().numpy().tobytes(), tuple(w.shape), _dtype_name(w.dtype), eps)
-        return m.Batch(bid, batch.rids, batch.prefix_lens, batch.extend_lens, batch.aux_layout, batch.nbytes,
-                       fields, norm), segs
+        return m.Batch(
+            bid, batch.rids, batch.prefix_lens, batch.extend_lens, batch.aux_layout, batch.nbytes, fields, norm
+        ), segs
 
     def _read_loop(self) -> None:
         while True:
@@ -265,8 +287,11 @@ class ProcessDumpWriter(ForwardThreadApi):
             rc = self._proc.poll()
             self.accepting = False
             self.stop_reason = f"the writer process exited (code {rc})"
-            logger.error("dump: STOPPED: %s; serving continues; the manifest lists only complete samples. Re-run "
-                         "the dump client after a restart to resume.", self.stop_reason)
+            logger.error(
+                "dump: STOPPED: %s; serving continues; the manifest lists only complete samples. Re-run "
+                "the dump client after a restart to resume.",
+                self.stop_reason,
+            )
         self._release_all()
 
     def _answer(self, token: int, ok) -> None:

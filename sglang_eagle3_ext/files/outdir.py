@@ -17,6 +17,7 @@ and deleted only once the new one is there. A run that fails leaves everything a
     with outdir.writing(out, tool="convert", flag="DST", inputs=[("source draft", src)], replace=force) as tmp:
         write_everything_into(tmp)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,8 +45,11 @@ def _real(out: Path, flag: str) -> Path:
     """`out` absolute with its parent's symlinks resolved; the last component must not be a link itself."""
     p = Path(os.path.abspath(out))
     if p.is_symlink():
-        raise OutputDirRefused(f"{flag} {out}", f"is a symlink (to {os.readlink(p)}); writing through it could "
-                                                f"replace what it points to; give the real directory instead")
+        raise OutputDirRefused(
+            f"{flag} {out}",
+            f"is a symlink (to {os.readlink(p)}); writing through it could "
+            f"replace what it points to; give the real directory instead",
+        )
     if p.parent == p:
         raise OutputDirRefused(f"{flag} {out}", "is the file-system root; give a directory of its own")
     return p.parent.resolve() / p.name
@@ -103,16 +107,34 @@ def _check_inputs(real: Path, out, flag: str, inputs: Iterable[tuple[str, object
         if path is None:
             continue
         inp = Path(os.path.abspath(path)).resolve()
-        how = ("is" if inp == real else "contains" if real in inp.parents else
-               "lies inside" if inp in real.parents else None)
+        how = (
+            "is"
+            if inp == real
+            else "contains"
+            if real in inp.parents
+            else "lies inside"
+            if inp in real.parents
+            else None
+        )
         if how:
-            raise OutputDirRefused(f"{flag} {out}", f"{how} the {name} {path}: writing there could overwrite or "
-                                                    f"delete it; choose a directory outside the {name} that "
-                                                    f"neither is nor contains the {name}")
+            raise OutputDirRefused(
+                f"{flag} {out}",
+                f"{how} the {name} {path}: writing there could overwrite or "
+                f"delete it; choose a directory outside the {name} that "
+                f"neither is nor contains the {name}",
+            )
 
 
-def check(out, *, tool: str, flag: str, inputs: Iterable[tuple[str, object]] = (), replace: bool = False,
-          legacy: Callable[[Path], bool] | None = None, force_flag: str = "--force") -> Path:
+def check(
+    out,
+    *,
+    tool: str,
+    flag: str,
+    inputs: Iterable[tuple[str, object]] = (),
+    replace: bool = False,
+    legacy: Callable[[Path], bool] | None = None,
+    force_flag: str = "--force",
+) -> Path:
     """Refuse `out` (OutputDirRefused) unless `tool` may write it; returns the real path. `inputs`: (name, path)
     of what the command reads; `legacy(d)`: recognises outputs made before MARKER existed."""
     real = _real(Path(out), flag)
@@ -129,12 +151,17 @@ def check(out, *, tool: str, flag: str, inputs: Iterable[tuple[str, object]] = (
         return real
     why = _ours(real, entries, tool, legacy)
     if why:
-        raise OutputDirRefused(f"{flag} {out}", f"is not empty and is not a previous output of {tool} ({why}); "
-                                                f"nothing was changed: choose a new or empty directory, or "
-                                                f"remove it yourself")
+        raise OutputDirRefused(
+            f"{flag} {out}",
+            f"is not empty and is not a previous output of {tool} ({why}); "
+            f"nothing was changed: choose a new or empty directory, or "
+            f"remove it yourself",
+        )
     if not replace:
-        raise OutputDirRefused(f"{flag} {out}", f"holds an earlier output of {tool}; pass {force_flag} to replace "
-                                                f"it, or choose another directory")
+        raise OutputDirRefused(
+            f"{flag} {out}",
+            f"holds an earlier output of {tool}; pass {force_flag} to replace it, or choose another directory",
+        )
     return real
 
 
@@ -144,8 +171,12 @@ def _sibling(real: Path, kind: str) -> Path:
 
 def _write_marker(tmp: Path, tool: str, record: dict | None) -> None:
     entries = sorted(e for e in os.listdir(tmp) if e != MARKER)
-    text = json.dumps({"tool": tool, "entries": entries, "tree": tree_digest(tmp), **(record or {})}, indent=2,
-                      sort_keys=True, default=str)
+    text = json.dumps(
+        {"tool": tool, "entries": entries, "tree": tree_digest(tmp), **(record or {})},
+        indent=2,
+        sort_keys=True,
+        default=str,
+    )
     (tmp / MARKER).write_text(text + "\n")
 
 
@@ -171,8 +202,17 @@ def _swap(tmp: Path, real: Path, recheck: Callable[[], Path]) -> None:
 
 
 @contextlib.contextmanager
-def writing(out, *, tool: str, flag: str, inputs: Iterable[tuple[str, object]] = (), replace: bool = False,
-            legacy: Callable[[Path], bool] | None = None, record: dict | None = None, force_flag: str = "--force"):
+def writing(
+    out,
+    *,
+    tool: str,
+    flag: str,
+    inputs: Iterable[tuple[str, object]] = (),
+    replace: bool = False,
+    legacy: Callable[[Path], bool] | None = None,
+    record: dict | None = None,
+    force_flag: str = "--force",
+):
     """Yield a fresh directory beside `out` to build the output in; on success it gets MARKER (with `record`)
     and replaces `out` atomically. Refuses (see `check`) before yielding."""
     inputs = list(inputs)
@@ -202,8 +242,11 @@ def _fill(tmp: Path, real: Path) -> None:
     move leaves no marker: never taken for a complete output of ours)."""
     extra = sorted(set(os.listdir(real)) - {tmp.name})
     if extra:
-        raise OutputDirRefused(real, f"files appeared in it while the output was being written "
-                                     f"({', '.join(extra[:5])}); nothing of theirs was changed")
+        raise OutputDirRefused(
+            real,
+            f"files appeared in it while the output was being written "
+            f"({', '.join(extra[:5])}); nothing of theirs was changed",
+        )
     for name in sorted(os.listdir(tmp), key=lambda n: n == MARKER):
         os.rename(tmp / name, real / name)
     tmp.rmdir()

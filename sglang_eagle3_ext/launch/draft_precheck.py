@@ -6,6 +6,7 @@ reads every weight once (the NaN/Inf scan the loader would refuse on), with a pr
 long; SGLang then reads the same files, mostly from the page cache. scan_values=False: headers only, and the
 decision says "values not scanned".
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,8 +24,14 @@ class DraftCheckFailed(Exception):
     """The draft's check report has errors (the message is the report)."""
 
 
-def precheck(algorithm: str | None, draft: str | None, target: str | None, version: str | None,
-             dtype: str | None = "auto", scan_values: bool = True) -> Decision | None:
+def precheck(
+    algorithm: str | None,
+    draft: str | None,
+    target: str | None,
+    version: str | None,
+    dtype: str | None = "auto",
+    scan_values: bool = True,
+) -> Decision | None:
     """None when there is nothing to check; a Decision (kind check) when the draft is fine or cannot be
     checked here; raises DraftCheckFailed with the report when it would not serve correctly.
     dtype: SGLang's --dtype; an explicit one runs draft and target alike, so no dtype mismatch can arise."""
@@ -33,23 +40,42 @@ def precheck(algorithm: str | None, draft: str | None, target: str | None, versi
 
     local, hub_id, note = resolve(draft)
     if local is None:  # a hub id not in the local cache (never downloaded here), or no such directory
-        return Decision(NAME, "skipped", note if hub_id else f"{draft} is not a local directory: not checked before start",
-                        kind="check", action="warn")
+        return Decision(
+            NAME,
+            "skipped",
+            note if hub_id else f"{draft} is not a local directory: not checked before start",
+            kind="check",
+            action="warn",
+        )
     if not version:
-        return Decision(NAME, "skipped", "SGLang not installed here, its key layout is unknown", kind="check",
-                        action="warn")
+        return Decision(
+            NAME, "skipped", "SGLang not installed here, its key layout is unknown", kind="check", action="warn"
+        )
 
-    rep = check_draft(local, target=target if target and Path(target).is_dir() else None, sglang_version=version,
-                      scan_values=scan_values, progress=True)
+    rep = check_draft(
+        local,
+        target=target if target and Path(target).is_dir() else None,
+        sglang_version=version,
+        scan_values=scan_values,
+        progress=True,
+    )
     if (dtype or "auto") != "auto":
         rep.problems = [p for p in rep.problems if p.code != E.DTYPE]
     if rep.errors:
         raise DraftCheckFailed(rep.render())
     warn = [p for p in rep.problems if p.warning]
     where = f"{draft} ({note})" if hub_id else draft
-    values = (f"values scanned ({rep.scanned_bytes / 2**20:.1f} MiB, no NaN/Inf)" if rep.values_scanned
-              else "values not scanned")
-    return Decision(NAME, "passed", f"{where}: SGLang builds {rep.draft_class}; {len(rep.loads)} tensors would load "
-                    f"for SGLang {rep.release}; {values}"
-                    + (f"; {len(warn)} warning(s): " + "; ".join(map(str, warn)) if warn else ""), kind="check",
-                    action="warn" if warn else "ok")
+    values = (
+        f"values scanned ({rep.scanned_bytes / 2**20:.1f} MiB, no NaN/Inf)"
+        if rep.values_scanned
+        else "values not scanned"
+    )
+    return Decision(
+        NAME,
+        "passed",
+        f"{where}: SGLang builds {rep.draft_class}; {len(rep.loads)} tensors would load "
+        f"for SGLang {rep.release}; {values}"
+        + (f"; {len(warn)} warning(s): " + "; ".join(map(str, warn)) if warn else ""),
+        kind="check",
+        action="warn" if warn else "ok",
+    )

@@ -8,6 +8,7 @@ minutes later, with the reason in one rank's log. A dry run makes nothing: the p
 exists or would be created, and what this machine would refuse (a folder it cannot make or write here is a
 warning in a dry run's plan, an error otherwise; something that is not a folder is an error in both).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,8 +29,8 @@ REASONS = {envs.DUMP_LAYERS: "HF hidden_states indices to dump"}
 
 @dataclasses.dataclass
 class DumpDir:
-    path: str | None            # what SGLang's processes will dump into (None: no dumping)
-    decisions: list[Decision]   # one line for the variable (+ one warning when a dry run foresees a refusal)
+    path: str | None  # what SGLang's processes will dump into (None: no dumping)
+    decisions: list[Decision]  # one line for the variable (+ one warning when a dry run foresees a refusal)
 
 
 class DumpDirRefused(LaunchError):
@@ -48,7 +49,7 @@ def choose(flag: str | None, env: Mapping[str, str], preset, preset_env: dict[st
 
 def _folder(flag: str | None, env: Mapping[str, str], preset, preset_value: str | None, dry_run: bool) -> DumpDir:
     var = envs.DUMP_DIR
-    from_env = envs.get(var, env)      # empty means unset, as everywhere
+    from_env = envs.get(var, env)  # empty means unset, as everywhere
     raw = preset.ext.get(PRESET_KEY) if preset and preset_value else None
     by_preset = f"preset {preset.name}'s {PRESET_KEY} {raw}" if raw else None
     if flag is not None:
@@ -84,7 +85,7 @@ def make(path: str | None) -> None:
         return
     try:
         writable_dir(path, WHAT, make=True)
-    except BadInput as e:   # changed since the plan was made
+    except BadInput as e:  # changed since the plan was made
         raise DumpDirRefused(f"{envs.DUMP_DIR} {e}") from None
 
 
@@ -95,8 +96,7 @@ def _check(text: str, source: str, dry_run: bool):
     except NotWritable as e:
         if not dry_run:
             raise DumpDirRefused(f"{source} {e}; choose a folder this user can write") from None
-        note = Decision("(dump dir)", None, f"{source} {e}: the launch would stop here", kind="check",
-                        action="warn")
+        note = Decision("(dump dir)", None, f"{source} {e}: the launch would stop here", kind="check", action="warn")
         return os.path.abspath(os.path.expanduser(text)), "cannot be made or written here", [note]
     except BadInput as e:
         raise DumpDirRefused(f"{source} {e}") from None

@@ -2,13 +2,16 @@
 dump/prefill_graphs.py), through the switch the installed release has. Read from its ServerArgs fields, not its
 version: 0.5.14+ turns prefill graphs off and keeps decode graphs; 0.5.10's only prefill graph is the torch.compile
 piecewise one."""
+
 from __future__ import annotations
 
 from .nccl import Decision
 from .preset_schema import EXT_SECTION, PresetError
 
-SWITCHES = (("disable_prefill_cuda_graph", "prefill CUDA graphs off (decode graphs stay on)"),
-            ("disable_piecewise_cuda_graph", "the piecewise (torch.compile) prefill graph off"))
+SWITCHES = (
+    ("disable_prefill_cuda_graph", "prefill CUDA graphs off (decode graphs stay on)"),
+    ("disable_piecewise_cuda_graph", "the piecewise (torch.compile) prefill graph off"),
+)
 
 
 def decision(preset, fields, user: set[str]) -> Decision | None:
@@ -19,7 +22,12 @@ def decision(preset, fields, user: set[str]) -> Decision | None:
         if field in fields:
             flag = "--" + field.replace("_", "-")
             why = f"preset {EXT_SECTION}.eager_prefill (the dump reads eager prefills): {what}"
-            return Decision(flag, None, why + "; yours kept", kind="arg", action="user") if field in user \
+            return (
+                Decision(flag, None, why + "; yours kept", kind="arg", action="user")
+                if field in user
                 else Decision(flag, "", why, kind="arg")
-    raise PresetError(f"{preset.where}: {EXT_SECTION}.eager_prefill: this SGLang has none of "
-                      f"{', '.join(f for f, _ in SWITCHES)}; run `sglang-eagle3 compat` and report it")
+            )
+    raise PresetError(
+        f"{preset.where}: {EXT_SECTION}.eager_prefill: this SGLang has none of "
+        f"{', '.join(f for f, _ in SWITCHES)}; run `sglang-eagle3 compat` and report it"
+    )

@@ -1,4 +1,5 @@
 """The launcher's refusal: the launch cannot go ahead as asked; the message names the input and the fix."""
+
 from __future__ import annotations
 
 from ..boundary import Refused

@@ -4,6 +4,7 @@ Few variables, each with its reason; a value the user set (environment or SGLang
 never overridden: the Decision then records the user's value and what we would have done.
 NCCL's guide lists most tuning variables as debugging aids, so everything else stays unset.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,17 +15,17 @@ from .. import envs
 from .topology import Topology, TopologyClass
 
 PROFILES = ("auto", "pcie", "nvlink", "off")
-SM120_MIN_NCCL = (2, 27)        # NCCL 2.26 crashes on SM120 at >=512 KiB (NCCL #2418)
-MIN_SHM_BYTES = 1 << 30         # SHM transport needs room (docker --shm-size >= 1g or --ipc=host)
+SM120_MIN_NCCL = (2, 27)  # NCCL 2.26 crashes on SM120 at >=512 KiB (NCCL #2418)
+MIN_SHM_BYTES = 1 << 30  # SHM transport needs room (docker --shm-size >= 1g or --ipc=host)
 
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    name: str               # env var (NCCL_IB_DISABLE) or SGLang flag (--disable-custom-all-reduce)
-    value: str | None       # what ends up set; None: left unset
+    name: str  # env var (NCCL_IB_DISABLE) or SGLang flag (--disable-custom-all-reduce)
+    value: str | None  # what ends up set; None: left unset
     reason: str
-    kind: str = "env"       # env | arg | check
-    action: str = "set"     # set | user (user's value kept) | unset (deliberately left unset) | warn | ok (check passed)
+    kind: str = "env"  # env | arg | check
+    action: str = "set"  # set | user (user's value kept) | unset (deliberately left unset) | warn | ok (check passed)
 
     @property
     def applies(self) -> bool:
@@ -40,8 +41,11 @@ def _v(version: str | None) -> tuple[int, ...] | None:
 
 def effective_class(topo: Topology, profile: str) -> TopologyClass:
     if profile == "pcie":
-        return TopologyClass.PCIE_CPU if topo.classify() not in (TopologyClass.PCIE_SWITCH, TopologyClass.NO_P2P) \
+        return (
+            TopologyClass.PCIE_CPU
+            if topo.classify() not in (TopologyClass.PCIE_SWITCH, TopologyClass.NO_P2P)
             else topo.classify()
+        )
     if profile == "nvlink":
         return TopologyClass.NVLINK
     return topo.classify()
@@ -74,8 +78,9 @@ class _Builder:
         if available is not None and dest not in available:
             self.out.append(Decision(flag, None, f"not in this SGLang release; {reason}", kind="arg", action="unset"))
         elif dest in self.user_flags:
-            self.out.append(Decision(flag, "(as passed)", f"user/preset passed it; {reason}", kind="arg",
-                                     action="user"))
+            self.out.append(
+                Decision(flag, "(as passed)", f"user/preset passed it; {reason}", kind="arg", action="user")
+            )
         else:
             self.out.append(Decision(flag, "", reason, kind="arg"))
 
@@ -83,10 +88,19 @@ class _Builder:
         self.out.append(Decision(name, None, msg, kind="check", action="warn"))
 
 
-def decide(topo: Topology, *, profile: str = "auto", tp_size: int = 1, nnodes: int = 1,
-           env: Mapping[str, str] | None = None, user_flags: Iterable[str] = (),
-           available_flags: set[str] | None = None, enabled_flags: Iterable[str] | None = None,
-           loopback_only: bool = False, forced_by: str | None = None) -> list[Decision]:
+def decide(
+    topo: Topology,
+    *,
+    profile: str = "auto",
+    tp_size: int = 1,
+    nnodes: int = 1,
+    env: Mapping[str, str] | None = None,
+    user_flags: Iterable[str] = (),
+    available_flags: set[str] | None = None,
+    enabled_flags: Iterable[str] | None = None,
+    loopback_only: bool = False,
+    forced_by: str | None = None,
+) -> list[Decision]:
     """Decisions for one SGLang launch. `topo` is the TP group's topology; `user_flags` are the
     ServerArgs dests the user or preset set (never overridden), `enabled_flags` those of them that are
     on (default: all of them); `available_flags` the dests this SGLang knows (None: all);
@@ -105,15 +119,14 @@ def decide(topo: Topology, *, profile: str = "auto", tp_size: int = 1, nnodes: i
     by = forced_by or f"--nccl-profile {profile}"
     if profile == "off":
         _proto(b, topo.classify(), "", quiet=True)
-        b.out.append(Decision("(nccl profile)", "off", f"{by}: no NCCL settings made", kind="check",
-                              action="unset"))
+        b.out.append(Decision("(nccl profile)", "off", f"{by}: no NCCL settings made", kind="check", action="unset"))
         return b.out
     cls = effective_class(topo, profile)
     forced = f" (forced by {by})" if profile != "auto" else ""
 
     if cls == TopologyClass.NVLINK and topo.nvswitch:
         b.leave("NCCL_NVLS_ENABLE", "NVSwitch present: NCCL decides about NVLS")
-    elif forced and topo.nvswitch:   # the box has one; the forced profile does not use it
+    elif forced and topo.nvswitch:  # the box has one; the forced profile does not use it
         b.env_var("NCCL_NVLS_ENABLE", "0", f"treated as {cls.value}{forced}: NVLS off")
     else:
         b.env_var("NCCL_NVLS_ENABLE", "0", f"no NVSwitch detected ({cls.value}{forced}): NVLS unusable")
@@ -123,49 +136,76 @@ def decide(topo: Topology, *, profile: str = "auto", tp_size: int = 1, nnodes: i
     else:
         _proto(b, cls, forced)
     if cls == TopologyClass.NO_GPU and tp_size > 1:
-        b.warn("topology", f"unknown ({topo.note or 'no GPUs seen'}): no P2P/custom all-reduce decisions; "
-                           f"pass --nccl-profile pcie|nvlink or --topology-file to choose")
+        b.warn(
+            "topology",
+            f"unknown ({topo.note or 'no GPUs seen'}): no P2P/custom all-reduce decisions; "
+            f"pass --nccl-profile pcie|nvlink or --topology-file to choose",
+        )
     b.leave("NCCL_CUMEM_ENABLE", "SGLang sets it itself")
     b.leave("CUDA_DEVICE_MAX_CONNECTIONS", "SGLang overwrites it")
     b.env_var("NCCL_DEBUG", "WARN", "errors visible, logs quiet (INFO + NCCL_DEBUG_SUBSYS=INIT,GRAPH,ENV to diagnose)")
     return b.out
 
 
-def _pcie(b: _Builder, cls: TopologyClass, topo: Topology, tp_size: int, forced: str,
-          available: set[str] | None) -> None:
+def _pcie(
+    b: _Builder, cls: TopologyClass, topo: Topology, tp_size: int, forced: str, available: set[str] | None
+) -> None:
     where = f"{cls.value}{forced}"
     b.leave("NCCL_P2P_DISABLE", "1 only as fallback after a failed/hung preflight (IOMMU/ACS)")
-    b.leave("NCCL_P2P_LEVEL", "NCCL's default (P2P below the CPU, SHM through it at 3+ GPUs); "
-                              "SYS only as an opt-in after a preflight")
+    b.leave(
+        "NCCL_P2P_LEVEL",
+        "NCCL's default (P2P below the CPU, SHM through it at 3+ GPUs); SYS only as an opt-in after a preflight",
+    )
     _proto(b, cls, forced)
     if tp_size > 2 or (cls == TopologyClass.NO_P2P and tp_size > 1):
-        why = ("no P2P: custom all-reduce needs it" if cls == TopologyClass.NO_P2P
-               else f"{tp_size} GPUs over PCIe ({where}): NCCL beats the custom all-reduce")
+        why = (
+            "no P2P: custom all-reduce needs it"
+            if cls == TopologyClass.NO_P2P
+            else f"{tp_size} GPUs over PCIe ({where}): NCCL beats the custom all-reduce"
+        )
         b.flag("--disable-custom-all-reduce", "disable_custom_all_reduce", why, available)
     elif tp_size == 2 and cls.is_pcie:
-        b.flag("--enable-p2p-check", "enable_p2p_check",
-               f"TP=2 over PCIe ({where}): let SGLang verify P2P before using the custom all-reduce "
-               f"(GeForce boards report P2P they cannot do)", available)
+        b.flag(
+            "--enable-p2p-check",
+            "enable_p2p_check",
+            f"TP=2 over PCIe ({where}): let SGLang verify P2P before using the custom all-reduce "
+            f"(GeForce boards report P2P they cannot do)",
+            available,
+        )
     if tp_size > 1 and cls.is_pcie:
-        b.flag("--enforce-disable-flashinfer-allreduce-fusion", "enforce_disable_flashinfer_allreduce_fusion",
-               f"FlashInfer all-reduce fusion is built for NVLink ({where})", available)
-    for flag, dest in (("--enable-nccl-nvls", "enable_nccl_nvls"), ("--enable-symm-mem", "enable_symm_mem"),
-                       ("--enable-flashinfer-allreduce-fusion", "enable_flashinfer_allreduce_fusion")):
+        b.flag(
+            "--enforce-disable-flashinfer-allreduce-fusion",
+            "enforce_disable_flashinfer_allreduce_fusion",
+            f"FlashInfer all-reduce fusion is built for NVLink ({where})",
+            available,
+        )
+    for flag, dest in (
+        ("--enable-nccl-nvls", "enable_nccl_nvls"),
+        ("--enable-symm-mem", "enable_symm_mem"),
+        ("--enable-flashinfer-allreduce-fusion", "enable_flashinfer_allreduce_fusion"),
+    ):
         if dest in b.enabled and cls.is_pcie:
             b.warn(flag, f"passed on a PCIe machine ({where}): keep it off unless a benchmark says otherwise")
 
 
-LOOPBACK_WHY = ("a single-node server still opens cross-node groups (RLHF weight sync through "
-                "init_weights_update_group)")
+LOOPBACK_WHY = "a single-node server still opens cross-node groups (RLHF weight sync through init_weights_update_group)"
 
 
 def _loopback(b: _Builder, nnodes: int, asked: bool) -> None:
     if nnodes > 1:
         return
     if not asked:
-        b.out.append(Decision("(loopback-only)", "off", "NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, NCCL_IB_DISABLE left "
-                              f"to NCCL and you: {LOOPBACK_WHY}; --loopback-only (preset loopback_only: true) pins "
-                              f"them to lo, IB off", kind="check", action="unset"))
+        b.out.append(
+            Decision(
+                "(loopback-only)",
+                "off",
+                "NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, NCCL_IB_DISABLE left "
+                f"to NCCL and you: {LOOPBACK_WHY}; --loopback-only (preset loopback_only: true) pins "
+                f"them to lo, IB off",
+                kind="check",
+                action="unset",
+            )
+        )
         return
     asked_by = "--loopback-only / loopback_only"
     b.env_var("NCCL_IB_DISABLE", "1", f"{asked_by}: single node, skip IB/RoCE probing")
@@ -216,18 +256,38 @@ def _proto(b: _Builder, cls: TopologyClass, forced: str, quiet: bool = False) ->
     try:
         on = [f for f, st in nccl_proto_enabled(value or "").items() if st["LL128"] == "on"]
     except ValueError as e:
-        b.out.append(Decision("NCCL_PROTO", value, f"user set NCCL_PROTO={value}: NCCL (>= 2.24) will refuse it at "
-                                                   f"start-up ({e}); fix or unset it", kind="check", action="warn"))
+        b.out.append(
+            Decision(
+                "NCCL_PROTO",
+                value,
+                f"user set NCCL_PROTO={value}: NCCL (>= 2.24) will refuse it at start-up ({e}); fix or unset it",
+                kind="check",
+                action="warn",
+            )
+        )
         return
     funcs = "every collective" if len(on) == len(NCCL_FUNCTIONS) else ", ".join(on)
     if on and cls != TopologyClass.NVLINK:
-        b.out.append(Decision("NCCL_PROTO", value, f"user set NCCL_PROTO={value}: this turns LL128 on ({funcs}), and "
-                                                   f"LL128 off NVLink can corrupt data ({cls.value}{forced}); kept as "
-                                                   f"asked, but unset it unless you know why", kind="check",
-                              action="warn"))
+        b.out.append(
+            Decision(
+                "NCCL_PROTO",
+                value,
+                f"user set NCCL_PROTO={value}: this turns LL128 on ({funcs}), and "
+                f"LL128 off NVLink can corrupt data ({cls.value}{forced}); kept as "
+                f"asked, but unset it unless you know why",
+                kind="check",
+                action="warn",
+            )
+        )
     elif on:
-        b.out.append(Decision("NCCL_PROTO", value, f"user set it: LL128 forced on ({funcs}), past NCCL's own "
-                                                   f"per-GPU LL128 check", action="user"))
+        b.out.append(
+            Decision(
+                "NCCL_PROTO",
+                value,
+                f"user set it: LL128 forced on ({funcs}), past NCCL's own per-GPU LL128 check",
+                action="user",
+            )
+        )
     elif cls.is_pcie and not quiet:
         b.leave("NCCL_PROTO", "never LL128 off NVLink (data corruption); NCCL's default otherwise")
 
@@ -238,17 +298,32 @@ def host_warnings(topo: Topology) -> list[tuple[str, str]]:
     sm120 = [g for g in topo.gpus if (g.sm or 0) >= 120]
     v = _v(topo.nccl_version)
     if sm120 and v is not None and v < SM120_MIN_NCCL:
-        out.append(("NCCL version", f"NCCL {topo.nccl_version} with SM120 GPUs ({sm120[0].name}): crashes at "
-                                    f">=512 KiB all-reduce (NCCL #2418); install nvidia-nccl-cu12/13>=2.27"))
+        out.append(
+            (
+                "NCCL version",
+                f"NCCL {topo.nccl_version} with SM120 GPUs ({sm120[0].name}): crashes at "
+                f">=512 KiB all-reduce (NCCL #2418); install nvidia-nccl-cu12/13>=2.27",
+            )
+        )
     elif sm120 and v is None:
         out.append(("NCCL version", "unknown NCCL version with SM120 GPUs: make sure it is >= 2.27"))
     if topo.shm_bytes is not None and topo.shm_bytes < MIN_SHM_BYTES and len(topo.gpus) != 1:
-        out.append(("/dev/shm", f"/dev/shm is {topo.shm_bytes / 2**20:.0f} MiB (< 1 GiB): NCCL's SHM transport "
-                                f"will fail; run the container with --shm-size=16g or --ipc=host"))
+        out.append(
+            (
+                "/dev/shm",
+                f"/dev/shm is {topo.shm_bytes / 2**20:.0f} MiB (< 1 GiB): NCCL's SHM transport "
+                f"will fail; run the container with --shm-size=16g or --ipc=host",
+            )
+        )
     p2p_pairs = [lk for lk in topo.links if lk.p2p_ok and not lk.nvlink]
     if topo.iommu == "on" and p2p_pairs:
-        out.append(("IOMMU", f"IOMMU is on ({topo.iommu_evidence}) with PCIe P2P pairs: P2P may hang at the first "
-                             f"all-reduce; use --preflight; host fix: iommu=pt (or amd_iommu/intel_iommu=off), ACS off"))
+        out.append(
+            (
+                "IOMMU",
+                f"IOMMU is on ({topo.iommu_evidence}) with PCIe P2P pairs: P2P may hang at the first "
+                f"all-reduce; use --preflight; host fix: iommu=pt (or amd_iommu/intel_iommu=off), ACS off",
+            )
+        )
     return out
 
 

@@ -5,6 +5,7 @@ pre-check). Nothing is started here (start.py does that); a dry run prints the p
 Order of precedence: command line > preset/config > SGLang defaults; environment variables and SGLang arguments
 the user set are never overridden.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,28 +30,29 @@ LAUNCH_MODULE = "sglang.launch_server"
 @dataclasses.dataclass
 class Options:
     """The launcher's own choices (the command line's namespace has the same attributes)."""
-    preset: str | None = None           # a shipped preset's name
-    config: str | None = None           # or a preset-format YAML file
-    nccl_profile: str | None = None     # auto | pcie | nvlink | off; None: the preset's, else auto
+
+    preset: str | None = None  # a shipped preset's name
+    config: str | None = None  # or a preset-format YAML file
+    nccl_profile: str | None = None  # auto | pcie | nvlink | off; None: the preset's, else auto
     loopback_only: bool = False
-    dry_run: bool = False               # plan only: what this machine would refuse is a warning where it can be
+    dry_run: bool = False  # plan only: what this machine would refuse is a warning where it can be
     dump_dir: str | None = None
-    topology_file: str | None = None    # a topology JSON instead of NVML
+    topology_file: str | None = None  # a topology JSON instead of NVML
     skip_draft_check: bool = False
 
 
 @dataclasses.dataclass
 class Plan:
     sglang_args: list[str]
-    env_updates: dict[str, str]        # what we add to the environment of SGLang and its children
+    env_updates: dict[str, str]  # what we add to the environment of SGLang and its children
     decisions: list[nccl.Decision]
-    topology: Topology                 # the TP group's view
+    topology: Topology  # the TP group's view
     tp_size: int
     profile: str
     preset_note: str
     model_note: str
     sglang_note: str
-    tiny_dir: str | None = None        # built-in tiny model to make before launching
+    tiny_dir: str | None = None  # built-in tiny model to make before launching
     dump_dir: str | None = None
 
     @property
@@ -59,20 +61,25 @@ class Plan:
 
     def render(self) -> str:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env_updates.items())
-        return "\n".join([
-            self.sglang_note, self.preset_note, self.model_note,
-            self.topology.summary(),
-            f"decisions (nccl profile {self.profile}, tp {self.tp_size}):",
-            nccl.table(self.decisions),
-            "SGLang command:",
-            "  " + (env + " \\\n  " if env else "") + shlex.join(self.command),
-        ])
+        return "\n".join(
+            [
+                self.sglang_note,
+                self.preset_note,
+                self.model_note,
+                self.topology.summary(),
+                f"decisions (nccl profile {self.profile}, tp {self.tp_size}):",
+                nccl.table(self.decisions),
+                "SGLang command:",
+                "  " + (env + " \\\n  " if env else "") + shlex.join(self.command),
+            ]
+        )
 
     def as_dict(self) -> dict:
         """The plan as data: SGLang's command and environment, every decision with its reason, the topology of
         the TP group (with its class)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("decisions", "topology")}
+        out = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("decisions", "topology")
+        }
         out["command"] = self.command
         out["decisions"] = [{**dataclasses.asdict(d), "applies": d.applies} for d in self.decisions]
         out["topology"] = {"class": self.topology.classify().value, **self.topology.to_dict()}
@@ -83,6 +90,7 @@ class Plan:
 class _Sglang:
     """The installed SGLang's side: its parser, ServerArgs field names and version (None: not importable, which
     only a dry run accepts), and the plan's line about it."""
+
     parser: object
     fields: list | None
     version: str | None
@@ -93,6 +101,7 @@ class _Sglang:
 class _Asked:
     """What the launch was asked for, read once: the options, SGLang's arguments as typed (`rest`) and with the
     preset's in front (`args`), SGLang's parse of them (`ns`), and what the user set on the command line."""
+
     ours: object
     rest: list[str]
     env: Mapping[str, str]
@@ -120,8 +129,10 @@ def build_plan(ours, rest: list[str], env: Mapping[str, str] | None = None) -> P
     tp, nnodes, base_gpu = count("tp_size", 1, 1), count("nnodes", 1, 1), count("base_gpu_id", 0, 0)
     loopback = bool(ours.loopback_only or (a.preset and a.preset.ext.get("loopback_only")))
     if loopback and nnodes > 1:
-        raise LaunchError(f"--loopback-only{' (preset loopback_only)' if not ours.loopback_only else ''} with "
-                          f"{count.name('nnodes')} {nnodes}: loopback cannot reach the other nodes; drop one of them")
+        raise LaunchError(
+            f"--loopback-only{' (preset loopback_only)' if not ours.loopback_only else ''} with "
+            f"{count.name('nnodes')} {nnodes}: loopback cannot reach the other nodes; drop one of them"
+        )
 
     full = _topology(ours.topology_file)
     group = topology.group_of(full, tp, base_gpu, env) if full.gpus else full
@@ -139,9 +150,15 @@ def build_plan(ours, rest: list[str], env: Mapping[str, str] | None = None) -> P
         except presets.PresetError as e:
             raise LaunchError(str(e)) from None
     if full.gpus and len(group.gpus) < tp:
-        decisions.append(nccl.Decision("GPUs", str(len(group.gpus)), f"TP={tp} but only {len(group.gpus)} GPU(s) "
-                                       f"visible from base_gpu_id {base_gpu}: SGLang will fail", kind="check",
-                                       action="warn"))
+        decisions.append(
+            nccl.Decision(
+                "GPUs",
+                str(len(group.gpus)),
+                f"TP={tp} but only {len(group.gpus)} GPU(s) visible from base_gpu_id {base_gpu}: SGLang will fail",
+                kind="check",
+                action="warn",
+            )
+        )
     decisions += [choice.decision] if choice.decision else []
     decisions += _nccl_decisions(a, group, choice, tp, nnodes, loopback)
     if not ours.skip_draft_check:
@@ -154,8 +171,19 @@ def build_plan(ours, rest: list[str], env: Mapping[str, str] | None = None) -> P
     if a.sglang.parser:
         presets.quiet_parse(a.sglang.parser, args)  # the final command must parse: fail here, not in SGLang's child
     preset_note = f"preset: {a.preset.name} ({a.preset.path})" if a.preset else "preset: none"
-    return Plan(args, env_updates, decisions, group, tp, choice.profile, preset_note, model_note, a.sglang.note,
-                tiny_dir=tiny_dir, dump_dir=dump.path)
+    return Plan(
+        args,
+        env_updates,
+        decisions,
+        group,
+        tp,
+        choice.profile,
+        preset_note,
+        model_note,
+        a.sglang.note,
+        tiny_dir=tiny_dir,
+        dump_dir=dump.path,
+    )
 
 
 def _ask(ours, rest: list[str], env) -> tuple[_Asked, str, str | None]:
@@ -167,7 +195,7 @@ def _ask(ours, rest: list[str], env) -> tuple[_Asked, str, str | None]:
         raise LaunchError(str(e)) from None
     sg = _load_sglang(ours.dry_run, preset.where if preset else None)
     try:
-        if preset:   # SGLang imported (_load_sglang refuses a preset it cannot check)
+        if preset:  # SGLang imported (_load_sglang refuses a preset it cannot check)
             presets.validate(preset, sg.fields, sg.version)
             presets.check_values(preset, sg.parser)
     except presets.PresetError as e:
@@ -175,13 +203,19 @@ def _ask(ours, rest: list[str], env) -> tuple[_Asked, str, str | None]:
 
     user = presets.user_dests(sg.parser, rest) if sg.parser else crude_dests(rest)
     preset_args = dict(preset.server_args) if preset else {}
-    if preset:   # a field this release has but no flag for, at its default: nothing to pass (and nothing to undo)
+    if preset:  # a field this release has but no flag for, at its default: nothing to pass (and nothing to undo)
         defaults = server_args.installed_field_defaults()
-        preset_args = {k: v for k, v in preset_args.items()
-                       if presets.has_flag(sg.parser, k) or k not in defaults or defaults[k] != v}
+        preset_args = {
+            k: v
+            for k, v in preset_args.items()
+            if presets.has_flag(sg.parser, k) or k not in defaults or defaults[k] != v
+        }
     try:
-        from_preset = presets.to_cli_args({k: v for k, v in preset_args.items() if k not in user}, sg.parser,
-                                          where=preset.where if preset else "preset")
+        from_preset = presets.to_cli_args(
+            {k: v for k, v in preset_args.items() if k not in user},
+            sg.parser,
+            where=preset.where if preset else "preset",
+        )
         args, model_note, tiny_dir = _resolve_builtin(from_preset + list(rest), ours.dry_run)
     except presets.PresetError as e:
         raise LaunchError(str(e)) from None
@@ -199,8 +233,9 @@ def _resolve_builtin(args: list[str], dry_run: bool) -> tuple[list[str], str, st
         if name:
             path = str(tiny.builtin_dir(name))
             exists = os.path.exists(os.path.join(path, ".complete"))
-            note = (f"model: {val} -> {path} "
-                    + ("(exists)" if exists else "(would be created on first use)" if dry_run else "(creating now)"))
+            note = f"model: {val} -> {path} " + (
+                "(exists)" if exists else "(would be created on first use)" if dry_run else "(creating now)"
+            )
             make = path
             tok = f"{flag}={path}" if eq else path
         out.append(tok)
@@ -212,14 +247,19 @@ def _load_sglang(dry_run: bool, preset_name: str | None) -> _Sglang:
     be imported; a preset that cannot be validated stops every launch, dry run included."""
     try:
         fields, version = presets.server_args_fields()
-        return _Sglang(presets.sglang_parser(), fields, version,
-                       f"sglang: {version} (flags and presets checked against its {len(fields)} server arguments)")
+        return _Sglang(
+            presets.sglang_parser(),
+            fields,
+            version,
+            f"sglang: {version} (flags and presets checked against its {len(fields)} server arguments)",
+        )
     except Exception as e:
         why = f"cannot import SGLang ({type(e).__name__}: {e})"
         fix = "install SGLang into this environment: pip install sglang (from a checkout: pip install '.[sglang]')"
         if preset_name:
-            raise LaunchError(f"{why}, so preset {preset_name} cannot be checked against SGLang's server "
-                              f"arguments; {fix}") from e
+            raise LaunchError(
+                f"{why}, so preset {preset_name} cannot be checked against SGLang's server arguments; {fix}"
+            ) from e
         if not dry_run:
             raise LaunchError(f"{why}; {fix}") from e
         return _Sglang(None, None, None, f"sglang: NOT importable ({type(e).__name__}: {e}); flags not checked")
@@ -231,9 +271,18 @@ def _nccl_decisions(a: _Asked, group: Topology, choice, tp: int, nnodes: int, lo
     available = {act.dest for act in parser._actions} if parser else None
     user_flags = set(a.user) | set(preset_args)
     enabled = {d for d in user_flags if (getattr(ns, d, None) if ns is not None else preset_args.get(d, True))}
-    return nccl.decide(group, profile=choice.profile, tp_size=tp, nnodes=nnodes, env=a.env, user_flags=user_flags,
-                       available_flags=available, enabled_flags=enabled, loopback_only=loopback,
-                       forced_by=choice.forced_by)
+    return nccl.decide(
+        group,
+        profile=choice.profile,
+        tp_size=tp,
+        nnodes=nnodes,
+        env=a.env,
+        user_flags=user_flags,
+        available_flags=available,
+        enabled_flags=enabled,
+        loopback_only=loopback,
+        forced_by=choice.forced_by,
+    )
 
 
 def _topology(path: str | None) -> Topology:
@@ -242,17 +291,24 @@ def _topology(path: str | None) -> Topology:
         return topology.detect()
     try:
         return topology.Topology.load(path)
-    except BadInput as e:   # names the file and the key
+    except BadInput as e:  # names the file and the key
         raise LaunchError(f"--topology-file {e}") from None
 
 
 def _draft_precheck(a: _Asked) -> list[nccl.Decision]:
 
     try:
-        d = precheck(a.get("speculative_algorithm"), a.get("speculative_draft_model_path"), a.get("model_path"),
-                     a.sglang.version, dtype=a.get("dtype"))
+        d = precheck(
+            a.get("speculative_algorithm"),
+            a.get("speculative_draft_model_path"),
+            a.get("model_path"),
+            a.sglang.version,
+            dtype=a.get("dtype"),
+        )
     except DraftCheckFailed as e:
-        raise LaunchError(f"the EAGLE-3 draft would not serve correctly:\n{e}\n(convert a speculators/SpecForge "
-                          f"checkpoint with `python -m sglang_eagle3_ext.convert SRC DST`; --skip-draft-check "
-                          f"starts SGLang anyway)") from None
+        raise LaunchError(
+            f"the EAGLE-3 draft would not serve correctly:\n{e}\n(convert a speculators/SpecForge "
+            f"checkpoint with `python -m sglang_eagle3_ext.convert SRC DST`; --skip-draft-check "
+            f"starts SGLang anyway)"
+        ) from None
     return [d] if d else []

@@ -3,6 +3,7 @@
 
 Every refusal is a PresetError naming the file and the key; nothing later sees an unchecked value.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,16 +33,17 @@ def unique_key_loader():
         def construct_mapping(self, node, deep=False):
             seen = {}
             for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":   # `<<:` merges may be overridden, by design
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` merges may be overridden, by design
                     continue
                 key = self.construct_object(key_node, deep=deep)
                 try:
                     first = seen.get(key)
-                except TypeError:   # unhashable: SafeLoader's own error says so
+                except TypeError:  # unhashable: SafeLoader's own error says so
                     continue
                 if first is not None:
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r} (first at line {first})", key_node.start_mark)
+                        None, None, f"duplicate key {key!r} (first at line {first})", key_node.start_mark
+                    )
                 seen[key] = key_node.start_mark.line + 1
             return super().construct_mapping(node, deep)
 
@@ -82,7 +84,7 @@ def check_shape(value, at: str, nested: bool = False):
                 raise PresetError(f"{at}[{i}]: expected a string, number or true/false, got {type(item).__name__}")
             check_shape(item, f"{at}[{i}]", nested=True)
         return value
-    if isinstance(value, dict):   # a JSON argument (json_model_override_args): must be JSON
+    if isinstance(value, dict):  # a JSON argument (json_model_override_args): must be JSON
         if not all(isinstance(k, str) for k in value):
             raise PresetError(f"{at}: mapping keys must be strings")
         _json_ok(value, at)
@@ -120,7 +122,7 @@ def ext_text(key: str, value, at: str) -> str:
     if var.type == "layers":
         from ..dump.config import DumpConfigError, layers_text
 
-        try:   # integers only: [1.9, 2.9] must not become 1,2
+        try:  # integers only: [1.9, 2.9] must not become 1,2
             return layers_text(value, at)
         except DumpConfigError as e:
             raise PresetError(str(e)) from None
@@ -142,6 +144,7 @@ def ext_text(key: str, value, at: str) -> str:
 
 
 # ------------------------------------------------------------------ ServerArgs values vs SGLang's parser
+
 
 def _takes_list(a: argparse.Action) -> bool:
     return a.nargs in ("+", "*") or (isinstance(a.nargs, int) and a.nargs > 1)

@@ -12,6 +12,7 @@ name), each value against that field's own flag (type, list or not, choices) and
 against envs.py; a key given twice is refused (preset_schema.py). Values become command-line arguments
 through SGLang's own parser, so the command line (which comes after) overrides them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,7 @@ from .preset_schema import (
 from .server_args import installed_field_names
 
 BUILTIN_PREFIX = "builtin:"
-BUILTIN_MODELS = ("tiny-deepseek-v3", "tiny-kimi-k25")   # made by tiny/builtin.ensure_builtin
+BUILTIN_MODELS = ("tiny-deepseek-v3", "tiny-kimi-k25")  # made by tiny/builtin.ensure_builtin
 MAX_PRESET_BYTES = 1 << 20
 
 
@@ -45,9 +46,9 @@ MAX_PRESET_BYTES = 1 << 20
 class Preset:
     name: str
     path: Path
-    server_args: dict       # ServerArgs field -> value
-    ext: dict               # our eagle3_ext section
-    by_name: bool = True    # given as --preset NAME (else a file: --config FILE, or --preset FILE)
+    server_args: dict  # ServerArgs field -> value
+    ext: dict  # our eagle3_ext section
+    by_name: bool = True  # given as --preset NAME (else a file: --config FILE, or --preset FILE)
     flag: str = "--config"  # the flag that named the file
 
     @property
@@ -79,8 +80,10 @@ def find_preset(name: str) -> Path:
     names = available_presets()
     near = difflib.get_close_matches(name, names, n=1)
     hint = f"; did you mean {near[0]!r}?" if near else ""
-    raise PresetError(f"no preset {name!r}{hint} (available: {', '.join(names) or 'none'}; "
-                      f"looked in {', '.join(map(str, preset_dirs())) or 'no server_configs folder'})")
+    raise PresetError(
+        f"no preset {name!r}{hint} (available: {', '.join(names) or 'none'}; "
+        f"looked in {', '.join(map(str, preset_dirs())) or 'no server_configs folder'})"
+    )
 
 
 def load(name: str | None = None, path: str | os.PathLike | None = None) -> Preset:
@@ -90,7 +93,9 @@ def load(name: str | None = None, path: str | os.PathLike | None = None) -> Pres
     if name and not path and names_a_file(name):
         path, flag = name, "--preset"
         if not Path(path).is_file():
-            raise PresetError(f"--preset {path}: no such file (a preset file, or one of: {', '.join(available_presets())})")
+            raise PresetError(
+                f"--preset {path}: no such file (a preset file, or one of: {', '.join(available_presets())})"
+            )
     p = Path(path) if path else find_preset(name)
     where = f"--preset {name} ({p})" if not path else f"{flag} {p}"
     data = _read_yaml(p, where)
@@ -111,7 +116,7 @@ def load(name: str | None = None, path: str | os.PathLike | None = None) -> Pres
             raise PresetError(f"{where}: {key!r} and {dest!r} name the same field; keep one")
         args[dest] = check_shape(value, f"{where}: key {key!r}")
     for key, value in ext.items():
-        if key in EXT_KEYS and value is not None:   # unknown keys: validate() names the nearest one
+        if key in EXT_KEYS and value is not None:  # unknown keys: validate() names the nearest one
             ext_text(key, value, f"{where}: {EXT_SECTION}.{key}")
     return Preset(name=p.stem if path else name, path=p, server_args=args, ext=dict(ext), by_name=not path, flag=flag)
 
@@ -125,7 +130,7 @@ def _read_yaml(p: Path, where: str):
         raise PresetError(f"{where}: cannot be read ({e.problem})") from None
     try:
         return yaml.load(text, Loader=unique_key_loader())
-    except yaml.YAMLError as e:   # one line: where, and yaml's own reason
+    except yaml.YAMLError as e:  # one line: where, and yaml's own reason
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise PresetError(f"{where}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
@@ -156,11 +161,12 @@ def check_values(preset: Preset, parser: argparse.ArgumentParser) -> None:
     where = preset.where
     for dest, value in preset.server_args.items():
         a = _action_for(parser, dest)
-        if value is None or a is None:   # no flag: to_cli_args says so
+        if value is None or a is None:  # no flag: to_cli_args says so
             continue
         flag = "--" + dest.replace("_", "-")
-        check_server_value(a, value, f"{where}: key {dest!r}", flag if flag in a.option_strings else
-                           a.option_strings[0])
+        check_server_value(
+            a, value, f"{where}: key {dest!r}", flag if flag in a.option_strings else a.option_strings[0]
+        )
 
 
 def server_args_fields():
@@ -288,9 +294,11 @@ def ext_env(ext: dict, base_dir: Path | None = None) -> dict[str, str]:
 
 def builtin_model_name(model_path: str | None) -> str | None:
     if model_path and model_path.startswith(BUILTIN_PREFIX):
-        name = model_path[len(BUILTIN_PREFIX):]
+        name = model_path[len(BUILTIN_PREFIX) :]
         if name not in BUILTIN_MODELS:
-            raise PresetError(f"unknown built-in model {model_path!r} (known: "
-                              f"{', '.join(BUILTIN_PREFIX + m for m in BUILTIN_MODELS)})")
+            raise PresetError(
+                f"unknown built-in model {model_path!r} (known: "
+                f"{', '.join(BUILTIN_PREFIX + m for m in BUILTIN_MODELS)})"
+            )
         return name
     return None

@@ -7,6 +7,7 @@ lacks (the NVLink profile leaves custom all-reduce on over PCIe). So the contrad
 preset, the detected class and the fix. The command line is the user's word about their machine: it beats the
 detection, and the plan says so once.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,8 +18,10 @@ from .topology import Topology, TopologyClass
 
 NAME = "(nccl profile)"
 # what the forced profile would do wrong on the other kind of machine
-_HARM = {"pcie": "its PCIe settings would turn custom all-reduce and NVLS off",
-         "nvlink": "its NVLink settings would keep custom all-reduce and FlashInfer all-reduce fusion on over PCIe"}
+_HARM = {
+    "pcie": "its PCIe settings would turn custom all-reduce and NVLS off",
+    "nvlink": "its NVLink settings would keep custom all-reduce and FlashInfer all-reduce fusion on over PCIe",
+}
 
 
 class ProfileConflict(Refused):
@@ -27,9 +30,9 @@ class ProfileConflict(Refused):
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
-    profile: str                # auto | pcie | nvlink | off
-    forced_by: str | None       # how the plan names who forced it ("--nccl-profile pcie", "preset X"), None: auto
-    decision: Decision | None   # the one line the plan shows about it
+    profile: str  # auto | pcie | nvlink | off
+    forced_by: str | None  # how the plan names who forced it ("--nccl-profile pcie", "preset X"), None: auto
+    decision: Decision | None  # the one line the plan shows about it
 
 
 def contradiction(profile: str, cls: TopologyClass) -> bool:
@@ -70,8 +73,10 @@ def choose(command_line: str | None, preset, topo: Topology, available=()) -> Ch
     if contradiction(forced, cls):
         raise ProfileConflict(_conflict_message(preset, forced, topo, available))
     if cls in (TopologyClass.NO_GPU, TopologyClass.SINGLE_GPU):
-        why = (f"{by}: nccl_profile {forced}; not checked against the machine ({cls.value}"
-               f"{': ' + topo.note if topo.note else ''})")
+        why = (
+            f"{by}: nccl_profile {forced}; not checked against the machine ({cls.value}"
+            f"{': ' + topo.note if topo.note else ''})"
+        )
         return Choice(forced, by, Decision(NAME, forced, why, kind="check", action="warn"))
     why = f"{by}: nccl_profile {forced}, as the detected {describe(topo)}"
     return Choice(forced, by, Decision(NAME, forced, why, kind="check", action="ok"))
@@ -87,14 +92,19 @@ def _from_command_line(profile: str, forced: str, preset, topo: Topology) -> Cho
     if not over:
         return Choice(profile, by if profile != "auto" else None, None)
     why = f"{by} on the command line over {' and '.join(over)}: the command line wins"
-    return Choice(profile, by if profile != "auto" else None, Decision(NAME, profile, why, kind="check",
-                                                                       action="user"))
+    return Choice(profile, by if profile != "auto" else None, Decision(NAME, profile, why, kind="check", action="user"))
 
 
 def _conflict_message(preset, forced: str, topo: Topology, available) -> str:
     other = twin(preset.name, forced, available) if preset.by_name else None
-    fix = (f"use --preset {other} on this machine" if other else
-           f"set eagle3_ext.nccl_profile to auto in {preset.path}, or pass --nccl-profile auto" if not preset.by_name
-           else "pass --nccl-profile auto to follow the detection")
-    return (f"{preset.where} forces nccl_profile {forced}, but this machine is {describe(topo)}: {_HARM[forced]}. "
-            f"Fix: {fix}; or pass --nccl-profile {forced} to run the preset's {forced} settings here anyway")
+    fix = (
+        f"use --preset {other} on this machine"
+        if other
+        else f"set eagle3_ext.nccl_profile to auto in {preset.path}, or pass --nccl-profile auto"
+        if not preset.by_name
+        else "pass --nccl-profile auto to follow the detection"
+    )
+    return (
+        f"{preset.where} forces nccl_profile {forced}, but this machine is {describe(topo)}: {_HARM[forced]}. "
+        f"Fix: {fix}; or pass --nccl-profile {forced} to run the preset's {forced} settings here anyway"
+    )

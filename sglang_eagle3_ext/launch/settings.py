@@ -1,6 +1,7 @@
 """SGLang's settings as the launch reads them: from SGLang's parsed command line when SGLang is importable, else
 (a dry run without SGLang) from the arguments as typed, then the preset, then the default. The whole-number
 ones (TP size, nodes, first GPU) are checked and named in a refusal as the user gave them."""
+
 from __future__ import annotations
 
 from .errors import LaunchError
@@ -59,5 +60,5 @@ class Counts:
         known = self.parser._option_string_actions
         if opt in known:
             return known[opt].dest
-        dests = {a.dest for s, a in known.items() if s.startswith(opt)}   # argparse's abbreviations
+        dests = {a.dest for s, a in known.items() if s.startswith(opt)}  # argparse's abbreviations
         return dests.pop() if len(dests) == 1 else None

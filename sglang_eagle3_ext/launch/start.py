@@ -1,5 +1,6 @@
 """Starting what a plan describes: first what can still refuse cheaply (the dump folder, the all-reduce
 preflight, the built-in tiny model), then SGLang's own launcher in this process."""
+
 from __future__ import annotations
 
 import sys
@@ -16,7 +17,7 @@ def prepare(plan: Plan, child_env: dict, preflight: bool, preflight_timeout: flo
     joins the plan's decisions and environment), make the built-in tiny model. `child_env`: the environment
     SGLang's processes will have."""
 
-    make(plan.dump_dir)   # first: a refusal costs nothing yet
+    make(plan.dump_dir)  # first: a refusal costs nothing yet
     if preflight:
         run_preflight(plan, child_env, preflight_timeout)
     if plan.tiny_dir:
@@ -58,7 +59,6 @@ def run_sglang(plan: Plan) -> None:
     like `python -m sglang.launch_server`, which is what multiprocessing's spawn re-imports.
     """
     import runpy
-
 
     apply()
     sys.argv = [LAUNCH_MODULE, *plan.sglang_args]

@@ -4,6 +4,7 @@
 Topology with no GPUs and `note` saying why. `Topology.to_json/from_json` round-trip, which is
 how `--topology-file` and the tests feed fake machines.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,8 +18,8 @@ from .. import envs
 from ..boundary import BadInput, parse_json, read_json_file
 from .topology_schema import ANCESTOR_NAMES, GPU_FIELDS, LINK_FIELDS, P2P_STATUS_NAMES, TOPOLOGY_FIELDS, checked, listed
 
-SWITCH_PATHS = ("INTERNAL", "PIX", "PXB")   # P2P stays below the CPU: NCCL uses P2P by default
-CPU_PATHS = ("PHB", "NODE", "SYS")          # through the CPU: NCCL >= 2.23.4 uses SHM at 3+ GPUs
+SWITCH_PATHS = ("INTERNAL", "PIX", "PXB")  # P2P stays below the CPU: NCCL uses P2P by default
+CPU_PATHS = ("PHB", "NODE", "SYS")  # through the CPU: NCCL >= 2.23.4 uses SHM at 3+ GPUs
 
 
 class TopologyClass(str, enum.Enum):
@@ -32,17 +33,16 @@ class TopologyClass(str, enum.Enum):
 
     @property
     def is_pcie(self) -> bool:
-        return self in (TopologyClass.PCIE_SWITCH, TopologyClass.PCIE_CPU, TopologyClass.NO_P2P,
-                        TopologyClass.MIXED)
+        return self in (TopologyClass.PCIE_SWITCH, TopologyClass.PCIE_CPU, TopologyClass.NO_P2P, TopologyClass.MIXED)
 
 
 @dataclasses.dataclass
 class GPU:
-    index: int                      # NVML index (PCI bus order)
+    index: int  # NVML index (PCI bus order)
     name: str = ""
     uuid: str = ""
     pci_bus_id: str = ""
-    compute_capability: str = ""    # "9.0", "12.0"
+    compute_capability: str = ""  # "9.0", "12.0"
     pcie_gen: int | None = None
     pcie_width: int | None = None
 
@@ -56,13 +56,13 @@ class GPU:
 class Link:
     a: int
     b: int
-    pcie_path: str                  # PIX/PXB/PHB/NODE/SYS (common PCIe ancestor)
+    pcie_path: str  # PIX/PXB/PHB/NODE/SYS (common PCIe ancestor)
     nvlink: bool = False
     p2p_read: str = "OK"
     p2p_write: str = "OK"
 
     @property
-    def p2p_ok(self) -> bool:       # NCCL gates P2P on READ and WRITE
+    def p2p_ok(self) -> bool:  # NCCL gates P2P on READ and WRITE
         return self.p2p_read == "OK" and self.p2p_write == "OK"
 
     @property
@@ -74,14 +74,14 @@ class Link:
 class Topology:
     gpus: list[GPU] = dataclasses.field(default_factory=list)
     links: list[Link] = dataclasses.field(default_factory=list)
-    nvswitch: bool | None = None    # NVLinks end on an NVSwitch (NVLS possible); None: unknown
+    nvswitch: bool | None = None  # NVLinks end on an NVSwitch (NVLS possible); None: unknown
     driver_version: str | None = None
     nccl_version: str | None = None
     nccl_version_source: str | None = None
     shm_bytes: int | None = None
-    iommu: str = "unknown"          # off | on | passthrough | unknown
+    iommu: str = "unknown"  # off | on | passthrough | unknown
     iommu_evidence: str = ""
-    source: str = "nvml"            # nvml | file:PATH | none
+    source: str = "nvml"  # nvml | file:PATH | none
     note: str = ""
 
     # --- JSON ---
@@ -104,8 +104,9 @@ class Topology:
                 raise BadInput(f"{where}: gpus[{i}]", f"GPU index {gpu.index} is listed twice")
             seen.add(gpu.index)
             gpus.append(gpu)
-        links = [Link(**checked(lk, LINK_FIELDS, f"{where}: links[{i}]"))
-                 for i, lk in enumerate(listed(d, "links", where))]
+        links = [
+            Link(**checked(lk, LINK_FIELDS, f"{where}: links[{i}]")) for i, lk in enumerate(listed(d, "links", where))
+        ]
         return cls(gpus=gpus, links=links, **fields)
 
     @classmethod
@@ -130,17 +131,19 @@ class Topology:
         """The same machine seen by a group of GPUs (e.g. the TP group)."""
         keep = set(indices)
         return dataclasses.replace(
-            self, gpus=[g for g in self.gpus if g.index in keep],
-            links=[lk for lk in self.links if lk.a in keep and lk.b in keep])
+            self,
+            gpus=[g for g in self.gpus if g.index in keep],
+            links=[lk for lk in self.links if lk.a in keep and lk.b in keep],
+        )
 
     def classify(self) -> TopologyClass:
         if not self.gpus:
             return TopologyClass.NO_GPU
         if len(self.gpus) == 1:
             return TopologyClass.SINGLE_GPU
-        links = [self.link(a.index, b.index) for i, a in enumerate(self.gpus) for b in self.gpus[i + 1:]]
+        links = [self.link(a.index, b.index) for i, a in enumerate(self.gpus) for b in self.gpus[i + 1 :]]
         if any(lk is None for lk in links):
-            return TopologyClass.MIXED   # incomplete description: assume the worst mix
+            return TopologyClass.MIXED  # incomplete description: assume the worst mix
         if all(lk.nvlink for lk in links):
             return TopologyClass.NVLINK
         if any(lk.nvlink for lk in links):
@@ -166,13 +169,17 @@ class Topology:
             cells = []
             for b in idx:
                 lk = self.link(a, b)
-                cells.append("X" if a == b else "?" if lk is None else lk.label + ("" if lk.p2p_ok or lk.nvlink else "!"))
+                cells.append(
+                    "X" if a == b else "?" if lk is None else lk.label + ("" if lk.p2p_ok or lk.nvlink else "!")
+                )
             rows.append(f"GPU{a:<3}" + "".join(f"{c:<7}" for c in cells))
         return "\n".join(rows)
 
     def summary(self) -> str:
         cls = self.classify()
-        lines = [f"topology: {cls.value} ({len(self.gpus)} GPU{'s' if len(self.gpus) != 1 else ''}, source {self.source})"]
+        lines = [
+            f"topology: {cls.value} ({len(self.gpus)} GPU{'s' if len(self.gpus) != 1 else ''}, source {self.source})"
+        ]
         if self.note:
             lines.append(f"  note: {self.note}")
         for g in self.gpus:
@@ -181,12 +188,15 @@ class Topology:
         if len(self.gpus) > 1:
             lines += ["  " + r for r in self.matrix().splitlines()]
             lines.append("  ('!' = P2P read/write not OK per NVML; NV = NVLink)")
-        lines.append(f"  NVSwitch: {_tri(self.nvswitch)}; driver: {self.driver_version or '?'}; "
-                     f"NCCL: {self.nccl_version or 'unknown'}"
-                     + (f" ({self.nccl_version_source})" if self.nccl_version_source else ""))
+        lines.append(
+            f"  NVSwitch: {_tri(self.nvswitch)}; driver: {self.driver_version or '?'}; "
+            f"NCCL: {self.nccl_version or 'unknown'}"
+            + (f" ({self.nccl_version_source})" if self.nccl_version_source else "")
+        )
         shm = f"{self.shm_bytes / 2**30:.1f} GiB" if self.shm_bytes is not None else "unknown"
-        lines.append(f"  /dev/shm: {shm}; IOMMU: {self.iommu}"
-                     + (f" ({self.iommu_evidence})" if self.iommu_evidence else ""))
+        lines.append(
+            f"  /dev/shm: {shm}; IOMMU: {self.iommu}" + (f" ({self.iommu_evidence})" if self.iommu_evidence else "")
+        )
         return "\n".join(lines)
 
 
@@ -195,6 +205,7 @@ def _tri(v: bool | None) -> str:
 
 
 # ---------------------------------------------------------------- host facts
+
 
 def shm_size(path: str = "/dev/shm") -> int | None:
     try:
@@ -269,6 +280,7 @@ def _host_facts(topo: Topology) -> Topology:
 
 # ---------------------------------------------------------------- NVML
 
+
 def _s(x) -> str:
     return x.decode() if isinstance(x, bytes) else str(x)
 
@@ -287,7 +299,8 @@ def _nvswitch(nv, handles) -> bool | None:
                 if nv.nvmlDeviceGetNvLinkState(h, link) != nv.NVML_FEATURE_ENABLED:
                     continue
                 return nv.nvmlDeviceGetNvLinkRemoteDeviceType(h, link) == getattr(
-                    nv, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 2)
+                    nv, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 2
+                )
             except nv.NVMLError:
                 continue
         return False
@@ -300,8 +313,7 @@ def detect(with_host_facts: bool = True) -> Topology:
     try:
         import pynvml as nv
     except ImportError:
-        topo = Topology(source="none", note="NVML unavailable: nvidia-ml-py not installed "
-                                            "(pip install nvidia-ml-py)")
+        topo = Topology(source="none", note="NVML unavailable: nvidia-ml-py not installed (pip install nvidia-ml-py)")
         return _host_facts(topo) if with_host_facts else topo
     try:
         nv.nvmlInit()
@@ -314,8 +326,12 @@ def detect(with_host_facts: bool = True) -> Topology:
         n = nv.nvmlDeviceGetCount()
         handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
         for i, h in enumerate(handles):
-            g = GPU(index=i, name=_s(nv.nvmlDeviceGetName(h)), uuid=_s(nv.nvmlDeviceGetUUID(h)),
-                    pci_bus_id=_s(nv.nvmlDeviceGetPciInfo(h).busId))
+            g = GPU(
+                index=i,
+                name=_s(nv.nvmlDeviceGetName(h)),
+                uuid=_s(nv.nvmlDeviceGetUUID(h)),
+                pci_bus_id=_s(nv.nvmlDeviceGetPciInfo(h).busId),
+            )
             try:
                 g.compute_capability = "%d.%d" % nv.nvmlDeviceGetCudaComputeCapability(h)
                 g.pcie_gen = nv.nvmlDeviceGetCurrPcieLinkGeneration(h)
@@ -337,9 +353,16 @@ def detect(with_host_facts: bool = True) -> Topology:
                     anc = ANCESTOR_NAMES.get(nv.nvmlDeviceGetTopologyCommonAncestor(a, b), "SYS")
                 except nv.NVMLError:
                     anc = "SYS"
-                topo.links.append(Link(
-                    a=i, b=j, pcie_path=anc, nvlink=p2p(P2P_INDEX_NVLINK) == "OK",
-                    p2p_read=p2p(P2P_INDEX_READ), p2p_write=p2p(P2P_INDEX_WRITE)))
+                topo.links.append(
+                    Link(
+                        a=i,
+                        b=j,
+                        pcie_path=anc,
+                        nvlink=p2p(P2P_INDEX_NVLINK) == "OK",
+                        p2p_read=p2p(P2P_INDEX_READ),
+                        p2p_write=p2p(P2P_INDEX_WRITE),
+                    )
+                )
         if any(lk.nvlink for lk in topo.links):
             topo.nvswitch = _nvswitch(nv, handles)
         elif n:
@@ -363,7 +386,7 @@ def visible_indices(topo: Topology, env=None) -> list[int]:
         return all_idx
     out = []
     for tok in (t.strip() for t in cvd.split(",") if t.strip()):
-        if re.fullmatch(r"[0-9]+", tok):   # str.isdigit() also takes '²', which int() refuses
+        if re.fullmatch(r"[0-9]+", tok):  # str.isdigit() also takes '²', which int() refuses
             if int(tok) in all_idx:
                 out.append(int(tok))
         else:
@@ -374,4 +397,4 @@ def visible_indices(topo: Topology, env=None) -> list[int]:
 def group_of(topo: Topology, n: int, base_gpu_id: int = 0, env=None) -> Topology:
     """The topology of the `n` GPUs a TP group starting at `base_gpu_id` would use."""
     vis = visible_indices(topo, env)
-    return topo.subset(vis[base_gpu_id:base_gpu_id + n])
+    return topo.subset(vis[base_gpu_id : base_gpu_id + n])

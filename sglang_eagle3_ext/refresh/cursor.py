@@ -13,6 +13,7 @@ held out again.
 
 One refresh at a time per dump dir: the cursor's lock file is held for the whole run.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,9 +34,9 @@ _READS = (1, 2)
 @dataclasses.dataclass
 class Cursor:
     path: Path
-    used: list = dataclasses.field(default_factory=list)      # {"draft", "out", "trained": [ids], "heldout": [ids]}
-    history: list = dataclasses.field(default_factory=list)   # one entry per refresh that got as far as a verdict
-    pending: dict | None = None                               # the refresh under way (see the module's doc)
+    used: list = dataclasses.field(default_factory=list)  # {"draft", "out", "trained": [ids], "heldout": [ids]}
+    history: list = dataclasses.field(default_factory=list)  # one entry per refresh that got as far as a verdict
+    pending: dict | None = None  # the refresh under way (see the module's doc)
 
     @property
     def consumed(self) -> set:
@@ -55,8 +56,14 @@ class Cursor:
         """Settle the pending refresh: its samples used by its draft when `used`, else left for the next one."""
         p = self.pending or {}
         if used:
-            self.used.append({"draft": p.get("draft"), "out": p.get("out"), "trained": list(p.get("trained", [])),
-                              "heldout": list(p.get("heldout", []))})
+            self.used.append(
+                {
+                    "draft": p.get("draft"),
+                    "out": p.get("out"),
+                    "trained": list(p.get("trained", [])),
+                    "heldout": list(p.get("heldout", [])),
+                }
+            )
         self.history.append({**entry, "used": bool(used)})
         self.pending = None
         self._write()
@@ -68,8 +75,16 @@ class Cursor:
 
     def _write(self) -> None:
 
-        write_json_atomic(self.path, {"format": FORMAT, "version": VERSION, "used": self.used,
-                                      "refreshes": self.history, "pending": self.pending})
+        write_json_atomic(
+            self.path,
+            {
+                "format": FORMAT,
+                "version": VERSION,
+                "used": self.used,
+                "refreshes": self.history,
+                "pending": self.pending,
+            },
+        )
 
 
 def _ids(doc: dict, key: str, where: str) -> list:
@@ -82,24 +97,33 @@ def _path_or_none(doc: dict, key: str, where: str):
 
 def _samples(doc, where: str) -> dict:
     check_type(doc, dict, where)
-    return {"draft": _path_or_none(doc, "draft", where), "out": _path_or_none(doc, "out", where),
-            "trained": _ids(doc, "trained", where), "heldout": _ids(doc, "heldout", where)}
+    return {
+        "draft": _path_or_none(doc, "draft", where),
+        "out": _path_or_none(doc, "out", where),
+        "trained": _ids(doc, "trained", where),
+        "heldout": _ids(doc, "heldout", where),
+    }
 
 
 def _parse(doc, where: str) -> tuple[list, list, dict | None]:
     check_type(doc, dict, where)
     if doc.get("format") != FORMAT or doc.get("version") not in _READS:
-        raise BadInput(where, f"not a refresh cursor of version {VERSION} (format {doc.get('format')!r}, "
-                              f"version {doc.get('version')!r})")
+        raise BadInput(
+            where,
+            f"not a refresh cursor of version {VERSION} (format {doc.get('format')!r}, version {doc.get('version')!r})",
+        )
     history = field(doc, "refreshes", list, where)
-    if doc["version"] == 1:      # one set of samples, no draft named
+    if doc["version"] == 1:  # one set of samples, no draft named
         return [{"draft": None, "out": None, "trained": _ids(doc, "consumed", where), "heldout": []}], history, None
     used = [_samples(u, f"{where}: 'used'[{i}]") for i, u in enumerate(field(doc, "used", list, where))]
     pending = doc.get("pending")
     if pending is not None:
         at = f"{where}: 'pending'"
-        pending = {**_samples(pending, at), "id": field(pending, "id", str, at, optional=True),
-                   "swap_url": field(pending, "swap_url", str, at, optional=True)}
+        pending = {
+            **_samples(pending, at),
+            "id": field(pending, "id", str, at, optional=True),
+            "swap_url": field(pending, "swap_url", str, at, optional=True),
+        }
         if pending["out"] is None:
             raise BadInput(f"{where}: 'pending'", "names no 'out'")
     return used, history, pending
@@ -113,8 +137,10 @@ def read_cursor(dump_dir) -> Cursor:
     try:
         used, history, pending = _parse(read_json_file(path, "refresh cursor"), str(path))
     except BadInput as e:
-        raise Refused(f"{e}; it records which samples earlier refreshes used: repair it, or move it away to let "
-                      f"the next refresh use every sample of the dump") from None
+        raise Refused(
+            f"{e}; it records which samples earlier refreshes used: repair it, or move it away to let "
+            f"the next refresh use every sample of the dump"
+        ) from None
     return Cursor(path, used, list(history), pending)
 
 

@@ -11,6 +11,7 @@
    as used by the new draft only once it is served (accepted; with `swap_url`, reported served by the server).
 Everything is written into `out` (a new folder): data/, train/, draft/ (the new draft), refresh.json.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,23 +26,23 @@ from ..boundary import BadInput, Refused
 @dataclasses.dataclass
 class Options:
     dump_dir: str
-    draft: str | None                    # the draft being served (SGLang's layout); None: ask --swap's server
+    draft: str | None  # the draft being served (SGLang's layout); None: ask --swap's server
     out: str
-    target: str | None = None            # None: the model path the dump records
-    margin: float = 0.05                 # accept length the new draft must gain
+    target: str | None = None  # None: the model path the dump records
+    margin: float = 0.05  # accept length the new draft must gain
     min_samples: int = 32
     heldout_fraction: float = 0.1
     max_accept_len: float | None = None  # only requests served with a lower accept length
     epochs: int = 3
     lr: float = 3e-4
-    spec_steps: int = 3                  # --speculative-num-steps the prediction is for
+    spec_steps: int = 3  # --speculative-num-steps the prediction is for
     eval_samples: int | None = None
     device: str | None = None
     dtype: str = "bf16"
     workers: int = 4
     swap_url: str | None = None
     swap_timeout: float = 600.0
-    train_options: dict = dataclasses.field(default_factory=dict)   # more TrainOptions fields
+    train_options: dict = dataclasses.field(default_factory=dict)  # more TrainOptions fields
     say: Callable[[str], None] | None = None
 
 
@@ -58,13 +59,15 @@ def _check_inputs(o: Options) -> tuple[Path, dict]:
     try:
         dump = require_dump_dir(o.dump_dir)
     except ExportError as e:
-        raise Refused(str(e)) from None      # it names --dump-dir already
+        raise Refused(str(e)) from None  # it names --dump-dir already
     if not (0 < o.heldout_fraction < 1):
         raise Refused(f"--heldout-fraction {o.heldout_fraction}: expected a number in (0, 1)")
     desc = describe_draft(o.draft, target=o.target)
     if not desc["ok"]:
-        raise Refused(f"--draft {o.draft}: not a draft SGLang serves as is ({'; '.join(desc['errors'])}); give the "
-                      f"served draft's folder")
+        raise Refused(
+            f"--draft {o.draft}: not a draft SGLang serves as is ({'; '.join(desc['errors'])}); give the "
+            f"served draft's folder"
+        )
     return dump, desc
 
 
@@ -89,19 +92,40 @@ def _predict(o: Options, draft, data: Path, target: str) -> dict:
     from ..acceptance.evaluate import Options as EvalOptions
     from ..acceptance.evaluate import evaluate
 
-    rep = evaluate(EvalOptions(draft=str(draft), data=str(data), target=target, steps=o.spec_steps,
-                               heldout_fraction=1.0, samples=o.eval_samples, device=o.device, dtype=o.dtype))
-    return {"predicted_accept_length": rep["predicted_accept_length"],
-            "positions": [p["p"] for p in rep["rounds"]["positions"]], "samples": rep["heldout"]["samples"],
-            "samples_per_s": rep["samples_per_s"]}
+    rep = evaluate(
+        EvalOptions(
+            draft=str(draft),
+            data=str(data),
+            target=target,
+            steps=o.spec_steps,
+            heldout_fraction=1.0,
+            samples=o.eval_samples,
+            device=o.device,
+            dtype=o.dtype,
+        )
+    )
+    return {
+        "predicted_accept_length": rep["predicted_accept_length"],
+        "positions": [p["p"] for p in rep["rounds"]["positions"]],
+        "samples": rep["heldout"]["samples"],
+        "samples_per_s": rep["samples_per_s"],
+    }
 
 
 def _train(o: Options, data: Path, target: str, out: Path) -> dict:
     """Training continued from the served draft (its layout, shape and vocabulary: train --init-from)."""
     from ..training import TrainOptions, train_draft
 
-    fields = dict(data=str(data), target=target, out=str(out), init_from=str(o.draft), epochs=o.epochs, lr=o.lr,
-                  device=o.device, min_val_acc=0.0)
+    fields = dict(
+        data=str(data),
+        target=target,
+        out=str(out),
+        init_from=str(o.draft),
+        epochs=o.epochs,
+        lr=o.lr,
+        device=o.device,
+        min_val_acc=0.0,
+    )
     fields.update(o.train_options)
     return train_draft(TrainOptions(**fields))
 
@@ -124,8 +148,9 @@ def _gate(o: Options, before: dict, after: dict | None, problems: list) -> tuple
         return False, "no accept length could be predicted on the held-out samples"
     if a - b >= o.margin:
         return True, f"predicted accept length {b:.3f} -> {a:.3f} (+{a - b:.3f} >= margin {o.margin:g})"
-    return False, (f"predicted accept length {b:.3f} -> {a:.3f} ({a - b:+.3f} < margin {o.margin:g}): the current "
-                   f"draft stays")
+    return False, (
+        f"predicted accept length {b:.3f} -> {a:.3f} ({a - b:+.3f} < margin {o.margin:g}): the current draft stays"
+    )
 
 
 def _build(o: Options, dump: Path, sel, target: str, tmp: Path, say) -> dict:
@@ -140,8 +165,9 @@ def _build(o: Options, dump: Path, sel, target: str, tmp: Path, say) -> dict:
     say(f"current draft: predicted accept length {rep['before']['predicted_accept_length']:.3f} ({done()} s)")
     done = _stage(say, f"training from the current draft ({o.epochs} epoch(s), lr {o.lr:g})")
     summary = _train(o, tmp / "data" / "train", target, tmp / "train")
-    rep["train"] = {k: summary.get(k) for k in ("steps", "epochs", "train_loss", "train_acc", "init_from")
-                    if k in summary}
+    rep["train"] = {
+        k: summary.get(k) for k in ("steps", "epochs", "train_loss", "train_acc", "init_from") if k in summary
+    }
     rep["train_s"] = done()
     done = _stage(say, "converting and checking the new draft")
     problems = _servable(tmp / "train", tmp / "draft", target)
@@ -173,8 +199,10 @@ def _served_draft(o: Options, say) -> Options:
         say(f"--swap {o.swap_url}: it serves {served}, the draft this refresh starts from and must beat")
         return dataclasses.replace(o, draft=served)
     if not _same_draft(o.draft, served):
-        raise Refused(f"--draft {o.draft} is not the draft {o.swap_url} serves ({served}): the new draft must beat "
-                      f"the one it replaces; pass --draft {served} or leave --draft out")
+        raise Refused(
+            f"--draft {o.draft} is not the draft {o.swap_url} serves ({served}): the new draft must beat "
+            f"the one it replaces; pass --draft {served} or leave --draft out"
+        )
     say(f"--swap {o.swap_url}: it serves {served} and can take a new draft")
     return o
 
@@ -185,10 +213,15 @@ def _check_out(o: Options, dump: Path, target: str) -> dict:
 
     real = Path(os.path.abspath(o.out))
     if real.is_dir() and any(real.iterdir()) and (outdir.read_marker(real) or {}).get("tool") == "refresh":
-        raise Refused(f"--out {o.out}: holds an earlier refresh's output, which refresh never replaces; choose a "
-                      f"new folder")
-    rule = dict(tool="refresh", flag="--out", replace=False,
-                inputs=[("dump dir (--dump-dir)", dump), ("draft (--draft)", o.draft), ("target", target)])
+        raise Refused(
+            f"--out {o.out}: holds an earlier refresh's output, which refresh never replaces; choose a new folder"
+        )
+    rule = dict(
+        tool="refresh",
+        flag="--out",
+        replace=False,
+        inputs=[("dump dir (--dump-dir)", dump), ("draft (--draft)", o.draft), ("target", target)],
+    )
     outdir.check(o.out, **rule)
     return rule
 
@@ -220,16 +253,28 @@ def _settle(c, say) -> None:
         try:
             served = can_swap(p["swap_url"])
         except (Refused, BadInput) as e:
-            raise Refused(f"{c.path}: the refresh into {out} stopped while swapping its draft into "
-                          f"{p['swap_url']}, which cannot say now which draft it serves ({e}); start that server "
-                          f"and run refresh again, or delete 'pending' from the cursor to leave its samples "
-                          f"unused") from None
+            raise Refused(
+                f"{c.path}: the refresh into {out} stopped while swapping its draft into "
+                f"{p['swap_url']}, which cannot say now which draft it serves ({e}); start that server "
+                f"and run refresh again, or delete 'pending' from the cursor to leave its samples "
+                f"unused"
+            ) from None
         used = _same_draft(served, p["draft"])
         why = f"{p['swap_url']} {'serves' if used else 'does not serve'} its draft {p['draft']}"
-    say(f"an earlier refresh into {out} stopped before settling its {n} sample(s): {why}, so they are "
-        f"{'recorded as used by it' if used else 'left for this refresh'}")
-    c.finish(_entry(accepted=bool(rep and rep.get("accepted")), reason=f"stopped; settled later: {why}",
-                    out=str(out), draft=p["draft"], samples=n), used)
+    say(
+        f"an earlier refresh into {out} stopped before settling its {n} sample(s): {why}, so they are "
+        f"{'recorded as used by it' if used else 'left for this refresh'}"
+    )
+    c.finish(
+        _entry(
+            accepted=bool(rep and rep.get("accepted")),
+            reason=f"stopped; settled later: {why}",
+            out=str(out),
+            draft=p["draft"],
+            samples=n,
+        ),
+        used,
+    )
 
 
 def refresh(o: Options) -> dict:
@@ -254,27 +299,52 @@ def refresh(o: Options) -> dict:
         if c.pending:
             _settle(c, say)
         sel = select(dump, c.consumed, o.heldout_fraction, o.max_accept_len)
-        base = {"dump_dir": str(dump), "draft_before": str(Path(o.draft).resolve()), "target": target,
-                "layout": desc.get("layout"), "new_samples": sel.new, "selected": len(sel.ids),
-                "train_samples": len(sel.train), "heldout_samples": len(sel.heldout), "skipped": sel.skipped,
-                "already_used": len(c.consumed), "margin": o.margin, "spec_steps": o.spec_steps}
-        say(f"{sel.new} sample(s) since the last refresh ({len(c.consumed)} used before), {len(sel.ids)} selected"
-            + "".join(f", {n} skipped: {why}" for why, n in sel.skipped.items()))
+        base = {
+            "dump_dir": str(dump),
+            "draft_before": str(Path(o.draft).resolve()),
+            "target": target,
+            "layout": desc.get("layout"),
+            "new_samples": sel.new,
+            "selected": len(sel.ids),
+            "train_samples": len(sel.train),
+            "heldout_samples": len(sel.heldout),
+            "skipped": sel.skipped,
+            "already_used": len(c.consumed),
+            "margin": o.margin,
+            "spec_steps": o.spec_steps,
+        }
+        say(
+            f"{sel.new} sample(s) since the last refresh ({len(c.consumed)} used before), {len(sel.ids)} selected"
+            + "".join(f", {n} skipped: {why}" for why, n in sel.skipped.items())
+        )
         if len(sel.ids) < o.min_samples:
-            return {**base, "accepted": False, "out": None, "reason": f"{len(sel.ids)} selected sample(s) < "
-                    f"--min-samples {o.min_samples}: nothing trained, the current draft stays (serve more traffic "
-                    f"with dumping on, or lower --min-samples)"}
+            return {
+                **base,
+                "accepted": False,
+                "out": None,
+                "reason": f"{len(sel.ids)} selected sample(s) < "
+                f"--min-samples {o.min_samples}: nothing trained, the current draft stays (serve more traffic "
+                f"with dumping on, or lower --min-samples)",
+            }
         say(f"{len(sel.heldout)} sample(s) held out to judge both drafts on: recorded as held out, never trained")
         out = Path(os.path.abspath(o.out))
         rid = secrets.token_hex(8)
-        c.begin({"id": rid, "out": str(out), "draft": str(out / "draft"), "swap_url": o.swap_url,
-                 "trained": sel.train, "heldout": sel.heldout})
+        c.begin(
+            {
+                "id": rid,
+                "out": str(out),
+                "draft": str(out / "draft"),
+                "swap_url": o.swap_url,
+                "trained": sel.train,
+                "heldout": sel.heldout,
+            }
+        )
         try:
             with outdir.writing(o.out, **rule, record={"dump_dir": str(dump)}) as tmp:
                 rep = {**base, **_build(o, dump, sel, target, Path(tmp), say), "refresh_id": rid}
                 rep["draft_after"] = str(out / "draft")
                 _write_report(Path(tmp) / "refresh.json", rep)
-        except BaseException as e:   # --out was not written: its samples stay for the next refresh
+        except BaseException as e:  # --out was not written: its samples stay for the next refresh
             why = "interrupted" if isinstance(e, KeyboardInterrupt) else f"failed: {e}"
             c.finish(_entry(accepted=False, reason=why, out=None, samples=len(sel.ids)), False)
             raise
@@ -282,11 +352,21 @@ def refresh(o: Options) -> dict:
         if rep["accepted"] and o.swap_url:
             rep["swap"] = _swap(o, rep["draft_after"], say)
         served = rep["accepted"] and (not o.swap_url or rep["swap"]["ok"])
-        c.finish(_entry(accepted=rep["accepted"], reason=rep["reason"], out=rep["out"], draft=rep["draft_after"],
-                        samples=len(sel.ids), trained=len(sel.train), heldout=len(sel.heldout),
-                        before=rep["before"]["predicted_accept_length"],
-                        after=(rep.get("after") or {}).get("predicted_accept_length"),
-                        swap=None if not o.swap_url or not rep["accepted"] else bool(rep["swap"]["ok"])), served)
+        c.finish(
+            _entry(
+                accepted=rep["accepted"],
+                reason=rep["reason"],
+                out=rep["out"],
+                draft=rep["draft_after"],
+                samples=len(sel.ids),
+                trained=len(sel.train),
+                heldout=len(sel.heldout),
+                before=rep["before"]["predicted_accept_length"],
+                after=(rep.get("after") or {}).get("predicted_accept_length"),
+                swap=None if not o.swap_url or not rep["accepted"] else bool(rep["swap"]["ok"]),
+            ),
+            served,
+        )
         rep["samples_used"] = bool(served)
     return rep
 
@@ -298,9 +378,9 @@ def _swap(o: Options, draft: str, say) -> dict:
     say(f"swapping {draft} into {o.swap_url}")
     try:
         return swap(SwapOptions(url=o.swap_url, draft=draft, timeout=o.swap_timeout, say=say))
-    except (Refused, BadInput) as e:     # the new draft stays in --out: the report says why it is not served
+    except (Refused, BadInput) as e:  # the new draft stays in --out: the report says why it is not served
         rep = {"ok": False, "error": str(e), **(getattr(e, "report", None) or {})}
-    try:       # a swap the client gave up on may still finish on the server: what it serves now decides
+    try:  # a swap the client gave up on may still finish on the server: what it serves now decides
         if _same_draft(can_swap(o.swap_url), draft):
             say(f"{o.swap_url} serves {draft} after all ({rep['error']})")
             return {**rep, "ok": True, "served_after_error": True}

@@ -1,6 +1,7 @@
 """The samples a refresh trains and judges on: what the dump holds that the cursor does not, optionally only the
 requests the draft served badly, split into a training part and a held-out part by a hash of each sample id (so a
 run repeated on the same samples splits them the same way)."""
+
 from __future__ import annotations
 
 import collections
@@ -14,10 +15,10 @@ from ..dump.manifest import read_manifest
 
 @dataclasses.dataclass
 class Selection:
-    train: list            # sample ids, in the dump's order (time written, then id)
+    train: list  # sample ids, in the dump's order (time written, then id)
     heldout: list
-    new: int               # samples the cursor does not hold
-    skipped: dict          # reason -> count
+    new: int  # samples the cursor does not hold
+    skipped: dict  # reason -> count
 
     @property
     def ids(self) -> list:
@@ -26,7 +27,7 @@ class Selection:
 
 def _unit(sample_id: str) -> float:
     """A number in [0, 1) fixed by the id."""
-    return int.from_bytes(hashlib.sha1(sample_id.encode()).digest()[:8], "big") / 2.0 ** 64
+    return int.from_bytes(hashlib.sha1(sample_id.encode()).digest()[:8], "big") / 2.0**64
 
 
 def _finite(v) -> float | None:
@@ -43,7 +44,7 @@ def select(dump_dir, consumed: set, heldout_fraction: float, max_accept_len: flo
     except BadInput as e:
         raise Refused(f"dump dir {dump_dir}: {e}") from None
     fresh = [r for k, r in records.items() if k not in consumed]
-    fresh.sort(key=lambda r: (_finite(r.get("t")) or 0.0, r["id"]))   # in the order written
+    fresh.sort(key=lambda r: (_finite(r.get("t")) or 0.0, r["id"]))  # in the order written
     skipped = collections.Counter()
     if max_accept_len is not None:
         kept = []
@@ -58,6 +59,6 @@ def select(dump_dir, consumed: set, heldout_fraction: float, max_accept_len: flo
         fresh = kept
     heldout = [r["id"] for r in fresh if _unit(r["id"]) < heldout_fraction]
     train = [r["id"] for r in fresh if _unit(r["id"]) >= heldout_fraction]
-    if fresh and not heldout:      # a small selection still needs something to judge on
+    if fresh and not heldout:  # a small selection still needs something to judge on
         heldout, train = [train[-1]], train[:-1]
     return Selection(train, heldout, len(records) - len(consumed & set(records)), dict(skipped))

@@ -1,5 +1,6 @@
 """Models named by a Hugging Face hub id (`org/name`): found in the local HF cache only (huggingface_hub, no
 network). SGLang downloads a hub id before it builds the model, so a served model's files are there."""
+
 from __future__ import annotations
 
 import os

@@ -10,6 +10,7 @@ request may be running: resending would double the wait). Every failure is a `Se
 what was sent and what came back, never a traceback. What a reply holds is checked by its reader
 (server/replies.py).
 """
+
 from __future__ import annotations
 
 import socket
@@ -21,7 +22,7 @@ from ..boundary import BadInput, Refused, parse_json
 
 MAX_REPLY_BYTES = 256 << 20
 RETRY_STATUS = (502, 503, 504)
-_local = threading.local()   # the deadline of the request this thread is making
+_local = threading.local()  # the deadline of the request this thread is making
 
 
 class ServerError(Refused):
@@ -83,12 +84,14 @@ def _shut(conn) -> None:
 
 def _watched(cls):
     """A urllib3 connection class whose requests register with the calling thread's deadline."""
+
     class Watched(cls):
         def request(self, *a, **kw):
             d = getattr(_local, "deadline", None)
             if d is not None:
                 d.attach(self)
             return super().request(*a, **kw)
+
     Watched.__name__ = f"Watched{cls.__name__}"
     return Watched
 
@@ -132,8 +135,16 @@ class Server:
     def where(self, method: str, path: str) -> str:
         return f"{method} {self.url}{path}"
 
-    def request(self, method: str, path: str, payload=None, timeout: float | None = None, quiet_404=False,
-                text=False, ok_status: tuple = ()):
+    def request(
+        self,
+        method: str,
+        path: str,
+        payload=None,
+        timeout: float | None = None,
+        quiet_404=False,
+        text=False,
+        ok_status: tuple = (),
+    ):
         """The reply's JSON (its text with text=True: SGLang's /start_profile answers "Start profiling.");
         all of it within `timeout` seconds (default: the server's). `ok_status`: error statuses whose JSON reply
         is returned like a 200's (SGLang answers a refused weight update with 400 and its reasons)."""
@@ -168,9 +179,11 @@ class Server:
         import requests
 
         where = self.where(method, path)
-        late = ServerTimeout(f"{where}: no complete answer within {t:g} s (the server accepts connections but "
-                             f"does not finish its reply: overloaded, hung, or still starting? see its log; "
-                             f"{self.flag} sets the wait)")
+        late = ServerTimeout(
+            f"{where}: no complete answer within {t:g} s (the server accepts connections but "
+            f"does not finish its reply: overloaded, hung, or still starting? see its log; "
+            f"{self.flag} sets the wait)"
+        )
         left = d.left()
         if left <= 0:
             raise late
@@ -184,8 +197,9 @@ class Server:
             if d.fired or isinstance(e, requests.exceptions.ReadTimeout) or "Read timed out" in str(e):
                 raise late from None
             if _is_connect_error(e):
-                raise _Retry(ServerError(f"{where}: cannot connect ({_short(e)}); is the server running at "
-                                         f"{self.url}?")) from None
+                raise _Retry(
+                    ServerError(f"{where}: cannot connect ({_short(e)}); is the server running at {self.url}?")
+                ) from None
             raise ServerError(f"{where}: {_short(e)}") from None
         if d.fired:
             raise late
@@ -208,8 +222,9 @@ class Server:
                 return info
         return None
 
-    def wait_healthy(self, wait_s: float, poll_s: float = 1.0, flag: str = "--wait-for-server",
-                     probe_s: float = 5.0) -> float:
+    def wait_healthy(
+        self, wait_s: float, poll_s: float = 1.0, flag: str = "--wait-for-server", probe_s: float = 5.0
+    ) -> float:
         """Poll GET /health until it answers 200, all within `wait_s` seconds, each probe within `probe_s`;
         one line says it waits when the first probe fails; ServerError naming the last failure after that."""
         import requests
@@ -219,24 +234,34 @@ class Server:
             left = wait_s - (time.monotonic() - t0)
             with _Deadline(min(left, probe_s)) as d:
                 try:
-                    r = self.probe.get(self.url + "/health", stream=True,
-                                       timeout=(min(max(left, 0.1), probe_s), max(min(left, probe_s), 0.1)))
+                    r = self.probe.get(
+                        self.url + "/health",
+                        stream=True,
+                        timeout=(min(max(left, 0.1), probe_s), max(min(left, probe_s), 0.1)),
+                    )
                     with r:
                         _read_capped(r, self.where("GET", "/health"), 1 << 16)
                     if r.status_code == 200 and not d.fired:
                         return time.monotonic() - t0
                     last = f"HTTP {r.status_code}" if not d.fired else "connected but no complete answer"
                 except requests.exceptions.RequestException as e:
-                    last = (f"cannot connect ({_short(e)})" if _is_connect_error(e) and not d.fired else
-                            "connected but no complete answer (hung or still starting)")
+                    last = (
+                        f"cannot connect ({_short(e)})"
+                        if _is_connect_error(e) and not d.fired
+                        else "connected but no complete answer (hung or still starting)"
+                    )
                 except ServerError as e:
                     last = str(e)
             if time.monotonic() - t0 + poll_s > wait_s:
-                raise ServerError(f"GET {self.url}/health: not healthy within {wait_s:g} s: {last} "
-                                  f"({flag} sets the wait)")
+                raise ServerError(
+                    f"GET {self.url}/health: not healthy within {wait_s:g} s: {last} ({flag} sets the wait)"
+                )
             if not said:
-                print(f"waiting up to {wait_s:g} s for {self.url} to answer GET /health ({last})",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"waiting up to {wait_s:g} s for {self.url} to answer GET /health ({last})",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 said = True
             time.sleep(poll_s)
 

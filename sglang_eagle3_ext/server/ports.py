@@ -1,4 +1,5 @@
 """A free local port for a server this package starts (SGLang servers, the NCCL preflight's rendezvous)."""
+
 from __future__ import annotations
 
 import random

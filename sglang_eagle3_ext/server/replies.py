@@ -5,6 +5,7 @@ missing key) is a `BadInput` naming the route and the key: exit 2, never a trace
     out = generate_reply(srv.post("/generate", body), srv.where("POST", "/generate"))
     args = server_args(srv.server_info(), srv.where("GET", "/get_server_info"))
 """
+
 from __future__ import annotations
 
 from ..boundary import BadInput, check_type, field, list_of
@@ -25,10 +26,16 @@ SERVER_KEY_TYPES = {
     "version": str,
     "skip_tokenizer_init": bool,
 }
-MAX_DRAFT_TOKENS = 1024      # more would be no EAGLE-3 server; bounds the per-position tables
+MAX_DRAFT_TOKENS = 1024  # more would be no EAGLE-3 server; bounds the per-position tables
 # meta_info counters of one /generate reply (SGLang 0.5.14+ names, then older ones)
-META_COUNTS = ("completion_tokens", "spec_verify_ct", "spec_num_correct_drafts", "spec_accepted_drafts",
-               "spec_num_proposed_drafts", "spec_proposed_drafts")
+META_COUNTS = (
+    "completion_tokens",
+    "spec_verify_ct",
+    "spec_num_correct_drafts",
+    "spec_accepted_drafts",
+    "spec_num_proposed_drafts",
+    "spec_proposed_drafts",
+)
 HISTOGRAMS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
 
 
@@ -82,5 +89,9 @@ def generate_reply(out, where: str, need_ids: bool = False) -> dict:
             if len(hist) > MAX_DRAFT_TOKENS + 1:
                 raise BadInput(f"{at}: 'meta_info': {key!r}", f"more than {MAX_DRAFT_TOKENS + 1} entries")
             break
-    return {"output_ids": ids, "text": text, "meta": {k: v for k, v in counts.items() if v is not None},
-            "histogram": hist}
+    return {
+        "output_ids": ids,
+        "text": text,
+        "meta": {k: v for k, v in counts.items() if v is not None},
+        "histogram": hist,
+    }

@@ -1,5 +1,6 @@
 """What the running SGLang process knows: server args (API moved across releases), model configs. Read once
 per process into startup.StartupContext, which the consumers take."""
+
 from __future__ import annotations
 
 import os
@@ -35,9 +36,9 @@ def read_config(path) -> dict | None:
         return None
 
     p = (local_dir(path) or Path(os.path.expanduser(str(path)))) / "config.json"
-    try:   # a regular file holding an object: a FIFO would block, a list has no keys to read
+    try:  # a regular file holding an object: a FIFO would block, a list has no keys to read
         return read_json_file(p, "model config", max_bytes=1 << 24)
-    except ValueError as e:   # BadInput, or a path no file can have (a NUL byte)
+    except ValueError as e:  # BadInput, or a path no file can have (a NUL byte)
         logger.debug("no readable config at %s: %s", p, e)
         return None
 
@@ -45,4 +46,3 @@ def read_config(path) -> dict | None:
 def language_config(cfg: dict) -> dict:
     """The language model's config: a wrapper's (Kimi-K2.5: `model_type: kimi_k25`) `text_config`, else cfg."""
     return cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
-

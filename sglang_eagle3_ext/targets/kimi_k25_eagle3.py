@@ -3,6 +3,7 @@ class `Eagle3DeepseekV2ForCausalLM` that serves Kimi-K2.5/K2.6's published draft
 fc width guard as the Llama draft class (see llama_eagle3.py for why the built-in class is patched in place);
 the MLA-specific rules live in draft/arch/mla.py.
 """
+
 from __future__ import annotations
 
 # The same two wrappers as the Llama draft class: strict_load picks the MLA rules from the model's class.

@@ -6,6 +6,7 @@ from that string. Replacing methods on the built-in class means every such check
 loading without editing its config, and `revert()` restores SGLang's behaviour exactly. A separate
 registered class would only protect checkpoints we converted ourselves.
 """
+
 from __future__ import annotations
 
 from ._bind import arg, bind

@@ -2,6 +2,7 @@
 scheduler also says which EAGLE-3 draft it serves, what it is built as and which HF indices its target captures
 (draft/swap.state_report). `sglang-eagle3 swap` reads it to check a new draft before sending it; its presence
 says the server takes draft swaps (a server without this package would take the request as a target reload)."""
+
 from __future__ import annotations
 
 

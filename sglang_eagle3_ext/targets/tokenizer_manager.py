@@ -3,6 +3,7 @@ SGLang names the served model after the path it loaded (`served_model_name`, `mo
 format). A draft swap (draft/swap.py) loads a draft, not the model: the served model keeps its name and path, and
 SGLang's record of the draft (`server_args.speculative_draft_model_path`: what /get_server_info shows, what
 `eval --url` and a relaunch from the reported arguments read) names the new draft."""
+
 from __future__ import annotations
 
 from ._bind import arg
@@ -17,8 +18,7 @@ def keep_model_path(wrapped, instance, args, kwargs):
     from .._log import log_once
 
     path = arg(wrapped, args, kwargs, "model_path")
-    log_once("swap-keeps-model-path", "EAGLE-3 draft swapped in (%s): the served model keeps its name and path",
-             path)
+    log_once("swap-keeps-model-path", "EAGLE-3 draft swapped in (%s): the served model keeps its name and path", path)
     record_draft(getattr(instance, "server_args", None), path)
     return None
 
@@ -37,6 +37,11 @@ def record_draft(server_args, path: str) -> None:
         else:
             server_args.speculative_draft_model_path = path
     except Exception as e:  # noqa: BLE001 - the swap is done; only SGLang's record of it is stale
-        logger.warning("EAGLE-3 draft swap: SGLang's record of the draft still names %s (%s: %s); a restart with "
-                       "--speculative-draft-model-path %s serves the new one",
-                       getattr(server_args, "speculative_draft_model_path", None), type(e).__name__, e, path)
+        logger.warning(
+            "EAGLE-3 draft swap: SGLang's record of the draft still names %s (%s: %s); a restart with "
+            "--speculative-draft-model-path %s serves the new one",
+            getattr(server_args, "speculative_draft_model_path", None),
+            type(e).__name__,
+            e,
+            path,
+        )

@@ -7,6 +7,7 @@ share a checkpoint), so no request loads another checkpoint into the draft alone
 SGLang's own path to the scheduler (HTTP, the tokenizer manager waiting for the requests in flight, every TP
 rank's scheduler between batches): nothing new crosses a process boundary.
 """
+
 from __future__ import annotations
 
 from ._bind import arg

@@ -1,5 +1,6 @@
 """The built-in models a launch preset names (`builtin:NAME`): made on first use in the cache, told apart by
 their folder's name (tiny/deepseek_v3.TARGETS, tiny/kimi_k25.KIMI_TARGETS)."""
+
 from __future__ import annotations
 
 import os

@@ -5,6 +5,7 @@ with transformers' own `DeepseekV3ForCausalLM` so it is also the hidden-state re
 the others (a predictable walk for the round trip; Kimi-K2.5's width for costs that mean something);
 a new built-in target is one more entry there (plus, when it is not a DeepSeek-V3, its own builder).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,16 +17,39 @@ from .._log import log_once
 from ..files.outdir import OutputDirRefused, read_marker, writing
 
 # Keys SGLang's deepseek_v2 reads that transformers does not write.
-SGLANG_EXTRA_KEYS = {"moe_layer_freq": 1, "topk_method": "noaux_tc", "scoring_func": "sigmoid", "ep_size": 1,
-                     "norm_topk_prob": True, "num_nextn_predict_layers": 0, "aux_loss_alpha": 0.001,
-                     "seq_aux": True}
+SGLANG_EXTRA_KEYS = {
+    "moe_layer_freq": 1,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "ep_size": 1,
+    "norm_topk_prob": True,
+    "num_nextn_predict_layers": 0,
+    "aux_loss_alpha": 0.001,
+    "seq_aux": True,
+}
 TINY_CONFIG = dict(
-    vocab_size=4096, hidden_size=1024, intermediate_size=2048, moe_intermediate_size=256,
-    num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8,
-    n_shared_experts=1, n_routed_experts=16, num_experts_per_tok=4, n_group=1, topk_group=1,
-    routed_scaling_factor=1.0, kv_lora_rank=512, q_lora_rank=256, qk_rope_head_dim=64,
-    v_head_dim=128, qk_nope_head_dim=128, first_k_dense_replace=1, max_position_embeddings=4096,
-    rope_theta=10000.0, tie_word_embeddings=False,
+    vocab_size=4096,
+    hidden_size=1024,
+    intermediate_size=2048,
+    moe_intermediate_size=256,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=8,
+    n_shared_experts=1,
+    n_routed_experts=16,
+    num_experts_per_tok=4,
+    n_group=1,
+    topk_group=1,
+    routed_scaling_factor=1.0,
+    kv_lora_rank=512,
+    q_lora_rank=256,
+    qk_rope_head_dim=64,
+    v_head_dim=128,
+    qk_nope_head_dim=128,
+    first_k_dense_replace=1,
+    max_position_embeddings=4096,
+    rope_theta=10000.0,
+    tie_word_embeddings=False,
 )
 # The round-trip target (`ensure_tiny_target(dir, **PREDICTABLE)`): residual branches scaled down so each
 # hidden state is dominated by its token's embedding, and lm_head row v leans on the embedding of a random
@@ -36,9 +60,17 @@ TINY_CONFIG = dict(
 PREDICTABLE = dict(branch_scale=0.1, successor_weight=30.0)
 # Kimi-K2.5's attention and widths (its config.json: hidden 7168, 64 heads, MLA ranks 1536/512, MoE
 # intermediate 2048, top-8 routing), with few experts and layers so that a quick run fits one GPU.
-KIMI_WIDTH = dict(hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048, num_attention_heads=64,
-                  num_key_value_heads=64, q_lora_rank=1536, kv_lora_rank=512, n_routed_experts=16,
-                  num_experts_per_tok=8)
+KIMI_WIDTH = dict(
+    hidden_size=7168,
+    intermediate_size=18432,
+    moe_intermediate_size=2048,
+    num_attention_heads=64,
+    num_key_value_heads=64,
+    q_lora_rank=1536,
+    kv_lora_rank=512,
+    n_routed_experts=16,
+    num_experts_per_tok=8,
+)
 # A target where speculation pays (the round trip's `SGE3_RT_TARGET=kimi`): Kimi-K2.5's width, 10 layers
 # (~16 GB bf16), so a 1-layer draft step costs a fraction of a target step (on the 1024-wide, 4-layer target
 # the two cost about the same: speedup 0.32x). Routing pinned to 8 of the 16 experts (route_bias): a verify
@@ -53,7 +85,7 @@ KIMI_PREDICTABLE = dict(KIMI_WIDTH, num_hidden_layers=10, branch_scale=0.02, suc
 TARGETS = {
     "tiny-deepseek-v3": {},
     "tiny-predictable": PREDICTABLE,
-    "kimi-width-deepseek-v3": dict(KIMI_WIDTH),            # 4 layers: benchmarks/bench_dump.py --kimi-width
+    "kimi-width-deepseek-v3": dict(KIMI_WIDTH),  # 4 layers: benchmarks/bench_dump.py --kimi-width
     "kimi-width-predictable": KIMI_PREDICTABLE,
 }
 
@@ -63,8 +95,14 @@ def default_dir() -> Path:
     return Path(envs.get(envs.CACHE)) / "tiny-deepseek-v3"
 
 
-def build_model(seed: int = 0, branch_scale: float = 1.0, successor_weight: float = 0.0, route_bias: float = 0.0,
-                device: str | None = None, **overrides):
+def build_model(
+    seed: int = 0,
+    branch_scale: float = 1.0,
+    successor_weight: float = 0.0,
+    route_bias: float = 0.0,
+    device: str | None = None,
+    **overrides,
+):
     """The target in memory (bf16 transformers DeepseekV3ForCausalLM); ensure_tiny_target documents the knobs."""
     import torch
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
@@ -109,9 +147,15 @@ def builtin_dir(name: str) -> Path:
     return default_dir().with_name(name)
 
 
-def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, branch_scale: float = 1.0,
-                       successor_weight: float = 0.0, route_bias: float = 0.0, device: str | None = None,
-                       **overrides) -> Path:
+def ensure_tiny_target(
+    out: str | os.PathLike | None = None,
+    seed: int = 0,
+    branch_scale: float = 1.0,
+    successor_weight: float = 0.0,
+    route_bias: float = 0.0,
+    device: str | None = None,
+    **overrides,
+) -> Path:
     """Write the tiny model to `out` (default: the cache) unless a complete copy is there.
     overrides: DeepseekV3Config fields; branch_scale / successor_weight: see PREDICTABLE;
     route_bias > 0 pins MoE routing: the first num_experts_per_tok experts get that score bonus
@@ -123,18 +167,24 @@ def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, bran
     Kimi-width model is drawn there in bf16 in seconds instead of minutes of CPU fp32 init -- else the CPU,
     whose seeded weights the 1024-wide targets' measurements were made with)."""
     out = Path(out) if out else default_dir()
-    settings = dict(seed=seed, branch_scale=branch_scale, successor_weight=successor_weight, route_bias=route_bias,
-                    **overrides)
+    settings = dict(
+        seed=seed, branch_scale=branch_scale, successor_weight=successor_weight, route_bias=route_bias, **overrides
+    )
     if reuse_existing(out, "tiny", settings):
         return out
     import torch
 
-
     log_once("tiny", "making the tiny DeepSeek-V3 target in %s (first use, ~20 s)", out)
     try:
         with writing(out, tool="tiny", flag="OUT", record={"settings": settings}) as tmp:
-            model = build_model(seed=seed, branch_scale=branch_scale, successor_weight=successor_weight,
-                                route_bias=route_bias, device=device, **overrides)
+            model = build_model(
+                seed=seed,
+                branch_scale=branch_scale,
+                successor_weight=successor_weight,
+                route_bias=route_bias,
+                device=device,
+                **overrides,
+            )
             device = str(next(model.parameters()).device)
             model.save_pretrained(tmp, safe_serialization=True)
             p = tmp / "config.json"
@@ -144,10 +194,10 @@ def ensure_tiny_target(out: str | os.PathLike | None = None, seed: int = 0, bran
             p.write_text(json.dumps(c, indent=2))
             (tmp / ".complete").touch()
     except OutputDirRefused:
-        if reuse_existing(out, "tiny", settings):   # another process made the same target meanwhile
+        if reuse_existing(out, "tiny", settings):  # another process made the same target meanwhile
             return out
         raise
-    if device != "cpu":   # the caller goes on to start servers on this GPU
+    if device != "cpu":  # the caller goes on to start servers on this GPU
         del model
         torch.cuda.empty_cache()
     return out
@@ -164,17 +214,20 @@ def reuse_existing(out: Path, tool: str, settings: dict) -> bool:
     except ValueError:
         marker = None
     if marker is not None and marker["tool"] != tool:
-        raise OutputDirRefused(out, f"holds the output of `{marker['tool']}`, not a {tool} target; give another "
-                                    f"folder")
+        raise OutputDirRefused(out, f"holds the output of `{marker['tool']}`, not a {tool} target; give another folder")
     made = (marker or {}).get("settings")
     if isinstance(made, dict) and made != json.loads(json.dumps(settings, default=str)):
-        raise OutputDirRefused(out, f"holds a {tool} target made {settings_words(made, settings)}; give another "
-                                    f"folder, or remove this one to remake it")
+        raise OutputDirRefused(
+            out,
+            f"holds a {tool} target made {settings_words(made, settings)}; give another "
+            f"folder, or remove this one to remake it",
+        )
     return True
 
 
 def settings_words(made: dict, asked: dict) -> str:
     """How two targets' settings differ, in the command's flags: 'with --predictable, asked without it'."""
+
     def predictable(d):
         return all(d.get(k) == v for k, v in PREDICTABLE.items())
 

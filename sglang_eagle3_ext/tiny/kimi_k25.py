@@ -12,6 +12,7 @@ SGLang builds a multimodal processor for this architecture even with --skip-toke
 checkpoint ships it as remote code: so does this one (`tiny_kimi_processor.py`, a stand-in that serves no
 images), hence `--trust-remote-code` in the presets.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,12 +26,24 @@ from .deepseek_v3 import default_dir as _target_dir
 
 # vt_* are the names the HF Kimi-K2.5 config uses (SGLang's projector reads vt_hidden_size); the plain names
 # are what SGLang's KimiK25VisionConfig / MoonViT read. Both are written, equal.
-TINY_VISION = dict(patch_size=14, init_pos_emb_height=8, init_pos_emb_width=8, init_pos_emb_time=4,
-                   pos_emb_type="divided_fixed", hidden_size=64, num_attention_heads=2, num_hidden_layers=1,
-                   intermediate_size=128, merge_kernel_size=[2, 2], video_attn_type="spatial_temporal",
-                   merge_type="sd2_tpool", mm_projector_type="patchmerger", projector_hidden_act="gelu",
-                   projector_ln_eps=1e-5)
-MEDIA_PLACEHOLDER = 163605        # Kimi-K2.5's id; outside the tiny vocab, so no text prompt hits it
+TINY_VISION = dict(
+    patch_size=14,
+    init_pos_emb_height=8,
+    init_pos_emb_width=8,
+    init_pos_emb_time=4,
+    pos_emb_type="divided_fixed",
+    hidden_size=64,
+    num_attention_heads=2,
+    num_hidden_layers=1,
+    intermediate_size=128,
+    merge_kernel_size=[2, 2],
+    video_attn_type="spatial_temporal",
+    merge_type="sd2_tpool",
+    mm_projector_type="patchmerger",
+    projector_hidden_act="gelu",
+    projector_ln_eps=1e-5,
+)
+MEDIA_PLACEHOLDER = 163605  # Kimi-K2.5's id; outside the tiny vocab, so no text prompt hits it
 PROCESSOR_FILE = "tiny_kimi_processor.py"
 PROCESSOR_SRC = '''"""Stand-in for Kimi-K2.5's remote-code processor: what SGLang's kimi_k25 multimodal processor reads at
 start-up (tokenizer, image_processor, media_processor.media_proc_cfg). The tiny target serves token ids; its
@@ -76,9 +89,15 @@ def ensure_kimi_target(name: str, out: str | os.PathLike | None = None) -> Path:
 
 def vision_config(text_hidden: int, **overrides) -> dict:
     v = {**TINY_VISION, **overrides}
-    v.update(text_hidden_size=text_hidden, mm_hidden_size=v["hidden_size"], vt_hidden_size=v["hidden_size"],
-             vt_num_attention_heads=v["num_attention_heads"], vt_num_hidden_layers=v["num_hidden_layers"],
-             vt_intermediate_size=v["intermediate_size"], model_type="kimi_k25")
+    v.update(
+        text_hidden_size=text_hidden,
+        mm_hidden_size=v["hidden_size"],
+        vt_hidden_size=v["hidden_size"],
+        vt_num_attention_heads=v["num_attention_heads"],
+        vt_num_hidden_layers=v["num_hidden_layers"],
+        vt_intermediate_size=v["intermediate_size"],
+        model_type="kimi_k25",
+    )
     return v
 
 
@@ -86,19 +105,42 @@ def vision_shapes(v: dict) -> dict[str, tuple]:
     """HF checkpoint names and shapes of the vision tower + projector (SGLang's KimiK25 renames them)."""
     d, i, p = v["hidden_size"], v["intermediate_size"], v["patch_size"]
     mh, mw = v["merge_kernel_size"]
-    out = {"vision_tower.patch_embed.proj.weight": (d, 3, p, p), "vision_tower.patch_embed.proj.bias": (d,),
-           "vision_tower.patch_embed.pos_emb.weight": (v["init_pos_emb_height"], v["init_pos_emb_width"], d)}
+    out = {
+        "vision_tower.patch_embed.proj.weight": (d, 3, p, p),
+        "vision_tower.patch_embed.proj.bias": (d,),
+        "vision_tower.patch_embed.pos_emb.weight": (v["init_pos_emb_height"], v["init_pos_emb_width"], d),
+    }
     for n in range(v["num_hidden_layers"]):
         b = f"vision_tower.encoder.blocks.{n}."
-        out.update({b + "norm0.weight": (d,), b + "norm0.bias": (d,), b + "norm1.weight": (d,), b + "norm1.bias": (d,),
-                    b + "mlp.fc0.weight": (i, d), b + "mlp.fc0.bias": (i,), b + "mlp.fc1.weight": (d, i),
-                    b + "mlp.fc1.bias": (d,), b + "wqkv.weight": (3 * d, d), b + "wqkv.bias": (3 * d,),
-                    b + "wo.weight": (d, d), b + "wo.bias": (d,)})
+        out.update(
+            {
+                b + "norm0.weight": (d,),
+                b + "norm0.bias": (d,),
+                b + "norm1.weight": (d,),
+                b + "norm1.bias": (d,),
+                b + "mlp.fc0.weight": (i, d),
+                b + "mlp.fc0.bias": (i,),
+                b + "mlp.fc1.weight": (d, i),
+                b + "mlp.fc1.bias": (d,),
+                b + "wqkv.weight": (3 * d, d),
+                b + "wqkv.bias": (3 * d,),
+                b + "wo.weight": (d, d),
+                b + "wo.bias": (d,),
+            }
+        )
     m = d * mh * mw
-    out.update({"vision_tower.encoder.final_layernorm.weight": (d,), "vision_tower.encoder.final_layernorm.bias": (d,),
-                "mm_projector.pre_norm.weight": (d,), "mm_projector.pre_norm.bias": (d,),
-                "mm_projector.proj.0.weight": (m, m), "mm_projector.proj.0.bias": (m,),
-                "mm_projector.proj.2.weight": (v["text_hidden_size"], m), "mm_projector.proj.2.bias": (v["text_hidden_size"],)})
+    out.update(
+        {
+            "vision_tower.encoder.final_layernorm.weight": (d,),
+            "vision_tower.encoder.final_layernorm.bias": (d,),
+            "mm_projector.pre_norm.weight": (d,),
+            "mm_projector.pre_norm.bias": (d,),
+            "mm_projector.proj.0.weight": (m, m),
+            "mm_projector.proj.0.bias": (m,),
+            "mm_projector.proj.2.weight": (v["text_hidden_size"], m),
+            "mm_projector.proj.2.bias": (v["text_hidden_size"],),
+        }
+    )
     return out
 
 
@@ -115,10 +157,18 @@ def write_tokenizer(out: Path, vocab_size: int) -> None:
 def kimi_config(text_cfg: dict, vision: dict) -> dict:
     text = dict(text_cfg)
     text.setdefault("architectures", ["DeepseekV3ForCausalLM"])
-    return {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
-            "text_config": text, "vision_config": vision, "media_placeholder_token_id": MEDIA_PLACEHOLDER,
-            "pad_token_id": 0, "ignore_index": -100, "torch_dtype": "bfloat16",
-            "tie_word_embeddings": False, "auto_map": {"AutoProcessor": PROCESSOR_FILE[:-3] + ".TinyKimiK25Processor"}}
+    return {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "model_type": "kimi_k25",
+        "text_config": text,
+        "vision_config": vision,
+        "media_placeholder_token_id": MEDIA_PLACEHOLDER,
+        "pad_token_id": 0,
+        "ignore_index": -100,
+        "torch_dtype": "bfloat16",
+        "tie_word_embeddings": False,
+        "auto_map": {"AutoProcessor": PROCESSOR_FILE[:-3] + ".TinyKimiK25Processor"},
+    }
 
 
 def ensure_tiny_kimi_target(out: str | os.PathLike | None = None, seed: int = 0, **tiny_kwargs) -> Path:
@@ -131,7 +181,6 @@ def ensure_tiny_kimi_target(out: str | os.PathLike | None = None, seed: int = 0,
         return out
     import torch
     from safetensors.torch import load_file, save_file
-
 
     log_once("tiny-kimi", "making the tiny Kimi-K2.5 target in %s (first use)", out)
     try:
@@ -152,14 +201,20 @@ def ensure_tiny_kimi_target(out: str | os.PathLike | None = None, seed: int = 0,
                 tensors[k] = t.to(torch.bfloat16)
             save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
             (tmp / "config.json").write_text(json.dumps(kimi_config(text_cfg, vision), indent=2))
-            (tmp / "processor_config.json").write_text(json.dumps(
-                {"auto_map": {"AutoProcessor": PROCESSOR_FILE[:-3] + ".TinyKimiK25Processor"},
-                 "processor_class": "TinyKimiK25Processor"}, indent=2))
+            (tmp / "processor_config.json").write_text(
+                json.dumps(
+                    {
+                        "auto_map": {"AutoProcessor": PROCESSOR_FILE[:-3] + ".TinyKimiK25Processor"},
+                        "processor_class": "TinyKimiK25Processor",
+                    },
+                    indent=2,
+                )
+            )
             (tmp / PROCESSOR_FILE).write_text(PROCESSOR_SRC)
             write_tokenizer(tmp, int(text_cfg["vocab_size"]))
             (tmp / ".complete").touch()
     except OutputDirRefused:
-        if reuse_existing(out, "tiny --kimi", settings):   # another process made the same target meanwhile
+        if reuse_existing(out, "tiny --kimi", settings):  # another process made the same target meanwhile
             return out
         raise
     return out

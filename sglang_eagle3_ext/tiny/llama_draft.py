@@ -4,6 +4,7 @@ Requires `speculators` (the package's `test` extra). Weights are random but fini
 consistent hot-token mapping; the result is exactly what `save_pretrained` of a trained
 speculators Eagle3 draft looks like.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,10 +12,23 @@ from pathlib import Path
 from ..files.outdir import writing
 
 
-def make_speculators_draft(out, *, hidden: int = 64, vocab: int = 128, draft_vocab: int = 64,
-                           aux_ids=(1, 2, 3), n_layers: int = 1, heads: int = 4, kv_heads: int = 2,
-                           intermediate: int | None = None, target_hidden: int | None = None, seed: int = 0,
-                           max_position_embeddings: int = 8192, dtype=None, **config_overrides) -> Path:
+def make_speculators_draft(
+    out,
+    *,
+    hidden: int = 64,
+    vocab: int = 128,
+    draft_vocab: int = 64,
+    aux_ids=(1, 2, 3),
+    n_layers: int = 1,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate: int | None = None,
+    target_hidden: int | None = None,
+    seed: int = 0,
+    max_position_embeddings: int = 8192,
+    dtype=None,
+    **config_overrides,
+) -> Path:
     import torch
     from speculators.config import SpeculatorsConfig, VerifierConfig
     from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
@@ -22,15 +36,30 @@ def make_speculators_draft(out, *, hidden: int = 64, vocab: int = 128, draft_voc
     from transformers import LlamaConfig
 
     torch.manual_seed(seed)
-    tl = LlamaConfig(hidden_size=hidden, intermediate_size=intermediate or 2 * hidden, num_hidden_layers=n_layers,
-                     num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab,
-                     head_dim=hidden // heads, max_position_embeddings=max_position_embeddings)
-    sc = SpeculatorsConfig(algorithm="eagle3", proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
-                           default_proposal_method="greedy",
-                           verifier=VerifierConfig(name_or_path=None, architectures=["DeepseekV3ForCausalLM"]))
-    cfg = Eagle3SpeculatorConfig(transformer_layer_config=tl, draft_vocab_size=draft_vocab,
-                                 target_hidden_size=target_hidden, eagle_aux_hidden_state_layer_ids=list(aux_ids),
-                                 speculators_config=sc, **config_overrides)
+    tl = LlamaConfig(
+        hidden_size=hidden,
+        intermediate_size=intermediate or 2 * hidden,
+        num_hidden_layers=n_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        vocab_size=vocab,
+        head_dim=hidden // heads,
+        max_position_embeddings=max_position_embeddings,
+    )
+    sc = SpeculatorsConfig(
+        algorithm="eagle3",
+        proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
+        default_proposal_method="greedy",
+        verifier=VerifierConfig(name_or_path=None, architectures=["DeepseekV3ForCausalLM"]),
+    )
+    cfg = Eagle3SpeculatorConfig(
+        transformer_layer_config=tl,
+        draft_vocab_size=draft_vocab,
+        target_hidden_size=target_hidden,
+        eagle_aux_hidden_state_layer_ids=list(aux_ids),
+        speculators_config=sc,
+        **config_overrides,
+    )
     model = Eagle3DraftModel(cfg)
     with torch.no_grad():
         for p in model.parameters():
@@ -44,7 +73,7 @@ def make_speculators_draft(out, *, hidden: int = 64, vocab: int = 128, draft_voc
     if dtype is not None:
         model = model.to(dtype)
 
-    with writing(out, tool="tiny speculators draft", flag="out", replace=True) as tmp:   # never over a user's dir
+    with writing(out, tool="tiny speculators draft", flag="out", replace=True) as tmp:  # never over a user's dir
         model.save_pretrained(tmp)
     return Path(out)
 
@@ -62,14 +91,23 @@ def sglang_weights_iterator(draft_dir):
 
 # --- malformed variants of a good converted draft: name -> (expected code, builder) ------------------
 
+
 def write_target_config(out, *, hidden: int = 64, vocab: int = 128, layers: int = 8, **overrides) -> Path:
     """A target-model config.json only (enough for the draft/target consistency rules)."""
     import json
 
-
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
-           "intermediate_size": 2 * hidden, "num_hidden_layers": layers, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "vocab_size": vocab, "max_position_embeddings": 8192, **overrides}
-    with writing(out, tool="tiny target config", flag="out", replace=True) as tmp:   # never a real target's
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": 2 * hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": vocab,
+        "max_position_embeddings": 8192,
+        **overrides,
+    }
+    with writing(out, tool="tiny target config", flag="out", replace=True) as tmp:  # never a real target's
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
     return Path(out)

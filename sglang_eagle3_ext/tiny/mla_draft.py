@@ -7,6 +7,7 @@ The files look like a published Kimi-K2.5 draft: `architectures: ["Eagle3Deepsee
 finite weights; d2t is a consistent hot-token mapping. `make_mla_draft_for_tiny_target` sizes one for
 the built-in tiny DeepSeek-V3 target (tiny/deepseek_v3.py, hidden 1024, vocab 4096).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,21 +21,62 @@ from ..files.outdir import writing
 
 # Kimi-K2's rope_scaling type (SGLang's MLA runs it as deepseek_yarn; on CPU it needs one); factor 1: plain RoPE.
 def _yarn(max_pos: int) -> dict:
-    return {"type": "yarn", "factor": 1.0, "original_max_position_embeddings": max_pos, "beta_fast": 32.0,
-            "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+    return {
+        "type": "yarn",
+        "factor": 1.0,
+        "original_max_position_embeddings": max_pos,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+    }
 
 
-def mla_config(*, hidden=64, vocab=128, draft_vocab=64, aux_ids=(1, 2, 3), heads=4, q_lora=32, kv_lora=16, rope=8,
-               nope=16, v_head=16, intermediate=128, target_hidden=None, fc_norm=False, norm_output=False,
-               max_position_embeddings=8192, dtype="bfloat16", **overrides) -> dict:
-    cfg = {"architectures": [mla.ARCH], "model_type": "deepseek_v3", "hidden_size": hidden,
-           "intermediate_size": intermediate, "num_hidden_layers": 1, "num_attention_heads": heads,
-           "num_key_value_heads": heads, "vocab_size": vocab, "draft_vocab_size": draft_vocab,
-           "target_hidden_size": target_hidden or hidden, "q_lora_rank": q_lora, "kv_lora_rank": kv_lora,
-           "qk_rope_head_dim": rope, "qk_nope_head_dim": nope, "v_head_dim": v_head, "hidden_act": "silu",
-           "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": _yarn(max_position_embeddings),
-           "max_position_embeddings": max_position_embeddings, "tie_word_embeddings": False, "torch_dtype": dtype,
-           "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(aux_ids), "use_aux_hidden_state": True}}
+def mla_config(
+    *,
+    hidden=64,
+    vocab=128,
+    draft_vocab=64,
+    aux_ids=(1, 2, 3),
+    heads=4,
+    q_lora=32,
+    kv_lora=16,
+    rope=8,
+    nope=16,
+    v_head=16,
+    intermediate=128,
+    target_hidden=None,
+    fc_norm=False,
+    norm_output=False,
+    max_position_embeddings=8192,
+    dtype="bfloat16",
+    **overrides,
+) -> dict:
+    cfg = {
+        "architectures": [mla.ARCH],
+        "model_type": "deepseek_v3",
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "num_hidden_layers": 1,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "vocab_size": vocab,
+        "draft_vocab_size": draft_vocab,
+        "target_hidden_size": target_hidden or hidden,
+        "q_lora_rank": q_lora,
+        "kv_lora_rank": kv_lora,
+        "qk_rope_head_dim": rope,
+        "qk_nope_head_dim": nope,
+        "v_head_dim": v_head,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "rope_scaling": _yarn(max_position_embeddings),
+        "max_position_embeddings": max_position_embeddings,
+        "tie_word_embeddings": False,
+        "torch_dtype": dtype,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(aux_ids), "use_aux_hidden_state": True},
+    }
     if fc_norm:
         cfg["fc_norm"] = True
     if norm_output:
@@ -47,9 +89,15 @@ def mla_tensors(cfg: dict, seed: int = 0) -> dict:
     """Checkpoint tensors (published layout) for `cfg`, shapes from the same rules the loader checks."""
     import torch
 
-
-    layout = Layout(release="offline", midlayer=False, fc_norm=True, input_norm=False, norm_output=True,
-                    capture_always_plus_one=False, flags=frozenset({mla.REQUIRES}))
+    layout = Layout(
+        release="offline",
+        midlayer=False,
+        fc_norm=True,
+        input_norm=False,
+        norm_output=True,
+        capture_always_plus_one=False,
+        flags=frozenset({mla.REQUIRES}),
+    )
     spec, problems = spec_from_config(cfg, layout)
     assert spec is not None, problems
     g = torch.Generator().manual_seed(seed)
@@ -73,10 +121,10 @@ def write_draft(out, cfg: dict, tensors: dict) -> Path:
     """Write (or rewrite, when `out` is one made here) a draft; a directory of anyone else's is refused."""
     from safetensors.torch import save_file
 
-
     with writing(out, tool="tiny mla draft", flag="out", replace=True) as tmp:
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / "model.safetensors"),
-                  metadata={"format": "pt"})
+        save_file(
+            {k: v.contiguous() for k, v in tensors.items()}, str(tmp / "model.safetensors"), metadata={"format": "pt"}
+        )
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
     return Path(out)
 
@@ -90,9 +138,19 @@ def make_mla_draft(out, seed: int = 0, **config) -> Path:
 def make_mla_draft_for_tiny_target(out, target_dir, aux_ids=(1, 2, 3), **overrides) -> Path:
     """An MLA draft for the built-in tiny DeepSeek-V3 target (its hidden, vocab and MLA dims)."""
     t = json.loads((Path(target_dir) / "config.json").read_text())
-    kw = dict(hidden=t["hidden_size"], vocab=t["vocab_size"], draft_vocab=1024, aux_ids=aux_ids,
-              heads=t["num_attention_heads"], q_lora=t["q_lora_rank"], kv_lora=t["kv_lora_rank"],
-              rope=t["qk_rope_head_dim"], nope=t["qk_nope_head_dim"], v_head=t["v_head_dim"],
-              intermediate=t["intermediate_size"], max_position_embeddings=t["max_position_embeddings"])
+    kw = dict(
+        hidden=t["hidden_size"],
+        vocab=t["vocab_size"],
+        draft_vocab=1024,
+        aux_ids=aux_ids,
+        heads=t["num_attention_heads"],
+        q_lora=t["q_lora_rank"],
+        kv_lora=t["kv_lora_rank"],
+        rope=t["qk_rope_head_dim"],
+        nope=t["qk_nope_head_dim"],
+        v_head=t["v_head_dim"],
+        intermediate=t["intermediate_size"],
+        max_position_embeddings=t["max_position_embeddings"],
+    )
     kw.update(overrides)
     return make_mla_draft(out, **kw)

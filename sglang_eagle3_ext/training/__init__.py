@@ -15,6 +15,7 @@
 - `plan` (+ `plan_models`, `memory_trace`) — `--dry-run`: sizes and memory per rank without training;
 - `report` — `TrainDraftError`, the progress lines, the verdicts on a finished draft.
 """
+
 from .options import TrainOptions
 from .report import TrainDraftError
 from .train import ROUTES, train_draft

@@ -6,6 +6,7 @@ A run that stops (a crash, a lost node) leaves the last complete epoch in --out;
 it, to the same result as a run that never stopped (the data order is a function of the seed, the epoch and
 the global batch: training/sharding.py).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,9 +23,16 @@ CKPT_DIR = "checkpoint"
 STATE = "state.json"
 STATE_VERSION = 1
 # what must be the same for a resumed run to continue the same data order and optimizer (name -> flag)
-IDENTITY = {"arch": "--draft-arch", "seed": "--seed", "global_batch": "--global-batch",
-            "n_train": "--data (its sample count)", "total_seq_len": "--total-seq-len", "layer_ids": "--layer-ids",
-            "optimizer": "--optimizer", "train_ratio": "--train-ratio"}
+IDENTITY = {
+    "arch": "--draft-arch",
+    "seed": "--seed",
+    "global_batch": "--global-batch",
+    "n_train": "--data (its sample count)",
+    "total_seq_len": "--total-seq-len",
+    "layer_ids": "--layer-ids",
+    "optimizer": "--optimizer",
+    "train_ratio": "--train-ratio",
+}
 
 
 class TrainingStopped(TrainDraftError):
@@ -37,7 +45,7 @@ class Publisher:
     def __init__(self, out, rule: dict, record: dict, world: World, keep=None):
         self.out, self.rule, self.record, self.world = Path(out), dict(rule), record, world
         self.count = 0
-        self.keep = keep          # selection.Keeper: which epoch's draft --out holds (None: the last)
+        self.keep = keep  # selection.Keeper: which epoch's draft --out holds (None: the last)
 
     def publish(self, build: Callable[[Path], None]) -> None:
         """build(tmp) fills the new output; it replaces --out when complete."""
@@ -49,6 +57,7 @@ class Publisher:
                 build(tmp)
                 if self.keep is not None:
                     self.keep.choose(tmp, self.out, tmp / CKPT_DIR / STATE)
+
         on_main(write, self.world)
         self.count += 1
         barrier(self.world)
@@ -74,12 +83,16 @@ def read_resume_point(out, resume: bool) -> dict | None:
     try:
         marker = read_marker(out)
         if marker is None or marker.get("tool") != "train":
-            raise TrainDraftError(f"--resume: {out} is not an output of train (no train marker): nothing to resume; "
-                                  f"choose the --out of the run to continue")
+            raise TrainDraftError(
+                f"--resume: {out} is not an output of train (no train marker): nothing to resume; "
+                f"choose the --out of the run to continue"
+            )
         p = out / CKPT_DIR / STATE
         if not p.exists():
-            raise TrainDraftError(f"--resume: {out} holds a draft but no {CKPT_DIR}/{STATE} (written by a train "
-                                  f"without checkpoints): train it again with --force instead")
+            raise TrainDraftError(
+                f"--resume: {out} holds a draft but no {CKPT_DIR}/{STATE} (written by a train "
+                f"without checkpoints): train it again with --force instead"
+            )
         state = read_json_file(p, "training checkpoint state")
         where = str(p)
         field(state, "version", int, where, choices=(STATE_VERSION,))
@@ -87,7 +100,7 @@ def read_resume_point(out, resume: bool) -> dict | None:
         field(state, "global_step", int, where, minimum=0)
         field(state, "identity", dict, where)
         field(state, "files", list, where)
-        if state.get("selection") is not None:   # which epoch's draft --out holds (training/selection.py)
+        if state.get("selection") is not None:  # which epoch's draft --out holds (training/selection.py)
             from .selection import read_record
 
             read_record(state["selection"], state["epochs_done"], f"{where}: selection")
@@ -96,8 +109,10 @@ def read_resume_point(out, resume: bool) -> dict | None:
     for name in state["files"]:
         parts = name.split("/") if isinstance(name, str) else [""]
         if any(p in ("", ".", "..") for p in parts) or not (out / CKPT_DIR / name).is_file():
-            raise TrainDraftError(f"--resume: {out / CKPT_DIR} lacks {name!r}, which its {STATE} lists: the "
-                                  f"checkpoint is incomplete; train afresh with --force")
+            raise TrainDraftError(
+                f"--resume: {out / CKPT_DIR} lacks {name!r}, which its {STATE} lists: the "
+                f"checkpoint is incomplete; train afresh with --force"
+            )
     return state
 
 
@@ -108,8 +123,10 @@ def check_identity(state: dict | None, identity: dict) -> None:
     old = state["identity"]
     for k, flag in IDENTITY.items():
         if k in identity and k in old and old[k] != identity[k]:
-            raise TrainDraftError(f"--resume: {flag} is {identity[k]!r} but the checkpoint was trained with "
-                                  f"{old[k]!r}; resume with the same setting, or train afresh with --force")
+            raise TrainDraftError(
+                f"--resume: {flag} is {identity[k]!r} but the checkpoint was trained with "
+                f"{old[k]!r}; resume with the same setting, or train afresh with --force"
+            )
 
 
 def maybe_stop(epochs_done: int, epochs: int) -> None:
@@ -117,5 +134,7 @@ def maybe_stop(epochs_done: int, epochs: int) -> None:
 
     n = envs.get(envs.TRAIN_STOP_AFTER_EPOCHS)
     if n is not None and epochs_done >= n and epochs_done < epochs:
-        raise TrainingStopped(f"stopped after epoch {epochs_done} of {epochs} ({envs.TRAIN_STOP_AFTER_EPOCHS}="
-                              f"{n}); continue with --resume")
+        raise TrainingStopped(
+            f"stopped after epoch {epochs_done} of {epochs} ({envs.TRAIN_STOP_AFTER_EPOCHS}="
+            f"{n}); continue with --resume"
+        )

@@ -1,5 +1,6 @@
 """The hidden-state files both trainers read (`hs_{i}.safetensors`: token_ids [L], hidden_states [L, K+1, H]),
 the aux layer ids recorded beside them, and speculators' Arrow dataset built from them (the Llama route)."""
+
 from __future__ import annotations
 
 import logging
@@ -12,14 +13,21 @@ from .report import TrainDraftError, say
 from .samples import SampleSpec, load_sample
 
 META_FILES = ("metadata.json", "sge3_dump_meta.json", "dump_meta.json")
-META_KEYS = ("hf_hidden_state_indices", "layer_indices_hf", "eagle_aux_hidden_state_layer_ids",
-             "aux_hidden_state_layer_ids", "target_layer_ids", "layer_ids")
+META_KEYS = (
+    "hf_hidden_state_indices",
+    "layer_indices_hf",
+    "eagle_aux_hidden_state_layer_ids",
+    "aux_hidden_state_layer_ids",
+    "target_layer_ids",
+    "layer_ids",
+)
 _HS_RE = re.compile(r"^hs_(0|[1-9][0-9]*)\.safetensors$")
 
 log = logging.getLogger("sglang_eagle3_ext.train_draft")
 
 
 # ----------------------------------------------------------------------------- data preparation
+
 
 def find_hs_dir(data: Path) -> Path:
     for d in (data / "hidden_states", data):
@@ -33,8 +41,10 @@ def list_hs_files(hs_dir: Path) -> list[Path]:
     idx = sorted(int(m.group(1)) for p in hs_dir.iterdir() if (m := _HS_RE.match(p.name)))
     if idx != list(range(len(idx))):
         missing = sorted(set(range(idx[-1] + 1)) - set(idx))[:5]
-        raise TrainDraftError(f"{hs_dir}: hs files are not contiguous from hs_0 (missing e.g. {missing}); "
-                              f"speculators reads row i from hs_i")
+        raise TrainDraftError(
+            f"{hs_dir}: hs files are not contiguous from hs_0 (missing e.g. {missing}); "
+            f"speculators reads row i from hs_i"
+        )
     return [hs_dir / f"hs_{i}.safetensors" for i in idx]
 
 
@@ -69,8 +79,9 @@ def parse_layer_ids(text) -> list[int] | None:
         text = ",".join(str(x) if isinstance(x, int) and not isinstance(x, bool) else "?" for x in text)
     parts = [x for x in re.split(r"[,\s]+", text.strip()) if x]
     if not parts or not all(re.fullmatch(r"[0-9]+", x) for x in parts):
-        raise TrainDraftError(f"--layer-ids {text!r}: expected HF hidden_states indices, integers >= 0 separated "
-                              f"by commas (e.g. 1,2,3)")
+        raise TrainDraftError(
+            f"--layer-ids {text!r}: expected HF hidden_states indices, integers >= 0 separated by commas (e.g. 1,2,3)"
+        )
     return [int(x) for x in parts]
 
 
@@ -102,21 +113,31 @@ def _loss_mask(existing, i: int, p: Path, ids: list, data: Path) -> list[int]:
     row = existing[i]
     mask = row["loss_mask"]
     if list(row["input_ids"]) != ids:
-        raise TrainDraftError(f"{p}: its token_ids differ from row {i} of the Arrow dataset in {data}, whose "
-                              f"loss_mask it would take: the two were not exported together; re-export, or remove "
-                              f"the dataset's files from {data} to train on every token")
+        raise TrainDraftError(
+            f"{p}: its token_ids differ from row {i} of the Arrow dataset in {data}, whose "
+            f"loss_mask it would take: the two were not exported together; re-export, or remove "
+            f"the dataset's files from {data} to train on every token"
+        )
     if not isinstance(mask, list) or len(mask) != L or any(x not in (0, 1) or isinstance(x, float) for x in mask):
-        raise TrainDraftError(f"{p}: row {i} of the Arrow dataset in {data} has a loss_mask that is not {L} "
-                              f"values of 0/1; re-export the data")
+        raise TrainDraftError(
+            f"{p}: row {i} of the Arrow dataset in {data} has a loss_mask that is not {L} "
+            f"values of 0/1; re-export the data"
+        )
     return [int(x) for x in mask]
 
 
-def prepare_data(data: Path, hs_files: list[Path], prep: Path, n_slots_expected: int | None,
-                 vocab_size: int, hidden_size: int | None = None, slots_from: str = "") -> dict:
+def prepare_data(
+    data: Path,
+    hs_files: list[Path],
+    prep: Path,
+    n_slots_expected: int | None,
+    vocab_size: int,
+    hidden_size: int | None = None,
+    slots_from: str = "",
+) -> dict:
     """Check every file (training/samples.py), then write speculators' Arrow dataset (input_ids, loss_mask,
     seq_len) + token_freq.pt into `prep`."""
     import torch
-
 
     existing = _existing_loss_masks(data, len(hs_files))
     rows = {"input_ids": [], "loss_mask": [], "seq_len": []}
@@ -135,9 +156,14 @@ def prepare_data(data: Path, hs_files: list[Path], prep: Path, n_slots_expected:
         rows["seq_len"].append(len(ids_list))
         freq += torch.bincount(ids[torch.tensor(mask, dtype=torch.bool)], minlength=vocab_size)
     _write_prepared(prep, rows, freq)
-    return {"n_samples": len(hs_files), "n_tokens": sum(rows["seq_len"]), "n_slots": spec.n_slots,
-            "hidden_size": spec.hidden, "loss_mask_from_dataset": used_existing,
-            "n_loss_tokens": int(freq.sum())}
+    return {
+        "n_samples": len(hs_files),
+        "n_tokens": sum(rows["seq_len"]),
+        "n_slots": spec.n_slots,
+        "hidden_size": spec.hidden,
+        "loss_mask_from_dataset": used_existing,
+        "n_loss_tokens": int(freq.sum()),
+    }
 
 
 def _write_prepared(prep: Path, rows: dict, freq) -> None:

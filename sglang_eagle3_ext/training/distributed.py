@@ -8,6 +8,7 @@ Rank 0 alone reads what is read once (the target, the data's metadata), writes t
 `on_main` runs a step there and hands its result (or its refusal) to every rank, so that a refusal stops every
 rank with the same message instead of leaving the others waiting in a collective.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +24,8 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
-    device: str = "cpu"          # "cpu", "cuda" (one process), "cuda:N" (rank on GPU N)
-    backend: str | None = None   # None: one process, no group
+    device: str = "cpu"  # "cpu", "cuda" (one process), "cuda:N" (rank on GPU N)
+    backend: str | None = None  # None: one process, no group
 
     @property
     def distributed(self) -> bool:
@@ -37,6 +38,7 @@ class World:
 
 class RelayedError(TrainDraftError):
     """A refusal made on rank 0, raised on the other ranks too; only rank 0 prints it."""
+
     echo = False
 
 
@@ -59,9 +61,11 @@ def torchrun_env() -> tuple[int, int, int] | None:
         rank, size, local = (int(v) for v in raw)
     except (TypeError, ValueError):
         shown = ", ".join(f"{n}={v!r}" for n, v in zip(names, raw))
-        raise TrainDraftError(f"torchrun's variables are incomplete or not integers ({shown}): start the run with "
-                              f"`torchrun --nproc-per-node N -m sglang_eagle3_ext.cli.train ...`, or unset them "
-                              f"for a one-process run") from None
+        raise TrainDraftError(
+            f"torchrun's variables are incomplete or not integers ({shown}): start the run with "
+            f"`torchrun --nproc-per-node N -m sglang_eagle3_ext.cli.train ...`, or unset them "
+            f"for a one-process run"
+        ) from None
     if size < 1 or not 0 <= rank < size or local < 0:
         raise TrainDraftError(f"torchrun's variables disagree (RANK={rank}, WORLD_SIZE={size}, LOCAL_RANK={local})")
     return rank, size, local
@@ -71,23 +75,26 @@ def _join(device: str, rank: int, size: int, local: int) -> World:
     import torch
     import torch.distributed as dist
 
-
     backend = "nccl" if device.startswith("cuda") else "gloo"
     if device.startswith("cuda"):
         if local >= torch.cuda.device_count():
-            raise TrainDraftError(f"LOCAL_RANK {local} but torch sees {torch.cuda.device_count()} CUDA device(s): "
-                                  f"give torchrun --nproc-per-node <= the GPUs of each node")
+            raise TrainDraftError(
+                f"LOCAL_RANK {local} but torch sees {torch.cuda.device_count()} CUDA device(s): "
+                f"give torchrun --nproc-per-node <= the GPUs of each node"
+            )
         torch.cuda.set_device(local)
         device = f"cuda:{local}"
     if not dist.is_initialized():
         kw = {"device_id": torch.device(device)} if backend == "nccl" else {}
         dist.init_process_group(backend, **kw)
     if (dist.get_rank(), dist.get_world_size()) != (rank, size):
-        raise TrainDraftError(f"the process group is rank {dist.get_rank()} of {dist.get_world_size()}, torchrun "
-                              f"said {rank} of {size}")
-    if rank == 0:    # the other ranks train quietly
-        log_once("train-world", "training on %d processes (torchrun, %s); rank 0 on %s prints for all", size,
-                 backend, device)
+        raise TrainDraftError(
+            f"the process group is rank {dist.get_rank()} of {dist.get_world_size()}, torchrun said {rank} of {size}"
+        )
+    if rank == 0:  # the other ranks train quietly
+        log_once(
+            "train-world", "training on %d processes (torchrun, %s); rank 0 on %s prints for all", size, backend, device
+        )
     return World(rank=rank, size=size, local_rank=local, device=device, backend=backend)
 
 
@@ -118,7 +125,7 @@ def session(device: str):
         if made:
             dist = importlib.import_module("torch.distributed")
             if dist.is_initialized():
-                if ok:      # a rank that leaves while rank 0 still writes tears gloo's pairs down under it
+                if ok:  # a rank that leaves while rank 0 still writes tears gloo's pairs down under it
                     dist.barrier()
                 dist.destroy_process_group()
 

@@ -14,6 +14,7 @@ input_layernorm), the MLA route under SGLang's, which are its own.
     mla_config / mla_state_dict  the MLA route's config and tensors
     load_into(model, sd, where)  every trainable parameter of the model from sd, every tensor of sd taken
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,8 +31,9 @@ from .distributed import torchrun_env
 from .report import TrainDraftError, say
 from .target_view import text_config
 
-FIX_SHAPE = ("--init-from needs a draft of the same shape: same --num-layers/--intermediate-size/--draft-vocab-size/"
-             "target")
+FIX_SHAPE = (
+    "--init-from needs a draft of the same shape: same --num-layers/--intermediate-size/--draft-vocab-size/target"
+)
 _FIX_DRAFT = "point --init-from at a complete draft (`sglang-eagle3 check DIR` lists what is wrong)"
 
 
@@ -39,6 +41,7 @@ _FIX_DRAFT = "point --init-from at a complete draft (`sglang-eagle3 check DIR` l
 class InitDraft:
     """DIR as read: its layout (draft/arch name), source format, SGLang-shaped config, rules' spec, and its tensors
     (SGLang canonical name -> safetensors header) and those not loaded (checkpoint key -> why)."""
+
     path: Path
     layout: str
     fmt: str
@@ -59,7 +62,6 @@ class InitDraft:
         """The values (SGLang canonical names; a pre-fused MLA projection split), each checked: finite, d2t in the
         target's vocabulary."""
         from safetensors import safe_open
-
 
         out, problems = {}, []
         for canon, info in sorted(self.infos.items()):
@@ -100,8 +102,10 @@ def _config(d: Path, where: str):
     if not d.is_dir():
         raise TrainDraftError(f"{where}: not a folder; point it at a draft's folder (config.json + *.safetensors)")
     if not (d / "config.json").is_file():
-        raise TrainDraftError(f"{where}: no config.json, so this is no draft's folder; point --init-from at the "
-                              f"folder `train --out` or `convert` wrote")
+        raise TrainDraftError(
+            f"{where}: no config.json, so this is no draft's folder; point --init-from at the "
+            f"folder `train --out` or `convert` wrote"
+        )
     layout = _layout()
     try:
         cfg, fmt, _ = convert.convert_config(convert.source_config(d), layout)
@@ -148,10 +152,13 @@ def read_draft(path, target_cfg: dict) -> InitDraft:
         if canon in infos:
             problems.append(f"{info.file}: {name} duplicates {canon}")
         parts = fused.get(canon)
-        if parts:   # pre-fused: the halves SGLang fuses itself must fill it exactly
+        if parts:  # pre-fused: the halves SGLang fuses itself must fill it exactly
             want = (sum(shapes[p][0] for p in parts), shapes[parts[0]][1])
-            problems += [] if tuple(info.shape) == want else [f"{info.file}: {canon} is {list(info.shape)}, expected "
-                                                             f"{list(want)}"]
+            problems += (
+                []
+                if tuple(info.shape) == want
+                else [f"{info.file}: {canon} is {list(info.shape)}, expected {list(want)}"]
+            )
         else:
             problems += rules.tensor_problems(canon, tuple(info.shape), spec, shapes, str(info.file))
         infos[canon] = info
@@ -165,12 +172,18 @@ def read_draft(path, target_cfg: dict) -> InitDraft:
 
 # --- the run's settings from DIR ----------------------------------------------------------------------------
 
+
 def _settings(init: InitDraft) -> dict:
     """Option name -> DIR's value: DIR's layout and shape settings (an option left unset, None, takes it), the
     layout's own among them."""
     spec = init.spec
-    s = {"draft_arch": init.layout, "layer_ids": init.hf_indices, "intermediate_size": spec.inter,
-         "num_layers": spec.n_layers, "draft_vocab_size": spec.lm_head_rows}
+    s = {
+        "draft_arch": init.layout,
+        "layer_ids": init.hf_indices,
+        "intermediate_size": spec.inter,
+        "num_layers": spec.n_layers,
+        "draft_vocab_size": spec.lm_head_rows,
+    }
     return {**s, **spec.layout_module.init_settings(spec, init.cfg)}
 
 
@@ -203,14 +216,18 @@ def resolve_options(opts):
         value = parse_layer_ids(value) if name == "layer_ids" else value
         if dir_value is None and name == "layer_ids":
             if value is None:
-                raise TrainDraftError(f"{init.where} does not record the HF hidden-state indices it was trained on "
-                                      f"(eagle_config.hf_hidden_state_indices): pass them with --layer-ids")
+                raise TrainDraftError(
+                    f"{init.where} does not record the HF hidden-state indices it was trained on "
+                    f"(eagle_config.hf_hidden_state_indices): pass them with --layer-ids"
+                )
             continue
         if value is not None and value != dir_value:
             flag = "--" + name.replace("_", "-")
             shown = ",".join(map(str, value)) if isinstance(value, list) else value
-            raise TrainDraftError(f"{flag} {shown} conflicts with --init-from {init.path} (its {name} is {dir_value}): "
-                                  f"leave {flag} out (it defaults to the draft's) or train afresh without --init-from")
+            raise TrainDraftError(
+                f"{flag} {shown} conflicts with --init-from {init.path} (its {name} is {dir_value}): "
+                f"leave {flag} out (it defaults to the draft's) or train afresh without --init-from"
+            )
         effective = None if (name == "draft_vocab_size" and dir_value == init.spec.vocab) else dir_value
         if value != effective:
             taken.append(f"{name} {dir_value}")
@@ -218,9 +235,11 @@ def resolve_options(opts):
     if opts.data is not None and "layer_ids" in changes:
         meta, src = read_layer_ids_from_metadata(Path(opts.data))
         if meta is not None and meta != changes["layer_ids"]:
-            raise TrainDraftError(f"--data {opts.data} holds the states of HF layers {meta} ({src}) but --init-from "
-                                  f"{init.path} was trained on {changes['layer_ids']}: dump the data at the draft's "
-                                  f"layers (or pass --layer-ids to read the files as the draft's)")
+            raise TrainDraftError(
+                f"--data {opts.data} holds the states of HF layers {meta} ({src}) but --init-from "
+                f"{init.path} was trained on {changes['layer_ids']}: dump the data at the draft's "
+                f"layers (or pass --layer-ids to read the files as the draft's)"
+            )
     if taken and _main_process():
         say(f"--init-from {init.path}: {init.layout} draft ({init.fmt} layout); from it: {', '.join(taken)}")
     return dataclasses.replace(opts, **changes)
@@ -238,6 +257,7 @@ def _main_process() -> bool:
 
 # --- DIR's tensors as each route's model names them ------------------------------------------------------------
 
+
 def _mapping(sd: dict, init: InitDraft) -> None:
     """d2t/t2d in place: DIR's mapping, with t2d made from d2t when DIR has none; refused when they disagree or
     when d2t is not in ascending target order (speculators' teacher takes the target's lm_head rows in that
@@ -248,19 +268,24 @@ def _mapping(sd: dict, init: InitDraft) -> None:
     d2t, t2d = sd.pop("d2t", None), sd.pop("t2d", None)
     if not spec.needs_d2t:
         if (d2t is not None and bool(d2t.any())) or (t2d is not None and not bool(t2d.bool().all())):
-            raise TrainDraftError(f"{where} cannot be continued: its d2t/t2d are not the identity, but its "
-                                  f"draft_vocab_size is the target's vocabulary; {_FIX_DRAFT}")
+            raise TrainDraftError(
+                f"{where} cannot be continued: its d2t/t2d are not the identity, but its "
+                f"draft_vocab_size is the target's vocabulary; {_FIX_DRAFT}"
+            )
         return
     ids = torch.arange(d2t.numel()) + d2t.long().reshape(-1)
     if d2t.numel() > 1 and not bool((ids[1:] > ids[:-1]).all()):
-        raise TrainDraftError(f"{where} cannot be continued: its d2t does not list target tokens in ascending order, "
-                              f"which speculators' trainer assumes (its teacher takes the target's lm_head rows in "
-                              f"that order); train afresh without --init-from")
+        raise TrainDraftError(
+            f"{where} cannot be continued: its d2t does not list target tokens in ascending order, "
+            f"which speculators' trainer assumes (its teacher takes the target's lm_head rows in "
+            f"that order); train afresh without --init-from"
+        )
     mask = torch.zeros(spec.vocab, dtype=torch.bool)
     mask[ids] = True
     if t2d is not None and not torch.equal(t2d.bool().reshape(-1), mask):
-        raise TrainDraftError(f"{where} cannot be continued: its t2d does not mark the target tokens its d2t maps "
-                              f"to; {_FIX_DRAFT}")
+        raise TrainDraftError(
+            f"{where} cannot be continued: its t2d does not mark the target tokens its d2t maps to; {_FIX_DRAFT}"
+        )
     sd["d2t"], sd["t2d"] = d2t.long().reshape(-1), mask
 
 
@@ -299,6 +324,7 @@ def mla_state_dict(init: InitDraft, model) -> dict:
 
 # --- into the model the run built ----------------------------------------------------------------------------
 
+
 def expected_of(model) -> tuple[dict, set]:
     """(state-dict name -> shape, names of trainable parameters) of a model not yet wrapped."""
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
@@ -312,11 +338,15 @@ def load_into(model, sd: dict, where, expected: tuple[dict, set] | None = None) 
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     shapes, trainable = expected or expected_of(model)
-    lines = [f"{k} {list(v.shape)} in {where}, the model's is {list(shapes[k])}" for k, v in sorted(sd.items())
-             if k in shapes and tuple(v.shape) != shapes[k]]
+    lines = [
+        f"{k} {list(v.shape)} in {where}, the model's is {list(shapes[k])}"
+        for k, v in sorted(sd.items())
+        if k in shapes and tuple(v.shape) != shapes[k]
+    ]
     lines += [f"nothing in the model takes {k} {list(v.shape)}" for k, v in sorted(sd.items()) if k not in shapes]
-    lines += [f"the model trains {k} {list(shapes[k])}, which {where} does not hold"
-              for k in sorted(trainable - set(sd))]
+    lines += [
+        f"the model trains {k} {list(shapes[k])}, which {where} does not hold" for k in sorted(trainable - set(sd))
+    ]
     if lines:
         shown = "; ".join(lines[:4]) + (f"; and {len(lines) - 4} more" if len(lines) > 4 else "")
         raise TrainDraftError(f"--init-from {where} does not fit the draft this run builds: {shown}; {FIX_SHAPE}")
@@ -327,9 +357,11 @@ def load_into(model, sd: dict, where, expected: tuple[dict, set] | None = None) 
 def continuing_line(init: InitDraft, n: int) -> str:
     """The one line a run says when it starts from DIR's weights."""
     ignored = f"; not loaded: {', '.join(sorted(init.ignored))} (the target's or unused)" if init.ignored else ""
-    return (f"continuing from {init.path} ({n} tensors, {init.fmt} layout{ignored}; the target's embeddings and "
-            f"teacher head come from --target as in any run; this run's epochs and learning-rate schedule start "
-            f"afresh)")
+    return (
+        f"continuing from {init.path} ({n} tensors, {init.fmt} layout{ignored}; the target's embeddings and "
+        f"teacher head come from --target as in any run; this run's epochs and learning-rate schedule start "
+        f"afresh)"
+    )
 
 
 def mapping_note(init: InitDraft, d2t, token_freq_path: Path, vocab: int) -> str | None:
@@ -344,12 +376,22 @@ def mapping_note(init: InitDraft, d2t, token_freq_path: Path, vocab: int) -> str
     n = d2t.numel()
     kept = set((torch.arange(n) + d2t).tolist())
     other = len(kept - set((torch.arange(n) + mine).tolist()))
-    return (f"draft vocabulary: the mapping of --init-from {init.path} is kept ({other} of its {n} target tokens "
-            f"are not among this data's {n} most frequent): its lm_head rows follow it")
+    return (
+        f"draft vocabulary: the mapping of --init-from {init.path} is kept ({other} of its {n} target tokens "
+        f"are not among this data's {n} most frequent): its lm_head rows follow it"
+    )
 
 
-_LAYER_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta",
-               "rope_parameters", "rope_scaling", "max_position_embeddings")
+_LAYER_KEYS = (
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_parameters",
+    "rope_scaling",
+    "max_position_embeddings",
+)
 
 
 def llama_layer_config(init: InitDraft, fresh: dict) -> dict:

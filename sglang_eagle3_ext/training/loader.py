@@ -6,6 +6,7 @@ At Kimi-K2.5's width a sample is ~57 KB per token (3 aux states + the final one,
 the training process, one 2k-token sample is ~117 MB of page-cache copying per step. The worker pool and
 pinned host memory (on CUDA) take that off the step: benchmarks/bench_train.py measures the loader's share.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -47,9 +48,16 @@ def stream(files, indices: list[int], num_workers: int, pin: bool, prefetch: int
     """The items of `indices`, in that order, read ahead by `num_workers` processes (0: in this process)."""
     from .workers import QuietLoader, quiet_workers
 
-    return QuietLoader(SampleFiles(files), sampler=list(indices), batch_size=None, num_workers=num_workers,
-                      pin_memory=pin, prefetch_factor=prefetch if num_workers else None,
-                      persistent_workers=False, worker_init_fn=quiet_workers())
+    return QuietLoader(
+        SampleFiles(files),
+        sampler=list(indices),
+        batch_size=None,
+        num_workers=num_workers,
+        pin_memory=pin,
+        prefetch_factor=prefetch if num_workers else None,
+        persistent_workers=False,
+        worker_init_fn=quiet_workers(),
+    )
 
 
 def to_device(item, device: str):

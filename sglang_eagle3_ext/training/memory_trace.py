@@ -10,6 +10,7 @@ row, the mask), as the CPU's flash kernel and CUDA's flash / memory-efficient on
 probabilities; masked_select (data-dependent, no meta kernel; speculators' accuracy metric) returns its
 largest possible result.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,6 +45,7 @@ class LiveBytes:
                             tracker.live[key] = (StorageWeakRef(st), st.nbytes())
                 tracker.sweep()
                 return out
+
         self.mode = Mode()
 
     def sweep(self) -> None:
@@ -75,8 +77,9 @@ def _stand_ins():
     masked_select = torch.masked_select
     saved = F.scaled_dot_product_attention, torch.masked_select
     F.scaled_dot_product_attention = sdpa
-    torch.masked_select = lambda x, m, **kw: (torch.empty(x.numel(), dtype=x.dtype, device=x.device) if x.is_meta
-                                              else masked_select(x, m, **kw))
+    torch.masked_select = lambda x, m, **kw: (
+        torch.empty(x.numel(), dtype=x.dtype, device=x.device) if x.is_meta else masked_select(x, m, **kw)
+    )
     try:
         yield
     finally:
@@ -90,14 +93,14 @@ def trace_step(model, make_inputs, step) -> dict:
 
     import torch
 
-    for p in model.parameters():   # gradients made up front and counted apart: the backward adds into them
+    for p in model.parameters():  # gradients made up front and counted apart: the backward adds into them
         if p.requires_grad:
             p.grad = torch.zeros_like(p)
     static = {_storage_key(t) for t in [*model.parameters(), *model.buffers()]}
     static |= {_storage_key(p.grad) for p in model.parameters() if p.grad is not None}
     tracker = LiveBytes(static)
     gc.collect()
-    gc.disable()           # frees by reference count only: the same peak on every run
+    gc.disable()  # frees by reference count only: the same peak on every run
     try:
         with _stand_ins(), tracker.mode:
             inputs = make_inputs()

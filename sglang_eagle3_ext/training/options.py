@@ -2,6 +2,7 @@
 
 The `train` command line builds these from its flags; a Python caller (or a launcher of its own) builds them
 directly. Field names are the flags' (`--ttt-steps` -> `ttt_steps`), and so are the messages of `check()`."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,12 +21,33 @@ DEVICES = ("cuda", "cpu")
 LOSS_IMPLS = ("fused", "eager")
 ATTN_IMPLS = ("simple_flex_attention", "sdpa", "eager")
 # (fields, minimum, None allowed): the integer settings
-_INTEGERS = ((("ttt_steps", "total_seq_len", "log_every"), 1, False),
-             (("num_layers", "epochs", "steps", "draft_vocab_size", "intermediate_size", "head_dim",
-               "max_position_embeddings", "global_batch", "world_size"), 1, True),
-             (("num_workers", "seed"), 0, False), (("warmup_steps",), 0, True))
-_CHOICES = (("optimizer", OPTIMIZERS), ("scheduler", SCHEDULERS), ("loss_impl", LOSS_IMPLS), ("attn_impl", ATTN_IMPLS),
-            ("device", DEVICES))
+_INTEGERS = (
+    (("ttt_steps", "total_seq_len", "log_every"), 1, False),
+    (
+        (
+            "num_layers",
+            "epochs",
+            "steps",
+            "draft_vocab_size",
+            "intermediate_size",
+            "head_dim",
+            "max_position_embeddings",
+            "global_batch",
+            "world_size",
+        ),
+        1,
+        True,
+    ),
+    (("num_workers", "seed"), 0, False),
+    (("warmup_steps",), 0, True),
+)
+_CHOICES = (
+    ("optimizer", OPTIMIZERS),
+    ("scheduler", SCHEDULERS),
+    ("loss_impl", LOSS_IMPLS),
+    ("attn_impl", ATTN_IMPLS),
+    ("device", DEVICES),
+)
 # what draft_arch / num_layers left unset mean without --init-from
 FRESH_DEFAULTS = {"draft_arch": "llama", "num_layers": 1}
 # what a train --out held before outputs carried outdir.MARKER: replaceable with --force
@@ -35,21 +57,22 @@ _LEGACY_OUTPUT = {"config.json", "model.safetensors", RUN_DIR, "train_summary.js
 @dataclasses.dataclass
 class TrainOptions:
     """One training run: the inputs, the output folder, the draft layout and the trainer's settings."""
-    data: str | Path                      # hs_{i}.safetensors (or DATA/hidden_states/ with them)
-    target: str | Path                    # the target's local HF directory (config + safetensors)
-    out: str | Path                       # a new or empty folder, or an earlier output of train with force
+
+    data: str | Path  # hs_{i}.safetensors (or DATA/hidden_states/ with them)
+    target: str | Path  # the target's local HF directory (config + safetensors)
+    out: str | Path  # a new or empty folder, or an earlier output of train with force
     force: bool = False
-    draft_arch: str | None = None         # a key of training.train.ROUTES; None: --init-from's layout, else llama
-    epochs: int | None = None             # None: DEFAULT_EPOCHS, or as many as steps needs
+    draft_arch: str | None = None  # a key of training.train.ROUTES; None: --init-from's layout, else llama
+    epochs: int | None = None  # None: DEFAULT_EPOCHS, or as many as steps needs
     steps: int | None = None
     lr: float = 1e-3
     optimizer: str = "adamw"
     scheduler: str = "cosine"
-    warmup_steps: int | None = None       # None: speculators' own
-    device: str | None = None             # None: cuda when available
-    layer_ids: str | list[int] | None = None   # "1,2,3" or [1, 2, 3]; None: the data's metadata, else default
-    draft_vocab_size: int | None = None   # None: the target's full vocabulary
-    num_layers: int | None = None         # None: --init-from's, else 1
+    warmup_steps: int | None = None  # None: speculators' own
+    device: str | None = None  # None: cuda when available
+    layer_ids: str | list[int] | None = None  # "1,2,3" or [1, 2, 3]; None: the data's metadata, else default
+    draft_vocab_size: int | None = None  # None: the target's full vocabulary
+    num_layers: int | None = None  # None: --init-from's, else 1
     intermediate_size: int | None = None
     head_dim: int | None = None
     max_position_embeddings: int | None = None
@@ -62,18 +85,19 @@ class TrainOptions:
     num_workers: int = 4
     seed: int = 0
     log_every: int = 10
-    min_val_acc: float = 0.05             # <= this validation accuracy fails the run (0: never)
+    min_val_acc: float = 0.05  # <= this validation accuracy fails the run (0: never)
     keep_checkpoints: bool = False
-    global_batch: int | None = None       # micro-batches per optimizer step over all ranks; None: one per rank
-    resume: bool = False                  # continue from the checkpoint in `out` (nothing there: start afresh)
-    dry_run: bool = False                 # return the plan (sizes, memory per rank) without training
-    device_memory_gib: float | None = None   # the plan's memory budget per rank; None: the device's own
-    world_size: int | None = None         # the plan's ranks; None: torchrun's WORLD_SIZE, else 1
-    init_from: str | Path | None = None   # a draft (either layout) whose weights this run continues from
-    select_by: str = "last"               # the epoch whose draft `out` keeps: "last", or "predicted-accept": the
-                                          # best by epoch_scorer (training/selection.py)
-    epoch_scorer: Callable[[Path], tuple] | None = dataclasses.field(   # draft folder -> (score, details);
-        default=None, compare=False, repr=False, metadata={"cli": False})  # the command's: acceptance/select.py
+    global_batch: int | None = None  # micro-batches per optimizer step over all ranks; None: one per rank
+    resume: bool = False  # continue from the checkpoint in `out` (nothing there: start afresh)
+    dry_run: bool = False  # return the plan (sizes, memory per rank) without training
+    device_memory_gib: float | None = None  # the plan's memory budget per rank; None: the device's own
+    world_size: int | None = None  # the plan's ranks; None: torchrun's WORLD_SIZE, else 1
+    init_from: str | Path | None = None  # a draft (either layout) whose weights this run continues from
+    select_by: str = "last"  # the epoch whose draft `out` keeps: "last", or "predicted-accept": the
+    # best by epoch_scorer (training/selection.py)
+    epoch_scorer: Callable[[Path], tuple] | None = dataclasses.field(  # draft folder -> (score, details);
+        default=None, compare=False, repr=False, metadata={"cli": False}
+    )  # the command's: acceptance/select.py
 
     def check(self) -> None:
         """TrainDraftError naming the first setting out of its range (the command line's types already
@@ -110,9 +134,14 @@ class TrainOptions:
     def output_rule(self) -> dict:
         """How train writes --out (files/outdir.py): never into or around its inputs; an earlier output only
         with --force."""
-        return dict(tool="train", flag="--out", replace=bool(self.force or self.resume), legacy=_legacy_output,
-                    inputs=[("target (--target)", self.target), ("data (--data)", self.data)]
-                    + ([("draft (--init-from)", self.init_from)] if self.init_from is not None else []))
+        return dict(
+            tool="train",
+            flag="--out",
+            replace=bool(self.force or self.resume),
+            legacy=_legacy_output,
+            inputs=[("target (--target)", self.target), ("data (--data)", self.data)]
+            + ([("draft (--init-from)", self.init_from)] if self.init_from is not None else []),
+        )
 
 
 def _flag(name: str) -> str:
@@ -133,5 +162,8 @@ def _need_int(opts: TrainOptions, name: str, minimum: int, optional: bool) -> No
 
 def _legacy_output(d: Path) -> bool:
     names = {p.name for p in d.iterdir()}
-    return {"config.json", "model.safetensors"} <= names and bool(names & {RUN_DIR, "train_summary.json"}) \
+    return (
+        {"config.json", "model.safetensors"} <= names
+        and bool(names & {RUN_DIR, "train_summary.json"})
         and names <= _LEGACY_OUTPUT
+    )

@@ -8,6 +8,7 @@ the real draft on the meta device (training/memory_trace.py) at the plan's lengt
 the Llama route (speculators pads every packed sequence to it), the longest sample of --data for the MLA route
 (else --total-seq-len). A warning when the total passes the device's memory (or --device-memory-gib).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,7 +23,7 @@ from .options import TrainOptions
 from .report import TrainDraftError
 from .target_view import text_config
 
-GIB = 2 ** 30
+GIB = 2**30
 ADAMW_STATES = 2
 
 
@@ -60,8 +61,10 @@ def _lengths(a: TrainOptions) -> list[int]:
     except TrainDraftError:
         raise
     except Exception as e:  # noqa: BLE001 - an unreadable header: the run itself would refuse the file by name
-        raise TrainDraftError(f"--data: a sample's header is unreadable ({type(e).__name__}: {e}); fix or remove "
-                              f"it, or plan without --data") from None
+        raise TrainDraftError(
+            f"--data: a sample's header is unreadable ({type(e).__name__}: {e}); fix or remove "
+            f"it, or plan without --data"
+        ) from None
 
 
 def _device_gib(a: TrainOptions, device: str) -> float | None:
@@ -79,7 +82,6 @@ def plan_draft(a: TrainOptions) -> dict:
     """The plan of the run `a` describes (nothing is trained or written)."""
     import torch
 
-
     tcfg = _target_config(a)
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     world = _world_size(a)
@@ -93,14 +95,37 @@ def plan_draft(a: TrainOptions) -> dict:
         sizes = layouts.resolve(layout.PLAN)(a, tcfg, K, T, device, world)
     except TrainDraftError:
         raise
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError, OverflowError,
-            RuntimeError, NotImplementedError) as e:
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        ZeroDivisionError,
+        OverflowError,
+        RuntimeError,
+        NotImplementedError,
+    ) as e:
         # the config's sizes do not make a draft (torch refuses the shapes, a head size does not divide...)
-        raise TrainDraftError(f"--target {a.target}: its config.json does not describe a {a.draft_arch} draft "
-                              f"({type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]})") from None
+        raise TrainDraftError(
+            f"--target {a.target}: its config.json does not describe a {a.draft_arch} draft "
+            f"({type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]})"
+        ) from None
     per_step = G * T if packed else round(G * (sum(lengths) / len(lengths) if lengths else T))
-    return _finish(a, tcfg, sizes, device=device, world=world, G=G, A=A, T=T, per_step=per_step, n=len(lengths),
-                   packed=packed, shards=layout.TRAIN_SHARDS_WEIGHTS)
+    return _finish(
+        a,
+        tcfg,
+        sizes,
+        device=device,
+        world=world,
+        G=G,
+        A=A,
+        T=T,
+        per_step=per_step,
+        n=len(lengths),
+        packed=packed,
+        shards=layout.TRAIN_SHARDS_WEIGHTS,
+    )
 
 
 def _finish(a, tcfg, sizes, *, device, world, G, A, T, per_step, n, packed, shards) -> dict:
@@ -109,29 +134,50 @@ def _finish(a, tcfg, sizes, *, device, world, G, A, T, per_step, n, packed, shar
     budget = _device_gib(a, device)
     warnings = []
     if budget is not None and mem["total"] > budget:
-        warnings.append(f"does not fit: {mem['total']:.2f} GiB per rank > {budget:.2f} GiB of device memory; "
-                        f"shorten {'--total-seq-len' if packed else 'the samples'}, use more ranks"
-                        f"{' (FSDP shards the weights)' if shards else ''}, or a --draft-vocab-size")
-    return {"arch": a.draft_arch, "target": str(a.target), "vocab_size": int(tcfg["vocab_size"]),
-            "hidden_size": int(tcfg["hidden_size"]), "device": device, "world_size": world, "global_batch": G,
-            "accumulation": A, "tokens_per_micro_batch": T, "tokens_per_step": per_step, "samples": n or None,
-            "params": sizes["params"], "per_rank_gib": mem, "per_rank_bytes": nbytes, "device_memory_gib": budget,
-            "fits": None if budget is None else mem["total"] <= budget, "warnings": warnings,
-            "notes": sizes["notes"]}
+        warnings.append(
+            f"does not fit: {mem['total']:.2f} GiB per rank > {budget:.2f} GiB of device memory; "
+            f"shorten {'--total-seq-len' if packed else 'the samples'}, use more ranks"
+            f"{' (FSDP shards the weights)' if shards else ''}, or a --draft-vocab-size"
+        )
+    return {
+        "arch": a.draft_arch,
+        "target": str(a.target),
+        "vocab_size": int(tcfg["vocab_size"]),
+        "hidden_size": int(tcfg["hidden_size"]),
+        "device": device,
+        "world_size": world,
+        "global_batch": G,
+        "accumulation": A,
+        "tokens_per_micro_batch": T,
+        "tokens_per_step": per_step,
+        "samples": n or None,
+        "params": sizes["params"],
+        "per_rank_gib": mem,
+        "per_rank_bytes": nbytes,
+        "device_memory_gib": budget,
+        "fits": None if budget is None else mem["total"] <= budget,
+        "warnings": warnings,
+        "notes": sizes["notes"],
+    }
 
 
 def plan_lines(p: dict) -> list[str]:
     """The plan as the command line prints it."""
     pr, m = p["params"], p["per_rank_gib"]
-    lines = [f"plan: {p['arch']} draft for {p['target']} (vocab {p['vocab_size']}, hidden {p['hidden_size']}) on "
-             f"{p['world_size']} rank(s), {p['device']}",
-             f"  parameters: {pr['total']:,} ({pr['trainable']:,} trained, {pr['frozen']:,} frozen)",
-             f"  global batch: {p['global_batch']} micro-batches per step ({p['accumulation']} per rank), "
-             f"{p['tokens_per_micro_batch']:,} tokens per micro-batch, ~{p['tokens_per_step']:,} tokens per step",
-             "  memory per rank: " + ", ".join(f"{k} {_size(v)}" for k, v in m.items())]
+    lines = [
+        f"plan: {p['arch']} draft for {p['target']} (vocab {p['vocab_size']}, hidden {p['hidden_size']}) on "
+        f"{p['world_size']} rank(s), {p['device']}",
+        f"  parameters: {pr['total']:,} ({pr['trainable']:,} trained, {pr['frozen']:,} frozen)",
+        f"  global batch: {p['global_batch']} micro-batches per step ({p['accumulation']} per rank), "
+        f"{p['tokens_per_micro_batch']:,} tokens per micro-batch, ~{p['tokens_per_step']:,} tokens per step",
+        "  memory per rank: " + ", ".join(f"{k} {_size(v)}" for k, v in m.items()),
+    ]
     budget = p["device_memory_gib"]
-    lines.append(f"  device memory: {_size(budget)}: {'fits' if p['fits'] else 'DOES NOT FIT'}" if budget is not None
-                 else "  device memory: unknown (no CUDA device; --device-memory-gib to check a budget)")
+    lines.append(
+        f"  device memory: {_size(budget)}: {'fits' if p['fits'] else 'DOES NOT FIT'}"
+        if budget is not None
+        else "  device memory: unknown (no CUDA device; --device-memory-gib to check a budget)"
+    )
     lines += [f"  note: {x}" for x in p["notes"]]
     lines += [f"WARNING: {w}" for w in p["warnings"]]
     return lines

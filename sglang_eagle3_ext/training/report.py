@@ -1,5 +1,6 @@
 """How a training run reports, whichever route trains it: its one error class, its progress lines, and the
 two refusals of a finished draft (one that did not learn, one whose weights are not finite)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,11 +8,13 @@ from pathlib import Path
 
 class TrainDraftError(RuntimeError):
     """A refusal whose message names the input and the fix (the train command exits 2 with it)."""
+
     exit_code = 2
 
 
 class NotLearned(TrainDraftError):
     """The run finished and its draft did not learn: a negative verdict (exit 1), not bad input."""
+
     exit_code = 1
 
 
@@ -32,12 +35,14 @@ def say(msg: str) -> None:
 def require_learned(val_acc: float | None, min_acc: float, out: Path) -> None:
     """Fail the run when the draft's validation accuracy (first speculative step) is <= min_acc: a draft that
     did not learn otherwise shows up only later, as an accept length of ~1 when served."""
-    if min_acc <= 0 or val_acc is None or val_acc != val_acc:      # disabled, or no validation split (NaN)
+    if min_acc <= 0 or val_acc is None or val_acc != val_acc:  # disabled, or no validation split (NaN)
         return
     if val_acc <= min_acc:
-        raise NotLearned(f"the trained draft's validation accuracy is {val_acc:.4f} (<= --min-val-acc "
-                              f"{min_acc}): it did not learn and would serve at an accept length of ~1; "
-                              f"checkpoint kept in {out}; train longer / with another --lr, or check the data")
+        raise NotLearned(
+            f"the trained draft's validation accuracy is {val_acc:.4f} (<= --min-val-acc "
+            f"{min_acc}): it did not learn and would serve at an accept length of ~1; "
+            f"checkpoint kept in {out}; train longer / with another --lr, or check the data"
+        )
 
 
 def non_finite(state_dict: dict) -> list[str]:

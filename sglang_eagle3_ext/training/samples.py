@@ -5,6 +5,7 @@ every argmax agree (a validation accuracy of 1.0 from nothing, and a NaN draft),
 that disagrees with the target or the token ids crashes deep in a trainer or trains on shifted rows, and ids
 past the vocab (e.g. multimodal pad values) index garbage.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,10 +23,11 @@ FLOAT_DTYPES = ("bfloat16", "float16", "float32")
 class SampleSpec:
     """What each file must hold: states [L, n_slots, hidden] (n_slots = aux layers + the final state),
     ids in [0, vocab). None: taken from the first file, then required of every other."""
+
     n_slots: int | None
     hidden: int | None
     vocab: int
-    slots_from: str = ""       # where n_slots comes from, for the message
+    slots_from: str = ""  # where n_slots comes from, for the message
 
 
 def _refuse(path: Path, problem: str):
@@ -35,9 +37,8 @@ def _refuse(path: Path, problem: str):
 def _read(path: Path):
     from safetensors import safe_open
 
-
     try:
-        regular_file(path, "sample file")          # a FIFO would block the reader
+        regular_file(path, "sample file")  # a FIFO would block the reader
     except BadInput as e:
         _refuse(path, e.problem)
     try:
@@ -67,19 +68,32 @@ def load_sample(path, spec: SampleSpec):
     problem = token_id_problem(ids, spec.vocab)
     if problem:
         _refuse(path, problem)
-    if hs.dim() != 3 or hs.shape[0] != L or (spec.n_slots and hs.shape[1] != spec.n_slots) \
-            or (spec.hidden and hs.shape[2] != spec.hidden):
-        slots = f"{spec.n_slots} slots per token ({spec.slots_from or 'the aux layers + the final state'})" \
-            if spec.n_slots else "K+1 slots per token (K aux layers + the final state)"
-        _refuse(path, f"{STATES} is {list(hs.shape)}, expected [{L}, {spec.n_slots or 'K+1'}, {spec.hidden or 'H'}]: "
-                      f"{L} rows (one per token id), {slots}, width {spec.hidden or 'H'} (the target's hidden size)")
+    if (
+        hs.dim() != 3
+        or hs.shape[0] != L
+        or (spec.n_slots and hs.shape[1] != spec.n_slots)
+        or (spec.hidden and hs.shape[2] != spec.hidden)
+    ):
+        slots = (
+            f"{spec.n_slots} slots per token ({spec.slots_from or 'the aux layers + the final state'})"
+            if spec.n_slots
+            else "K+1 slots per token (K aux layers + the final state)"
+        )
+        _refuse(
+            path,
+            f"{STATES} is {list(hs.shape)}, expected [{L}, {spec.n_slots or 'K+1'}, {spec.hidden or 'H'}]: "
+            f"{L} rows (one per token id), {slots}, width {spec.hidden or 'H'} (the target's hidden size)",
+        )
     if str(hs.dtype).replace("torch.", "") not in FLOAT_DTYPES:
         _refuse(path, f"{STATES} is {str(hs.dtype)[6:]}, expected one of {', '.join(FLOAT_DTYPES)}")
     bad = ~torch.isfinite(hs)
     if bool(bad.any()):
         rows = bad.flatten(1).any(1).nonzero().flatten()
-        _refuse(path, f"{STATES} holds NaN/Inf ({int(bad.sum())} values in {rows.numel()} of {L} rows, first row "
-                      f"{int(rows[0])}): a draft trained on it learns nothing and reports any accuracy")
+        _refuse(
+            path,
+            f"{STATES} holds NaN/Inf ({int(bad.sum())} values in {rows.numel()} of {L} rows, first row "
+            f"{int(rows[0])}): a draft trained on it learns nothing and reports any accuracy",
+        )
     return ids.long(), hs
 
 
@@ -94,6 +108,8 @@ def check_samples(files: list[Path], spec: SampleSpec, say=None) -> SampleSpec:
             spec = dataclasses.replace(spec, n_slots=int(hs.shape[1]), hidden=int(hs.shape[2]))
         nbytes += hs.numel() * hs.element_size()
     if say is not None:
-        say(f"checked {len(files)} samples ({nbytes / 2**30:.2f} GiB of states: finite, shapes, token ids) in "
-            f"{time.perf_counter() - t0:.1f}s")
+        say(
+            f"checked {len(files)} samples ({nbytes / 2**30:.2f} GiB of states: finite, shapes, token ids) in "
+            f"{time.perf_counter() - t0:.1f}s"
+        )
     return spec

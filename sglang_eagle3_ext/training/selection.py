@@ -11,6 +11,7 @@ checkpoint/ is always the last epoch's (what --resume continues from); its state
 the kept epoch, so that a resumed run keeps comparing against the best so far. A score that is not a finite
 number never beats one that is; a tie keeps the earlier epoch.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,7 @@ from .data import find_hs_dir, list_hs_files
 from .report import TrainDraftError, say
 
 SELECT_BY = ("last", "predicted-accept")
-RECORD = "selection"                     # its key in checkpoint/state.json
+RECORD = "selection"  # its key in checkpoint/state.json
 # top-level files of an output that describe the run rather than make up the draft
 RUN_FILES = frozenset({"train_summary.json", ".sglang-eagle3-output.json"})
 
@@ -36,12 +37,16 @@ def check_options(opts) -> None:
         raise TrainDraftError(f"--select-by {opts.select_by!r}: expected one of {', '.join(SELECT_BY)}")
     scorer = opts.epoch_scorer
     if scorer is not None and not callable(scorer):
-        raise TrainDraftError(f"--select-by {opts.select_by}: epoch_scorer {scorer!r} is not callable; expected "
-                              f"a function of the epoch's draft folder returning (score, details)")
+        raise TrainDraftError(
+            f"--select-by {opts.select_by}: epoch_scorer {scorer!r} is not callable; expected "
+            f"a function of the epoch's draft folder returning (score, details)"
+        )
     if opts.select_by == "predicted-accept" and scorer is None:
-        raise TrainDraftError("--select-by predicted-accept: no epoch_scorer to rank the epochs with; the train "
-                              "command builds it (a Python caller: epoch_scorer=sglang_eagle3_ext.acceptance.select."
-                              "epoch_scorer(options))")
+        raise TrainDraftError(
+            "--select-by predicted-accept: no epoch_scorer to rank the epochs with; the train "
+            "command builds it (a Python caller: epoch_scorer=sglang_eagle3_ext.acceptance.select."
+            "epoch_scorer(options))"
+        )
     if opts.select_by == "predicted-accept" and not opts.dry_run:
         _need_heldout(opts)
 
@@ -52,18 +57,22 @@ def _need_heldout(opts) -> None:
 
     ratio = opts.train_ratio
     if isinstance(ratio, (int, float)) and ratio >= 1:
-        raise TrainDraftError(f"--select-by predicted-accept with --train-ratio {ratio:g}: nothing is held out to "
-                              f"score the epochs on; give --train-ratio below 1 (e.g. 0.95), or --select-by last")
+        raise TrainDraftError(
+            f"--select-by predicted-accept with --train-ratio {ratio:g}: nothing is held out to "
+            f"score the epochs on; give --train-ratio below 1 (e.g. 0.95), or --select-by last"
+        )
     if opts.data is None:
         return
     try:
         n = len(list_hs_files(find_hs_dir(Path(opts.data))))
     except (TrainDraftError, OSError):
-        return     # the route refuses the data itself, naming it
+        return  # the route refuses the data itself, naming it
     if n < 2:
-        raise TrainDraftError(f"--select-by predicted-accept: --data {opts.data} holds {n} sample(s), none held out "
-                              f"(the epochs would be scored on what they trained on); give more samples (each "
-                              f"route holds out the files past --train-ratio), or --select-by last")
+        raise TrainDraftError(
+            f"--select-by predicted-accept: --data {opts.data} holds {n} sample(s), none held out "
+            f"(the epochs would be scored on what they trained on); give more samples (each "
+            f"route holds out the files past --train-ratio), or --select-by last"
+        )
 
 
 def _number(v) -> float | None:
@@ -109,7 +118,7 @@ class Keeper:
         self.scores: list[dict] = []
         self.kept_epoch: int | None = None
         self.kept_score: float | None = None
-        self.rescore = False             # score the draft --out holds before the next epoch's
+        self.rescore = False  # score the draft --out holds before the next epoch's
 
     @classmethod
     def for_run(cls, opts, state: dict | None) -> "Keeper":
@@ -134,10 +143,15 @@ class Keeper:
             self.scores = [{**s, "score": _number(s.get("score"))} for s in rec["scores"]]
             self.kept_score = _number(rec.get("kept_score"))
             return
-        why = ("were not scored (--select-by last)" if rec is None or rec["select_by"] != "predicted-accept"
-               else "were scored with other settings")
-        say(f"--select-by predicted-accept: the epochs before this resume {why}: the draft --out holds "
-            f"(epoch {self.kept_epoch}) is scored again first")
+        why = (
+            "were not scored (--select-by last)"
+            if rec is None or rec["select_by"] != "predicted-accept"
+            else "were scored with other settings"
+        )
+        say(
+            f"--select-by predicted-accept: the epochs before this resume {why}: the draft --out holds "
+            f"(epoch {self.kept_epoch}) is scored again first"
+        )
         self.rescore = True
 
     def _score(self, files_from: Path, names: list[str], epoch: int, scratch: Path) -> tuple[float | None, dict]:
@@ -149,9 +163,11 @@ class Keeper:
         try:
             got = self.scorer(d)
         except TrainDraftError as e:
-            raise TrainDraftError(f"--select-by {self.select_by}: epoch {epoch}'s draft could not be scored: {e}; "
-                                  f"this epoch is not saved (--out is as it was): fix that and continue with "
-                                  f"--resume, or continue with --resume --select-by last") from None
+            raise TrainDraftError(
+                f"--select-by {self.select_by}: epoch {epoch}'s draft could not be scored: {e}; "
+                f"this epoch is not saved (--out is as it was): fix that and continue with "
+                f"--resume, or continue with --resume --select-by last"
+            ) from None
         if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], dict)):
             raise TypeError(f"epoch_scorer returned {got!r}: expected (score, details dict)")
         return _number(got[0]), dict(got[1])
@@ -174,8 +190,7 @@ class Keeper:
                     self.kept_score, details = self._score(real, self._kept_files(real), self.kept_epoch, scratch)
                     self.scores.append({**details, "epoch": self.kept_epoch, "score": self.kept_score})
                     self.rescore = False
-                    say(f"epoch {self.kept_epoch} (the draft --out holds): {self._name} "
-                        f"{_shown(self.kept_score)}")
+                    say(f"epoch {self.kept_epoch} (the draft --out holds): {self._name} {_shown(self.kept_score)}")
                 score, details = self._score(tmp, mine, epoch, scratch)
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
@@ -187,8 +202,10 @@ class Keeper:
     def _kept_files(self, real: Path) -> list[str]:
         names = draft_files(real) if real.is_dir() else []
         if "config.json" not in names:
-            raise TrainDraftError(f"--resume: {real} holds no draft (config.json) to compare the next epochs with; "
-                                  f"train afresh with --force")
+            raise TrainDraftError(
+                f"--resume: {real} holds no draft (config.json) to compare the next epochs with; "
+                f"train afresh with --force"
+            )
         return names
 
     @property
@@ -196,20 +213,32 @@ class Keeper:
         return getattr(self.scorer, "name", "score")
 
     def _keep_best(self, tmp: Path, real: Path, mine: list[str], epoch: int, score: float | None) -> None:
-        if self.select_by == "last" or self.kept_epoch is None or (
-                score is not None and (self.kept_score is None or score > self.kept_score)):
+        if (
+            self.select_by == "last"
+            or self.kept_epoch is None
+            or (score is not None and (self.kept_score is None or score > self.kept_score))
+        ):
             self.kept_epoch, self.kept_score = epoch, score
-            say(f"epoch {epoch}: {self._name} {_shown(score)}; --out keeps epoch {epoch}"
-                + ("" if self.select_by == "last" else " (the best so far)"))
+            say(
+                f"epoch {epoch}: {self._name} {_shown(score)}; --out keeps epoch {epoch}"
+                + ("" if self.select_by == "last" else " (the best so far)")
+            )
             return
         for n in mine:
             (tmp / n).unlink()
         for n in self._kept_files(real):
             link_or_copy(real / n, tmp / n)
-        say(f"epoch {epoch}: {self._name} {_shown(score)}; --out keeps epoch {self.kept_epoch} "
-            f"({_shown(self.kept_score)}, the best so far)")
+        say(
+            f"epoch {epoch}: {self._name} {_shown(score)}; --out keeps epoch {self.kept_epoch} "
+            f"({_shown(self.kept_score)}, the best so far)"
+        )
 
     def summary(self) -> dict:
         """What the run's summary (--json) and the checkpoint state record."""
-        return {"select_by": self.select_by, **({"criterion": self.criterion} if self.criterion else {}),
-                "kept_epoch": self.kept_epoch, "kept_score": self.kept_score, "scores": list(self.scores)}
+        return {
+            "select_by": self.select_by,
+            **({"criterion": self.criterion} if self.criterion else {}),
+            "kept_epoch": self.kept_epoch,
+            "kept_score": self.kept_score,
+            "scores": list(self.scores),
+        }

@@ -10,6 +10,7 @@ compute the same global step. The last step of an epoch may have fewer micro-bat
 ones are empty (a rank with one takes a step that contributes nothing) and the loss is averaged over the
 real ones.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ import os
 from .. import envs
 from .report import TrainDraftError
 
-EMPTY = None      # an empty micro-batch slot in a sample step
+EMPTY = None  # an empty micro-batch slot in a sample step
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
@@ -30,7 +31,7 @@ def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
 
 def sample_steps(order: list[int], G: int) -> list[list[int | None]]:
     """One sample per micro-batch: consecutive G samples of the order per step, the last step padded."""
-    steps = [list(order[i: i + G]) for i in range(0, len(order), G)]
+    steps = [list(order[i : i + G]) for i in range(0, len(order), G)]
     if steps and len(steps[-1]) < G:
         steps[-1] += [EMPTY] * (G - len(steps[-1]))
     return steps
@@ -62,14 +63,16 @@ def accumulation(global_batch: int | None, world_size: int) -> tuple[int, int]:
 
     G = world_size if global_batch is None else global_batch
     if G % world_size:
-        raise TrainDraftError(f"--global-batch {G} is not a multiple of the {world_size} ranks: each rank takes "
-                              f"--global-batch / ranks micro-batches per step; give a multiple of {world_size}")
+        raise TrainDraftError(
+            f"--global-batch {G} is not a multiple of the {world_size} ranks: each rank takes "
+            f"--global-batch / ranks micro-batches per step; give a multiple of {world_size}"
+        )
     return G, G // world_size
 
 
 def my_slots(step: list, rank: int, A: int) -> list:
     """This rank's micro-batches of one global step."""
-    return step[rank * A: (rank + 1) * A]
+    return step[rank * A : (rank + 1) * A]
 
 
 def real_count(step: list) -> int:
@@ -97,6 +100,6 @@ class Recorder:
         line = json.dumps({"rank": self.rank, "epoch": epoch, "ids": self.seen.pop(epoch, [])}) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            os.write(fd, line.encode())       # one write of one line: ranks appending at once do not interleave
+            os.write(fd, line.encode())  # one write of one line: ranks appending at once do not interleave
         finally:
             os.close(fd)

@@ -1,6 +1,7 @@
 """Read a target directory the way draft training needs it, whether it is a plain DeepSeek-V3 or the
 Kimi-K2.5 wrapper (`model_type: kimi_k25`, the language model's config under `text_config`, its tensors
 under `language_model.`)."""
+
 from __future__ import annotations
 
 import json
@@ -38,7 +39,6 @@ def read_tensors(target: Path, suffixes=(EMBED, HEAD, NORM)) -> dict:
     """{suffix: tensor} for the language model's embed / lm_head / final norm."""
     from safetensors import safe_open
 
-
     found: dict = {}
     for f in sorted(Path(target).glob("*.safetensors")):
         with safe_open(str(f), framework="pt") as st:
@@ -51,10 +51,12 @@ def read_tensors(target: Path, suffixes=(EMBED, HEAD, NORM)) -> dict:
         raise FileNotFoundError(f"{target}: no tensor named *{missing[0]} in its safetensors files")
     import torch
 
-    for s, t in found.items():   # a NaN teacher makes every argmax agree: accuracy 1.0 from nothing
+    for s, t in found.items():  # a NaN teacher makes every argmax agree: accuracy 1.0 from nothing
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            raise ValueError(f"{target}: the target's {s} is not finite ({int((~torch.isfinite(t)).sum())} NaN/Inf "
-                             f"values): the teacher distribution would be NaN; check the target checkpoint")
+            raise ValueError(
+                f"{target}: the target's {s} is not finite ({int((~torch.isfinite(t)).sum())} NaN/Inf "
+                f"values): the teacher distribution would be NaN; check the target checkpoint"
+            )
     return found
 
 

@@ -3,6 +3,7 @@ library (the `train` command line calls it).
 
 Each draft layout names the route that trains it (draft/arch: TRAINING): the Llama layout is trained by
 speculators' own trainer (training/speculators/train.py), SGLang's MLA layout by ours (training/mla/train.py)."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -46,11 +47,14 @@ def resolve_device(device: str | None) -> str:
     """--device, or cuda when torch sees a CUDA device (said once)."""
     import torch
 
-
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        log_once("train-device", "training on %s (no --device: %s)", device,
-                 "torch sees a CUDA device" if device == "cuda" else "torch sees no CUDA device")
+        log_once(
+            "train-device",
+            "training on %s (no --device: %s)",
+            device,
+            "torch sees a CUDA device" if device == "cuda" else "torch sees no CUDA device",
+        )
     if device == "cuda" and not torch.cuda.is_available():
         raise TrainDraftError("--device cuda but torch sees no CUDA device")
     return device
@@ -65,7 +69,7 @@ def train_draft(options: TrainOptions) -> dict:
     TrainDraftError."""
 
     options.check()
-    if options.init_from is not None:   # the layout and shape are the draft's (read before any plan or route)
+    if options.init_from is not None:  # the layout and shape are the draft's (read before any plan or route)
         from .init_from import resolve_options
 
         options = resolve_options(options)
@@ -77,5 +81,5 @@ def train_draft(options: TrainOptions) -> dict:
     train = route(options.draft_arch)
     rule = options.output_rule()
     with distributed.session(resolve_device(options.device)) as world:
-        distributed.on_main(lambda: outdir.check(options.out, **rule), world)   # before anything is read or written
+        distributed.on_main(lambda: outdir.check(options.out, **rule), world)  # before anything is read or written
         return train(options, rule)

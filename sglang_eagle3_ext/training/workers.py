@@ -12,6 +12,7 @@ ignored (a disposition that survives exec, and Python installs no KeyboardInterr
 Ctrl-C then neither prints its traceback nor waits for it: a worker that has not ended within
 `STOP_GRACE_S` of being told to is killed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,7 +23,7 @@ import sys
 from torch.utils.data import DataLoader
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-STOP_GRACE_S = 0.5     # an idle worker ends within milliseconds of being told to; one still importing is killed
+STOP_GRACE_S = 0.5  # an idle worker ends within milliseconds of being told to; one still importing is killed
 
 
 class QuietLoader(DataLoader):
@@ -86,11 +87,11 @@ def stop_workers(*sources) -> None:
         it = getattr(src, "_iterator", src)
         if not isinstance(it, dl._MultiProcessingDataLoaderIter):
             continue
-        if getattr(it, "_worker_pids_set", False):     # no "worker killed" error raised into this process
+        if getattr(it, "_worker_pids_set", False):  # no "worker killed" error raised into this process
             _utils.signal_handling._remove_worker_pids(id(it))
             it._worker_pids_set = False
         grace, _utils.MP_STATUS_CHECK_INTERVAL = _utils.MP_STATUS_CHECK_INTERVAL, STOP_GRACE_S
-        try:      # torch joins each worker for MP_STATUS_CHECK_INTERVAL (5 s), then sends the ignored SIGTERM
+        try:  # torch joins each worker for MP_STATUS_CHECK_INTERVAL (5 s), then sends the ignored SIGTERM
             it._shutdown_workers()
         except RuntimeError:
             pass

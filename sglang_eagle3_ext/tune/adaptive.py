@@ -12,17 +12,27 @@ EMA > current - 0.5 + up_hysteresis; a slot at 0 steps probes the next candidate
 count, so a config is chosen that settles where the cost model puts each band's best; the unit tests hold
 it to SGLang's own AdaptiveStepSlot.
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 HYSTERESIS_GRID = (0.0, -0.25, 0.25, -0.5, 0.5, -1.0, 1.0)
-NEAR_BEST = 0.03          # neighbours within 3 % of a band's best predicted tokens/s stay candidates
+NEAR_BEST = 0.03  # neighbours within 3 % of a band's best predicted tokens/s stay candidates
 
 
-def settle(candidates: list[int], accept: dict[int, float], initial: int, up: float = 0.0, down: float = -0.25,
-           batches: int = 600, ema_alpha: float = 0.2, update_interval: int = 5, warmup: int = 10) -> list[int]:
+def settle(
+    candidates: list[int],
+    accept: dict[int, float],
+    initial: int,
+    up: float = 0.0,
+    down: float = -0.25,
+    batches: int = 600,
+    ema_alpha: float = 0.2,
+    update_interval: int = 5,
+    warmup: int = 10,
+) -> list[int]:
     """The steps a slot serves in its last 100 of `batches` verifies (a cycle: every steps count in it), each
     verify accepting the mean drafts eval predicts at the current steps count (accept[s] - 1)."""
     cand = sorted(set(candidates))
@@ -66,12 +76,13 @@ def band_slot(best: int, ranked: dict[int, float], accept: dict[int, float], ini
     return {"candidate_steps": [best], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0}
 
 
-def fit_config(best_by_band: dict[int, int], predicted: dict[int, dict[int, float]], accept: dict[int, float],
-               initial: int) -> dict:
+def fit_config(
+    best_by_band: dict[int, int], predicted: dict[int, dict[int, float]], accept: dict[int, float], initial: int
+) -> dict:
     """best_by_band: {band batch size: steps}; predicted: {band: {steps: tokens/s}} (steps 0 = no speculation)."""
     acc = {0: 1.0, **accept}
     cfg = {str(b): band_slot(best_by_band[b], predicted[b], acc, initial) for b in sorted(best_by_band)}
-    if "1" not in cfg:       # the smallest key serves every smaller batch too; say so in the file's own terms
+    if "1" not in cfg:  # the smallest key serves every smaller batch too; say so in the file's own terms
         first = min(best_by_band)
         cfg = {"1": cfg[str(first)], **{k: v for k, v in cfg.items() if k != str(first)}}
     return cfg
@@ -94,8 +105,9 @@ def default_settles(accept: dict[int, float], initial: int = 3) -> dict[int, lis
     out = {}
     for k, e in DEFAULT_ADAPTIVE_CONFIG.items():
         if k.isdigit():
-            out[int(k)] = settle(e["candidate_steps"], acc, initial, e.get("up_hysteresis", 0.0),
-                                 e.get("down_hysteresis", -0.25))
+            out[int(k)] = settle(
+                e["candidate_steps"], acc, initial, e.get("up_hysteresis", 0.0), e.get("down_hysteresis", -0.25)
+            )
     return out
 
 

@@ -1,6 +1,7 @@
 """Which attention backends the timing pass times: those the installed release offers (its own
 `--attention-backend` choices), the GPU runs (compute capability) and the kernels installed (the import SGLang
 itself does). Each decision is said once, with its reason."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +13,7 @@ log = logging.getLogger("sglang_eagle3_ext.tune")
 KNOWN = ("fa3", "flashmla", "flashinfer", "triton")
 # where each runs (SGLang 0.5.16): FA3 and FlashMLA are Hopper kernels; FlashInfer and Triton run from Ampere on
 MIN_CAPABILITY = {"fa3": (9, 0), "flashmla": (9, 0), "flashinfer": (8, 0), "triton": (8, 0)}
-MAX_CAPABILITY = {"fa3": (9, 9)}      # sgl-kernel's FA3 is built for sm90 only (Blackwell: fa4 / trtllm_mla)
+MAX_CAPABILITY = {"fa3": (9, 9)}  # sgl-kernel's FA3 is built for sm90 only (Blackwell: fa4 / trtllm_mla)
 KERNEL_IMPORT = {"fa3": "sgl_kernel.flash_attn", "flashinfer": "flashinfer", "flashmla": "sgl_kernel"}
 
 
@@ -43,8 +44,10 @@ def refuse_unknown(asked: list[str], choices: list[str] | None, version: str) ->
         if b not in KNOWN:
             raise Refused(f"--backends {b}: tune times {', '.join(KNOWN)}; drop {b!r}")
         if choices is not None and b not in choices:
-            raise Refused(f"--backends {b}: SGLang {version}'s --attention-backend has no {b!r} (its choices: "
-                          f"{', '.join(choices)}); drop it or install a release that has it")
+            raise Refused(
+                f"--backends {b}: SGLang {version}'s --attention-backend has no {b!r} (its choices: "
+                f"{', '.join(choices)}); drop it or install a release that has it"
+            )
 
 
 def _kernel_problem(backend: str) -> str | None:
@@ -72,13 +75,26 @@ def decide(asked: list[str], capability: tuple[int, int] | None, mla: bool | Non
             continue
         lo, hi = MIN_CAPABILITY[b], MAX_CAPABILITY.get(b, (99, 9))
         if not lo <= capability <= hi:
-            out.append(Decision(b, False, f"needs compute capability {lo[0]}.{lo[1]}"
-                                          + (f"..{hi[0]}.{hi[1]}" if b in MAX_CAPABILITY else "+")
-                                          + f", this GPU is {capability[0]}.{capability[1]}"))
+            out.append(
+                Decision(
+                    b,
+                    False,
+                    f"needs compute capability {lo[0]}.{lo[1]}"
+                    + (f"..{hi[0]}.{hi[1]}" if b in MAX_CAPABILITY else "+")
+                    + f", this GPU is {capability[0]}.{capability[1]}",
+                )
+            )
             continue
         problem = _kernel_problem(b)
-        out.append(Decision(b, problem is None, problem or f"offered by the release, runs on compute capability "
-                                                           f"{capability[0]}.{capability[1]}, its kernels import"))
+        out.append(
+            Decision(
+                b,
+                problem is None,
+                problem
+                or f"offered by the release, runs on compute capability "
+                f"{capability[0]}.{capability[1]}, its kernels import",
+            )
+        )
     for d in out:
         log.info("backend %s: %s (%s)", d.backend, "timed" if d.chosen else "left out", d.reason)
     return out

@@ -13,6 +13,7 @@ is the assumption's.
 Tokens/s (between admissions): concurrency x accept_length(s) / iteration(c, s); without speculation
 concurrency / target_step(c).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,11 +34,12 @@ def interp(points: dict[int, float], x: float) -> float:
 @dataclasses.dataclass
 class Parts:
     """One backend's fitted parts at one batch size (ms)."""
+
     bs: int
     target_step: float
     draft_step: float
     extend: float
-    residual_ms: float | None = None       # root-mean-square residual of the fit (None: exactly determined)
+    residual_ms: float | None = None  # root-mean-square residual of the fit (None: exactly determined)
 
     def verify(self, tokens_per_request: int, target_steps: dict[int, float]) -> float:
         return interp(target_steps, self.bs * tokens_per_request)
@@ -55,7 +57,7 @@ def fit_bs(bs: int, target_steps: dict[int, float], points: list[tuple[int, floa
     a = np.stack([np.ones_like(s), s], 1)
     (extend, draft), *_ = np.linalg.lstsq(a, y, rcond=None)
     res = y - a @ np.array([extend, draft])
-    rms = float(np.sqrt((res ** 2).mean())) if len(points) > 2 else None
+    rms = float(np.sqrt((res**2).mean())) if len(points) > 2 else None
     return Parts(bs, interp(target_steps, bs), float(draft), float(extend), rms)
 
 
@@ -91,8 +93,9 @@ def fit(name: str, b: dict) -> BackendModel:
     by_bs: dict[int, list] = {}
     for p in b["spec"]:
         by_bs.setdefault(p["bs"], []).append((p["steps"], p["iteration_ms"]))
-    parts = {bs: fit_bs(bs, b["target_step_ms"], pts) for bs, pts in sorted(by_bs.items())
-             if len({s for s, _ in pts}) >= 2}
+    parts = {
+        bs: fit_bs(bs, b["target_step_ms"], pts) for bs, pts in sorted(by_bs.items()) if len({s for s, _ in pts}) >= 2
+    }
     if not parts:
         raise ValueError(f"{name}: no batch size has EAGLE-3 iterations at two steps counts")
     return BackendModel(name, dict(b["target_step_ms"]), parts)
@@ -112,18 +115,33 @@ def errors(m: BackendModel, b: dict, accept: dict[int, float]) -> dict:
         if len({s for s, _ in pts}) < 3:
             continue
         for i, (s, ms) in enumerate(pts):
-            rest = pts[:i] + pts[i + 1:]
+            rest = pts[:i] + pts[i + 1 :]
             if len({x for x, _ in rest}) < 2:
                 continue
             p = fit_bs(bs, m.target_steps, rest)
             pred = interp(m.target_steps, bs * (s + 1)) + s * p.draft_step + p.extend
             loo.append(rel(pred, ms))
-    e2e = [rel(m.tokens_per_s(p["concurrency"], p["steps"], accept), p["tokens_per_s"]) for p in b["measured"]
-           if p["steps"] == 0 or p["steps"] in accept]
-    summary = lambda xs: ({"points": len(xs), "mean_abs": sum(map(abs, xs)) / len(xs), "max_abs": max(map(abs, xs)),  # noqa: E731
-                           "mean": sum(xs) / len(xs)} if xs else {"points": 0})
-    return {"iteration_in_sample": summary(fitted), "iteration_leave_one_out": summary(loo),
-            "tokens_per_s_end_to_end": summary(e2e)}
+    e2e = [
+        rel(m.tokens_per_s(p["concurrency"], p["steps"], accept), p["tokens_per_s"])
+        for p in b["measured"]
+        if p["steps"] == 0 or p["steps"] in accept
+    ]
+
+    def summary(xs):
+        if not xs:
+            return {"points": 0}
+        return {
+            "points": len(xs),
+            "mean_abs": sum(map(abs, xs)) / len(xs),
+            "max_abs": max(map(abs, xs)),
+            "mean": sum(xs) / len(xs),
+        }
+
+    return {
+        "iteration_in_sample": summary(fitted),
+        "iteration_leave_one_out": summary(loo),
+        "tokens_per_s_end_to_end": summary(e2e),
+    }
 
 
 def grid(models: dict[str, BackendModel], accept: dict[int, float], concurrency: list[int]) -> list[dict]:
@@ -132,8 +150,14 @@ def grid(models: dict[str, BackendModel], accept: dict[int, float], concurrency:
     for name, m in models.items():
         for c in concurrency:
             for s in [0, *sorted(accept)]:
-                out.append({"backend": name, "steps": s, "concurrency": c,
-                            "iteration_ms": round(m.iteration_ms(c, s), 4),
-                            "accept_length": 1.0 if s == 0 else accept[s],
-                            "tokens_per_s": m.tokens_per_s(c, s, accept)})
+                out.append(
+                    {
+                        "backend": name,
+                        "steps": s,
+                        "concurrency": c,
+                        "iteration_ms": round(m.iteration_ms(c, s), 4),
+                        "accept_length": 1.0 if s == 0 else accept[s],
+                        "tokens_per_s": m.tokens_per_s(c, s, accept),
+                    }
+                )
     return out

@@ -1,5 +1,6 @@
 """tokens/s vs concurrency: tuned, SGLang's adaptive defaults, EAGLE-3 defaults, no speculation (matplotlib when
 installed, else an SVG written here). series: {label: {concurrency: tokens/s}}."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,12 +40,14 @@ def _svg(path: Path, series: dict[str, dict[int, float]]) -> Path:
     span = (max(lx) - min(lx)) or 1.0
     px = lambda x: m + (math.log2(x) - min(lx)) / span * (w - 2 * m)  # noqa: E731
     py = lambda y: h - m - y / ymax * (h - 2 * m)  # noqa: E731
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
-             f'font-size="12"><rect width="{w}" height="{h}" fill="white"/>',
-             f'<line x1="{m}" y1="{h - m}" x2="{w - m}" y2="{h - m}" stroke="black"/>',
-             f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h - m}" stroke="black"/>',
-             f'<text x="{w / 2}" y="{h - 15}" text-anchor="middle">concurrency</text>',
-             f'<text x="15" y="{h / 2}" transform="rotate(-90 15 {h / 2})" text-anchor="middle">output tokens/s</text>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
+        f'font-size="12"><rect width="{w}" height="{h}" fill="white"/>',
+        f'<line x1="{m}" y1="{h - m}" x2="{w - m}" y2="{h - m}" stroke="black"/>',
+        f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h - m}" stroke="black"/>',
+        f'<text x="{w / 2}" y="{h - 15}" text-anchor="middle">concurrency</text>',
+        f'<text x="15" y="{h / 2}" transform="rotate(-90 15 {h / 2})" text-anchor="middle">output tokens/s</text>',
+    ]
     for x in xs:
         parts.append(f'<text x="{px(x):.1f}" y="{h - m + 16}" text-anchor="middle">{x}</text>')
     for i in range(5):

@@ -1,17 +1,31 @@
 """The tuned settings as launch presets (`sglang-eagle3 launch --preset FILE`; the shipped ones are
 `--preset NAME`): SGLang ServerArgs fields, the measured figures and the command that produced them in the
 header comment."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 
-def server_fields(target: str, draft: str, backend: str, steps: int, max_running: int | None = None,
-                  adaptive_config: str | None = None) -> dict:
+def server_fields(
+    target: str,
+    draft: str,
+    backend: str,
+    steps: int,
+    max_running: int | None = None,
+    adaptive_config: str | None = None,
+) -> dict:
     f = {"model_path": target, "attention_backend": backend}
     if steps:
-        f.update({"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": draft,
-                  "speculative_num_steps": steps, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": steps + 1})
+        f.update(
+            {
+                "speculative_algorithm": "EAGLE3",
+                "speculative_draft_model_path": draft,
+                "speculative_num_steps": steps,
+                "speculative_eagle_topk": 1,
+                "speculative_num_draft_tokens": steps + 1,
+            }
+        )
     if max_running:
         f["max_running_requests"] = max_running
     if adaptive_config:
@@ -35,7 +49,14 @@ def write(path, fields: dict, header: list[str]) -> Path:
 
 
 def header(title: str, command: str, figures: list[str], notes: list[str]) -> list[str]:
-    return [title, "  sglang-eagle3 launch --preset {this file}", "produced by:", f"  {command}", "",
-            "figures (output tokens/s; measured: by bench, greedy outputs identical to the target alone; "
-            "predicted: the cost model):",
-            *[f"  {x}" for x in figures], *([""] + notes if notes else [])]
+    return [
+        title,
+        "  sglang-eagle3 launch --preset {this file}",
+        "produced by:",
+        f"  {command}",
+        "",
+        "figures (output tokens/s; measured: by bench, greedy outputs identical to the target alone; "
+        "predicted: the cost model):",
+        *[f"  {x}" for x in figures],
+        *([""] + notes if notes else []),
+    ]

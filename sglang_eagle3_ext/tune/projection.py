@@ -8,6 +8,7 @@ Assumptions (reported beside the figures):
   which divides by 8, plus one all-reduce per step;
 - acceptance is the user's (eval's), unchanged by the target's depth.
 """
+
 from __future__ import annotations
 
 HBM_BYTES_PER_S = 4.0e12
@@ -20,8 +21,19 @@ def lm_head_ms(vocab: int, hidden: int) -> float:
     return vocab * hidden * 2 / HBM_BYTES_PER_S * 1e3
 
 
-def project(target_step: float, verify: float, draft_step: float, extend: float, steps: int, accept: float,
-            layers: int, vocab: int, hidden: int, to_layers: int = LAYERS, tp: int = TP) -> dict:
+def project(
+    target_step: float,
+    verify: float,
+    draft_step: float,
+    extend: float,
+    steps: int,
+    accept: float,
+    layers: int,
+    vocab: int,
+    hidden: int,
+    to_layers: int = LAYERS,
+    tp: int = TP,
+) -> dict:
     head = lm_head_ms(vocab, hidden)
     per_layer_t = max(target_step - head, 0.0) / layers
     per_layer_v = max(verify - head, 0.0) / layers
@@ -31,10 +43,16 @@ def project(target_step: float, verify: float, draft_step: float, extend: float,
     e61 = max(extend - head, 0.0) + head / tp + ALLREDUCE_MS
     it = v61 + steps * d61 + e61
     terms = {"verify": v61, "draft steps": steps * d61, "draft extend": e61}
-    return {"target_step_ms": round(t61, 4), "iteration_ms": round(it, 4), "verify_ms": round(v61, 4),
-            "draft_step_ms": round(d61, 4), "extend_ms": round(e61, 4), "speedup": accept * t61 / it,
-            "dominant": max(terms, key=terms.get), "measured_speedup_model": accept * target_step /
-            (verify + steps * draft_step + extend)}
+    return {
+        "target_step_ms": round(t61, 4),
+        "iteration_ms": round(it, 4),
+        "verify_ms": round(v61, 4),
+        "draft_step_ms": round(d61, 4),
+        "extend_ms": round(e61, 4),
+        "speedup": accept * t61 / it,
+        "dominant": max(terms, key=terms.get),
+        "measured_speedup_model": accept * target_step / (verify + steps * draft_step + extend),
+    }
 
 
 ASSUMPTIONS = [

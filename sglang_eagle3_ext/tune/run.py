@@ -1,6 +1,7 @@
 """`tune(Options(...))`: the accept side offline, the timing pass per backend, the cost model, the best
 candidates measured, presets, the adaptive config, the plot and the projection; `render` prints the report.
 Every refusal comes before anything starts (Refused: one line naming the input and the fix)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,17 +39,17 @@ class Options:
     backends: tuple = DEFAULT_BACKENDS
     out: str = "tune_out"
     dry_run: bool = False
-    timings: str | None = None           # a recorded timing pass (skips it)
-    measure: bool = True                 # start the top candidates' servers and bench them
-    per_band: int = 2                    # measured candidates per band
-    new_tokens: tuple = (64, 1024)       # the measurements' request lengths
+    timings: str | None = None  # a recorded timing pass (skips it)
+    measure: bool = True  # start the top candidates' servers and bench them
+    per_band: int = 2  # measured candidates per band
+    new_tokens: tuple = (64, 1024)  # the measurements' request lengths
     num_prompts: int | None = None
     heldout_fraction: float = 0.05
     samples: int | None = 64
     device: str | None = None
-    server_args: str = ""                # extra SGLang arguments for every server (shell words)
-    tokenizer: object = None             # gives the target's tokenizer (text prompts)
-    command: str = ""                    # the command line, for the presets' headers
+    server_args: str = ""  # extra SGLang arguments for every server (shell words)
+    tokenizer: object = None  # gives the target's tokenizer (text prompts)
+    command: str = ""  # the command line, for the presets' headers
     say: object = None
 
 
@@ -62,11 +63,14 @@ def _check_inputs(o: Options) -> dict:
         if not (Path(d) / "config.json").is_file():
             raise Refused(f"{flag} {d}: no config.json there; give the {flag[2:]} model's folder")
     if not Path(o.data).exists():
-        raise Refused(f"--data {o.data}: no such dump; give the dump folder `sglang-eagle3 dump` wrote (or a "
-                      f"training export)")
+        raise Refused(
+            f"--data {o.data}: no such dump; give the dump folder `sglang-eagle3 dump` wrote (or a training export)"
+        )
     if o.timings is None and o.budget_min is not None and o.budget_min < min_budget_min():
-        raise Refused(f"--budget-min {o.budget_min:g}: one timing pass needs at least {min_budget_min():g} GPU "
-                      f"minutes; raise it, or pass --timings FILE of an earlier run")
+        raise Refused(
+            f"--budget-min {o.budget_min:g}: one timing pass needs at least {min_budget_min():g} GPU "
+            f"minutes; raise it, or pass --timings FILE of an earlier run"
+        )
     if o.prompts and not Path(o.prompts).is_file():
         raise Refused(f"--prompts {o.prompts}: no such file; give a JSONL / ShareGPT prompt file")
     from ..versions import installed_version
@@ -84,8 +88,12 @@ def _target_shape(target: str) -> dict:
     from ..server.runtime import language_config, read_config
 
     c = language_config(read_config(target) or {})
-    return {"layers": c.get("num_hidden_layers"), "vocab": c.get("vocab_size"), "hidden": c.get("hidden_size"),
-            "mla": bool(c.get("kv_lora_rank")) if c else None}
+    return {
+        "layers": c.get("num_hidden_layers"),
+        "vocab": c.get("vocab_size"),
+        "hidden": c.get("hidden_size"),
+        "mla": bool(c.get("kv_lora_rank")) if c else None,
+    }
 
 
 def _has_adaptive() -> bool:
@@ -109,16 +117,27 @@ def plan(o: Options) -> dict:
     c = max(o.concurrency)
     cmds = [[LAUNCHER, *server_args(o.target, b, c, o.draft, s, extra=env["extra"])] for b in chosen for s in (0, 1, 3)]
     per_pass = min_budget_min()
-    return {"dry_run": True, "sglang": env["sglang"], "target": o.target, "draft": o.draft, "data": o.data,
-            "concurrency": o.concurrency, "accept_side": {"steps": list(range(1, 9)), "topk": 1,
-                                                          "heldout": acc.get("heldout")},
-            "backends": [dataclasses.asdict(d) for d in decisions],
-            "timing_pass": "recorded: " + o.timings if o.timings else {"servers_per_backend": 3,
-                                                                       "commands": [" ".join(x) for x in cmds]},
-            "budget": {"limit_gpu_min": o.budget_min, "estimate_gpu_min_per_timing_pass": per_pass,
-                       "estimate_gpu_min_all": per_pass * len(chosen) + (1 + o.per_band) * 2.0 * len(o.concurrency)},
-            "adaptive_config": _has_adaptive(), "out": o.out,
-            "notes": ["dry run: inputs checked, no weight loaded, no server started"]}
+    return {
+        "dry_run": True,
+        "sglang": env["sglang"],
+        "target": o.target,
+        "draft": o.draft,
+        "data": o.data,
+        "concurrency": o.concurrency,
+        "accept_side": {"steps": list(range(1, 9)), "topk": 1, "heldout": acc.get("heldout")},
+        "backends": [dataclasses.asdict(d) for d in decisions],
+        "timing_pass": "recorded: " + o.timings
+        if o.timings
+        else {"servers_per_backend": 3, "commands": [" ".join(x) for x in cmds]},
+        "budget": {
+            "limit_gpu_min": o.budget_min,
+            "estimate_gpu_min_per_timing_pass": per_pass,
+            "estimate_gpu_min_all": per_pass * len(chosen) + (1 + o.per_band) * 2.0 * len(o.concurrency),
+        },
+        "adaptive_config": _has_adaptive(),
+        "out": o.out,
+        "notes": ["dry run: inputs checked, no weight loaded, no server started"],
+    }
 
 
 def tune(o: Options) -> dict:
@@ -148,25 +167,58 @@ def tune(o: Options) -> dict:
         except ValueError as e:
             log.info("cost model: %s left out (%s)", name, e)
     if not models:
-        raise Refused(f"no backend has a complete timing pass within --budget-min {o.budget_min}: raise it "
-                      f"(one pass needs {min_budget_min():g} GPU minutes)")
+        raise Refused(
+            f"no backend has a complete timing pass within --budget-min {o.budget_min}: raise it "
+            f"(one pass needs {min_budget_min():g} GPU minutes)"
+        )
     grid = costmodel.grid(models, accept, o.concurrency)
 
     cands = search.top_candidates(grid, o.concurrency, o.per_band)
     measured = []
     if o.measure:
-        measured = search.measure(cands, o.target, o.draft, o.prompts, o.tokenizer, tuple(o.new_tokens),
-                                  o.num_prompts, out, env["extra"], budget, say)
+        measured = search.measure(
+            cands,
+            o.target,
+            o.draft,
+            o.prompts,
+            o.tokenizer,
+            tuple(o.new_tokens),
+            o.num_prompts,
+            out,
+            env["extra"],
+            budget,
+            say,
+        )
     best = _best(grid, measured, o.concurrency)
-    rep = {"tool": "sglang-eagle3 tune", "command": o.command, "sglang": env["sglang"], "target": o.target,
-           "draft": o.draft, "data": o.data, "concurrency": o.concurrency,
-           "accept": {"by_steps": accept, "per_request": acc.get("per_request"), "positions": acc.get("positions"),
-                      "samples": acc.get("samples"), "topk": 1, "trees": acc.get("trees")},
-           "backends_timed": list(tm["backends"]), "parts": _parts(models), "model_error": errs,
-           "predicted": grid, "candidates": {c: [x.label for x in cs] for c, cs in cands.items()},
-           "measured": measured, "best": best}
-    rep["adaptive"] = _adaptive(o, rep, models, accept, out) if _has_adaptive() else {
-        "written": False, "why": "the installed SGLang has no --speculative-adaptive"}
+    rep = {
+        "tool": "sglang-eagle3 tune",
+        "command": o.command,
+        "sglang": env["sglang"],
+        "target": o.target,
+        "draft": o.draft,
+        "data": o.data,
+        "concurrency": o.concurrency,
+        "accept": {
+            "by_steps": accept,
+            "per_request": acc.get("per_request"),
+            "positions": acc.get("positions"),
+            "samples": acc.get("samples"),
+            "topk": 1,
+            "trees": acc.get("trees"),
+        },
+        "backends_timed": list(tm["backends"]),
+        "parts": _parts(models),
+        "model_error": errs,
+        "predicted": grid,
+        "candidates": {c: [x.label for x in cs] for c, cs in cands.items()},
+        "measured": measured,
+        "best": best,
+    }
+    rep["adaptive"] = (
+        _adaptive(o, rep, models, accept, out)
+        if _has_adaptive()
+        else {"written": False, "why": "the installed SGLang has no --speculative-adaptive"}
+    )
     rep["presets"] = _presets(o, rep, out)
     rep["projection"] = _projection(models, accept, best, shape)
     rep["plot"] = str(_plot(rep, models, accept, out))
@@ -179,13 +231,22 @@ def _timing_pass(o: Options, env: dict, shape: dict, budget: Budget, out: Path, 
 
     decisions = B.decide(list(o.backends), B.gpu_capability(), shape["mla"])
     if not any(d.chosen for d in decisions):
-        raise Refused("no attention backend of --backends runs here: " + "; ".join(
-            f"{d.backend}: {d.reason}" for d in decisions))
-    ps = (P.from_file(o.prompts, 64, o.tokenizer) if o.prompts else
-          P.builtin("random-ids", 64, 0, int(shape["vocab"] or 32000)))
+        raise Refused(
+            "no attention backend of --backends runs here: " + "; ".join(f"{d.backend}: {d.reason}" for d in decisions)
+        )
+    ps = (
+        P.from_file(o.prompts, 64, o.tokenizer)
+        if o.prompts
+        else P.builtin("random-ids", 64, 0, int(shape["vocab"] or 32000))
+    )
     tp = TimingPlan(o.target, o.draft, list(o.concurrency), ps.prompts, out, env["extra"])
-    res = {"format": "sglang-eagle3-tune-timings/1", "gpu": _gpu_name(), "sglang": env["sglang"],
-           "target_layers": shape["layers"], "backends": {}}
+    res = {
+        "format": "sglang-eagle3-tune-timings/1",
+        "gpu": _gpu_name(),
+        "sglang": env["sglang"],
+        "target_layers": shape["layers"],
+        "backends": {},
+    }
     for d in decisions:
         if d.chosen:
             b = time_backend(tp, d.backend, budget, say)
@@ -204,9 +265,18 @@ def _gpu_name() -> str | None:
 
 
 def _parts(models) -> dict:
-    return {n: {bs: {"target_step_ms": round(p.target_step, 4), "draft_step_ms": round(p.draft_step, 4),
-                     "extend_ms": round(p.extend, 4), "fit_rms_ms": p.residual_ms} for bs, p in m.parts.items()}
-            for n, m in models.items()}
+    return {
+        n: {
+            bs: {
+                "target_step_ms": round(p.target_step, 4),
+                "draft_step_ms": round(p.draft_step, 4),
+                "extend_ms": round(p.extend, 4),
+                "fit_rms_ms": p.residual_ms,
+            }
+            for bs, p in m.parts.items()
+        }
+        for n, m in models.items()
+    }
 
 
 def _best(grid: list[dict], measured: list[dict], concurrency: list[int]) -> dict:
@@ -217,15 +287,26 @@ def _best(grid: list[dict], measured: list[dict], concurrency: list[int]) -> dic
     for c in concurrency:
         if c in got:
             r = got[c]
-            out[c] = {**r["candidate"], "tokens_per_s": r["tokens_per_s"], "speedup": r["speedup"],
-                      "baseline_tokens_per_s": r["baseline_tokens_per_s"], "source": "measured"}
+            out[c] = {
+                **r["candidate"],
+                "tokens_per_s": r["tokens_per_s"],
+                "speedup": r["speedup"],
+                "baseline_tokens_per_s": r["baseline_tokens_per_s"],
+                "source": "measured",
+            }
             continue
         rows = [r for r in grid if r["concurrency"] == c]
         top = max(rows, key=lambda r: r["tokens_per_s"])
         base = max((r for r in rows if r["steps"] == 0), key=lambda r: r["tokens_per_s"])
-        out[c] = {"backend": top["backend"], "steps": top["steps"], "max_running": None,
-                  "tokens_per_s": top["tokens_per_s"], "speedup": top["tokens_per_s"] / base["tokens_per_s"],
-                  "baseline_tokens_per_s": base["tokens_per_s"], "source": "predicted"}
+        out[c] = {
+            "backend": top["backend"],
+            "steps": top["steps"],
+            "max_running": None,
+            "tokens_per_s": top["tokens_per_s"],
+            "speedup": top["tokens_per_s"] / base["tokens_per_s"],
+            "baseline_tokens_per_s": base["tokens_per_s"],
+            "source": "predicted",
+        }
     return out
 
 
@@ -246,29 +327,52 @@ def _adaptive(o: Options, rep: dict, models, accept, out: Path) -> dict:
     initial = best_steps[min(best_steps)] or EAGLE3_DEFAULT_STEPS
     cfg = adaptive.fit_config(best_steps, predicted, accept, initial)
     path = adaptive.write(out / "adaptive_config.json", cfg)
-    return {"written": True, "path": str(path), "backend": m.name, "initial_steps": initial, "config": cfg,
-            "best_steps_by_band": best_steps, "default_config_settles": adaptive.default_settles(accept)}
+    return {
+        "written": True,
+        "path": str(path),
+        "backend": m.name,
+        "initial_steps": initial,
+        "config": cfg,
+        "best_steps_by_band": best_steps,
+        "default_config_settles": adaptive.default_settles(accept),
+    }
 
 
 def _presets(o: Options, rep: dict, out: Path) -> list[str]:
 
     written = []
-    figures = [f"concurrency {c}: {b['backend']} steps {b['steps']}" + (f" max-running {b['max_running']}"
-               if b.get("max_running") else "") + f": {b['tokens_per_s']:.0f} tok/s, {b['speedup'] or 0:.2f}x "
-               f"({b['source']})" for c, b in sorted(rep["best"].items())]
+    figures = [
+        f"concurrency {c}: {b['backend']} steps {b['steps']}"
+        + (f" max-running {b['max_running']}" if b.get("max_running") else "")
+        + f": {b['tokens_per_s']:.0f} tok/s, {b['speedup'] or 0:.2f}x "
+        f"({b['source']})"
+        for c, b in sorted(rep["best"].items())
+    ]
     for c, b in sorted(rep["best"].items()):
         f = preset.server_fields(o.target, o.draft, b["backend"], b["steps"], b.get("max_running"))
-        h = preset.header(f"Tuned for concurrency {c} (the band from {c} up to the next level tuned)", o.command,
-                          figures, [])
+        h = preset.header(
+            f"Tuned for concurrency {c} (the band from {c} up to the next level tuned)", o.command, figures, []
+        )
         written.append(str(preset.write(out / f"tuned-c{c}.yaml", f, h)))
     ad = rep.get("adaptive") or {}
     if ad.get("written"):
         first = rep["best"][min(rep["best"])]
-        f = preset.server_fields(o.target, o.draft, ad["backend"], ad["initial_steps"] or first["steps"],
-                                 adaptive_config=str(Path(ad["path"]).resolve()))
-        h = preset.header("Tuned for every band at once: --speculative-adaptive with the fitted config", o.command,
-                          figures, ["adaptive bands (batch size: candidate steps): " + ", ".join(
-                              f"{k}: {v['candidate_steps']}" for k, v in ad["config"].items())])
+        f = preset.server_fields(
+            o.target,
+            o.draft,
+            ad["backend"],
+            ad["initial_steps"] or first["steps"],
+            adaptive_config=str(Path(ad["path"]).resolve()),
+        )
+        h = preset.header(
+            "Tuned for every band at once: --speculative-adaptive with the fitted config",
+            o.command,
+            figures,
+            [
+                "adaptive bands (batch size: candidate steps): "
+                + ", ".join(f"{k}: {v['candidate_steps']}" for k, v in ad["config"].items())
+            ],
+        )
         written.append(str(preset.write(out / "tuned.yaml", f, h)))
     return written
 
@@ -284,9 +388,24 @@ def _projection(models, accept, best, shape) -> dict:
         if m is None or s not in accept:
             continue
         p = m.part(c)
-        rows.append({"concurrency": c, "backend": m.name, "steps": s,
-                     **project(p.target_step, costmodel_verify(m, c, s), p.draft_step, p.extend, s, accept[s],
-                               shape["layers"], shape["vocab"], shape["hidden"])})
+        rows.append(
+            {
+                "concurrency": c,
+                "backend": m.name,
+                "steps": s,
+                **project(
+                    p.target_step,
+                    costmodel_verify(m, c, s),
+                    p.draft_step,
+                    p.extend,
+                    s,
+                    accept[s],
+                    shape["layers"],
+                    shape["vocab"],
+                    shape["hidden"],
+                ),
+            }
+        )
     return {"rows": rows, "assumptions": ASSUMPTIONS, "from_layers": shape["layers"]}
 
 
@@ -306,9 +425,12 @@ def _plot(rep: dict, models, accept, out: Path):
         keys = list(settles)
         series["adaptive defaults (predicted)"] = {
             c: sum(m.tokens_per_s(c, s, accept) for s in settles[adaptive.slot_for(c, keys)])
-            / len(settles[adaptive.slot_for(c, keys)]) for c in cs}
+            / len(settles[adaptive.slot_for(c, keys)])
+            for c in cs
+        }
     series[f"EAGLE-3 defaults, steps {EAGLE3_DEFAULT_STEPS} (predicted)"] = {
-        c: m.tokens_per_s(c, EAGLE3_DEFAULT_STEPS, accept) for c in cs}
+        c: m.tokens_per_s(c, EAGLE3_DEFAULT_STEPS, accept) for c in cs
+    }
     series["no speculation"] = {c: rep["best"][c]["baseline_tokens_per_s"] or m.tokens_per_s(c, 0, accept) for c in cs}
     return plot.write(out, series)
 
@@ -323,36 +445,52 @@ def _jsonable(x):
 
 def render(rep: dict) -> str:
     if rep.get("dry_run"):
-        lines = [f"tune (dry run): {rep['target']} + {rep['draft']}, SGLang {rep['sglang']}, concurrency "
-                 f"{','.join(map(str, rep['concurrency']))}"]
-        lines += [f"  backend {d['backend']}: {'timed' if d['chosen'] else 'left out'} ({d['reason']})"
-                  for d in rep["backends"]]
+        lines = [
+            f"tune (dry run): {rep['target']} + {rep['draft']}, SGLang {rep['sglang']}, concurrency "
+            f"{','.join(map(str, rep['concurrency']))}"
+        ]
+        lines += [
+            f"  backend {d['backend']}: {'timed' if d['chosen'] else 'left out'} ({d['reason']})"
+            for d in rep["backends"]
+        ]
         tp = rep["timing_pass"]
         lines += [f"  timing pass: {tp}"] if isinstance(tp, str) else [f"  server: {c}" for c in tp["commands"]]
         bd = rep["budget"]
-        lines.append(f"  budget: {bd['limit_gpu_min']} GPU min; one timing pass ~{bd['estimate_gpu_min_per_timing_pass']:g}, "
-                     f"everything ~{bd['estimate_gpu_min_all']:.0f}")
+        lines.append(
+            f"  budget: {bd['limit_gpu_min']} GPU min; one timing pass ~{bd['estimate_gpu_min_per_timing_pass']:g}, "
+            f"everything ~{bd['estimate_gpu_min_all']:.0f}"
+        )
         lines.append(f"  adaptive config: {'fitted' if rep['adaptive_config'] else 'not offered by this release'}")
         return "\n".join(lines + [f"  note: {n}" for n in rep["notes"]])
     a = rep["accept"]["by_steps"]
-    lines = [f"tune: {rep['target']} + {rep['draft']} (SGLang {rep['sglang']})",
-             "  accept length by steps (topk 1): " + "  ".join(f"{k}:{v:.2f}" for k, v in a.items())]
+    lines = [
+        f"tune: {rep['target']} + {rep['draft']} (SGLang {rep['sglang']})",
+        "  accept length by steps (topk 1): " + "  ".join(f"{k}:{v:.2f}" for k, v in a.items()),
+    ]
     for n, e in rep["model_error"].items():
         it, ee = e["iteration_in_sample"], e["tokens_per_s_end_to_end"]
-        lines.append(f"  model {n}: iteration error {it.get('mean_abs', 0):.1%} mean |.| over {it['points']} points"
-                     + (f"; end to end {ee['mean_abs']:.1%} over {ee['points']}" if ee["points"] else ""))
+        lines.append(
+            f"  model {n}: iteration error {it.get('mean_abs', 0):.1%} mean |.| over {it['points']} points"
+            + (f"; end to end {ee['mean_abs']:.1%} over {ee['points']}" if ee["points"] else "")
+        )
     for c, b in sorted(rep["best"].items()):
-        lines.append(f"  c={c}: {b['backend']} steps {b['steps']}" + (f" max-running {b['max_running']}"
-                     if b.get("max_running") else "") + f"  {b['tokens_per_s']:.0f} tok/s  {b['speedup'] or 0:.2f}x"
-                     f"  ({b['source']})")
+        lines.append(
+            f"  c={c}: {b['backend']} steps {b['steps']}"
+            + (f" max-running {b['max_running']}" if b.get("max_running") else "")
+            + f"  {b['tokens_per_s']:.0f} tok/s  {b['speedup'] or 0:.2f}x"
+            f"  ({b['source']})"
+        )
     for r in (rep.get("projection") or {}).get("rows", []):
-        lines.append(f"  projected at 61 layers, TP 8, c={r['concurrency']}: {r['speedup']:.2f}x (dominant: "
-                     f"{r['dominant']})")
+        lines.append(
+            f"  projected at 61 layers, TP 8, c={r['concurrency']}: {r['speedup']:.2f}x (dominant: {r['dominant']})"
+        )
     lines += [f"  preset: {p}" for p in rep["presets"]]
     if rep["adaptive"].get("written"):
         lines.append(f"  adaptive config: {rep['adaptive']['path']}")
     bd = rep["budget"]
-    lines.append(f"  spent: {bd['spent_gpu_min']} GPU min, {bd['servers_started']} server(s) started"
-                 + (f"; skipped: {'; '.join(bd['skipped'])}" if bd["skipped"] else ""))
+    lines.append(
+        f"  spent: {bd['spent_gpu_min']} GPU min, {bd['servers_started']} server(s) started"
+        + (f"; skipped: {'; '.join(bd['skipped'])}" if bd["skipped"] else "")
+    )
     lines.append(f"  plot: {rep['plot']}")
     return "\n".join(lines)

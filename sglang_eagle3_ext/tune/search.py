@@ -2,6 +2,7 @@
 concurrency band measured with `bench` on the user's prompts against the same backend's target-only server
 (greedy outputs compared token for token), and admissions grouped (`--max-running-requests` at the band's
 concurrency) tried on the best of the busy bands."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +11,7 @@ from pathlib import Path
 from ..bench.run import BenchOptions, benchmark
 from .servers import Budget, server_args, started
 
-GROUPED_FROM = 16          # bands from this concurrency on also try grouped admissions
+GROUPED_FROM = 16  # bands from this concurrency on also try grouped admissions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +23,8 @@ class Candidate:
     @property
     def label(self) -> str:
         return (f"{self.backend} steps {self.steps}" if self.steps else f"{self.backend} no speculation") + (
-            f" max-running {self.max_running}" if self.max_running else "")
+            f" max-running {self.max_running}" if self.max_running else ""
+        )
 
 
 def top_candidates(grid: list[dict], concurrency: list[int], per_band: int) -> dict[int, list[Candidate]]:
@@ -37,9 +39,19 @@ def top_candidates(grid: list[dict], concurrency: list[int], per_band: int) -> d
     return out
 
 
-def measure(cands: dict[int, list[Candidate]], target: str, draft: str, prompts_file: str | None, tokenizer,
-            new_tokens: tuple[int, int], num_prompts: int | None, out: Path, extra: list[str], budget: Budget,
-            say) -> list[dict]:
+def measure(
+    cands: dict[int, list[Candidate]],
+    target: str,
+    draft: str,
+    prompts_file: str | None,
+    tokenizer,
+    new_tokens: tuple[int, int],
+    num_prompts: int | None,
+    out: Path,
+    extra: list[str],
+    budget: Budget,
+    say,
+) -> list[dict]:
     """Each candidate's server started once and benched at every band it is a candidate for; one target-only
     server per backend beside it. Returns [{"candidate", "concurrency", "tokens_per_s", "baseline_tokens_per_s",
     "speedup", "accept_length", "greedy_mismatches"}]."""
@@ -54,8 +66,9 @@ def measure(cands: dict[int, list[Candidate]], target: str, draft: str, prompts_
         mine = [c for c in by_cand if c.backend == backend]
         if not budget.allows(f"{backend} target-only server for the measurements", budget.server_estimate(1)):
             continue
-        with started(f"measure-{backend}-nospec", server_args(target, backend, max_c, extra=extra), out,
-                     budget) as base:
+        with started(
+            f"measure-{backend}-nospec", server_args(target, backend, max_c, extra=extra), out, budget
+        ) as base:
             for cand in mine:
                 levels = tuple(sorted(by_cand[cand]))
                 if not budget.allows(f"measure {cand.label}", budget.server_estimate(len(levels))):
@@ -63,20 +76,38 @@ def measure(cands: dict[int, list[Candidate]], target: str, draft: str, prompts_
                 name = f"measure-{backend}-s{cand.steps}" + (f"-mr{cand.max_running}" if cand.max_running else "")
                 base_args = server_args(target, backend, max_c, draft, cand.steps, cand.max_running, extra)
                 with started(name, base_args, out, budget) as spec:
-                    res = benchmark(BenchOptions(url=spec.url, baseline_url=base.url, prompts=prompts_file,
-                                                 tokenizer=tokenizer, num_prompts=num_prompts,
-                                                 max_new_tokens=new_tokens, concurrency=levels, quiet=True,
-                                                 wait_for_server=0, timeout=900))
+                    res = benchmark(
+                        BenchOptions(
+                            url=spec.url,
+                            baseline_url=base.url,
+                            prompts=prompts_file,
+                            tokenizer=tokenizer,
+                            num_prompts=num_prompts,
+                            max_new_tokens=new_tokens,
+                            concurrency=levels,
+                            quiet=True,
+                            wait_for_server=0,
+                            timeout=900,
+                        )
+                    )
                 for lv in res["levels"]:
-                    row = {"candidate": dataclasses.asdict(cand), "label": cand.label,
-                           "concurrency": lv["concurrency"], "tokens_per_s": lv["spec"]["tokens_per_s"],
-                           "baseline_tokens_per_s": (lv["baseline"] or {}).get("tokens_per_s"),
-                           "speedup": lv.get("speedup"), "accept_length": lv["spec"]["accept_length"],
-                           "greedy_mismatches": lv.get("greedy_mismatches"), "requests": lv["spec"]["requests"]}
+                    row = {
+                        "candidate": dataclasses.asdict(cand),
+                        "label": cand.label,
+                        "concurrency": lv["concurrency"],
+                        "tokens_per_s": lv["spec"]["tokens_per_s"],
+                        "baseline_tokens_per_s": (lv["baseline"] or {}).get("tokens_per_s"),
+                        "speedup": lv.get("speedup"),
+                        "accept_length": lv["spec"]["accept_length"],
+                        "greedy_mismatches": lv.get("greedy_mismatches"),
+                        "requests": lv["spec"]["requests"],
+                    }
                     rows.append(row)
-                    say(f"measured {cand.label} c={row['concurrency']}: {row['tokens_per_s']:.0f} tok/s, "
+                    say(
+                        f"measured {cand.label} c={row['concurrency']}: {row['tokens_per_s']:.0f} tok/s, "
                         f"{row['speedup'] or 0:.2f}x, accept {row['accept_length'] or 0:.2f}, greedy mismatches "
-                        f"{row['greedy_mismatches']}")
+                        f"{row['greedy_mismatches']}"
+                    )
     return rows
 
 

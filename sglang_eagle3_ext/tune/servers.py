@@ -4,6 +4,7 @@ bench/steps.py reads), CUDA graphs on; and what the run spends.
 
 The budget counts GPU minutes (wall minutes x GPUs a server holds) from each start until its stop; a step whose
 estimate would cross --budget-min is not started (the run reports what it skipped)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +26,7 @@ LAUNCHER = "sglang_eagle3_ext.launch_server"
 # and one measurement of every concurrency level on it
 START_MIN = 1.5
 MEASURE_MIN = 0.5
-SERVERS_PER_TIMING_PASS = 3        # target-only + EAGLE-3 at two steps counts
+SERVERS_PER_TIMING_PASS = 3  # target-only + EAGLE-3 at two steps counts
 # backends that serve MLA layers only: a Llama-layout draft runs on Triton beside them
 MLA_ONLY = ("flashmla", "cutlass_mla", "trtllm_mla")
 
@@ -52,8 +53,10 @@ class Budget:
     def allows(self, what: str, estimate_gpu_min: float) -> bool:
         if self.limit_min is None or self.spent_gpu_min + estimate_gpu_min <= self.limit_min:
             return True
-        self.skipped.append(f"{what}: ~{estimate_gpu_min:.1f} GPU min would pass --budget-min {self.limit_min:g} "
-                            f"({self.spent_gpu_min:.1f} spent)")
+        self.skipped.append(
+            f"{what}: ~{estimate_gpu_min:.1f} GPU min would pass --budget-min {self.limit_min:g} "
+            f"({self.spent_gpu_min:.1f} spent)"
+        )
         if self.say:
             self.say(f"budget: skipped {self.skipped[-1]}")
         return False
@@ -62,23 +65,54 @@ class Budget:
         self.spent_gpu_min += seconds / 60 * self.gpus
         self.servers_started += started
         if self.say:
-            self.say(f"spent {self.spent_gpu_min:.1f} GPU min, {self.servers_started} server(s) started"
-                     + (f" (budget {self.limit_min:g})" if self.limit_min is not None else ""))
+            self.say(
+                f"spent {self.spent_gpu_min:.1f} GPU min, {self.servers_started} server(s) started"
+                + (f" (budget {self.limit_min:g})" if self.limit_min is not None else "")
+            )
 
     def as_dict(self) -> dict:
-        return {"limit_gpu_min": self.limit_min, "spent_gpu_min": round(self.spent_gpu_min, 2),
-                "servers_started": self.servers_started, "gpus_per_server": self.gpus, "skipped": self.skipped}
+        return {
+            "limit_gpu_min": self.limit_min,
+            "spent_gpu_min": round(self.spent_gpu_min, 2),
+            "servers_started": self.servers_started,
+            "gpus_per_server": self.gpus,
+            "skipped": self.skipped,
+        }
 
 
-def server_args(target: str, backend: str, max_bs: int, draft: str | None = None, steps: int = 0,
-                max_running: int | None = None, extra: list[str] | None = None) -> list[str]:
+def server_args(
+    target: str,
+    backend: str,
+    max_bs: int,
+    draft: str | None = None,
+    steps: int = 0,
+    max_running: int | None = None,
+    extra: list[str] | None = None,
+) -> list[str]:
     """SGLang's arguments of one server: CUDA graphs on up to max_bs, every iteration logged."""
-    args = ["--model-path", target, "--attention-backend", backend, "--decode-log-interval", "1",
-            "--cuda-graph-max-bs", str(max(max_bs, 1))]
+    args = [
+        "--model-path",
+        target,
+        "--attention-backend",
+        backend,
+        "--decode-log-interval",
+        "1",
+        "--cuda-graph-max-bs",
+        str(max(max_bs, 1)),
+    ]
     if steps:
-        args += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", draft,
-                 "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1",
-                 "--speculative-num-draft-tokens", str(steps + 1)]
+        args += [
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-draft-model-path",
+            draft,
+            "--speculative-num-steps",
+            str(steps),
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            str(steps + 1),
+        ]
         if backend in MLA_ONLY:
             args += ["--speculative-draft-attention-backend", "triton"]
     if max_running:

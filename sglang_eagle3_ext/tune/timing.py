@@ -1,6 +1,7 @@
 """The timing pass of one attention backend: a target-only server, then EAGLE-3 servers at two steps counts,
 each driven with short greedy outputs at every concurrency (bench's request loop), each iteration's cost read
 from the server's own log (bench/steps.py: the median decode interval at the full batch without an admission)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +12,8 @@ from ..bench.steps import step_summary
 from ..server.http_client import Server
 from .servers import Budget, server_args, started
 
-TIMING_STEPS = (1, 3)         # two steps counts give each batch size's intercept and slope
-TIMING_TOKENS = 48            # per request: enough full-batch iterations, little else
+TIMING_STEPS = (1, 3)  # two steps counts give each batch size's intercept and slope
+TIMING_TOKENS = 48  # per request: enough full-batch iterations, little else
 
 
 @dataclasses.dataclass
@@ -43,7 +44,7 @@ def _iteration_ms(text: str, c: int, st) -> tuple[float, str]:
     s = step_summary(text, c)
     if "iteration_ms" in s:
         return s["iteration_ms"], "log"
-    rounds = (st.verify_ct or st.output_tokens) / c      # decode rounds of the batch, admissions included
+    rounds = (st.verify_ct or st.output_tokens) / c  # decode rounds of the batch, admissions included
     return st.wall_s * 1e3 / max(rounds, 1), "wall"
 
 
@@ -54,8 +55,9 @@ def time_backend(p: TimingPlan, backend: str, budget: Budget, say) -> dict:
     max_c = max(p.concurrency)
     if not budget.allows(f"{backend} target-only timing", budget.server_estimate(len(p.concurrency))):
         return res
-    with started(f"timing-{backend}-nospec", server_args(p.target, backend, max_c, extra=p.extra_args),
-                 p.out, budget) as srv:
+    with started(
+        f"timing-{backend}-nospec", server_args(p.target, backend, max_c, extra=p.extra_args), p.out, budget
+    ) as srv:
         for c in p.concurrency:
             st, text = _level(srv, p.prompts, c, p.tokens)
             ms, src = _iteration_ms(text, c, st)
@@ -65,13 +67,19 @@ def time_backend(p: TimingPlan, backend: str, budget: Budget, say) -> dict:
     for s in p.steps:
         if not budget.allows(f"{backend} EAGLE-3 timing at {s} steps", budget.server_estimate(len(p.concurrency))):
             break
-        with started(f"timing-{backend}-s{s}", server_args(p.target, backend, max_c, p.draft, s,
-                                                           extra=p.extra_args), p.out, budget) as srv:
+        with started(
+            f"timing-{backend}-s{s}",
+            server_args(p.target, backend, max_c, p.draft, s, extra=p.extra_args),
+            p.out,
+            budget,
+        ) as srv:
             for c in p.concurrency:
                 st, text = _level(srv, p.prompts, c, p.tokens)
                 ms, src = _iteration_ms(text, c, st)
                 res["spec"].append({"bs": c, "steps": s, "iteration_ms": ms, "accept_length": st.accept_length})
                 res["sources"].append({"steps": s, "bs": c, "source": src})
-                say(f"{backend} EAGLE-3 s={s}  c={c:<3} iteration {ms:.2f} ms  accept "
-                    f"{st.accept_length or 0:.2f}  ({st.tokens_per_s:.0f} tok/s, {src})")
+                say(
+                    f"{backend} EAGLE-3 s={s}  c={c:<3} iteration {ms:.2f} ms  accept "
+                    f"{st.accept_length or 0:.2f}  ({st.tokens_per_s:.0f} tok/s, {src})"
+                )
     return res

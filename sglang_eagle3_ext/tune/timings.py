@@ -9,6 +9,7 @@
 
 Read back checked field by field (BadInput naming the file and key): the cost model trusts nothing else.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,20 +57,27 @@ def _backend(name: str, b, where: str) -> dict:
         at = f"{where}.spec[{i}]"
         check_type(p, dict, at)
         al = field(p, "accept_length", (int, float), at, optional=True, default=None)
-        spec.append({"bs": _int(field(p, "bs", int, at), f"{at}.bs", 1, MAX_BS),
-                     "steps": _int(field(p, "steps", int, at), f"{at}.steps", 1, MAX_STEPS),
-                     "iteration_ms": _ms(field(p, "iteration_ms", (int, float), at), f"{at}.iteration_ms"),
-                     "accept_length": None if al is None else _positive(al, f"{at}.accept_length", 1.0)})
+        spec.append(
+            {
+                "bs": _int(field(p, "bs", int, at), f"{at}.bs", 1, MAX_BS),
+                "steps": _int(field(p, "steps", int, at), f"{at}.steps", 1, MAX_STEPS),
+                "iteration_ms": _ms(field(p, "iteration_ms", (int, float), at), f"{at}.iteration_ms"),
+                "accept_length": None if al is None else _positive(al, f"{at}.accept_length", 1.0),
+            }
+        )
     measured = []
     for i, p in enumerate(field(b, "measured", list, where, optional=True, default=[])):
         at = f"{where}.measured[{i}]"
         check_type(p, dict, at)
         base = field(p, "baseline_tokens_per_s", (int, float), at, optional=True, default=None)
-        measured.append({"concurrency": _int(field(p, "concurrency", int, at), f"{at}.concurrency", 1, MAX_BS),
-                         "steps": _int(field(p, "steps", int, at), f"{at}.steps", 0, MAX_STEPS),
-                         "tokens_per_s": _positive(field(p, "tokens_per_s", (int, float), at), f"{at}.tokens_per_s"),
-                         "baseline_tokens_per_s": None if base is None else
-                         _positive(base, f"{at}.baseline_tokens_per_s")})
+        measured.append(
+            {
+                "concurrency": _int(field(p, "concurrency", int, at), f"{at}.concurrency", 1, MAX_BS),
+                "steps": _int(field(p, "steps", int, at), f"{at}.steps", 0, MAX_STEPS),
+                "tokens_per_s": _positive(field(p, "tokens_per_s", (int, float), at), f"{at}.tokens_per_s"),
+                "baseline_tokens_per_s": None if base is None else _positive(base, f"{at}.baseline_tokens_per_s"),
+            }
+        )
     return {"target_step_ms": dict(sorted(target.items())), "spec": spec, "measured": measured}
 
 
@@ -81,10 +89,13 @@ def parse(obj, where: str) -> dict:
         raise BadInput(f"{where}.format", f"expected {FORMAT!r}, got {fmt!r:.60}: not a tune timings file")
     backends = field(obj, "backends", dict, where)
     layers = field(obj, "target_layers", int, where, optional=True, default=None)
-    return {"format": FORMAT, "gpu": field(obj, "gpu", str, where, optional=True, default=None),
-            "sglang": field(obj, "sglang", str, where, optional=True, default=None),
-            "target_layers": None if layers is None else _int(layers, f"{where}.target_layers", 1, 4096),
-            "backends": {str(k): _backend(str(k), v, f"{where}.backends[{k!r}]") for k, v in backends.items()}}
+    return {
+        "format": FORMAT,
+        "gpu": field(obj, "gpu", str, where, optional=True, default=None),
+        "sglang": field(obj, "sglang", str, where, optional=True, default=None),
+        "target_layers": None if layers is None else _int(layers, f"{where}.target_layers", 1, 4096),
+        "backends": {str(k): _backend(str(k), v, f"{where}.backends[{k!r}]") for k, v in backends.items()},
+    }
 
 
 def read(path) -> dict:
@@ -94,8 +105,13 @@ def read(path) -> dict:
 
 def to_json(t: dict) -> dict:
     """The parsed form back to the file's (integer batch keys as strings)."""
-    return {**t, "backends": {n: {**b, "target_step_ms": {str(k): v for k, v in b["target_step_ms"].items()}}
-                              for n, b in t["backends"].items()}}
+    return {
+        **t,
+        "backends": {
+            n: {**b, "target_step_ms": {str(k): v for k, v in b["target_step_ms"].items()}}
+            for n, b in t["backends"].items()
+        },
+    }
 
 
 def write(path, t: dict) -> Path:

@@ -5,6 +5,7 @@ Installed by patches/compat_matrix.py only while 0.5.10 is the release under tes
 always wins. Every `sgl_kernel` / `sgl_kernel.<sub>` module it makes hands out placeholders for any
 attribute; calling one raises NotImplementedError naming the kernel (nothing runs silently).
 """
+
 from __future__ import annotations
 
 import importlib.abc
@@ -54,6 +55,8 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-if not any(isinstance(f, _Finder) or type(f).__name__ == "_Finder" and getattr(f, "__module__", "") == __name__
-           for f in sys.meta_path):
+if not any(
+    isinstance(f, _Finder) or type(f).__name__ == "_Finder" and getattr(f, "__module__", "") == __name__
+    for f in sys.meta_path
+):
     sys.meta_path.append(_Finder())

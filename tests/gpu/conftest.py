@@ -1,4 +1,5 @@
 """GPU fixtures (helpers live in gpu_helpers.py, imported by the tests as a plain module)."""
+
 from __future__ import annotations
 
 import knobs

@@ -8,6 +8,7 @@ _draft_extend_for_decode(batch, batch_result) put exactly these tensors into the
 of which the first accept_lens[i] are the accepted tokens + bonus that the draft extends over).
 Each call is saved as one file in $SGE3_RECORD_DRAFT_INPUT: {rid: (positions [n], token ids [n], states [n, W])}.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -29,12 +30,14 @@ def _save(records: dict) -> None:
 
 def _safe(fn):
     """A recording failure is logged, never raised into the server (the test then finds positions missing)."""
+
     def wrapper(wrapped, instance, args, kwargs):
         try:
             fn(args, kwargs)
         except Exception as e:  # noqa: BLE001
             print(f"draft_input_recorder: {type(e).__name__}: {e}", flush=True)
         return wrapped(*args, **kwargs)
+
     return wrapper
 
 
@@ -47,8 +50,11 @@ def _record_prefill(args, kwargs):
         row = 0
         for i, req in enumerate(batch.reqs):
             n, p = batch.extend_lens[i], batch.prefix_lens[i]
-            rec[req.rid] = (torch.arange(p, p + n), batch.input_ids[row:row + n].cpu().clone(),
-                            hs[row:row + n].cpu().clone())
+            rec[req.rid] = (
+                torch.arange(p, p + n),
+                batch.input_ids[row : row + n].cpu().clone(),
+                hs[row : row + n].cpu().clone(),
+            )
             row += n
     _save(rec)
 
@@ -61,8 +67,11 @@ def _record_decode(args, kwargs):
         ndt = hs.shape[0] // len(batch.reqs)
         for i, req in enumerate(batch.reqs):
             a, r = int(acc[i]), i * ndt
-            rec[req.rid] = (vi.positions[r:r + a].cpu().clone(), vi.draft_token[r:r + a].cpu().clone(),
-                            hs[r:r + a].cpu().clone())
+            rec[req.rid] = (
+                vi.positions[r : r + a].cpu().clone(),
+                vi.draft_token[r : r + a].cpu().clone(),
+                hs[r : r + a].cpu().clone(),
+            )
     _save(rec)
 
 
@@ -86,8 +95,10 @@ def install(tmp: Path, record_dir: Path, env: dict) -> dict:
     d = tmp / "recorder_site"
     d.mkdir(exist_ok=True)
     pth = (Path(__file__).resolve().parents[2] / "sglang_eagle3_ext" / "_startup" / "sglang_eagle3_ext.pth").read_text()
-    (d / "sitecustomize.py").write_text(f"{pth.strip()}\nimport sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-                                        "import draft_input_recorder; draft_input_recorder.register()\n")
+    (d / "sitecustomize.py").write_text(
+        f"{pth.strip()}\nimport sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import draft_input_recorder; draft_input_recorder.register()\n"
+    )
     record_dir.mkdir(parents=True, exist_ok=True)
     return {**env, ENV: str(record_dir), "PYTHONPATH": os.pathsep.join([str(d), env.get("PYTHONPATH", "")])}
 

@@ -2,6 +2,7 @@
 
 Logs go to $OUT (the device tool's folder) or a temp dir, one file per server.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,8 +22,17 @@ LOG_DIR = Path(os.environ.get("OUT") or knobs.get("SGE3_LOG_DIR"))
 # Served as users serve: decode (and EAGLE-3 draft) CUDA graphs ON, SGLang's prefill-graph rules as
 # released. A small capture batch keeps capture quick (~25 s on the tiny target); 16 covers the
 # benchmarks' batch 16. Token ids in/out, PyTorch sampling, no grammar (no tokenizer on the host).
-COMMON_ARGS = ["--skip-tokenizer-init", "--sampling-backend", "pytorch", "--grammar-backend", "none",
-               "--mem-fraction-static", "0.3", "--cuda-graph-max-bs", "16"]
+COMMON_ARGS = [
+    "--skip-tokenizer-init",
+    "--sampling-backend",
+    "pytorch",
+    "--grammar-backend",
+    "none",
+    "--mem-fraction-static",
+    "0.3",
+    "--cuda-graph-max-bs",
+    "16",
+]
 # The attention backends the GPU tests run on (SGE3_BACKENDS=triton,flashinfer narrows it). fa3 is
 # SGLang's default for MLA targets on Hopper; it is skipped where sgl-kernel lacks its kernels.
 BACKENDS = tuple(b for b in knobs.get("SGE3_BACKENDS").split(",") if b)
@@ -82,8 +92,9 @@ def http_json(url: str, payload=None, timeout: float = 600):
 
     u = urlsplit(url)
     path = u.path + (f"?{u.query}" if u.query else "")
-    return _server(f"{u.scheme}://{u.netloc}").request("GET" if payload is None else "POST", path, payload,
-                                                       timeout=timeout)
+    return _server(f"{u.scheme}://{u.netloc}").request(
+        "GET" if payload is None else "POST", path, payload, timeout=timeout
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -95,9 +106,17 @@ def _server(base: str):
 
 
 @contextlib.contextmanager
-def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = None,
-                  launcher: str = "sglang_eagle3_ext.launch_server", timeout: float = 600,
-                  command: list[str] | None = None, cwd: Path | None = None):
+def sglang_server(
+    args: list[str],
+    *,
+    name: str,
+    port: int,
+    env: dict | None = None,
+    launcher: str = "sglang_eagle3_ext.launch_server",
+    timeout: float = 600,
+    command: list[str] | None = None,
+    cwd: Path | None = None,
+):
     """Start `python -m launcher args --port PORT`, wait for /health, yield (base_url, log_path, process); always
     stop it. `command`: run exactly `command + args` instead (a user's command line: nothing added, so it must
     serve on `port` by itself), in `cwd`."""
@@ -105,7 +124,7 @@ def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = N
     log = LOG_DIR / f"{name}.log"
     # a crashed scheduler otherwise keeps the server up 60 s waiting for CUDA coredumps (SGLang 0.5.16)
     full_env = {"SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS": "0", **os.environ, **(env or {})}
-    full_env = {k: v for k, v in full_env.items() if v is not None}   # env {NAME: None} unsets NAME
+    full_env = {k: v for k, v in full_env.items() if v is not None}  # env {NAME: None} unsets NAME
     cmd = [*command, *args] if command else [sys.executable, "-m", launcher, *args, "--port", str(port)]
     if knobs.get("SGE3_MEM_FRACTION") and not command:  # several test servers sharing one GPU (the last flag wins)
         cmd += ["--mem-fraction-static", knobs.get("SGE3_MEM_FRACTION")]
@@ -120,16 +139,16 @@ def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = N
     with open(log, "w") as f:
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=full_env, start_new_session=True,
-                                cwd=cwd)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=full_env, start_new_session=True, cwd=cwd)
     base = f"http://127.0.0.1:{port}"
     try:
         t0 = time.time()
         try:
             while True:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"server {name} exited with {proc.returncode}; see {log}:\n"
-                                       + log.read_text()[-4000:])
+                    raise RuntimeError(
+                        f"server {name} exited with {proc.returncode}; see {log}:\n" + log.read_text()[-4000:]
+                    )
                 try:
                     http_json(base + "/health", timeout=5)
                     break
@@ -138,10 +157,11 @@ def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = N
                         raise TimeoutError(f"server {name} not healthy after {timeout}s; see {log}") from None
                     time.sleep(2)
         finally:
-            start_lock.close()            # releases the lock
+            start_lock.close()  # releases the lock
         yield base, log, proc
     finally:
         import signal
+
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -152,8 +172,11 @@ def sglang_server(args: list[str], *, name: str, port: int, env: dict | None = N
 
 
 def generate(base: str, input_ids, max_new_tokens: int = 32, **extra):
-    payload = {"input_ids": input_ids, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens,
-                                                           "ignore_eos": True}, **extra}
+    payload = {
+        "input_ids": input_ids,
+        "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
+        **extra,
+    }
     return http_json(base + "/generate", payload)
 
 

@@ -4,6 +4,7 @@ same SGE3_RT_TARGET / SGE3_RT_BACKEND). It can fail: the per-position acceptance
 `spec_accept_histogram` must agree with the accept length SGLang reports (completion tokens / verify steps),
 and a FAIL verdict (accept length ~1, greedy outputs changed) fails the test.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,16 +32,41 @@ def test_bench_levels_report():
     env = activation_env(work)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     report, out_json = LOG_DIR / "bench_report.html", LOG_DIR / "bench_levels.json"
-    with sglang_server([*serve, "--speculative-draft-model-path", str(draft), *SPEC_ARGS], name="bench_spec_server",
-                       port=free_port(), env=env) as (spec, _, _), \
-         sglang_server(serve, name="bench_base_server", port=free_port(), env=env) as (base, _, _):
-        cmd = [sys.executable, "-m", "sglang_eagle3_ext", "bench", "--url", spec, "--baseline-url", base,
-               "--prompts", str(held), "--max-new-tokens", knobs.get("SGE3_RT_NEW_TOKENS", "64"),
-               "--concurrency", LEVELS, "--json", str(out_json), "--report", str(report), "--quiet"]
+    with (
+        sglang_server(
+            [*serve, "--speculative-draft-model-path", str(draft), *SPEC_ARGS],
+            name="bench_spec_server",
+            port=free_port(),
+            env=env,
+        ) as (spec, _, _),
+        sglang_server(serve, name="bench_base_server", port=free_port(), env=env) as (base, _, _),
+    ):
+        cmd = [
+            sys.executable,
+            "-m",
+            "sglang_eagle3_ext",
+            "bench",
+            "--url",
+            spec,
+            "--baseline-url",
+            base,
+            "--prompts",
+            str(held),
+            "--max-new-tokens",
+            knobs.get("SGE3_RT_NEW_TOKENS", "64"),
+            "--concurrency",
+            LEVELS,
+            "--json",
+            str(out_json),
+            "--report",
+            str(report),
+            "--quiet",
+        ]
         t = time.time()
         p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
-        (LOG_DIR / "bench_levels.log").write_text(f"$ {' '.join(cmd)}\n# rc={p.returncode} {time.time() - t:.1f}s\n"
-                                                  f"{p.stdout}\n--- stderr ---\n{p.stderr}")
+        (LOG_DIR / "bench_levels.log").write_text(
+            f"$ {' '.join(cmd)}\n# rc={p.returncode} {time.time() - t:.1f}s\n{p.stdout}\n--- stderr ---\n{p.stderr}"
+        )
     print(p.stdout)
     res = json.loads(out_json.read_text())
     assert [lv["concurrency"] for lv in res["levels"]] == [int(x) for x in LEVELS.split(",")]
@@ -52,7 +78,9 @@ def test_bench_levels_report():
         assert len(pa) == 3 and all(a >= b for a, b in zip(pa, pa[1:])), pa  # 4 draft tokens: 3 positions
         # SGLang's accept length counts the prefill's token too: 1 + mean accepted drafts, within ~1 token/request
         assert abs(s["accept_length"] - (1 + sum(pa))) <= 0.1 * s["accept_length"], (s["accept_length"], pa)
-        print(f"bench c={lv['concurrency']}: accept length {s['accept_length']:.2f}, P(accepted) by position "
-              f"{' '.join(f'{a:.3f}' for a in pa)}, {s['tokens_per_s']:.0f} vs {lv['baseline']['tokens_per_s']:.0f} "
-              f"tok/s, speedup {lv['speedup']:.2f}x, greedy mismatches {lv['greedy_mismatches']}")
+        print(
+            f"bench c={lv['concurrency']}: accept length {s['accept_length']:.2f}, P(accepted) by position "
+            f"{' '.join(f'{a:.3f}' for a in pa)}, {s['tokens_per_s']:.0f} vs {lv['baseline']['tokens_per_s']:.0f} "
+            f"tok/s, speedup {lv['speedup']:.2f}x, greedy mismatches {lv['greedy_mismatches']}"
+        )
     assert res["status"] != "FAIL" and p.returncode == 0, res["verdict"]

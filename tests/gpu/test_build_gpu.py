@@ -2,6 +2,7 @@
 target -- the dumping server it starts and stops, training interrupted once (a real SIGINT) and resumed by the
 same command -- then the draft served with the command the report gives: accept length >= 3.5 and greedy outputs
 identical to the target alone. About 5 minutes on an H200."""
+
 from __future__ import annotations
 
 import json
@@ -24,9 +25,33 @@ GRAPHS = ["--cuda-graph-max-bs", "16"]
 
 
 def _build_cmd(work: Path, target: Path) -> list[str]:
-    return [sys.executable, "-m", "sglang_eagle3_ext", "build", "--data", str(PROMPTS), "--target", str(target),
-            "--preset", "tiny-dump", "--port", str(free_port()), "--generate", "--max-new-tokens", "96",
-            "--concurrency", "64", "--out", str(work / "out"), "--epochs", "12", "--lr", "3e-3", "--loss-impl", "eager"]
+    return [
+        sys.executable,
+        "-m",
+        "sglang_eagle3_ext",
+        "build",
+        "--data",
+        str(PROMPTS),
+        "--target",
+        str(target),
+        "--preset",
+        "tiny-dump",
+        "--port",
+        str(free_port()),
+        "--generate",
+        "--max-new-tokens",
+        "96",
+        "--concurrency",
+        "64",
+        "--out",
+        str(work / "out"),
+        "--epochs",
+        "12",
+        "--lr",
+        "3e-3",
+        "--loss-impl",
+        "eager",
+    ]
 
 
 def test_build_prompts_to_a_served_draft_interrupted_and_resumed(tmp_path):
@@ -38,7 +63,7 @@ def test_build_prompts_to_a_served_draft_interrupted_and_resumed(tmp_path):
     # the stage lines (stderr) and training's step lines (stdout) in one stream, in order
     first = subprocess.Popen(cmd, stderr=subprocess.STDOUT, stdout=subprocess.PIPE, text=True, cwd=tmp_path)
     seen = []
-    for line in first.stdout:           # an epoch checkpointed, then a real Ctrl-C mid-training
+    for line in first.stdout:  # an epoch checkpointed, then a real Ctrl-C mid-training
         seen.append(line)
         if "[train_draft] step" in line and " epoch 2 " in line:
             first.send_signal(signal.SIGINT)
@@ -64,10 +89,15 @@ def test_build_prompts_to_a_served_draft_interrupted_and_resumed(tmp_path):
         spec = [generate(base, p, NEW_TOKENS)["output_ids"] for p in prompts]
         info = http_json(base + "/get_server_info")
     accept = [s.get("avg_spec_accept_length") for s in info.get("internal_states", [info])][0]
-    with sglang_server(["--preset", "tiny", "--model-path", str(target), *GRAPHS], name="build_target",
-                       port=free_port()) as (base, _, _):
+    with sglang_server(
+        ["--preset", "tiny", "--model-path", str(target), *GRAPHS], name="build_target", port=free_port()
+    ) as (base, _, _):
         plain = [generate(base, p, NEW_TOKENS)["output_ids"] for p in prompts]
-    (LOG_DIR / "build_figures.json").write_text(json.dumps({"accept": accept, "predicted": rep[
-        "predicted_accept_length"], "stage_seconds": rep["stage_seconds"]}, indent=2))
+    (LOG_DIR / "build_figures.json").write_text(
+        json.dumps(
+            {"accept": accept, "predicted": rep["predicted_accept_length"], "stage_seconds": rep["stage_seconds"]},
+            indent=2,
+        )
+    )
     assert spec == plain, "greedy outputs differ with the draft"
     assert accept is not None and accept >= MIN_ACCEPT, (accept, f"see {log}")

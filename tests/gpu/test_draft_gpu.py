@@ -7,6 +7,7 @@
   calls set_eagle3_layers_to_capture) fails loudly with the fc-width message, at start-up and, with the
   start-up check deferred, from the forward guard itself — instead of serving at accept length 1.00.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -43,16 +44,37 @@ def draft(tiny_target, tmp_path_factory):
 
     cfg = json.loads((Path(tiny_target) / "config.json").read_text())
     root = tmp_path_factory.mktemp("draft")
-    src = make_speculators_draft(root / "spec", hidden=cfg["hidden_size"], vocab=cfg["vocab_size"], draft_vocab=1024,
-                                 aux_ids=HF_INDICES, heads=8, kv_heads=2, intermediate=2048,
-                                 max_position_embeddings=cfg["max_position_embeddings"], dtype=torch.bfloat16)
+    src = make_speculators_draft(
+        root / "spec",
+        hidden=cfg["hidden_size"],
+        vocab=cfg["vocab_size"],
+        draft_vocab=1024,
+        aux_ids=HF_INDICES,
+        heads=8,
+        kv_heads=2,
+        intermediate=2048,
+        max_position_embeddings=cfg["max_position_embeddings"],
+        dtype=torch.bfloat16,
+    )
     return convert(src, root / "sglang", log=print)
 
 
 def _args(target, draft_dir):
-    return ["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
-            "--speculative-draft-model-path", str(draft_dir), "--speculative-num-steps", "3",
-            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", *BASE_ARGS]
+    return [
+        "--model-path",
+        str(target),
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        str(draft_dir),
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+        *BASE_ARGS,
+    ]
 
 
 def no_aux_draft(draft, tmp_path) -> Path:
@@ -66,8 +88,9 @@ def no_aux_draft(draft, tmp_path) -> Path:
 
 
 def test_speculators_draft_serves(tiny_target, draft, tmp_path):
-    with sglang_server(_args(tiny_target, draft), name="draft_eagle3", port=_port(), env=_env(tmp_path),
-                       launcher=_launcher()) as (base, log, _):
+    with sglang_server(
+        _args(tiny_target, draft), name="draft_eagle3", port=_port(), env=_env(tmp_path), launcher=_launcher()
+    ) as (base, log, _):
         out = generate(base, list(range(10, 42)), max_new_tokens=32)
         assert len(out["output_ids"]) == 32
         assert out["meta_info"].get("spec_verify_ct", 0) > 0  # speculative decoding actually ran
@@ -75,8 +98,23 @@ def test_speculators_draft_serves(tiny_target, draft, tmp_path):
         import subprocess
         import sys
 
-        b = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.bench", "--url", base, "--num-prompts", "8",
-                            "--max-new-tokens", "32"], capture_output=True, text=True, cwd=REPO, timeout=600)
+        b = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sglang_eagle3_ext.bench",
+                "--url",
+                base,
+                "--num-prompts",
+                "8",
+                "--max-new-tokens",
+                "32",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=600,
+        )
         (LOG_DIR / "bench_untrained_draft.txt").write_text(b.stdout + b.stderr)
         assert b.returncode == 1 and "the draft is not being used" in b.stdout, b.stdout[-2000:]
     text = log.read_text()
@@ -90,8 +128,14 @@ def _run_expect_width_failure(tiny_target, draft_dir, tmp_path, name, **env):
         # past the launcher's own draft pre-check (it refuses this draft before SGLang starts, CPU-tested):
         # what is tested here is the guard inside SGLang's processes
         skip = ["--skip-draft-check"] if _launcher().startswith("sglang_eagle3_ext") else []
-        with sglang_server(_args(tiny_target, draft_dir) + skip, name=name, port=_port(), env=_env(tmp_path, **env),
-                           launcher=_launcher(), timeout=300) as (base, log, _):
+        with sglang_server(
+            _args(tiny_target, draft_dir) + skip,
+            name=name,
+            port=_port(),
+            env=_env(tmp_path, **env),
+            launcher=_launcher(),
+            timeout=300,
+        ) as (base, log, _):
             try:  # the warm-up request normally trips it already; if not, a real request must
                 generate(base, list(range(10, 42)), max_new_tokens=8)
             except Exception:  # noqa: BLE001

@@ -9,6 +9,7 @@
   calls set_eagle3_layers_to_capture) fails loudly -- at start-up, and with the start-up check deferred, from
   the forward guard on Eagle3MLAModel.forward -- never served at accept length 1.00.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -34,14 +35,21 @@ def mla_draft(tiny_target, tmp_path_factory):
 
 
 def test_mla_draft_loads_strictly_and_serves(tiny_target, mla_draft, tmp_path):
-    with sglang_server(_args(tiny_target, mla_draft), name="mla_draft_eagle3", port=free_port(),
-                       env=_env(tmp_path), launcher=_launcher()) as (base, log, _):
+    with sglang_server(
+        _args(tiny_target, mla_draft),
+        name="mla_draft_eagle3",
+        port=free_port(),
+        env=_env(tmp_path),
+        launcher=_launcher(),
+    ) as (base, log, _):
         out = generate(base, list(range(10, 42)), max_new_tokens=32)
         assert len(out["output_ids"]) == 32
         verify = out["meta_info"].get("spec_verify_ct", 0)
         assert verify > 0  # speculative decoding ran with the MLA draft
-        print(f"MLA draft served: 32 tokens, spec_verify_ct={verify}, "
-              f"accept length {32 / verify:.2f} (random draft: ~1 is expected)")
+        print(
+            f"MLA draft served: 32 tokens, spec_verify_ct={verify}, "
+            f"accept length {32 / verify:.2f} (random draft: ~1 is expected)"
+        )
     text = log.read_text()
     (LOG_DIR / "mla_draft_summary.txt").write_text("\n".join(ln for ln in text.splitlines() if "EAGLE-3" in ln))
     assert f"({MLA_CLASS})" in text and "tensors loaded" in text, "strict loader did not run on the MLA draft"
@@ -49,7 +57,9 @@ def test_mla_draft_loads_strictly_and_serves(tiny_target, mla_draft, tmp_path):
 
 
 def test_mla_draft_target_sending_1xH_fails_at_startup(tiny_target, mla_draft, tmp_path):
-    assert_width_refused(tiny_target, no_aux_draft(mla_draft, tmp_path), tmp_path, "mla_no_aux_startup", at_forward=False)
+    assert_width_refused(
+        tiny_target, no_aux_draft(mla_draft, tmp_path), tmp_path, "mla_no_aux_startup", at_forward=False
+    )
 
 
 def test_mla_draft_target_sending_1xH_caught_by_forward_guard(tiny_target, mla_draft, tmp_path):

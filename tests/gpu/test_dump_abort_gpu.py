@@ -13,6 +13,7 @@ staging-ring fallbacks do not grow after the aborts (no more than in the baselin
 (every call bounded) and stays healthy; after/baseline dump rate >= 0.90. Prints both rates and the ratio,
 and how many aborts landed mid-prefill (the writer's `ended_unfinished` counter). About 3 minutes.
 """
+
 from __future__ import annotations
 
 import json
@@ -78,8 +79,12 @@ def _abort_by_endpoint(base, rids, lone_s: float, g) -> None:
     for rid in rids:
         normal = rid.replace("abortA", "mixA")
         http_json(base + "/generate", _payload(normal, _prompt(g)), timeout=120)
-        t = threading.Thread(target=lambda r=rid, p=_prompt(g): _ignore(lambda: http_json(  # noqa: B008 - bound now
-            base + "/generate", _payload(r, p), timeout=120)), daemon=True)
+        t = threading.Thread(
+            target=lambda r=rid, p=_prompt(g): _ignore(  # noqa: B008 - the prompt is bound now, per thread
+                lambda: http_json(base + "/generate", _payload(r, p), timeout=120)
+            ),
+            daemon=True,
+        )
         t.start()
         time.sleep(lone_s * rnd.uniform(0.2, 0.7))
         http_json(base + "/abort_request", {"rid": rid}, timeout=30)
@@ -96,8 +101,10 @@ def _abort_by_disconnect(base, port, ahead, rids, lone_s: float, g) -> None:
         for rid in rids:
             body = json.dumps(_payload(rid, _prompt(g))).encode()
             with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-                s.sendall(b"POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                          b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                s.sendall(
+                    b"POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(body) + body
+                )
             time.sleep(lone_s / 3)
         for f in futs:
             f.result(timeout=120)
@@ -117,11 +124,21 @@ def _fallbacks(dump) -> int:
 def test_aborted_requests_leak_nothing_and_cost_no_rate(tiny_target, tmp_path):
     dump = tmp_path / "dump"
     dump.mkdir()
-    env = activation_env(tmp_path, SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump), SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB="2048",
-                         SGLANG_REQUEST_STATE_WAIT_TIMEOUT="1")
-    args = ["--model-path", str(tiny_target), *server_args("triton"), "--chunked-prefill-size", "256",
-            "--disable-radix-cache"]
-    try:   # the dump refuses prefill CUDA graphs where a release would capture them
+    env = activation_env(
+        tmp_path,
+        SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump),
+        SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB="2048",
+        SGLANG_REQUEST_STATE_WAIT_TIMEOUT="1",
+    )
+    args = [
+        "--model-path",
+        str(tiny_target),
+        *server_args("triton"),
+        "--chunked-prefill-size",
+        "256",
+        "--disable-radix-cache",
+    ]
+    try:  # the dump refuses prefill CUDA graphs where a release would capture them
         from sglang.srt.server_args import ServerArgs
 
         from sglang_eagle3_ext.dump.prefill_graphs import refusal
@@ -154,25 +171,33 @@ def test_aborted_requests_leak_nothing_and_cost_no_rate(tiny_target, tmp_path):
         b_rids = [f"abortB-{i:03d}" for i in range(N // 4)]
         _abort_by_disconnect(base, port, ahead, b_rids, lone, g)
         normal_mid = [r.replace("abortA", "mixA") for r in a_rids] + ahead
-        wait_for(lambda: set(normal_mid) <= set(_dumped(dump)), 120, "the normal requests between the aborts",
-                 poll=0.05)
-        time.sleep(3)    # SGLang's disconnect checks of the last burst have fired
+        wait_for(
+            lambda: set(normal_mid) <= set(_dumped(dump)), 120, "the normal requests between the aborts", poll=0.05
+        )
+        time.sleep(3)  # SGLang's disconnect checks of the last burst have fired
         fb1 = _fallbacks(dump)
 
         after_rids = [f"after-{i:03d}" for i in range(N)]
         fig["rate_after_aborts"] = _normal_phase(base, dump, after_rids, g)
         done = _dumped(dump)
-        s = wait_for(lambda: _settled(dump, len(done)), 60, "pending bytes and half-stitched requests back to 0",
-                     poll=0.05)
+        s = wait_for(
+            lambda: _settled(dump, len(done)), 60, "pending bytes and half-stitched requests back to 0", poll=0.05
+        )
         fb2 = _fallbacks(dump)
-        http_json(base + "/health", timeout=10)        # still serving: no hang
+        http_json(base + "/health", timeout=10)  # still serving: no hang
 
     fig["ratio"] = fig["rate_after_aborts"] / fig["rate_baseline"]
     aborted = [r for r in done if r.startswith("abort")]
-    fig.update(aborts_sent=len(a_rids) + len(b_rids), normal_in_abort_phase=len(normal_mid),
-               aborted_but_finished_first=len(aborted), ended_unfinished=s.get("ended_unfinished", 0) - ended0,
-               staging_fallbacks={"baseline": fb0, "after_aborts_phase": fb1, "end": fb2},
-               pending_bytes=s["pending_bytes"], partials=s["partials"], write_errors=s.get("write_errors"))
+    fig.update(
+        aborts_sent=len(a_rids) + len(b_rids),
+        normal_in_abort_phase=len(normal_mid),
+        aborted_but_finished_first=len(aborted),
+        ended_unfinished=s.get("ended_unfinished", 0) - ended0,
+        staging_fallbacks={"baseline": fb0, "after_aborts_phase": fb1, "end": fb2},
+        pending_bytes=s["pending_bytes"],
+        partials=s["partials"],
+        write_errors=s.get("write_errors"),
+    )
     print("DUMP_ABORT_FIGURES " + json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in fig.items()}))
     assert set(base_rids + normal_mid + after_rids) <= set(done), "every normal request dumped"
     assert all(done[r]["num_tokens"] == PROMPT for r in aborted), "an aborted request listed incomplete"

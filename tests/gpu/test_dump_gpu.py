@@ -7,6 +7,7 @@
 
 How the patches reach SGLang's spawned children: gpu_helpers.activation_env (the .pth route).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,9 +42,13 @@ LAYERS = [1, 2, 3]
 
 
 def _activation_env(tmp: Path, dump_dir: Path, **extra) -> dict:
-    return activation_env(tmp, SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump_dir),
-                          SGLANG_EAGLE3_EXT_DUMP_LAYERS=",".join(map(str, LAYERS)),
-                          SGLANG_EAGLE3_EXT_DUMP_FINAL="both", **extra)
+    return activation_env(
+        tmp,
+        SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump_dir),
+        SGLANG_EAGLE3_EXT_DUMP_LAYERS=",".join(map(str, LAYERS)),
+        SGLANG_EAGLE3_EXT_DUMP_FINAL="both",
+        **extra,
+    )
 
 
 SERVER_ARGS = ["--chunked-prefill-size", "64", "--disable-radix-cache"]
@@ -67,8 +72,24 @@ def _prompts(path: Path, n: int, length: int = 300, seed: int = 0) -> list[list[
 
 
 def _client(base, data, dump_dir, env, *extra, **popen):
-    cmd = [sys.executable, "-m", "sglang_eagle3_ext.dump", "run", "--url", base, "--data", str(data),
-           "--dump-dir", str(dump_dir), "--concurrency", "4", "--quiet", "--wait-s", "120", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sglang_eagle3_ext.dump",
+        "run",
+        "--url",
+        base,
+        "--data",
+        str(data),
+        "--dump-dir",
+        str(dump_dir),
+        "--concurrency",
+        "4",
+        "--quiet",
+        "--wait-s",
+        "120",
+        *extra,
+    ]
     return subprocess.Popen(cmd, env={**os.environ, **env}, cwd=REPO, **popen)
 
 
@@ -106,15 +127,22 @@ def dumped_vs_hf(dump: Path, man: dict, prompts: list, ref, cos: dict) -> dict:
 
 
 def _stats(cos: dict) -> dict:
-    return {k: {"min": torch.cat(v).min().item(), "mean": torch.cat(v).mean().item(),
-                "frac_ge_0.999": (torch.cat(v) >= 0.999).float().mean().item(), "tokens": torch.cat(v).numel()}
-            for k, v in cos.items()}
+    return {
+        k: {
+            "min": torch.cat(v).min().item(),
+            "mean": torch.cat(v).mean().item(),
+            "frac_ge_0.999": (torch.cat(v) >= 0.999).float().mean().item(),
+            "tokens": torch.cat(v).numel(),
+        }
+        for k, v in cos.items()
+    }
 
 
 # every backend for the exact-match variants; the relative-bar and writer-process variants on Triton only
 # (they test the routing noise and the writer, not the attention kernels) to keep the GPU time short
-CASES = [pytest.param(v, b, id=f"{v}-{b}") for v in ("dense", "moe_pinned") for b in BACKENDS] \
-    + [pytest.param(v, "triton", id=f"{v}-triton") for v in ("moe", "dense_process")]
+CASES = [pytest.param(v, b, id=f"{v}-{b}") for v in ("dense", "moe_pinned") for b in BACKENDS] + [
+    pytest.param(v, "triton", id=f"{v}-triton") for v in ("moe", "dense_process")
+]
 
 
 @pytest.mark.parametrize("variant,backend", CASES)
@@ -146,8 +174,13 @@ def test_dump_matches_transformers(variant, backend, tiny_target, tmp_path):
     prompts = _prompts(data, 4)
     process = variant.endswith("_process")
     env = _activation_env(tmp_path, dump, **({"SGLANG_EAGLE3_EXT_DUMP_WRITER": "process"} if process else {}))
-    with sglang_server(dump_args(tiny_target, backend), name=f"dump_ref_{variant}_{backend}",
-                       port=_port(), env=env, launcher="sglang.launch_server") as (base, log, _):
+    with sglang_server(
+        dump_args(tiny_target, backend),
+        name=f"dump_ref_{variant}_{backend}",
+        port=_port(),
+        env=env,
+        launcher="sglang.launch_server",
+    ) as (base, log, _):
         rc = _client(base, data, dump, env).wait(900)
         assert rc == 0, f"client failed; server log {log}"
         text = Path(log).read_text()
@@ -155,7 +188,7 @@ def test_dump_matches_transformers(variant, backend, tiny_target, tmp_path):
         assert decode_graphs_captured(text), "served without decode CUDA graphs"
         # the values compared below went through the pinned staging ring, not the per-batch fallback
         assert "host staging buffer for the device->host copies" in text and "no contiguous room" not in text
-        if process:   # the child wrote them, from page-locked memory shared with the server
+        if process:  # the child wrote them, from page-locked memory shared with the server
             assert "writing from a separate process" in text and "pinned a" in text and "STOPPED" not in text
     man = read_manifest(dump)
     assert sorted(man) == [f"s{i:04d}" for i in range(4)]
@@ -165,27 +198,34 @@ def test_dump_matches_transformers(variant, backend, tiny_target, tmp_path):
     from transformers import DeepseekV3ForCausalLM
 
     ref = DeepseekV3ForCausalLM.from_pretrained(str(tiny_target), dtype=torch.bfloat16).cuda().eval()
-    ref32 = DeepseekV3ForCausalLM.from_pretrained(str(tiny_target), dtype=torch.float32).cuda().eval() \
-        if variant == "moe" else None
+    ref32 = (
+        DeepseekV3ForCausalLM.from_pretrained(str(tiny_target), dtype=torch.float32).cuda().eval()
+        if variant == "moe"
+        else None
+    )
     cos, noise = {}, {}
     wants = dumped_vs_hf(dump, man, prompts, ref, cos)
-    if ref32 is not None:      # bf16 vs fp32 transformers: the reference's own noise
+    if ref32 is not None:  # bf16 vs fp32 transformers: the reference's own noise
         for i, ids in enumerate(prompts):
             want32 = _hf_states(ref32, ids)
             for name in cos:
                 noise.setdefault(name, []).append(cosine(wants[i][name], want32[name]).cpu())
     stats, ref_noise = _stats(cos), _stats(noise)
-    print(f"\ndump vs transformers [{variant}, {backend}, CUDA graphs on]: min per-token cosine "
-          + ", ".join(f"{k} {v['min']:.5f}" for k, v in stats.items()))
-    (LOG_DIR / f"dump_cosines_{variant}_{backend}.json").write_text(json.dumps({"dump_vs_hf_bf16": stats,
-                                                                       "hf_bf16_vs_fp32": ref_noise}, indent=2))
+    print(
+        f"\ndump vs transformers [{variant}, {backend}, CUDA graphs on]: min per-token cosine "
+        + ", ".join(f"{k} {v['min']:.5f}" for k, v in stats.items())
+    )
+    (LOG_DIR / f"dump_cosines_{variant}_{backend}.json").write_text(
+        json.dumps({"dump_vs_hf_bf16": stats, "hf_bf16_vs_fp32": ref_noise}, indent=2)
+    )
     if variant != "moe":
         assert all(v["min"] >= 0.999 for v in stats.values()), stats
     else:
         for k, v in stats.items():
             r = ref_noise[k]
-            assert v["mean"] >= 0.9995 and v["frac_ge_0.999"] >= r["frac_ge_0.999"] - 0.03 \
-                and v["min"] >= r["min"] - 0.005, (k, v, r)
+            assert (
+                v["mean"] >= 0.9995 and v["frac_ge_0.999"] >= r["frac_ge_0.999"] - 0.03 and v["min"] >= r["min"] - 0.005
+            ), (k, v, r)
 
 
 def test_sigkill_restart_resume(tiny_target, tmp_path):
@@ -199,20 +239,32 @@ def test_sigkill_restart_resume(tiny_target, tmp_path):
     env = _activation_env(tmp_path, dump)
     args = dump_args(tiny_target)
     port = _port()
-    with sglang_server(args, name="dump_kill1", port=port, env=env, launcher="sglang.launch_server") as (base, log, proc):
+    with sglang_server(args, name="dump_kill1", port=port, env=env, launcher="sglang.launch_server") as (
+        base,
+        log,
+        proc,
+    ):
         cl = _client(base, data, dump, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         t0 = time.time()
         while len(read_manifest(dump)) < 5 and time.time() - t0 < 600:
             time.sleep(0.2)
-        os.killpg(proc.pid, signal.SIGKILL)       # mid-dump: writes in flight are lost, never half-listed
+        os.killpg(proc.pid, signal.SIGKILL)  # mid-dump: writes in flight are lost, never half-listed
         cl.kill()
         cl.wait()
     first = set(read_manifest(dump))
     assert 5 <= len(first) < 40
-    with sglang_server(args, name="dump_kill2", port=_port(), env=env, launcher="sglang.launch_server") as (base, log, _):
+    with sglang_server(args, name="dump_kill2", port=_port(), env=env, launcher="sglang.launch_server") as (
+        base,
+        log,
+        _,
+    ):
         assert _client(base, data, dump, env).wait(900) == 0
-    lines = [json.loads(line) for f in (dump / "manifests").glob("*.jsonl") for line in f.read_text().splitlines()
-             if line.strip().startswith("{") and line.strip().endswith("}")]
+    lines = [
+        json.loads(line)
+        for f in (dump / "manifests").glob("*.jsonl")
+        for line in f.read_text().splitlines()
+        if line.strip().startswith("{") and line.strip().endswith("}")
+    ]
     ids = [r["id"] for r in lines]
     assert sorted(ids) == [f"s{i:04d}" for i in range(40)], "every sample exactly once"
     for r in lines:
@@ -239,11 +291,21 @@ def test_tp_writes_one_copy_with_tp1_values(tmp_path):
         d = dumps[size] = tmp_path / f"dump_tp{size}"
         d.mkdir()
         env = _activation_env(tmp_path, d)
-        with sglang_server([*dump_args(target), "--tp", str(size)],
-                           name=f"dump_tp{size}", port=_port(), env=env, launcher="sglang.launch_server") as (base, log, _):
+        with sglang_server(
+            [*dump_args(target), "--tp", str(size)],
+            name=f"dump_tp{size}",
+            port=_port(),
+            env=env,
+            launcher="sglang.launch_server",
+        ) as (base, log, _):
             assert _client(base, data, d, env).wait(900) == 0, f"client failed; server log {log}"
     ids = [f"s{i:04d}" for i in range(len(prompts))]
-    lines = [json.loads(x) for f in (dumps[tp] / MANIFEST_DIR).glob("*.jsonl") for x in f.read_text().splitlines() if x.strip()]
+    lines = [
+        json.loads(x)
+        for f in (dumps[tp] / MANIFEST_DIR).glob("*.jsonl")
+        for x in f.read_text().splitlines()
+        if x.strip()
+    ]
     files = sorted(p.name for p in (dumps[tp] / SAMPLES_DIR).rglob("*.safetensors"))
     assert sorted(r["id"] for r in lines) == ids, f"TP={tp}: each sample listed exactly once"
     assert len(files) == len(ids), f"TP={tp}: one file per sample expected, found {files}"
@@ -257,8 +319,9 @@ def test_tp_writes_one_copy_with_tp1_values(tmp_path):
         for k in (T_AUX, T_PRE, T_POST):
             a, b = t1[k].view(len(ids_), -1, 1024), t2[k].view(len(ids_), -1, 1024)
             worst[k] = min(worst.get(k, 1.0), cosine(a, b).min().item())
-    (LOG_DIR / f"dump_tp{tp}_vs_tp1.json").write_text(json.dumps({"tp": tp, "samples": len(ids), "files": len(files),
-                                                               "min_cosine": worst}, indent=2))
+    (LOG_DIR / f"dump_tp{tp}_vs_tp1.json").write_text(
+        json.dumps({"tp": tp, "samples": len(ids), "files": len(files), "min_cosine": worst}, indent=2)
+    )
     print(f"\nTP={tp} vs TP=1: {len(ids)} samples, one file each; worst per-token cosine {worst}")
     assert all(v >= 0.999 for v in worst.values()), worst
 
@@ -273,15 +336,23 @@ def test_prefill_graph_refusal(how, tiny_target, tmp_path):
     extra = ["--cuda-graph-backend-prefill", "tc_piecewise"]
     if how == "defaults":
         if not defaults_refused(tiny_target):
-            pytest.skip("this release prefills MLA targets eagerly by default: the dump runs under its defaults "
-                        "(test_dump_matches_transformers)")
+            pytest.skip(
+                "this release prefills MLA targets eagerly by default: the dump runs under its defaults "
+                "(test_dump_matches_transformers)"
+            )
         extra = []
     dump = tmp_path / "dump"
     dump.mkdir()
     args = ["--model-path", str(tiny_target), *BASE_ARGS, *SERVER_ARGS, *extra]
     with pytest.raises(RuntimeError) as e:
-        with sglang_server(args, name=f"dump_refused_{how}", port=_port(), env=_activation_env(tmp_path, dump),
-                           launcher="sglang.launch_server", timeout=300):
+        with sglang_server(
+            args,
+            name=f"dump_refused_{how}",
+            port=_port(),
+            env=_activation_env(tmp_path, dump),
+            launcher="sglang.launch_server",
+            timeout=300,
+        ):
             pass
     text = (LOG_DIR / f"dump_refused_{how}.log").read_text(errors="replace")
     assert FIX_NEW in text, str(e.value)[-3000:]

@@ -12,6 +12,7 @@ The draft: the round trip's (SGE3_RT_DIR with a finished tests/gpu/test_roundtri
 when there is one, else a random speculators draft converted here (accept length ~1: one row per verify).
 ~3-4 minutes on an H200 (two server start-ups).
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,16 @@ from helpers import cosine
 from test_dump_gpu import dump_args
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("serve_backend")]
-SPEC_ARGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-             "--speculative-num-draft-tokens", "4"]
+SPEC_ARGS = [
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "4",
+]
 N_REQ, NEW_TOKENS = 8, 48
 
 
@@ -45,19 +54,32 @@ def _target_and_draft(work: Path) -> tuple[Path, Path, str]:
 
     target = ensure_tiny_target(work / "target", **PREDICTABLE)
     cfg = json.loads((target / "config.json").read_text())
-    spec = make_speculators_draft(work / "draft_spec", hidden=cfg["hidden_size"], heads=8, kv_heads=8,
-                                  vocab=cfg["vocab_size"], draft_vocab=cfg["vocab_size"], aux_ids=(1, 2, 3))
+    spec = make_speculators_draft(
+        work / "draft_spec",
+        hidden=cfg["hidden_size"],
+        heads=8,
+        kv_heads=8,
+        vocab=cfg["vocab_size"],
+        draft_vocab=cfg["vocab_size"],
+        aux_ids=(1, 2, 3),
+    )
     draft = work / "draft_sglang"
-    p = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.convert", str(spec), str(draft), "--force", "--quiet"],
-                       cwd=REPO, capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "sglang_eagle3_ext.convert", str(spec), str(draft), "--force", "--quiet"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     return target, draft, "random"
 
 
 def _prompts(n: int, seed: int = 5) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
-    return [torch.randint(10, 4000, (int(torch.randint(24, 96, (1,), generator=g)),), generator=g).tolist()
-            for _ in range(n)]
+    return [
+        torch.randint(10, 4000, (int(torch.randint(24, 96, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(n)
+    ]
 
 
 def _wait_manifest(dump: Path, ids: set, timeout: float = 60) -> dict:
@@ -79,15 +101,20 @@ def test_dumped_states_are_what_the_draft_is_fed(tmp_path):
     target, draft, kind = _target_and_draft(work)
     dump, rec_dir = work / "dump", work / "draft_inputs"
     dump.mkdir()
-    env = recorder_env(work, rec_dir, activation_env(work, SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump),
-                                                     SGLANG_EAGLE3_EXT_DUMP_FINAL="both"))
+    env = recorder_env(
+        work, rec_dir, activation_env(work, SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump), SGLANG_EAGLE3_EXT_DUMP_FINAL="both")
+    )
     prompts = _prompts(N_REQ)
     rids = [f"srv{i:03d}" for i in range(N_REQ)]
     t0 = time.time()
-    with sglang_server([*dump_args(target, SERVE_BACKEND), "--speculative-draft-model-path", str(draft), *SPEC_ARGS],
-                       name="dump_serving_eagle3", port=free_port(), env=env, launcher="sglang.launch_server") \
-            as (base, log, _):
-        with ThreadPoolExecutor(N_REQ) as ex:     # one batch: verifies of several requests with their own accepts
+    with sglang_server(
+        [*dump_args(target, SERVE_BACKEND), "--speculative-draft-model-path", str(draft), *SPEC_ARGS],
+        name="dump_serving_eagle3",
+        port=free_port(),
+        env=env,
+        launcher="sglang.launch_server",
+    ) as (base, log, _):
+        with ThreadPoolExecutor(N_REQ) as ex:  # one batch: verifies of several requests with their own accepts
             outs = list(ex.map(lambda a: generate(base, a[0], NEW_TOKENS, rid=a[1]), zip(prompts, rids)))
         man = _wait_manifest(dump, set(rids))
         info = http_json(base + "/get_server_info")
@@ -107,9 +134,12 @@ def test_dumped_states_are_what_the_draft_is_fed(tmp_path):
         full = ids + list(out["output_ids"])
         # every output token but the last has a state (no verify ran after it), unless the length limit cut
         # the last verify's accepted tokens: then the last one has one too
-        assert meta["prompt_len"] == P == len(ids) and L == P + nv and len(out["output_ids"]) - 1 <= nv <= \
-            len(out["output_ids"]), meta
-        assert t[T_IDS].tolist() == full[:L]          # 1. prompt + output, up to the last token with a state
+        assert (
+            meta["prompt_len"] == P == len(ids)
+            and L == P + nv
+            and len(out["output_ids"]) - 1 <= nv <= len(out["output_ids"])
+        ), meta
+        assert t[T_IDS].tolist() == full[:L]  # 1. prompt + output, up to the last token with a state
         fed = records.get(rid, {})
         missing = [p for p in range(L) if p not in fed]
         assert not missing, (rid, missing[:10])
@@ -124,10 +154,19 @@ def test_dumped_states_are_what_the_draft_is_fed(tmp_path):
     ref_dump = work / "ref_dump"
     ref_dump.mkdir()
     layers = json.loads((dump / "dump_meta.json").read_text())["layer_indices_hf"]
-    ref_env = activation_env(work, SGLANG_EAGLE3_EXT_DUMP_DIR=str(ref_dump), SGLANG_EAGLE3_EXT_DUMP_FINAL="both",
-                             SGLANG_EAGLE3_EXT_DUMP_LAYERS=",".join(map(str, layers)))
-    with sglang_server(dump_args(target, SERVE_BACKEND), name="dump_serving_ref", port=free_port(), env=ref_env,
-                       launcher="sglang.launch_server") as (base, log, _):
+    ref_env = activation_env(
+        work,
+        SGLANG_EAGLE3_EXT_DUMP_DIR=str(ref_dump),
+        SGLANG_EAGLE3_EXT_DUMP_FINAL="both",
+        SGLANG_EAGLE3_EXT_DUMP_LAYERS=",".join(map(str, layers)),
+    )
+    with sglang_server(
+        dump_args(target, SERVE_BACKEND),
+        name="dump_serving_ref",
+        port=free_port(),
+        env=ref_env,
+        launcher="sglang.launch_server",
+    ) as (base, log, _):
         with ThreadPoolExecutor(N_REQ) as ex:
             list(ex.map(lambda r: generate(base, samples[r][T_IDS].tolist(), 1, rid=f"ref{r}"), rids))
         ref_man = _wait_manifest(ref_dump, {f"ref{r}" for r in rids})
@@ -145,13 +184,22 @@ def test_dumped_states_are_what_the_draft_is_fed(tmp_path):
             c = cosine(x, y)
             cos["prompt"][n].append(c[:P])
             cos["response"][n].append(c[P:])
-    stats = {part: {n: {"min": round(torch.cat(v).min().item(), 6), "mean": round(torch.cat(v).mean().item(), 6),
-                        "tokens": torch.cat(v).numel()} for n, v in d.items()} for part, d in cos.items()}
+    stats = {
+        part: {
+            n: {
+                "min": round(torch.cat(v).min().item(), 6),
+                "mean": round(torch.cat(v).mean().item(), 6),
+                "tokens": torch.cat(v).numel(),
+            }
+            for n, v in d.items()
+        }
+        for part, d in cos.items()
+    }
     fig["cosine_vs_plain_prefill"] = stats
     (LOG_DIR / "dump_serving.json").write_text(json.dumps(fig, indent=2))
     print("\n" + json.dumps(fig, indent=2))
     for n, s in stats["response"].items():
-        assert s["mean"] >= 0.99, (n, s)       # same states through other kernels: close, not bit-equal
+        assert s["mean"] >= 0.99, (n, s)  # same states through other kernels: close, not bit-equal
 
 
 def test_draft_retrained_on_serving_dump(tmp_path):
@@ -178,9 +226,13 @@ def test_draft_retrained_on_serving_dump(tmp_path):
     if not _done(dump):
         train = [json.loads(line) for line in (rt / "train.jsonl").read_text().splitlines() if line.strip()]
         env = activation_env(work, SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump))
-        with sglang_server([*dump_args(target, SERVE_BACKEND), "--speculative-draft-model-path", str(draft), *RT_SPEC],
-                           name="srv_dump_server", port=free_port(), env=env, launcher="sglang.launch_server") \
-                as (base, log, _):
+        with sglang_server(
+            [*dump_args(target, SERVE_BACKEND), "--speculative-draft-model-path", str(draft), *RT_SPEC],
+            name="srv_dump_server",
+            port=free_port(),
+            env=env,
+            launcher="sglang.launch_server",
+        ) as (base, log, _):
             with ThreadPoolExecutor(64) as ex:
                 list(ex.map(lambda s: generate(base, s["input_ids"], 96, rid=s["id"]), train))
             man = _wait_manifest(dump, {s["id"] for s in train}, timeout=120)
@@ -189,31 +241,68 @@ def test_draft_retrained_on_serving_dump(tmp_path):
     fig["dump_s"] = round(time.time() - t, 1)
     hs = work / "hs"
     if not _done(hs):
-        p = _run(["sglang_eagle3_ext.dump", "export", "--dump-dir", str(dump), "--to", "speculators", "--out", str(hs)],
-                 "srv_export")
+        p = _run(
+            ["sglang_eagle3_ext.dump", "export", "--dump-dir", str(dump), "--to", "speculators", "--out", str(hs)],
+            "srv_export",
+        )
         assert p.returncode == 0, p.stderr[-3000:]
         _mark(hs)
     spec_ckpt, out_draft = work / "draft_speculators", work / "draft_sglang"
     t = time.time()
     if not (spec_ckpt / "config.json").exists():
-        p = _run(["sglang_eagle3_ext.train_draft", "--data", str(hs), "--target", str(target), "--out", str(spec_ckpt),
-                  "--device", "cuda", "--epochs", knobs.get("SGE3_RT_EPOCHS", "12"),
-                  "--lr", knobs.get("SGE3_RT_LR", "3e-3"), "--loss-impl", "eager"], "srv_train", timeout=900)
+        p = _run(
+            [
+                "sglang_eagle3_ext.train_draft",
+                "--data",
+                str(hs),
+                "--target",
+                str(target),
+                "--out",
+                str(spec_ckpt),
+                "--device",
+                "cuda",
+                "--epochs",
+                knobs.get("SGE3_RT_EPOCHS", "12"),
+                "--lr",
+                knobs.get("SGE3_RT_LR", "3e-3"),
+                "--loss-impl",
+                "eager",
+            ],
+            "srv_train",
+            timeout=900,
+        )
         assert p.returncode == 0, p.stderr[-3000:]
         fig["train_summary"] = (p.stdout.strip().splitlines() or [""])[-1]
     fig["train_s"] = round(time.time() - t, 1)
     p = _run(["sglang_eagle3_ext.convert", str(spec_ckpt), str(out_draft), "--force", "--quiet"], "srv_convert")
     assert p.returncode == 0, p.stderr[-3000:]
     out_json = LOG_DIR / "srv_bench.json"
-    with sglang_server(["--preset", "tiny", "--model-path", str(target), "--speculative-draft-model-path",
-                        str(out_draft), *RT_SPEC], name="srv_spec_server", port=free_port(),
-                       env=activation_env(work)) as (spec, _, _):
-        p = _run(["sglang_eagle3_ext.bench", "--url", spec, "--prompts", str(rt / "heldout.jsonl"),
-                  "--max-new-tokens", "64", "--concurrency", "8", "--json", str(out_json)], "srv_bench")
+    with sglang_server(
+        ["--preset", "tiny", "--model-path", str(target), "--speculative-draft-model-path", str(out_draft), *RT_SPEC],
+        name="srv_spec_server",
+        port=free_port(),
+        env=activation_env(work),
+    ) as (spec, _, _):
+        p = _run(
+            [
+                "sglang_eagle3_ext.bench",
+                "--url",
+                spec,
+                "--prompts",
+                str(rt / "heldout.jsonl"),
+                "--max-new-tokens",
+                "64",
+                "--concurrency",
+                "8",
+                "--json",
+                str(out_json),
+            ],
+            "srv_bench",
+        )
     a_plain = json.loads(ref.read_text())["spec"]["accept_length"]
     a_srv = json.loads(out_json.read_text())["spec"]["accept_length"]
     fig.update(accept_plain_dump=a_plain, accept_serving_dump=a_srv, ratio=round(a_srv / a_plain, 4))
     (LOG_DIR / "dump_serving_roundtrip.json").write_text(json.dumps(fig, indent=2))
     print("\n" + json.dumps(fig, indent=2))
     assert p.returncode == 0, p.stdout[-3000:]
-    assert a_srv >= 0.97 * a_plain, fig      # acceptance: >= the plain dump's draft (3 % training noise allowed)
+    assert a_srv >= 0.97 * a_plain, fig  # acceptance: >= the plain dump's draft (3 % training noise allowed)

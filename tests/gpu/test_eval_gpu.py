@@ -30,6 +30,7 @@ every draft, and per position P(a round accepts >= k drafts) within POSITION_TOL
 done: $OUT/eval_<draft>_s<steps>.json (eval's report), $OUT/eval_predicted_vs_served_<target>_s<steps>.json (the
 table so far); one line per draft printed ("eval [...]").
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,11 +49,11 @@ from gpu_helpers import LOG_DIR, REPO, activation_env, free_port, sglang_server
 from test_roundtrip_gpu import KIMI, SERVE_ARGS, SPEC_ARGS, SPEC_STEPS, TRAIN_ARGS, _run
 
 pytestmark = pytest.mark.gpu
-TOLERANCE = 0.10           # |predicted - SGLang's avg_spec_accept_length|
+TOLERANCE = 0.10  # |predicted - SGLang's avg_spec_accept_length|
 POSITION_TOLERANCE = 0.05  # |predicted - served| of P(a verify round accepts >= k drafts), every position k
-MIDDLING = (1.5, 3.5)      # the served accept lengths that count as middling quality
-WEAK_STEPS = 10            # optimizer steps of the weakest draft (the round trip's trains for 8-12 epochs)
-BLIND = (0.2, 0.5)         # vocabulary shares the middling drafts cannot propose
+MIDDLING = (1.5, 3.5)  # the served accept lengths that count as middling quality
+WEAK_STEPS = 10  # optimizer steps of the weakest draft (the round trip's trains for 8-12 epochs)
+BLIND = (0.2, 0.5)  # vocabulary shares the middling drafts cannot propose
 EARLY_EPOCHS = [int(e) for e in (knobs.get("SGE3_EVAL_EPOCHS") or "").split(",") if e.strip()]
 # an early checkpoint's training writes the model, AdamW's two moments (float32) and the draft: ~14 GB at Kimi width
 TRAIN_DISK_GB = 20
@@ -75,9 +76,25 @@ def _making(work: Path):
 
 
 def _train(work: Path, spec: Path, name: str, extra: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-    return _run(["sglang_eagle3_ext.train_draft", "--data", str(work / "hs"), "--target", str(work / "target"),
-                 "--out", str(spec), "--device", "cuda", "--min-val-acc", "0", *extra], f"eval_{name}_train", env,
-                timeout=900)
+    return _run(
+        [
+            "sglang_eagle3_ext.train_draft",
+            "--data",
+            str(work / "hs"),
+            "--target",
+            str(work / "target"),
+            "--out",
+            str(spec),
+            "--device",
+            "cuda",
+            "--min-val-acc",
+            "0",
+            *extra,
+        ],
+        f"eval_{name}_train",
+        env,
+        timeout=900,
+    )
 
 
 def _convert(spec: Path, out: Path, name: str) -> Path:
@@ -90,7 +107,7 @@ def _weak_draft(work: Path, name: str = "weak", budget: tuple = ("--steps", str(
     """The round trip's recipe cut short (`budget`: train flags), converted to SGLang's layout; made once per
     round-trip folder (its training output, checkpoint included, removed once converted)."""
     out, spec = work / f"eval_{name}_draft_sglang", work / f"eval_{name}_draft_speculators"
-    if (out / "config.json").exists():      # made (folders appear whole)
+    if (out / "config.json").exists():  # made (folders appear whole)
         return out
     with _making(work):
         if (out / "config.json").exists():
@@ -115,12 +132,12 @@ def _early_draft(work: Path, epoch: int) -> Path | None:
     stopped at each asked epoch (SGLANG_EAGLE3_EXT_TRAIN_STOP_AFTER_EPOCHS) and resumed from there (--resume
     continues the same run exactly), each stop converted. None: the disk lacks room for the training checkpoint."""
     out, run = work / f"eval_epoch{epoch}_draft_sglang", work / "eval_early_train"
-    if (out / "config.json").exists():      # made (folders appear whole)
+    if (out / "config.json").exists():  # made (folders appear whole)
         return out
     with _making(work):
         if (out / "config.json").exists():
             return out
-        if _epochs_done(run) > epoch:          # the run is past it: a run of its own
+        if _epochs_done(run) > epoch:  # the run is past it: a run of its own
             run = work / f"eval_early_train_{epoch}"
         if not run.exists() and shutil.disk_usage(work).free < TRAIN_DISK_GB * 2**30:
             return None
@@ -144,7 +161,7 @@ def _blind_draft(work: Path, share: float) -> Path:
     from safetensors.torch import load_file, save_file
 
     good, out = work / "draft_sglang", work / f"eval_blind{round(share * 100)}_draft_sglang"
-    if (out / "config.json").exists():      # made (folders appear whole)
+    if (out / "config.json").exists():  # made (folders appear whole)
         return out
     with _making(work):
         if (out / "config.json").exists():
@@ -188,10 +205,12 @@ def _drafts(work: Path) -> list[tuple[str, callable]]:
 def _make_ahead(drafts) -> threading.Thread:
     """Make every draft in the background, in order, while the first ones are served (failures are left for the
     serving loop to meet and report)."""
+
     def go():
         for _, make in drafts[1:]:
             with contextlib.suppress(BaseException):
                 make()
+
     t = threading.Thread(target=go, daemon=True)
     t.start()
     return t
@@ -201,23 +220,59 @@ def _eval_served(work: Path, name: str, draft: Path, preset: str = "tiny", data:
     """Serve `draft` on the target of `work` (a server of its own: SGLang's lifetime figure is this run's), run
     `eval --url` on it; the eval report."""
     out_json = LOG_DIR / f"eval_{name}_s{SPEC_STEPS}.json"
-    serve = ["--preset", preset, "--model-path", str(work / "target"), *SERVE_ARGS,
-             "--speculative-draft-model-path", str(draft), *SPEC_ARGS]
+    serve = [
+        "--preset",
+        preset,
+        "--model-path",
+        str(work / "target"),
+        *SERVE_ARGS,
+        "--speculative-draft-model-path",
+        str(draft),
+        *SPEC_ARGS,
+    ]
     for attempt in (1, 2):
         started = False
         try:
-            with sglang_server(serve, name=f"eval_{name}_s{SPEC_STEPS}_server{'' if attempt == 1 else '_again'}",
-                               port=free_port(), env=activation_env(work)) as (url, _, _):
+            with sglang_server(
+                serve,
+                name=f"eval_{name}_s{SPEC_STEPS}_server{'' if attempt == 1 else '_again'}",
+                port=free_port(),
+                env=activation_env(work),
+            ) as (url, _, _):
                 started = True
-                cmd = [sys.executable, "-m", "sglang_eagle3_ext", "eval", "--draft", str(draft),
-                       "--data", str(data or work / "hs"), "--target", str(work / "target"), "--steps",
-                       str(SPEC_STEPS), "--topk", "1", "--draft-tokens", str(SPEC_STEPS + 1), "--device", "cuda",
-                       "--dtype", "bf16", "--url", url, "--json", str(out_json), "--quiet"]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "sglang_eagle3_ext",
+                    "eval",
+                    "--draft",
+                    str(draft),
+                    "--data",
+                    str(data or work / "hs"),
+                    "--target",
+                    str(work / "target"),
+                    "--steps",
+                    str(SPEC_STEPS),
+                    "--topk",
+                    "1",
+                    "--draft-tokens",
+                    str(SPEC_STEPS + 1),
+                    "--device",
+                    "cuda",
+                    "--dtype",
+                    "bf16",
+                    "--url",
+                    url,
+                    "--json",
+                    str(out_json),
+                    "--quiet",
+                ]
                 t = time.time()
                 p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
                 (LOG_DIR / f"eval_{name}_s{SPEC_STEPS}.log").write_text(
                     f"$ {' '.join(cmd)}\n# rc={p.returncode} {time.time() - t:.1f}s\n{p.stdout}\n--- stderr ---\n"
-                    f"{p.stderr}")
+                    f"{p.stderr}"
+                )
             break
         except RuntimeError:
             # a server that died before it was healthy, once (seen with several jobs starting servers at once: its
@@ -235,7 +290,7 @@ def _cumulative(positions: list) -> list:
         if p.get("cumulative") is not None:
             run = p["cumulative"]
         elif run == 0:
-            run = 0.0            # no round got this far (a position never judged after one never accepted)
+            run = 0.0  # no round got this far (a position never judged after one never accepted)
         else:
             run = run * p["p"] if p.get("p") is not None and run is not None else None
         out.append(run)
@@ -251,22 +306,33 @@ def _row(rep: dict) -> dict:
     pred = rep["predicted_accept_length"]
     sglang = s.get("server_avg_spec_accept_length")
     pc, sc = _cumulative(rep["rounds"]["positions"]), _cumulative(s["positions"])
-    return {"predicted": pred, "sglang_avg_spec_accept_length": sglang,
-            "difference": pred - sglang if sglang is not None and pred is not None else None,
-            "served_from_replies": s["accept_length"], "difference_from_replies": s["difference"],
-            "predicted_per_request": rep.get("predicted_accept_length_per_request"),
-            "served_per_request": s.get("accept_length_per_request"),
-            "predicted_positions": [_r(p["p"]) for p in rep["rounds"]["positions"]],
-            "served_positions": [_r(p["p"]) for p in s["positions"]],
-            "predicted_cumulative": [_r(x) for x in pc], "served_cumulative": [_r(x) for x in sc],
-            "position_differences": [_r(a - b) if a is not None and b is not None else None for a, b in zip(pc, sc)],
-            "every_anchor": {"accept_length": rep["accept_length_every_anchor"], "anchors": rep["anchors"],
-                             "positions": [_r(p["p"]) for p in rep["positions"]]},
-            "rounds": {"predicted": rep["rounds"]["rounds"], "served": s["verify_rounds"]},
-            "histogram": s.get("histogram"), "implausible": s.get("implausible", []),
-            "served_draft": s.get("draft"), "served_draft_is_evaluated": s.get("draft_is_evaluated_draft"),
-            "greedy_outputs_equal_recorded": f"{s['outputs_equal_recorded']}/{s['requests']}",
-            "heldout": rep["heldout"]["rule"], "samples_per_s": rep["samples_per_s"]}
+    return {
+        "predicted": pred,
+        "sglang_avg_spec_accept_length": sglang,
+        "difference": pred - sglang if sglang is not None and pred is not None else None,
+        "served_from_replies": s["accept_length"],
+        "difference_from_replies": s["difference"],
+        "predicted_per_request": rep.get("predicted_accept_length_per_request"),
+        "served_per_request": s.get("accept_length_per_request"),
+        "predicted_positions": [_r(p["p"]) for p in rep["rounds"]["positions"]],
+        "served_positions": [_r(p["p"]) for p in s["positions"]],
+        "predicted_cumulative": [_r(x) for x in pc],
+        "served_cumulative": [_r(x) for x in sc],
+        "position_differences": [_r(a - b) if a is not None and b is not None else None for a, b in zip(pc, sc)],
+        "every_anchor": {
+            "accept_length": rep["accept_length_every_anchor"],
+            "anchors": rep["anchors"],
+            "positions": [_r(p["p"]) for p in rep["positions"]],
+        },
+        "rounds": {"predicted": rep["rounds"]["rounds"], "served": s["verify_rounds"]},
+        "histogram": s.get("histogram"),
+        "implausible": s.get("implausible", []),
+        "served_draft": s.get("draft"),
+        "served_draft_is_evaluated": s.get("draft_is_evaluated_draft"),
+        "greedy_outputs_equal_recorded": f"{s['outputs_equal_recorded']}/{s['requests']}",
+        "heldout": rep["heldout"]["rule"],
+        "samples_per_s": rep["samples_per_s"],
+    }
 
 
 def _fmt(x, spec=".3f"):
@@ -275,17 +341,30 @@ def _fmt(x, spec=".3f"):
 
 def _write(name: str, target: str, table: dict, left_out: dict) -> None:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    (LOG_DIR / f"eval_predicted_vs_served_{name}_s{SPEC_STEPS}.json").write_text(json.dumps(
-        {"target": target, "steps": SPEC_STEPS, "tolerance": TOLERANCE, "position_tolerance": POSITION_TOLERANCE,
-         "drafts": table, "left_out": left_out}, indent=2))
+    (LOG_DIR / f"eval_predicted_vs_served_{name}_s{SPEC_STEPS}.json").write_text(
+        json.dumps(
+            {
+                "target": target,
+                "steps": SPEC_STEPS,
+                "tolerance": TOLERANCE,
+                "position_tolerance": POSITION_TOLERANCE,
+                "drafts": table,
+                "left_out": left_out,
+            },
+            indent=2,
+        )
+    )
 
 
 def _say(label: str, d: str, r: dict) -> None:
-    print(f"eval [{label} s{SPEC_STEPS} {d}]: predicted {_fmt(r['predicted'])}, SGLang avg_spec_accept_length "
-          f"{_fmt(r['sglang_avg_spec_accept_length'])} (diff {_fmt(r['difference'], '+.3f')}); from the replies "
-          f"{_fmt(r['served_from_replies'])}; per request predicted {_fmt(r['predicted_per_request'])} served "
-          f"{_fmt(r['served_per_request'])}; P(>=k) predicted {r['predicted_cumulative']} served "
-          f"{r['served_cumulative']}; outputs equal recorded {r['greedy_outputs_equal_recorded']}", flush=True)
+    print(
+        f"eval [{label} s{SPEC_STEPS} {d}]: predicted {_fmt(r['predicted'])}, SGLang avg_spec_accept_length "
+        f"{_fmt(r['sglang_avg_spec_accept_length'])} (diff {_fmt(r['difference'], '+.3f')}); from the replies "
+        f"{_fmt(r['served_from_replies'])}; per request predicted {_fmt(r['predicted_per_request'])} served "
+        f"{_fmt(r['served_per_request'])}; P(>=k) predicted {r['predicted_cumulative']} served "
+        f"{r['served_cumulative']}; outputs equal recorded {r['greedy_outputs_equal_recorded']}",
+        flush=True,
+    )
 
 
 def _check(table: dict) -> None:
@@ -303,8 +382,10 @@ def test_predicted_accept_length_matches_served():
     """The round trip's draft and drafts of middling and weak quality made from the same preparation."""
     work = _rt_work()
     if not all((work / n / "config.json").exists() for n in ("target", "draft_sglang")) or not (work / "hs").is_dir():
-        pytest.skip("needs a prepared round trip in $SGE3_RT_DIR (tests/gpu/test_roundtrip_gpu.py, "
-                    "SGE3_RT_PREPARE_ONLY=1 is enough)")
+        pytest.skip(
+            "needs a prepared round trip in $SGE3_RT_DIR (tests/gpu/test_roundtrip_gpu.py, "
+            "SGE3_RT_PREPARE_ONLY=1 is enough)"
+        )
     label = "kimi_width" if KIMI else "tiny"
     drafts = _drafts(work)
     _make_ahead(drafts)

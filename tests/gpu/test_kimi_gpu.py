@@ -11,6 +11,7 @@ round trip through it with an MLA draft trained by `train_draft --draft-arch mla
   SGE3_RT_PREPARE_ONLY=1 stops it after the drafts are trained and checked.
 Figures: $OUT/kimi_dump_cosines.json, $OUT/kimi_roundtrip.json (also printed).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,7 @@ from test_dump_gpu import _prompts as _long_prompts
 from test_roundtrip_gpu import BACKEND, SERVE_ARGS, SPEC_ARGS, _prompts, _run, dump_and_export
 
 pytestmark = pytest.mark.gpu
-KIMI_ARGS = ["--trust-remote-code"]    # the wrapper's processor is remote code, as Kimi-K2.5's own
+KIMI_ARGS = ["--trust-remote-code"]  # the wrapper's processor is remote code, as Kimi-K2.5's own
 N_TRAIN = int(knobs.get("SGE3_KIMI_SAMPLES"))
 MIN_ACCEPT = 2.0
 
@@ -41,10 +42,15 @@ def test_kimi_dump_matches_transformers(tmp_path):
     dump = tmp_path / "dump"
     dump.mkdir()
     data = tmp_path / "p.jsonl"
-    prompts = _long_prompts(data, 4)                   # 300+ tokens: 5+ prefill chunks each
+    prompts = _long_prompts(data, 4)  # 300+ tokens: 5+ prefill chunks each
     env = _activation_env(tmp_path, dump)
-    with sglang_server([*dump_args(kimi, "triton"), *KIMI_ARGS], name="kimi_dump", port=free_port(), env=env,
-                       launcher="sglang.launch_server") as (base, log, _):
+    with sglang_server(
+        [*dump_args(kimi, "triton"), *KIMI_ARGS],
+        name="kimi_dump",
+        port=free_port(),
+        env=env,
+        launcher="sglang.launch_server",
+    ) as (base, log, _):
         rc = _client(base, data, dump, env).wait(900)
         text = Path(log).read_text()
         assert rc == 0, f"client failed; server log {log}"
@@ -59,19 +65,45 @@ def test_kimi_dump_matches_transformers(tmp_path):
     dumped_vs_hf(dump, man, prompts, ref, cos)
     stats = _stats(cos)
     (LOG_DIR / "kimi_dump_cosines.json").write_text(json.dumps(stats, indent=2))
-    print("\nKimi wrapper dump vs transformers DeepseekV3 (chunked prefill 64, CUDA graphs on): min per-token cosine "
-          + ", ".join(f"{k} {v['min']:.5f}" for k, v in stats.items()))
+    print(
+        "\nKimi wrapper dump vs transformers DeepseekV3 (chunked prefill 64, CUDA graphs on): min per-token cosine "
+        + ", ".join(f"{k} {v['min']:.5f}" for k, v in stats.items())
+    )
     assert all(v["min"] >= 0.999 for v in stats.values()), stats
 
 
 def _train(hs, target, out, arch: str) -> str:
-    extra = (["--draft-arch", "mla", "--epochs", knobs.get("SGE3_KIMI_MLA_EPOCHS"), "--lr", "2e-3"]
-             if arch == "mla" else
-             # 600 samples: smaller packed batches (2048 tokens) give ~40 optimizer steps an epoch
-             ["--epochs", knobs.get("SGE3_KIMI_EPOCHS"), "--lr", "3e-3", "--total-seq-len", "2048",
-              "--loss-impl", "eager"])
-    p = _run(["sglang_eagle3_ext.train_draft", "--data", str(hs), "--target", str(target), "--out", str(out),
-              "--device", "cuda", *extra], f"kimi_train_{arch}", timeout=900)
+    extra = (
+        ["--draft-arch", "mla", "--epochs", knobs.get("SGE3_KIMI_MLA_EPOCHS"), "--lr", "2e-3"]
+        if arch == "mla"
+        # 600 samples: smaller packed batches (2048 tokens) give ~40 optimizer steps an epoch
+        else [
+            "--epochs",
+            knobs.get("SGE3_KIMI_EPOCHS"),
+            "--lr",
+            "3e-3",
+            "--total-seq-len",
+            "2048",
+            "--loss-impl",
+            "eager",
+        ]
+    )
+    p = _run(
+        [
+            "sglang_eagle3_ext.train_draft",
+            "--data",
+            str(hs),
+            "--target",
+            str(target),
+            "--out",
+            str(out),
+            "--device",
+            "cuda",
+            *extra,
+        ],
+        f"kimi_train_{arch}",
+        timeout=900,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     return (p.stdout.strip().splitlines() or [""])[-1]
 
@@ -84,8 +116,12 @@ def test_kimi_roundtrip(tmp_path):
     work.mkdir(parents=True, exist_ok=True)
     t_all = time.time()
     target = ensure_tiny_kimi_target(work / "target", **PREDICTABLE)
-    fig: dict = {"sglang": __import__("importlib.metadata").metadata.version("sglang"), "samples": N_TRAIN,
-                 "target": "tiny Kimi-K2.5 wrapper, tiny.PREDICTABLE", "attention_backend": BACKEND}
+    fig: dict = {
+        "sglang": __import__("importlib.metadata").metadata.version("sglang"),
+        "samples": N_TRAIN,
+        "target": "tiny Kimi-K2.5 wrapper, tiny.PREDICTABLE",
+        "attention_backend": BACKEND,
+    }
     train, held = work / "train.jsonl", work / "heldout.jsonl"
     _prompts(train, N_TRAIN, 1, "t")
     _prompts(held, 32, 2, "h")
@@ -115,17 +151,63 @@ def test_kimi_roundtrip(tmp_path):
 
     serve_env = activation_env(work)
     fig["bench"] = {}
-    with sglang_server(["--preset", "tiny-kimi-k25", "--model-path", str(target), *SERVE_ARGS], name="kimi_rt_base",
-                       port=free_port(), env=serve_env) as (base, _, _):
+    with sglang_server(
+        ["--preset", "tiny-kimi-k25", "--model-path", str(target), *SERVE_ARGS],
+        name="kimi_rt_base",
+        port=free_port(),
+        env=serve_env,
+    ) as (base, _, _):
         for arch, draft in drafts.items():
-            with sglang_server(["--preset", "tiny-kimi-k25", "--model-path", str(target), *SERVE_ARGS,
-                                "--speculative-draft-model-path", str(draft), *SPEC_ARGS], name=f"kimi_rt_spec_{arch}",
-                               port=free_port(), env=serve_env) as (spec, log, _):
-                _run(["sglang_eagle3_ext.bench", "--url", spec, "--baseline-url", base, "--prompts", str(held),
-                      "--max-new-tokens", "8", "--concurrency", "16"], f"kimi_bench_warm_{arch}")
+            with sglang_server(
+                [
+                    "--preset",
+                    "tiny-kimi-k25",
+                    "--model-path",
+                    str(target),
+                    *SERVE_ARGS,
+                    "--speculative-draft-model-path",
+                    str(draft),
+                    *SPEC_ARGS,
+                ],
+                name=f"kimi_rt_spec_{arch}",
+                port=free_port(),
+                env=serve_env,
+            ) as (spec, log, _):
+                _run(
+                    [
+                        "sglang_eagle3_ext.bench",
+                        "--url",
+                        spec,
+                        "--baseline-url",
+                        base,
+                        "--prompts",
+                        str(held),
+                        "--max-new-tokens",
+                        "8",
+                        "--concurrency",
+                        "16",
+                    ],
+                    f"kimi_bench_warm_{arch}",
+                )
                 out_json = LOG_DIR / f"kimi_bench_{arch}.json"
-                p = _run(["sglang_eagle3_ext.bench", "--url", spec, "--baseline-url", base, "--prompts", str(held),
-                          "--max-new-tokens", "64", "--concurrency", "16", "--json", str(out_json)], f"kimi_bench_{arch}")
+                p = _run(
+                    [
+                        "sglang_eagle3_ext.bench",
+                        "--url",
+                        spec,
+                        "--baseline-url",
+                        base,
+                        "--prompts",
+                        str(held),
+                        "--max-new-tokens",
+                        "64",
+                        "--concurrency",
+                        "16",
+                        "--json",
+                        str(out_json),
+                    ],
+                    f"kimi_bench_{arch}",
+                )
                 res = json.loads(out_json.read_text())
                 res["rc"] = p.returncode
                 res["draft_class"] = "Eagle3DeepseekV2ForCausalLM" if arch == "mla" else "LlamaForCausalLMEagle3"
@@ -135,8 +217,10 @@ def test_kimi_roundtrip(tmp_path):
     (LOG_DIR / "kimi_roundtrip.json").write_text(json.dumps(fig, indent=2))
     print(json.dumps(fig, indent=2))
     for arch, res in fig["bench"].items():
-        print(f"Kimi wrapper round trip [{arch} draft, {BACKEND}, CUDA graphs on]: accept length "
-              f"{res['spec']['accept_length']:.2f}, {res['verdict']}")
+        print(
+            f"Kimi wrapper round trip [{arch} draft, {BACKEND}, CUDA graphs on]: accept length "
+            f"{res['spec']['accept_length']:.2f}, {res['verdict']}"
+        )
     for arch, res in fig["bench"].items():
         assert res["rc"] == 0, (arch, res["verdict"])
         assert res["spec"]["accept_length"] >= MIN_ACCEPT, (arch, res)

@@ -11,6 +11,7 @@
 Variables already set in the environment (e.g. NCCL_NVLS_ENABLE=0 where multicast is off) are inherited: the
 launcher never overrides a variable the user set.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,6 @@ def _gpus() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
 
 
 @pytest.fixture
@@ -71,8 +71,9 @@ def test_tiny_tp_pcie_profile_with_preflight_serves(tp, tmp_path):
     assert ("--enable-p2p-check" if tp == 2 else "--disable-custom-all-reduce") in text
     channels = re.findall(r"NCCL INFO Channel \d+/\d+ : (\d+)\[\d+\] -> \d+\[\d+\] via (P2P|SHM)", text)
     ranks = {r for r, _ in channels}
-    print(f"\nNCCL channels per source rank: "
-          f"{ {r: sorted({t for rr, t in channels if rr == r}) for r in sorted(ranks)} }")
+    print(
+        f"\nNCCL channels per source rank: { {r: sorted({t for rr, t in channels if rr == r}) for r in sorted(ranks)} }"
+    )
     assert {str(r) for r in range(tp)} <= ranks, "NCCL INFO channel lines from every TP rank expected in the log"
     assert re.search(r"NCCL_IB_DISABLE set by environment to 1", text), "our NCCL_IB_DISABLE=1 not seen by NCCL"
 
@@ -84,19 +85,24 @@ def test_readme_tiny_dump_serves_on_one_gpu(attn_backend, tmp_path):
         pytest.skip("needs a GPU")
     # the user's dump dir wins over the preset's ./dumps (and keeps the checkout clean)
     env = {"SGLANG_EAGLE3_EXT_CACHE": str(tmp_path / "cache"), "SGLANG_EAGLE3_EXT_DUMP_DIR": str(tmp_path / "dumps")}
-    with sglang_server(["--preset", "tiny-dump", "--attention-backend", attn_backend, "--cuda-graph-max-bs", "16"],
-                       name=f"launch_tiny_dump_{attn_backend}", port=_port(), env=env, timeout=900) as (base, log, _):
+    with sglang_server(
+        ["--preset", "tiny-dump", "--attention-backend", attn_backend, "--cuda-graph-max-bs", "16"],
+        name=f"launch_tiny_dump_{attn_backend}",
+        port=_port(),
+        env=env,
+        timeout=900,
+    ) as (base, log, _):
         out = generate(base, list(range(1, 33)), max_new_tokens=4)
         assert len(out["output_ids"]) == 4
         text = log.read_text(errors="replace")
     assert re.search(r"SGLANG_EAGLE3_EXT_DUMP_DIR\s+\S+\s+user", text) and "--disable-radix-cache" in text
     assert "SGLANG_EAGLE3_EXT_DUMP_LAYERS=1,2,3" in text
-    assert "--disable-cuda-graph " not in text and "--disable-prefill-cuda-graph" in text   # decode graphs on
+    assert "--disable-cuda-graph " not in text and "--disable-prefill-cuda-graph" in text  # decode graphs on
     assert decode_graphs_captured(text), "no decode CUDA graph captured"
 
 
-README_PORT = 30000        # "It serves on port 30000" (README, First run)
-READY = "The server is fired up and ready to roll!"   # SGLang's line once its warm-up request is answered
+README_PORT = 30000  # "It serves on port 30000" (README, First run)
+READY = "The server is fired up and ready to roll!"  # SGLang's line once its warm-up request is answered
 
 
 def _console_script(tmp_path) -> str:
@@ -107,8 +113,10 @@ def _console_script(tmp_path) -> str:
         return exe
     script = tmp_path / "bin" / "sglang-eagle3"
     script.parent.mkdir(parents=True)
-    script.write_text(f"#!{sys.executable}\nimport sys\nfrom sglang_eagle3_ext.cli import main\n"
-                      f"if __name__ == '__main__':\n    sys.exit(main())\n")
+    script.write_text(
+        f"#!{sys.executable}\nimport sys\nfrom sglang_eagle3_ext.cli import main\n"
+        f"if __name__ == '__main__':\n    sys.exit(main())\n"
+    )
     script.chmod(0o755)
     return str(script)
 
@@ -123,28 +131,38 @@ def test_readme_first_run_command_serves(tmp_path):
 
     from sglang_eagle3_ext.dump.manifest import read_manifest
 
-    with socket.socket() as sock:               # the README's port must be free for the command as written
+    with socket.socket() as sock:  # the README's port must be free for the command as written
         sock.bind(("127.0.0.1", README_PORT))
     cwd = tmp_path / "first_run"
     cwd.mkdir()
     cmd = [_console_script(tmp_path), "launch", "--preset", "tiny-dump"]
     fig: dict = {"command": "sglang-eagle3 launch --preset tiny-dump", "ran": cmd}
     t0 = time.time()
-    with sglang_server([], name="readme_first_run", port=README_PORT, command=cmd, cwd=cwd, timeout=900) \
-            as (base, log, _):
+    with sglang_server([], name="readme_first_run", port=README_PORT, command=cmd, cwd=cwd, timeout=900) as (
+        base,
+        log,
+        _,
+    ):
         fig["healthy_s"] = round(time.time() - t0, 1)
         wait_for(lambda: READY in log.read_text(errors="replace"), 300, "SGLang's ready line", poll=1.0)
         fig["ready_s"] = round(time.time() - t0, 1)
         out = generate(base, list(range(1, 33)), max_new_tokens=8)
         fig["output_ids"] = out.get("output_ids")
         dumps = cwd / "dumps"
-        fig["dumped"] = wait_for(lambda: (dumps / "manifests").is_dir() and len(read_manifest(dumps)), 120,
-                                 "the request's prefill in ./dumps", poll=1.0)
+        fig["dumped"] = wait_for(
+            lambda: (dumps / "manifests").is_dir() and len(read_manifest(dumps)),
+            120,
+            "the request's prefill in ./dumps",
+            poll=1.0,
+        )
         text = log.read_text(errors="replace")
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     (LOG_DIR / "readme_first_run.json").write_text(json.dumps(fig, indent=2))
-    print(f"first run [sglang-eagle3 launch --preset tiny-dump]: healthy after {fig['healthy_s']} s, ready after "
-          f"{fig['ready_s']} s, 8-token answer {fig['output_ids']}, dumped {fig['dumped']}", flush=True)
+    print(
+        f"first run [sglang-eagle3 launch --preset tiny-dump]: healthy after {fig['healthy_s']} s, ready after "
+        f"{fig['ready_s']} s, 8-token answer {fig['output_ids']}, dumped {fig['dumped']}",
+        flush=True,
+    )
     assert len(out["output_ids"]) == 8
     assert decode_graphs_captured(text), "no decode CUDA graph captured"
 
@@ -160,15 +178,43 @@ def test_dump_dir_flag_makes_the_folder_and_the_server_dumps_there(tmp_path):
 
     dump = tmp_path / "made" / "by" / "the" / "launcher"
     data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"id": f"s{i}", "input_ids": list(range(10 + i, 74 + i))}) + "\n"
-                            for i in range(4)))
+    data.write_text(
+        "".join(json.dumps({"id": f"s{i}", "input_ids": list(range(10 + i, 74 + i))}) + "\n" for i in range(4))
+    )
     env = {"SGLANG_EAGLE3_EXT_CACHE": str(tmp_path / "cache")}
-    args = ["--preset", "tiny", "--dump-dir", str(dump), "--disable-radix-cache", "--disable-prefill-cuda-graph",
-            "--cuda-graph-max-bs", "16"]
+    args = [
+        "--preset",
+        "tiny",
+        "--dump-dir",
+        str(dump),
+        "--disable-radix-cache",
+        "--disable-prefill-cuda-graph",
+        "--cuda-graph-max-bs",
+        "16",
+    ]
     with sglang_server(args, name="launch_tiny_dump_dir", port=_port(), env=env, timeout=900) as (base, log, _):
-        client = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.dump", "run", "--url", base, "--data",
-                                 str(data), "--dump-dir", str(dump), "--concurrency", "4", "--quiet", "--wait-s",
-                                 "120"], capture_output=True, text=True, timeout=900)
+        client = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sglang_eagle3_ext.dump",
+                "run",
+                "--url",
+                base,
+                "--data",
+                str(data),
+                "--dump-dir",
+                str(dump),
+                "--concurrency",
+                "4",
+                "--quiet",
+                "--wait-s",
+                "120",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert client.returncode == 0, f"dump client: {client.stdout[-2000:]}{client.stderr[-2000:]}; server log {log}"
         text = log.read_text(errors="replace")
     assert re.search(rf"SGLANG_EAGLE3_EXT_DUMP_DIR\s+{re.escape(str(dump))}\s+set\s+--dump-dir", text)

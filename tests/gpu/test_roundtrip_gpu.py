@@ -32,6 +32,7 @@ SGE3_RT_SERVE_ARGS: more SGLang arguments for both timed servers (e.g. `--max-ru
 --min-free-slots-delay 3`: admissions in groups, 0.5.16+). SGE3_RT_SPEC_STEPS: --speculative-num-steps (3).
 SGE3_RT_PREPARE_ONLY=1 (with SGE3_RT_DIR): stop after dump, train, convert and check; the next run serves and benches.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -73,7 +74,7 @@ MLA_ONLY = ("flashmla", "cutlass_mla", "trtllm_mla")
 DRAFT_ARGS = ["--speculative-draft-attention-backend", "triton"] if ATTN in MLA_ONLY else []
 MIN_ACCEPT = 3.0 if KIMI else 2.0
 N_NEW = int(knobs.get("SGE3_RT_NEW_TOKENS", "128" if KIMI else "64"))
-N_LONG = knobs.get("SGE3_RT_LONG_TOKENS")   # bench --max-new-tokens: N or LO:HI
+N_LONG = knobs.get("SGE3_RT_LONG_TOKENS")  # bench --max-new-tokens: N or LO:HI
 # (name, batch size, bench --max-new-tokens) of each timed bench run
 LEVELS = [("bs1", 1, N_NEW), ("bs16", 16, N_NEW)] + ([("bs16_long", 16, N_LONG)] if KIMI else [])
 # level -> speedup vs the same server without speculation (the docstring says why batch 16 at N_LONG)
@@ -87,8 +88,17 @@ TIMED_ARGS = ["--attention-backend", ATTN, *GRAPH_ARGS, *knobs.get("SGE3_RT_SERV
 LOG_ARGS = ["--decode-log-interval", "5"]
 # SGE3_RT_SPEC_STEPS: --speculative-num-steps of the EAGLE-3 server (draft tokens = steps + 1, top-k 1)
 SPEC_STEPS = int(knobs.get("SGE3_RT_SPEC_STEPS"))
-SPEC_ARGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(SPEC_STEPS), "--speculative-eagle-topk",
-             "1", "--speculative-num-draft-tokens", str(SPEC_STEPS + 1), *LOG_ARGS]
+SPEC_ARGS = [
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-num-steps",
+    str(SPEC_STEPS),
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    str(SPEC_STEPS + 1),
+    *LOG_ARGS,
+]
 # the draft's training recipe (test_eval_gpu.py stops the same recipe early for drafts of middling quality)
 EPOCHS = knobs.get("SGE3_RT_EPOCHS", "8" if KIMI else "12")
 # calibrated on CPU (hidden 128 target, 300 samples): lr 1e-3 x 10 epochs -> val acc 0.33, 3e-3 x 30 -> 0.54
@@ -109,10 +119,17 @@ def _prompts(path: Path, n: int, seed: int, prefix: str) -> None:
 def _run(cmd: list[str], name: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    p = subprocess.run([sys.executable, "-m", *cmd], cwd=REPO, env={**os.environ, **(env or {})},
-                       capture_output=True, text=True, timeout=timeout)
-    (LOG_DIR / f"rt_{name}.log").write_text(f"$ {' '.join(cmd)}\n# rc={p.returncode} {time.time() - t0:.1f}s\n"
-                                            f"{p.stdout}\n--- stderr ---\n{p.stderr}")
+    p = subprocess.run(
+        [sys.executable, "-m", *cmd],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    (LOG_DIR / f"rt_{name}.log").write_text(
+        f"$ {' '.join(cmd)}\n# rc={p.returncode} {time.time() - t0:.1f}s\n{p.stdout}\n--- stderr ---\n{p.stderr}"
+    )
     return p
 
 
@@ -128,18 +145,56 @@ def dump_and_export(preset: str, target: Path, train: Path, dump: Path, hs: Path
     """Stages 1-3 of a round trip, each skipped when a previous run finished it: serve `target` with the dump
     `preset`, generate 96 greedy tokens for every train prompt through `dump run --generate`, export for
     speculators (response-only loss masks from the --generate run)."""
-    server = contextlib.nullcontext(("", None, None)) if _done(dump) else sglang_server(
-        ["--preset", preset, "--model-path", str(target), *SERVE_ARGS], name=f"rt_{tag}dump_server", port=free_port(),
-        env=env)
+    server = (
+        contextlib.nullcontext(("", None, None))
+        if _done(dump)
+        else sglang_server(
+            ["--preset", preset, "--model-path", str(target), *SERVE_ARGS],
+            name=f"rt_{tag}dump_server",
+            port=free_port(),
+            env=env,
+        )
+    )
     with server as (base, _, _):
         if not _done(dump):
-            p = _run(["sglang_eagle3_ext.dump", "run", "--url", base, "--data", str(train), "--dump-dir", str(dump),
-                      "--generate", "--max-new-tokens", "96", "--concurrency", "64", "--quiet"], f"{tag}dump_client", env)
+            p = _run(
+                [
+                    "sglang_eagle3_ext.dump",
+                    "run",
+                    "--url",
+                    base,
+                    "--data",
+                    str(train),
+                    "--dump-dir",
+                    str(dump),
+                    "--generate",
+                    "--max-new-tokens",
+                    "96",
+                    "--concurrency",
+                    "64",
+                    "--quiet",
+                ],
+                f"{tag}dump_client",
+                env,
+            )
             assert p.returncode == 0, p.stderr[-3000:]
             _mark(dump)
     if not _done(hs):
-        p = _run(["sglang_eagle3_ext.dump", "export", "--dump-dir", str(dump), "--to", "speculators", "--out", str(hs),
-                  "--data", str(train)], f"{tag}export")
+        p = _run(
+            [
+                "sglang_eagle3_ext.dump",
+                "export",
+                "--dump-dir",
+                str(dump),
+                "--to",
+                "speculators",
+                "--out",
+                str(hs),
+                "--data",
+                str(train),
+            ],
+            f"{tag}export",
+        )
         assert p.returncode == 0, p.stderr[-3000:]
         _mark(hs)
 
@@ -147,7 +202,7 @@ def dump_and_export(preset: str, target: Path, train: Path, dump: Path, hs: Path
 def test_roundtrip(tmp_path):
     """SGE3_RT_DIR=DIR keeps the stages' outputs there and skips finished stages on a re-run, so the
     round trip can span two runs (e.g. two commands with a time limit each) on a host that stays up."""
-    work = Path(knobs.get("SGE3_RT_DIR") or tmp_path) / ("kimi" if KIMI else "")   # own stages per target
+    work = Path(knobs.get("SGE3_RT_DIR") or tmp_path) / ("kimi" if KIMI else "")  # own stages per target
     work.mkdir(parents=True, exist_ok=True)
     from sglang_eagle3_ext.tiny.deepseek_v3 import KIMI_PREDICTABLE, PREDICTABLE, ensure_tiny_target
 
@@ -155,10 +210,17 @@ def test_roundtrip(tmp_path):
     spec = KIMI_PREDICTABLE if KIMI else PREDICTABLE
     t = time.time()
     tiny_target = ensure_tiny_target(work / "target", **spec)
-    fig: dict = {"sglang": __import__("importlib.metadata").metadata.version("sglang"), "samples": N_TRAIN,
-                 "target": spec, "target_name": TARGET, "attention_backend": BACKEND,
-                 "serve_backend": ATTN, "cuda_graphs": "on",
-                 "encoding": ENCODING, "target_s": round(time.time() - t, 1)}
+    fig: dict = {
+        "sglang": __import__("importlib.metadata").metadata.version("sglang"),
+        "samples": N_TRAIN,
+        "target": spec,
+        "target_name": TARGET,
+        "attention_backend": BACKEND,
+        "serve_backend": ATTN,
+        "cuda_graphs": "on",
+        "encoding": ENCODING,
+        "target_s": round(time.time() - t, 1),
+    }
     t_all = time.time()
     train, held = work / "train.jsonl", work / "heldout.jsonl"
     _prompts(train, N_TRAIN, 1, "t")
@@ -186,8 +248,22 @@ def test_roundtrip(tmp_path):
     t = time.time()
     spec_ckpt = work / "draft_speculators"
     if not (spec_ckpt / "config.json").exists():
-        p = _run(["sglang_eagle3_ext.train_draft", "--data", str(hs), "--target", str(tiny_target), "--out",
-                  str(spec_ckpt), "--device", "cuda", *TRAIN_ARGS], "train", timeout=900)
+        p = _run(
+            [
+                "sglang_eagle3_ext.train_draft",
+                "--data",
+                str(hs),
+                "--target",
+                str(tiny_target),
+                "--out",
+                str(spec_ckpt),
+                "--device",
+                "cuda",
+                *TRAIN_ARGS,
+            ],
+            "train",
+            timeout=900,
+        )
         assert p.returncode == 0, p.stderr[-3000:]
         fig["train_summary"] = (p.stdout.strip().splitlines() or [""])[-1]
     fig["train_s"] = round(time.time() - t, 1)
@@ -207,9 +283,23 @@ def test_roundtrip(tmp_path):
         pytest.skip(f"prepared in {work} (dump, train, convert, check); re-run without SGE3_RT_PREPARE_ONLY to serve")
 
     # 6a. a historical failure, now loud: the unconverted speculators checkpoint is refused before SGLang starts
-    p = _run(["sglang_eagle3_ext.launch_server", "--preset", "tiny", "--model-path", str(tiny_target),
-              "--speculative-draft-model-path", str(spec_ckpt), *SPEC_ARGS, "--port", str(free_port())],
-             "unconverted", activation_env(work), timeout=300)
+    p = _run(
+        [
+            "sglang_eagle3_ext.launch_server",
+            "--preset",
+            "tiny",
+            "--model-path",
+            str(tiny_target),
+            "--speculative-draft-model-path",
+            str(spec_ckpt),
+            *SPEC_ARGS,
+            "--port",
+            str(free_port()),
+        ],
+        "unconverted",
+        activation_env(work),
+        timeout=300,
+    )
     assert p.returncode != 0 and "python -m sglang_eagle3_ext.convert" in p.stderr, p.stderr[-2000:]
     fig["unconverted_refused"] = p.stderr.strip().splitlines()[-1][:200]
 
@@ -218,20 +308,62 @@ def test_roundtrip(tmp_path):
     serve_env = activation_env(work)
     fig["serve_args"] = TIMED_ARGS
     timed = ["--preset", "tiny", "--model-path", str(tiny_target), *TIMED_ARGS]
-    with sglang_server([*timed, "--speculative-draft-model-path", str(draft), *SPEC_ARGS, *DRAFT_ARGS],
-                       name="rt_spec_server", port=free_port(), env=serve_env) as (spec_url, spec_log, _), \
-         sglang_server([*timed, *LOG_ARGS], name="rt_base_server", port=free_port(),
-                       env=serve_env) as (base, base_log, _):
+    with (
+        sglang_server(
+            [*timed, "--speculative-draft-model-path", str(draft), *SPEC_ARGS, *DRAFT_ARGS],
+            name="rt_spec_server",
+            port=free_port(),
+            env=serve_env,
+        ) as (spec_url, spec_log, _),
+        sglang_server([*timed, *LOG_ARGS], name="rt_base_server", port=free_port(), env=serve_env) as (
+            base,
+            base_log,
+            _,
+        ),
+    ):
         fig["bench"] = {}
         for name, bs, n_new in LEVELS:
-            _run(["sglang_eagle3_ext.bench", "--url", spec_url, "--baseline-url", base, "--prompts", str(held),
-                  "--max-new-tokens", "8", "--concurrency", str(bs)], f"bench_warm_{name}")
+            _run(
+                [
+                    "sglang_eagle3_ext.bench",
+                    "--url",
+                    spec_url,
+                    "--baseline-url",
+                    base,
+                    "--prompts",
+                    str(held),
+                    "--max-new-tokens",
+                    "8",
+                    "--concurrency",
+                    str(bs),
+                ],
+                f"bench_warm_{name}",
+            )
             out_json = LOG_DIR / f"rt_bench_{name}.json"
-            p = _run(["sglang_eagle3_ext.bench", "--url", spec_url, "--baseline-url", base, "--prompts",
-                      str(held if bs == 1 else held16),
-                      "--max-new-tokens", str(n_new), "--concurrency", str(bs), "--json", str(out_json),
-                      "--spec-log", str(spec_log), "--baseline-log", str(base_log), "--log-interval", LOG_ARGS[1]],
-                     f"bench_{name}")
+            p = _run(
+                [
+                    "sglang_eagle3_ext.bench",
+                    "--url",
+                    spec_url,
+                    "--baseline-url",
+                    base,
+                    "--prompts",
+                    str(held if bs == 1 else held16),
+                    "--max-new-tokens",
+                    str(n_new),
+                    "--concurrency",
+                    str(bs),
+                    "--json",
+                    str(out_json),
+                    "--spec-log",
+                    str(spec_log),
+                    "--baseline-log",
+                    str(base_log),
+                    "--log-interval",
+                    LOG_ARGS[1],
+                ],
+                f"bench_{name}",
+            )
             res = json.loads(out_json.read_text())
             res["rc"] = p.returncode
             fig["bench"][name] = res
@@ -241,8 +373,10 @@ def test_roundtrip(tmp_path):
     (LOG_DIR / f"roundtrip_{TARGET}_{ATTN}.json").write_text(json.dumps(fig, indent=2))
     print(json.dumps(fig, indent=2))
     for name, res in fig["bench"].items():
-        print(f"round trip [{TARGET}, {ATTN}, CUDA graphs on] {name} x {res['max_new_tokens']} tokens: accept "
-              f"length {res['spec']['accept_length']:.2f}, speedup {res.get('speedup') or 0:.2f}x, {res['verdict']}")
+        print(
+            f"round trip [{TARGET}, {ATTN}, CUDA graphs on] {name} x {res['max_new_tokens']} tokens: accept "
+            f"length {res['spec']['accept_length']:.2f}, speedup {res.get('speedup') or 0:.2f}x, {res['verdict']}"
+        )
     for name, res in fig["bench"].items():
         # bench fails on an unused draft or changed outputs (asserted below by name); on the 1024-wide target it
         # may also flag its (expected) slowdown, which is not this test's subject there
@@ -280,8 +414,22 @@ def test_draft_at_tp_n():
         port=free_port(),
         env=activation_env(work),
     ) as (spec, _, _):
-        p = _run(["sglang_eagle3_ext.bench", "--url", spec, "--prompts", str(work / "heldout.jsonl"),
-                  "--max-new-tokens", "64", "--concurrency", "8", "--json", str(out_json)], f"bench_tp{tp}")
+        p = _run(
+            [
+                "sglang_eagle3_ext.bench",
+                "--url",
+                spec,
+                "--prompts",
+                str(work / "heldout.jsonl"),
+                "--max-new-tokens",
+                "64",
+                "--concurrency",
+                "8",
+                "--json",
+                str(out_json),
+            ],
+            f"bench_tp{tp}",
+        )
     a1 = json.loads(ref.read_text())["spec"]["accept_length"]
     an = json.loads(out_json.read_text())["spec"]["accept_length"]
     print(f"\naccept length TP=1 {a1:.3f}, TP={tp} {an:.3f} (ratio {an / a1:.3f})")

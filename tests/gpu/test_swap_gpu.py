@@ -14,6 +14,7 @@ accept length stays the trained draft's. With 2+ GPUs the same swap at TP=N.
 At Kimi width (SGE3_RT_TARGET=kimi) the client keeps 16 requests in flight (4 on the tiny target).
 Figures: $OUT/swap_tp<tp>.json; one line printed ("swap [...]").
 """
+
 from __future__ import annotations
 
 import itertools
@@ -39,16 +40,22 @@ pytestmark = pytest.mark.gpu
 MIN_ACCEPT_AFTER = 3.0 if KIMI else 3.5
 NEW_TOKENS = 64
 CONCURRENCY = 16 if KIMI else 4
-MAX_PAUSE_S = 10.0          # the served draft's pause while the new one is loaded
-SAME_ACCEPT = 0.05          # a refused swap leaves the accept length where it was (same prompts, same draft)
+MAX_PAUSE_S = 10.0  # the served draft's pause while the new one is loaded
+SAME_ACCEPT = 0.05  # a refused swap leaves the accept length where it was (same prompts, same draft)
 
 
 def _work() -> Path:
-    work = (Path(knobs.get("SGE3_RT_DIR") or "/nonexistent") / ("kimi" if KIMI else "")).resolve()  # the server reads it
-    if not all((work / n / "config.json").exists() for n in ("target", "draft_sglang")) or \
-            not (work / "heldout.jsonl").exists():
-        pytest.skip("needs a prepared round trip in $SGE3_RT_DIR (tests/gpu/test_roundtrip_gpu.py, "
-                    "SGE3_RT_PREPARE_ONLY=1 is enough)")
+    work = (
+        Path(knobs.get("SGE3_RT_DIR") or "/nonexistent") / ("kimi" if KIMI else "")
+    ).resolve()  # the server reads it
+    if (
+        not all((work / n / "config.json").exists() for n in ("target", "draft_sglang"))
+        or not (work / "heldout.jsonl").exists()
+    ):
+        pytest.skip(
+            "needs a prepared round trip in $SGE3_RT_DIR (tests/gpu/test_roundtrip_gpu.py, "
+            "SGE3_RT_PREPARE_ONLY=1 is enough)"
+        )
     return work
 
 
@@ -61,8 +68,15 @@ def _one(url: str, i: int, ids: list[int]) -> dict:
     try:
         out = generate(url, ids, NEW_TOKENS)
         meta = out.get("meta_info") or {}
-        return {"i": i, "ids": out.get("output_ids"), "tokens": meta.get("completion_tokens", 0),
-                "verify": meta.get("spec_verify_ct", 0), "t0": t0, "t1": time.monotonic(), "error": None}
+        return {
+            "i": i,
+            "ids": out.get("output_ids"),
+            "tokens": meta.get("completion_tokens", 0),
+            "verify": meta.get("spec_verify_ct", 0),
+            "t0": t0,
+            "t1": time.monotonic(),
+            "error": None,
+        }
     except Exception as e:  # noqa: BLE001 - a failed request is a finding, counted
         return {"i": i, "ids": None, "t0": t0, "t1": time.monotonic(), "error": f"{type(e).__name__}: {e}"}
 
@@ -102,7 +116,7 @@ class Traffic:
         return self
 
     def __exit__(self, *exc):
-        time.sleep(2.0)                      # requests admitted after the swap too
+        time.sleep(2.0)  # requests admitted after the swap too
         self.stop.set()
         for t in self.threads:
             t.join(120)
@@ -113,13 +127,25 @@ def _swap(url: str, draft: Path, name: str, *extra: str) -> tuple[int, dict, str
     """`sglang-eagle3 swap` as a user runs it: (exit code, its JSON, its stderr, wall seconds)."""
     out = LOG_DIR / f"swap_{name}.json"
     out.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "sglang_eagle3_ext", "swap", "--url", url, "--draft", str(draft), "--json", str(out),
-           *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sglang_eagle3_ext",
+        "swap",
+        "--url",
+        url,
+        "--draft",
+        str(draft),
+        "--json",
+        str(out),
+        *extra,
+    ]
     t0 = time.monotonic()
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     wall = time.monotonic() - t0
-    (LOG_DIR / f"swap_{name}.log").write_text(f"$ {' '.join(cmd)}\n# rc={p.returncode} {wall:.1f}s\n{p.stdout}\n"
-                                              f"--- stderr ---\n{p.stderr}")
+    (LOG_DIR / f"swap_{name}.log").write_text(
+        f"$ {' '.join(cmd)}\n# rc={p.returncode} {wall:.1f}s\n{p.stdout}\n--- stderr ---\n{p.stderr}"
+    )
     return p.returncode, (json.loads(out.read_text()) if out.exists() else {}), p.stderr, wall
 
 
@@ -154,17 +180,19 @@ def _bad_drafts(good: Path, root: Path, captured: list[int], n_layers: int):
     key, edit = ROTARY_EDIT
     out = [("rotary", lambda: _config_variant(good, root / "swap_bad_rotary", edit), key)]
     for name, variant, code in (("wrong_k", "fc_1xH", "fc-unfused"), ("nan", "nan_weight", "non-finite")):
+
         def make(name=name, variant=variant):
             d = root / f"swap_bad_{name}"
             shutil.rmtree(d, ignore_errors=True)
             return make_variant(good, variant, d)[1]
+
         out.append((name, make, code))
     other = next(list(c) for c in itertools.combinations(range(n_layers), len(captured)) if list(c) != captured)
 
     def layers(c):
         c["eagle_config"].update(eagle_aux_hidden_state_layer_ids=other, hf_hidden_state_indices=other)
-    out.append(("other_layers", lambda: _config_variant(good, root / "swap_bad_layers", layers),
-                "capture-layer-index"))
+
+    out.append(("other_layers", lambda: _config_variant(good, root / "swap_bad_layers", layers), "capture-layer-index"))
     return out
 
 
@@ -175,9 +203,13 @@ def _served_state(url: str) -> dict:
 
 
 def _reference(work: Path, prompts, tp: int) -> list:
-    with sglang_server(["--preset", "tiny", "--model-path", str(work / "target"), *SERVE_ARGS, "--tp", str(tp)],
-                       name=f"swap_base_tp{tp}", port=free_port(), env=activation_env(work)) as (url, _, _):
-        _pass(url, prompts[:CONCURRENCY])                          # warm-up
+    with sglang_server(
+        ["--preset", "tiny", "--model-path", str(work / "target"), *SERVE_ARGS, "--tp", str(tp)],
+        name=f"swap_base_tp{tp}",
+        port=free_port(),
+        env=activation_env(work),
+    ) as (url, _, _):
+        _pass(url, prompts[:CONCURRENCY])  # warm-up
         rows = _pass(url, prompts)
     assert not [r for r in rows if r["error"]], rows
     return [r["ids"] for r in sorted(rows, key=lambda r: r["i"])]
@@ -193,15 +225,23 @@ def _refusals(url, prompts, ref, bad, fig) -> None:
             with Traffic(url, prompts) as tr:
                 rc, rep, err, wall = _swap(url, d, f"bad_{name}_{how}", *extra)
             rows = _pass(url, prompts)
-            said = "nothing was sent" if how == "client" else "keeps serving"    # who refused it
+            said = "nothing was sent" if how == "client" else "keeps serving"  # who refused it
             r = fig["refusals"][f"{name}_{how}"] = {
-                "rc": rc, "error": rep.get("error") or err.strip().splitlines()[-1:], "wall_s": round(wall, 2),
-                "accept_length": round(_accept(rows), 3), "failed_requests": len([r for r in tr.rows if r["error"]]),
-                "outputs_differ": len(_differs(tr.rows + rows, ref)), "requests_during": len(tr.rows),
-                "refused_as_expected": rc == 2 and code in err and said in err}
-            print(f"swap [{fig['target']} tp{fig['tp']}] refusal {name} ({how} check): rc {rc}, expected "
-                  f"{r['refused_as_expected']}, failed {r['failed_requests']}/{r['requests_during']}, outputs differ "
-                  f"{r['outputs_differ']}, accept after {r['accept_length']}: {str(r['error'])[:200]}", flush=True)
+                "rc": rc,
+                "error": rep.get("error") or err.strip().splitlines()[-1:],
+                "wall_s": round(wall, 2),
+                "accept_length": round(_accept(rows), 3),
+                "failed_requests": len([r for r in tr.rows if r["error"]]),
+                "outputs_differ": len(_differs(tr.rows + rows, ref)),
+                "requests_during": len(tr.rows),
+                "refused_as_expected": rc == 2 and code in err and said in err,
+            }
+            print(
+                f"swap [{fig['target']} tp{fig['tp']}] refusal {name} ({how} check): rc {rc}, expected "
+                f"{r['refused_as_expected']}, failed {r['failed_requests']}/{r['requests_during']}, outputs differ "
+                f"{r['outputs_differ']}, accept after {r['accept_length']}: {str(r['error'])[:200]}",
+                flush=True,
+            )
             if not r["refused_as_expected"]:
                 problems.append((name, how, err[-2000:]))
         shutil.rmtree(d, ignore_errors=True)
@@ -213,35 +253,64 @@ def _run_swap(tp: int) -> dict:
     prompts = _prompts(work)
     ref = _reference(work, prompts, tp)
     weak, good = _weak_draft(work), work / "draft_sglang"
-    fig: dict = {"tp": tp, "target": "kimi" if KIMI else "tiny", "prompts": len(prompts), "new_tokens": NEW_TOKENS,
-                 "concurrency": CONCURRENCY, "weak_draft": str(weak), "trained_draft": str(good)}
-    serve = ["--preset", "tiny", "--model-path", str(work / "target"), *SERVE_ARGS, "--tp", str(tp),
-             "--speculative-draft-model-path", str(weak), *SPEC_ARGS]
+    fig: dict = {
+        "tp": tp,
+        "target": "kimi" if KIMI else "tiny",
+        "prompts": len(prompts),
+        "new_tokens": NEW_TOKENS,
+        "concurrency": CONCURRENCY,
+        "weak_draft": str(weak),
+        "trained_draft": str(good),
+    }
+    serve = [
+        "--preset",
+        "tiny",
+        "--model-path",
+        str(work / "target"),
+        *SERVE_ARGS,
+        "--tp",
+        str(tp),
+        "--speculative-draft-model-path",
+        str(weak),
+        *SPEC_ARGS,
+    ]
     with sglang_server(serve, name=f"swap_spec_tp{tp}", port=free_port(), env=activation_env(work)) as (url, _, _):
-        _pass(url, prompts[:CONCURRENCY])                          # warm-up
+        _pass(url, prompts[:CONCURRENCY])  # warm-up
         before = _pass(url, prompts)
         state = _served_state(url)
         with Traffic(url, prompts) as tr:
-            time.sleep(1.0)                                        # traffic in flight when the swap arrives
+            time.sleep(1.0)  # traffic in flight when the swap arrives
             rc, rep, err, wall = _swap(url, good, f"good_tp{tp}")
         after = _pass(url, prompts)
-        fig.update(swap_rc=rc, pause_s=rep.get("pause_s"), swap_wall_s=round(wall, 2), swap_report=rep,
-                   accept_before=round(_accept(before), 3), accept_after=round(_accept(after), 3),
-                   requests_during=len(tr.rows), failed_requests=len([r for r in tr.rows if r["error"]]),
-                   longest_request_during_s=round(max((r["t1"] - r["t0"] for r in tr.rows), default=0), 2),
-                   outputs_differ={"before": _differs(before, ref), "during": _differs(tr.rows, ref),
-                                   "after": _differs(after, ref)},
-                   served_after=_served_state(url).get("draft"))
+        fig.update(
+            swap_rc=rc,
+            pause_s=rep.get("pause_s"),
+            swap_wall_s=round(wall, 2),
+            swap_report=rep,
+            accept_before=round(_accept(before), 3),
+            accept_after=round(_accept(after), 3),
+            requests_during=len(tr.rows),
+            failed_requests=len([r for r in tr.rows if r["error"]]),
+            longest_request_during_s=round(max((r["t1"] - r["t0"] for r in tr.rows), default=0), 2),
+            outputs_differ={
+                "before": _differs(before, ref),
+                "during": _differs(tr.rows, ref),
+                "after": _differs(after, ref),
+            },
+            served_after=_served_state(url).get("draft"),
+        )
         _save(fig)
-        print(f"swap [{fig['target']} tp{tp}]: rc {rc}, pause {fig['pause_s']} s (swap {fig['swap_wall_s']} s), "
-              f"accept {fig['accept_before']} -> {fig['accept_after']}, {fig['failed_requests']} of "
-              f"{fig['requests_during']} requests during failed (c{CONCURRENCY}), outputs differing from the target "
-              f"alone {fig['outputs_differ']}, served after {fig['served_after']}", flush=True)
+        print(
+            f"swap [{fig['target']} tp{tp}]: rc {rc}, pause {fig['pause_s']} s (swap {fig['swap_wall_s']} s), "
+            f"accept {fig['accept_before']} -> {fig['accept_after']}, {fig['failed_requests']} of "
+            f"{fig['requests_during']} requests during failed (c{CONCURRENCY}), outputs differing from the target "
+            f"alone {fig['outputs_differ']}, served after {fig['served_after']}",
+            flush=True,
+        )
         assert rc == 0, err[-3000:]
         if tp == 1:
             try:
-                _refusals(url, prompts, ref, _bad_drafts(good, work, state["hf_indices"], state["target_layers"]),
-                          fig)
+                _refusals(url, prompts, ref, _bad_drafts(good, work, state["hf_indices"], state["target_layers"]), fig)
             finally:
                 fig["served_at_end"] = _served_state(url).get("draft")
                 _save(fig)

@@ -8,6 +8,7 @@ of hidden states per token read from disk by the loader's worker pool):
 
 Figures go to $OUT (train_bench_<arch>.json, train_scaling_<arch>.json).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,24 @@ BENCH = REPO / "benchmarks" / "bench_train.py"
 
 def _bench(tmp_path: Path, arch: str, name: str, *extra: str) -> dict:
     out = tmp_path / f"{arch}.json"
-    cmd = [sys.executable, str(BENCH), "--kimi-width", "--arch", arch, "--device", "cuda",
-           "--steps", knobs.get("SGE3_TRAIN_BENCH_STEPS"), "--samples", "24", "--workdir", str(tmp_path / "work"),
-           "--json", str(out), *extra]
+    cmd = [
+        sys.executable,
+        str(BENCH),
+        "--kimi-width",
+        "--arch",
+        arch,
+        "--device",
+        "cuda",
+        "--steps",
+        knobs.get("SGE3_TRAIN_BENCH_STEPS"),
+        "--samples",
+        "24",
+        "--workdir",
+        str(tmp_path / "work"),
+        "--json",
+        str(out),
+        *extra,
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=3000)
     (LOG_DIR / f"{name}.log").write_text(p.stdout + p.stderr)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]

@@ -13,6 +13,7 @@
   processor then expands it per image (GPU path: 4 tokens for a 56x56 image) and its vision tower runs.
 Figures: printed, and $OUT/trust_sample_rate_<writer>.json, $OUT/trust_kimi_images.json.
 """
+
 from __future__ import annotations
 
 import base64
@@ -41,10 +42,13 @@ from test_dump_gpu import _activation_env, dump_args
 pytestmark = pytest.mark.gpu
 RATE = 0.25
 N_REQUESTS = 400
-BURST = 50               # requests in flight at once: prefill batches mix sampled and unsampled requests
+BURST = 50  # requests in flight at once: prefill batches mix sampled and unsampled requests
 PROMPT = 32
-KIMI_ARGS = ["--trust-remote-code",    # the wrapper's processor is remote code, as Kimi-K2.5's own
-             "--mm-attention-backend", "triton_attn"]   # the vision tower off FA3 (SGLang's Hopper default)
+KIMI_ARGS = [
+    "--trust-remote-code",  # the wrapper's processor is remote code, as Kimi-K2.5's own
+    "--mm-attention-backend",
+    "triton_attn",
+]  # the vision tower off FA3 (SGLang's Hopper default)
 MEDIA_PAD = "<|media_pad|>"
 
 
@@ -72,7 +76,7 @@ def _send(base: str, payloads: list[dict]) -> list[dict]:
     out = []
     for i in range(0, len(payloads), BURST):
         with ThreadPoolExecutor(BURST) as ex:
-            out += list(ex.map(lambda p: http_json(base + "/generate", p, timeout=300), payloads[i:i + BURST]))
+            out += list(ex.map(lambda p: http_json(base + "/generate", p, timeout=300), payloads[i : i + BURST]))
     for p, r in zip(payloads, out):
         assert isinstance(r, dict) and r.get("output_ids"), (p["rid"], r)
     return out
@@ -85,33 +89,53 @@ def test_sample_rate_writes_exactly_the_hashed_requests(writer, tiny_target, tmp
 
     dump = tmp_path / "dump"
     dump.mkdir()
-    env = activation_env(tmp_path, SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump), SGLANG_EAGLE3_EXT_DUMP_SAMPLE_RATE=str(RATE),
-                         SGLANG_EAGLE3_EXT_DUMP_WRITER=writer)
-    args = ["--model-path", str(tiny_target), *server_args("triton"), "--disable-radix-cache",
-            *eager_prefill_args(tiny_target)]
+    env = activation_env(
+        tmp_path,
+        SGLANG_EAGLE3_EXT_DUMP_DIR=str(dump),
+        SGLANG_EAGLE3_EXT_DUMP_SAMPLE_RATE=str(RATE),
+        SGLANG_EAGLE3_EXT_DUMP_WRITER=writer,
+    )
+    args = [
+        "--model-path",
+        str(tiny_target),
+        *server_args("triton"),
+        "--disable-radix-cache",
+        *eager_prefill_args(tiny_target),
+    ]
     g = torch.Generator().manual_seed(0)
     rids = [f"s{i:04d}" for i in range(N_REQUESTS)]
     payloads = [_payload(r, torch.randint(10, 4000, (PROMPT,), generator=g).tolist()) for r in rids]
     want = {r for r in rids if sampled(r, RATE)}
-    with sglang_server(args, name=f"trust_rate_{writer}", port=free_port(), env=env,
-                       launcher="sglang.launch_server") as (base, log, _):
+    with sglang_server(
+        args, name=f"trust_rate_{writer}", port=free_port(), env=env, launcher="sglang.launch_server"
+    ) as (base, log, _):
         t0 = time.monotonic()
         _send(base, payloads)
         stats = wait_for(lambda: _settled(dump, len(want)), 120, "the writer to write the sampled requests")
-        time.sleep(6)      # one more status refresh: a late extra sample would show now
+        time.sleep(6)  # one more status refresh: a late extra sample would show now
         stats = _status(dump)["stats"]
         text = Path(log).read_text()
         assert "DISABLED" not in text and "STOPPED" not in text
         if writer == "process":
             assert "writing from a separate process" in text
     written = set(read_manifest(dump))
-    fig = {"writer": writer, "rate": RATE, "sent": len(rids), "selected_by_hash": len(want), "written": len(written),
-           "extra": len(written - want), "missing": len(want - written), "batches_with_a_sampled_request":
-           stats.get("batches"), "seconds": round(time.monotonic() - t0, 1)}
+    fig = {
+        "writer": writer,
+        "rate": RATE,
+        "sent": len(rids),
+        "selected_by_hash": len(want),
+        "written": len(written),
+        "extra": len(written - want),
+        "missing": len(want - written),
+        "batches_with_a_sampled_request": stats.get("batches"),
+        "seconds": round(time.monotonic() - t0, 1),
+    }
     (LOG_DIR / f"trust_sample_rate_{writer}.json").write_text(json.dumps(fig, indent=2))
-    print(f"\nsample rate {RATE} [{writer} writer]: {fig['written']} written of {fig['sent']} sent, "
-          f"{fig['selected_by_hash']} selected by the hash; extra {fig['extra']}, missing {fig['missing']}; "
-          f"{fig['batches_with_a_sampled_request']} batches copied")
+    print(
+        f"\nsample rate {RATE} [{writer} writer]: {fig['written']} written of {fig['sent']} sent, "
+        f"{fig['selected_by_hash']} selected by the hash; extra {fig['extra']}, missing {fig['missing']}; "
+        f"{fig['batches_with_a_sampled_request']} batches copied"
+    )
     assert written == want, fig
     assert stats.get("written") == len(want), (fig, stats)
 
@@ -141,8 +165,9 @@ def _image_capable_kimi(src: Path, dst: Path) -> tuple[Path, int]:
     tok = Tokenizer(models.WordLevel(words, unk_token="t0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.add_special_tokens([AddedToken(MEDIA_PAD, special=True, normalized=False)])
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0",
-                            additional_special_tokens=[MEDIA_PAD]).save_pretrained(str(dst))
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="t0", additional_special_tokens=[MEDIA_PAD]
+    ).save_pretrained(str(dst))
     return dst, pad_id
 
 
@@ -158,21 +183,27 @@ def test_kimi_image_requests_counted_not_written(tmp_path):
     from sglang_eagle3_ext.dump.manifest import read_manifest
     from sglang_eagle3_ext.tiny.kimi_k25 import ensure_tiny_kimi_target
 
-    kimi, pad_id = _image_capable_kimi(ensure_tiny_kimi_target(tmp_path / "kimi", route_bias=1.0),
-                                       tmp_path / "kimi_img")
+    kimi, pad_id = _image_capable_kimi(
+        ensure_tiny_kimi_target(tmp_path / "kimi", route_bias=1.0), tmp_path / "kimi_img"
+    )
     dump = tmp_path / "dump"
     dump.mkdir()
     g = torch.Generator().manual_seed(1)
     text_rids = [f"text-{i:02d}" for i in range(16)]
     image_rids = [f"image-{i:02d}" for i in range(16)]
     payloads = []
-    for t, im in zip(text_rids, image_rids):       # interleaved: batches hold both kinds
+    for t, im in zip(text_rids, image_rids):  # interleaved: batches hold both kinds
         payloads.append(_payload(t, torch.randint(10, 4000, (PROMPT,), generator=g).tolist()))
         head, tail = (torch.randint(10, 4000, (12,), generator=g).tolist() for _ in range(2))
         payloads.append(_payload(im, head + [pad_id] + tail, image_data=[_png_data_url(len(payloads))]))
     env = _activation_env(tmp_path, dump)
-    with sglang_server([*dump_args(kimi, "triton"), *KIMI_ARGS], name="trust_kimi_images", port=free_port(),
-                       env=env, launcher="sglang.launch_server") as (base, log, _):
+    with sglang_server(
+        [*dump_args(kimi, "triton"), *KIMI_ARGS],
+        name="trust_kimi_images",
+        port=free_port(),
+        env=env,
+        launcher="sglang.launch_server",
+    ) as (base, log, _):
         answers = _send(base, payloads)
         wait_for(lambda: _settled(dump, len(payloads)), 120, "the writer to see every request")
         text = Path(log).read_text()
@@ -180,14 +211,23 @@ def test_kimi_image_requests_counted_not_written(tmp_path):
     prompt_lens = {p["rid"]: a.get("meta_info", {}).get("prompt_tokens") for p, a in zip(payloads, answers)}
     stats = _status(dump)["stats"]
     written = set(read_manifest(dump))
-    fig = {"text_sent": len(text_rids), "image_sent": len(image_rids), "written": len(written),
-           "written_text": len(written & set(text_rids)), "written_image": len(written & set(image_rids)),
-           "skipped_multimodal": stats.get("skipped_multimodal"), "refused_token_id": stats.get("refused_token_id"),
-           "image_prompt_tokens": prompt_lens[image_rids[0]], "sent_image_prompt_ids": 25}
+    fig = {
+        "text_sent": len(text_rids),
+        "image_sent": len(image_rids),
+        "written": len(written),
+        "written_text": len(written & set(text_rids)),
+        "written_image": len(written & set(image_rids)),
+        "skipped_multimodal": stats.get("skipped_multimodal"),
+        "refused_token_id": stats.get("refused_token_id"),
+        "image_prompt_tokens": prompt_lens[image_rids[0]],
+        "sent_image_prompt_ids": 25,
+    }
     (LOG_DIR / "trust_kimi_images.json").write_text(json.dumps(fig, indent=2))
-    print(f"\nKimi wrapper, text + image requests with dumping on: {fig['written_text']}/{fig['text_sent']} text "
-          f"requests written, {fig['written_image']}/{fig['image_sent']} image requests written, skipped_multimodal "
-          f"{fig['skipped_multimodal']}, refused_token_id {fig['refused_token_id']} (an image prompt of 25 ids "
-          f"became {fig['image_prompt_tokens']} tokens: the image expanded)")
+    print(
+        f"\nKimi wrapper, text + image requests with dumping on: {fig['written_text']}/{fig['text_sent']} text "
+        f"requests written, {fig['written_image']}/{fig['image_sent']} image requests written, skipped_multimodal "
+        f"{fig['skipped_multimodal']}, refused_token_id {fig['refused_token_id']} (an image prompt of 25 ids "
+        f"became {fig['image_prompt_tokens']} tokens: the image expanded)"
+    )
     assert written == set(text_rids), fig
     assert fig["skipped_multimodal"] == len(image_rids) and fig["refused_token_id"] == 0, fig

@@ -6,16 +6,26 @@ an empty cache reads nothing back). Everything else -- the fused qkv-a projectio
 up-projections, MLP, fc, load_weights -- is SGLang's code. SGLang's CPU RoPE factory only builds YaRN, so
 configs here carry a YaRN rope_scaling (Kimi-K2.5's own kind).
 """
+
 from __future__ import annotations
 
 import torch
 
-YARN = {"rope_type": "deepseek_yarn", "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
-        "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
+YARN = {
+    "rope_type": "deepseek_yarn",
+    "type": "yarn",
+    "factor": 4.0,
+    "original_max_position_embeddings": 128,
+    "beta_fast": 32,
+    "beta_slow": 1,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+}
 
 
 class RefAttention:
     """Stands in for the attention backend object (forward_batch.attn_backend / forward context)."""
+
     prefill_attention_backend_str = "triton"
     decode_attention_backend_str = "triton"
     req_to_token_pool = None
@@ -64,12 +74,22 @@ def extend_batch(input_ids: torch.Tensor, seq_lens: list[int], spec_hidden: torc
     T, bs = int(input_ids.shape[0]), len(seq_lens)
     positions = torch.cat([torch.arange(n) for n in seq_lens])
     lens = torch.tensor(seq_lens)
-    fb = ForwardBatch(forward_mode=ForwardMode.EXTEND, batch_size=bs, input_ids=input_ids,
-                      req_pool_indices=torch.arange(bs), seq_lens=lens, out_cache_loc=torch.arange(T),
-                      seq_lens_sum=T, positions=positions, extend_seq_lens_cpu=list(seq_lens),
-                      extend_prefix_lens_cpu=[0] * bs, extend_seq_lens=lens, extend_prefix_lens=torch.zeros_like(lens),
-                      extend_start_loc=torch.cumsum(lens, 0) - lens,
-                      spec_info=types.SimpleNamespace(hidden_states=spec_hidden))
+    fb = ForwardBatch(
+        forward_mode=ForwardMode.EXTEND,
+        batch_size=bs,
+        input_ids=input_ids,
+        req_pool_indices=torch.arange(bs),
+        seq_lens=lens,
+        out_cache_loc=torch.arange(T),
+        seq_lens_sum=T,
+        positions=positions,
+        extend_seq_lens_cpu=list(seq_lens),
+        extend_prefix_lens_cpu=[0] * bs,
+        extend_seq_lens=lens,
+        extend_prefix_lens=torch.zeros_like(lens),
+        extend_start_loc=torch.cumsum(lens, 0) - lens,
+        spec_info=types.SimpleNamespace(hidden_states=spec_hidden),
+    )
     fb.attn_backend = backend
     fb.capture_hidden_mode = CaptureHiddenMode.FULL
     fb.return_logprob = False

@@ -8,6 +8,7 @@ one (mla_cpu.py; grouped-query heads repeated for the Llama draft).
    run step by step on what its KV cache holds at each step (the target-fed rows, then this round's own rows:
    its sampled tokens, its states), each step one causal extend.
 """
+
 from __future__ import annotations
 
 import types
@@ -19,9 +20,22 @@ from helpers import LLAMA, cosine, load_draft
 from mla_cpu import YARN, RefAttention, extend_batch, init_dp_attention
 
 pytestmark = pytest.mark.sglang
-MLA_TARGET = dict(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=6, num_attention_heads=4,
-                  q_lora_rank=48, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=24,
-                  rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=512, rope_scaling=YARN)
+MLA_TARGET = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=6,
+    num_attention_heads=4,
+    q_lora_rank=48,
+    kv_lora_rank=32,
+    qk_rope_head_dim=16,
+    qk_nope_head_dim=32,
+    v_head_dim=24,
+    rms_norm_eps=1e-6,
+    rope_theta=10000.0,
+    max_position_embeddings=512,
+    rope_scaling=YARN,
+)
 MLA_AUX = [1, 3, 5]
 
 
@@ -64,8 +78,9 @@ def _mla(ext, root):
         pytest.skip(f"SGLang {ext.version} has no MLA EAGLE-3 draft class")
     target = root / "mla_target"
     target.mkdir()
-    (target / "config.json").write_text(json.dumps({**MLA_TARGET, "architectures": ["DeepseekV3ForCausalLM"],
-                                                    "model_type": "deepseek_v3"}))
+    (target / "config.json").write_text(
+        json.dumps({**MLA_TARGET, "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3"})
+    )
     cfg = mla_draft_config(MLA_TARGET, MLA_AUX)
     torch.manual_seed(0)
     m = Eagle3MLADraft(cfg)
@@ -73,8 +88,14 @@ def _mla(ext, root):
         for p in m.parameters():
             p.copy_(1 + 0.2 * torch.randn_like(p) if p.dim() == 1 else 0.08 * torch.randn_like(p))
     draft = save_checkpoint(m, cfg, root / "mla_draft")
-    save_file({"model.embed_tokens.weight": torch.randn(320, 64), "lm_head.weight": torch.randn(320, 64),
-               "model.norm.weight": torch.ones(64)}, str(target / "model.safetensors"))
+    save_file(
+        {
+            "model.embed_tokens.weight": torch.randn(320, 64),
+            "lm_head.weight": torch.randn(320, 64),
+            "model.norm.weight": torch.ones(64),
+        },
+        str(target / "model.safetensors"),
+    )
     theirs = _sglang_mla(ext, draft, target)
     return draft, target, theirs, 64 * len(MLA_AUX), 320
 
@@ -108,7 +129,7 @@ def pair(request, ext, tmp_path_factory):
     root = tmp_path_factory.mktemp(request.param)
     draft, target, theirs, width, vocab = (_llama if request.param == "llama" else _mla)(ext, root)
     embed = load_file(str(target / "model.safetensors"))["model.embed_tokens.weight"].float()
-    theirs.model.embed_tokens.weight.data = embed.clone()     # the worker's set_embed (target_hidden == hidden)
+    theirs.model.embed_tokens.weight.data = embed.clone()  # the worker's set_embed (target_hidden == hidden)
     ours = drafts.load(draft, target, "cpu", torch.float32)
     return types.SimpleNamespace(name=request.param, ours=ours, theirs=theirs, width=width, vocab=vocab)
 
@@ -117,10 +138,10 @@ def _sglang_extend(pair, ids, hidden, backend):
     """SGLang's draft model on one sequence (an EXTEND batch from an empty cache): (logits, state) per token."""
     fb, pos = extend_batch(ids, [int(ids.shape[0])], hidden, backend)
     fwd = type(pair.theirs.model).forward
-    fwd = getattr(fwd, "__wrapped__", fwd)      # past the fc width guard: rows may carry the draft's own states
+    fwd = getattr(fwd, "__wrapped__", fwd)  # past the fc width guard: rows may carry the draft's own states
     with torch.no_grad():
         h, aux = fwd(pair.theirs.model, ids, pos, fb)
-    rows = pair.ours.model.lm_head.out_features       # SGLang pads its head; its logits processor cuts there
+    rows = pair.ours.model.lm_head.out_features  # SGLang pads its head; its logits processor cuts there
     return (h @ pair.theirs.lm_head.weight.float().T)[:, :rows], aux[0]
 
 
@@ -140,8 +161,10 @@ def test_target_fed_forward_equals_sglang(pair, attention):
     p = pack([(ids, aux)], "cpu", torch.float32)
     with torch.no_grad():
         logits, state = _forward(pair.ours.model, ids, pair.ours.model.project(aux), p.local, p, 0, [])
-    print(f"{pair.name}: min per-token cosine logits {cosine(logits, want_logits).min():.6f}, "
-          f"state {cosine(state, want_state).min():.6f}")
+    print(
+        f"{pair.name}: min per-token cosine logits {cosine(logits, want_logits).min():.6f}, "
+        f"state {cosine(state, want_state).min():.6f}"
+    )
     assert cosine(logits, want_logits).min() >= 0.999 and cosine(state, want_state).min() >= 0.999
     assert torch.equal(logits.argmax(-1), want_logits.argmax(-1))
 
@@ -149,7 +172,7 @@ def test_target_fed_forward_equals_sglang(pair, attention):
 def _sglang_round(pair, ids, aux, a: int, steps: int, backend) -> list[int]:
     """Draft tokens 1..steps at anchor a, SGLang's class run on its KV cache's contents at each step."""
     hot = pair.theirs.hot_token_id
-    toks, hidden, out = list(ids[1:a + 1].tolist()), [_fc(pair, aux[:a])], []
+    toks, hidden, out = list(ids[1 : a + 1].tolist()), [_fc(pair, aux[:a])], []
     for _ in range(steps):
         logits, state = _sglang_extend(pair, torch.tensor(toks), torch.cat(hidden), backend)
         j = int(logits[-1].argmax())
@@ -164,17 +187,17 @@ def test_verify_round_equals_sglang_step_by_step(pair, attention):
 
     torch.manual_seed(2)
     seqs = [torch.randint(0, pair.vocab, (n,)) for n in (9, 14)]
-    auxs = [0.1 * torch.randn(int(s.shape[0]), pair.width) for s in seqs]    # small: attention has a say
+    auxs = [0.1 * torch.randn(int(s.shape[0]), pair.width) for s in seqs]  # small: attention has a say
     steps = 4
     p = pack(list(zip(seqs, auxs)), "cpu", torch.float32)
     with torch.no_grad():
         got = draft_tokens(pair.ours.model, p, steps, pair.ours.hot)
     start, rounds = 0, set()
     for ids, aux in zip(seqs, auxs):
-        for a in range(1, int(ids.shape[0]) - steps + 2):     # every anchor whose round stays in the sequence
+        for a in range(1, int(ids.shape[0]) - steps + 2):  # every anchor whose round stays in the sequence
             want = _sglang_round(pair, ids, aux, a, steps, attention)
             c = start + a - 1
             assert [int(got[k, c + k]) for k in range(steps)] == want, (pair.name, a)
             rounds.add(tuple(want))
         start += int(ids.shape[0])
-    assert len(rounds) > 4, rounds       # the draft is no constant: the comparison can fail
+    assert len(rounds) > 4, rounds  # the draft is no constant: the comparison can fail

@@ -1,4 +1,5 @@
 """Activation routes in fresh interpreters with the real SGLang: .pth + env, spawn children, plugins, failures."""
+
 from __future__ import annotations
 
 import json
@@ -147,8 +148,11 @@ def test_pth_is_installed_and_cheap():
     import sysconfig
 
     dirs = {sysconfig.get_paths()["purelib"], *site.getsitepackages()}
-    found = [os.path.join(d, "sglang_eagle3_ext.pth") for d in dirs
-             if os.path.exists(os.path.join(d, "sglang_eagle3_ext.pth"))]
+    found = [
+        os.path.join(d, "sglang_eagle3_ext.pth")
+        for d in dirs
+        if os.path.exists(os.path.join(d, "sglang_eagle3_ext.pth"))
+    ]
     assert found, f"sglang_eagle3_ext.pth not in {dirs}: install the package (pip install .)"
     text = open(found[0]).read().strip()
     assert text.startswith("import os;") and text.count("\n") == 0 and '"SGLANG_EAGLE3_EXT" in os.environ' in text

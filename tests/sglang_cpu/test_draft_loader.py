@@ -1,4 +1,5 @@
 """The strict loader, fc width guard and capture-layer patch against the real SGLang classes on CPU."""
+
 from __future__ import annotations
 
 import logging
@@ -45,13 +46,19 @@ def assert_values_equal(model, ckpt: dict[str, torch.Tensor]):
     a = "layers.0.self_attn."
     m = "layers.0.mlp."
     expect = {
-        "model.fc.weight": g("fc.weight"), "model.norm.weight": g("norm.weight"), "lm_head.weight": g("lm_head.weight"),
-        layer + "self_attn.qkv_proj.weight": torch.cat([g(a + "q_proj.weight"), g(a + "k_proj.weight"), g(a + "v_proj.weight")]),
+        "model.fc.weight": g("fc.weight"),
+        "model.norm.weight": g("norm.weight"),
+        "lm_head.weight": g("lm_head.weight"),
+        layer + "self_attn.qkv_proj.weight": torch.cat(
+            [g(a + "q_proj.weight"), g(a + "k_proj.weight"), g(a + "v_proj.weight")]
+        ),
         layer + "self_attn.o_proj.weight": g(a + "o_proj.weight"),
         layer + "mlp.gate_up_proj.weight": torch.cat([g(m + "gate_proj.weight"), g(m + "up_proj.weight")]),
         layer + "mlp.down_proj.weight": g(m + "down_proj.weight"),
-        **{layer + n: g("layers.0." + n) for n in ("input_layernorm.weight", "hidden_norm.weight",
-                                                    "post_attention_layernorm.weight")},
+        **{
+            layer + n: g("layers.0." + n)
+            for n in ("input_layernorm.weight", "hidden_norm.weight", "post_attention_layernorm.weight")
+        },
     }
     for name, want in expect.items():
         torch.testing.assert_close(params[name].data.float(), want, rtol=0, atol=0, msg=name)
@@ -81,7 +88,9 @@ def test_specforge_midlayer_checkpoint_loads(ext, spec_draft, converted, target_
     d = tmp_path / "specforge"
     shutil.copytree(converted, d)
     t = load_file(str(d / "model.safetensors"))
-    renamed = {("model." if i % 2 else "") + k.replace("layers.0.", "midlayer."): v for i, (k, v) in enumerate(t.items())}
+    renamed = {
+        ("model." if i % 2 else "") + k.replace("layers.0.", "midlayer."): v for i, (k, v) in enumerate(t.items())
+    }
     save_file(renamed, str(d / "model.safetensors"))
     model = load_draft(ext, d, target_dir, LLAMA)
     assert_values_equal(model, _speculators_tensors(spec_draft))
@@ -105,9 +114,23 @@ def variants(converted, tmp_path_factory):
     return {n: make_variant(converted, n, root / n) for n in MALFORMED}
 
 
-@pytest.mark.parametrize("name", ["missing_fc", "fc_1xH", "unknown_key", "d2t_length", "d2t_out_of_range",
-                                  "nan_weight", "truncated_file", "missing_config_field", "wrong_k",
-                                  "target_hidden_mismatch", "norm_before_residual", "pickle_only_bin"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "missing_fc",
+        "fc_1xH",
+        "unknown_key",
+        "d2t_length",
+        "d2t_out_of_range",
+        "nan_weight",
+        "truncated_file",
+        "missing_config_field",
+        "wrong_k",
+        "target_hidden_mismatch",
+        "norm_before_residual",
+        "pickle_only_bin",
+    ],
+)
 def test_malformed_variant_refused_by_loader_and_check(ext, variants, name, tmp_path):
     from malformed_drafts import TARGET_OVERRIDES
 
@@ -120,7 +143,7 @@ def test_malformed_variant_refused_by_loader_and_check(ext, variants, name, tmp_
         load_draft(ext, d, target, LLAMA)
     assert code in ei.value.codes, str(ei.value)
     loader_msg = next(p.message for p in ei.value.problems if p.code == code)
-    rep = check_draft(d, target=target, scan_values=True)          # installed release, same rules
+    rep = check_draft(d, target=target, scan_values=True)  # installed release, same rules
     assert code in rep.codes, rep.render()
     check_msg = next(p.message for p in rep.errors if p.code == code)
     # same rule, same words (file paths may differ: the loader names the draft dir)
@@ -172,11 +195,14 @@ def test_dropped_by_release_detected_by_accounting(ext, converted, target_dir, t
 
 # --- fc width guard -------------------------------------------------------------------------------
 
+
 def _batch(mode, width, rows=4):
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     hs = torch.empty(rows, width, device="meta")  # meta: any data access (a sync) would fail
-    return types.SimpleNamespace(forward_mode=getattr(ForwardMode, mode), spec_info=types.SimpleNamespace(hidden_states=hs))
+    return types.SimpleNamespace(
+        forward_mode=getattr(ForwardMode, mode), spec_info=types.SimpleNamespace(hidden_states=hs)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -203,9 +229,9 @@ def test_guard_refuses_unfused_target_states(draft_model):
 def test_guard_passes_draft_decode_and_correct_width(draft_model):
     from sglang_eagle3_ext.draft.guard import check_width
 
-    assert check_width(draft_model.model, _batch("DECODE", 64)) is None      # draft's own H-wide states
+    assert check_width(draft_model.model, _batch("DECODE", 64)) is None  # draft's own H-wide states
     assert check_width(draft_model.model, _batch("IDLE", 64, rows=0)) is None
-    assert check_width(draft_model.model, _batch("EXTEND", 192)) is None     # fused K x H from the target
+    assert check_width(draft_model.model, _batch("EXTEND", 192)) is None  # fused K x H from the target
 
 
 def test_startup_width_check_when_target_will_not_capture(ext, converted, target_dir, tmp_path, monkeypatch):
@@ -227,6 +253,7 @@ def test_startup_width_check_when_target_will_not_capture(ext, converted, target
 
 # --- capture layers -------------------------------------------------------------------------------
 
+
 def test_explicit_capture_layers_uses_recorded_hf_indices(ext, spec_draft, target_dir, tmp_path):
     """HF indices [1,4,6]: 0.5.14+ would add 1 (ids[0]==1), 0.5.10 always adds 1; we capture exactly [1,4,6]."""
     from sglang_eagle3_ext.draft.convert import convert
@@ -234,12 +261,14 @@ def test_explicit_capture_layers_uses_recorded_hf_indices(ext, spec_draft, targe
 
     d = convert(make_speculators_draft(tmp_path / "s", aux_ids=(1, 4, 6)), tmp_path / "c", log=lambda *_: None)
     import json
+
     ids = json.loads((d / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     t = stub_deepseek_target()
     with serving(ext, target_dir, d):
         t.set_eagle3_layers_to_capture(ids)
     assert t.model.layers_to_capture == [1, 4, 6] and t.capture_aux_hidden_states is True
     import sglang_eagle3_ext
+
     sglang_eagle3_ext.revert()
     try:
         u = stub_deepseek_target()

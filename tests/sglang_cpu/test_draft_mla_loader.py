@@ -1,6 +1,7 @@
 """Kimi-K2.5's MLA EAGLE-3 drafts (`Eagle3DeepseekV2ForCausalLM`) against the real SGLang class on CPU:
 strict loading, every tensor and parameter accounted for, the fc width guard, and the same verdicts
 from `check`. Also: a Llama draft missing lm_head is refused, one sharing the target's is not."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,18 @@ from sglang_eagle3_ext.draft import errors as E
 from sglang_eagle3_ext.draft.arch import mla
 
 pytestmark = pytest.mark.sglang
-MLA_NAMES = ["missing_lm_head", "missing_kv_a_half", "q_a_proj_1xH", "fc_1xH", "unknown_key", "nan_weight",
-             "wrong_k", "wrong_rope_dim", "wrong_lora_dim", "prefused_qkv_a"]
+MLA_NAMES = [
+    "missing_lm_head",
+    "missing_kv_a_half",
+    "q_a_proj_1xH",
+    "fc_1xH",
+    "unknown_key",
+    "nan_weight",
+    "wrong_k",
+    "wrong_rope_dim",
+    "wrong_lora_dim",
+    "prefused_qkv_a",
+]
 
 
 @pytest.fixture(scope="module")
@@ -45,15 +56,18 @@ def good(tmp_path_factory):
 def good31(tmp_path_factory):
     from sglang_eagle3_ext.tiny.mla_draft import make_mla_draft
 
-    return make_mla_draft(tmp_path_factory.mktemp("mla31") / "good31", aux_ids=(2, 4, 6), fc_norm=True,
-                          norm_output=True, seed=1)
+    return make_mla_draft(
+        tmp_path_factory.mktemp("mla31") / "good31", aux_ids=(2, 4, 6), fc_norm=True, norm_output=True, seed=1
+    )
 
 
 def assert_every_parameter_from_checkpoint(model, ckpt):
     """Each parameter equals the checkpoint tensor(s) it came from: fused q/kv_a, stacked gate/up, the rest 1:1."""
     a, m = "layers.0.self_attn.", "layers.0.mlp."
-    fused = {"model.midlayer.self_attn.fused_qkv_a_proj_with_mqa.weight": torch.cat([ckpt[mla.Q_HALF], ckpt[mla.KV_HALF]]),
-             "model.midlayer.mlp.gate_up_proj.weight": torch.cat([ckpt[m + "gate_proj.weight"], ckpt[m + "up_proj.weight"]])}
+    fused = {
+        "model.midlayer.self_attn.fused_qkv_a_proj_with_mqa.weight": torch.cat([ckpt[mla.Q_HALF], ckpt[mla.KV_HALF]]),
+        "model.midlayer.mlp.gate_up_proj.weight": torch.cat([ckpt[m + "gate_proj.weight"], ckpt[m + "up_proj.weight"]]),
+    }
     seen = set()
     for name, p in model.named_parameters():
         if name in fused:
@@ -65,8 +79,11 @@ def assert_every_parameter_from_checkpoint(model, ckpt):
             want = ckpt[key]
             seen.add(key)
         torch.testing.assert_close(p.data.float(), want.float(), rtol=0, atol=0, msg=name)
-    assert {k for k in ckpt if k not in (mla.Q_HALF, mla.KV_HALF, "d2t", "t2d") and "gate_proj" not in k
-            and "up_proj" not in k} == seen
+    assert {
+        k
+        for k in ckpt
+        if k not in (mla.Q_HALF, mla.KV_HALF, "d2t", "t2d") and "gate_proj" not in k and "up_proj" not in k
+    } == seen
     hot = ckpt["d2t"] + torch.arange(ckpt["d2t"].shape[0])
     assert torch.equal(model.hot_token_id.cpu(), hot)
     attn = model.model.midlayer.self_attn
@@ -100,6 +117,7 @@ def test_mla_draft_sharing_the_targets_lm_head_loads(has_mla, good, target_dir, 
     def drop(t):
         for k in ("lm_head.weight", "d2t", "t2d"):
             t.pop(k)
+
     edit_mla(d, drop, lambda c: c.__setitem__("draft_vocab_size", None))
     model = load_draft(has_mla, d, target_dir, mla.ARCH)
     assert model.load_lm_head_from_target is True
@@ -153,7 +171,7 @@ def test_unpatched_mla_release_loads_silently(has_mla, variants, caplog):
             model = build_draft(d, mla.ARCH)
             caplog.clear()
             with caplog.at_level(logging.INFO):
-                model.load_weights(sglang_weights_iterator(d))   # no error raised: the silence the patch ends
+                model.load_weights(sglang_weights_iterator(d))  # no error raised: the silence the patch ends
             said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
             assert not [m for m in said if missing in m], f"{name}: SGLang named it: {said}"
     finally:
@@ -162,11 +180,14 @@ def test_unpatched_mla_release_loads_silently(has_mla, variants, caplog):
 
 # --- fc width guard on the MLA model ------------------------------------------------------------------
 
+
 def _batch(mode, width, rows=4):
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     hs = torch.empty(rows, width, device="meta")
-    return types.SimpleNamespace(forward_mode=getattr(ForwardMode, mode), spec_info=types.SimpleNamespace(hidden_states=hs))
+    return types.SimpleNamespace(
+        forward_mode=getattr(ForwardMode, mode), spec_info=types.SimpleNamespace(hidden_states=hs)
+    )
 
 
 def test_mla_guard_refuses_unfused_target_states(has_mla, good, target_dir):
@@ -181,6 +202,7 @@ def test_mla_guard_refuses_unfused_target_states(has_mla, good, target_dir):
 
 
 # --- Llama drafts: missing parameters are errors, SGLang's sharing rules respected -------------------------
+
 
 @pytest.fixture(scope="module")
 def llama_draft(ext, tmp_path_factory):
@@ -217,6 +239,7 @@ def test_llama_draft_sharing_the_targets_lm_head_loads(ext, llama_draft, target_
     def drop(t):
         for k in ("lm_head.weight", "d2t", "t2d"):
             t.pop(k, None)
+
     edit_tensors(d, drop)
     edit_config(d, lambda c: c.__setitem__("draft_vocab_size", None))
     model = load_draft(ext, d, target_dir, LLAMA)

@@ -3,6 +3,7 @@ SchedulerWeightUpdaterManager takes /update_weights_from_disk's request object w
 new draft into a real LlamaForCausalLMEagle3 in place (same storage, new values, the worker's token map too), the
 target's embeddings untouched; a bad draft (fc of 1 x hidden, a NaN, other HF indices, another vocabulary) is
 refused with the served draft bit-identical; a failure after the weights were written puts the old draft back."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,9 @@ def _draft(root, name, **kw):
     from sglang_eagle3_ext.draft.convert import convert
     from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
-    return convert(make_speculators_draft(root / f"{name}_spec", **{"aux_ids": AUX, **kw}), root / name,
-                   log=lambda *_: None)
+    return convert(
+        make_speculators_draft(root / f"{name}_spec", **{"aux_ids": AUX, **kw}), root / name, log=lambda *_: None
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +38,13 @@ def drafts(ext, tmp_path_factory):
     from sglang_eagle3_ext.tiny.llama_draft import write_target_config
 
     root = tmp_path_factory.mktemp("swap")
-    out = {"target": write_target_config(root / "target"), "served": _draft(root, "served", seed=0),
-           "new": _draft(root, "new", seed=1), "other_layers": _draft(root, "other_layers", seed=2, aux_ids=(1, 3, 5)),
-           "other_vocab": _draft(root, "other_vocab", seed=3, draft_vocab=32)}
+    out = {
+        "target": write_target_config(root / "target"),
+        "served": _draft(root, "served", seed=0),
+        "new": _draft(root, "new", seed=1),
+        "other_layers": _draft(root, "other_layers", seed=2, aux_ids=(1, 3, 5)),
+        "other_vocab": _draft(root, "other_vocab", seed=3, draft_vocab=32),
+    }
     for variant in ("fc_1xH", "nan_weight"):
         out[variant] = make_variant(out["new"], variant, root / variant)[1]
     out["with_embed"] = _with_embeddings(out["new"], root / "with_embed")
@@ -72,8 +78,11 @@ def _scheduler(model, target):
     flushes = []
     # the release's class and method; its fields set directly (the constructor's other fields vary by release)
     manager = SchedulerWeightUpdaterManager.__new__(SchedulerWeightUpdaterManager)
-    given = {"tp_worker": types.SimpleNamespace(model_runner=types.SimpleNamespace(model=target)),
-             "draft_worker": spec_worker, "flush_cache": lambda **kw: flushes.append(kw) or True}
+    given = {
+        "tp_worker": types.SimpleNamespace(model_runner=types.SimpleNamespace(model=target)),
+        "draft_worker": spec_worker,
+        "flush_cache": lambda **kw: flushes.append(kw) or True,
+    }
     for f in dataclasses.fields(SchedulerWeightUpdaterManager):
         setattr(manager, f.name, given.get(f.name))
     return types.SimpleNamespace(manager=manager, model=model, worker=inner, target=target, flushes=flushes)
@@ -116,15 +125,18 @@ def test_swap_loads_the_new_draft_in_place(server, drafts):
     ckpt = checkpoint_tensors(drafts["new"])
     params = dict(server.model.named_parameters())
     qkv = torch.cat([ckpt[f"layers.0.self_attn.{k}_proj.weight"] for k in "qkv"])
-    for name, want in {"model.fc.weight": ckpt["fc.weight"], "lm_head.weight": ckpt["lm_head.weight"],
-                       "model.layers.0.self_attn.qkv_proj.weight": qkv}.items():
-        assert params[name].data_ptr() == before[name][0], name          # the storage CUDA graphs captured
+    for name, want in {
+        "model.fc.weight": ckpt["fc.weight"],
+        "lm_head.weight": ckpt["lm_head.weight"],
+        "model.layers.0.self_attn.qkv_proj.weight": qkv,
+    }.items():
+        assert params[name].data_ptr() == before[name][0], name  # the storage CUDA graphs captured
         assert torch.equal(params[name].detach(), want.to(params[name].dtype)), name
         assert not torch.equal(params[name].detach(), before[name][1]), name
     hot = ckpt["d2t"] + torch.arange(ckpt["d2t"].shape[0])
     assert server.worker.hot_token_id.data_ptr() == hot_ptr and torch.equal(server.worker.hot_token_id, hot)
     assert torch.equal(server.model.hot_token_id, hot) and not torch.equal(hot, hot_before)
-    assert server.model.model.embed_tokens.weight is server.target.embed          # still the target's, untouched
+    assert server.model.model.embed_tokens.weight is server.target.embed  # still the target's, untouched
     assert torch.equal(server.target.embed.detach(), embed)
     assert swap.served_draft()["path"] == str(drafts["new"]) and swap.served_draft()["swaps"] == 1
 
@@ -138,12 +150,15 @@ def test_embeddings_in_the_files_never_reach_the_targets(server, drafts):
     assert torch.equal(server.target.embed.detach(), embed)
 
 
-@pytest.mark.parametrize("name,words", [
-    ("fc_1xH", [E.FC_UNFUSED, "1x64"]),
-    ("nan_weight", [E.NON_FINITE, "layers.0.mlp.down_proj.weight"]),
-    ("other_layers", [E.LAYER_INDEX, "hidden_states[1, 3, 5]", "captures [2, 4, 6]"]),
-    ("other_vocab", [E.SWAP_MISMATCH, "draft_vocab_size is 32", "64"]),
-])
+@pytest.mark.parametrize(
+    "name,words",
+    [
+        ("fc_1xH", [E.FC_UNFUSED, "1x64"]),
+        ("nan_weight", [E.NON_FINITE, "layers.0.mlp.down_proj.weight"]),
+        ("other_layers", [E.LAYER_INDEX, "hidden_states[1, 3, 5]", "captures [2, 4, 6]"]),
+        ("other_vocab", [E.SWAP_MISMATCH, "draft_vocab_size is 32", "64"]),
+    ],
+)
 def test_bad_draft_refused_old_draft_bit_identical(server, drafts, name, words):
     snap = _snapshot(server)
     out = server.manager.update_weights_from_disk(_request(drafts[name]))
@@ -165,8 +180,11 @@ def test_failure_after_writing_puts_the_old_draft_back(server, drafts, monkeypat
     from sglang_eagle3_ext.draft import swap_tensors
 
     snap = _snapshot(server)
-    monkeypatch.setattr(swap_tensors.TensorState, "rebind",
-                        lambda self, copy=True: [] if not copy else ["Stand.in became [1], served [64]"])
+    monkeypatch.setattr(
+        swap_tensors.TensorState,
+        "rebind",
+        lambda self, copy=True: [] if not copy else ["Stand.in became [1], served [64]"],
+    )
     out = server.manager.update_weights_from_disk(_request(drafts["new"]))
     assert not out.success and "the served draft is put back" in out.message and "Stand.in" in out.message
     _unchanged(server, snap)
@@ -199,7 +217,7 @@ def test_state_report_is_what_the_client_reads(server, drafts):
 
     reply = GetInternalStateReqOutput(internal_state={"avg_spec_accept_length": 2.0})
     swap.add_state_report(types.SimpleNamespace(weight_updater=server.manager), reply)
-    info = json.loads(json.dumps({"internal_states": [reply.internal_state]}))   # as /get_server_info sends it
+    info = json.loads(json.dumps({"internal_states": [reply.internal_state]}))  # as /get_server_info sends it
     (state,) = draft_states(info, "GET /get_server_info")
     assert state["draft"] == str(drafts["served"]) and state["hf_indices"] == list(AUX)
     assert state["target_layers"] == 8 and state["token_map"] is True
@@ -245,7 +263,7 @@ def test_mla_draft_swaps_in_place_with_its_absorbed_kv(ext, drafts, tmp_path, mo
     if not ext.caps.HAS_MLA_DRAFT:
         pytest.skip(f"SGLang {ext.version} has no {mla.ARCH}")
     monkeypatch.setattr(swap, "_served", {})
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)   # its set_embed syncs the device
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)  # its set_embed syncs the device
     served, new = (make_mla_draft(tmp_path / n, aux_ids=AUX, seed=i) for i, n in enumerate(("served", "new")))
     target = stub_deepseek_target(8)
     target.model.layers_to_capture = list(AUX)
@@ -255,7 +273,9 @@ def test_mla_draft_swaps_in_place_with_its_absorbed_kv(ext, drafts, tmp_path, mo
     with serving(ext, drafts["target"], served):
         out = s.manager.update_weights_from_disk(_request(new))
     assert out.success, out.message
-    kv_b = checkpoint_tensors(new)["layers.0.self_attn.kv_b_proj.weight"].unflatten(0, (s.model.config.num_attention_heads, -1))
+    kv_b = checkpoint_tensors(new)["layers.0.self_attn.kv_b_proj.weight"].unflatten(
+        0, (s.model.config.num_attention_heads, -1)
+    )
     for name, (ptr, old) in kept.items():
         t = getattr(attn, name)
         assert t.data_ptr() == ptr and not torch.equal(t, old), name
@@ -279,9 +299,12 @@ def test_a_quantized_draft_is_refused_before_anything_is_written(server, drafts)
     """--quantization fp8 repacks the draft's linear weights after loading (new parameters, no weight loaders):
     a second load in place cannot work, so the server says so instead of failing half-way."""
     fp8 = pytest.importorskip("sglang.srt.layers.quantization.fp8")
-    layer = server.model.model.midlayer.self_attn.qkv_proj if hasattr(server.model.model, "midlayer") \
+    layer = (
+        server.model.model.midlayer.self_attn.qkv_proj
+        if hasattr(server.model.model, "midlayer")
         else server.model.model.layers[0].self_attn.qkv_proj
-    layer.quant_method = fp8.Fp8LinearMethod.__new__(fp8.Fp8LinearMethod)    # start-up's, on a GPU
+    )
+    layer.quant_method = fp8.Fp8LinearMethod.__new__(fp8.Fp8LinearMethod)  # start-up's, on a GPU
     _refused_everywhere(server, drafts, "Fp8LinearMethod")
 
 
@@ -289,8 +312,11 @@ def test_dp_local_control_broadcast_is_refused(ext, server, drafts):
     """With that flag each DP group takes control requests in its own scheduler iteration: the TP ranks cannot
     agree in step, so the swap is refused before anything is written."""
     try:
-        sa = ext.server_args(str(drafts["target"]), speculative_draft_model_path=str(drafts["served"]),
-                             enable_dp_attention_local_control_broadcast=True)
+        sa = ext.server_args(
+            str(drafts["target"]),
+            speculative_draft_model_path=str(drafts["served"]),
+            enable_dp_attention_local_control_broadcast=True,
+        )
     except TypeError:
         pytest.skip("this release has no --enable-dp-attention-local-control-broadcast")
     ext.publish(sa)
@@ -299,8 +325,14 @@ def test_dp_local_control_broadcast_is_refused(ext, server, drafts):
 
 # ---- a draft that SGLang would build otherwise: refused by name, restart to serve it --------------------------
 
-LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 10000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 
 
 def _built(ext, target, d, arch) -> dict:
@@ -343,20 +375,25 @@ def serve(ext, drafts, monkeypatch):
         yield start
 
 
-@pytest.mark.parametrize("base,change", [
-    ({}, {"rope_is_neox_style": False}),
-    ({}, {"partial_rotary_factor": 0.5}),
-    ({"rope_parameters": LLAMA3_ROPE}, {"original_max_position_embeddings": 2048}),
-    ({}, {"rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}}),
-], ids=["rope_is_neox_style", "partial_rotary_factor", "original_max_position_embeddings", "rope_parameters"])
+@pytest.mark.parametrize(
+    "base,change",
+    [
+        ({}, {"rope_is_neox_style": False}),
+        ({}, {"partial_rotary_factor": 0.5}),
+        ({"rope_parameters": LLAMA3_ROPE}, {"original_max_position_embeddings": 2048}),
+        ({}, {"rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}}),
+    ],
+    ids=["rope_is_neox_style", "partial_rotary_factor", "original_max_position_embeddings", "rope_parameters"],
+)
 def test_a_draft_built_otherwise_is_refused_naming_the_key(ext, drafts, serve, tmp_path, base, change):
     """The draft differs from the served one only in a config key SGLang's constructors read: a restart with it
     builds another draft (its rotary differs), so a swap, which only loads weights, refuses it by name."""
     served = edited_draft(drafts["served"], tmp_path / "served", **base) if base else drafts["served"]
     new = edited_draft(drafts["new"], tmp_path / "new", **base, **change)
     (key,) = change
-    assert _differs(_built(ext, drafts["target"], served, LLAMA), _built(ext, drafts["target"], new, LLAMA)), \
+    assert _differs(_built(ext, drafts["target"], served, LLAMA), _built(ext, drafts["target"], new, LLAMA)), (
         f"{key} does not change what SGLang builds"
+    )
     s = serve(served)
     snap = _snapshot(s)
     out = s.manager.update_weights_from_disk(_request(new))
@@ -381,9 +418,11 @@ def test_mla_draft_with_another_rope_interleave_is_refused(ext, drafts, serve, t
 
     if not ext.caps.HAS_MLA_DRAFT:
         pytest.skip(f"SGLang {ext.version} has no {mla.ARCH}")
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)   # its set_embed syncs the device
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)  # its set_embed syncs the device
     served = make_mla_draft(tmp_path / "served", aux_ids=AUX, seed=0)
-    new = edited_draft(make_mla_draft(tmp_path / "new_src", aux_ids=AUX, seed=1), tmp_path / "new", rope_interleave=False)
+    new = edited_draft(
+        make_mla_draft(tmp_path / "new_src", aux_ids=AUX, seed=1), tmp_path / "new", rope_interleave=False
+    )
     assert _differs(_built(ext, drafts["target"], served, mla.ARCH), _built(ext, drafts["target"], new, mla.ARCH))
     s = serve(served, mla.ARCH)
     attn = s.model.model.midlayer.self_attn
@@ -400,9 +439,18 @@ def test_the_compared_keys_come_from_the_release_source(ext):
     from sglang_eagle3_ext.draft.swap_keys import build_keys, config_reads, sglang_root
 
     found = config_reads(sglang_root(), llama.SGLANG_CLASS)
-    assert {"rope_is_neox_style", "partial_rotary_factor", "original_max_position_embeddings", "rope_theta",
-            "rope_scaling", "rope_parameters", "max_position_embeddings", "rms_norm_eps", "hidden_act"} <= found
-    assert "rope_interleave" not in found         # deepseek's, not Llama's
+    assert {
+        "rope_is_neox_style",
+        "partial_rotary_factor",
+        "original_max_position_embeddings",
+        "rope_theta",
+        "rope_scaling",
+        "rope_parameters",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "hidden_act",
+    } <= found
+    assert "rope_interleave" not in found  # deepseek's, not Llama's
     assert "rope_is_neox_style" in build_keys(llama) and "hidden_size" not in build_keys(llama)  # the spec's
     if ext.caps.HAS_MLA_DRAFT:
         assert {"rope_interleave", "rope_scaling", "rms_norm_eps"} <= config_reads(sglang_root(), mla.SGLANG_CLASS)

@@ -1,5 +1,6 @@
 """The capture hook against real SGLang objects on CPU: a real ForwardBatch with the real ForwardMode
 enum, SGLang's RMSNorm and LogitsProcessor, the patch-table wrappers applied through wrapt."""
+
 from __future__ import annotations
 
 import types
@@ -32,6 +33,7 @@ def _original_forward(lp, seen: list | None = None):
         if seen is not None:
             seen.append(a)
         return "logits"
+
     return types.MethodType(forward, lp)
 
 
@@ -66,10 +68,19 @@ def _fb(mode, rids, prefix, ext, orig, ids):
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
     bs = len(rids)
-    return ForwardBatch(forward_mode=mode, batch_size=bs, input_ids=ids, req_pool_indices=torch.arange(bs),
-                        seq_lens=torch.tensor([p + e for p, e in zip(prefix, ext)]), out_cache_loc=torch.arange(len(ids)),
-                        seq_lens_sum=sum(p + e for p, e in zip(prefix, ext)), orig_seq_lens=torch.tensor(orig, dtype=torch.int32),
-                        rids=list(rids), extend_prefix_lens_cpu=list(prefix), extend_seq_lens_cpu=list(ext))
+    return ForwardBatch(
+        forward_mode=mode,
+        batch_size=bs,
+        input_ids=ids,
+        req_pool_indices=torch.arange(bs),
+        seq_lens=torch.tensor([p + e for p, e in zip(prefix, ext)]),
+        out_cache_loc=torch.arange(len(ids)),
+        seq_lens_sum=sum(p + e for p, e in zip(prefix, ext)),
+        orig_seq_lens=torch.tensor(orig, dtype=torch.int32),
+        rids=list(rids),
+        extend_prefix_lens_cpu=list(prefix),
+        extend_seq_lens_cpu=list(ext),
+    )
 
 
 def _forward(m, fb, packed, layers, nan_row=None, pad=0):
@@ -86,8 +97,9 @@ def _forward(m, fb, packed, layers, nan_row=None, pad=0):
         aux[1][nan_row, 3] = float("nan")
     aux_arg = torch.cat(aux, -1) if packed else aux
     seen = []
-    dump_prefill(_original_forward(m.logits_processor, seen), m.logits_processor,
-                 (None, post, None, fb, aux_arg), {})          # Kimi-K2.5 passes input_ids=None
+    dump_prefill(
+        _original_forward(m.logits_processor, seen), m.logits_processor, (None, post, None, fb, aux_arg), {}
+    )  # Kimi-K2.5 passes input_ids=None
     assert seen, "the original forward must always run"
     return prenorm, post, torch.cat(aux, -1)
 
@@ -105,7 +117,7 @@ def _p1_stitched(w, tmp_path, r1, r2):
     return man, t, meta
 
 
-@pytest.mark.parametrize("staging", [None, 1 << 16, 1024])   # no ring (CPU default), roomy ring, ring too small
+@pytest.mark.parametrize("staging", [None, 1 << 16, 1024])  # no ring (CPU default), roomy ring, ring too small
 @pytest.mark.parametrize("packed", [False, True])
 def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkeypatch, packed, staging):
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
@@ -113,12 +125,14 @@ def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkey
     from sglang_eagle3_ext.dump.staging import PinnedRing
 
     start.reset()
-    cfg = C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
+    cfg = C.from_env(
+        {envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"}
+    )
     m = _model(sglang_cpu)
     target = start.attach(m, cfg)
-    assert target.copier.ring is None                      # CPU model: no pinned staging buffer
+    assert target.copier.ring is None  # CPU model: no pinned staging buffer
     ring = target.copier.ring = PinnedRing(staging, pin=False) if staging else None
-    assert m.capture_aux_hidden_states and m.model.layers_to_capture == HOOK_LAYERS   # HF indices, no +1
+    assert m.capture_aux_hidden_states and m.model.layers_to_capture == HOOK_LAYERS  # HF indices, no +1
     w = start.get_writer()
     # chunk 1: "p1" tokens 0..3 of 6, plus a nodump- request; chunk 2: p1 tokens 4..5 and p2 (3 tokens)
     fb1 = _fb(ForwardMode.EXTEND, ["p1", "nodump-g"], [0, 0], [4, 2], [6, 2], torch.arange(6))
@@ -133,8 +147,8 @@ def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkey
     assert torch.allclose(rms_norm(t[T_PRE], m.model.norm.weight.data, 1e-6), t[T_POST], atol=1e-5)
     assert meta["layer_indices_hf"] == HOOK_LAYERS and meta["hidden_size"] == H and meta["sglang_version"]
     assert meta["tp_size"] == 1 and meta["dp_size"] == 1
-    if ring is not None:   # every region went back once its samples were written (or not dumped)
-        assert not ring._live and ring.allocated + ring.fallbacks == 2     # the two EXTEND batches
+    if ring is not None:  # every region went back once its samples were written (or not dumped)
+        assert not ring._live and ring.allocated + ring.fallbacks == 2  # the two EXTEND batches
         assert ring.fallbacks == (2 if staging == 1024 else 0)
     w.close()
 
@@ -146,14 +160,22 @@ def test_hook_feeds_the_writer_process(sglang_cpu, tmp_path, monkeypatch, packed
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     start.reset()
-    cfg = C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1",
-                      C.ENV_WRITER: "process"})
+    cfg = C.from_env(
+        {
+            envs.DUMP_DIR: str(tmp_path),
+            C.ENV_LAYERS: HOOK_LAYERS_ENV,
+            C.ENV_FINAL: "both",
+            C.ENV_MIN_TOKENS: "1",
+            C.ENV_WRITER: "process",
+        }
+    )
     m = _model(sglang_cpu)
     target = start.attach(m, cfg)
     w = start.get_writer()
-    assert target.copier.ring is not None and target.copier.ring is w.staging          # shared memory, also on CPU
-    r1 = _forward(m, _fb(ForwardMode.EXTEND, ["p1", "p2"], [0, 0], [4, 3], [6, 3], torch.arange(7)), packed,
-                  HOOK_LAYERS)
+    assert target.copier.ring is not None and target.copier.ring is w.staging  # shared memory, also on CPU
+    r1 = _forward(
+        m, _fb(ForwardMode.EXTEND, ["p1", "p2"], [0, 0], [4, 3], [6, 3], torch.arange(7)), packed, HOOK_LAYERS
+    )
     r2 = _forward(m, _fb(ForwardMode.EXTEND, ["p1"], [4], [2], [6], torch.arange(100, 102)), packed, HOOK_LAYERS)
     man, t, meta = _p1_stitched(w, tmp_path, r1, r2)
     assert meta["layer_indices_hf"] == HOOK_LAYERS and meta["sglang_version"]
@@ -161,7 +183,7 @@ def test_hook_feeds_the_writer_process(sglang_cpu, tmp_path, monkeypatch, packed
     assert torch.equal(t2[T_AUX], r1[2][4:7])
     from safetensors.torch import load_file
 
-    norm = load_file(str(tmp_path / "final_norm.safetensors"))["weight"]   # the norm weight crossed over too
+    norm = load_file(str(tmp_path / "final_norm.safetensors"))["weight"]  # the norm weight crossed over too
     assert torch.equal(norm, m.model.norm.weight.data)
     w.close()
     assert not target.copier.ring._live and w.budget.used == 0
@@ -177,7 +199,7 @@ def test_hook_refuses_prefix_cache_hit_and_changed_layers(sglang_cpu, tmp_path, 
     w = start.get_writer()
     _forward(m, _fb(ForwardMode.EXTEND, ["hit"], [3], [2], [5], torch.arange(2)), False, default_layers(N))
     assert w.flush(30) and w.stats["refused_prefix_cache"] == 1
-    m.model.layers_to_capture = [3, 4, 5]      # e.g. speculative decoding re-set the layers
+    m.model.layers_to_capture = [3, 4, 5]  # e.g. speculative decoding re-set the layers
     _forward(m, _fb(ForwardMode.EXTEND, ["x"], [0], [2], [2], torch.arange(2)), False, [3, 4, 5])
     assert w.flush(30) and read_manifest(tmp_path) == {}
     w.close()
@@ -191,7 +213,7 @@ def test_bad_config_stops_start_up_with_the_fix(sglang_cpu, tmp_path, monkeypatc
     monkeypatch.setenv(C.ENV_LAYERS, "1,99")
     m = _model(sglang_cpu)
     with pytest.raises(DumpStartupError, match="out of range"):
-        start.install_from_init(m)                 # the server refuses to start, naming the variable
+        start.install_from_init(m)  # the server refuses to start, naming the variable
     assert start.get_writer() is None
     monkeypatch.setenv(C.ENV_LAYERS, "1,2,3")
     monkeypatch.setenv(envs.DUMP_DIR, str(tmp_path / "missing"))
@@ -208,7 +230,9 @@ def test_nan_rows_skip_only_their_request(sglang_cpu, tmp_path, monkeypatch, pac
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     start.reset()
-    cfg = C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"})
+    cfg = C.from_env(
+        {envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_FINAL: "both", C.ENV_MIN_TOKENS: "1"}
+    )
     m = _model(sglang_cpu)
     start.attach(m, cfg)
     w = start.get_writer()

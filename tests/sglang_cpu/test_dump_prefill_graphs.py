@@ -1,6 +1,7 @@
 """The dump under prefill CUDA graphs, decided from the real ServerArgs of the installed release
 (0.5.16 in .venv): refused at start-up with the flag to set wherever the release resolves a prefill graph,
 started where it resolves eager prefill (0.5.16's own rule switches breakable graphs off for MLA targets)."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,13 +29,15 @@ def _args(sglang_cpu, model, **kw):
 @pytest.mark.parametrize("backend", ["tc_piecewise", "breakable"])
 def test_explicit_prefill_graph_backend_is_refused_with_the_flag(sglang_cpu, deepseek_dir, backend):
     sa = _args(sglang_cpu, deepseek_dir, cuda_graph_backend_prefill=backend)
-    assert prefill_graph_backend(sa) == backend          # the release keeps an explicit choice (locked)
+    assert prefill_graph_backend(sa) == backend  # the release keeps an explicit choice (locked)
     msg = refusal(sa)
     assert msg and FIX_NEW in msg and backend in msg
 
 
-@pytest.mark.parametrize("kw", [{"disable_cuda_graph": True}, {"disable_prefill_cuda_graph": True},
-                                {"cuda_graph_backend_prefill": "disabled"}])
+@pytest.mark.parametrize(
+    "kw",
+    [{"disable_cuda_graph": True}, {"disable_prefill_cuda_graph": True}, {"cuda_graph_backend_prefill": "disabled"}],
+)
 def test_eager_prefill_is_accepted(sglang_cpu, deepseek_dir, kw):
     sa = _args(sglang_cpu, deepseek_dir, **kw)
     assert prefill_graph_backend(sa) is None and refusal(sa) is None
@@ -53,7 +56,7 @@ def test_release_defaults_on_cuda(sglang_cpu, deepseek_dir, tmp_path, monkeypatc
     import sglang.srt.utils as sgl_utils
     from transformers import LlamaConfig
 
-    monkeypatch.setattr(sgl_utils, "is_cuda", lambda: True)   # read lazily by default_prefill_backend()
+    monkeypatch.setattr(sgl_utils, "is_cuda", lambda: True)  # read lazily by default_prefill_backend()
     sa = _args(sglang_cpu, deepseek_dir)
     want = getattr(sa.cuda_graph_config.prefill, "backend", None)
     assert prefill_graph_backend(sa) == (None if want == "disabled" else want)
@@ -61,11 +64,17 @@ def test_release_defaults_on_cuda(sglang_cpu, deepseek_dir, tmp_path, monkeypatc
         from sglang.srt.model_executor.cuda_graph_config import default_prefill_backend
     except ImportError:
         pytest.skip("this release has no per-platform prefill default")
-    if default_prefill_backend() == "breakable":            # 0.5.16+: the MLA rule applies
+    if default_prefill_backend() == "breakable":  # 0.5.16+: the MLA rule applies
         assert prefill_graph_backend(sa) is None
         llama = tmp_path / "llama"
-        cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                          num_key_value_heads=2, vocab_size=128)
+        cfg = LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=128,
+        )
         cfg.architectures = ["LlamaForCausalLM"]
         cfg.save_pretrained(llama)
         assert prefill_graph_backend(_args(sglang_cpu, str(llama))) == "breakable"
@@ -79,7 +88,7 @@ def _target():
     cfg = PretrainedConfig(hidden_size=16, num_hidden_layers=4, vocab_size=32, architectures=["DeepseekV3ForCausalLM"])
     inner = torch.nn.Module()
     inner.norm, inner.layers_to_capture = RMSNorm(16, eps=1e-6), []
-    m = type("DeepseekV3ForCausalLM", (torch.nn.Module,), {})()   # attach() goes by the class name
+    m = type("DeepseekV3ForCausalLM", (torch.nn.Module,), {})()  # attach() goes by the class name
     m.config, m.model, m.capture_aux_hidden_states = cfg, inner, False
     m.logits_processor = LogitsProcessor(cfg)
     return m
@@ -128,8 +137,13 @@ def test_eagle_target_on_tc_piecewise_prefills_eagerly():
     from types import SimpleNamespace
 
     def sa(backend, **kw):
-        return SimpleNamespace(device="cuda", speculative_algorithm="EAGLE3", enable_return_hidden_states=False,
-                               cuda_graph_config=SimpleNamespace(prefill=SimpleNamespace(backend=backend)), **kw)
+        return SimpleNamespace(
+            device="cuda",
+            speculative_algorithm="EAGLE3",
+            enable_return_hidden_states=False,
+            cuda_graph_config=SimpleNamespace(prefill=SimpleNamespace(backend=backend)),
+            **kw,
+        )
 
     assert refusal(sa("tc_piecewise")) is None
     assert refusal(sa("breakable"))

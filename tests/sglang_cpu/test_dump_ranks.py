@@ -1,4 +1,5 @@
 """Who writes with TP=2 (and with DP attention), read from the real SGLang parallel state of two CPU ranks."""
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,9 @@ def _world(tmp_path, **extra) -> list[dict]:
     script = tmp_path / "world.py"
     script.write_text(textwrap.dedent(WORLD))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_EAGLE3_EXT")}
-    p = subprocess.run([sys.executable, str(script), json.dumps(extra)], capture_output=True, text=True,
-                       timeout=400, env=env)
+    p = subprocess.run(
+        [sys.executable, str(script), json.dumps(extra)], capture_output=True, text=True, timeout=400, env=env
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -74,7 +76,7 @@ def test_dp_attention_one_writer_per_dp_group(tmp_path):
     except AssertionError as e:
         pytest.skip(f"this release does not build a DP-attention world on CPU: {str(e)[-300:]}")
     assert sorted(o["ranks"]["dp_rank"] for o in out) == [0, 1]
-    assert all(o["ranks"]["attn_tp_size"] == 1 and o["writes"] for o in out), out   # one writer per group
+    assert all(o["ranks"]["attn_tp_size"] == 1 and o["writes"] for o in out), out  # one writer per group
 
 
 def _break_attn_tp_probe(monkeypatch):
@@ -85,6 +87,7 @@ def _break_attn_tp_probe(monkeypatch):
 
     def broken():
         raise RuntimeError("attention TP group is not initialized")
+
     monkeypatch.setattr(ps, "get_attn_tensor_model_parallel_rank", broken, raising=False)
     monkeypatch.setattr(dpa, "get_attention_tp_rank", broken, raising=False)
 
@@ -99,7 +102,7 @@ def test_rank_probe_failure_fails_closed_in_a_multi_rank_world(sglang_cpu, tmp_p
     from sglang_eagle3_ext.dump import start
 
     _break_attn_tp_probe(monkeypatch)
-    monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: 2)      # one rank of a world of two
+    monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: 2)  # one rank of a world of two
     r = start.rank_info()
     assert r["attn_tp_rank"] is None and not start.is_writer(r)
     start.reset()

@@ -10,6 +10,7 @@ those methods read are stand-ins; the arithmetic is SGLang's.
 - A perfect draft at 3 steps: SGLang reports 4.00 for 10 and for 33 generated tokens; per request 3.33 and
   4.125.
 """
+
 from __future__ import annotations
 
 import types
@@ -31,8 +32,15 @@ def _sglang():
 
 
 def _request(Req):
-    req = types.SimpleNamespace(is_retracted=False, grammar=None, kv_committed_len=0, spec_verify_ct=0,
-                                spec_num_correct_drafts=0, spec_correct_drafts_histogram=[], done=False)
+    req = types.SimpleNamespace(
+        is_retracted=False,
+        grammar=None,
+        kv_committed_len=0,
+        spec_verify_ct=0,
+        spec_num_correct_drafts=0,
+        spec_correct_drafts_histogram=[],
+        done=False,
+    )
     req.finished = lambda: req.done
     req.update_spec_correct_drafts_histogram = types.MethodType(Req.update_spec_correct_drafts_histogram, req)
     return req
@@ -45,24 +53,36 @@ def serve(new_tokens: int, accept_lens, overlap: bool = True) -> tuple[float, di
     the request finish is counted as the scheduler counts it."""
     Req, Processor, Reporter, Tokenizer = _sglang()
     proc = types.SimpleNamespace(model_worker=types.SimpleNamespace(on_verify_complete_cpu=lambda *a, **k: None))
-    reporter = types.SimpleNamespace(spec_num_accept_tokens=0, spec_num_forward_ct=0,
-                                     spec_num_block_accept_tokens=0, spec_num_cap_tokens=0, num_generated_tokens=0)
-    req, out, rounds = _request(Req), 1, iter(accept_lens)      # the prefill's token
+    reporter = types.SimpleNamespace(
+        spec_num_accept_tokens=0,
+        spec_num_forward_ct=0,
+        spec_num_block_accept_tokens=0,
+        spec_num_cap_tokens=0,
+        num_generated_tokens=0,
+    )
+    req, out, rounds = _request(Req), 1, iter(accept_lens)  # the prefill's token
     while not req.done or overlap:
         n = next(rounds)
-        result = types.SimpleNamespace(next_token_ids=torch.arange(STEPS + 1), accept_lens=torch.tensor([n]),
-                                       block_accept_lens=None, cap_lens=None,
-                                       speculative_num_draft_tokens=STEPS + 1)
+        result = types.SimpleNamespace(
+            next_token_ids=torch.arange(STEPS + 1),
+            accept_lens=torch.tensor([n]),
+            block_accept_lens=None,
+            cap_lens=None,
+            speculative_num_draft_tokens=STEPS + 1,
+        )
         batch = types.SimpleNamespace(reqs=[req])
         Processor._resolve_spec_v2_tokens(proc, result, batch)
         Reporter.update_spec_metrics(reporter, 1, result.num_correct_drafts)
         if req.done:
-            break                                   # the overlap round after the finish
+            break  # the overlap round after the finish
         out += n
         req.done = out >= new_tokens
-    recv = types.SimpleNamespace(spec_verify_ct=[req.spec_verify_ct], spec_num_correct_drafts=[req.spec_num_correct_drafts],
-                                 completion_tokens=[new_tokens],
-                                 spec_correct_drafts_histogram=[req.spec_correct_drafts_histogram])
+    recv = types.SimpleNamespace(
+        spec_verify_ct=[req.spec_verify_ct],
+        spec_num_correct_drafts=[req.spec_num_correct_drafts],
+        completion_tokens=[new_tokens],
+        spec_correct_drafts_histogram=[req.spec_correct_drafts_histogram],
+    )
     tm = types.SimpleNamespace(server_args=types.SimpleNamespace(speculative_num_draft_tokens=STEPS + 1))
     meta = {"completion_tokens": new_tokens}
     Tokenizer._calculate_spec_decoding_metrics(tm, meta, recv, 0)
@@ -111,4 +131,4 @@ def test_the_served_reading_is_the_reporters_figure():
     hist = st.histogram
     assert histogram_accept_length(hist) == pytest.approx(1 + st.accepted_drafts / st.verify_ct)
     cum = [p["cumulative"] for p in served_positions(hist, STEPS)]
-    assert 1 + sum(cum) == pytest.approx(histogram_accept_length(hist))   # positions on the same basis
+    assert 1 + sum(cum) == pytest.approx(histogram_accept_length(hist))  # positions on the same basis

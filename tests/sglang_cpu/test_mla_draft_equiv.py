@@ -2,6 +2,7 @@
 the checkpoint we write goes through SGLang's load_weights -- wrapped by our strict loader (the `draft`
 patches applied, as when serving) -- and both run the same tokens and target states (only SGLang's
 attention kernel is replaced by an exact torch one, see mla_cpu.py)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -15,15 +16,30 @@ from sglang_eagle3_ext.draft.nets.mla import Eagle3MLADraft
 from sglang_eagle3_ext.training.mla.train import load_checkpoint, mla_draft_config, save_checkpoint
 
 pytestmark = pytest.mark.sglang
-TARGET = dict(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=6, num_attention_heads=4,
-              q_lora_rank=48, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=24,
-              rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=512, rope_scaling=YARN)
+TARGET = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=6,
+    num_attention_heads=4,
+    q_lora_rank=48,
+    kv_lora_rank=32,
+    qk_rope_head_dim=16,
+    qk_nope_head_dim=32,
+    v_head_dim=24,
+    rms_norm_eps=1e-6,
+    rope_theta=10000.0,
+    max_position_embeddings=512,
+    rope_scaling=YARN,
+)
 AUX = [1, 3, 5]
 
 
 # transformers 5 writes RoPE as rope_parameters (theta inside); older configs as rope_theta + rope_scaling
-TARGET_V5 = {**{k: v for k, v in TARGET.items() if k not in ("rope_theta", "rope_scaling")},
-             "rope_parameters": {**YARN, "rope_theta": 50000.0}}
+TARGET_V5 = {
+    **{k: v for k, v in TARGET.items() if k not in ("rope_theta", "rope_scaling")},
+    "rope_parameters": {**YARN, "rope_theta": 50000.0},
+}
 
 
 @pytest.fixture(scope="module", params=["rope_scaling", "rope_parameters"])
@@ -32,7 +48,7 @@ def draft_dir(tmp_path_factory, request):
     torch.manual_seed(0)
     m = Eagle3MLADraft(cfg)
     with torch.no_grad():
-        for p in m.parameters():   # norms away from 1, projections at a scale where attention is not flat
+        for p in m.parameters():  # norms away from 1, projections at a scale where attention is not flat
             p.copy_(1 + 0.2 * torch.randn_like(p) if p.dim() == 1 else 0.08 * torch.randn_like(p))
     return save_checkpoint(m, cfg, tmp_path_factory.mktemp("mla") / "draft")
 
@@ -46,8 +62,9 @@ def ext(sglang_cpu, tmp_path_factory):
 
     sglang_eagle3_ext.apply(["draft"])
     target = tmp_path_factory.mktemp("mla_target")
-    (target / "config.json").write_text(json.dumps({**TARGET, "architectures": ["DeepseekV3ForCausalLM"],
-                                                    "model_type": "deepseek_v3"}))
+    (target / "config.json").write_text(
+        json.dumps({**TARGET, "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3"})
+    )
     sglang_cpu.target = target
     return sglang_cpu
 
@@ -77,7 +94,7 @@ def _sglang_draft(h, path):
         m = cls(AutoConfig.from_pretrained(str(path))).float()
         with torch.no_grad():
             for p in m.parameters():
-                p.fill_(float("nan"))       # anything load_weights leaves untouched poisons the output
+                p.fill_(float("nan"))  # anything load_weights leaves untouched poisons the output
         m.load_weights(iter(load_file(str(path / "model.safetensors")).items()))
     assert "strict" in type(m).load_weights.__qualname__.lower() or hasattr(type(m).load_weights, "__wrapped__")
     m.model.embed_tokens.weight.data = m.model.embed_tokens.weight.data.float()
@@ -86,7 +103,7 @@ def _sglang_draft(h, path):
 
 @pytest.mark.parametrize("own_states", [False, True], ids=["target-fed", "draft-states"])
 def test_same_logits_as_sglang(ext, draft_dir, own_states, monkeypatch):
-    pytest.importorskip("sglang.srt.models.kimi_k25_eagle3")   # SGLang's MLA draft: 0.5.12+
+    pytest.importorskip("sglang.srt.models.kimi_k25_eagle3")  # SGLang's MLA draft: 0.5.12+
     ours = load_checkpoint(draft_dir).float().eval()
     theirs = _sglang_draft(ext, draft_dir)
     assert type(theirs).__module__.endswith("kimi_k25_eagle3")
@@ -112,7 +129,7 @@ def test_same_logits_as_sglang(ext, draft_dir, own_states, monkeypatch):
     assert torch.isfinite(logits_theirs).all()
     print(f"MLA draft vs SGLang: min per-token logits cosine {cos.min():.6f} over {T} tokens")
     assert cos.min() >= 0.999, f"per-token logits cosine {cos.tolist()}"
-    assert cosine(state_ours, aux_theirs[0]).min() >= 0.999      # the state the next draft step gets
+    assert cosine(state_ours, aux_theirs[0]).min() >= 0.999  # the state the next draft step gets
     ends = torch.tensor(lens).cumsum(0) - 1
     if last is not None:
         assert cosine(logits_ours[ends], last).min() >= 0.999
@@ -134,7 +151,7 @@ def test_first_unrolled_step_is_the_plain_forward(draft_dir):
         # step 1 at row p == a plain extend whose row p carries step 0's state of row p-1, seeing only
         # target-fed keys up to p-1 and itself: check the last row against that explicit construction
         p = T - 1
-        sub_ids = torch.cat([ids[:p], ids[p:p + 1]])
-        sub_hidden = torch.cat([m.project(target[:p]), state[p - 1:p]])
+        sub_ids = torch.cat([ids[:p], ids[p : p + 1]])
+        sub_hidden = torch.cat([m.project(target[:p]), state[p - 1 : p]])
         explicit, _ = m(sub_ids, torch.arange(p + 1), sub_hidden)
         assert torch.allclose(steps[1][p], explicit[p], atol=1e-4)

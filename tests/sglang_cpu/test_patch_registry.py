@@ -1,4 +1,5 @@
 """The patch table against the real installed SGLang: apply, idempotence, revert, listing."""
+
 from __future__ import annotations
 
 import importlib
@@ -82,14 +83,24 @@ def test_features_select_patches(clean):
 def test_missing_target_names_target_and_version(clean):
     from sglang_eagle3_ext.versions import installed_version
 
-    bogus = PatchSpec("test.bogus", "sglang.srt.models.llama_eagle3:LlamaForCausalLMEagle3.no_such_method",
-                      "sglang_eagle3_ext.targets.llama_eagle3:strict_load_weights", "test", feature="draft")
+    bogus = PatchSpec(
+        "test.bogus",
+        "sglang.srt.models.llama_eagle3:LlamaForCausalLMEagle3.no_such_method",
+        "sglang_eagle3_ext.targets.llama_eagle3:strict_load_weights",
+        "test",
+        feature="draft",
+    )
     with pytest.raises(patching.PatchTargetMissing) as ei:
         patching.apply_spec(bogus)
     msg = str(ei.value)
     assert "LlamaForCausalLMEagle3.no_such_method" in msg and installed_version() in msg
-    missing_mod = PatchSpec("test.mod", "sglang.srt.models.no_such_module:X.y",
-                            "sglang_eagle3_ext.targets.llama_eagle3:strict_load_weights", "test", feature="draft")
+    missing_mod = PatchSpec(
+        "test.mod",
+        "sglang.srt.models.no_such_module:X.y",
+        "sglang_eagle3_ext.targets.llama_eagle3:strict_load_weights",
+        "test",
+        feature="draft",
+    )
     with pytest.raises(patching.PatchTargetMissing, match="no_such_module"):
         patching.apply_spec(missing_mod)
 

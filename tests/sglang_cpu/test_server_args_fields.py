@@ -1,6 +1,7 @@
 """SGLang's ServerArgs read through one adapter, whatever the installed release builds it with (a dataclass up to
 0.5.22, a msgspec struct from 0.5.23): the field names are the real class's, and every one of them the launcher
 checks a preset against is a flag SGLang's own parser knows."""
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,11 @@ def test_server_args_fields_of_the_installed_release():
     assert {"model_path", "tp_size", "speculative_draft_model_path", "attention_backend"} <= set(names)
     assert len(names) == len(set(names))
     # the same names SGLang's own record machinery sees (msgspec or dataclasses, whichever it is)
-    want = (msgspec.structs.fields(ServerArgs) if not dataclasses.is_dataclass(ServerArgs)
-            else dataclasses.fields(ServerArgs))
+    want = (
+        msgspec.structs.fields(ServerArgs)
+        if not dataclasses.is_dataclass(ServerArgs)
+        else dataclasses.fields(ServerArgs)
+    )
     assert names == [f.name for f in want]
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
@@ -45,8 +49,11 @@ def test_server_args_fields_both_record_kinds_and_a_refusal():
         model_path: str = ""
         tp_size: int = 1
 
-    AsStruct = msgspec.defstruct("AsStruct", [("model_path", str), ("tp_size", int, 1),
-                                              ("nodes", list, msgspec.field(default_factory=list))], dict=True)
+    AsStruct = msgspec.defstruct(
+        "AsStruct",
+        [("model_path", str), ("tp_size", int, 1), ("nodes", list, msgspec.field(default_factory=list))],
+        dict=True,
+    )
     assert server_args.field_names(AsDataclass) == ["model_path", "tp_size"]
     assert server_args.field_names(AsStruct) == ["model_path", "tp_size", "nodes"]
     assert server_args.field_defaults(AsDataclass) == {"model_path": "", "tp_size": 1}
@@ -79,4 +86,6 @@ def test_server_args_fields_dump_presets_plan_eager_prefills_on_the_installed_re
         if key == "model_path":
             continue
         flag = presets._action_for(parser, key)
-        assert (flag is not None and getattr(ns, flag.dest) == value) or (flag is None and defaults.get(key) == value), key
+        assert (flag is not None and getattr(ns, flag.dest) == value) or (
+            flag is None and defaults.get(key) == value
+        ), key

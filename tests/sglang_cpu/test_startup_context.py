@@ -1,6 +1,7 @@
 """The layer rules of draft/layers.py against the installed SGLang's own set_eagle3_layers_to_capture, and the
 start-up context: SGLang's real ServerArgs read once per process into one StartupContext that the dump's
 start-up, the capture-layer patch and the draft loader all take."""
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,7 @@ def test_rules_are_what_the_release_captures(sglang_cpu, n, ids):
     if ids is None:
         assert t.model.layers_to_capture == L.sglang_default_layers(n)
         if L.sglang_default_layers(n) == sorted(set(L.sglang_default_layers(n))):
-            assert L.default_layers(n) == t.model.layers_to_capture      # the dump's default = SGLang's
+            assert L.default_layers(n) == t.model.layers_to_capture  # the dump's default = SGLang's
     else:
         assert t.model.layers_to_capture == L.release_capture(ids, capabilities().CAPTURE_ALWAYS_PLUS_ONE)
 
@@ -46,8 +47,15 @@ def _draft(tmp_path, hf):
     from transformers import LlamaConfig
 
     d = tmp_path / "draft"
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=128, max_position_embeddings=256)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=256,
+    )
     cfg.architectures = ["LlamaForCausalLMEagle3"]
     cfg.save_pretrained(d)
     c = json.loads((d / "config.json").read_text())
@@ -69,18 +77,21 @@ def test_one_context_per_process_for_every_consumer(ext, deepseek_dir, tmp_path,
     reads, builds = [], []
     real_read, real_build = runtime.read_config, startup.StartupContext.from_server_args.__func__
     monkeypatch.setattr(runtime, "read_config", lambda p: reads.append(str(p)) or real_read(p))
-    monkeypatch.setattr(startup.StartupContext, "from_server_args",
-                        classmethod(lambda cls, sa: builds.append(sa) or real_build(cls, sa)))
+    monkeypatch.setattr(
+        startup.StartupContext,
+        "from_server_args",
+        classmethod(lambda cls, sa: builds.append(sa) or real_build(cls, sa)),
+    )
     start.reset()
     monkeypatch.setenv(envs.DUMP_DIR, str(tmp_path / "dump"))
     (tmp_path / "dump").mkdir()
     with serving(ext, deepseek_dir, draft) as sa:
-        assert start.attach(_model(ext)) is not None                      # the dump
+        assert start.attach(_model(ext)) is not None  # the dump
         t = stub_deepseek_target(4)
-        t.set_eagle3_layers_to_capture([0, 1, 2])                         # the capture-layer patch
+        t.set_eagle3_layers_to_capture([0, 1, 2])  # the capture-layer patch
         assert t.model.layers_to_capture == [1, 2, 3]
         model = type("Draft", (), {"config": LlamaConfig.from_pretrained(draft)})()
-        loader.pre_load_problems(model, installed_layout())               # the loader
+        loader.pre_load_problems(model, installed_layout())  # the loader
         ctx = startup.startup_context()
     w = start.get_writer()
     if w is not None:

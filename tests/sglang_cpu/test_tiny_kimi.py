@@ -2,6 +2,7 @@
 SGLang builds for the architecture, KimiK25ForConditionalGeneration built from the config and loading every
 checkpoint tensor by SGLang's own load_weights; then our capture and dump patches reaching the language
 model inside the wrapper (the EAGLE-3 / dump target)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,12 +14,33 @@ from mla_cpu import init_dp_attention
 
 pytestmark = pytest.mark.sglang
 # small enough for a 2-core CPU; same structure as the served tiny (MLA, MoE from layer 1)
-SMALL = dict(vocab_size=512, hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_hidden_layers=4,
-             num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2,
-             kv_lora_rank=64, q_lora_rank=96, qk_rope_head_dim=32, qk_nope_head_dim=32, v_head_dim=32)
+SMALL = dict(
+    vocab_size=512,
+    hidden_size=128,
+    intermediate_size=256,
+    moe_intermediate_size=64,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    kv_lora_rank=64,
+    q_lora_rank=96,
+    qk_rope_head_dim=32,
+    qk_nope_head_dim=32,
+    v_head_dim=32,
+)
 # SGLang's CPU RoPE factory only builds YaRN; factor 1 is plain RoPE (same tables, mscale 1)
-CPU_ROPE = {"rope_type": "deepseek_yarn", "type": "yarn", "factor": 1.0, "original_max_position_embeddings": 4096,
-            "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
+CPU_ROPE = {
+    "rope_type": "deepseek_yarn",
+    "type": "yarn",
+    "factor": 1.0,
+    "original_max_position_embeddings": 4096,
+    "beta_fast": 32,
+    "beta_slow": 1,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +85,14 @@ def _build(h, path, **kw):
 def test_sglang_reads_the_config_and_builds_its_processor(sglang_cpu, kimi_dir):
     try:
         from sglang.srt.utils.hf_transformers.processor import get_processor
-    except ImportError:   # <= 0.5.10
+    except ImportError:  # <= 0.5.10
         from sglang.srt.utils.hf_transformers_utils import get_processor
 
     with _served(sglang_cpu, kimi_dir) as (sa, mc):
         assert type(mc.hf_config).__name__ == "KimiK25Config" and mc.hf_config.model_type == "kimi_k25"
         assert mc.hf_config.architectures == ["KimiK25ForConditionalGeneration"]
         assert mc.hf_text_config.num_hidden_layers == SMALL["num_hidden_layers"]
-        assert mc.is_multimodal                       # so SGLang builds a processor even without a tokenizer
+        assert mc.is_multimodal  # so SGLang builds a processor even without a tokenizer
         proc = get_processor(sa.tokenizer_path or sa.model_path, trust_remote_code=True, model_name=sa.model_path)
         from sglang.srt.managers.multimodal_processor import get_mm_processor, import_processors
 
@@ -89,13 +111,17 @@ def test_sglang_builds_the_wrapper_and_loads_every_tensor(sglang_cpu, kimi_dir, 
         for p in model.parameters():
             p.fill_(float("nan"))
     ckpt = load_file(str(kimi_dir / "model.safetensors"))
-    assert any(k.startswith("vision_tower.") for k in ckpt) and any(k.startswith("language_model.model.layers.") for k in ckpt)
-    model.load_weights(iter(ckpt.items()))        # an unknown vision name raises; language names are mapped
+    assert any(k.startswith("vision_tower.") for k in ckpt) and any(
+        k.startswith("language_model.model.layers.") for k in ckpt
+    )
+    model.load_weights(iter(ckpt.items()))  # an unknown vision name raises; language names are mapped
     unloaded = [n for n, p in model.named_parameters() if torch.isnan(p).any()]
     assert not unloaded, f"parameters SGLang's load_weights never filled: {unloaded[:8]}"
     lm = model.language_model
-    assert torch.equal(lm.model.embed_tokens.weight.to(torch.bfloat16), ckpt["language_model.model.embed_tokens.weight"])
-    text = load_file(str(next((kimi_dir / "text").glob("*.safetensors"))))      # the reference: same weights
+    assert torch.equal(
+        lm.model.embed_tokens.weight.to(torch.bfloat16), ckpt["language_model.model.embed_tokens.weight"]
+    )
+    text = load_file(str(next((kimi_dir / "text").glob("*.safetensors"))))  # the reference: same weights
     assert torch.equal(text["lm_head.weight"], ckpt["language_model.lm_head.weight"])
 
 
@@ -117,9 +143,13 @@ def test_capture_layers_reach_the_language_model_through_the_wrapper(sglang_cpu,
 
     sglang_eagle3_ext.apply(["draft"])
     model, _ = _build(sglang_cpu, cpu_dir)
-    hf = [1, 2, 3]                                 # ids starting with 1: 0.5.14+ alone would capture [2, 3, 4]
-    with _served(sglang_cpu, cpu_dir, speculative_draft_model_path=str(_draft_dir(tmp_path, cpu_dir, hf)),
-                 speculative_algorithm="EAGLE3"):
+    hf = [1, 2, 3]  # ids starting with 1: 0.5.14+ alone would capture [2, 3, 4]
+    with _served(
+        sglang_cpu,
+        cpu_dir,
+        speculative_draft_model_path=str(_draft_dir(tmp_path, cpu_dir, hf)),
+        speculative_algorithm="EAGLE3",
+    ):
         model.set_eagle3_layers_to_capture([1, 2, 3])
     assert model.language_model.model.layers_to_capture == hf
     assert model.language_model.capture_aux_hidden_states is True

@@ -6,6 +6,7 @@ checkpoint is loaded and silently replaced. The loader, `check` and `convert` re
 unless it equals the target's head, which they can only tell with the target's weights at hand.
 Real SGLang classes (Llama and MLA drafts) on CPU.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,10 @@ def _target(root, name, head=None):
 
     t = write_target_config(root / name)
     if head is not None:
-        save_file({"lm_head.weight": head.contiguous(), "model.norm.weight": torch.ones(head.shape[1])},
-                  str(t / "model.safetensors"))
+        save_file(
+            {"lm_head.weight": head.contiguous(), "model.norm.weight": torch.ones(head.shape[1])},
+            str(t / "model.safetensors"),
+        )
     return t
 
 
@@ -50,6 +53,7 @@ def llama_head_draft(ext, tmp_path_factory):
     def full_head(t):
         t.pop("d2t"), t.pop("t2d", None)
         t["lm_head.weight"] = torch.randn(128, 64, generator=torch.Generator().manual_seed(3)) * 0.02
+
     edit_tensors(d, full_head)
     edit_config(d, lambda c: c.__setitem__("draft_vocab_size", None))
     return d
@@ -72,7 +76,7 @@ def test_discarded_trained_head_is_refused_by_loader_and_check(request, ext, tmp
     from sglang_eagle3_ext.draft.check import check_draft
 
     d = request.getfixturevalue(fixture)
-    assert build_draft(d, arch).load_lm_head_from_target is True   # the release will replace whatever is loaded
+    assert build_draft(d, arch).load_lm_head_from_target is True  # the release will replace whatever is loaded
     other = _target(tmp_path, "t", head=torch.randn(128, 64))
     for target in (_target(tmp_path, "no_weights"), other):  # undecidable / a different head
         with pytest.raises(E.DraftLoadError) as ei:
@@ -119,8 +123,9 @@ def test_convert_keeps_the_trained_head(request, ext, tmp_path, fixture, arch):
     assert not check_draft(out).errors
     model = load_draft(ext, out, _target(tmp_path, "t"), arch)
     assert model.load_lm_head_from_target is False
-    torch.testing.assert_close(model.lm_head.weight.data.float(), checkpoint_tensors(d)["lm_head.weight"].float(),
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        model.lm_head.weight.data.float(), checkpoint_tensors(d)["lm_head.weight"].float(), rtol=0, atol=0
+    )
 
 
 def test_fixed_by_hand_loads(ext, llama_head_draft, tmp_path):
@@ -147,7 +152,7 @@ def test_why_release_alone_throws_the_trained_head_away(ext, llama_head_draft):
     sglang_eagle3_ext.revert()
     try:
         model = build_draft(llama_head_draft, LLAMA)
-        model.load_weights(sglang_weights_iterator(llama_head_draft))   # silently fine
+        model.load_weights(sglang_weights_iterator(llama_head_draft))  # silently fine
     finally:
         sglang_eagle3_ext.apply(["draft"])
     trained = checkpoint_tensors(llama_head_draft)["lm_head.weight"]
@@ -156,7 +161,9 @@ def test_why_release_alone_throws_the_trained_head_away(ext, llama_head_draft):
     target_model = types.SimpleNamespace(get_embed_and_head=lambda: (target_embed, target_head), lm_head=None)
     worker = types.SimpleNamespace(
         target_worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(model=target_model)),
-        draft_runner=types.SimpleNamespace(model=model), hot_token_id=None,
-        speculative_algorithm=SpeculativeAlgorithm.from_string("EAGLE3"))
+        draft_runner=types.SimpleNamespace(model=model),
+        hot_token_id=None,
+        speculative_algorithm=SpeculativeAlgorithm.from_string("EAGLE3"),
+    )
     EagleDraftWorker.init_lm_head(worker)
     assert model.lm_head.weight is target_head and not torch.equal(model.lm_head.weight, trained)

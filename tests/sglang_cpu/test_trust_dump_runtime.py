@@ -3,6 +3,7 @@ ForwardMode, MultimodalInputs, RMSNorm and LogitsProcessor, the real ServerArgs;
 the sample rate in every writer, multimodal requests never written as token ids, start-up refusals where the
 capture cannot work (two-batch overlap, HF index 0 where the release cannot capture it), and host copies that
 read the batch's token ids as they were at capture time."""
+
 from __future__ import annotations
 
 import contextlib
@@ -53,6 +54,7 @@ def _extend(rids, lens, ids=None):
 
 # ---- the sample rate is the dump's, in every writer -------------------------------------------------------
 
+
 @pytest.mark.parametrize("writer", ["thread", "process"])
 def test_sample_rate_writes_exactly_the_sampled_requests(sglang_cpu, tmp_path, monkeypatch, writer):
     """One batch holding sampled and unsampled complete requests: only the sampled ones are written, by the
@@ -72,6 +74,7 @@ def test_sample_rate_writes_exactly_the_sampled_requests(sglang_cpu, tmp_path, m
 
 
 # ---- multimodal requests: their ids are pad values, never written ---------------------------------------
+
 
 def _image_inputs(pad_value: int):
     from sglang.srt.managers.schedule_batch import Modality, MultimodalDataItem, MultimodalInputs
@@ -112,7 +115,7 @@ def test_multimodal_requests_are_counted_not_written(sglang_cpu, tmp_path, monke
     fb2.mm_inputs = [_image_inputs(pad)]
     _forward(m, fb2, False, LAYERS)
     fb3 = _fb(ForwardMode.EXTEND, ["image2"], [0], [12], [12], torch.tensor([9] + [pad + 1] * 10 + [9]))
-    fb3.mm_inputs = [_image_inputs(pad + 1)]            # a batch of image requests only: nothing to copy, counted
+    fb3.mm_inputs = [_image_inputs(pad + 1)]  # a batch of image requests only: nothing to copy, counted
     _forward(m, fb3, False, LAYERS)
     assert w.flush(30)
     assert set(read_manifest(tmp_path)) == {"text"}
@@ -138,13 +141,13 @@ def test_multimodal_requests_are_told_apart_after_the_embedding_step(sglang_cpu,
     from sglang_eagle3_ext.targets.forward_batch_info import record_multimodal
 
     src = inspect.getsource(mm_utils)
-    assert "forward_batch.mm_inputs = None" in src and "input_ids.clamp_(" in src   # what this test replays
+    assert "forward_batch.mm_inputs = None" in src and "input_ids.clamp_(" in src  # what this test replays
     assert "replace(" in inspect.getsource(eager_runner.EagerRunner.load_batch)
     m, w, built, _ = _text_and_image(sglang_cpu, tmp_path, monkeypatch, writer, 5)
     vocab = m.config.vocab_size
-    built = record_multimodal(lambda: built, None, (), {})    # ForwardBatch.init_new, as patched
-    fb = dataclasses.replace(built)                           # the eager runner's copy (EagerRunner.load_batch)
-    fb.mm_inputs = None                                       # the embedding step, as SGLang does it
+    built = record_multimodal(lambda: built, None, (), {})  # ForwardBatch.init_new, as patched
+    fb = dataclasses.replace(built)  # the eager runner's copy (EagerRunner.load_batch)
+    fb.mm_inputs = None  # the embedding step, as SGLang does it
     fb.input_ids.clamp_(min=0, max=vocab - 1)
     _forward(m, fb, False, LAYERS)
     assert w.flush(30)
@@ -160,15 +163,17 @@ def test_ids_outside_the_vocab_are_refused_even_without_mm_inputs(sglang_cpu, tm
     vocab = m.config.vocab_size
     start.attach(m)
     w = start.get_writer()
-    _forward(m, _extend(["ok", "bad", "neg"], [3, 3, 2], torch.tensor([1, 2, vocab - 1, 4, vocab, 5, 6, -1])),
-             False, LAYERS)
+    _forward(
+        m, _extend(["ok", "bad", "neg"], [3, 3, 2], torch.tensor([1, 2, vocab - 1, 4, vocab, 5, 6, -1])), False, LAYERS
+    )
     assert w.flush(30)
     assert set(read_manifest(tmp_path)) == {"ok"} and w.stats["refused_token_id"] == 2
     meta = json.loads((tmp_path / C.META_FILE).read_text())
-    assert meta["vocab_size"] == vocab      # export checks ids against it too
+    assert meta["vocab_size"] == vocab  # export checks ids against it too
 
 
 # ---- start-up refusals ------------------------------------------------------------------------------------
+
 
 def _tbo_args(sglang_cpu, model_dir, **kw):
     """Resolved server args with two-batch overlap on (set after resolution: 0.5.16 resolves it only with DP
@@ -206,8 +211,15 @@ def _eagle_draft(tmp_path, hf=None):
     from transformers import LlamaConfig
 
     d = tmp_path / "draft"
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=128, max_position_embeddings=256)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=256,
+    )
     cfg.architectures = ["LlamaForCausalLMEagle3"]
     cfg.save_pretrained(d)
     ec = {"eagle_aux_hidden_state_layer_ids": [2, 4, 6], "use_aux_hidden_state": True}
@@ -248,18 +260,19 @@ def test_index_0_refused_where_the_release_cannot_capture_it(sglang_cpu, tmp_pat
     with pytest.raises(C.DumpConfigError, match=r"DUMP_LAYERS=0,2,5: HF index 0 .* 0\.5\.10.*>= 1"):
         start.attach(m)
     assert start.get_writer() is None
-    monkeypatch.setenv(C.ENV_LAYERS, "1,2,5")        # indices >= 1 start
+    monkeypatch.setenv(C.ENV_LAYERS, "1,2,5")  # indices >= 1 start
     assert start.attach(m) is not None
 
 
-def test_index_0_of_a_draft_refused_where_the_release_cannot_capture_it(draft_patches, deepseek_dir, tmp_path,
-                                                                          monkeypatch):
+def test_index_0_of_a_draft_refused_where_the_release_cannot_capture_it(
+    draft_patches, deepseek_dir, tmp_path, monkeypatch
+):
     from sglang_eagle3_ext.draft.errors import LAYER_INDEX, DraftLoadError
 
     sa = draft_patches.server_args(deepseek_dir, speculative_draft_model_path=_eagle_draft(tmp_path, [0, 3, 5]))
     t = stub_deepseek_target()
     with _published(draft_patches, sa):
-        t.set_eagle3_layers_to_capture([2, 4, 6])           # this release captures index 0
+        t.set_eagle3_layers_to_capture([2, 4, 6])  # this release captures index 0
         assert t.model.layers_to_capture == [0, 3, 5]
         _no_layer0(monkeypatch)
         with pytest.raises(DraftLoadError, match="HF index 0") as ei:
@@ -268,6 +281,7 @@ def test_index_0_of_a_draft_refused_where_the_release_cannot_capture_it(draft_pa
 
 
 # ---- the side-stream copy reads the ids as they were at capture ------------------------------------------
+
 
 class _LateStream:
     """Stand-in for the side CUDA stream: the copies issued on it run only when the writer waits on the batch's
@@ -307,9 +321,9 @@ def test_side_stream_copy_of_ids_survives_the_in_place_rewrite(sglang_cpu, tmp_p
     fb = _extend(["a", "b"], [4, 3], torch.tensor([10, 11, 12, 13, 20, 21, 22]))
     _forward(m, fb, False, LAYERS)
     pt, verified = 0, torch.tensor([14, 23])
-    for i, n in enumerate(fb.extend_seq_lens_cpu):      # 0.5.10 eagle_info.py, prepare_for_extend
-        ids = fb.input_ids[pt:pt + n]
-        fb.input_ids[pt:pt + n] = torch.cat((ids[1:], verified[i].reshape(1)))
+    for i, n in enumerate(fb.extend_seq_lens_cpu):  # 0.5.10 eagle_info.py, prepare_for_extend
+        ids = fb.input_ids[pt : pt + n]
+        fb.input_ids[pt : pt + n] = torch.cat((ids[1:], verified[i].reshape(1)))
         pt += n
     late.moved_on.set()
     assert w.flush(30)

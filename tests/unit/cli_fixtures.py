@@ -1,5 +1,6 @@
 """What the command-line tests share: every tool's finished parser (captured at cli_common.finish, the tool
 does not run), a walk over a parser and its sub-parsers, and `sglang-eagle3 ARGV` run in this process."""
+
 from __future__ import annotations
 
 import argparse
@@ -58,7 +59,7 @@ def sg(argv, capfd):
     """`sglang-eagle3 ARGV` in this process: (exit code, stdout, stderr)."""
     try:
         rc = cli.main(list(map(str, argv)))
-    except SystemExit as e:   # a tool that let argparse exit
+    except SystemExit as e:  # a tool that let argparse exit
         rc = e.code
     out = capfd.readouterr()
     return rc, out.out, out.err

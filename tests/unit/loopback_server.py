@@ -1,4 +1,5 @@
 """A loopback HTTP server answering as a SGLang server would, for the swap client and refresh --swap tests."""
+
 from __future__ import annotations
 
 import json

@@ -1,6 +1,7 @@
 """`sglang-eagle3 eval` on CPU: the simulated verify rounds on drafts whose answer is known by construction
 (tests/acceptance_world.py), the batched chain against an explicit per-anchor unroll, d2t, the response region,
 the held-out split `train` keeps out, `--url` against a loopback server, and the command line's refusals."""
+
 from __future__ import annotations
 
 import json
@@ -49,7 +50,7 @@ def test_copying_draft_is_right_at_token_one_and_wrong_after(world, capsys):
     assert p[0] == 1.0 and p[1] == 0.0 and p[2] is None, rep["positions"]
     assert rep["accept_length_every_anchor"] == 2.0
     assert [x["p"] for x in rep["rounds"]["positions"]][:2] == [1.0, 0.0]
-    n_tok = sum(len(s) - 1 for s in world["seqs"])                 # plain data: everything after token 0
+    n_tok = sum(len(s) - 1 for s in world["seqs"])  # plain data: everything after token 0
     assert rep["anchors"] == sum(len(s) - 2 for s in world["seqs"])
     # SGLang's figure: every round accepts draft 1 and rejects draft 2, so accepted drafts + 1 is 2 in each,
     # whatever each response's length; tokens / rounds (per request, cut at the end) reads otherwise
@@ -74,7 +75,7 @@ def _explicit_tokens(model, hot, ids, aux, a: int, steps: int) -> list[int]:
     cache holds then: target-fed rows 0..a-1, then this round's draft rows (its tokens, its states)."""
     from sglang_eagle3_ext.acceptance.simulate import _forward, pack
 
-    toks = list(ids[1:a + 1].tolist())
+    toks = list(ids[1 : a + 1].tolist())
     hidden = [model.project(aux[:a])]
     out = []
     for _ in range(steps):
@@ -97,8 +98,9 @@ def test_batched_rounds_equal_an_explicit_unroll(world, tmp_path, layers, monkey
     from sglang_eagle3_ext.acceptance import drafts, simulate
     from sglang_eagle3_ext.acceptance.simulate import draft_tokens, pack
 
-    d = W.write_draft(tmp_path / "rand", W.draft_config(layers=layers),
-                      W.draft_tensors(copy=False, layers=layers, scale=0.5))
+    d = W.write_draft(
+        tmp_path / "rand", W.draft_config(layers=layers), W.draft_tensors(copy=False, layers=layers, scale=0.5)
+    )
     loaded = drafts.load(d, world["target"], "cpu", torch.float32)
     seqs = world["seqs"][:3]
     aux = W.states(seqs)
@@ -115,8 +117,8 @@ def test_batched_rounds_equal_an_explicit_unroll(world, tmp_path, layers, monkey
                 assert [int(got[k, c + k]) for k in range(steps)] == want, (anchor, want)
                 distinct.add(tuple(want))
             start += len(s)
-    assert len(distinct) > 3        # the draft is no constant: the comparison can fail
-    monkeypatch.setattr(simulate, "ATTN_BYTES", 4 * 4 * 30 * 5)      # blocks of 2 rows
+    assert len(distinct) > 3  # the draft is no constant: the comparison can fail
+    monkeypatch.setattr(simulate, "ATTN_BYTES", 4 * 4 * 30 * 5)  # blocks of 2 rows
     with torch.no_grad():
         assert torch.equal(draft_tokens(loaded.model, p, steps, loaded.hot), got)
 
@@ -129,22 +131,52 @@ def test_mla_draft_through_the_command(world, tmp_path, capsys):
     from sglang_eagle3_ext.draft.nets.mla import Eagle3MLADraft
     from sglang_eagle3_ext.training.mla.train import mla_draft_config, save_checkpoint
 
-    yarn = {"rope_type": "deepseek_yarn", "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
-            "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
-    tcfg = dict(vocab_size=W.V, hidden_size=W.H, intermediate_size=48, num_hidden_layers=4, num_attention_heads=2,
-                q_lora_rank=24, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12,
-                rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=24, rope_scaling=yarn)
+    yarn = {
+        "rope_type": "deepseek_yarn",
+        "type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 16,
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+    }
+    tcfg = dict(
+        vocab_size=W.V,
+        hidden_size=W.H,
+        intermediate_size=48,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        q_lora_rank=24,
+        kv_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=16,
+        v_head_dim=12,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        max_position_embeddings=24,
+        rope_scaling=yarn,
+    )
     target = tmp_path / "mla_target"
     target.mkdir()
-    (target / "config.json").write_text(json.dumps({**tcfg, "architectures": ["DeepseekV3ForCausalLM"],
-                                                    "model_type": "deepseek_v3"}))
-    save_file({"model.embed_tokens.weight": torch.randn(W.V, W.H), "lm_head.weight": torch.randn(W.V, W.H),
-               "model.norm.weight": torch.ones(W.H)}, str(target / "model.safetensors"))
+    (target / "config.json").write_text(
+        json.dumps({**tcfg, "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3"})
+    )
+    save_file(
+        {
+            "model.embed_tokens.weight": torch.randn(W.V, W.H),
+            "lm_head.weight": torch.randn(W.V, W.H),
+            "model.norm.weight": torch.ones(W.H),
+        },
+        str(target / "model.safetensors"),
+    )
     torch.manual_seed(0)
-    draft = save_checkpoint(Eagle3MLADraft(mla_draft_config(tcfg, W.AUX)), mla_draft_config(tcfg, W.AUX),
-                            tmp_path / "mla_draft")
-    rep = _report(["--draft", draft, "--data", world["export"], "--target", target, "--heldout-fraction", "0.25"],
-                  capsys)
+    draft = save_checkpoint(
+        Eagle3MLADraft(mla_draft_config(tcfg, W.AUX)), mla_draft_config(tcfg, W.AUX), tmp_path / "mla_draft"
+    )
+    rep = _report(
+        ["--draft", draft, "--data", world["export"], "--target", target, "--heldout-fraction", "0.25"], capsys
+    )
     assert rep["draft_class"] == "Eagle3DeepseekV2ForCausalLM"
     assert (rep["heldout"]["first"], rep["heldout"]["samples"]) == (9, 3) and "draft-arch mla" in rep["heldout"]["rule"]
     long = sum(len(s) > 24 for s in world["seqs"][9:])
@@ -190,13 +222,14 @@ def test_heldout_split_is_trains_and_deterministic():
         assert set(idx).isdisjoint(range(int(n * ratio))) and "train-ratio 0.95" in rule
         mla_idx, _ = adata.heldout(n, default, mla)
         _, val = _split(types.SimpleNamespace(train_ratio=round(ratio, 12), ttt_steps=0), [8] * n)
-        assert mla_idx == (val or list(range(n)))     # the MLA route's validation files (all: it holds none out)
+        assert mla_idx == (val or list(range(n)))  # the MLA route's validation files (all: it holds none out)
     assert adata.heldout(7, 1.0, llama)[0] == list(range(7))
 
 
 def test_samples_caps_the_heldout_split(world, capsys):
-    rep = _report(["--draft", world["draft"], "--data", world["export"], "--heldout-fraction", "0.5", "--samples", 2],
-                  capsys)
+    rep = _report(
+        ["--draft", world["draft"], "--data", world["export"], "--heldout-fraction", "0.5", "--samples", 2], capsys
+    )
     h = rep["heldout"]
     assert (h["samples"], h["first"], h["last"], h["capped_by_samples"]) == (2, 6, 7, True)
 
@@ -215,14 +248,27 @@ def test_served_figures_beside_the_prediction(world, tmp_path, capsys):
     def reply(body):
         n = body["sampling_params"]["max_new_tokens"]
         full = next(s for s in seqs if s[:4] == body["input_ids"])
-        return {"output_ids": full[4:4 + n], "meta_info": {"completion_tokens": n, "spec_verify_ct": 6,
-                                                           "spec_accept_histogram": [1, 2, 2, 1]}}
-    srv = Replies({"/generate": reply, "/get_server_info": {
-        "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
-        "speculative_num_draft_tokens": 4}})
+        return {
+            "output_ids": full[4 : 4 + n],
+            "meta_info": {"completion_tokens": n, "spec_verify_ct": 6, "spec_accept_histogram": [1, 2, 2, 1]},
+        }
+
+    srv = Replies(
+        {
+            "/generate": reply,
+            "/get_server_info": {
+                "speculative_algorithm": "EAGLE3",
+                "speculative_num_steps": 3,
+                "speculative_eagle_topk": 1,
+                "speculative_num_draft_tokens": 4,
+            },
+        }
+    )
     try:
-        rep = _report(["--draft", world["draft"], "--data", ex, "--heldout-fraction", "1", "--url", srv.url,
-                       "--concurrency", 1], capsys)
+        rep = _report(
+            ["--draft", world["draft"], "--data", ex, "--heldout-fraction", "1", "--url", srv.url, "--concurrency", 1],
+            capsys,
+        )
         s = rep["served"]
         n_tok = sum(len(x) - 4 for x in seqs)
         # SGLang's figure: 1 + correct drafts / rounds = 1 + 2 * (2 + 4 + 3) / 12; per request: tokens / rounds
@@ -233,7 +279,7 @@ def test_served_figures_beside_the_prediction(world, tmp_path, capsys):
         srv.routes["/get_server_info"] = {**srv.routes["/get_server_info"], "speculative_num_steps": 5}
         rc, _, err = _eval(["--draft", world["draft"], "--data", ex, "--url", srv.url, "--device", "cpu"], capsys)
         assert rc == 2 and "steps 5" in err and "--steps 3" in err and len(err.strip().splitlines()) == 1, err
-        assert len(srv.posts) == 2      # refused before any simulation or request
+        assert len(srv.posts) == 2  # refused before any simulation or request
     finally:
         srv.close()
 
@@ -271,8 +317,12 @@ REFUSALS = {
 @pytest.mark.parametrize("case", sorted(REFUSALS))
 def test_refusals_are_one_line_exit_2(world, case, tmp_path, capsys):
     root = world["root"]
-    paths = {"spec": _spec_format(root), "root": tmp_path, "empty": _empty_dump(tmp_path, world["target"]),
-             "other": W.write_export(tmp_path / "other", world["seqs"][:2], world["target"], layers=[2, 3, 4])}
+    paths = {
+        "spec": _spec_format(root),
+        "root": tmp_path,
+        "empty": _empty_dump(tmp_path, world["target"]),
+        "other": W.write_export(tmp_path / "other", world["seqs"][:2], world["target"], layers=[2, 3, 4]),
+    }
     extra, needle = REFUSALS[case]
     extra = [x.format(**paths) for x in extra]
     base = {"--draft": str(world["draft"]), "--data": str(world["export"])}
@@ -290,11 +340,31 @@ FLAG_VALUES = st.sampled_from(["0", "1", "2", "3", "4", "-1", "0.5", "1.5", "x",
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(steps=FLAG_VALUES, topk=FLAG_VALUES, tokens=st.one_of(st.none(), FLAG_VALUES), frac=FLAG_VALUES,
-       samples=st.one_of(st.none(), FLAG_VALUES))
+@given(
+    steps=FLAG_VALUES,
+    topk=FLAG_VALUES,
+    tokens=st.one_of(st.none(), FLAG_VALUES),
+    frac=FLAG_VALUES,
+    samples=st.one_of(st.none(), FLAG_VALUES),
+)
 def test_any_flag_values_exit_0_or_2(world, capsys, steps, topk, tokens, frac, samples):
-    argv = ["--draft", world["draft"], "--data", world["export"], "--steps", steps, "--topk", topk,
-            "--heldout-fraction", frac, "--device", "cpu", "--dtype", "fp32", "--quiet"]
+    argv = [
+        "--draft",
+        world["draft"],
+        "--data",
+        world["export"],
+        "--steps",
+        steps,
+        "--topk",
+        topk,
+        "--heldout-fraction",
+        frac,
+        "--device",
+        "cpu",
+        "--dtype",
+        "fp32",
+        "--quiet",
+    ]
     argv += ["--draft-tokens", tokens] if tokens is not None else []
     argv += ["--samples", samples] if samples is not None else []
     rc, out, err = _eval(argv, capsys)
@@ -304,16 +374,36 @@ def test_any_flag_values_exit_0_or_2(world, capsys, steps, topk, tokens, frac, s
         assert_names_its_input(err, "--steps", "--topk", "--heldout-fraction", "--draft-tokens", "--samples")
 
 
-JSON_BITS = st.sampled_from(['{}', '[]', 'null', '{"layer_indices_hf": "x"}', '{"layer_indices_hf": [1, 2]}',
-                             '{"layer_indices_hf": [-1, 2, 3]}', '{"model_path": 5}', '{"architectures": 3}',
-                             '{"architectures": ["LlamaForCausalLMEagle3"]}', '\x00\xff', ''])
+JSON_BITS = st.sampled_from(
+    [
+        "{}",
+        "[]",
+        "null",
+        '{"layer_indices_hf": "x"}',
+        '{"layer_indices_hf": [1, 2]}',
+        '{"layer_indices_hf": [-1, 2, 3]}',
+        '{"model_path": 5}',
+        '{"architectures": 3}',
+        '{"architectures": ["LlamaForCausalLMEagle3"]}',
+        "\x00\xff",
+        "",
+    ]
+)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(which=st.sampled_from(["draft/config.json", "export/sge3_dump_meta.json",
-                              "export/hidden_states/hs_3.safetensors", "draft/model.safetensors"]),
-       text=st.one_of(JSON_BITS, st.binary(max_size=64).map(lambda b: b.decode("latin-1"))),
-       keep=st.integers(0, 400))
+@given(
+    which=st.sampled_from(
+        [
+            "draft/config.json",
+            "export/sge3_dump_meta.json",
+            "export/hidden_states/hs_3.safetensors",
+            "draft/model.safetensors",
+        ]
+    ),
+    text=st.one_of(JSON_BITS, st.binary(max_size=64).map(lambda b: b.decode("latin-1"))),
+    keep=st.integers(0, 400),
+)
 def test_any_damaged_input_exits_0_or_2_and_writes_nothing(world, capsys, which, text, keep):
     """A file of the draft or the data replaced (JSON of the wrong shape, bytes) or cut short: exit 0 or 2 with
     one line, never a traceback; nothing under the inputs changes."""
@@ -327,8 +417,24 @@ def test_any_damaged_input_exits_0_or_2_and_writes_nothing(world, capsys, which,
         data = f.read_bytes()
         f.write_bytes(data[:keep] if f.suffix == ".safetensors" and keep < len(data) else text.encode("latin-1"))
         before = sorted((str(p), p.stat().st_mtime_ns) for p in root.rglob("*"))
-        rc, out, err = _eval(["--draft", root / "draft", "--data", root / "export", "--target", root / "target",
-                              "--heldout-fraction", "1", "--device", "cpu", "--dtype", "fp32", "--quiet"], capsys)
+        rc, out, err = _eval(
+            [
+                "--draft",
+                root / "draft",
+                "--data",
+                root / "export",
+                "--target",
+                root / "target",
+                "--heldout-fraction",
+                "1",
+                "--device",
+                "cpu",
+                "--dtype",
+                "fp32",
+                "--quiet",
+            ],
+            capsys,
+        )
         assert rc in (0, 2) and "Traceback" not in err and "a bug" not in err, err
         assert rc == 0 or len(err.strip().splitlines()) == 1, err
         if rc == 2:

@@ -1,6 +1,7 @@
 """The acceptance benchmark against a loopback server speaking SGLang's /generate schema (0.5.14/0.5.16 meta_info:
 spec_verify_ct, spec_num_correct_drafts, spec_num_proposed_drafts, spec_accept_histogram), its verdicts,
 per-position acceptance, concurrency levels, report and the bounded waits on a silent server."""
+
 from __future__ import annotations
 
 import json
@@ -40,12 +41,18 @@ def serve(accept_p: float | None, shift: int = 0, delay_s: float = 0.0, health: 
             if self.path == "/health":
                 return self._reply({}, 200 if health else 503)
             if self.path == "/get_server_info":
-                return self._reply({"speculative_num_draft_tokens": N_DRAFT + 1 if accept_p is not None else None,
-                                    "speculative_num_steps": N_DRAFT if accept_p is not None else None,
-                                    "speculative_algorithm": "EAGLE3" if accept_p is not None else None,
-                                    "model_path": "/nonexistent/model", "version": "0.5.16",
-                                    "internal_states": [{"avg_spec_accept_length": 1.0 + 3 * accept_p}
-                                                        if accept_p is not None else {}]})
+                return self._reply(
+                    {
+                        "speculative_num_draft_tokens": N_DRAFT + 1 if accept_p is not None else None,
+                        "speculative_num_steps": N_DRAFT if accept_p is not None else None,
+                        "speculative_algorithm": "EAGLE3" if accept_p is not None else None,
+                        "model_path": "/nonexistent/model",
+                        "version": "0.5.16",
+                        "internal_states": [
+                            {"avg_spec_accept_length": 1.0 + 3 * accept_p} if accept_p is not None else {}
+                        ],
+                    }
+                )
             self._reply({"detail": "Not Found"}, 404)
 
         def do_POST(self):
@@ -62,7 +69,7 @@ def serve(accept_p: float | None, shift: int = 0, delay_s: float = 0.0, health: 
                 return self.wfile.write(b"<html>hi")
             n = body["sampling_params"]["max_new_tokens"]
             ids = body.get("input_ids") or list(body.get("text", "x").encode())
-            seen.setdefault("lengths", {}).setdefault(tuple(ids), []).append(n)   # what each prompt was asked for
+            seen.setdefault("lengths", {}).setdefault(tuple(ids), []).append(n)  # what each prompt was asked for
             meta = {"completion_tokens": n}
             if accept_p is not None:
                 rng, made, hist = random.Random(len(ids) * 1000 + ids[0]), 0, [0] * (N_DRAFT + 1)
@@ -73,9 +80,13 @@ def serve(accept_p: float | None, shift: int = 0, delay_s: float = 0.0, health: 
                     hist[j] += 1
                     made += j + 1
                 steps = sum(hist)
-                meta.update(spec_verify_ct=steps, spec_num_correct_drafts=sum(j * c for j, c in enumerate(hist)),
-                            spec_num_proposed_drafts=steps * N_DRAFT, spec_accept_histogram=hist,
-                            spec_accept_length=n / steps)
+                meta.update(
+                    spec_verify_ct=steps,
+                    spec_num_correct_drafts=sum(j * c for j, c in enumerate(hist)),
+                    spec_num_proposed_drafts=steps * N_DRAFT,
+                    spec_accept_histogram=hist,
+                    spec_accept_length=n / steps,
+                )
             time.sleep(delay_s)
             self._reply({"output_ids": [(t + shift) % 97 for t in (ids * n)[:n]], "meta_info": meta})
 
@@ -97,7 +108,7 @@ def servers():
     def make(*a, **k):
         srv, url, seen = serve(*a, **k)
         made.append(srv)
-        make.seen[url] = seen         # what that server was asked
+        make.seen[url] = seen  # what that server was asked
         return url
 
     make.seen = {}
@@ -122,14 +133,15 @@ def test_draft_not_used_fails_with_causes(servers, capsys, tmp_path):
 def test_position_acceptance_from_meta_info(servers, tmp_path):
     """P(draft token k accepted) from the summed histograms equals the fake's p**k within sampling error;
     accept length is completion tokens / verify steps, as SGLang defines it."""
-    rc, r = _run(tmp_path, "--url", servers(0.7), "--num-prompts", "40", "--max-new-tokens", "200",
-                 "--concurrency", "4")
+    rc, r = _run(
+        tmp_path, "--url", servers(0.7), "--num-prompts", "40", "--max-new-tokens", "200", "--concurrency", "4"
+    )
     spec = r["levels"][0]["spec"]
     hist, steps = spec["accept_histogram"], sum(spec["accept_histogram"])
     assert rc == 0 and len(spec["position_acceptance"]) == N_DRAFT
     for k, p in enumerate(spec["position_acceptance"], 1):
         assert p == pytest.approx(sum(hist[k:]) / steps)
-        assert p == pytest.approx(0.7 ** k, abs=0.04)
+        assert p == pytest.approx(0.7**k, abs=0.04)
     assert spec["accept_length"] == pytest.approx(40 * 200 / spec["verify_ct"])
     assert spec["accept_rate"] == pytest.approx(sum(j * c for j, c in enumerate(hist)) / (steps * N_DRAFT))
     assert spec["server_avg_accept_length"] == pytest.approx(1 + 3 * 0.7)
@@ -138,8 +150,21 @@ def test_position_acceptance_from_meta_info(servers, tmp_path):
 def test_levels_speedup_report_and_identical_outputs(servers, capsys, tmp_path):
     spec, base = servers(0.8), servers(None, delay_s=0.05)
     report = tmp_path / "rep" / "bench.html"
-    rc, r = _run(tmp_path, "--url", spec, "--baseline-url", base, "--num-prompts", "8", "--max-new-tokens", "20",
-                 "--concurrency", "1,4", "--report", str(report))
+    rc, r = _run(
+        tmp_path,
+        "--url",
+        spec,
+        "--baseline-url",
+        base,
+        "--num-prompts",
+        "8",
+        "--max-new-tokens",
+        "20",
+        "--concurrency",
+        "1,4",
+        "--report",
+        str(report),
+    )
     assert rc == 0 and r["status"] == "OK", r["verdict_lines"]
     assert [lv["concurrency"] for lv in r["levels"]] == [1, 4]
     for lv in r["levels"]:
@@ -156,12 +181,23 @@ def test_levels_speedup_report_and_identical_outputs(servers, capsys, tmp_path):
 
 def test_request_lengths_drawn_from_a_range_alike_for_both_servers(servers, capsys, tmp_path):
     spec, base = servers(0.8), servers(None)
-    rc, r = _run(tmp_path, "--url", spec, "--baseline-url", base, "--num-prompts", "12", "--max-new-tokens", "8:40",
-                 "--concurrency", "1,4")
+    rc, r = _run(
+        tmp_path,
+        "--url",
+        spec,
+        "--baseline-url",
+        base,
+        "--num-prompts",
+        "12",
+        "--max-new-tokens",
+        "8:40",
+        "--concurrency",
+        "1,4",
+    )
     assert rc == 0 and r["max_new_tokens"] == "8:40" and all(lv["greedy_mismatches"] == 0 for lv in r["levels"])
     asked = servers.seen[spec]["lengths"]
-    assert asked == servers.seen[base]["lengths"] and len(asked) == 12          # same prompt, same length, on both servers
-    assert all(len(set(ns)) == 1 and 8 <= ns[0] <= 40 for ns in asked.values())   # and at every level
+    assert asked == servers.seen[base]["lengths"] and len(asked) == 12  # same prompt, same length, on both servers
+    assert all(len(set(ns)) == 1 and 8 <= ns[0] <= 40 for ns in asked.values())  # and at every level
     lengths = [ns[0] for ns in asked.values()]
     assert len(set(lengths)) > 3 and r["new_tokens_mean"] == pytest.approx(sum(lengths) / 12)
     assert r["levels"][0]["spec"]["output_tokens"] == sum(lengths)
@@ -189,8 +225,17 @@ def test_slower_than_baseline_warns(servers, capsys, tmp_path):
 
 
 def test_changed_greedy_outputs_fail(servers, capsys, tmp_path):
-    rc, r = _run(tmp_path, "--url", servers(0.8), "--baseline-url", servers(None, shift=1), "--num-prompts", "3",
-                 "--concurrency", "1")
+    rc, r = _run(
+        tmp_path,
+        "--url",
+        servers(0.8),
+        "--baseline-url",
+        servers(None, shift=1),
+        "--num-prompts",
+        "3",
+        "--concurrency",
+        "1",
+    )
     assert rc == 1 and r["levels"][0]["greedy_mismatches"] == 3
     assert "3/3 greedy outputs differ" in capsys.readouterr().out
 
@@ -215,6 +260,7 @@ def _silent_server():
                 held.append(s.accept()[0])
             except OSError:
                 pass
+
     threading.Thread(target=loop, daemon=True).start()
     return s, stop, f"http://127.0.0.1:{s.getsockname()[1]}"
 
@@ -233,7 +279,7 @@ def test_silent_server_fails_in_bounded_time(capsys):
     err = capsys.readouterr().err
     assert rc == 2 and took < 6, (rc, took)
     assert f"GET {url}/health: not healthy within 1.5 s" in err and "no complete answer" in err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err     # its one probe took the wait
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err  # its one probe took the wait
 
 
 def test_a_wait_says_so_in_one_line(capsys):
@@ -244,7 +290,7 @@ def test_a_wait_says_so_in_one_line(capsys):
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]   # nothing listens there yet
+        port = s.getsockname()[1]  # nothing listens there yet
     late = {}
     threading.Timer(1.5, lambda: late.setdefault("srv", Replies({"/health": {}}, port=port))).start()
     try:
@@ -261,8 +307,11 @@ def test_generate_timeout_after_health(servers, capsys):
 
     url = servers(0.8, delay_s=3)
     t = time.monotonic()
-    rc = run_tool("bench", bench.main, ["--url", url, "--timeout", "0.5", "--quiet", "--num-prompts", "2",
-                                        "--warmup", "0", "--concurrency", "1"])
+    rc = run_tool(
+        "bench",
+        bench.main,
+        ["--url", url, "--timeout", "0.5", "--quiet", "--num-prompts", "2", "--warmup", "0", "--concurrency", "1"],
+    )
     err = capsys.readouterr().err
     assert rc == 2 and time.monotonic() - t < 3.5
     assert f"POST {url}/generate: no complete answer within 0.5 s" in err and "Traceback" not in err
@@ -279,8 +328,10 @@ def test_unreachable_server(capsys):
     assert rc == 2 and "cannot connect" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("reply,words", [("400", "HTTP 400: {\"error\": {\"message\": \"text input needs a tokenizer"),
-                                         ("garbage", "the reply is not JSON")])
+@pytest.mark.parametrize(
+    "reply,words",
+    [("400", 'HTTP 400: {"error": {"message": "text input needs a tokenizer'), ("garbage", "the reply is not JSON")],
+)
 def test_bad_server_reply_is_one_line(servers, capsys, reply, words):
     from sglang_eagle3_ext.cli.common import run_tool
 
@@ -299,10 +350,10 @@ def test_slower_fix_names_what_applies():
     args = {"speculative_num_steps": 3, "speculative_num_draft_tokens": 4}
     fix = slower_fix(args, 16, [_level(1, 2.02), _level(4, 1.4), _level(16, 0.87)])
     assert "CUDA graphs are off" not in fix and "(now 3)" in fix and "it pays at concurrency 1 (2.02x)" in fix
-    assert "--spec-log / --baseline-log" in fix           # without logs: how to tell iterations from admissions
+    assert "--spec-log / --baseline-log" in fix  # without logs: how to tell iterations from admissions
     fix = slower_fix({**args, "disable_cuda_graph": True}, 1, [_level(1, 0.5)])
     assert fix.startswith("CUDA graphs are off on the EAGLE-3 server") and "it pays" not in fix
-    assert "--spec-log" not in fix                        # batch 1: no admission stalls another request
+    assert "--spec-log" not in fix  # batch 1: no admission stalls another request
     assert "--speculative-num-steps" in slower_fix({}, 1, [_level(1, 0.5)])
 
 
@@ -314,19 +365,36 @@ def _with_steps(spec_steps, base_steps, accept=3.6):
 def test_slower_fix_from_the_logs_names_admissions_or_iterations():
     args = {"speculative_num_steps": 3, "speculative_num_draft_tokens": 4}
     # a Kimi-width round trip: cheap iterations, costly admissions
-    fix = slower_fix(args, 16, _with_steps(
-        {"iteration_ms": 7.6, "admission_ms": 47.5, "admission_share": 0.55, "prefill_batches": 42},
-        {"iteration_ms": 3.6, "admission_ms": 3.9, "admission_share": 0.12, "prefill_batches": 14}))
-    assert "admissions: each of 42 prefill batches stalls the running batch 47.5 ms (target-only: 14 at 3.9 ms), " \
+    fix = slower_fix(
+        args,
+        16,
+        _with_steps(
+            {"iteration_ms": 7.6, "admission_ms": 47.5, "admission_share": 0.55, "prefill_batches": 42},
+            {"iteration_ms": 3.6, "admission_ms": 3.9, "admission_share": 0.12, "prefill_batches": 14},
+        ),
+    )
+    assert (
+        "admissions: each of 42 prefill batches stalls the running batch 47.5 ms (target-only: 14 at 3.9 ms), "
         "55%" in fix
+    )
     assert "(1.71x between admissions at accept length 3.60)" in fix and "--min-free-slots-delay" in fix
     assert "a cheaper draft" not in fix
     # iterations that cost more than they save, few admissions
-    fix = slower_fix(args, 16, _with_steps(
-        {"iteration_ms": 16.0, "admission_ms": 5.0, "admission_share": 0.05},
-        {"iteration_ms": 4.5, "admission_ms": 4.0}))
-    assert fix.startswith("it pays at concurrency 1") and "the iterations: one iteration at batch 16 costs 16.0 ms " \
-        "vs 4.5 ms a target-only step (1.01x between admissions" in fix and "(now 3)" in fix
+    fix = slower_fix(
+        args,
+        16,
+        _with_steps(
+            {"iteration_ms": 16.0, "admission_ms": 5.0, "admission_share": 0.05},
+            {"iteration_ms": 4.5, "admission_ms": 4.0},
+        ),
+    )
+    assert (
+        fix.startswith("it pays at concurrency 1")
+        and "the iterations: one iteration at batch 16 costs 16.0 ms "
+        "vs 4.5 ms a target-only step (1.01x between admissions"
+        in fix
+        and "(now 3)" in fix
+    )
     assert "admissions:" not in fix
 
 
@@ -334,12 +402,17 @@ def test_bench_reads_the_server_logs_per_concurrency(tmp_path):
     from test_bench_steps import decode_line, prefill_line
 
     spec_log, base_log = tmp_path / "spec.log", tmp_path / "base.log"
-    spec_log.write_text("\n".join([decode_line(16, 0.0076, 3.6)] * 4 + [prefill_line(1), decode_line(16, 0.0556, 3.6)]
-                                  + [decode_line(1, 0.006, 3.6)] * 3))
+    spec_log.write_text(
+        "\n".join(
+            [decode_line(16, 0.0076, 3.6)] * 4
+            + [prefill_line(1), decode_line(16, 0.0556, 3.6)]
+            + [decode_line(1, 0.006, 3.6)] * 3
+        )
+    )
     base_log.write_text("\n".join([decode_line(16, 0.0036)] * 4))
     levels = [{"concurrency": 1}, {"concurrency": 16}]
     add_step_costs(levels, str(spec_log), str(base_log))
-    assert "steps" not in levels[0]                       # batch 1: nothing admitted beside a running request
+    assert "steps" not in levels[0]  # batch 1: nothing admitted beside a running request
     assert levels[1]["steps"]["spec"]["iteration_ms"] == 7.6 and levels[1]["steps"]["spec"]["admission_ms"] == 48.0
     assert levels[1]["steps"]["baseline"]["iteration_ms"] == 3.6
     with pytest.raises(BadInput, match="--spec-log .*missing.log"):

@@ -1,5 +1,6 @@
 """bench's prompt sets: JSONL, ShareGPT (JSON array), MT-bench question.jsonl; chat template through a real
 transformers tokenizer saved to disk; bad files named with their line."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,10 @@ from sglang_eagle3_ext.bench import prompts as bench_prompts
 from sglang_eagle3_ext.boundary import BadInput
 from sglang_eagle3_ext.cli.common import CliError, load_tokenizer
 
-TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}"
-            "{% if add_generation_prompt %}<assistant>{% endif %}")
+TEMPLATE = (
+    "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +44,20 @@ def _write(p, recs, array=False):
 
 
 def test_shapes_are_recognised(tmp_path):
-    recs = [{"input_ids": [1, 2]}, {"prompt": "hi"}, {"messages": [{"role": "user", "content": "a"},
-                                                                     {"role": "assistant", "content": "b"}]},
-            {"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "q"},
-                               {"from": "gpt", "value": "r"}, {"from": "human", "value": "q2"}]},
-            {"question_id": 81, "category": "writing", "turns": ["t1", "t2"]}]
+    recs = [
+        {"input_ids": [1, 2]},
+        {"prompt": "hi"},
+        {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]},
+        {
+            "conversations": [
+                {"from": "system", "value": "s"},
+                {"from": "human", "value": "q"},
+                {"from": "gpt", "value": "r"},
+                {"from": "human", "value": "q2"},
+            ]
+        },
+        {"question_id": 81, "category": "writing", "turns": ["t1", "t2"]},
+    ]
     got = [bench_prompts.parse_record("x", r) for r in recs]
     assert got[0] == {"input_ids": [1, 2]} and got[1] == {"text": "hi"}
     assert got[2] == {"messages": [{"role": "user", "content": "a"}]}  # the reply is what the model writes
@@ -54,8 +66,16 @@ def test_shapes_are_recognised(tmp_path):
 
 
 def test_sharegpt_array_through_chat_template(tmp_path, tokenizer_dir):
-    path = _write(tmp_path / "sg.json", [{"id": "a", "conversations": [{"from": "human", "value": "why sky blue ?"},
-                                                                      {"from": "gpt", "value": "hello"}]}], array=True)
+    path = _write(
+        tmp_path / "sg.json",
+        [
+            {
+                "id": "a",
+                "conversations": [{"from": "human", "value": "why sky blue ?"}, {"from": "gpt", "value": "hello"}],
+            }
+        ],
+        array=True,
+    )
     ps = bench_prompts.from_file(path, None, _tokenizer(tokenizer_dir))
     from transformers import AutoTokenizer
 
@@ -78,18 +98,25 @@ def test_limit_and_ids_need_no_tokenizer(tmp_path):
     assert len(bench_prompts.from_file(path, 3, _tokenizer("/nonexistent/never/loaded")).prompts) == 3
 
 
-@pytest.mark.parametrize("content,where", [('{"input_ids": [1,2]}\nnot json\n', "p.jsonl:2: not JSON"),
-                                           ('{"foo": 1}\n', "p.jsonl:1: needs 'input_ids'"),
-                                           ('{"input_ids": [-1]}\n', r"p.jsonl:1: 'input_ids'\[0\]: must be >= 0"),
-                                           ('{"input_ids": [1, true]}\n', r"p.jsonl:1: 'input_ids'\[1\]: expected"),
-                                           ('{"messages": [{"role": "user", "content": 5}]}\n',
-                                            r"p.jsonl:1: 'messages'\[0\]: 'content': expected a string"),
-                                           ('{"conversations": ["hi"]}\n', r"p.jsonl:1: 'conversations'\[0\]: expected"),
-                                           ('{"turns": [3]}\n', r"p.jsonl:1: 'turns'\[0\]: expected a string"),
-                                           ('{"text": ""}\n', r"p.jsonl:1: 'text': must not be empty"),
-                                           ('[{"text": "a"}, 3]', r"p.jsonl\[1\]: expected an object"),
-                                           ('{"a": 1}', r"p.jsonl \(prompt file\): expected a list|needs 'input_ids'"),
-                                           ("", "no prompts in the file")])
+@pytest.mark.parametrize(
+    "content,where",
+    [
+        ('{"input_ids": [1,2]}\nnot json\n', "p.jsonl:2: not JSON"),
+        ('{"foo": 1}\n', "p.jsonl:1: needs 'input_ids'"),
+        ('{"input_ids": [-1]}\n', r"p.jsonl:1: 'input_ids'\[0\]: must be >= 0"),
+        ('{"input_ids": [1, true]}\n', r"p.jsonl:1: 'input_ids'\[1\]: expected"),
+        (
+            '{"messages": [{"role": "user", "content": 5}]}\n',
+            r"p.jsonl:1: 'messages'\[0\]: 'content': expected a string",
+        ),
+        ('{"conversations": ["hi"]}\n', r"p.jsonl:1: 'conversations'\[0\]: expected"),
+        ('{"turns": [3]}\n', r"p.jsonl:1: 'turns'\[0\]: expected a string"),
+        ('{"text": ""}\n', r"p.jsonl:1: 'text': must not be empty"),
+        ('[{"text": "a"}, 3]', r"p.jsonl\[1\]: expected an object"),
+        ('{"a": 1}', r"p.jsonl \(prompt file\): expected a list|needs 'input_ids'"),
+        ("", "no prompts in the file"),
+    ],
+)
 def test_bad_files_named(tmp_path, content, where):
     p = tmp_path / "p.jsonl"
     p.write_text(content)

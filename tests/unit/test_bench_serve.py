@@ -1,5 +1,6 @@
 """benchmarks/bench_serve.py's draft check: spec_on and spec_off must serve the same draft, i.e. plain
 SGLang's own +1 rule must capture, from the converted draft's layer ids, the HF indices it was trained on."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -37,7 +38,7 @@ def test_converted_draft_is_served_alike_by_plain_sglang(tmp_path):
 
 def test_draft_the_release_rule_would_shift_is_refused(tmp_path):
     bs = _bench_serve()
-    d = _converted(tmp_path, (1, 2, 3))      # ids starting with 1: 0.5.14+ adds 1, capturing [2, 3, 4]
+    d = _converted(tmp_path, (1, 2, 3))  # ids starting with 1: 0.5.14+ adds 1, capturing [2, 3, 4]
     with pytest.raises(SystemExit, match="plain SGLang would capture other layers"):
         bs.check_draft(d)
 
@@ -64,6 +65,6 @@ def test_random_draft_is_made_once_beside_the_target(tmp_path):
     target = ensure_tiny_target(tmp_path / "target", num_hidden_layers=8)
     d = bs.make_draft(target)
     assert d == tmp_path / "target-random-draft" / "sglang" and not d.with_name("sglang.partial").exists()
-    assert bs.check_draft(d)["hf_hidden_state_indices"] == [2, 4, 5]     # what plain SGLang captures too
+    assert bs.check_draft(d)["hf_hidden_state_indices"] == [2, 4, 5]  # what plain SGLang captures too
     stamp = (d / "config.json").stat().st_mtime_ns
     assert bs.make_draft(target) == d and (d / "config.json").stat().st_mtime_ns == stamp

@@ -1,6 +1,7 @@
 """sglang_eagle3_ext.bench.steps: one iteration's and one admission's cost from a SGLang server's log at
 --decode-log-interval 1. The lines are SGLang's own format (the fields read are checked in the installed
 release's source), plus an excerpt of a real 0.5.16 EAGLE-3 server log."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,14 +20,18 @@ def decode_line(run: int, seconds: float, accept: float | None = None, interval:
     """The Decode line SGLang logs after an interval of `seconds` (metrics_reporter.log_decode_stats)."""
     tokens = run * (accept or 1) * interval
     spec = f"accept len: {accept:.2f}, accept rate: {(accept - 1) / 3:.2f}, " if accept else ""
-    return (f"[2026-12-01 12:50:19] Decode batch, #running-req: {run}, #token: 1419, token usage: 0.02, {spec}"
-            f"cuda graph: True, gen throughput (token/s): {tokens / seconds:.2f}, #queue-req: 0")
+    return (
+        f"[2026-12-01 12:50:19] Decode batch, #running-req: {run}, #token: 1419, token usage: 0.02, {spec}"
+        f"cuda graph: True, gen throughput (token/s): {tokens / seconds:.2f}, #queue-req: 0"
+    )
 
 
 def prefill_line(new: int) -> str:
-    return (f"[2026-12-01 12:50:19] Prefill batch, #new-seq: {new}, #new-token: {30 * new}, #cached-token: 0, "
-            f"token usage: 0.03, #running-req: 14, #queue-req: 0, #pending-token: 0, cuda graph: False, "
-            f"input throughput (token/s): 261.17")
+    return (
+        f"[2026-12-01 12:50:19] Prefill batch, #new-seq: {new}, #new-token: {30 * new}, #cached-token: 0, "
+        f"token usage: 0.03, #running-req: 14, #queue-req: 0, #pending-token: 0, cuda graph: False, "
+        f"input throughput (token/s): 261.17"
+    )
 
 
 REAL_0_5_16 = """\
@@ -44,8 +49,10 @@ def test_the_fields_read_are_in_the_installed_releases_log_format():
     prefill log lines (metrics_reporter in 0.5.16, scheduler_metrics_mixin before)."""
     pytest.importorskip("sglang")
     src = ""
-    for name in ("sglang.srt.managers.scheduler_components.metrics_reporter",
-                 "sglang.srt.managers.scheduler_metrics_mixin"):
+    for name in (
+        "sglang.srt.managers.scheduler_components.metrics_reporter",
+        "sglang.srt.managers.scheduler_metrics_mixin",
+    ):
         try:
             spec = importlib.util.find_spec(name)
         except ModuleNotFoundError:
@@ -54,8 +61,14 @@ def test_the_fields_read_are_in_the_installed_releases_log_format():
             src += Path(spec.origin).read_text()
     if not src:
         pytest.skip("the installed SGLang has neither metrics module")
-    for fragment in ('f"Decode batch', "#running-req: {", "accept len: {", "gen throughput (token/s): {",
-                     "Prefill batch", "#new-seq: {"):
+    for fragment in (
+        'f"Decode batch',
+        "#running-req: {",
+        "accept len: {",
+        "gen throughput (token/s): {",
+        "Prefill batch",
+        "#new-seq: {",
+    ):
         assert fragment in src, fragment
     mod = _mod()
     for line in (decode_line(16, 0.0075, 4.0), decode_line(16, 0.0036), *REAL_0_5_16.splitlines()[:3]):
@@ -64,10 +77,13 @@ def test_the_fields_read_are_in_the_installed_releases_log_format():
 
 
 def test_iteration_and_admission_costs():
-    log = "\n".join([decode_line(16, 0.0075, 4.0)] * 4 + [decode_line(16, 0.0080, 4.0)]
-                    + [prefill_line(1), prefill_line(2), decode_line(16, 0.0075 + 2 * 0.040, 4.0)]   # 2 admissions
-                    + [decode_line(1, 0.003, 4.0)]                  # another workload's batch: not batch 16
-                    + [prefill_line(16), decode_line(16, 2.0, 4.0)])   # the server waited for requests: left out
+    log = "\n".join(
+        [decode_line(16, 0.0075, 4.0)] * 4
+        + [decode_line(16, 0.0080, 4.0)]
+        + [prefill_line(1), prefill_line(2), decode_line(16, 0.0075 + 2 * 0.040, 4.0)]  # 2 admissions
+        + [decode_line(1, 0.003, 4.0)]  # another workload's batch: not batch 16
+        + [prefill_line(16), decode_line(16, 2.0, 4.0)]
+    )  # the server waited for requests: left out
     s = _mod().step_summary(log, bs=16)
     assert s["iteration_ms"] == 7.5 and s["iterations"] == 5
     assert s["prefill_batches"] == 2 and s["seqs_per_prefill_batch"] == 1.5
@@ -82,8 +98,10 @@ def test_target_only_lines_have_no_accept_length():
 
 
 def test_interval_other_than_one():
-    log = "\n".join([decode_line(16, 5 * 0.0075, 4.0, interval=5)] * 3
-                    + [prefill_line(3), decode_line(16, 5 * 0.0075 + 0.050, 4.0, interval=5)])
+    log = "\n".join(
+        [decode_line(16, 5 * 0.0075, 4.0, interval=5)] * 3
+        + [prefill_line(3), decode_line(16, 5 * 0.0075 + 0.050, 4.0, interval=5)]
+    )
     s = _mod().step_summary(log, bs=16, interval=5)
     assert s["iteration_ms"] == 7.5 and s["iterations"] == 15 and s["admission_ms"] == 50.0
 
@@ -91,7 +109,7 @@ def test_interval_other_than_one():
 def test_a_real_log_excerpt():
     """A Kimi-width round trip, EAGLE-3 server, --decode-log-interval 5."""
     s = _mod().step_summary(REAL_0_5_16, bs=16, interval=5)
-    assert 7.0 < s["iteration_ms"] < 7.8                       # 16 x 4 x 5 tokens at ~8200-9000 tok/s
+    assert 7.0 < s["iteration_ms"] < 7.8  # 16 x 4 x 5 tokens at ~8200-9000 tok/s
     # (16 x 3.85 x 5 / 1559.87 s - 5 x 7.4 ms) / 2 prefill batches
     assert s["prefill_batches"] == 2 and 75 < s["admission_ms"] < 85
 

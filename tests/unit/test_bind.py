@@ -1,4 +1,5 @@
 """patching.arg() (positions read once) gives what Signature.bind gives, for methods and functions."""
+
 import pytest
 
 from sglang_eagle3_ext.patching import arg, bind
@@ -13,8 +14,16 @@ def _g(x, y=2):
     return x
 
 
-@pytest.mark.parametrize("call", [("f", (1, 2), {}), ("f", (1,), {"b": 5, "c": 6}), ("f", (1, 2, 7, 8), {"d": 9}),
-                                  ("g", (1,), {}), ("g", (), {"x": 1, "y": 3})])
+@pytest.mark.parametrize(
+    "call",
+    [
+        ("f", (1, 2), {}),
+        ("f", (1,), {"b": 5, "c": 6}),
+        ("f", (1, 2, 7, 8), {"d": 9}),
+        ("g", (1,), {}),
+        ("g", (), {"x": 1, "y": 3}),
+    ],
+)
 def test_arg_matches_bind(call):
     which, args, kwargs = call
     w = _C().f if which == "f" else _g

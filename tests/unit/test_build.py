@@ -1,6 +1,7 @@
 """`sglang-eagle3 build`: the plan at Kimi-K2.5 width on a CPU, the stages from a real (CPU-made) dump of the tiny
 target through export, train, convert, check, eval and the report, resuming, `--from`, the config file, and a
 real interrupt mid-training."""
+
 from __future__ import annotations
 
 import json
@@ -17,14 +18,44 @@ from sglang_eagle3_ext.cli.common import run_tool
 
 pytest.importorskip("speculators")
 
-KIMI = dict(architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3", hidden_size=7168,
-            num_hidden_layers=61, vocab_size=163840, num_attention_heads=64, num_key_value_heads=64,
-            q_lora_rank=1536, kv_lora_rank=512, intermediate_size=18432, qk_rope_head_dim=64, qk_nope_head_dim=128,
-            v_head_dim=128, max_position_embeddings=262144)
+KIMI = dict(
+    architectures=["DeepseekV3ForCausalLM"],
+    model_type="deepseek_v3",
+    hidden_size=7168,
+    num_hidden_layers=61,
+    vocab_size=163840,
+    num_attention_heads=64,
+    num_key_value_heads=64,
+    q_lora_rank=1536,
+    kv_lora_rank=512,
+    intermediate_size=18432,
+    qk_rope_head_dim=64,
+    qk_nope_head_dim=128,
+    v_head_dim=128,
+    max_position_embeddings=262144,
+)
 # a draft trained in seconds on a CPU (as the tutorial's CPU run): one step of a small draft with its own vocabulary
-CPU_TRAIN = ["--device", "cpu", "--steps", "1", "--ttt-steps", "1", "--draft-vocab-size", "512", "--intermediate-size",
-             "256", "--total-seq-len", "128", "--num-workers", "0", "--min-val-acc", "0", "--eval-dtype", "fp32",
-             "--quiet"]
+CPU_TRAIN = [
+    "--device",
+    "cpu",
+    "--steps",
+    "1",
+    "--ttt-steps",
+    "1",
+    "--draft-vocab-size",
+    "512",
+    "--intermediate-size",
+    "256",
+    "--total-seq-len",
+    "128",
+    "--num-workers",
+    "0",
+    "--min-val-acc",
+    "0",
+    "--eval-dtype",
+    "fp32",
+    "--quiet",
+]
 
 
 def build(argv) -> int:
@@ -37,8 +68,20 @@ def world(tmp_path_factory):
     from sglang_eagle3_ext.cli import tiny
 
     d = tmp_path_factory.mktemp("build")
-    rc = run_tool("tiny", tiny.main, [str(d / "target"), "--predictable", "--sample-dump", str(d / "dump"),
-                                      "--samples", "12", "--max-new-tokens", "8"])
+    rc = run_tool(
+        "tiny",
+        tiny.main,
+        [
+            str(d / "target"),
+            "--predictable",
+            "--sample-dump",
+            str(d / "dump"),
+            "--samples",
+            "12",
+            "--max-new-tokens",
+            "8",
+        ],
+    )
     assert rc == 0
     return {"target": d / "target", "dump": d / "dump"}
 
@@ -57,9 +100,32 @@ def test_dry_run_plans_a_kimi_width_build_on_a_cpu_in_seconds(tmp_path, capsys):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"id": i, "input_ids": list(range(100))}) + "\n" for i in range(10)))
     t0 = time.monotonic()
-    rc = build(["--dry-run", "--target", tmp_path / "kimi", "--data", prompts, "--preset", "kimi-k25-dump-tp8-nvlink",
-                "--generate", "--max-new-tokens", "156", "--out", tmp_path / "out", "--draft-arch", "mla",
-                "--gpus", "8", "--device", "cuda", "--device-memory-gib", "141", "--json", tmp_path / "plan.json"])
+    rc = build(
+        [
+            "--dry-run",
+            "--target",
+            tmp_path / "kimi",
+            "--data",
+            prompts,
+            "--preset",
+            "kimi-k25-dump-tp8-nvlink",
+            "--generate",
+            "--max-new-tokens",
+            "156",
+            "--out",
+            tmp_path / "out",
+            "--draft-arch",
+            "mla",
+            "--gpus",
+            "8",
+            "--device",
+            "cuda",
+            "--device-memory-gib",
+            "141",
+            "--json",
+            tmp_path / "plan.json",
+        ]
+    )
     took = time.monotonic() - t0
     assert rc == 0
     plan = json.loads((tmp_path / "plan.json").read_text())
@@ -70,7 +136,7 @@ def test_dry_run_plans_a_kimi_width_build_on_a_cpu_in_seconds(tmp_path, capsys):
     assert plan["dump"]["tokens"] == 2560 and plan["dump"]["bytes"] == 2560 * 4 * 7168 * 2
     assert plan["train"]["world_size"] == 8 and plan["train"]["per_rank_gib"]["total"] > 0
     assert all(s["expected"] == "not measured" for s in plan["stages"])
-    assert not (tmp_path / "out").exists()          # a plan writes nothing
+    assert not (tmp_path / "out").exists()  # a plan writes nothing
 
 
 def test_build_from_a_dump_through_every_stage_then_resumes_and_redoes_from_train(world, tmp_path, capsys):
@@ -95,19 +161,25 @@ def test_build_from_a_dump_through_every_stage_then_resumes_and_redoes_from_trai
     cfg = (out / "build_config.yaml").read_text()
     assert "ttt-steps: 1" in cfg and "draft-vocab-size: 512" in cfg
 
-    before = _mtimes(out)                             # a re-run: every stage complete, nothing rewritten
+    before = _mtimes(out)  # a re-run: every stage complete, nothing rewritten
     assert build(common) == 0
     lines = _stage_lines(capsys.readouterr().err)
     assert [ln for ln in lines if "skipped" not in ln] == [], lines
     after = _mtimes(out)
-    assert {k: v for k, v in after.items() if k != "build_config.yaml"} == \
-        {k: v for k, v in before.items() if k != "build_config.yaml"}
+    assert {k: v for k, v in after.items() if k != "build_config.yaml"} == {
+        k: v for k, v in before.items() if k != "build_config.yaml"
+    }
 
     assert build([*common, "--from", "train"]) == 0  # train and everything after it again; export kept
     lines = _stage_lines(capsys.readouterr().err)
     assert "stage export: complete, skipped" in lines
-    assert [ln.split(":")[0] for ln in lines if ln.endswith("started")] == \
-        ["stage train", "stage convert", "stage check", "stage eval", "stage report"]
+    assert [ln.split(":")[0] for ln in lines if ln.endswith("started")] == [
+        "stage train",
+        "stage convert",
+        "stage check",
+        "stage eval",
+        "stage report",
+    ]
     again = _mtimes(out)
     assert again["export/hidden_states/hs_0.safetensors"] == before["export/hidden_states/hs_0.safetensors"]
     assert again["draft/config.json"] != before["draft/config.json"]
@@ -121,8 +193,9 @@ def test_config_file_with_command_line_override_and_unknown_key_refused(world, t
     assert resolved["ttt_steps"] == 1 and resolved["lr"] == 0.003
 
     cfg.write_text("lr: 0.003\nmax-new-token: 96\n")
-    assert build(["--config", cfg, "--out", tmp_path / "o", "--dump-dir", world["dump"],
-                  "--target", world["target"]]) == 2
+    assert (
+        build(["--config", cfg, "--out", tmp_path / "o", "--dump-dir", world["dump"], "--target", world["target"]]) == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "unknown key 'max-new-token'" in err and "did you mean 'max-new-tokens'" in err and str(cfg) in err
@@ -137,8 +210,18 @@ def test_config_file_with_command_line_override_and_unknown_key_refused(world, t
 
 def test_a_real_interrupt_during_train_exits_130_naming_the_stage_and_a_rerun_resumes(world, tmp_path):
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "sglang_eagle3_ext.cli.build", "--dump-dir", str(world["dump"]), "--target",
-           str(world["target"]), "--out", str(out), *CPU_TRAIN]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sglang_eagle3_ext.cli.build",
+        "--dump-dir",
+        str(world["dump"]),
+        "--target",
+        str(world["target"]),
+        "--out",
+        str(out),
+        *CPU_TRAIN,
+    ]
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     seen = []
     for line in p.stderr:

@@ -1,5 +1,6 @@
 """The command-line surface: one `sglang-eagle3` command, --version, help with defaults on every option, the
 same flag names for the same things, one-line errors with the documented exit codes (cli/common.py)."""
+
 from __future__ import annotations
 
 import argparse
@@ -44,16 +45,20 @@ def test_every_option_has_help_and_shows_its_default(parsers):
 def test_same_flag_names_for_the_same_things(parsers):
     f = {t: _flags(p) for t, p in parsers.items()}
     for tool in ("bench", "dump"):
-        assert "--url" in f[tool], tool                                   # a server URL
+        assert "--url" in f[tool], tool  # a server URL
     for tool in ("check", "convert", "compat"):
-        assert f[tool]["--sglang"].metavar == "VERSION", tool             # a SGLang release
+        assert f[tool]["--sglang"].metavar == "VERSION", tool  # a SGLang release
     for tool in ("check", "compat", "bench"):
         assert f[tool]["--json"].nargs == "?" and f[tool]["--json"].metavar == "PATH", tool  # JSON output
     for tool in ("check", "train", "bench", "dump"):
-        assert "--target" in f[tool], tool                                # the target model
+        assert "--target" in f[tool], tool  # the target model
     # old spellings still parse but are not advertised
-    for tool, old in (("check", "--sglang-version"), ("convert", "--sglang-version"), ("bench", "--tokenizer"),
-                      ("dump", "--tokenizer")):
+    for tool, old in (
+        ("check", "--sglang-version"),
+        ("convert", "--sglang-version"),
+        ("bench", "--tokenizer"),
+        ("dump", "--tokenizer"),
+    ):
         assert f[tool][old].help == argparse.SUPPRESS and old not in parsers[tool].format_help(), (tool, old)
 
 
@@ -84,19 +89,22 @@ def _one_line_error(capsys, rc, code=EXIT_BAD_INPUT, *words):
     return err
 
 
-@pytest.mark.parametrize("argv,words", [
-    (["convert", "/nonexistent/src", "/tmp/sge3_never_written"], ["/nonexistent/src"]),
-    (["compat", "--source", "/nonexistent/sglang_tree"], ["/nonexistent/sglang_tree"]),
-    (["dump", "status", "--dump-dir", "/nonexistent/dump"], ["/nonexistent/dump"]),
-    (["launch", "--config", "/nonexistent/preset.yaml", "--dry-run"], ["/nonexistent/preset.yaml"]),
-    (["bench", "--url", "localhost:30000"], ["not an http(s) URL"]),
-    (["bench", "--url", "http://127.0.0.1:9", "--concurrency", "1,x"], ["--concurrency"]),
-    (["patches", "--print", "0.0.1"], ["no static patch for SGLang '0.0.1'"]),
-    (["tiny", "--", "-x"], ["looks like an option"]),
-    (["check", "/tmp", "--bogus-flag"], ["unrecognized arguments: --bogus-flag"]),
-    (["check", "/nonexistent/draft"], ["/nonexistent/draft", "no such directory"]),
-    (["launch", "--config", "/tmp", "--dry-run"], ["/tmp", "cannot be read"]),
-])
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (["convert", "/nonexistent/src", "/tmp/sge3_never_written"], ["/nonexistent/src"]),
+        (["compat", "--source", "/nonexistent/sglang_tree"], ["/nonexistent/sglang_tree"]),
+        (["dump", "status", "--dump-dir", "/nonexistent/dump"], ["/nonexistent/dump"]),
+        (["launch", "--config", "/nonexistent/preset.yaml", "--dry-run"], ["/nonexistent/preset.yaml"]),
+        (["bench", "--url", "localhost:30000"], ["not an http(s) URL"]),
+        (["bench", "--url", "http://127.0.0.1:9", "--concurrency", "1,x"], ["--concurrency"]),
+        (["patches", "--print", "0.0.1"], ["no static patch for SGLang '0.0.1'"]),
+        (["tiny", "--", "-x"], ["looks like an option"]),
+        (["check", "/tmp", "--bogus-flag"], ["unrecognized arguments: --bogus-flag"]),
+        (["check", "/nonexistent/draft"], ["/nonexistent/draft", "no such directory"]),
+        (["launch", "--config", "/tmp", "--dry-run"], ["/tmp", "cannot be read"]),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
     try:
         rc = cli.main(argv)
@@ -107,8 +115,9 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
 
 def test_check_bad_draft_folder(tmp_path, capsys):
     (tmp_path / "config.json").write_text("{not json")
-    rc = run_tool("check", __import__("sglang_eagle3_ext.check", fromlist=["main"]).main,
-                  [str(tmp_path), "--sglang", "0.5.16"])
+    rc = run_tool(
+        "check", __import__("sglang_eagle3_ext.check", fromlist=["main"]).main, [str(tmp_path), "--sglang", "0.5.16"]
+    )
     out = capsys.readouterr()
     assert rc == 2 and "Traceback" not in out.out + out.err and "config.json" in out.out + out.err
 

@@ -1,6 +1,7 @@
 """Every command keeps the README's contract: exit codes (0 ok, 1 negative verdict, 2 bad input naming the fix,
 130 interrupted), one-line errors, local inputs checked before a server is contacted, --json saying what the
 text says, and messages in the user's words (flags, not module paths or constants)."""
+
 from __future__ import annotations
 
 import json
@@ -61,8 +62,9 @@ def test_train_below_min_val_acc_is_a_negative_verdict(tmp_path, monkeypatch, ca
         require_learned(0.01, opts.min_val_acc, opts.out)
 
     monkeypatch.setattr(cli_train, "train_draft", trained_but_not_learned)
-    rc, _, err = run(["train", "--data", str(tmp_path), "--target", str(tmp_path), "--out", str(tmp_path / "d")],
-                     capsys)
+    rc, _, err = run(
+        ["train", "--data", str(tmp_path), "--target", str(tmp_path), "--out", str(tmp_path / "d")], capsys
+    )
     assert rc == 1 and "--min-val-acc" in err and len(err.strip().splitlines()) == 1, err
 
 
@@ -83,10 +85,25 @@ def cpu_training_data(tmp_path_factory):
     """The tiny predictable target, a real dump of it made on this CPU (`tiny --sample-dump`) and its export."""
     pytest.importorskip("speculators.train.cli")
     d = tmp_path_factory.mktemp("contract_train")
-    assert cli.main(["tiny", str(d / "target"), "--predictable", "--sample-dump", str(d / "dump"), "--samples", "12",
-                     "--max-new-tokens", "8"]) == 0
-    assert cli.main(["dump", "export", "--dump-dir", str(d / "dump"), "--to", "speculators", "--out",
-                     str(d / "hs")]) == 0
+    assert (
+        cli.main(
+            [
+                "tiny",
+                str(d / "target"),
+                "--predictable",
+                "--sample-dump",
+                str(d / "dump"),
+                "--samples",
+                "12",
+                "--max-new-tokens",
+                "8",
+            ]
+        )
+        == 0
+    )
+    assert (
+        cli.main(["dump", "export", "--dump-dir", str(d / "dump"), "--to", "speculators", "--out", str(d / "hs")]) == 0
+    )
     return {"target": d / "target", "data": d / "hs"}
 
 
@@ -94,15 +111,37 @@ def test_ctrl_c_in_train_stops_quietly_within_seconds_with_a_true_sentence(cpu_t
     """A terminal's Ctrl-C signals the whole process group, DataLoader workers (spawned, still importing) included:
     the run stops within 5 s, exit 130, one line on what --out holds, and no worker's traceback."""
     out = tmp_path / "draft"
-    argv = [sys.executable, "-m", "sglang_eagle3_ext", "train", "--data", str(cpu_training_data["data"]),
-            "--target", str(cpu_training_data["target"]), "--out", str(out), "--device", "cpu", "--epochs", "50",
-            "--total-seq-len", "128", "--num-workers", "2", "--min-val-acc", "0", "--draft-vocab-size", "512",
-            "--intermediate-size", "256"]
+    argv = [
+        sys.executable,
+        "-m",
+        "sglang_eagle3_ext",
+        "train",
+        "--data",
+        str(cpu_training_data["data"]),
+        "--target",
+        str(cpu_training_data["target"]),
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--epochs",
+        "50",
+        "--total-seq-len",
+        "128",
+        "--num-workers",
+        "2",
+        "--min-val-acc",
+        "0",
+        "--draft-vocab-size",
+        "512",
+        "--intermediate-size",
+        "256",
+    ]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     seen = []
     for line in p.stdout:
         seen.append(line)
-        if "steps/epoch" in line:      # the first epoch's loader workers are starting
+        if "steps/epoch" in line:  # the first epoch's loader workers are starting
             break
     time.sleep(1.0)
     os.killpg(p.pid, signal.SIGINT)
@@ -123,11 +162,39 @@ def test_ctrl_c_in_train_stops_quietly_within_seconds_with_a_true_sentence(cpu_t
 
 def test_train_counts_epochs_from_one_in_its_lines_and_bars(cpu_training_data, tmp_path):
     """Epoch 1 is the first in the step and val lines, and in speculators' own progress bar beside them."""
-    p = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext", "train", "--data", str(cpu_training_data["data"]),
-                        "--target", str(cpu_training_data["target"]), "--out", str(tmp_path / "draft"), "--device",
-                        "cpu", "--epochs", "2", "--log-every", "1", "--total-seq-len", "128", "--num-workers", "0",
-                        "--min-val-acc", "0", "--draft-vocab-size", "512", "--intermediate-size", "256"],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sglang_eagle3_ext",
+            "train",
+            "--data",
+            str(cpu_training_data["data"]),
+            "--target",
+            str(cpu_training_data["target"]),
+            "--out",
+            str(tmp_path / "draft"),
+            "--device",
+            "cpu",
+            "--epochs",
+            "2",
+            "--log-every",
+            "1",
+            "--total-seq-len",
+            "128",
+            "--num-workers",
+            "0",
+            "--min-val-acc",
+            "0",
+            "--draft-vocab-size",
+            "512",
+            "--intermediate-size",
+            "256",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     text = p.stdout + p.stderr
     assert p.returncode == 0, text[-3000:]
     said = {int(n) for n in re.findall(r"\bepoch (\d+)\b", text)}
@@ -158,9 +225,14 @@ def _launch_dry_run(tmp_path, *extra):
 
 
 @pytest.mark.sglang
-@pytest.mark.parametrize("abbreviated,full", [("--mem-frac", "--mem-fraction-static"),
-                                              ("--disable-radix", "--disable-radix-cache"),
-                                              ("--speculative-num-draft", "--speculative-num-draft-tokens")])
+@pytest.mark.parametrize(
+    "abbreviated,full",
+    [
+        ("--mem-frac", "--mem-fraction-static"),
+        ("--disable-radix", "--disable-radix-cache"),
+        ("--speculative-num-draft", "--speculative-num-draft-tokens"),
+    ],
+)
 def test_launch_refuses_an_abbreviation_of_sglangs_flags(abbreviated, full, no_launch, tmp_path, capsys):
     rc, out, err = run(_launch_dry_run(tmp_path, f"{abbreviated}=1"), capsys)
     lines = [ln for ln in (out + err).splitlines() if ln.strip()]
@@ -170,17 +242,20 @@ def test_launch_refuses_an_abbreviation_of_sglangs_flags(abbreviated, full, no_l
 
 @pytest.mark.sglang
 def test_launch_passes_sglangs_flags_spelled_out(no_launch, tmp_path, capsys):
-    rc, out, err = run(_launch_dry_run(tmp_path, "--mem-fraction-static", "0.4", "--disable-radix-cache",
-                                       "--tp", "2"), capsys)
+    rc, out, err = run(
+        _launch_dry_run(tmp_path, "--mem-fraction-static", "0.4", "--disable-radix-cache", "--tp", "2"), capsys
+    )
     assert rc == 0, err
     assert "--mem-fraction-static 0.4" in out and "--disable-radix-cache" in out and "--tp 2" in out, out
 
 
 def test_launch_help_is_ours_and_says_how_to_see_sglangs():
     """Short and fast (SGLang is not imported for it), naming the flag that prints SGLang's own."""
-    code = ("import sys, time; from sglang_eagle3_ext import cli; t = time.monotonic(); rc = cli.main(['launch', "
-            "'--help']); print('SGLANG_IMPORTED' if 'sglang.srt.server_args' in sys.modules else '', "
-            "round(time.monotonic() - t, 2), file=sys.stderr); sys.exit(rc)")
+    code = (
+        "import sys, time; from sglang_eagle3_ext import cli; t = time.monotonic(); rc = cli.main(['launch', "
+        "'--help']); print('SGLANG_IMPORTED' if 'sglang.srt.server_args' in sys.modules else '', "
+        "round(time.monotonic() - t, 2), file=sys.stderr); sys.exit(rc)"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "--nccl-profile" in p.stdout and "--help-sglang" in p.stdout, p.stdout
@@ -199,7 +274,7 @@ def test_launch_help_sglang_prints_sglangs_own(capsys):
 def _unreachable_url() -> str:
     import socket
 
-    with socket.socket() as sock:      # a port just freed: nothing listens there
+    with socket.socket() as sock:  # a port just freed: nothing listens there
         sock.bind(("127.0.0.1", 0))
         return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
@@ -222,8 +297,9 @@ def test_refresh_names_its_dump_dir_once_in_one_line(what, tmp_path, capsys):
     dump = tmp_path / "dump"
     if what == "not a dump":
         dump.mkdir()
-    rc, out, err = run(["refresh", "--dump-dir", str(dump), "--draft", str(tmp_path / "draft"), "--out",
-                        str(tmp_path / "out")], capsys)
+    rc, out, err = run(
+        ["refresh", "--dump-dir", str(dump), "--draft", str(tmp_path / "draft"), "--out", str(tmp_path / "out")], capsys
+    )
     lines = [ln for ln in err.splitlines() if "error:" in ln]
     assert rc == 2 and len(lines) == 1, out + err
     assert lines[0].count("--dump-dir") == 1 and lines[0].count(str(dump)) == 1, lines[0]
@@ -242,8 +318,10 @@ def test_readme_first_screen_says_who_it_is_for_and_the_two_commands():
 
 # ---- the user's words -------------------------------------------------------------------------------------
 # the package's own module paths and constants, which mean nothing to a user reading --help
-INSIDE_WORDS = re.compile(r"tiny\.PREDICTABLE|round trip's target|training/\w+\.py|keys\.HF_INDICES_FIELD|"
-                          r"HAS_MIDLAYER=|tiny/\w+\.py")
+INSIDE_WORDS = re.compile(
+    r"tiny\.PREDICTABLE|round trip's target|training/\w+\.py|keys\.HF_INDICES_FIELD|"
+    r"HAS_MIDLAYER=|tiny/\w+\.py"
+)
 
 
 @pytest.mark.parametrize("command", ["tiny", "train", "convert", "check", "eval", "swap", "refresh", "dump"])

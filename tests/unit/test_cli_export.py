@@ -1,5 +1,6 @@
 """`dump export` through the CLI: parallel workers give the same files as one worker, a progress bar on stderr,
 --quiet silences it, a mistyped --dump-dir is one line and exit 2."""
+
 from __future__ import annotations
 
 import hashlib
@@ -23,11 +24,19 @@ def _digest(root):
 def test_parallel_export_equals_serial_and_shows_progress(tmp_path, capsys, to, _short_samples_allowed):
     d, _ = _make_dump(tmp_path, final="both", lens=tuple(range(3, 15)))
     one, many = tmp_path / "one", tmp_path / "many"
-    assert run_tool("dump", dump_main, ["export", "--dump-dir", str(d), "--to", to, "--out", str(one),
-                                        "--workers", "1", "--quiet"]) == 0
+    assert (
+        run_tool(
+            "dump",
+            dump_main,
+            ["export", "--dump-dir", str(d), "--to", to, "--out", str(one), "--workers", "1", "--quiet"],
+        )
+        == 0
+    )
     assert "sample" not in capsys.readouterr().err
-    assert run_tool("dump", dump_main, ["export", "--dump-dir", str(d), "--to", to, "--out", str(many),
-                                        "--workers", "4"]) == 0
+    assert (
+        run_tool("dump", dump_main, ["export", "--dump-dir", str(d), "--to", to, "--out", str(many), "--workers", "4"])
+        == 0
+    )
     err = capsys.readouterr().err
     assert f"export {to}" in err and "12/12" in err  # the tqdm bar
     a, b = _digest(one), _digest(many)
@@ -35,7 +44,10 @@ def test_parallel_export_equals_serial_and_shows_progress(tmp_path, capsys, to, 
 
 
 def test_mistyped_dump_dir_is_one_line(tmp_path, capsys):
-    rc = run_tool("dump", dump_main, ["export", "--dump-dir", str(tmp_path / "nope"), "--to", "specforge",
-                                      "--out", str(tmp_path / "o")])
+    rc = run_tool(
+        "dump",
+        dump_main,
+        ["export", "--dump-dir", str(tmp_path / "nope"), "--to", "specforge", "--out", str(tmp_path / "o")],
+    )
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "nope: no such directory" in err and "Traceback" not in err and len(err.splitlines()) == 1

@@ -1,6 +1,7 @@
 """`--json [PATH]` on every command that reports (only JSON on stdout without PATH, human text otherwise) and
 quiet defaults: `train` shows its own lines and a progress bar, not the logs, warnings and bars of the
 libraries it drives; `--quiet` / `--verbose` on every command that shows progress."""
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,7 @@ def test_quiet_and_verbose_where_there_is_progress(parsers, key):
 
 def _only_json(rc, out, err, codes=(0,)):
     assert rc in codes, err
-    return json.loads(out)   # stdout holds the JSON and nothing else
+    return json.loads(out)  # stdout holds the JSON and nothing else
 
 
 # ---------------------------------------------------------------------------------------------- drafts
@@ -74,8 +75,9 @@ def test_dump_status_is_text_by_default_and_json_on_request(tmp_path, capfd):
     d.mkdir()
     (d / "dump_meta.json").write_text("{}")
     (d / "status").mkdir()
-    (d / "status" / "dp0.json").write_text(json.dumps({"state": "dumping", "stats": {"written": 1,
-                                                                                       "skipped_multimodal": 2}}))
+    (d / "status" / "dp0.json").write_text(
+        json.dumps({"state": "dumping", "stats": {"written": 1, "skipped_multimodal": 2}})
+    )
     ManifestWriter(d, "dp0").append({"id": "a", "file": "a.safetensors", "num_tokens": 7, "bytes": 100})
     rc, out, err = sg(["dump", "status", "--dump-dir", d], capfd)
     assert rc == 0 and out.startswith(f"dump {d}: 1 complete samples, 7 tokens") and "skipped_multimodal=2" in out
@@ -90,9 +92,21 @@ def test_dump_status_is_text_by_default_and_json_on_request(tmp_path, capfd):
 def test_dump_run_summary_as_text():
     from sglang_eagle3_ext.cli.dump import _run_text
 
-    sm = {"samples": 10, "already_done": 2, "sent": 8, "written": 7, "failed_requests": 1, "not_written": 0,
-          "malformed_lines": 0, "duplicate_ids": 0, "seconds": 1.5, "tokens_written": 900, "gb_written": 0.001,
-          "dump_dir": "d", "skipped_multimodal": 3}
+    sm = {
+        "samples": 10,
+        "already_done": 2,
+        "sent": 8,
+        "written": 7,
+        "failed_requests": 1,
+        "not_written": 0,
+        "malformed_lines": 0,
+        "duplicate_ids": 0,
+        "seconds": 1.5,
+        "tokens_written": 900,
+        "gb_written": 0.001,
+        "dump_dir": "d",
+        "skipped_multimodal": 3,
+    }
     text = _run_text(sm)
     assert text.startswith("dump run: 7 of 8 sent samples written (2 of 10 already in the manifest)"), text
     assert "failed requests 1" in text and "skipped_multimodal 3" in text and "\n" not in text
@@ -104,8 +118,12 @@ def test_dump_export_reports_json(tmp_path, capfd, monkeypatch):
 
     monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS", "1")
     d, _ = _make_dump(tmp_path)
-    r = _only_json(*sg(["dump", "export", "--dump-dir", d, "--to", "specforge", "--out", tmp_path / "o", "--quiet",
-                        "--json"], capfd))
+    r = _only_json(
+        *sg(
+            ["dump", "export", "--dump-dir", d, "--to", "specforge", "--out", tmp_path / "o", "--quiet", "--json"],
+            capfd,
+        )
+    )
     assert r == {"exported": 2, "to": "specforge", "out": str(tmp_path / "o")}
 
 
@@ -115,8 +133,26 @@ def test_bench_reports_json(capfd):
 
     srv, url, _ = serve(0.7)
     try:
-        r = _only_json(*sg(["bench", "--url", url, "--num-prompts", "2", "--concurrency", "1", "--warmup", "0",
-                            "--max-new-tokens", "8", "--quiet", "--json"], capfd))
+        r = _only_json(
+            *sg(
+                [
+                    "bench",
+                    "--url",
+                    url,
+                    "--num-prompts",
+                    "2",
+                    "--concurrency",
+                    "1",
+                    "--warmup",
+                    "0",
+                    "--max-new-tokens",
+                    "8",
+                    "--quiet",
+                    "--json",
+                ],
+                capfd,
+            )
+        )
     finally:
         srv.shutdown()
     assert r["status"] == "OK" and r["levels"][0]["concurrency"] == 1
@@ -130,22 +166,58 @@ def test_launch_dry_run_plan_as_json(tmp_path, capfd, monkeypatch):
     monkeypatch.chdir(tmp_path)
     topo = tmp_path / "topo.json"
     topo.write_text(FAKES["nvlink"][0]().to_json())
-    r = _only_json(*sg(["launch", "--preset", "tiny", "--dry-run", "--skip-draft-check", "--topology-file", topo,
-                        "--tp", "2", "--json"], capfd))
+    r = _only_json(
+        *sg(
+            [
+                "launch",
+                "--preset",
+                "tiny",
+                "--dry-run",
+                "--skip-draft-check",
+                "--topology-file",
+                topo,
+                "--tp",
+                "2",
+                "--json",
+            ],
+            capfd,
+        )
+    )
     assert r["command"][1:3] == ["-m", "sglang.launch_server"] and r["tp_size"] == 2
     assert r["topology"]["class"] == "full NVLink" and any(d["name"] == "SGLANG_EAGLE3_EXT" for d in r["decisions"])
     names = _only_json(*sg(["launch", "--list-presets", "--json"], capfd))
     assert "tiny" in names
-    rc, out, err = sg(["launch", "--preset", "tiny", "--json"], capfd)   # JSON on stdout is --dry-run's only
+    rc, out, err = sg(["launch", "--preset", "tiny", "--json"], capfd)  # JSON on stdout is --dry-run's only
     assert rc == 2 and "--dry-run" in err and not out
 
 
 # ---------------------------------------------------------------------------------------------- train
-SMALL = dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_attention_heads=4,
-             num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16,
-             v_head_dim=16, vocab_size=256, n_routed_experts=4, num_experts_per_tok=2, num_hidden_layers=4)
-NOISE = ("INFO", "WARNING", "Warning", "Saving the dataset", "Writing model shards", "Loading from local",
-         "speculators.", "Traceback")
+SMALL = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    moe_intermediate_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    kv_lora_rank=32,
+    q_lora_rank=32,
+    qk_rope_head_dim=16,
+    qk_nope_head_dim=16,
+    v_head_dim=16,
+    vocab_size=256,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    num_hidden_layers=4,
+)
+NOISE = (
+    "INFO",
+    "WARNING",
+    "Warning",
+    "Saving the dataset",
+    "Writing model shards",
+    "Loading from local",
+    "speculators.",
+    "Traceback",
+)
 
 
 @pytest.fixture(scope="module")
@@ -163,9 +235,13 @@ def small_world(tmp_path_factory):
     hs.mkdir(parents=True)
     g = torch.Generator().manual_seed(0)
     for i in range(8):
-        save_file({"token_ids": torch.randint(0, SMALL["vocab_size"], (24,), generator=g),
-                   "hidden_states": torch.randn(24, 4, SMALL["hidden_size"], generator=g).bfloat16()},
-                  str(hs / f"hs_{i}.safetensors"))
+        save_file(
+            {
+                "token_ids": torch.randint(0, SMALL["vocab_size"], (24,), generator=g),
+                "hidden_states": torch.randn(24, 4, SMALL["hidden_size"], generator=g).bfloat16(),
+            },
+            str(hs / f"hs_{i}.safetensors"),
+        )
     (root / "data" / "metadata.json").write_text(json.dumps({"hf_hidden_state_indices": [1, 2, 3]}))
     return root, target
 
@@ -175,9 +251,34 @@ def test_train_shows_its_own_lines_and_reports_json(small_world, capfd):
     speculators, transformers, datasets and torch print (config dumps, INFO logs, warnings, other bars)."""
     root, target = small_world
     summary = root / "summary.json"
-    rc, out, err = sg(["train", "--data", root / "data", "--target", target, "--out", root / "draft", "--device",
-                       "cpu", "--steps", "2", "--ttt-steps", "1", "--total-seq-len", "64", "--num-workers", "0",
-                       "--intermediate-size", "64", "--min-val-acc", "0", "--json", summary], capfd)
+    rc, out, err = sg(
+        [
+            "train",
+            "--data",
+            root / "data",
+            "--target",
+            target,
+            "--out",
+            root / "draft",
+            "--device",
+            "cpu",
+            "--steps",
+            "2",
+            "--ttt-steps",
+            "1",
+            "--total-seq-len",
+            "64",
+            "--num-workers",
+            "0",
+            "--intermediate-size",
+            "64",
+            "--min-val-acc",
+            "0",
+            "--json",
+            summary,
+        ],
+        capfd,
+    )
     assert rc == 0, err
     lines = (out + err).splitlines()
     own = [ln for ln in lines if ln.startswith("[train_draft] ")]

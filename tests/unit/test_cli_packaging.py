@@ -1,5 +1,6 @@
 """Packaging: every third-party module the package imports is a declared dependency (base or an extra), the
 LICENSE is the Apache-2.0 text the metadata declares, and the static patches travel in the wheel."""
+
 from __future__ import annotations
 
 import ast

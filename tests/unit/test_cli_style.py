@@ -3,6 +3,7 @@ under `python -m`), flags spelled out in full (an abbreviation or a near miss is
 `launch` included, where what is not ours goes to SGLang), a group without its subcommand prints its help,
 `--sglang VERSION` checked the same way wherever it is taken, help descriptions made of whole paragraphs, and
 `check` on a folder that is no draft says in one line what it is."""
+
 from __future__ import annotations
 
 import argparse
@@ -38,9 +39,18 @@ def test_every_parser_refuses_abbreviations(parsers):
 
 
 # a valid command line of each parser that takes no flags without a value, to append a probe to
-VALID = {"check": ["d"], "convert": ["s", "d"], "compat": [], "tiny": [], "patches": [], "bench": ["--url", "http://h"],
-         "train": ["--data", "d", "--target", "t", "--out", "o"], "dump run": ["--data", "x", "--dump-dir", "d"],
-         "dump export": ["--dump-dir", "d", "--to", "specforge", "--out", "o"], "dump status": ["--dump-dir", "d"]}
+VALID = {
+    "check": ["d"],
+    "convert": ["s", "d"],
+    "compat": [],
+    "tiny": [],
+    "patches": [],
+    "bench": ["--url", "http://h"],
+    "train": ["--data", "d", "--target", "t", "--out", "o"],
+    "dump run": ["--data", "x", "--dump-dir", "d"],
+    "dump export": ["--dump-dir", "d", "--to", "specforge", "--out", "o"],
+    "dump status": ["--dump-dir", "d"],
+}
 
 
 def _probes(parsers):
@@ -94,8 +104,11 @@ def test_a_group_without_its_subcommand_prints_its_help(capfd):
 def _target_config(tmp_path):
     t = tmp_path / "target"
     t.mkdir()
-    (t / "config.json").write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "vocab_size": 64,
-                                               "hidden_size": 16, "num_hidden_layers": 4}))
+    (t / "config.json").write_text(
+        json.dumps(
+            {"architectures": ["DeepseekV3ForCausalLM"], "vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 4}
+        )
+    )
     return t
 
 
@@ -108,8 +121,16 @@ def _error_cases(tmp_path):
         "check": ["check", tmp_path / "nope"],
         "convert refused": ["convert", not_draft, tmp_path / "out", "--sglang", "0.5.16", "--quiet"],
         "train": ["train", "--data", empty, "--target", not_draft, "--out", tmp_path / "t_out", "--device", "cpu"],
-        "dump export": ["dump", "export", "--dump-dir", tmp_path / "nope", "--to", "specforge",
-                        "--out", tmp_path / "o"],
+        "dump export": [
+            "dump",
+            "export",
+            "--dump-dir",
+            tmp_path / "nope",
+            "--to",
+            "specforge",
+            "--out",
+            tmp_path / "o",
+        ],
         "dump status usage": ["dump", "status"],
         "launch": ["launch", "--config", tmp_path / "nope.yaml", "--dry-run"],
         "compat": ["compat", "--source", tmp_path / "nope"],
@@ -118,8 +139,18 @@ def _error_cases(tmp_path):
     }
 
 
-CASES = ["usage", "check", "convert refused", "train", "dump export", "dump status usage", "launch", "compat",
-         "patches", "tiny"]
+CASES = [
+    "usage",
+    "check",
+    "convert refused",
+    "train",
+    "dump export",
+    "dump status usage",
+    "launch",
+    "compat",
+    "patches",
+    "tiny",
+]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -141,8 +172,20 @@ def test_module_entries_keep_the_shape(tmp_path, capfd):
     from sglang_eagle3_ext.cli import train as train_draft
 
     pytest.importorskip("torch")
-    rc = run_tool("train", train_draft.main, ["--data", str(tmp_path), "--target", str(_target_config(tmp_path)),
-                                              "--out", str(tmp_path / "o"), "--device", "cpu"])
+    rc = run_tool(
+        "train",
+        train_draft.main,
+        [
+            "--data",
+            str(tmp_path),
+            "--target",
+            str(_target_config(tmp_path)),
+            "--out",
+            str(tmp_path / "o"),
+            "--device",
+            "cpu",
+        ],
+    )
     err = capfd.readouterr().err
     assert rc == 2 and error_lines(err)[0].startswith("python -m sglang_eagle3_ext.train_draft: error: "), err
     rc = run_tool("launch", launch_server.main, ["--config", str(tmp_path / "x.yaml"), "--dry-run"])
@@ -186,16 +229,20 @@ def _topo(tmp_path):
 
 
 @pytest.mark.sglang
-@pytest.mark.parametrize("argv,words", [
-    (["--dry-runn"], ["--dry-runn", "did you mean --dry-run?"]),
-    (["--dry-ru"], ["--dry-ru", "did you mean --dry-run?"]),     # an abbreviation of ours, whatever SGLang does
-    (["--presets", "tiny"], ["did you mean --preset"]),
-    (["--dry-run", "--no-such-flag", "1"], ["--no-such-flag", "neither a flag of launch nor of SGLang"]),
-    (["--dry-run", "--mem-fraction-statik", "0.3"], ["did you mean --mem-fraction-static?"]),
-])
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (["--dry-runn"], ["--dry-runn", "did you mean --dry-run?"]),
+        (["--dry-ru"], ["--dry-ru", "did you mean --dry-run?"]),  # an abbreviation of ours, whatever SGLang does
+        (["--presets", "tiny"], ["did you mean --preset"]),
+        (["--dry-run", "--no-such-flag", "1"], ["--no-such-flag", "neither a flag of launch nor of SGLang"]),
+        (["--dry-run", "--mem-fraction-statik", "0.3"], ["did you mean --mem-fraction-static?"]),
+    ],
+)
 def test_launch_refuses_what_is_neither_ours_nor_sglangs(argv, words, no_launch, capfd, tmp_path):
-    rc, _, err = sg(["launch", "--preset", "tiny", "--skip-draft-check", "--topology-file", _topo(tmp_path), *argv],
-                    capfd)
+    rc, _, err = sg(
+        ["launch", "--preset", "tiny", "--skip-draft-check", "--topology-file", _topo(tmp_path), *argv], capfd
+    )
     assert rc == 2 and not no_launch, err
     lines = error_lines(err)
     assert len(lines) == 1 and lines[0].startswith("sglang-eagle3 launch: error: "), err
@@ -222,7 +269,7 @@ def test_launch_takes_only_flags_sglang_resolves(launch_parts, name):
     flag = "--" + name
     try:
         ours, rest = p.parse_known_args(["--preset", "tiny", "--dry-run", flag])
-    except SystemExit:   # one of ours used wrongly (no value, or --config beside --preset): argparse's exit 2
+    except SystemExit:  # one of ours used wrongly (no value, or --config beside --preset): argparse's exit 2
         return
     mine = [f for f in p._option_string_actions if f.startswith("--")]
     try:
@@ -231,23 +278,41 @@ def test_launch_takes_only_flags_sglang_resolves(launch_parts, name):
         assert str(e).startswith(f"{flag}: "), e
         return
     if flag in mine:
-        return   # ours: parsed by our parser, never passed on
-    assert flag in theirs or [s for s in theirs if s.startswith(flag)] == [launch_cli.SGLANG_SHORT_FORMS.get(flag)], flag
+        return  # ours: parsed by our parser, never passed on
+    assert flag in theirs or [s for s in theirs if s.startswith(flag)] == [launch_cli.SGLANG_SHORT_FORMS.get(flag)], (
+        flag
+    )
     assert not any(m.startswith(flag) for m in mine), flag
 
 
 @pytest.mark.sglang
 def test_launch_keeps_sglangs_own_flags_and_abbreviations(no_launch, capfd, tmp_path):
-    rc, out, err = sg(["launch", "--preset", "tiny", "--dry-run", "--skip-draft-check", "--tp", "2",
-                       "--mem-fraction-static=0.4", "--topology-file", _topo(tmp_path)], capfd)
+    rc, out, err = sg(
+        [
+            "launch",
+            "--preset",
+            "tiny",
+            "--dry-run",
+            "--skip-draft-check",
+            "--tp",
+            "2",
+            "--mem-fraction-static=0.4",
+            "--topology-file",
+            _topo(tmp_path),
+        ],
+        capfd,
+    )
     assert rc == 0, err
     assert "--tp 2" in out and "--mem-fraction-static=0.4" in out and not no_launch
 
 
 # ---------------------------------------------------------------------------------------------- --sglang
 def _sglang_cases(tmp_path):
-    return {"check": ["check", tmp_path], "convert": ["convert", tmp_path / "s", tmp_path / "d"],
-            "compat": ["compat", "--source", tmp_path / "nope"]}
+    return {
+        "check": ["check", tmp_path],
+        "convert": ["convert", tmp_path / "s", tmp_path / "d"],
+        "compat": ["compat", "--source", tmp_path / "nope"],
+    }
 
 
 @pytest.mark.parametrize("tool", ["check", "convert", "compat"])
@@ -298,9 +363,9 @@ def test_help_descriptions_are_whole_paragraphs(parsers):
         mod = importlib.import_module(f"sglang_eagle3_ext.{BY_NAME[tool].main.split(':')[0]}")
         doc = _paragraphs(mod.__doc__)
         desc = _paragraphs(parser.description or "")
-        prose = [p for p in desc if p and not p.startswith(" ")]   # indented: an example, not a sentence
+        prose = [p for p in desc if p and not p.startswith(" ")]  # indented: an example, not a sentence
         assert prose and prose[-1].rstrip().endswith((".", ")", "?", ":")), (tool, desc)
-        if tool != "launch":   # launch's is its own sentence, the rest come from the docstring
+        if tool != "launch":  # launch's is its own sentence, the rest come from the docstring
             assert all(p in doc for p in desc), f"{tool}: its help cuts a paragraph of its docstring: {desc}"
 
 
@@ -312,10 +377,15 @@ def test_check_help_names_its_flags_and_scan():
 
 
 # ---------------------------------------------------------------------------------------------- check
-@pytest.mark.parametrize("kind,words", [
-    ("empty", "no model folder"), ("data", "training data"), ("dump", "hidden-state dump"),
-    ("target", "this is a DeepseekV3ForCausalLM model"),
-])
+@pytest.mark.parametrize(
+    "kind,words",
+    [
+        ("empty", "no model folder"),
+        ("data", "training data"),
+        ("dump", "hidden-state dump"),
+        ("target", "this is a DeepseekV3ForCausalLM model"),
+    ],
+)
 def test_check_on_a_folder_that_is_no_draft_says_what_it_is(kind, words, tmp_path, capfd):
     d = tmp_path / kind
     d.mkdir()

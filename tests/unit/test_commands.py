@@ -1,5 +1,6 @@
 """The command table is the only list of commands: every row runs, is in `--help`, and has its `python -m` entry;
 the wheel ships what `patches` prints and nothing of the maintainers' scripts."""
+
 from __future__ import annotations
 
 import importlib
@@ -28,7 +29,7 @@ def test_every_row_resolves(command):
 
 def test_help_lists_every_command_once():
     lines = cli.usage().splitlines()
-    names = [ln.split()[0] for ln in lines[lines.index("commands:") + 1:] if ln.startswith("  ")]
+    names = [ln.split()[0] for ln in lines[lines.index("commands:") + 1 :] if ln.startswith("  ")]
     assert names == [c.name for c in COMMANDS]
 
 

@@ -1,6 +1,7 @@
 """Pre-upgrade check (`python -m sglang_eagle3_ext.compat`), the static patches and the patches/ tools,
 on CPU without importing SGLang: against an unpacked copy of the SGLang 0.5.16 source (the installed
 release when it is 0.5.16, else its wheel), pristine and with a patch target deliberately renamed."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -38,6 +39,7 @@ def _installed_0516() -> Path | None:
 def _meta_version():
     try:
         import importlib.metadata as m
+
         return m.version("sglang")
     except Exception:  # noqa: BLE001
         return None
@@ -53,8 +55,9 @@ def pristine(tmp_path_factory) -> Path:
         return dest
     inst = _installed_0516()
     if inst is not None:
-        shutil.copytree(inst, dest / "sglang", ignore=shutil.ignore_patterns("__pycache__", "*.so"),
-                        copy_function=os.symlink)
+        shutil.copytree(
+            inst, dest / "sglang", ignore=shutil.ignore_patterns("__pycache__", "*.so"), copy_function=os.symlink
+        )
         return dest
     pytest.skip(f"no SGLang {V} source here (no wheel in {WHEEL_DIRS}, not installed)")
 
@@ -73,8 +76,13 @@ def _copy_with(pristine: Path, tmp: Path, rel: str, old: str, new: str) -> Path:
 
 @pytest.fixture
 def renamed(pristine, tmp_path) -> Path:
-    return _copy_with(pristine, tmp_path, "sglang/srt/models/deepseek_v2.py",
-                      "def set_eagle3_layers_to_capture(", "def set_eagle3_layers_to_capture_renamed(")
+    return _copy_with(
+        pristine,
+        tmp_path,
+        "sglang/srt/models/deepseek_v2.py",
+        "def set_eagle3_layers_to_capture(",
+        "def set_eagle3_layers_to_capture_renamed(",
+    )
 
 
 def test_compat_passes_on_pristine_release(pristine, capsys):
@@ -108,8 +116,13 @@ def test_renamed_method_fails_make_patches_and_matrix_with_target_name(renamed, 
     whl = tmp_path / "wheels" / f"sglang-{V}-py3-none-any.whl"
     whl.parent.mkdir()
     with zipfile.ZipFile(whl, "w") as z:
-        for rel in ("version.py", "srt/models/llama_eagle3.py", "srt/models/deepseek_v2.py",
-                    "srt/layers/logits_processor.py", "srt/model_executor/forward_batch_info.py"):
+        for rel in (
+            "version.py",
+            "srt/models/llama_eagle3.py",
+            "srt/models/deepseek_v2.py",
+            "srt/layers/logits_processor.py",
+            "srt/model_executor/forward_batch_info.py",
+        ):
             z.write(renamed / "sglang" / rel, f"sglang/{rel}")
     monkeypatch.setenv(compat.CACHE_ENV, str(tmp_path / "cache"))
     res: dict = {}
@@ -120,8 +133,13 @@ def test_renamed_method_fails_make_patches_and_matrix_with_target_name(renamed, 
 
 
 def test_moved_class_names_where_it_went(pristine, tmp_path, capsys):
-    src = _copy_with(pristine, tmp_path, "sglang/srt/layers/logits_processor.py",
-                     "class LogitsProcessor(", "class LogitsProcessorV2(")
+    src = _copy_with(
+        pristine,
+        tmp_path,
+        "sglang/srt/layers/logits_processor.py",
+        "class LogitsProcessor(",
+        "class LogitsProcessorV2(",
+    )
     assert compat_cli.main(["--sglang", V, "--source", str(src)]) == 1
     verdict = capsys.readouterr().out.strip().splitlines()[-1]
     assert "sglang.srt.layers.logits_processor:LogitsProcessor.forward" in verdict
@@ -130,8 +148,13 @@ def test_moved_class_names_where_it_went(pristine, tmp_path, capsys):
 
 def test_renamed_parameter_fails_compat_with_its_name(pristine, tmp_path, capsys):
     """The wrappers read SGLang's arguments by name (PatchSpec.params): a renamed one is a moved target."""
-    src = _copy_with(pristine, tmp_path, "sglang/srt/models/llama_eagle3.py",
-                     "def load_weights(self, weights:", "def load_weights(self, checkpoint_weights:")
+    src = _copy_with(
+        pristine,
+        tmp_path,
+        "sglang/srt/models/llama_eagle3.py",
+        "def load_weights(self, weights:",
+        "def load_weights(self, checkpoint_weights:",
+    )
     assert compat_cli.main(["--sglang", V, "--source", str(src)]) == 1
     verdict = capsys.readouterr().out.strip().splitlines()[-1]
     assert "LlamaForCausalLMEagle3.load_weights" in verdict and "param weights gone" in verdict
@@ -166,13 +189,16 @@ def test_committed_patch_is_current_and_applies(pristine, tmp_path):
     files = sorted({ln[6:] for ln in committed.splitlines() if ln.startswith("+++ b/")})
     from sglang_eagle3_ext.versions import capabilities_from_source
 
-    caps = capabilities_from_source(pristine / "sglang", V)   # one patched file per SGLang module the table patches here
+    caps = capabilities_from_source(pristine / "sglang", V)  # one patched file per SGLang module the table patches here
     assert len(files) == len({s.module for s in PATCHES if not s.requires or getattr(caps, s.requires)})
     for rel in files:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(pristine / rel, tmp_path / rel)
-    p = subprocess.run(["patch", "-p1", "--batch", "-d", str(tmp_path), "-i", str(make_patches.patch_path(V))],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        ["patch", "-p1", "--batch", "-d", str(tmp_path), "-i", str(make_patches.patch_path(V))],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     for rel in files:
         compile((tmp_path / rel).read_text(), rel, "exec")
@@ -183,8 +209,10 @@ def test_committed_patch_is_current_and_applies(pristine, tmp_path):
 def test_edit_source_puts_decorator_outermost_and_import_after_future():
     import ast
 
-    src = ('"""doc"""\nfrom __future__ import annotations\n\nimport os\n\n\nclass A:\n'
-           '    @staticmethod\n    def f():\n        pass\n')
+    src = (
+        '"""doc"""\nfrom __future__ import annotations\n\nimport os\n\n\nclass A:\n'
+        "    @staticmethod\n    def f():\n        pass\n"
+    )
     node = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef))
     out = make_patches.edit_source(src, [("draft.strict_load", node)])
     assert out.splitlines()[3].startswith("import sglang_eagle3_ext.static_patch")
@@ -196,14 +224,17 @@ def test_edit_source_puts_decorator_outermost_and_import_after_future():
 
 # ------------------------------------------------------------------ static_patch (no SGLang needed)
 
+
 def _fn(self, x):
     return x
 
 
 def _named(spec):
     """A function whose __qualname__ is the target's (as in the class body the diff decorates)."""
+
     def f(self, x):
         return x
+
     f.__qualname__ = spec.target.partition(":")[2]
     return f
 
@@ -228,10 +259,10 @@ def test_static_patch_respects_features_and_off_switch(monkeypatch):
     monkeypatch.delenv("SGLANG_EAGLE3_EXT", raising=False)
     by = {s.name: s for s in PATCHES}
     f, g = _named(by["dump.prefill_hook"]), _named(by["draft.strict_load"])
-    assert static_patch.patched("dump.prefill_hook")(f) is f             # dump off without a dump dir
+    assert static_patch.patched("dump.prefill_hook")(f) is f  # dump off without a dump dir
     assert static_patch.patched("draft.strict_load")(g) is not g
     monkeypatch.setenv("SGLANG_EAGLE3_EXT", "0")
-    assert static_patch.patched("draft.strict_load")(g) is g              # explicit off
+    assert static_patch.patched("draft.strict_load")(g) is g  # explicit off
     with pytest.raises(RuntimeError, match="no_such_patch"):
         static_patch.patched("no_such_patch")
 
@@ -247,13 +278,19 @@ def test_runtime_apply_sees_baked_patch_as_applied(monkeypatch):
     class LlamaForCausalLMEagle3:
         def load_weights(self, weights):
             return weights
+
         load_weights.__qualname__ = "LlamaForCausalLMEagle3.load_weights"
         load_weights = static_patch.patched("draft.strict_load")(load_weights)
 
     mod.LlamaForCausalLMEagle3 = LlamaForCausalLMEagle3
     monkeypatch.setitem(sys.modules, "sge3_fake_target", mod)
-    spec = PatchSpec("draft.strict_load", "sge3_fake_target:LlamaForCausalLMEagle3.load_weights",
-                     PATCHES[0].wrapper, "test", feature="draft")
+    spec = PatchSpec(
+        "draft.strict_load",
+        "sge3_fake_target:LlamaForCausalLMEagle3.load_weights",
+        PATCHES[0].wrapper,
+        "test",
+        feature="draft",
+    )
     baked = LlamaForCausalLMEagle3.__dict__["load_weights"]
     assert patching.apply_spec(spec) is False
     assert LlamaForCausalLMEagle3.__dict__["load_weights"] is baked
@@ -268,8 +305,7 @@ def test_static_patch_refuses_the_wrong_function():
 def test_update_readme_writes_between_markers_only(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"head\n{compat_matrix.START}\nold\n{compat_matrix.END}\ntail\n")
-    res = {"release": V, "transformers": "5.12.1", "seconds": 1.0,
-           **{c: ("ok", "") for c in compat_matrix.COLUMNS}}
+    res = {"release": V, "transformers": "5.12.1", "seconds": 1.0, **{c: ("ok", "") for c in compat_matrix.COLUMNS}}
     bad = dict(res, release="0.5.18", install=("FAIL", "no wheel"))
     compat_matrix.update_readme([res, bad], 60, readme)
     text = readme.read_text()

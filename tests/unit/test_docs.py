@@ -2,6 +2,7 @@
 server-needing ones parsed by the real command line), every `sglang-eagle3` command of the README parses, the
 sample prompt files are read by both readers, and no document, comment or test speaks of how the package was
 developed (working words) instead of what it does."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,9 +26,9 @@ GPU_MARK = "# gpu"
 
 @dataclass
 class Command:
-    where: str          # file:line
-    text: str           # continuation lines joined
-    gpu: bool           # preceded by `# gpu`: needs a GPU server
+    where: str  # file:line
+    text: str  # continuation lines joined
+    gpu: bool  # preceded by `# gpu`: needs a GPU server
 
     @property
     def argv(self) -> list[str]:
@@ -131,8 +132,26 @@ def preset_layers(preset: str) -> tuple[int, ...]:
 
     cfg = yaml.safe_load((REPO / "server_configs" / f"{preset}.yaml").read_text())
     return tuple(int(x) for x in cfg["eagle3_ext"]["dump_layers"])
-CPU_TRAIN = ["--device", "cpu", "--steps", "1", "--ttt-steps", "1", "--draft-vocab-size", "512", "--intermediate-size",
-             "256", "--total-seq-len", "128", "--num-workers", "0", "--min-val-acc", "0"]
+
+
+CPU_TRAIN = [
+    "--device",
+    "cpu",
+    "--steps",
+    "1",
+    "--ttt-steps",
+    "1",
+    "--draft-vocab-size",
+    "512",
+    "--intermediate-size",
+    "256",
+    "--total-seq-len",
+    "128",
+    "--num-workers",
+    "0",
+    "--min-val-acc",
+    "0",
+]
 
 
 def _step(cmd: Command, cwd: Path, home: Path, dump_preset: list[str]) -> str:
@@ -142,8 +161,14 @@ def _step(cmd: Command, cwd: Path, home: Path, dump_preset: list[str]) -> str:
         check_pip(cmd)
         return "checked (extras exist)"
     if argv[0] != "sglang-eagle3":
-        p = subprocess.run(["bash", "-c", cmd.text], cwd=cwd, env={**os.environ, "HOME": str(home)},
-                           capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            ["bash", "-c", cmd.text],
+            cwd=cwd,
+            env={**os.environ, "HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert p.returncode == 0, f"{cmd.where}: {cmd.text} -> {p.returncode}\n{p.stderr}"
         return "ran (bash)"
     sub = argv[1:]
@@ -157,9 +182,15 @@ def _step(cmd: Command, cwd: Path, home: Path, dump_preset: list[str]) -> str:
         from sglang_eagle3_ext.tiny.sample_dump import write_sample_dump
 
         a = parse_only(sub)
-        n = write_sample_dump(cwd / "tiny-target", cwd / a.dump_dir, cwd / a.data, samples=DUMP_LIMIT,
-                              new_tokens=min(a.max_new_tokens, STANDIN_NEW_TOKENS) if a.generate else 0,
-                              layers=preset_layers(dump_preset[0]), quiet=True)
+        n = write_sample_dump(
+            cwd / "tiny-target",
+            cwd / a.dump_dir,
+            cwd / a.data,
+            samples=DUMP_LIMIT,
+            new_tokens=min(a.max_new_tokens, STANDIN_NEW_TOKENS) if a.generate else 0,
+            layers=preset_layers(dump_preset[0]),
+            quiet=True,
+        )
         return f"parsed; the CPU sample dump wrote {n} samples"
     if sub[0] == "bench" or cmd.gpu:
         parse_only(sub)
@@ -175,7 +206,7 @@ def test_tutorial_runs_on_cpu(tmp_path, monkeypatch, capsys):
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("SGLANG_EAGLE3_EXT_CACHE", str(tmp_path / "cache"))
-    monkeypatch.chdir(REPO)            # where the tutorial starts: the root of a checkout
+    monkeypatch.chdir(REPO)  # where the tutorial starts: the root of a checkout
     cwd, dump_preset, log = REPO, ["tiny-dump"], []
     cmds = bash_commands(TUTORIAL)
     assert any(c.gpu for c in cmds) and any(not c.gpu for c in cmds)
@@ -186,15 +217,17 @@ def test_tutorial_runs_on_cpu(tmp_path, monkeypatch, capsys):
             monkeypatch.chdir(cwd)
             log.append(f"{cmd.where}: cd")
             continue
-        assert cwd != REPO or cmd.argv[0] in ("pip", "mkdir", "cp"), \
+        assert cwd != REPO or cmd.argv[0] in ("pip", "mkdir", "cp"), (
             f"{cmd.where}: writes into the checkout; the tutorial works in a folder of its own"
+        )
         t0 = time.monotonic()
         try:
             how = _step(cmd, cwd, home, dump_preset)
         except AssertionError as e:
             out = capsys.readouterr()
-            raise AssertionError(f"{e}\n--- its output ---\n{(out.out + out.err)[-3000:]}\n--- before ---\n"
-                                 + "\n".join(log)) from None
+            raise AssertionError(
+                f"{e}\n--- its output ---\n{(out.out + out.err)[-3000:]}\n--- before ---\n" + "\n".join(log)
+            ) from None
         capsys.readouterr()
         log.append(f"{cmd.where}: {how} ({time.monotonic() - t0:.1f} s)")
     # what the loop made: a dump, an export, a converted draft
@@ -211,9 +244,11 @@ def test_tutorial_marks_every_server_step():
     """Commands that need a server are marked `# gpu`; the rest run on a CPU as written."""
     for cmd in bash_commands(TUTORIAL):
         _, argv = _env_and_argv(cmd.argv)
-        needs_server = argv[:2] in (["sglang-eagle3", "launch"], ["sglang-eagle3", "bench"]) or \
-            argv[:3] == ["sglang-eagle3", "dump", "run"] or \
-            (argv[:2] == ["sglang-eagle3", "build"] and not {"--preset", "--url"}.isdisjoint(argv))
+        needs_server = (
+            argv[:2] in (["sglang-eagle3", "launch"], ["sglang-eagle3", "bench"])
+            or argv[:3] == ["sglang-eagle3", "dump", "run"]
+            or (argv[:2] == ["sglang-eagle3", "build"] and not {"--preset", "--url"}.isdisjoint(argv))
+        )
         assert needs_server == cmd.gpu, f"{cmd.where}: {cmd.text!r} {'lacks' if needs_server else 'has'} {GPU_MARK}"
 
 
@@ -235,8 +270,10 @@ def test_command_extraction(tmp_path):
         """)
     md.write_text(text)
     cmds = bash_commands(md)
-    assert [(c.text, c.gpu) for c in cmds] == [("sglang-eagle3 tiny ./t", False),
-                                                 ("sglang-eagle3 launch --preset tiny --port 1", True)]
+    assert [(c.text, c.gpu) for c in cmds] == [
+        ("sglang-eagle3 tiny ./t", False),
+        ("sglang-eagle3 launch --preset tiny --port 1", True),
+    ]
 
 
 # ---- the README ------------------------------------------------------------------------------------------
@@ -266,7 +303,7 @@ def test_readme_commands_parse():
 def _readme_one(cmd: Command, env: dict) -> None:
     _, argv = _env_and_argv(cmd.argv)
     if argv[0] != "sglang-eagle3":
-        return                                        # SGLang's own launcher, `export`: not ours to run
+        return  # SGLang's own launcher, `export`: not ours to run
     sub = argv[1:]
     if sub[0] == "launch":
         extra = [] if "--dry-run" in sub or "--list-presets" in sub else ["--dry-run"]
@@ -293,7 +330,7 @@ def test_sample_prompts_are_read_by_dump_and_bench(name):
     assert len(samples) == len(lines) and skipped == 0
     parsed = [bench_prompts.parse_record(f"{path}:{i}", json.loads(ln)) for i, ln in enumerate(lines, 1)]
     assert all(parsed)
-    if name == "tiny_prompts.jsonl":      # the tiny target: token ids inside its vocabulary, no tokenizer needed
+    if name == "tiny_prompts.jsonl":  # the tiny target: token ids inside its vocabulary, no tokenizer needed
         from sglang_eagle3_ext.tiny.deepseek_v3 import TINY_CONFIG
 
         ids = [i for s in samples for i in s["value"]]
@@ -302,15 +339,35 @@ def test_sample_prompts_are_read_by_dump_and_bench(name):
 
 # ---- working words ---------------------------------------------------------------------------------------
 # Words about how the package was developed, not what it does; each pattern was seen in such a sentence.
-WORKING_WORDS = [r"\bsessions? \d+", r"\bissues? #?\d+", r"\(issue\b", r"\bdevice calls?\b",
-                 r"\bproject's (offline )?(\w+ )?host\b", r"\bbundles?\b", r"\blent\b", r"build_bundles",
-                 r"\bshared/(reference|gpu)\b", r"\bheld host\b", r"\bhost is given back\b"]
+WORKING_WORDS = [
+    r"\bsessions? \d+",
+    r"\bissues? #?\d+",
+    r"\(issue\b",
+    r"\bdevice calls?\b",
+    r"\bproject's (offline )?(\w+ )?host\b",
+    r"\bbundles?\b",
+    r"\blent\b",
+    r"build_bundles",
+    r"\bshared/(reference|gpu)\b",
+    r"\bheld host\b",
+    r"\bhost is given back\b",
+]
 WORDS = re.compile("|".join(WORKING_WORDS), re.IGNORECASE)
 # patches/*/*.patch carry SGLang's own source as context; the sample prompts are data; this file names the words
-NOT_SCANNED = (re.compile(r"patches/[^/]+/.*\.patch$"), re.compile(r"docs/examples/"),
-               re.compile(r"tests/unit/test_docs\.py$"))
-DOCS_OF_USERS = ("README.md", "CONTRIBUTING.md", "ARCHITECTURE.md", "docs/", "tests/gpu/README.md",
-                 "tests/unit/test_install.py", "pyproject.toml")
+NOT_SCANNED = (
+    re.compile(r"patches/[^/]+/.*\.patch$"),
+    re.compile(r"docs/examples/"),
+    re.compile(r"tests/unit/test_docs\.py$"),
+)
+DOCS_OF_USERS = (
+    "README.md",
+    "CONTRIBUTING.md",
+    "ARCHITECTURE.md",
+    "docs/",
+    "tests/gpu/README.md",
+    "tests/unit/test_install.py",
+    "pyproject.toml",
+)
 
 
 def _repo_files() -> list[str]:
@@ -335,8 +392,15 @@ def working_word_hits(files) -> list[str]:
 
 
 def test_working_words_pattern_finds_them():
-    for s in ("as session 12 measured", "(issue 19)", "issue #16: aborted", "one device call", "the GPU host's "
-              "bundles", "the project's offline H200 host", "see shared/reference/nccl-pcie.md"):
+    for s in (
+        "as session 12 measured",
+        "(issue 19)",
+        "issue #16: aborted",
+        "one device call",
+        "the GPU host's bundles",
+        "the project's offline H200 host",
+        "see shared/reference/nccl-pcie.md",
+    ):
         assert WORDS.search(s), s
     for s in ("a bundled tokenizer", "the server's session id", "silent", "issues a request", "(issued"):
         assert not WORDS.search(s), s

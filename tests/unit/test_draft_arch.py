@@ -2,6 +2,7 @@
 know is refused naming the known ones; a new layout is one module plus one registry entry, and `check` and
 `convert` go through it; the layout-neutral modules name no layout. No SGLang import for the rules: every call
 names the release."""
+
 from __future__ import annotations
 
 import importlib
@@ -28,8 +29,9 @@ def good(tmp_path_factory):
     from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     root = tmp_path_factory.mktemp("arch")
-    return convert(make_speculators_draft(root / "spec", aux_ids=(1, 4, 6)), root / "good", sglang_version=V,
-                   log=lambda *_: None)
+    return convert(
+        make_speculators_draft(root / "spec", aux_ids=(1, 4, 6)), root / "good", sglang_version=V, log=lambda *_: None
+    )
 
 
 def _with_architectures(src: Path, dst: Path, archs: list[str]) -> Path:
@@ -100,8 +102,10 @@ def test_a_third_layout_is_one_module_and_one_registry_entry(good, tmp_path, mon
     rep = check_draft(d, sglang_version=V)
     assert not rep.errors, rep.render()
     assert rep.draft_class == third.ARCH and rep.loads == check_draft(good, sglang_version=V).loads
-    assert "PEagleForCausalLMEagle3\"] (P-EAGLE)" in check_draft(
-        _with_architectures(good, tmp_path / "fourth", ["Nope"]), sglang_version=V).errors[0].message
+    assert (
+        'PEagleForCausalLMEagle3"] (P-EAGLE)'
+        in check_draft(_with_architectures(good, tmp_path / "fourth", ["Nope"]), sglang_version=V).errors[0].message
+    )
     info = describe_draft(d, V)
     assert info["layout"] == third.NAME and info["ok"] and info["k"] == 3
     out = convert(d, tmp_path / "converted", sglang_version=V, log=lambda *_: None)
@@ -137,19 +141,43 @@ def test_layout_classes_exist_where_they_are_named():
         module, cls = mod.SGLANG_CLASS.split(":")
         spec = importlib.util.find_spec(module)
         assert spec is not None and f"class {cls}" in Path(spec.origin).read_text(), mod.SGLANG_CLASS
-        for ref in (mod.NET, mod.TRAINING, mod.PLAN):    # what train, eval and the plan call
+        for ref in (mod.NET, mod.TRAINING, mod.PLAN):  # what train, eval and the plan call
             assert callable(layouts.resolve(ref)), ref
 
 
 # The modules every layout goes through: a layout is named in its own module and the registry only.
 # acceptance/ and refresh/ whole; training/ but for the routes themselves (its mla/ and speculators/ folders,
 # plan_models) and init_from's per-route readers.
-NEUTRAL = ("draft/rules.py", "draft/loader.py", "draft/keys.py", "draft/config_schema.py", "draft/check.py",
-           "draft/convert.py", "draft/convert_io.py", "cli/check.py", "cli/convert.py",
-           *sorted(str(p.relative_to(PKG)) for d in ("acceptance", "refresh") for p in (PKG / d).glob("*.py")),
-           *(f"training/{m}.py" for m in ("train", "plan", "options", "data", "samples", "loader", "sharding",
-                                          "checkpoint", "distributed", "report", "workers", "target_view",
-                                          "memory_trace")))
+NEUTRAL = (
+    "draft/rules.py",
+    "draft/loader.py",
+    "draft/keys.py",
+    "draft/config_schema.py",
+    "draft/check.py",
+    "draft/convert.py",
+    "draft/convert_io.py",
+    "cli/check.py",
+    "cli/convert.py",
+    *sorted(str(p.relative_to(PKG)) for d in ("acceptance", "refresh") for p in (PKG / d).glob("*.py")),
+    *(
+        f"training/{m}.py"
+        for m in (
+            "train",
+            "plan",
+            "options",
+            "data",
+            "samples",
+            "loader",
+            "sharding",
+            "checkpoint",
+            "distributed",
+            "report",
+            "workers",
+            "target_view",
+            "memory_trace",
+        )
+    ),
+)
 
 
 @pytest.mark.parametrize("path", NEUTRAL)
@@ -157,10 +185,18 @@ def test_layout_neutral_modules_name_no_layout(path):
     import ast
 
     text = (PKG / path).read_text()
-    doc = ast.get_docstring(ast.parse(text), clean=False) or ""   # a command's help may name the layouts it reads
+    doc = ast.get_docstring(ast.parse(text), clean=False) or ""  # a command's help may name the layouts it reads
     text = text.replace(doc, "", 1)
-    named = sorted({m.group(0) for m in re.finditer(r"(?i)\bmla\b|Eagle3DeepseekV2|DeepseekV3ForCausalLMEagle3|"
-                                                     r"q_a_proj|kv_a_proj", text)})
+    named = sorted(
+        {
+            m.group(0)
+            for m in re.finditer(
+                r"(?i)\bmla\b|Eagle3DeepseekV2|DeepseekV3ForCausalLMEagle3|"
+                r"q_a_proj|kv_a_proj",
+                text,
+            )
+        }
+    )
     assert not named, f"{path} names a layout: {named}"
 
 
@@ -170,21 +206,48 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 _leaf = st.none() | st.booleans() | st.integers(-3, 96) | st.floats(allow_nan=False) | st.text(max_size=4)
-_value = st.recursive(_leaf, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
-                      max_leaves=8)
-_ARCHS = ["LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM", "DeepseekV3ForCausalLMEagle3", "LlamaForCausalLM",
-          "Eagle3Speculator", "PEagleForCausalLM"]
-_FIELDS = ["hidden_size", "num_attention_heads", "intermediate_size", "vocab_size", "num_hidden_layers",
-           "draft_vocab_size", "target_hidden_size", "num_aux_hidden_states", "q_lora_rank", "kv_lora_rank",
-           "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "fc_norm", "norm_output", "norm_before_fc",
-           "tie_word_embeddings", "eagle_config", "head_dim", "num_key_value_heads"]
+_value = st.recursive(
+    _leaf, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3), max_leaves=8
+)
+_ARCHS = [
+    "LlamaForCausalLMEagle3",
+    "Eagle3DeepseekV2ForCausalLM",
+    "DeepseekV3ForCausalLMEagle3",
+    "LlamaForCausalLM",
+    "Eagle3Speculator",
+    "PEagleForCausalLM",
+]
+_FIELDS = [
+    "hidden_size",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+    "num_hidden_layers",
+    "draft_vocab_size",
+    "target_hidden_size",
+    "num_aux_hidden_states",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "fc_norm",
+    "norm_output",
+    "norm_before_fc",
+    "tie_word_embeddings",
+    "eagle_config",
+    "head_dim",
+    "num_key_value_heads",
+]
 _SMALL = st.integers(1, 8).map(lambda i: 8 * i)
 
 
 @settings(max_examples=150, deadline=None)
-@given(archs=st.lists(st.sampled_from(_ARCHS) | _value, max_size=3) | _value,
-       fields=st.dictionaries(st.sampled_from(_FIELDS), _SMALL | _value, max_size=12),
-       ids=st.none() | st.lists(st.integers(0, 9), min_size=1, max_size=4))
+@given(
+    archs=st.lists(st.sampled_from(_ARCHS) | _value, max_size=3) | _value,
+    fields=st.dictionaries(st.sampled_from(_FIELDS), _SMALL | _value, max_size=12),
+    ids=st.none() | st.lists(st.integers(0, 9), min_size=1, max_size=4),
+)
 def test_any_config_gets_its_layout_or_a_named_refusal(archs, fields, ids):
     from sglang_eagle3_ext.draft import keys, rules
     from sglang_eagle3_ext.draft.config_schema import type_problems
@@ -207,7 +270,7 @@ def test_any_config_gets_its_layout_or_a_named_refusal(archs, fields, ids):
             assert all(all(isinstance(d, int) for d in s) for s in rules.expected_shapes(spec).values())
         found = layouts.find(cfg)
         if type_problems(cfg, "c", found.CONFIG_FIELDS if found else ()):
-            continue   # convert refuses these before reading them (source_config)
+            continue  # convert refuses these before reading them (source_config)
         try:
             out, _, _ = convert_config(cfg, release)
         except E.ConversionRefused as e:

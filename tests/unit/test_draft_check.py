@@ -2,6 +2,7 @@
 
 No SGLang import here: every call names the release (--sglang-version), as on a machine without it.
 """
+
 from __future__ import annotations
 
 import json
@@ -54,11 +55,14 @@ def test_canonical_names_and_release_names():
     assert llama.to_release("input_norm.weight", keys.layout_for_version("0.5.18"))[0] == "input_norm.weight"
 
 
-@pytest.mark.parametrize("version,hf,ids,warns", [
-    ("0.5.10", [3, 31, 59], [2, 30, 58], False),   # release adds 1 to every id
-    ("0.5.16", [3, 31, 59], [3, 31, 59], False),   # taken as-is
-    ("0.5.16", [1, 31, 59], [1, 31, 59], True),    # +1 because ids[0]==1: only exact with our patch
-])
+@pytest.mark.parametrize(
+    "version,hf,ids,warns",
+    [
+        ("0.5.10", [3, 31, 59], [2, 30, 58], False),  # release adds 1 to every id
+        ("0.5.16", [3, 31, 59], [3, 31, 59], False),  # taken as-is
+        ("0.5.16", [1, 31, 59], [1, 31, 59], True),  # +1 because ids[0]==1: only exact with our patch
+    ],
+)
 def test_release_aux_ids(version, hf, ids, warns):
     got, warn = keys.release_aux_ids(hf, keys.layout_for_version(version))
     assert got == ids and bool(warn) == warns
@@ -144,29 +148,57 @@ def test_nan_found_by_default_and_headers_only_says_so(good, tmp_path):
 
     _, d = make_variant(good, "nan_weight", tmp_path / "nan")
     assert E.NON_FINITE in check_draft(d, sglang_version="0.5.16").codes
-    fast = check_draft(d, sglang_version="0.5.16", scan_values=False)   # headers only: cannot see values
+    fast = check_draft(d, sglang_version="0.5.16", scan_values=False)  # headers only: cannot see values
     assert not fast.errors and "values not scanned" in fast.render()
 
 
 def test_check_cli_exit_codes(good, tmp_path):
     from malformed_drafts import make_variant
 
-    ok = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.check", str(good), "--sglang-version", "0.5.16"],
-                        capture_output=True, text=True)
+    ok = subprocess.run(
+        [sys.executable, "-m", "sglang_eagle3_ext.check", str(good), "--sglang-version", "0.5.16"],
+        capture_output=True,
+        text=True,
+    )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     _, bad = make_variant(good, "fc_1xH", tmp_path / "bad")
-    r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.check", str(bad), "--sglang-version", "0.5.16"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "sglang_eagle3_ext.check", str(bad), "--sglang-version", "0.5.16"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 1 and "[fc-unfused]" in r.stdout and "fc.weight is [64, 64]" in r.stdout
 
 
 def test_convert_cli(spec_draft, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.convert", str(spec_draft), str(tmp_path / "o"),
-                        "--sglang-version", "0.5.10"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sglang_eagle3_ext.convert",
+            str(spec_draft),
+            str(tmp_path / "o"),
+            "--sglang-version",
+            "0.5.10",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "o" / "model.safetensors").exists()
-    r2 = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.convert", str(spec_draft), str(tmp_path / "o"),
-                         "--sglang-version", "0.5.10"], capture_output=True, text=True)
+    r2 = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sglang_eagle3_ext.convert",
+            str(spec_draft),
+            str(tmp_path / "o"),
+            "--sglang-version",
+            "0.5.10",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r2.returncode != 0 and "--force" in r2.stderr
 
 

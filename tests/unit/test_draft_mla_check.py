@@ -1,6 +1,7 @@
 """Offline: MLA (Kimi-K2.5) drafts in `check`, `convert`, the launcher's pre-check and `describe_draft`; hub-id
 drafts from the local HF cache; `convert --force` never deletes the source; safetensors offsets as safetensors
 validates them. No SGLang import: every call names the release."""
+
 from __future__ import annotations
 
 import json
@@ -72,13 +73,19 @@ def test_describe_draft_names_the_class(good, tmp_path):
     info = describe_draft(good, V)
     assert info["draft_class"] == mla.ARCH and info["ok"] and info["aux_ids"] == [2, 4, 6]
     pytest.importorskip("speculators")
-    llama = convert(make_speculators_draft(tmp_path / "s", aux_ids=(1, 4, 6)), tmp_path / "c", sglang_version=V,
-                    log=lambda *_: None)
+    llama = convert(
+        make_speculators_draft(tmp_path / "s", aux_ids=(1, 4, 6)), tmp_path / "c", sglang_version=V, log=lambda *_: None
+    )
     info = describe_draft(llama, V)
-    assert info["draft_class"] == "LlamaForCausalLMEagle3" and info["hf_indices"] == [1, 4, 6] and info["layout"] == "llama"
+    assert (
+        info["draft_class"] == "LlamaForCausalLMEagle3"
+        and info["hf_indices"] == [1, 4, 6]
+        and info["layout"] == "llama"
+    )
 
 
 # --- convert ------------------------------------------------------------------------------------------
+
 
 def test_convert_sglang_layout_records_hf_indices(good, tmp_path):
     out = convert(good, tmp_path / "o", sglang_version=V, hf_indices=[2, 4, 6], log=lambda *_: None)
@@ -97,11 +104,12 @@ def test_convert_specforge_mla_layout(good, tmp_path):
 
     def keys_(t):
         for k in [k for k in t if k.startswith("layers.0.")]:
-            t["midlayer." + k[len("layers.0."):]] = t.pop(k)
+            t["midlayer." + k[len("layers.0.") :]] = t.pop(k)
 
     def cfg_(c):
         c["architectures"] = ["DeepseekV3ForCausalLMEagle3"]
         del c["eagle_config"]
+
     edit_mla(sf, keys_, cfg_)
     assert E.CONFIG_INVALID in check_draft(sf, sglang_version=V).codes  # as published: SGLang cannot build it
     with pytest.raises(E.ConversionRefused, match="--hf-indices"):
@@ -129,6 +137,7 @@ def test_convert_refuses_mla_for_release_without_the_class(good, tmp_path):
 
 
 # --- convert --force never deletes the source or foreign data (#16 item 3) -------------------------------
+
 
 def test_force_never_deletes_a_dir_containing_the_source(good, tmp_path):
     root = tmp_path / "models"
@@ -158,20 +167,24 @@ def test_force_replaces_only_a_previous_output(good, tmp_path):
 
 # --- safetensors offsets validated like safetensors (#16 item 4) -----------------------------------------
 
+
 def _st_file(path, entries, data_len):
     header = json.dumps({n: {"dtype": "F32", "shape": [s], "data_offsets": [b, e]} for n, s, b, e in entries}).encode()
     path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * data_len)
     return path
 
 
-@pytest.mark.parametrize("name,entries,data_len,ok", [
-    ("contiguous", [("a", 2, 0, 8), ("b", 2, 8, 16)], 16, True),
-    ("overlap", [("a", 2, 0, 8), ("b", 2, 4, 12)], 16, False),
-    ("gap", [("a", 2, 0, 8), ("b", 2, 12, 20)], 20, False),
-    ("not_from_zero", [("a", 2, 4, 12)], 12, False),
-    ("trailing_bytes", [("a", 2, 0, 8)], 12, False),
-    ("reversed", [("a", 0, 8, 8), ("b", 2, 0, 8)], 8, True),
-])
+@pytest.mark.parametrize(
+    "name,entries,data_len,ok",
+    [
+        ("contiguous", [("a", 2, 0, 8), ("b", 2, 8, 16)], 16, True),
+        ("overlap", [("a", 2, 0, 8), ("b", 2, 4, 12)], 16, False),
+        ("gap", [("a", 2, 0, 8), ("b", 2, 12, 20)], 20, False),
+        ("not_from_zero", [("a", 2, 4, 12)], 12, False),
+        ("trailing_bytes", [("a", 2, 0, 8)], 12, False),
+        ("reversed", [("a", 0, 8, 8), ("b", 2, 0, 8)], 8, True),
+    ],
+)
 def test_offsets_validated_exactly_like_safetensors(tmp_path, name, entries, data_len, ok):
     from safetensors import safe_open
 
@@ -197,6 +210,7 @@ def test_check_reports_overlapping_offsets(good, tmp_path):
 
 
 # --- hub ids: local HF cache only ------------------------------------------------------------------------
+
 
 def _fake_cache(cache, repo_id, src):
     snap = cache / f"models--{repo_id.replace('/', '--')}" / "snapshots" / "0123abcd"
@@ -231,8 +245,12 @@ def test_hub_id_checked_from_local_cache(good, tmp_path, monkeypatch):
 
 def test_check_cli_on_uncached_hub_id_says_not_checked(tmp_path):
     env = {**__import__("os").environ, "HF_HUB_CACHE": str(tmp_path / "empty"), "HF_HUB_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.check", "org/absent-draft", "--sglang-version", V],
-                       capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "sglang_eagle3_ext.check", "org/absent-draft", "--sglang-version", V],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r.returncode == 2 and "NOT checked" in r.stdout and "hf download org/absent-draft" in r.stdout
 
 
@@ -250,7 +268,21 @@ def test_precheck_mla_draft_names_the_class(good, tmp_path):
 def test_convert_cli_refuses_dst_holding_the_source_in_one_line(good, tmp_path):
     src = tmp_path / "models" / "draft"
     shutil.copytree(good, src)
-    r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.convert", str(src), str(tmp_path / "models"),
-                        "--sglang-version", V, "--hf-indices", "2,4,6", "--force"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sglang_eagle3_ext.convert",
+            str(src),
+            str(tmp_path / "models"),
+            "--sglang-version",
+            V,
+            "--hf-indices",
+            "2,4,6",
+            "--force",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "contains the source draft" in r.stderr and "Traceback" not in r.stderr
     assert (src / "model.safetensors").exists()

@@ -1,4 +1,5 @@
 """The dump client's input handling and its loud failures (a stdlib HTTP server stands in for SGLang)."""
+
 from __future__ import annotations
 
 import json
@@ -11,15 +12,26 @@ from sglang_eagle3_ext.dump.client_files import read_samples
 
 def test_malformed_lines_skipped(tmp_path, caplog):
     p = tmp_path / "d.jsonl"
-    p.write_text("\n".join([json.dumps({"id": "a", "input_ids": [1, 2]}), "{not json", json.dumps([1, 2]),
-                            json.dumps({"id": "b", "input_ids": []}), json.dumps({"id": "c", "text": "hi", "input_ids": [1]}),
-                            json.dumps({"id": "a", "input_ids": [3]}), json.dumps({"id": "../x", "text": "ok"}), ""]))
+    p.write_text(
+        "\n".join(
+            [
+                json.dumps({"id": "a", "input_ids": [1, 2]}),
+                "{not json",
+                json.dumps([1, 2]),
+                json.dumps({"id": "b", "input_ids": []}),
+                json.dumps({"id": "c", "text": "hi", "input_ids": [1]}),
+                json.dumps({"id": "a", "input_ids": [3]}),
+                json.dumps({"id": "../x", "text": "ok"}),
+                "",
+            ]
+        )
+    )
     samples, bad, dups = read_samples(p)
     assert [s["id"] for s in samples][0] == "a" and len(samples) == 2 and bad == 4 and dups == 1
     assert "/" not in samples[1]["id"]
     msgs = [r.getMessage() for r in caplog.records]
     assert sum("skipped " in m for m in msgs) == 5
-    assert any(f"{p}:3 (" in m or f"{p}:3:" in m for m in msgs)     # each skipped line named by file:line
+    assert any(f"{p}:3 (" in m or f"{p}:3:" in m for m in msgs)  # each skipped line named by file:line
 
 
 class _Server:
@@ -44,6 +56,7 @@ class _Server:
             def do_POST(self):
                 outer.requests.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
                 self._send({"output_ids": [7]})
+
         self.httpd = HTTPServer(("127.0.0.1", 0), H)
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.httpd.server_port}"
@@ -56,10 +69,10 @@ def test_client_fails_loudly(tmp_path, capsys):
     dump = tmp_path / "dump"
     dump.mkdir()
     assert main(["run", "--url", srv.url, "--data", str(data), "--dump-dir", str(dump)]) == 2
-    assert "not dumping" in capsys.readouterr().err                  # no dump_meta.json: server not dumping
+    assert "not dumping" in capsys.readouterr().err  # no dump_meta.json: server not dumping
     (dump / "dump_meta.json").write_text("{}")
     assert main(["run", "--url", srv.url, "--data", str(data), "--dump-dir", str(dump)]) == 2
-    assert "pass --target DIR" in capsys.readouterr().err            # text needs the user's tokenizer
+    assert "pass --target DIR" in capsys.readouterr().err  # text needs the user's tokenizer
     (dump / "status").mkdir()
     (dump / "status" / "dp0.json").write_text(json.dumps({"state": "discarding"}))
     assert main(["run", "--url", srv.url, "--data", str(data), "--dump-dir", str(dump)]) == 2
@@ -77,11 +90,24 @@ def test_client_resume_and_generate_mode(tmp_path):
     (dump / "dump_meta.json").write_text("{}")
     ManifestWriter(dump, "dp0").append({"id": "a", "file": "x", "num_tokens": 3, "bytes": 1})
     srv = _Server({"skip_tokenizer_init": True})
-    rc = main(["run", "--url", srv.url, "--data", str(data), "--dump-dir", str(dump), "--generate",
-               "--wait-s", "0.5", "--quiet"])
-    assert rc == 1                                        # "b" was sent but no server wrote it
+    rc = main(
+        [
+            "run",
+            "--url",
+            srv.url,
+            "--data",
+            str(data),
+            "--dump-dir",
+            str(dump),
+            "--generate",
+            "--wait-s",
+            "0.5",
+            "--quiet",
+        ]
+    )
+    assert rc == 1  # "b" was sent but no server wrote it
     rids = [r["rid"] for r in srv.requests]
-    assert len(rids) == 2 and rids[0].startswith("nodump-b-") and rids[1] == "b"   # "a" resumed (skipped)
+    assert len(rids) == 2 and rids[0].startswith("nodump-b-") and rids[1] == "b"  # "a" resumed (skipped)
     assert srv.requests[1]["input_ids"] == [1, 2, 3, 7]  # prompt + generated response
     from sglang_eagle3_ext.dump.client_files import generated_loss_masks
 
@@ -100,8 +126,9 @@ def test_export_uses_generated_masks(tmp_path):
 
     dump = tmp_path / "dump"
     (dump / "samples").mkdir(parents=True)
-    (dump / "dump_meta.json").write_text(json.dumps({"layer_indices_hf": [1, 2, 3], "hidden_size": 4,
-                                                     "final": "prenorm"}))
+    (dump / "dump_meta.json").write_text(
+        json.dumps({"layer_indices_hf": [1, 2, 3], "hidden_size": 4, "final": "prenorm"})
+    )
     L = 5
     f = dump / "samples" / "g.safetensors"
     write_sample(f, {T_IDS: torch.arange(L), T_AUX: torch.randn(L, 12), T_PRE: torch.randn(L, 4)}, {"num_tokens": L})

@@ -1,5 +1,6 @@
 """Compact dump storage (SGLANG_EAGLE3_EXT_DUMP_ENCODING=fp8): codec error bounds, writer files and sizes,
 metadata, transparent decoding by read_sample and both exporters, refusals. Pure CPU, no SGLang."""
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,7 @@ H, K = 256, 3
 
 # ---- config ---------------------------------------------------------------------------------------
 def test_env_encoding_values_and_clear_error(tmp_path):
-    assert C.from_env({envs.DUMP_DIR: str(tmp_path)}).encoding == "bf16"          # default: the native format
+    assert C.from_env({envs.DUMP_DIR: str(tmp_path)}).encoding == "bf16"  # default: the native format
     assert C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_ENCODING: "fp8"}).encoding == "fp8"
     assert C.ENV_ENCODING == "SGLANG_EAGLE3_EXT_DUMP_ENCODING" and C.ENV_ENCODING in C.ALL_ENV
     for bad in ("int4", "fp16", "e4m3"):
@@ -60,31 +61,31 @@ def test_roundtrip_gaussian_rows_error_bounds():
     y = dequantize_rows(q, s, torch.bfloat16)
     assert y.dtype == torch.bfloat16 and y.shape == x.shape
     xs, ys = x.float().view(200, K, H), y.float().view(200, K, H)
-    cos = cosine(xs, ys)                                     # per token, per layer slice
+    cos = cosine(xs, ys)  # per token, per layer slice
     assert cos.min() >= 0.999, cos.min()
     assert cosine(x, y).min() >= 0.999
     # element bound: e4m3 round-to-nearest (3 mantissa bits: <= 2^-4 relative; subnormal step 2^-9 * scale)
     # plus the bf16 cast of the decoded value (2^-8 relative)
     err = (ys - xs).abs()
-    bound = xs.abs() * (2 ** -4 + 2 ** -8) * 1.001 + s.unsqueeze(-1) * 2 ** -10 * 1.001
+    bound = xs.abs() * (2**-4 + 2**-8) * 1.001 + s.unsqueeze(-1) * 2**-10 * 1.001
     assert bool((err <= bound).all()), (err - bound).max()
     # the largest magnitude of every slice maps to +-448 exactly: decodes to itself (up to the float ops)
     i = xs.abs().argmax(-1, keepdim=True)
-    assert torch.allclose(ys.gather(-1, i), xs.gather(-1, i), rtol=2 ** -7)
+    assert torch.allclose(ys.gather(-1, i), xs.gather(-1, i), rtol=2**-7)
 
 
 def test_zero_rows_slices_and_elements_stay_zero():
     x = torch.randn(6, K * H).bfloat16()
-    x[1] = 0                      # whole token
-    x[3, H:2 * H] = 0             # one layer's slice of a token
-    x[4, ::7] = 0                 # scattered exact zeros inside a normal row
+    x[1] = 0  # whole token
+    x[3, H : 2 * H] = 0  # one layer's slice of a token
+    x[4, ::7] = 0  # scattered exact zeros inside a normal row
     x[5, 5] = -0.0
     q, s = quantize_rows(x, K)
     assert s[1].tolist() == [0.0, 0.0, 0.0] and s[3, 1] == 0 and bool((s[3, [0, 2]] > 0).all())
     y = dequantize_rows(q, s, torch.bfloat16)
     assert bool(torch.isfinite(y).all())
     assert bool((y[x == 0] == 0).all()) and bool((y[1] == 0).all())
-    big = x.float().abs().view(6, K, H) > s.unsqueeze(-1) * 2 ** -9     # above the smallest fp8 step: never 0
+    big = x.float().abs().view(6, K, H) > s.unsqueeze(-1) * 2**-9  # above the smallest fp8 step: never 0
     assert bool((y.view(6, K, H)[big] != 0).all())
 
 
@@ -108,8 +109,14 @@ def test_long_sample_chunked_same_as_whole(monkeypatch):
 
 # ---- writer ---------------------------------------------------------------------------------------
 def _meta(final="both"):
-    return {"layer_indices_hf": [1, 2, 3], "hidden_size": H, "num_hidden_layers": 4, "architecture": "DeepseekV3ForCausalLM",
-            "final": final, "dtype": "bfloat16"}
+    return {
+        "layer_indices_hf": [1, 2, 3],
+        "hidden_size": H,
+        "num_hidden_layers": 4,
+        "architecture": "DeepseekV3ForCausalLM",
+        "final": final,
+        "dtype": "bfloat16",
+    }
 
 
 def _batches(lens=(64, 48), final="both", seed=0, nan_in=None):
@@ -122,9 +129,21 @@ def _batches(lens=(64, 48), final="both", seed=0, nan_in=None):
         post = rms_norm(pre, weight, 1e-6)
         if nan_in is not None and j == nan_in[0]:
             aux[1, 2, 3] = nan_in[1]
-        out.append(ChunkBatch([f"s{j}"], [0], [L], [L], torch.randint(0, 1000, (L,), generator=g), aux, "list",
-                              pre=pre if final != "postnorm" else None, post=post if final != "prenorm" else None,
-                              nbytes=10, norm=(weight, 1e-6) if j == 0 else None))
+        out.append(
+            ChunkBatch(
+                [f"s{j}"],
+                [0],
+                [L],
+                [L],
+                torch.randint(0, 1000, (L,), generator=g),
+                aux,
+                "list",
+                pre=pre if final != "postnorm" else None,
+                post=post if final != "prenorm" else None,
+                nbytes=10,
+                norm=(weight, 1e-6) if j == 0 else None,
+            )
+        )
     return out
 
 
@@ -146,7 +165,7 @@ def test_fp8_files_half_size_metadata_and_decoding(tmp_path):
     assert set(mb) == set(m8) == {"s0", "s1"} and w.stats["written"] == 2
     ratio = sum(r["bytes"] for r in m8.values()) / sum(r["bytes"] for r in mb.values())
     assert ratio <= 0.55, ratio
-    for sid in mb:        # the manifest's byte counts are the files on disk
+    for sid in mb:  # the manifest's byte counts are the files on disk
         assert (f8 / m8[sid]["file"]).stat().st_size == m8[sid]["bytes"]
     dm = json.loads((f8 / C.META_FILE).read_text())
     assert dm["encoding"] == FP8_ROWWISE and dm["encoding_detail"]["scale_dtype"] == "float32"
@@ -162,12 +181,12 @@ def test_fp8_files_half_size_metadata_and_decoding(tmp_path):
         L = tb[T_IDS].shape[0]
         assert raw[T_AUX].dtype == torch.float8_e4m3fn and raw[T_AUX + SCALE_SUFFIX].shape == (L, K)
         assert raw[T_PRE + SCALE_SUFFIX].shape == (L, 1) and raw[T_IDS].dtype == torch.int64
-        t8, _ = read_sample(f8 / m8[sid]["file"])               # default: decoded, as captured
+        t8, _ = read_sample(f8 / m8[sid]["file"])  # default: decoded, as captured
         assert set(t8) == set(tb) == {T_IDS, T_AUX, T_PRE, T_POST}
         assert torch.equal(t8[T_IDS], tb[T_IDS])
         for k in (T_AUX, T_PRE, T_POST):
             assert t8[k].dtype == tb[k].dtype == torch.bfloat16 and t8[k].shape == tb[k].shape
-            assert not torch.equal(t8[k], tb[k])                 # it really is the lossy copy
+            assert not torch.equal(t8[k], tb[k])  # it really is the lossy copy
             c = cosine(t8[k].view(L, -1, H), tb[k].view(L, -1, H))
             assert c.min() >= 0.999, (k, c.min())
 
@@ -181,6 +200,7 @@ def test_encoding_runs_on_io_threads_not_the_caller(tmp_path, monkeypatch):
     def spy(*a, **k):
         seen.append(threading.current_thread().name)
         return real(*a, **k)
+
     monkeypatch.setattr(W, "encode_sample", spy)
     _dump(tmp_path / "d", "fp8")
     assert len(seen) == 2 and all(n.startswith("sge3-dump-io") for n in seen), seen
@@ -199,7 +219,7 @@ def test_dump_dir_keeps_one_encoding(tmp_path):
         DumpWriter(C.DumpConfig(str(d), (1, 2, 3), final="both", encoding="fp8"), _meta())
     msg = str(ei.value)
     assert "different settings" in msg and "encoding" in msg and FP8_ROWWISE in msg and C.ENV_ENCODING in msg
-    DumpWriter(C.DumpConfig(str(d), (1, 2, 3), final="both"), _meta()).close()       # same encoding: resumes
+    DumpWriter(C.DumpConfig(str(d), (1, 2, 3), final="both"), _meta()).close()  # same encoding: resumes
     e, _ = _dump(tmp_path / "e", "fp8")
     with pytest.raises(DumpStartupError, match="encoding"):
         DumpWriter(C.DumpConfig(str(e), (1, 2, 3), final="both"), _meta())
@@ -244,6 +264,7 @@ def test_exporters_same_shapes_and_dtypes_as_bf16(tmp_path, final):
     f8, _ = _dump(tmp_path / "fp8", "fp8", final=final)
     try:
         import datasets  # noqa: F401
+
         arrow = True
     except ImportError:
         arrow = False
@@ -267,9 +288,25 @@ def test_cli_export_on_fp8_dump(tmp_path):
     f8, _ = _dump(tmp_path / "fp8", "fp8")
     out = tmp_path / "sf"
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.dump", "export", "--dump-dir", str(f8),
-                        "--to", "specforge", "--out", str(out), "--json"],
-                       capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sglang_eagle3_ext.dump",
+            "export",
+            "--dump-dir",
+            str(f8),
+            "--to",
+            "specforge",
+            "--out",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["exported"] == 2
     rec = torch.load(out / "rows_0-2000" / "data_0.ckpt", weights_only=False)

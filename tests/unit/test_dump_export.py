@@ -1,5 +1,6 @@
 """Exporters: synthetic native dump -> speculators (read back by speculators' own ArrowDataset) and
 SpecForge (schema of scripts/prepare_hidden_states.py + specforge/data/preprocessing.py at a6b6b023)."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,8 +20,14 @@ H, K = 8, 3
 def _make_dump(tmp_path, final="prenorm", lens=(5, 7)):
     d = tmp_path / "dump"
     d.mkdir()
-    meta = {"layer_indices_hf": [1, 2, 3], "hidden_size": H, "num_hidden_layers": 4, "final": final,
-            "architecture": "DeepseekV3ForCausalLM", "dtype": "bfloat16"}
+    meta = {
+        "layer_indices_hf": [1, 2, 3],
+        "hidden_size": H,
+        "num_hidden_layers": 4,
+        "final": final,
+        "architecture": "DeepseekV3ForCausalLM",
+        "dtype": "bfloat16",
+    }
     w = DumpWriter(C.DumpConfig(str(d), (1, 2, 3), final=final), meta)
     weight = torch.rand(H) + 0.5
     truth = {}
@@ -28,10 +35,19 @@ def _make_dump(tmp_path, final="prenorm", lens=(5, 7)):
         aux = torch.randn(K, L, H).bfloat16()
         pre = torch.randn(L, H).bfloat16() * 3
         ids = torch.randint(0, 100, (L,))
-        b = ChunkBatch([f"s{j}"], [0], [L], [L], ids, aux, "list",
-                       pre=pre if final != "postnorm" else None,
-                       post=rms_norm(pre, weight, 1e-6) if final != "prenorm" else None,
-                       nbytes=10, norm=(weight, 1e-6) if j == 0 and final != "postnorm" else None)
+        b = ChunkBatch(
+            [f"s{j}"],
+            [0],
+            [L],
+            [L],
+            ids,
+            aux,
+            "list",
+            pre=pre if final != "postnorm" else None,
+            post=rms_norm(pre, weight, 1e-6) if final != "prenorm" else None,
+            nbytes=10,
+            norm=(weight, 1e-6) if j == 0 and final != "postnorm" else None,
+        )
         w.reserve(10)
         w.submit(b)
         truth[f"s{j}"] = (ids, aux.transpose(0, 1).reshape(L, K * H), pre, rms_norm(pre, weight, 1e-6))
@@ -54,10 +70,10 @@ def test_speculators_export_read_by_speculators(tmp_path):
         ids, aux, pre, _ = truth[sid]
         item = ds._get_raw_data(i)
         assert torch.equal(item["input_ids"], ids)
-        assert torch.equal(item["hidden_states"], aux)                      # [L, 3H], layers in order
-        assert torch.equal(item["verifier_last_hidden_states"], pre)        # final BEFORE the norm
+        assert torch.equal(item["hidden_states"], aux)  # [L, 3H], layers in order
+        assert torch.equal(item["verifier_last_hidden_states"], pre)  # final BEFORE the norm
         assert item["loss_mask"].tolist() == (masks.get(sid) or [1] * len(ids))
-    full = ds[0]                       # speculators' own __getitem__ (shift/position handling) also works
+    full = ds[0]  # speculators' own __getitem__ (shift/position handling) also works
     assert full["hidden_states"].shape[-1] == K * H
 
 
@@ -68,12 +84,12 @@ def test_specforge_export_schema(tmp_path):
     for i, sid in enumerate(sorted(truth)):
         ids, aux, pre, post = truth[sid]
         path = out / "rows_0-2000" / f"data_{i}.ckpt"
-        raw = torch.load(path, weights_only=False, mmap=True)      # as specforge/data/preprocessing.py loads it
+        raw = torch.load(path, weights_only=False, mmap=True)  # as specforge/data/preprocessing.py loads it
         assert set(raw) == {"input_ids", "loss_mask", "hidden_state", "aux_hidden_state"}
         L = len(ids)
         assert raw["input_ids"].shape == (L,) and raw["loss_mask"].shape == (L,)
         assert raw["hidden_state"].shape == (1, L, H) and raw["aux_hidden_state"].shape == (1, L, K * H)
-        assert torch.equal(raw["hidden_state"][0], post)           # AFTER the norm (derived from final_norm)
+        assert torch.equal(raw["hidden_state"][0], post)  # AFTER the norm (derived from final_norm)
         assert torch.equal(raw["aux_hidden_state"][0], aux)
         # SpecForge's process_offline_eagle3_sample (specforge/data/preprocessing.py), verbatim logic:
         hidden_state = raw["aux_hidden_state"].squeeze(0)[:2048].unsqueeze(0)
@@ -85,7 +101,7 @@ def test_speculators_export_refuses_postnorm_only(tmp_path):
     d, _ = _make_dump(tmp_path, final="postnorm")
     with pytest.raises(ExportError, match="before the norm"):
         export_speculators(d, tmp_path / "o", arrow=False)
-    assert export_specforge(d, tmp_path / "sf") == 2                # SpecForge needs only post-norm
+    assert export_specforge(d, tmp_path / "sf") == 2  # SpecForge needs only post-norm
 
 
 def test_export_order_must_be_complete(tmp_path):

@@ -1,5 +1,6 @@
 """The export formats are a registry: `dump export --to` offers exactly its names, a new format is one module plus
 one registry line, and a name that is not registered is refused naming the formats (never routed to another)."""
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,7 @@ def _to_choices(parser) -> tuple:
 def test_export_offers_exactly_the_registered_formats():
     assert exporters.names() == ("speculators", "specforge")
     assert _to_choices(build_parser()) == exporters.names()
-    for name in exporters.names():   # every registry line names a function that exists
+    for name in exporters.names():  # every registry line names a function that exists
         assert callable(exporters.get(name)), name
 
 

@@ -1,4 +1,5 @@
 """Dump ids, manifest, atomic writes, writer failure handling, config: pure CPU, no SGLang."""
+
 from __future__ import annotations
 
 import errno
@@ -19,8 +20,24 @@ from sglang_eagle3_ext.dump.writer import DumpStartupError, DumpWriter
 H, K = 8, 3
 
 
-@pytest.mark.parametrize("raw", ["../../etc/passwd", "/etc/passwd", "..", ".", "a/../../b", "\x00evil", "..\\..\\x",
-                                 "~root", "a" * 500, "", "ünï/cødé", ".hidden", "C:\\Windows\\x"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "../../etc/passwd",
+        "/etc/passwd",
+        "..",
+        ".",
+        "a/../../b",
+        "\x00evil",
+        "..\\..\\x",
+        "~root",
+        "a" * 500,
+        "",
+        "ünï/cødé",
+        ".hidden",
+        "C:\\Windows\\x",
+    ],
+)
 def test_ids_never_leave_dump_dir(tmp_path, raw):
     p = sample_path(tmp_path, raw)
     assert tmp_path.resolve() in p.parents
@@ -29,8 +46,8 @@ def test_ids_never_leave_dump_dir(tmp_path, raw):
 
 
 def test_ids_stable_and_distinct():
-    assert sanitize_id("sample-0001.v2_x") == "sample-0001.v2_x"    # safe ids unchanged (client and server agree)
-    assert sanitize_id("a/b") != sanitize_id("a_b")                 # rewriting never merges two ids
+    assert sanitize_id("sample-0001.v2_x") == "sample-0001.v2_x"  # safe ids unchanged (client and server agree)
+    assert sanitize_id("a/b") != sanitize_id("a_b")  # rewriting never merges two ids
     assert sanitize_id("a/b") == sanitize_id("a/b")
 
 
@@ -39,7 +56,7 @@ def test_config_env(tmp_path):
     cfg = C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: "1, 5,9"})
     assert cfg.layers == (1, 5, 9) and cfg.final == "prenorm"
     assert C.from_env({envs.DUMP_DIR: str(tmp_path)}).resolve_layers(61) == [2, 30, 58]
-    assert C.from_env({envs.DUMP_DIR: str(tmp_path)}).resolve_layers(4) == [1, 2, 3]      # draft/layers.py's
+    assert C.from_env({envs.DUMP_DIR: str(tmp_path)}).resolve_layers(4) == [1, 2, 3]  # draft/layers.py's
     with pytest.raises(C.DumpConfigError, match="out of range"):
         cfg.resolve_layers(4)
     with pytest.raises(C.DumpConfigError, match="final hidden state"):
@@ -57,6 +74,7 @@ def test_config_env(tmp_path):
     with pytest.raises(C.DumpConfigError, match="COPY_STREAM"):
         C.from_env({envs.DUMP_DIR: "x", C.ENV_COPY_STREAM: "maybe"})
     from sglang_eagle3_ext.patch_table import features_from_env
+
     assert "dump" in features_from_env({envs.DUMP_DIR: "/x"})
 
 
@@ -65,9 +83,9 @@ def test_manifest_torn_line_and_append(tmp_path):
     m.append({"id": "a", "file": "samples/x/a.safetensors"})
     m.close()
     with open(tmp_path / "manifests" / "dp0.jsonl", "ab") as fh:
-        fh.write(b'{"id": "b", "fi')             # crash mid-append
+        fh.write(b'{"id": "b", "fi')  # crash mid-append
     assert set(read_manifest(tmp_path)) == {"a"}
-    m = ManifestWriter(tmp_path, "dp0")           # reopening must not glue the next record to the torn one
+    m = ManifestWriter(tmp_path, "dp0")  # reopening must not glue the next record to the torn one
     m.append({"id": "c", "file": "samples/x/c.safetensors"})
     m.close()
     ManifestWriter(tmp_path, "dp1").append({"id": "d", "file": "f"})
@@ -79,6 +97,7 @@ def test_atomic_write_failure_leaves_nothing(tmp_path, monkeypatch):
 
     def boom(src, dst):
         raise OSError(errno.EIO, "injected")
+
     monkeypatch.setattr(os, "replace", boom)
     with pytest.raises(OSError):
         write_sample(target, {"a": torch.ones(3)}, {"k": 1})
@@ -90,15 +109,21 @@ def test_sample_roundtrip_metadata(tmp_path):
     write_sample(tmp_path / "a.safetensors", t, {"layer_indices_hf": [1, 2, 3]})
     got, meta = read_sample(tmp_path / "a.safetensors")
     assert meta["layer_indices_hf"] == [1, 2, 3] and torch.equal(got[T_AUX], t[T_AUX])
-    with open(tmp_path / "a.safetensors", "rb") as fh:     # safetensors: JSON header, never a pickle
+    with open(tmp_path / "a.safetensors", "rb") as fh:  # safetensors: JSON header, never a pickle
         n = int.from_bytes(fh.read(8), "little")
         assert json.loads(fh.read(n))["__metadata__"]["sge3_dump"]
 
 
 # ---- writer ---------------------------------------------------------------------------------------
 def _meta():
-    return {"layer_indices_hf": [1, 2, 3], "hidden_size": H, "num_hidden_layers": 4, "architecture": "DeepseekV3ForCausalLM",
-            "final": "both", "dtype": "float32"}
+    return {
+        "layer_indices_hf": [1, 2, 3],
+        "hidden_size": H,
+        "num_hidden_layers": 4,
+        "architecture": "DeepseekV3ForCausalLM",
+        "final": "both",
+        "dtype": "float32",
+    }
 
 
 def _batch(rids, prefix, ext, orig, seed=0, packed=False, nan=False):
@@ -109,12 +134,22 @@ def _batch(rids, prefix, ext, orig, seed=0, packed=False, nan=False):
     if nan:
         post[0, 0] = float("nan")
     ids = torch.cat([torch.arange(p, p + n) for p, n in zip(prefix, ext)])
-    return ChunkBatch(rids, prefix, ext, torch.tensor(orig), ids, aux, "packed" if packed else "list",
-                      pre=torch.randn(T, H, generator=g), post=post, nbytes=1000)
+    return ChunkBatch(
+        rids,
+        prefix,
+        ext,
+        torch.tensor(orig),
+        ids,
+        aux,
+        "packed" if packed else "list",
+        pre=torch.randn(T, H, generator=g),
+        post=post,
+        nbytes=1000,
+    )
 
 
 def _submit(w, *batches):
-    for b in batches:               # as the capture hook does: reserve host memory, then hand over
+    for b in batches:  # as the capture hook does: reserve host memory, then hand over
         w.reserve(b.nbytes)
         w.submit(b)
 
@@ -131,7 +166,7 @@ def test_writer_startup_errors(tmp_path):
     ro.mkdir()
     ro.chmod(0o500)
     try:
-        unwritable = "/proc" if os.access(ro, os.W_OK) else str(ro)   # root ignores mode bits; /proc refuses files
+        unwritable = "/proc" if os.access(ro, os.W_OK) else str(ro)  # root ignores mode bits; /proc refuses files
         with pytest.raises(DumpStartupError, match="not writable"):
             DumpWriter(C.DumpConfig(unwritable, None), _meta())
     finally:
@@ -171,9 +206,9 @@ def test_writer_stitches_chunks_and_resumes(tmp_path):
     assert torch.equal(t[T_AUX], exp_aux)
     assert torch.equal(t[T_POST], torch.cat([b1.post[:4], b2.post[:6]]))
     assert torch.equal(t[T_PRE], torch.cat([b1.pre[:4], b2.pre[:6]]))
-    assert w.budget.used == 0                       # every host buffer released
+    assert w.budget.used == 0  # every host buffer released
     w.close()
-    w2 = _writer(tmp_path)                           # restart: manifest ids are done, not rewritten
+    w2 = _writer(tmp_path)  # restart: manifest ids are done, not rewritten
     assert w2.is_done("r1")
     _submit(w2, _batch(["r1"], [0], [10], [10], seed=9))
     assert w2.flush(30) and w2.stats["written"] == 0
@@ -199,7 +234,7 @@ def test_discard_mode_stitches_and_counts_but_writes_nothing(tmp_path):
 
 def test_writer_refuses_prefix_cache_and_nan(tmp_path):
     w = _writer(tmp_path)
-    _submit(w, _batch(["cached"], [5], [3], [8]))      # head served by the radix cache
+    _submit(w, _batch(["cached"], [5], [3], [8]))  # head served by the radix cache
     _submit(w, _batch(["bad"], [0], [4], [4], nan=True))
     assert w.flush(30)
     assert read_manifest(tmp_path) == {}
@@ -220,12 +255,13 @@ def test_writer_disk_full_stops_and_keeps_manifest_consistent(tmp_path, monkeypa
     def full(path, *a, **k):
         calls.append(path)
         raise OSError(errno.ENOSPC, "No space left on device")
+
     monkeypatch.setattr(W, "write_sample", full)
     _submit(w, _batch(["x1"], [0], [3], [3]))
     assert w.flush(30)
     assert not w.accepting and "ENOSPC" in w.stop_reason
     monkeypatch.setattr(W, "write_sample", real)
-    _submit(w, _batch(["x2"], [0], [3], [3]))            # after stopping: accepted by nobody, memory released
+    _submit(w, _batch(["x2"], [0], [3], [3]))  # after stopping: accepted by nobody, memory released
     assert w.flush(30) and w.budget.used == 0
     assert set(read_manifest(tmp_path)) == {"ok"}
     status = json.loads((tmp_path / "status" / "dp0.json").read_text())
@@ -245,12 +281,13 @@ def test_budget_backpressure_blocks_not_drops(tmp_path, monkeypatch):
     def slow(*a, **k):
         gate.wait(10)
         return real(*a, **k)
+
     monkeypatch.setattr(W, "write_sample", slow)
     w = _writer(tmp_path, max_pending_bytes=1500)
-    _submit(w, _batch(["a"], [0], [3], [3]))           # 1000 bytes held until the gate opens
+    _submit(w, _batch(["a"], [0], [3], [3]))  # 1000 bytes held until the gate opens
     t0 = time.monotonic()
     threading.Timer(0.5, gate.set).start()
-    _submit(w, _batch(["b"], [0], [3], [3]))           # its reserve must wait for "a" to be written
+    _submit(w, _batch(["b"], [0], [3], [3]))  # its reserve must wait for "a" to be written
     assert time.monotonic() - t0 >= 0.4
     assert w.flush(30) and set(read_manifest(tmp_path)) == {"a", "b"} and w.budget.used == 0
     assert w.budget.waited_s >= 0.4
@@ -301,15 +338,17 @@ def test_steady_state_sample_writes_make_no_path_syscalls(tmp_path, monkeypatch)
     known, writing a sample resolves no path and makes no directory."""
     from sglang_eagle3_ext.dump import manifest as M
 
-    ids = [f"r{i}" for i in range(400) if M.sample_relpath(f"r{i}").split("/")[1] == M.sample_relpath("r0").split("/")[1]]
+    ids = [
+        f"r{i}" for i in range(400) if M.sample_relpath(f"r{i}").split("/")[1] == M.sample_relpath("r0").split("/")[1]
+    ]
     w = _writer(tmp_path)
-    _submit(w, _batch([ids[0]], [0], [3], [3]))          # first of its shard: resolves and makes the dir
+    _submit(w, _batch([ids[0]], [0], [3], [3]))  # first of its shard: resolves and makes the dir
     assert w.flush(30)
     calls = []
     for name in ("lstat", "stat", "mkdir"):
         real = getattr(os, name)
         monkeypatch.setattr(os, name, lambda *a, _r=real, _n=name, **k: calls.append(_n) or _r(*a, **k))
-    _submit(w, _batch([ids[1]], [0], [3], [3]))          # same shard
+    _submit(w, _batch([ids[1]], [0], [3], [3]))  # same shard
     assert w.flush(30)
     monkeypatch.undo()
     assert set(read_manifest(tmp_path)) == set(ids[:2])

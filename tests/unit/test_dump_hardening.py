@@ -1,6 +1,7 @@
 """The dump side: aborted requests, colliding ids, a stuck writer, a vanished dump dir, hostile
 or mistyped paths given to export/status, layer lists that are not integers, a budget larger than the host.
 Pure CPU, no SGLang; each test failed on the code before the fix."""
+
 from __future__ import annotations
 
 import errno
@@ -36,9 +37,12 @@ def _batch(rids, prefix, ext, orig, seed=0, ring: PinnedRing | None = None):
     writer must give back (as on a GPU server)."""
     T = sum(ext)
     g = torch.Generator().manual_seed(seed)
-    src = {"ids": torch.cat([torch.arange(p, p + n) for p, n in zip(prefix, ext)]),
-           "aux": torch.randn(K, T, H, generator=g), "pre": torch.randn(T, H, generator=g),
-           "post": torch.randn(T, H, generator=g)}
+    src = {
+        "ids": torch.cat([torch.arange(p, p + n) for p, n in zip(prefix, ext)]),
+        "aux": torch.randn(K, T, H, generator=g),
+        "pre": torch.randn(T, H, generator=g),
+        "post": torch.randn(T, H, generator=g),
+    }
     region = None
     if ring is not None:
         specs = [(tuple(t.shape), t.dtype) for t in src.values()]
@@ -48,8 +52,18 @@ def _batch(rids, prefix, ext, orig, seed=0, ring: PinnedRing | None = None):
         for k, t in src.items():
             dst[k].copy_(t)
         src = dst
-    b = ChunkBatch(rids, prefix, ext, torch.tensor(orig), src["ids"], src["aux"], "list", pre=src["pre"],
-                   post=src["post"], nbytes=1000)
+    b = ChunkBatch(
+        rids,
+        prefix,
+        ext,
+        torch.tensor(orig),
+        src["ids"],
+        src["aux"],
+        "list",
+        pre=src["pre"],
+        post=src["post"],
+        nbytes=1000,
+    )
     if region is not None:
         b.free_host = lambda: ring.free(region)
     return b
@@ -83,8 +97,12 @@ def test_aborted_mid_prefill_request_gives_back_ring_and_budget(tmp_path):
 def test_chunked_request_that_continues_is_kept(tmp_path):
     """The rule must not cut a live chunked prefill: its next chunk is in the next batch."""
     w = _writer(tmp_path)
-    _submit(w, _batch(["long"], [0], [4], [12], seed=1), _batch(["long", "x"], [4, 0], [4, 2], [12, 2], seed=2),
-            _batch(["long"], [8], [4], [12], seed=3))
+    _submit(
+        w,
+        _batch(["long"], [0], [4], [12], seed=1),
+        _batch(["long", "x"], [4, 0], [4, 2], [12, 2], seed=2),
+        _batch(["long"], [8], [4], [12], seed=3),
+    )
     assert w.flush(30)
     assert set(read_manifest(tmp_path)) == {"long", "x"} and w.stats["ended_unfinished"] == 0
     w.close()
@@ -105,6 +123,7 @@ def test_partials_released_when_no_batch_comes(tmp_path, monkeypatch):
 
     def status():
         return json.loads((tmp_path / "status" / "dp0.json").read_text())["stats"]
+
     # the status file is rewritten every STATUS_EVERY_S: the one written just before the release may still be there
     while status()["pending_bytes"] and time.monotonic() < t_end:
         time.sleep(0.05)
@@ -122,7 +141,7 @@ def test_reserve_never_waits_forever_on_a_stuck_writer(tmp_path, monkeypatch):
     monkeypatch.setattr(W, "write_sample", lambda *a, **k: gate.wait(60) and real(*a, **k))
     w = _writer(tmp_path, max_pending_bytes=1500)
     w.budget.stall_s = 0.5
-    _submit(w, _batch(["a"], [0], [3], [3]))            # its write never finishes
+    _submit(w, _batch(["a"], [0], [3], [3]))  # its write never finishes
     result = []
     t = threading.Thread(target=lambda: result.append(w.reserve(1000)), daemon=True)
     t.start()
@@ -152,7 +171,9 @@ def test_rids_sanitising_to_one_id_dump_once_and_keep_the_writer(tmp_path):
 def test_a_chunked_duplicate_is_refused_once_and_the_first_completes(tmp_path):
     twin = sanitize_id("p/q")
     w = _writer(tmp_path)
-    _submit(w, _batch(["p/q", twin], [0, 0], [3, 3], [6, 6], seed=1), _batch(["p/q", twin], [3, 3], [3, 3], [6, 6], seed=2))
+    _submit(
+        w, _batch(["p/q", twin], [0, 0], [3, 3], [6, 6], seed=1), _batch(["p/q", twin], [3, 3], [3, 3], [6, 6], seed=2)
+    )
     assert w.flush(30)
     assert w.stats["refused_duplicate_id"] == 1 and w.stats["refused_prefix_cache"] == 0
     man = read_manifest(tmp_path)
@@ -170,6 +191,7 @@ def test_one_samples_write_error_does_not_stop_the_writer(tmp_path, monkeypatch)
         if meta["rid"] == "bad":
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path))
         return real(path, tensors, meta, **k)
+
     monkeypatch.setattr(W, "write_sample", flaky)
     w = _writer(tmp_path)
     _submit(w, _batch(["bad", "good"], [0, 0], [3, 3], [3, 3]), _batch(["after"], [0], [3], [3], seed=3))
@@ -203,7 +225,7 @@ def test_dump_dir_replaced_while_serving_stops_dumping(tmp_path, monkeypatch):
     _submit(w, _batch(["a"], [0], [3], [3]))
     assert w.flush(30)
     os.rename(root, tmp_path / "dump.old")
-    shutil.copytree(tmp_path / "dump.old", root)         # same layout, another directory
+    shutil.copytree(tmp_path / "dump.old", root)  # same layout, another directory
     time.sleep(0.3)
     _submit(w, _batch(["b"], [0], [3], [3], seed=1))
     assert w.flush(30)
@@ -240,9 +262,11 @@ def _dump(tmp_path, n=3, name="dump"):
 
 def _foreign_sample(path):
     L = 4
-    write_sample(path, {T_IDS: torch.arange(L), T_AUX: torch.randn(L, K * H), T_PRE: torch.randn(L, H),
-                        T_POST: torch.randn(L, H)},
-                 {"num_tokens": L})
+    write_sample(
+        path,
+        {T_IDS: torch.arange(L), T_AUX: torch.randn(L, K * H), T_PRE: torch.randn(L, H), T_POST: torch.randn(L, H)},
+        {"num_tokens": L},
+    )
 
 
 @pytest.mark.parametrize("how", ["absolute", "dotdot", "symlink"])
@@ -274,7 +298,7 @@ def test_export_and_status_of_a_non_dump_dir_are_errors(tmp_path, capsys, cmd, w
     extra = ["--to", "specforge", "--out", str(tmp_path / "out")] if cmd == "export" else []
     assert dump_cli([cmd, "--dump-dir", str(p), *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and str(p) in err[0] and "error: " in err[0], err     # one line: `PROG: error: ...`
+    assert len(err) == 1 and str(p) in err[0] and "error: " in err[0], err  # one line: `PROG: error: ...`
     assert not (tmp_path / "out").exists()
 
 
@@ -286,10 +310,11 @@ def test_export_replaces_an_older_larger_export_whole(tmp_path, fn):
     assert fn(d, out, **kw) == 3
     assert fn(d, out, order=["s0", "s1"], **kw) == 2
     files = sorted(p.name for p in out.rglob("*") if p.is_file() and p.name.startswith(("hs_", "data_")))
-    assert files == (["hs_0.safetensors", "hs_1.safetensors"] if fn is export_speculators
-                     else ["data_0.ckpt", "data_1.ckpt"])
+    assert files == (
+        ["hs_0.safetensors", "hs_1.safetensors"] if fn is export_speculators else ["data_0.ckpt", "data_1.ckpt"]
+    )
     assert len((out / "index.jsonl").read_text().splitlines()) == 2
-    assert not [p for p in tmp_path.iterdir() if ".export-" in p.name]     # no temporary left beside it
+    assert not [p for p in tmp_path.iterdir() if ".export-" in p.name]  # no temporary left beside it
 
 
 def test_export_refuses_a_foreign_non_empty_out_and_the_dump_dir_itself(tmp_path):
@@ -306,7 +331,7 @@ def test_export_refuses_a_foreign_non_empty_out_and_the_dump_dir_itself(tmp_path
     assert (d / "dump_meta.json").exists() and read_manifest(d)
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert export_specforge(d, empty) == 1                # an empty --out is fine
+    assert export_specforge(d, empty) == 1  # an empty --out is fine
 
 
 # ---- 8. layer lists --------------------------------------------------------------------------------

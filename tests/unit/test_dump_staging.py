@@ -1,5 +1,6 @@
 """The dump's host-side fast paths: the staging ring, the direct safetensors writer, the group-committed
 manifest. Pure CPU, no SGLang."""
+
 from __future__ import annotations
 
 import errno
@@ -22,7 +23,7 @@ def test_ring_regions_never_overlap_and_all_come_back(seed):
     live = []
     for _ in range(2000):
         if live and (rng.random() < 0.45 or len(live) > 20):
-            ring.free(live.pop(rng.randrange(len(live))))       # out of order, as io threads finish
+            ring.free(live.pop(rng.randrange(len(live))))  # out of order, as io threads finish
             continue
         r = ring.alloc(rng.randint(1, 20 * ALIGN))
         if r is None:
@@ -31,20 +32,20 @@ def test_ring_regions_never_overlap_and_all_come_back(seed):
         for o in live:
             assert r.end <= o.start or o.end <= r.start, "two live regions share bytes"
         live.append(r)
-    assert ring.allocated > 500 and ring.fallbacks > 0          # it wrapped, filled up, and recovered
+    assert ring.allocated > 500 and ring.fallbacks > 0  # it wrapped, filled up, and recovered
     for r in live:
         ring.free(r)
-    assert not ring._live and ring.alloc(ring.capacity) is not None   # all of it is free again
+    assert not ring._live and ring.alloc(ring.capacity) is not None  # all of it is free again
 
 
 def test_ring_refuses_what_cannot_fit_instead_of_overwriting():
     ring = PinnedRing(8 * ALIGN, pin=False)
     a = ring.alloc(5 * ALIGN)
-    assert ring.alloc(4 * ALIGN) is None                        # only 3 left at the end, nothing before a
+    assert ring.alloc(4 * ALIGN) is None  # only 3 left at the end, nothing before a
     b = ring.alloc(3 * ALIGN)
-    assert b.start == 5 * ALIGN and ring.alloc(1) is None       # full
+    assert b.start == 5 * ALIGN and ring.alloc(1) is None  # full
     ring.free(a)
-    c = ring.alloc(5 * ALIGN)                                   # wraps into a's bytes, not b's
+    c = ring.alloc(5 * ALIGN)  # wraps into a's bytes, not b's
     assert c.start == 0 and ring.alloc(1) is None
     assert ring.alloc(9 * ALIGN) is None and ring.fallbacks == 4
 
@@ -60,7 +61,7 @@ def test_ring_views_hold_their_own_bytes():
     assert all(bool((t == i + 1).all()) for i, t in enumerate(ts))
 
 
-@pytest.mark.parametrize("write_max", [None, 7])     # 7: every buffer written in pieces (the >1 GiB path)
+@pytest.mark.parametrize("write_max", [None, 7])  # 7: every buffer written in pieces (the >1 GiB path)
 def test_direct_safetensors_file_reads_back_with_safetensors(tmp_path, monkeypatch, write_max):
     from safetensors import safe_open
 
@@ -69,15 +70,23 @@ def test_direct_safetensors_file_reads_back_with_safetensors(tmp_path, monkeypat
     if write_max:
         monkeypatch.setattr(F, "_WRITE_MAX", write_max)
 
-    t = {"ids": torch.arange(7), "bf": torch.randn(3, 5).bfloat16(), "strided": torch.randn(4, 6)[:, ::2],
-         "flag": torch.tensor(True), "empty": torch.empty(0, 4), "f8": torch.randn(2, 3).to(torch.float8_e4m3fn)}
+    t = {
+        "ids": torch.arange(7),
+        "bf": torch.randn(3, 5).bfloat16(),
+        "strided": torch.randn(4, 6)[:, ::2],
+        "flag": torch.tensor(True),
+        "empty": torch.empty(0, 4),
+        "f8": torch.randn(2, 3).to(torch.float8_e4m3fn),
+    }
     save_safetensors(tmp_path / "x.safetensors", t, {"k": "v"})
     with safe_open(str(tmp_path / "x.safetensors"), "pt") as f:
         assert f.metadata() == {"k": "v"}
         for k, v in t.items():
             got = f.get_tensor(k)
             assert got.dtype == v.dtype and got.shape == v.shape and torch.equal(got.float(), v.float()), k
-    assert write_sample(tmp_path / "s.safetensors", {"a": t["bf"]}, {"n": 1}) == os.path.getsize(tmp_path / "s.safetensors")
+    assert write_sample(tmp_path / "s.safetensors", {"a": t["bf"]}, {"n": 1}) == os.path.getsize(
+        tmp_path / "s.safetensors"
+    )
     tensors, meta = read_sample(tmp_path / "s.safetensors")
     assert meta == {"n": 1} and torch.equal(tensors["a"], t["bf"])
 
@@ -89,6 +98,7 @@ def test_group_commit_lists_every_record_once_under_concurrency(tmp_path):
 
     def one(i):
         m.append({"id": f"s{i}", "file": f"samples/s{i}"}, sync_dir=d)
+
     ths = [threading.Thread(target=one, args=(i,)) for i in range(64)]
     for t in ths:
         t.start()
@@ -106,10 +116,11 @@ def test_group_commit_failure_reaches_every_waiter_of_that_commit(tmp_path, monk
     gate, entered = threading.Event(), threading.Event()
     real = M.fsync_dir
 
-    def stuck_then_full(p):      # the first commit blocks while others queue up, then the disk is full
+    def stuck_then_full(p):  # the first commit blocks while others queue up, then the disk is full
         entered.set()
         gate.wait(10)
         raise OSError(errno.ENOSPC, "No space left on device")
+
     monkeypatch.setattr(M, "fsync_dir", stuck_then_full)
     errors = []
 
@@ -118,6 +129,7 @@ def test_group_commit_failure_reaches_every_waiter_of_that_commit(tmp_path, monk
             m.append({"id": f"s{i}", "file": "f"}, sync_dir=tmp_path)
         except OSError as e:
             errors.append(e.errno)
+
     first = threading.Thread(target=one, args=(0,))
     first.start()
     assert entered.wait(10)
@@ -128,7 +140,7 @@ def test_group_commit_failure_reaches_every_waiter_of_that_commit(tmp_path, monk
     for t in [first, *rest]:
         t.join(10)
     monkeypatch.setattr(M, "fsync_dir", real)
-    assert errors == [errno.ENOSPC] * 6                           # nobody believes its line was written
+    assert errors == [errno.ENOSPC] * 6  # nobody believes its line was written
     assert read_manifest(tmp_path) == {}
     m.close()
 
@@ -139,7 +151,7 @@ def test_rows_finite_flags_mark_exactly_the_bad_rows():
     a, b = torch.randn(6, 8).bfloat16(), torch.randn(6, 4)
     a[1, 3], b[4, 0], b[5, 2] = float("nan"), float("inf"), -float("inf")
     assert _rows_finite([a, b]).tolist() == [True, False, True, True, False, False]
-    assert _rows_finite([a[2:4], b[2:4]]).tolist() == [True, True]       # views of the batch's rows
+    assert _rows_finite([a[2:4], b[2:4]]).tolist() == [True, True]  # views of the batch's rows
 
 
 def test_writer_uses_the_capture_flags_per_sample(tmp_path):
@@ -149,12 +161,29 @@ def test_writer_uses_the_capture_flags_per_sample(tmp_path):
     from sglang_eagle3_ext.dump.assemble import ChunkBatch
     from sglang_eagle3_ext.dump.writer import DumpWriter
 
-    meta = {"layer_indices_hf": [1, 2, 3], "hidden_size": 8, "num_hidden_layers": 4,
-            "architecture": "DeepseekV3ForCausalLM", "final": "both", "dtype": "float32"}
+    meta = {
+        "layer_indices_hf": [1, 2, 3],
+        "hidden_size": 8,
+        "num_hidden_layers": 4,
+        "architecture": "DeepseekV3ForCausalLM",
+        "final": "both",
+        "dtype": "float32",
+    }
     w = DumpWriter(C.DumpConfig(dump_dir=str(tmp_path), layers=(1, 2, 3), final="both", min_tokens=1), meta)
     ok = torch.tensor([True] * 3 + [True, False, True, True])
-    b = ChunkBatch(["good", "bad"], [0, 0], [3, 4], torch.tensor([3, 4]), torch.arange(7), torch.randn(7, 24),
-                   "packed", pre=torch.randn(7, 8), post=torch.randn(7, 8), nbytes=100, row_ok=ok)
+    b = ChunkBatch(
+        ["good", "bad"],
+        [0, 0],
+        [3, 4],
+        torch.tensor([3, 4]),
+        torch.arange(7),
+        torch.randn(7, 24),
+        "packed",
+        pre=torch.randn(7, 8),
+        post=torch.randn(7, 8),
+        nbytes=100,
+        row_ok=ok,
+    )
     w.reserve(b.nbytes)
     w.submit(b)
     assert w.flush(30)

@@ -1,5 +1,6 @@
 """`dump status` lists every writer: one whose status file cannot be read is listed as unreadable, naming the
 file, and the report still comes (exit 0)."""
+
 from __future__ import annotations
 
 import json

@@ -1,6 +1,7 @@
 """The writer process (SGLANG_EAGLE3_EXT_DUMP_WRITER=process): a real child process, real shared memory,
 real files. Batches are put into the writer's shared staging memory exactly as the capture does (ring
 region, or the writer's own segment when the ring has no room)."""
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,13 @@ from sglang_eagle3_ext.dump.writer_process import ProcessDumpWriter
 
 
 def _writer(tmp_path, pending=1 << 20):
-    w = ProcessDumpWriter(C.DumpConfig(dump_dir=str(tmp_path), layers=(1, 2, 3), final="both",
-                                       max_pending_bytes=pending, writer="process"), _meta())
-    assert w.staging is not None and w.staging.capacity == w._mem.nbytes    # the shared memory, from the start
+    w = ProcessDumpWriter(
+        C.DumpConfig(
+            dump_dir=str(tmp_path), layers=(1, 2, 3), final="both", max_pending_bytes=pending, writer="process"
+        ),
+        _meta(),
+    )
+    assert w.staging is not None and w.staging.capacity == w._mem.nbytes  # the shared memory, from the start
     return w
 
 
@@ -33,10 +38,13 @@ def _stage(w, rids, prefix, ext, orig, seed=0, packed=False, nan=False):
     """Source tensors, and the batch whose host tensors live in the writer's shared memory."""
     T = sum(ext)
     g = torch.Generator().manual_seed(seed)
-    src = {"ids": torch.cat([torch.arange(p, p + n) for p, n in zip(prefix, ext)]),
-           "aux": torch.randn(T, K * H, generator=g) if packed else torch.randn(K, T, H, generator=g),
-           "pre": torch.randn(T, H, generator=g), "post": torch.randn(T, H, generator=g),
-           "orig": torch.tensor(orig)}
+    src = {
+        "ids": torch.cat([torch.arange(p, p + n) for p, n in zip(prefix, ext)]),
+        "aux": torch.randn(T, K * H, generator=g) if packed else torch.randn(K, T, H, generator=g),
+        "pre": torch.randn(T, H, generator=g),
+        "post": torch.randn(T, H, generator=g),
+        "orig": torch.tensor(orig),
+    }
     if nan:
         src["post"][0, 0] = float("nan")
     specs = {k: (tuple(t.shape), t.dtype) for k, t in src.items()}
@@ -45,8 +53,19 @@ def _stage(w, rids, prefix, ext, orig, seed=0, packed=False, nan=False):
     for k, t in src.items():
         dst[k].copy_(t)
     nbytes = sum(t.numel() * t.element_size() for t in src.values())
-    b = ChunkBatch(rids, prefix, ext, dst["orig"], dst["ids"], dst["aux"], "packed" if packed else "list",
-                   dst["pre"], dst["post"], None, nbytes)
+    b = ChunkBatch(
+        rids,
+        prefix,
+        ext,
+        dst["orig"],
+        dst["ids"],
+        dst["aux"],
+        "packed" if packed else "list",
+        dst["pre"],
+        dst["post"],
+        None,
+        nbytes,
+    )
     if region is not None:
         b.free_host = lambda: w.staging.free(region)
     w.reserve(nbytes)
@@ -76,12 +95,12 @@ def test_stitches_writes_and_resumes_from_a_child(tmp_path):
     assert torch.equal(t[T_PRE], torch.cat([s1["pre"][:4], s2["pre"][:6]]))
     assert torch.equal(t[T_POST], torch.cat([s1["post"][:4], s2["post"][:6]]))
     assert w.stats["written"] == 2 and w.stats["nonfinite"] == 1
-    _wait(lambda: w.budget.used == 0 and not w.staging._live)     # every byte back in the server process
+    _wait(lambda: w.budget.used == 0 and not w.staging._live)  # every byte back in the server process
     w.close()
     assert w._proc.returncode == 0 and os.getpid() != pid
     status = json.loads((tmp_path / "status" / "dp0.json").read_text())
-    assert status["state"] == "closed" and status["pid"] == pid        # the child wrote the files
-    w2 = _writer(tmp_path)                                               # restart: done ids are skipped
+    assert status["state"] == "closed" and status["pid"] == pid  # the child wrote the files
+    w2 = _writer(tmp_path)  # restart: done ids are skipped
     assert w2.is_done("r1")
     _stage(w2, ["r1"], [0], [10], [10], seed=9)
     assert w2.flush(30) and w2.stats["written"] == 0
@@ -89,7 +108,7 @@ def test_stitches_writes_and_resumes_from_a_child(tmp_path):
 
 
 def test_a_batch_the_ring_cannot_hold_travels_in_its_own_segment(tmp_path):
-    w = _writer(tmp_path, pending=2048)                 # far smaller than one batch
+    w = _writer(tmp_path, pending=2048)  # far smaller than one batch
     src = _stage(w, ["big"], [0], [64], [64], seed=4, packed=True)
     assert w.flush(30)
     t, _ = read_sample(tmp_path / read_manifest(tmp_path)["big"]["file"])
@@ -102,19 +121,21 @@ def test_a_batch_the_ring_cannot_hold_travels_in_its_own_segment(tmp_path):
 def test_a_start_up_error_in_the_child_is_raised_in_the_server(tmp_path):
     _writer(tmp_path).close()
     with pytest.raises(DumpStartupError, match="different settings"):
-        ProcessDumpWriter(C.DumpConfig(dump_dir=str(tmp_path), layers=(0, 1, 2), final="both", writer="process"),
-                          {**_meta(), "layer_indices_hf": [0, 1, 2]})
+        ProcessDumpWriter(
+            C.DumpConfig(dump_dir=str(tmp_path), layers=(0, 1, 2), final="both", writer="process"),
+            {**_meta(), "layer_indices_hf": [0, 1, 2]},
+        )
 
 
 def test_a_dead_child_stops_dumping_and_gives_every_byte_back(tmp_path, caplog):
     w = _writer(tmp_path)
-    _stage(w, ["partial"], [0], [4], [10], seed=5)      # half-stitched: held in the child
+    _stage(w, ["partial"], [0], [4], [10], seed=5)  # half-stitched: held in the child
     _wait(lambda: w._child_received == 1)
     os.kill(w._proc.pid, signal.SIGKILL)
     _wait(lambda: not w.accepting)
     assert "writer process exited" in w.stop_reason
     _wait(lambda: w.budget.used == 0 and not w.staging._live)
-    _stage(w, ["after"], [0], [4], [4], seed=6)         # later batches: released at once, never waited on
+    _stage(w, ["after"], [0], [4], [4], seed=6)  # later batches: released at once, never waited on
     _wait(lambda: w.budget.used == 0)
     assert not w.flush(5)
     w.close()
@@ -125,7 +146,7 @@ def test_a_write_error_in_the_child_stops_dumping_in_the_server(tmp_path):
     w = _writer(tmp_path)
     samples = tmp_path / "samples"
     os.rename(samples, tmp_path / "samples.moved")
-    samples.write_text("not a directory")              # every sample write now fails (also as root)
+    samples.write_text("not a directory")  # every sample write now fails (also as root)
     _stage(w, ["x"], [0], [4], [4], seed=7)
     _wait(lambda: not w.accepting)
     assert "Errno" in w.stop_reason or "ENOTDIR" in w.stop_reason or "EEXIST" in w.stop_reason
@@ -143,7 +164,7 @@ def test_when_the_server_dies_the_child_starts_nothing_new_and_exits(tmp_path):
     _stage(w, ["half"], [0], [2], [6], seed=9)
     _wait(lambda: w._child_received == 2)
     w._closing = True
-    w._sock.shutdown(socket.SHUT_RDWR)                  # what the server's death looks like to the child
+    w._sock.shutdown(socket.SHUT_RDWR)  # what the server's death looks like to the child
     assert w._proc.wait(30) == 0
     assert set(read_manifest(tmp_path)) == {"done1"}
 

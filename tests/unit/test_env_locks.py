@@ -1,6 +1,7 @@
 """The locked test environments (.ci/lockenv.py, constraints/): every lock is complete and pinned, the check names a
 drifted package with its version and the lock to regenerate, pytest stops before collecting in a drifted
 environment, and each extra set installs from the constraints into a fresh venv and imports."""
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,7 @@ needs_locked_env = pytest.mark.skipif(not LOCKED, reason=f"not a locked environm
 @pytest.mark.parametrize("release", list(versions.TESTED_RELEASES))
 def test_every_release_has_a_complete_pinned_lock(release):
     lock = lockenv.lock_path(release)
-    pins = lockenv.lock_pins(lock)           # refuses any line that is not name==version
+    pins = lockenv.lock_pins(lock)  # refuses any line that is not name==version
     cpu = lockenv.lock_pins(lockenv.cpu_lock_path(lock))
     assert pins["sglang"] == release and pins["transformers"] == versions.TESTED_RELEASES[release]
     assert cpu["torch"] == f"{lockenv.TORCH}+cpu" and set(lockenv.CPU_STACK) <= set(cpu)
@@ -60,8 +61,12 @@ def _edited_lock(tmp_path: Path, release: str) -> tuple[Path, str, str]:
 def _check(*args) -> subprocess.CompletedProcess:
     """`lockenv.py check` in a fresh interpreter of this environment (what the suite's own process has put on
     sys.path does not count)."""
-    return subprocess.run([sys.executable, str(REPO / ".ci" / "lockenv.py"), "check", *map(str, args), "--no-imports"],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(REPO / ".ci" / "lockenv.py"), "check", *map(str, args), "--no-imports"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_environment_check_names_a_wrong_version_and_a_missing_entry(tmp_path):
@@ -75,7 +80,7 @@ def test_environment_check_names_a_wrong_version_and_a_missing_entry(tmp_path):
     assert r.returncode == 1
     assert any(ln.startswith(f"{wrong} is {have}, {edited} says 0.0.1") and "lockenv.py lock" in ln for ln in bad), bad
     assert any(ln.startswith(f"{missing} ") and "has no line for it" in ln for ln in bad), bad
-    if LOCKED:   # the pristine lock: nothing to say
+    if LOCKED:  # the pristine lock: nothing to say
         r = _check(release)
         assert r.returncode == 0 and not r.stderr.strip(), r.stderr
 
@@ -84,8 +89,14 @@ def test_environment_check_names_a_wrong_version_and_a_missing_entry(tmp_path):
 def test_pytest_stops_before_collection_naming_the_package(tmp_path):
     edited, wrong, _ = _edited_lock(tmp_path, LOCKED)
     env = {**os.environ, LOCK_FILE_ENV: str(edited)}
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit/test_versions.py"],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit/test_versions.py"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 4, out[-2000:]
     assert f"{wrong} is " in out and "says 0.0.1" in out and "error during collection" not in out.lower(), out[-2000:]
@@ -102,9 +113,13 @@ def test_failed_import_is_named_by_its_distribution(tmp_path, monkeypatch):
 
 # ---- users' installs: each extra set from the constraints, into a fresh venv
 UV = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
-CPU_SETS = {"": ["sglang_eagle3_ext"], "train": ["speculators", "datasets", "transformers", "torch"],
-            "models": ["transformers", "tokenizers", "huggingface_hub", "torch"],
-            "bench": ["transformers", "matplotlib"], "train,models,bench": ["speculators", "matplotlib", "tokenizers"]}
+CPU_SETS = {
+    "": ["sglang_eagle3_ext"],
+    "train": ["speculators", "datasets", "transformers", "torch"],
+    "models": ["transformers", "tokenizers", "huggingface_hub", "torch"],
+    "bench": ["transformers", "matplotlib"],
+    "train,models,bench": ["speculators", "matplotlib", "tokenizers"],
+}
 
 
 def _uv(*args, **kw):
@@ -119,8 +134,9 @@ def test_extra_sets_install_from_the_constraints_and_import(tmp_path):
     py = venv / "bin" / "python"
     # the CPU stack first (what the tutorial's CPU line installs from PyTorch's CPU index; here PyPI's torchvision
     # beside the CPU torch, with the stand-in that lets it import)
-    r = _uv("pip", "install", "-q", "--python", py, *lockenv.torch_source(), "-c", lock,
-            "-r", lockenv.cpu_lock_path(lock))
+    r = _uv(
+        "pip", "install", "-q", "--python", py, *lockenv.torch_source(), "-c", lock, "-r", lockenv.cpu_lock_path(lock)
+    )
     assert r.returncode == 0, r.stderr[-1500:]
     lockenv.install_shims(venv, versions.RECOMMENDED)
     # torchaudio (speculators asks for it): PyPI has only the CUDA build, which cannot load beside a CPU torch, and
@@ -130,13 +146,15 @@ def test_extra_sets_install_from_the_constraints_and_import(tmp_path):
     no_audio.write_text('torchaudio ; python_version < "0"\n')
     for extra, mods in CPU_SETS.items():
         target = f"{REPO}[{extra}]" if extra else str(REPO)
-        r = _uv("pip", "install", "-q", "--python", py, "-c", lock, "--override", no_audio, *lockenv.torch_source(),
-                target)
+        r = _uv(
+            "pip", "install", "-q", "--python", py, "-c", lock, "--override", no_audio, *lockenv.torch_source(), target
+        )
         assert r.returncode == 0, f"[{extra}]: {r.stderr[-1500:]}"
         r = subprocess.run([py, "-c", "import " + ", ".join(mods)], capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, f"[{extra}] imports: {r.stderr[-1500:]}"
-        torch = subprocess.run([py, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
-                               capture_output=True, text=True).stdout.strip()
+        torch = subprocess.run(
+            [py, "-c", "import importlib.metadata as m; print(m.version('torch'))"], capture_output=True, text=True
+        ).stdout.strip()
         assert not torch or torch.endswith("+cpu"), f"[{extra}] replaced the CPU torch with {torch}"
     # the GPU sets resolve against the same constraints (their CUDA wheels are not downloaded here)
     for extra in ("sglang", "sglang,train,models,bench"):

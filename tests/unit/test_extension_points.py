@@ -1,6 +1,7 @@
 """ARCHITECTURE.md's "One module plus one registry line" counted from the source: for every draft layout, export
 format and command that exists, the package files naming it specifically (importing its modules, or naming them
 or their "module:attr" strings) are exactly the files the table says a new one touches."""
+
 from __future__ import annotations
 
 import ast
@@ -54,7 +55,7 @@ def names_in(path: Path) -> set[str]:
             if mod.startswith("."):
                 mod = absolute(1, mod[1:])
             elif not mod.startswith(("sglang.", f"{PKG}.")):
-                mod = f"{PKG}.{mod}"            # "cli.launch:main": a module of the package
+                mod = f"{PKG}.{mod}"  # "cli.launch:main": a module of the package
             out |= {mod} | ({f"{mod}:{attr}"} if attr else set())
     return out
 
@@ -65,8 +66,11 @@ _NAMES = {str(p.relative_to(ROOT)): names_in(p) for p in sorted(ROOT.rglob("*.py
 def files_naming(*targets: str) -> set[str]:
     """The package files that name one of `targets` (a module, or a "module:attr"), each module's own file aside."""
     own = {_file(t) for t in targets if t.startswith(f"{PKG}.") and ":" not in t}
-    return {f for f, names in _NAMES.items() if f not in own and any(
-        n == t or n.startswith((f"{t}.", f"{t}:")) for t in targets for n in names)}
+    return {
+        f
+        for f, names in _NAMES.items()
+        if f not in own and any(n == t or n.startswith((f"{t}.", f"{t}:")) for t in targets for n in names)
+    }
 
 
 @pytest.mark.parametrize("name", list(arch.LAYOUTS))
@@ -76,12 +80,20 @@ def test_a_layout_touches_what_the_table_says(name):
     m = arch.get(name)
     net, route, plan = (ref.split(":")[0] for ref in (m.NET, m.TRAINING, m.PLAN))
     sglang_module = m.SGLANG_CLASS.split(":")[0]
-    patches = f"targets/{sglang_module.rpartition('.')[2]}.py"      # what patch_table's rows for its class name
+    patches = f"targets/{sglang_module.rpartition('.')[2]}.py"  # what patch_table's rows for its class name
     touched = {_file(m.__name__), _file(net), _file(route)} | files_naming(
-        m.__name__, net, route, m.NET, m.TRAINING, m.PLAN, sglang_module, m.SGLANG_CLASS)
+        m.__name__, net, route, m.NET, m.TRAINING, m.PLAN, sglang_module, m.SGLANG_CLASS
+    )
     touched |= {patches} if (ROOT / patches).is_file() else set()
-    table = {f"draft/arch/{name}.py", _file(net), _file(route), "draft/arch/__init__.py", _file(plan),
-             "patch_table.py", patches}
+    table = {
+        f"draft/arch/{name}.py",
+        _file(net),
+        _file(route),
+        "draft/arch/__init__.py",
+        _file(plan),
+        "patch_table.py",
+        patches,
+    }
     optional = {f"tiny/{name}_draft.py"}
     assert _file(net) == f"draft/nets/{name}.py" and route.startswith(f"{PKG}.training.")
     assert _file(plan) == "training/plan_models.py"
@@ -106,8 +118,11 @@ def test_a_command_touches_what_the_table_says(command):
     (the commands that had an entry before cli/ keep it)."""
     module = f"{PKG}.{command.main.split(':')[0]}"
     entry = Path(*command.module.split("."))
-    shim = set() if command.module == f"cli.{command.name}" else {
-        f"{entry}/__main__.py" if (ROOT / entry).is_dir() else f"{entry}.py"}
+    shim = (
+        set()
+        if command.module == f"cli.{command.name}"
+        else {f"{entry}/__main__.py" if (ROOT / entry).is_dir() else f"{entry}.py"}
+    )
     touched = {_file(module)} | files_naming(module)
     assert _file(module) == f"cli/{command.name}.py"
     table = {f"cli/{command.name}.py", "cli/commands.py"} | shim

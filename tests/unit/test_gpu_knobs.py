@@ -1,6 +1,7 @@
 """The `SGE3_*` settings of the GPU tests, benchmarks and test scripts are declared once (tests/gpu/knobs.py):
 every name the tests and benchmarks mention is in the table, every declared one is read somewhere, Python reads
 them only through `knobs.get`, and tests/gpu/README.md shows the table as knobs.py prints it."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -12,8 +13,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCANNED = ("tests", "benchmarks")
 NAME = re.compile(r"\bSGE3_[A-Z0-9_]*[A-Z0-9]\b")
-DIRECT_READ = re.compile(r"os\.(?:environ(?:\.\w+)?|getenv)\s*[(\[]\s*[\"']SGE3_"
-                         r"|[\"']SGE3_\w+[\"']\s+(?:not\s+)?in\s+os\.environ")
+DIRECT_READ = re.compile(
+    r"os\.(?:environ(?:\.\w+)?|getenv)\s*[(\[]\s*[\"']SGE3_"
+    r"|[\"']SGE3_\w+[\"']\s+(?:not\s+)?in\s+os\.environ"
+)
 # Read from the environment directly: shell has no knobs.get, and the CPU suite does not import tests/gpu/.
 DIRECT_OK = {"tests/unit/test_compat.py"}
 THIS = Path(__file__).resolve()
@@ -61,8 +64,9 @@ def direct_reads(root: Path) -> list[str]:
     hits = []
     for rel, text in _texts(root):
         if rel.endswith(".py") and rel not in DIRECT_OK:
-            hits += [f"{rel}:{i}: {line.strip()}" for i, line in enumerate(text.splitlines(), 1)
-                     if DIRECT_READ.search(line)]
+            hits += [
+                f"{rel}:{i}: {line.strip()}" for i, line in enumerate(text.splitlines(), 1) if DIRECT_READ.search(line)
+            ]
     return hits
 
 
@@ -96,8 +100,10 @@ def test_the_checks_catch_what_they_look_for(tmp_path):
     stray, lost = "SGE3_" + "NOT_DECLARED", "SGE3_" + "BACKENDS"
     (tmp_path / "tests").mkdir()
     (tmp_path / "benchmarks").mkdir()
-    (tmp_path / "tests" / "t.py").write_text(f'import os\nX = os.environ.get("{stray}")\nY = knobs.get("{stray}")\n'
-                                             f'Z = os.environ["{stray}"] if "{stray}" in os.environ else 0\n')
+    (tmp_path / "tests" / "t.py").write_text(
+        f'import os\nX = os.environ.get("{stray}")\nY = knobs.get("{stray}")\n'
+        f'Z = os.environ["{stray}"] if "{stray}" in os.environ else 0\n'
+    )
     (tmp_path / "benchmarks" / "README.md").write_text(f"`{lost}` only in prose\n")
     assert set(mentioned(tmp_path)) == {stray, lost}
     assert read_by_code(tmp_path) == {stray}
@@ -109,19 +115,24 @@ def test_get_reads_env_then_declared_default(monkeypatch):
     assert knobs.get("SGE3_RT_SPEC_STEPS") == "3"
     monkeypatch.setenv("SGE3_RT_SPEC_STEPS", "5")
     assert knobs.get("SGE3_RT_SPEC_STEPS") == "5"
-    monkeypatch.setenv("SGE3_RT_SPEC_STEPS", "")               # empty counts as unset
+    monkeypatch.setenv("SGE3_RT_SPEC_STEPS", "")  # empty counts as unset
     assert knobs.get("SGE3_RT_SPEC_STEPS") == "3"
     monkeypatch.delenv("SGE3_TP", raising=False)
     assert knobs.get("SGE3_TP") is None and knobs.get("SGE3_TP", "2") == "2"
     with pytest.raises(KeyError):
         knobs.get("SGE3_" + "TYPO")
     with pytest.raises(ValueError, match="declared default"):
-        knobs.get("SGE3_RT_SPEC_STEPS", "4")                   # one default per knob, in the table
+        knobs.get("SGE3_RT_SPEC_STEPS", "4")  # one default per knob, in the table
 
 
 def test_a_reader_gives_a_default_only_where_the_table_has_none():
     """knobs.get raises on a second default; the GPU code only runs on a GPU machine, so check its calls here."""
     call = re.compile(r"knobs\.get\(\s*[\"'](SGE3_\w+)[\"']\s*,")
-    both = [f"{rel}: {n}" for rel, text in _texts(REPO) if rel.endswith(".py")
-            for n in call.findall(text) if knobs.KNOBS[n].default is not None]
+    both = [
+        f"{rel}: {n}"
+        for rel, text in _texts(REPO)
+        if rel.endswith(".py")
+        for n in call.findall(text)
+        if knobs.KNOBS[n].default is not None
+    ]
     assert not both, f"these have a default in tests/gpu/knobs.py already: {both}"

@@ -1,6 +1,7 @@
 """Install: `pip install sglang-eagle3-ext` pulls no torch (it belongs to the SGLang environment), the extras
 resolve together (their pins agree with speculators 0.9.0 and with what the supported SGLang releases pin),
 and the commands that need no torch run without it while the others say `pip install torch` in one line."""
+
 from __future__ import annotations
 
 import re
@@ -20,8 +21,15 @@ from sglang_eagle3_ext import versions
 REPO = Path(__file__).resolve().parents[2]
 # Requires-Dist of speculators 0.9.0 (its wheel's METADATA) for the packages we also declare; compared with the
 # installed distribution below when it is there, so this table cannot drift from the real one.
-SPECULATORS = {"torch": ">=2.9.0,<=2.14.1", "transformers": ">=5.0.0,<=5.19.0", "datasets": ">=4.0.0,<=5.1.0",
-               "numpy": ">=2.0.0,<=2.5.4", "tqdm": ">=4.66.3,<=4.70.1", "safetensors": "", "huggingface-hub": ""}
+SPECULATORS = {
+    "torch": ">=2.9.0,<=2.14.1",
+    "transformers": ">=5.0.0,<=5.19.0",
+    "datasets": ">=4.0.0,<=5.1.0",
+    "numpy": ">=2.0.0,<=2.5.4",
+    "tqdm": ">=4.66.3,<=4.70.1",
+    "safetensors": "",
+    "huggingface-hub": "",
+}
 # torch pinned by the oldest and the newest supported SGLang release (their wheels' METADATA)
 SGLANG_TORCH = {"0.5.10": "2.9.1", "0.5.23": "2.14.1"}
 # what brings or replaces a torch: never a base dependency
@@ -55,8 +63,13 @@ def _probes(*specs: SpecifierSet) -> list[Version]:
         for clause in spec:
             rel = Version(clause.version).release + (0, 0)
             major, minor, micro = rel[:3]
-            out |= {Version(clause.version), Version(f"{major}.{minor}.{micro + 1}"), Version(f"{major}.{minor + 1}"),
-                    Version(f"{major + 1}"), Version(f"{clause.version}.post1")}
+            out |= {
+                Version(clause.version),
+                Version(f"{major}.{minor}.{micro + 1}"),
+                Version(f"{major}.{minor + 1}"),
+                Version(f"{major + 1}"),
+                Version(f"{clause.version}.post1"),
+            }
             if micro:
                 out.add(Version(f"{major}.{minor}.{micro - 1}"))
             if minor:
@@ -96,8 +109,10 @@ def test_the_torch_stack_nests_inside_speculators_range():
             if name in MUST_NEST:
                 outside = _nested(r.specifier, SpecifierSet(SPECULATORS[name]))
                 if not r.specifier or outside:
-                    bad.append(f"[{group}] {r}: admits {[str(v) for v in outside] or 'any version'}, "
-                               f"speculators 0.9.0 wants {name}{SPECULATORS[name]}")
+                    bad.append(
+                        f"[{group}] {r}: admits {[str(v) for v in outside] or 'any version'}, "
+                        f"speculators 0.9.0 wants {name}{SPECULATORS[name]}"
+                    )
     assert not bad, "; ".join(bad)
 
 
@@ -108,8 +123,11 @@ def test_every_shared_pin_has_a_common_version():
             theirs = SPECULATORS.get(_norm(r.name))
             if theirs is None:
                 continue
-            ok = [v for v in _probes(r.specifier, SpecifierSet(theirs))
-                  if r.specifier.contains(v) and SpecifierSet(theirs).contains(v)]
+            ok = [
+                v
+                for v in _probes(r.specifier, SpecifierSet(theirs))
+                if r.specifier.contains(v) and SpecifierSet(theirs).contains(v)
+            ]
             if not ok:
                 bad.append(f"[{group}] {r} and speculators' {r.name}{theirs} have no version in common")
     assert not bad, "; ".join(bad)
@@ -129,7 +147,7 @@ def test_pins_admit_what_the_supported_sglang_releases_pin():
 
 def test_extras_needing_torch_declare_one_range():
     torch_pins = {g: str(r.specifier) for g, reqs in _all_groups().items() for r in reqs if _norm(r.name) == "torch"}
-    assert {"train", "models", "test"} <= set(torch_pins), torch_pins   # sglang pins its own
+    assert {"train", "models", "test"} <= set(torch_pins), torch_pins  # sglang pins its own
     assert len(set(torch_pins.values())) == 1, torch_pins
 
 
@@ -150,8 +168,9 @@ sys.exit(main(sys.argv[1:]))
 
 
 def _without_torch(*argv, cwd):
-    return subprocess.run([sys.executable, "-c", _NO_TORCH, *argv], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", _NO_TORCH, *argv], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
 
 
 @pytest.fixture(scope="module")

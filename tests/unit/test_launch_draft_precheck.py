@@ -2,6 +2,7 @@
 
 Real SGLang parser of the installed release (the `sglang` mark); drafts made by the speculators library and converted by ours.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,14 +21,27 @@ def drafts(tmp_path_factory):
     from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     root = tmp_path_factory.mktemp("precheck")
-    spec = make_speculators_draft(root / "spec", hidden=64, vocab=128, draft_vocab=64, aux_ids=(1, 2, 3),
-                                  dtype=torch.bfloat16)
+    spec = make_speculators_draft(
+        root / "spec", hidden=64, vocab=128, draft_vocab=64, aux_ids=(1, 2, 3), dtype=torch.bfloat16
+    )
     return {"speculators": spec, "converted": convert(spec, root / "sglang", log=lambda *a: None)}
 
 
 def _args(draft):
-    return ["--preset", "tiny", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft),
-            "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+    return [
+        "--preset",
+        "tiny",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        str(draft),
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+    ]
 
 
 def test_converted_draft_passes_and_the_decision_is_shown(tmp_path, drafts):
@@ -78,8 +92,11 @@ def test_dtype_judged_only_when_auto_and_declared(tmp_path, drafts):
     (bad / "config.json").write_text(json.dumps(cfg))
     target = tmp_path / "target"
     target.mkdir()
-    text = {"hidden_size": cfg["target_hidden_size"] or cfg["hidden_size"], "vocab_size": cfg["vocab_size"],
-            "num_hidden_layers": 8}
+    text = {
+        "hidden_size": cfg["target_hidden_size"] or cfg["hidden_size"],
+        "vocab_size": cfg["vocab_size"],
+        "num_hidden_layers": 8,
+    }
     (target / "config.json").write_text(json.dumps({"torch_dtype": "bfloat16", "text_config": text}))
     v = installed_version()
     with pytest.raises(DraftCheckFailed, match="dtype"):

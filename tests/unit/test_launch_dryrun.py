@@ -2,6 +2,7 @@
 
 Imports real SGLang (0.5.16 in the CPU venv) for the argument parser, hence the `sglang` mark.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,16 +17,25 @@ pytestmark = pytest.mark.sglang
 
 
 def _clean_env(tmp_path, **extra) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("NCCL_", "GLOO_", "SGLANG_EAGLE3_EXT")) and k != "CUDA_VISIBLE_DEVICES"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("NCCL_", "GLOO_", "SGLANG_EAGLE3_EXT")) and k != "CUDA_VISIBLE_DEVICES"
+    }
     env["SGLANG_EAGLE3_EXT_CACHE"] = str(tmp_path / "cache")
     env.update(extra)
     return env
 
 
 def dry_run(tmp_path, *args, env=None, check=True):
-    p = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.launch_server", *args, "--dry-run"],
-                       capture_output=True, text=True, cwd=tmp_path, env=env or _clean_env(tmp_path), timeout=240)
+    p = subprocess.run(
+        [sys.executable, "-m", "sglang_eagle3_ext.launch_server", *args, "--dry-run"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env or _clean_env(tmp_path),
+        timeout=240,
+    )
     if check:
         assert p.returncode == 0, p.stderr[-3000:]
     return p
@@ -52,10 +62,17 @@ def test_readme_run_command_dry_run_on_a_cpu_machine(tmp_path):
     assert not cache.exists()  # dry-run makes nothing
     cmd = _command(out)
     assert f"--model-path {cache}" in cmd and "builtin:" not in cmd
-    for a in ("--skip-tokenizer-init", "--attention-backend triton", "--sampling-backend pytorch",
-              "--grammar-backend none", "--disable-prefill-cuda-graph", "--mem-fraction-static 0.3", "--disable-radix-cache"):
+    for a in (
+        "--skip-tokenizer-init",
+        "--attention-backend triton",
+        "--sampling-backend pytorch",
+        "--grammar-backend none",
+        "--disable-prefill-cuda-graph",
+        "--mem-fraction-static 0.3",
+        "--disable-radix-cache",
+    ):
         assert a in cmd
-    assert "--disable-cuda-graph " not in cmd + " "   # decode CUDA graphs stay on
+    assert "--disable-cuda-graph " not in cmd + " "  # decode CUDA graphs stay on
     assert "SGLANG_EAGLE3_EXT=1" in cmd
     assert f"SGLANG_EAGLE3_EXT_DUMP_DIR={tmp_path / 'dumps'}" in cmd
     assert "SGLANG_EAGLE3_EXT_DUMP_LAYERS=1,2,3" in cmd
@@ -90,8 +107,20 @@ def test_dry_run_per_topology(tmp_path, name):
 
 def test_dry_run_keeps_user_env_and_user_args(tmp_path):
     env = _clean_env(tmp_path, NCCL_SOCKET_IFNAME="eth7", NCCL_DEBUG="INFO")
-    out = dry_run(tmp_path, "--preset", "tiny", "--tp", "8", "--disable-custom-all-reduce", "--mem-fraction-static",
-                  "0.55", "--loopback-only", "--topology-file", _topo_file(tmp_path, cpu_root_ports()), env=env).stdout
+    out = dry_run(
+        tmp_path,
+        "--preset",
+        "tiny",
+        "--tp",
+        "8",
+        "--disable-custom-all-reduce",
+        "--mem-fraction-static",
+        "0.55",
+        "--loopback-only",
+        "--topology-file",
+        _topo_file(tmp_path, cpu_root_ports()),
+        env=env,
+    ).stdout
     cmd = _command(out)
     assert "NCCL_SOCKET_IFNAME=" not in cmd and "NCCL_DEBUG=" not in cmd  # left to the inherited env
     assert re.search(r"NCCL_SOCKET_IFNAME\s+eth7\s+user", out)
@@ -102,22 +131,40 @@ def test_dry_run_keeps_user_env_and_user_args(tmp_path):
 
 def test_tp_group_follows_cuda_visible_devices(tmp_path):
     env = _clean_env(tmp_path, CUDA_VISIBLE_DEVICES="0,1,2,3")
-    out = dry_run(tmp_path, "--preset", "tiny", "--tp", "4", "--topology-file",
-                  _topo_file(tmp_path, FAKES["pcie_switches"][0]()), env=env).stdout
+    out = dry_run(
+        tmp_path,
+        "--preset",
+        "tiny",
+        "--tp",
+        "4",
+        "--topology-file",
+        _topo_file(tmp_path, FAKES["pcie_switches"][0]()),
+        env=env,
+    ).stdout
     assert "topology: PCIe behind switches (4 GPUs" in out
 
 
 def test_dry_run_warns_on_old_nccl_with_sm120_and_small_shm(tmp_path):
     topo = cpu_root_ports(nccl_version="2.26.2", shm=64 << 20)
-    out = dry_run(tmp_path, "--preset", "tiny", "--tp", "8", "--preflight",
-                  "--topology-file", _topo_file(tmp_path, topo)).stdout
+    out = dry_run(
+        tmp_path, "--preset", "tiny", "--tp", "8", "--preflight", "--topology-file", _topo_file(tmp_path, topo)
+    ).stdout
     assert "NCCL 2.26.2 with SM120" in out and "--shm-size" in out
     assert "preflight: would all-reduce 256 KiB and 256 MiB across 8 GPU(s)" in out
 
 
 def test_nccl_profile_off_sets_nothing(tmp_path):
-    out = dry_run(tmp_path, "--preset", "tiny", "--tp", "8", "--nccl-profile", "off",
-                  "--topology-file", _topo_file(tmp_path, cpu_root_ports())).stdout
+    out = dry_run(
+        tmp_path,
+        "--preset",
+        "tiny",
+        "--tp",
+        "8",
+        "--nccl-profile",
+        "off",
+        "--topology-file",
+        _topo_file(tmp_path, cpu_root_ports()),
+    ).stdout
     cmd = _command(out)
     assert "NCCL_" not in cmd and "--disable-custom-all-reduce" not in cmd
 
@@ -139,8 +186,13 @@ def test_unknown_preset_name_and_sglang_arg_fail_loudly(tmp_path):
 
 def test_help_shows_ours_and_help_sglang_sglangs(tmp_path):
     def help_text(flag):
-        p = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.launch_server", flag], capture_output=True,
-                           text=True, env=_clean_env(tmp_path), timeout=240)
+        p = subprocess.run(
+            [sys.executable, "-m", "sglang_eagle3_ext.launch_server", flag],
+            capture_output=True,
+            text=True,
+            env=_clean_env(tmp_path),
+            timeout=240,
+        )
         assert p.returncode == 0, p.stderr
         return p.stdout
 

@@ -1,6 +1,7 @@
 """`sglang-eagle3 launch --dry-run` refuses SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB above this machine's memory
 (the writer pins that much at start-up), as the launch itself would; a budget that fits passes. Real SGLang
 0.5.16 for the argument parser; nothing is served."""
+
 from __future__ import annotations
 
 import pytest

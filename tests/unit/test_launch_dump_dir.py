@@ -1,6 +1,7 @@
 """`sglang-eagle3 launch --dump-dir DIR`: the dump folder is checked (a folder, writable), made at launch, handed
 to SGLang's processes as SGLANG_EAGLE3_EXT_DUMP_DIR, beats the preset's dump_dir (said once), and shows in the
 --dry-run plan. In-process, real SGLang 0.5.16 for the argument parser; nothing is served."""
+
 from __future__ import annotations
 
 import os
@@ -33,21 +34,22 @@ def test_dump_dir_reaches_the_command_and_beats_the_preset_in_one_line(tmp_path)
     assert len(rows) == 1, rows
     assert "--dump-dir" in rows[0] and "preset tiny-dump" in rows[0] and "./dumps" in rows[0]
     assert "would be created" in rows[0]
-    assert not target.exists() and not (tmp_path / "data").exists()   # a dry run makes nothing
-    assert "SGLANG_EAGLE3_EXT_DUMP_LAYERS=1,2,3" in command(out)         # the preset's other dump settings stay
+    assert not target.exists() and not (tmp_path / "data").exists()  # a dry run makes nothing
+    assert "SGLANG_EAGLE3_EXT_DUMP_LAYERS=1,2,3" in command(out)  # the preset's other dump settings stay
 
 
 def test_dump_dir_turns_dumping_on_without_a_dump_preset_and_is_made_absolute(tmp_path):
     (tmp_path / "d").mkdir()
     rc, out, err = launch(tmp_path, "--preset", "tiny", "--dump-dir", "d")
     assert rc == 0, err
-    assert f"{VAR}={tmp_path / 'd'}" in command(out)   # children may chdir: the path is absolute
+    assert f"{VAR}={tmp_path / 'd'}" in command(out)  # children may chdir: the path is absolute
     assert "exists" in decision_rows(out, VAR)[0]
 
 
 def test_dump_dir_beats_the_environment_and_says_so(tmp_path):
-    rc, out, _ = launch(tmp_path, "--preset", "tiny", "--dump-dir", str(tmp_path / "mine"),
-                        env={VAR: str(tmp_path / "old")})
+    rc, out, _ = launch(
+        tmp_path, "--preset", "tiny", "--dump-dir", str(tmp_path / "mine"), env={VAR: str(tmp_path / "old")}
+    )
     assert rc == 0
     row = decision_rows(out, VAR)
     assert len(row) == 1 and str(tmp_path / "old") in row[0] and re.search(r"\bset\b", row[0])
@@ -57,8 +59,10 @@ def test_dump_dir_beats_the_environment_and_says_so(tmp_path):
 @pytest.fixture
 def no_server(monkeypatch):
     """A tripwire: a launch that got past its checks fails the test instead of starting SGLang here."""
+
     def started(plan, ours):
         raise AssertionError(f"the launch went ahead: {plan.command}")
+
     monkeypatch.setattr(launch_server, "launch", started)
 
 
@@ -67,7 +71,7 @@ def test_what_is_not_a_folder_is_refused_naming_it(tmp_path, how, no_server):
     f = tmp_path / "notes.txt"
     f.write_text("x")
     given_path = {"file": str(f), "under a file": str(f / "sub"), "empty": ""}[how]
-    for dry in (True, False):   # the same verdict with and without --dry-run, before anything starts
+    for dry in (True, False):  # the same verdict with and without --dry-run, before anything starts
         rc, out, err = launch(tmp_path, "--preset", "tiny", "--dump-dir", given_path, dry_run=dry)
         assert rc == 2, (how, dry, out, err)
         assert "--dump-dir" in err and "\n" not in err.strip() and "Traceback" not in err
@@ -87,7 +91,7 @@ def test_a_launch_plans_the_folder_then_makes_it_first(tmp_path):
     assert target.is_dir()
     target.rmdir()
     target.parent.rmdir()
-    target.parent.write_text("changed since the plan")   # a file where the folder's parent should be
+    target.parent.write_text("changed since the plan")  # a file where the folder's parent should be
     with pytest.raises(dump_dir.DumpDirRefused, match="is a file"):
         dump_dir.make(plan.dump_dir)
 
@@ -119,7 +123,7 @@ def test_a_folder_this_user_cannot_write_warns_in_a_dry_run_and_stops_a_launch(t
     assert rc == 0, err
     warn = decision_rows(out, "(dump dir)")
     assert len(warn) == 1 and "warn" in warn[0] and f"{ro} is not writable" in warn[0]
-    assert f"{VAR}={ro / 'dump'}" in command(out)   # the plan still shows what the launch would pass
+    assert f"{VAR}={ro / 'dump'}" in command(out)  # the plan still shows what the launch would pass
     rc, _, err = launch(tmp_path, "--preset", "tiny", "--dump-dir", str(ro / "dump"), dry_run=False)
     assert rc == 2 and "--dump-dir" in err and "not writable" in err and not (ro / "dump").exists()
 

@@ -1,5 +1,6 @@
 """Preflight on CPU: real gloo all-reduces through the default worker, and injected workers that hang
 or crash, to check the timeout -> retry with NCCL_P2P_DISABLE=1 -> report path and its timing."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,7 @@ import pytest
 
 from sglang_eagle3_ext.launch import preflight
 
-WORKERS = textwrap.dedent('''
+WORKERS = textwrap.dedent("""
     import os, time
     from sglang_eagle3_ext.launch.preflight import allreduce_worker
 
@@ -27,7 +28,7 @@ WORKERS = textwrap.dedent('''
         if rank == 1:
             raise RuntimeError("simulated NCCL error: unhandled system error")
         time.sleep(3600)
-''')
+""")
 SMALL = (256 << 10, 4 << 20)
 
 
@@ -57,8 +58,15 @@ def test_default_worker_all_reduces_with_gloo(tmp_path):
 def test_hang_is_retried_with_p2p_disabled_and_reported_in_time(worker_env, tmp_path):
     timeout = 20.0
     t0 = time.monotonic()
-    res = preflight.run_preflight(2, env=worker_env, backend="gloo", sizes=SMALL, timeout=timeout,
-                                  worker="sge3_fake_workers:hang_unless_p2p_off", workdir=str(tmp_path))
+    res = preflight.run_preflight(
+        2,
+        env=worker_env,
+        backend="gloo",
+        sizes=SMALL,
+        timeout=timeout,
+        worker="sge3_fake_workers:hang_unless_p2p_off",
+        workdir=str(tmp_path),
+    )
     elapsed = time.monotonic() - t0
     assert res.ok, res.report()
     first, second = res.attempts
@@ -73,9 +81,16 @@ def test_hang_is_retried_with_p2p_disabled_and_reported_in_time(worker_env, tmp_
 def test_hang_everywhere_stops_with_the_host_fix(worker_env, tmp_path):
     timeout = 5.0
     t0 = time.monotonic()
-    res = preflight.run_preflight(2, env=worker_env, backend="gloo", sizes=SMALL, timeout=timeout,
-                                  worker="sge3_fake_workers:always_hang", workdir=str(tmp_path),
-                                  host_hints=["/dev/shm is 64 MiB"])
+    res = preflight.run_preflight(
+        2,
+        env=worker_env,
+        backend="gloo",
+        sizes=SMALL,
+        timeout=timeout,
+        worker="sge3_fake_workers:always_hang",
+        workdir=str(tmp_path),
+        host_hints=["/dev/shm is 64 MiB"],
+    )
     elapsed = time.monotonic() - t0
     assert not res.ok and [a.status for a in res.attempts] == ["timeout", "timeout"]
     assert "iommu=pt" in res.message and "ACS" in res.message and "/dev/shm is 64 MiB" in res.message
@@ -83,16 +98,31 @@ def test_hang_everywhere_stops_with_the_host_fix(worker_env, tmp_path):
 
 
 def test_user_set_p2p_disable_is_not_overridden(worker_env, tmp_path):
-    res = preflight.run_preflight(2, env={**worker_env, "NCCL_P2P_DISABLE": "0"}, backend="gloo", sizes=SMALL,
-                                  timeout=4, worker="sge3_fake_workers:always_hang", workdir=str(tmp_path))
+    res = preflight.run_preflight(
+        2,
+        env={**worker_env, "NCCL_P2P_DISABLE": "0"},
+        backend="gloo",
+        sizes=SMALL,
+        timeout=4,
+        worker="sge3_fake_workers:always_hang",
+        workdir=str(tmp_path),
+    )
     assert not res.ok and len(res.attempts) == 1
     assert "NCCL_P2P_DISABLE=0 was set by you" in res.message
 
 
 def test_a_crashing_rank_is_reported_without_waiting_for_the_timeout(worker_env, tmp_path):
     t0 = time.monotonic()
-    res = preflight.run_preflight(2, env=worker_env, backend="gloo", sizes=SMALL, timeout=300, retry=False,
-                                  worker="sge3_fake_workers:rank1_crashes", workdir=str(tmp_path))
+    res = preflight.run_preflight(
+        2,
+        env=worker_env,
+        backend="gloo",
+        sizes=SMALL,
+        timeout=300,
+        retry=False,
+        worker="sge3_fake_workers:rank1_crashes",
+        workdir=str(tmp_path),
+    )
     assert time.monotonic() - t0 < 60
     (a,) = res.attempts
     assert not res.ok and a.status == "error" and "rank 1" in a.detail

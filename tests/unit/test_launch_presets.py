@@ -1,4 +1,5 @@
 """Presets: shipped files validate against the real ServerArgs, and become the arguments SGLang parses."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,8 +11,15 @@ from sglang_eagle3_ext.launch import presets
 
 def test_shipped_presets_are_found():
     names = presets.available_presets()
-    for n in ("tiny", "tiny-dump", "kimi-k25-eagle3-tp8-pcie", "kimi-k25-eagle3-tp8-nvlink", "kimi-k25-dump-tp8-pcie",
-              "kimi-k25-dump-tp8-nvlink", "deepseek-v3-eagle3-tp8-nvlink"):
+    for n in (
+        "tiny",
+        "tiny-dump",
+        "kimi-k25-eagle3-tp8-pcie",
+        "kimi-k25-eagle3-tp8-nvlink",
+        "kimi-k25-dump-tp8-pcie",
+        "kimi-k25-dump-tp8-nvlink",
+        "deepseek-v3-eagle3-tp8-nvlink",
+    ):
         assert n in names
 
 
@@ -67,8 +75,16 @@ def test_unknown_key_suggests_the_nearest_server_args_field(tmp_path):
 @pytest.mark.sglang
 def test_to_cli_args_kinds_and_user_dests():
     parser = presets.sglang_parser()
-    args = presets.to_cli_args({"tp_size": 2, "disable_radix_cache": True, "enable_two_batch_overlap": False,
-                                "json_model_override_args": {"a": 1}, "cuda_graph_bs_decode": [1, 2, 4]}, parser)
+    args = presets.to_cli_args(
+        {
+            "tp_size": 2,
+            "disable_radix_cache": True,
+            "enable_two_batch_overlap": False,
+            "json_model_override_args": {"a": 1},
+            "cuda_graph_bs_decode": [1, 2, 4],
+        },
+        parser,
+    )
     ns = presets.quiet_parse(parser, ["--model-path", "m", *args])
     assert ns.tp_size == 2 and ns.disable_radix_cache and not ns.enable_two_batch_overlap
     assert ns.json_model_override_args == '{"a": 1}' and [int(x) for x in ns.cuda_graph_bs_decode] == [1, 2, 4]

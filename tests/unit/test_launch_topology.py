@@ -2,6 +2,7 @@
 
 FAKES is imported by test_launch_dryrun.py too.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -11,37 +12,67 @@ from sglang_eagle3_ext.launch.topology import GPU, Link, Topology, TopologyClass
 
 
 def _machine(name: str, cc: str, n: int, link_of, nvswitch=False, nccl_version="2.28.3", shm=16 << 30) -> Topology:
-    gpus = [GPU(index=i, name=name, uuid=f"GPU-{i:04d}", pci_bus_id=f"0000:{i + 1:02x}:00.0", compute_capability=cc,
-                pcie_gen=5, pcie_width=16) for i in range(n)]
+    gpus = [
+        GPU(
+            index=i,
+            name=name,
+            uuid=f"GPU-{i:04d}",
+            pci_bus_id=f"0000:{i + 1:02x}:00.0",
+            compute_capability=cc,
+            pcie_gen=5,
+            pcie_width=16,
+        )
+        for i in range(n)
+    ]
     links = [link_of(i, j) for i in range(n) for j in range(i + 1, n)]
-    return Topology(gpus=gpus, links=links, nvswitch=nvswitch, driver_version="580.65", nccl_version=nccl_version,
-                    shm_bytes=shm, iommu="off", source="fake")
+    return Topology(
+        gpus=gpus,
+        links=links,
+        nvswitch=nvswitch,
+        driver_version="580.65",
+        nccl_version=nccl_version,
+        shm_bytes=shm,
+        iommu="off",
+        source="fake",
+    )
 
 
-def cpu_root_ports(n=8, **kw):   # 8x RTX PRO 6000 on two sockets' root ports
-    return _machine("NVIDIA RTX PRO 6000 Blackwell Server Edition", "12.0", n,
-                    lambda i, j: Link(i, j, "NODE" if i // 4 == j // 4 else "SYS"), **kw)
+def cpu_root_ports(n=8, **kw):  # 8x RTX PRO 6000 on two sockets' root ports
+    return _machine(
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "12.0",
+        n,
+        lambda i, j: Link(i, j, "NODE" if i // 4 == j // 4 else "SYS"),
+        **kw,
+    )
 
 
-def pcie_switches(n=8, **kw):    # 4 GPUs per switch, switches under one root complex
-    return _machine("NVIDIA RTX PRO 6000 Blackwell Server Edition", "12.0", n,
-                    lambda i, j: Link(i, j, "PIX" if i // 4 == j // 4 else "PXB"), **kw)
+def pcie_switches(n=8, **kw):  # 4 GPUs per switch, switches under one root complex
+    return _machine(
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "12.0",
+        n,
+        lambda i, j: Link(i, j, "PIX" if i // 4 == j // 4 else "PXB"),
+        **kw,
+    )
 
 
-def nvlink_box(n=8, **kw):       # HGX H200
-    return _machine("NVIDIA H200", "9.0", n, lambda i, j: Link(i, j, "SYS", nvlink=True),
-                    **{"nvswitch": True, **kw})
+def nvlink_box(n=8, **kw):  # HGX H200
+    return _machine("NVIDIA H200", "9.0", n, lambda i, j: Link(i, j, "SYS", nvlink=True), **{"nvswitch": True, **kw})
 
 
-def geforce_no_p2p(n=4, **kw):   # 4x 5090, stock driver: no P2P
-    return _machine("NVIDIA GeForce RTX 5090", "12.0", n,
-                    lambda i, j: Link(i, j, "NODE", p2p_read="CHIPSET_NOT_SUPPORTED",
-                                      p2p_write="CHIPSET_NOT_SUPPORTED"), **kw)
+def geforce_no_p2p(n=4, **kw):  # 4x 5090, stock driver: no P2P
+    return _machine(
+        "NVIDIA GeForce RTX 5090",
+        "12.0",
+        n,
+        lambda i, j: Link(i, j, "NODE", p2p_read="CHIPSET_NOT_SUPPORTED", p2p_write="CHIPSET_NOT_SUPPORTED"),
+        **kw,
+    )
 
 
-def mixed_box(n=8, **kw):        # NVLink bridges on pairs, PCIe through the CPU between pairs
-    return _machine("NVIDIA RTX A6000", "8.6", n,
-                    lambda i, j: Link(i, j, "SYS", nvlink=(i // 2 == j // 2)), **kw)
+def mixed_box(n=8, **kw):  # NVLink bridges on pairs, PCIe through the CPU between pairs
+    return _machine("NVIDIA RTX A6000", "8.6", n, lambda i, j: Link(i, j, "SYS", nvlink=(i // 2 == j // 2)), **kw)
 
 
 FAKES = {
@@ -127,8 +158,14 @@ def test_user_environment_is_never_overridden():
 
 
 def test_user_flags_are_never_added_twice_and_ll128_is_flagged():
-    ds = _by_name(nccl.decide(cpu_root_ports(), tp_size=8, env={"NCCL_PROTO": "LL128"},
-                              user_flags={"disable_custom_all_reduce", "enable_symm_mem"}))
+    ds = _by_name(
+        nccl.decide(
+            cpu_root_ports(),
+            tp_size=8,
+            env={"NCCL_PROTO": "LL128"},
+            user_flags={"disable_custom_all_reduce", "enable_symm_mem"},
+        )
+    )
     assert ds["--disable-custom-all-reduce"].action == "user"
     assert nccl.extra_args(ds.values()).count("--disable-custom-all-reduce") == 0
     assert ds["NCCL_PROTO"].action == "warn" and "LL128" in ds["NCCL_PROTO"].reason

@@ -1,6 +1,7 @@
 """The floor plan holds: import-linter's contracts (.importlinter: the layer order of ARCHITECTURE.md, no import
 cycle between sibling packages or modules), no module over 400 lines, no function over 80, and a package root
 that holds only bootstrap, configuration, the patch table, the `cli/` wing and the `python -m` shims."""
+
 from __future__ import annotations
 
 import ast
@@ -13,9 +14,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "sglang_eagle3_ext"
-ROOT_MODULES = {"__init__", "__main__", "_activate", "_startup_hook", "_log", "envs", "versions", "boundary",
-                "patch_table", "patching", "static_patch",
-                "check", "convert", "launch_server", "train_draft"}   # the last four: `python -m` shims
+ROOT_MODULES = {
+    "__init__",
+    "__main__",
+    "_activate",
+    "_startup_hook",
+    "_log",
+    "envs",
+    "versions",
+    "boundary",
+    "patch_table",
+    "patching",
+    "static_patch",
+    "check",
+    "convert",
+    "launch_server",
+    "train_draft",
+}  # the last four: `python -m` shims
 SHIMS = {"check", "convert", "launch_server", "train_draft"}
 
 
@@ -23,8 +38,14 @@ def test_import_contracts_hold():
     exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
     if exe is None:
         pytest.skip("import-linter not installed (pip install '.[test]')")
-    p = subprocess.run([exe, "--config", str(ROOT / ".importlinter")], cwd=ROOT, capture_output=True, text=True,
-                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=300)
+    p = subprocess.run(
+        [exe, "--config", str(ROOT / ".importlinter")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        timeout=300,
+    )
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
 
 

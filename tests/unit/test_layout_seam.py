@@ -2,6 +2,7 @@
 class name, as an EAGLE-3.1 or P-EAGLE variant would be) goes through train (its route and its --dry-run plan),
 convert, check, eval (its SGLang-equal module) and swap (its build keys) without any of them naming it. The
 features that dispatch through the layout name none; the target's tensors are found by one rule."""
+
 from __future__ import annotations
 
 import ast
@@ -23,9 +24,22 @@ from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
 
 PKG = Path(__file__).resolve().parents[2] / "sglang_eagle3_ext"
 V = "0.5.16"
-SMALL = dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_attention_heads=4,
-             num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16,
-             v_head_dim=16, vocab_size=256, n_routed_experts=4, num_experts_per_tok=2, num_hidden_layers=4)
+SMALL = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    moe_intermediate_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    kv_lora_rank=32,
+    q_lora_rank=32,
+    qk_rope_head_dim=16,
+    qk_nope_head_dim=16,
+    v_head_dim=16,
+    vocab_size=256,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    num_hidden_layers=4,
+)
 AUX = [1, 2, 3]
 NAME, ARCH = "p-eagle", "PEagleForCausalLMEagle3"
 
@@ -40,6 +54,7 @@ def _third_layout(calls: list) -> tuple[types.ModuleType, types.ModuleType]:
         def call(*a, **k):
             calls.append(what)
             return layouts.resolve(ref)(*a, **k)
+
         return call
 
     built.Net = recorded("net", llama.NET)
@@ -66,9 +81,13 @@ def world(tmp_path, monkeypatch):
     (data / "hidden_states").mkdir(parents=True)
     for i in range(8):
         L = 24 + i
-        save_file({"token_ids": torch.randint(0, SMALL["vocab_size"], (L,), generator=g),
-                   "hidden_states": torch.randn(L, len(AUX) + 1, SMALL["hidden_size"], generator=g).bfloat16()},
-                  str(data / "hidden_states" / f"hs_{i}.safetensors"))
+        save_file(
+            {
+                "token_ids": torch.randint(0, SMALL["vocab_size"], (L,), generator=g),
+                "hidden_states": torch.randn(L, len(AUX) + 1, SMALL["hidden_size"], generator=g).bfloat16(),
+            },
+            str(data / "hidden_states" / f"hs_{i}.safetensors"),
+        )
     (data / "metadata.json").write_text(json.dumps({"hf_hidden_state_indices": AUX}))
     return {"root": tmp_path, "target": target, "data": data, "calls": calls, "layout": mod}
 
@@ -77,8 +96,26 @@ def _options(world, out, *extra):
     from sglang_eagle3_ext.cli import train as train_cli
 
     args = train_cli.build_parser().parse_args(
-        ["--data", str(world["data"]), "--target", str(world["target"]), "--out", str(out), "--device", "cpu",
-         "--draft-arch", NAME, "--total-seq-len", "128", "--num-workers", "0", "--min-val-acc", "0", *extra])
+        [
+            "--data",
+            str(world["data"]),
+            "--target",
+            str(world["target"]),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--draft-arch",
+            NAME,
+            "--total-seq-len",
+            "128",
+            "--num-workers",
+            "0",
+            "--min-val-acc",
+            "0",
+            *extra,
+        ]
+    )
     return train_cli.options_from_args(args)
 
 
@@ -110,8 +147,17 @@ def test_a_third_layout_goes_through_train_convert_check_eval_and_swap(world):
     rep = check_draft(draft, world["target"], sglang_version=V)
     assert not rep.errors and rep.draft_class == ARCH, rep.render()
 
-    rep = evaluate(Options(draft=str(draft), data=str(world["data"]), target=str(world["target"]), steps=2,
-                           device="cpu", dtype="fp32", heldout_fraction=0.25))
+    rep = evaluate(
+        Options(
+            draft=str(draft),
+            data=str(world["data"]),
+            target=str(world["target"]),
+            steps=2,
+            device="cpu",
+            dtype="fp32",
+            heldout_fraction=0.25,
+        )
+    )
     assert world["calls"] == ["plan", "train", "net"]
     assert rep["draft_class"] == ARCH and rep["heldout"]["samples"] == 2 and rep["anchors"] > 0
 
@@ -128,10 +174,9 @@ def test_a_layouts_held_out_rule_is_evals_and_its_routes():
 
 
 # The features that dispatch through the layout: a layout is named in draft/arch only.
-DISPATCHING = sorted(str(p.relative_to(PKG)) for pkg in ("acceptance", "training", "refresh")
-                     for p in (PKG / pkg).rglob("*.py")) + ["draft/swap.py", "draft/swap_keys.py",
-                                                           "draft/swap_rules.py", "draft/swap_tensors.py",
-                                                           "draft/swap_client.py"]
+DISPATCHING = sorted(
+    str(p.relative_to(PKG)) for pkg in ("acceptance", "training", "refresh") for p in (PKG / pkg).rglob("*.py")
+) + ["draft/swap.py", "draft/swap_keys.py", "draft/swap_rules.py", "draft/swap_tensors.py", "draft/swap_client.py"]
 
 
 @pytest.mark.parametrize("path", DISPATCHING)
@@ -142,9 +187,13 @@ def test_dispatching_modules_compare_no_layout_name(path):
         if isinstance(node, ast.Compare):
             operands = [node.left, *node.comparators]
             found += [ast.unparse(node) for o in operands if isinstance(o, ast.Constant) and o.value in layouts.names()]
-            found += [ast.unparse(node) for o in operands if isinstance(o, (ast.Tuple, ast.List, ast.Set))
-                      and any(isinstance(e, ast.Constant) and e.value in layouts.names() for e in o.elts)]
-        if isinstance(node, ast.Dict):   # a table keyed by layout name is a switch
+            found += [
+                ast.unparse(node)
+                for o in operands
+                if isinstance(o, (ast.Tuple, ast.List, ast.Set))
+                and any(isinstance(e, ast.Constant) and e.value in layouts.names() for e in o.elts)
+            ]
+        if isinstance(node, ast.Dict):  # a table keyed by layout name is a switch
             found += [ast.unparse(k) for k in node.keys if isinstance(k, ast.Constant) and k.value in layouts.names()]
     assert not found, f"{path} switches on a layout name: {found}"
 
@@ -156,9 +205,13 @@ def test_target_tensors_are_found_by_one_rule_without_a_bare_suffix(tmp_path):
     assert names_tensor("lm_head.weight", HEAD) and names_tensor("language_model.lm_head.weight", HEAD)
     assert not names_tensor("mtp_lm_head.weight", HEAD)
     assert not names_tensor("vision_tower.lm_head.weight", HEAD)
-    t = {"mtp_lm_head.weight": torch.full((8, 4), 7.0), "lm_head.weight": torch.ones(8, 4),
-         "model.embed_tokens.weight": torch.ones(8, 4), "model.norm.weight": torch.ones(4)}
-    save_file({k: t[k] for k in ("mtp_lm_head.weight",)}, str(tmp_path / "a.safetensors"))   # sorted first
+    t = {
+        "mtp_lm_head.weight": torch.full((8, 4), 7.0),
+        "lm_head.weight": torch.ones(8, 4),
+        "model.embed_tokens.weight": torch.ones(8, 4),
+        "model.norm.weight": torch.ones(4),
+    }
+    save_file({k: t[k] for k in ("mtp_lm_head.weight",)}, str(tmp_path / "a.safetensors"))  # sorted first
     save_file({k: v for k, v in t.items() if k != "mtp_lm_head.weight"}, str(tmp_path / "b.safetensors"))
     found = read_tensors(tmp_path)
     assert torch.equal(found[HEAD], torch.ones(8, 4)) and set(found) == {EMBED, HEAD, NORM}

@@ -1,4 +1,5 @@
 """The start-up hook's value handling, in fresh interpreters (no SGLang import needed)."""
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,10 @@ import pytest
 @pytest.mark.parametrize("value,enabled", [("1", True), ("yes", True), ("0", False), ("", False), ("off", False)])
 def test_value_decides(value, enabled):
     env = {**os.environ, "SGLANG_EAGLE3_EXT": value}
-    code = ("import sys; import sglang_eagle3_ext._startup_hook; from sglang_eagle3_ext import _activate;"
-            "print(_activate._hooks_registered)")
+    code = (
+        "import sys; import sglang_eagle3_ext._startup_hook; from sglang_eagle3_ext import _activate;"
+        "print(_activate._hooks_registered)"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(enabled)
 
@@ -31,6 +34,11 @@ def test_gpu_helpers_activation_fallback_works_in_a_venv(tmp_path):
     venv.create(tmp_path / "venv", with_pip=False, system_site_packages=False)
     py = tmp_path / "venv" / "bin" / "python"
     env = {**os.environ, **activation_env(tmp_path, fallback=True)}
-    out = subprocess.run([str(py), "-c", "import sys; print('sglang_eagle3_ext._startup_hook' in sys.modules)"],
-                         env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [str(py), "-c", "import sys; print('sglang_eagle3_ext._startup_hook' in sys.modules)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.stdout.strip() == "True", out.stderr[-2000:]

@@ -1,5 +1,6 @@
 """The refresh cursor is exact: a sample is used once its refresh's draft is served, by that draft, and only then —
 across a swap the server refuses, a refresh killed between its steps, and a --draft other than the served one."""
+
 from __future__ import annotations
 
 import json
@@ -23,10 +24,22 @@ TESTS = Path(__file__).resolve().parents[1]
 def _options(world, out: str, **kw):
     from sglang_eagle3_ext.refresh.run import Options
 
-    base = dict(dump_dir=str(world["dump"]), draft=str(world["draft"]), out=str(world["tmp"] / out),
-                target=str(world["target"]), margin=-1e9, min_samples=8, heldout_fraction=0.25, epochs=1, lr=1e-4,
-                device="cpu", dtype="fp32", workers=1, swap_timeout=10,
-                train_options={"num_workers": 0, "total_seq_len": 256})
+    base = dict(
+        dump_dir=str(world["dump"]),
+        draft=str(world["draft"]),
+        out=str(world["tmp"] / out),
+        target=str(world["target"]),
+        margin=-1e9,
+        min_samples=8,
+        heldout_fraction=0.25,
+        epochs=1,
+        lr=1e-4,
+        device="cpu",
+        dtype="fp32",
+        workers=1,
+        swap_timeout=10,
+        train_options={"num_workers": 0, "total_seq_len": 256},
+    )
     return Options(**{**base, **kw})
 
 
@@ -47,8 +60,10 @@ class _Server:
         self.serving, self.accept = str(draft), accept
 
         def info():
-            return {"version": "0.5.16", "internal_states": [{STATE_KEY: {"protocol": PROTOCOL,
-                                                                          "draft": self.serving, "spec": {}}}]}
+            return {
+                "version": "0.5.16",
+                "internal_states": [{STATE_KEY: {"protocol": PROTOCOL, "draft": self.serving, "spec": {}}}],
+            }
 
         def update(body):
             if not self.accept:
@@ -80,14 +95,14 @@ def test_a_refused_swap_uses_no_sample(world, no_local_check):
     assert rep["accepted"] and rep["swap"]["ok"] is False and srv.serving == str(world["draft"])
     cur = C.read_cursor(world["dump"])
     assert cur.consumed == set() and cur.pending is None and cur.history[-1]["used"] is False
-    again = _refresh(world, "r2", margin=1e9)            # every sample is still there for the next refresh
+    again = _refresh(world, "r2", margin=1e9)  # every sample is still there for the next refresh
     assert again["selected"] == 40
 
 
 def test_a_served_swap_records_the_samples_under_the_new_draft(world, no_local_check):
     srv = _Server(world["draft"], accept=True)
     try:
-        rep = _refresh(world, "r1", swap_url=srv.url, draft=None)   # --draft: the served one
+        rep = _refresh(world, "r1", swap_url=srv.url, draft=None)  # --draft: the served one
     finally:
         srv.close()
     assert rep["swap"]["ok"] and srv.serving == rep["draft_after"]
@@ -104,8 +119,19 @@ def test_a_draft_other_than_the_served_one_is_refused_naming_both(world, capsys)
     srv = _Server(world["tmp"] / "elsewhere", accept=True)
     out = world["tmp"] / "o"
     try:
-        rc = main(["--dump-dir", str(world["dump"]), "--draft", str(world["draft"]), "--out", str(out),
-                   "--swap", srv.url, "--quiet"])
+        rc = main(
+            [
+                "--dump-dir",
+                str(world["dump"]),
+                "--draft",
+                str(world["draft"]),
+                "--out",
+                str(out),
+                "--swap",
+                srv.url,
+                "--quiet",
+            ]
+        )
     finally:
         srv.close()
     err = capsys.readouterr().err
@@ -135,13 +161,14 @@ run.refresh(_options(world, "r1"))
 def test_a_refresh_killed_between_steps_uses_its_samples_exactly_once(world, where, used):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS / "unit"), str(TESTS)])}
     arg = json.dumps({k: str(v) for k, v in world.items()})
-    p = subprocess.run([sys.executable, "-c", _KILLED, where, arg], env=env, capture_output=True, text=True,
-                       timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-c", _KILLED, where, arg], env=env, capture_output=True, text=True, timeout=600
+    )
     assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
     assert (world["tmp"] / "r1" / "refresh.json").exists() == (where == "after --out")
     said = []
     nxt = _refresh(world, "r2", margin=1e9, say=said.append)
-    assert nxt["selected"] == 40 - used                 # the killed refresh's samples: used once, or not at all
+    assert nxt["selected"] == 40 - used  # the killed refresh's samples: used once, or not at all
     cur = C.read_cursor(world["dump"])
     assert cur.pending is None and len(cur.consumed) == used
     assert any("stopped before settling" in m for m in said), said
@@ -152,15 +179,28 @@ def test_a_refresh_killed_between_steps_uses_its_samples_exactly_once(world, whe
 # ---- the cursor file is outside input ---------------------------------------------------------------------
 _ANY = st.none() | st.booleans() | st.integers() | st.text(max_size=4)
 _IDS = st.lists(st.text(max_size=3), max_size=3) | _ANY
-_SAMPLES = st.fixed_dictionaries({}, optional={"draft": _ANY, "out": _ANY, "trained": _IDS, "heldout": _IDS,
-                                               "id": _ANY, "swap_url": _ANY}) | _ANY
+_SAMPLES = (
+    st.fixed_dictionaries(
+        {}, optional={"draft": _ANY, "out": _ANY, "trained": _IDS, "heldout": _IDS, "id": _ANY, "swap_url": _ANY}
+    )
+    | _ANY
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(doc=st.fixed_dictionaries({}, optional={
-    "format": st.just(C.FORMAT) | _ANY, "version": st.sampled_from([1, 2, 3]) | _ANY,
-    "consumed": _IDS, "used": st.lists(_SAMPLES, max_size=2) | _ANY, "refreshes": st.just([]) | _ANY,
-    "pending": _SAMPLES}))
+@given(
+    doc=st.fixed_dictionaries(
+        {},
+        optional={
+            "format": st.just(C.FORMAT) | _ANY,
+            "version": st.sampled_from([1, 2, 3]) | _ANY,
+            "consumed": _IDS,
+            "used": st.lists(_SAMPLES, max_size=2) | _ANY,
+            "refreshes": st.just([]) | _ANY,
+            "pending": _SAMPLES,
+        },
+    )
+)
 def test_any_cursor_reads_whole_or_is_refused_naming_it(tmp_path_factory, doc):
     d = tmp_path_factory.mktemp("cur")
     (d / C.CURSOR_FILE).write_text(json.dumps(doc))

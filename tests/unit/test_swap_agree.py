@@ -1,5 +1,6 @@
 """The TP ranks' verdict on a draft swap (draft/swap_tensors.agree) over a real gloo group of two processes:
 every rank swaps, or every rank keeps the served draft and reports the first failing rank's reason."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,10 @@ def _run(tmp_path, verdicts) -> list:
 
 
 def test_all_ranks_succeed(tmp_path):
-    assert _run(tmp_path, [(True, "swapped on 0"), (True, "swapped on 1")]) == [[True, "swapped on 0"],
-                                                                                 [True, "swapped on 1"]]
+    assert _run(tmp_path, [(True, "swapped on 0"), (True, "swapped on 1")]) == [
+        [True, "swapped on 0"],
+        [True, "swapped on 1"],
+    ]
 
 
 def test_one_rank_refusing_undoes_every_rank(tmp_path):

@@ -2,6 +2,7 @@
 the draft is checked here first (a bad draft is refused, exit 2, and nothing is sent), a release without the
 mechanism and a server without the package are refused before anything is sent, the server's refusal is exit 2
 with its reason, a swap that went through reports its pause. Replies of any shape: exit 0 or 2, never 3."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,12 @@ def _draft(root, name, **kw):
     from sglang_eagle3_ext.draft.convert import convert
     from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
-    return convert(make_speculators_draft(root / f"{name}_spec", **{"aux_ids": AUX, **kw}), root / name,
-                   sglang_version=RELEASE, log=lambda *_: None)
+    return convert(
+        make_speculators_draft(root / f"{name}_spec", **{"aux_ids": AUX, **kw}),
+        root / name,
+        sglang_version=RELEASE,
+        log=lambda *_: None,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +41,13 @@ def drafts(tmp_path_factory):
     from sglang_eagle3_ext.tiny.llama_draft import write_target_config
 
     root = tmp_path_factory.mktemp("swap_client")
-    out = {"target": write_target_config(root / "target"), "served": _draft(root, "served"),
-           "new": _draft(root, "new", seed=1), "other_layers": _draft(root, "other_layers", aux_ids=(1, 3, 5)),
-           "other_vocab": _draft(root, "other_vocab", draft_vocab=32)}
+    out = {
+        "target": write_target_config(root / "target"),
+        "served": _draft(root, "served"),
+        "new": _draft(root, "new", seed=1),
+        "other_layers": _draft(root, "other_layers", aux_ids=(1, 3, 5)),
+        "other_vocab": _draft(root, "other_vocab", draft_vocab=32),
+    }
     for variant in ("fc_1xH", "nan_weight"):
         out[variant] = make_variant(out["new"], variant, root / variant)[1]
     return out
@@ -51,9 +60,19 @@ def _report(served) -> dict:
 
     cfg = json.loads((served / "config.json").read_text())
     spec, _ = rules.spec_from_config(cfg, keys.layout_for_version(RELEASE))
-    return {"protocol": PROTOCOL, "draft": str(served), "swaps": 0, "last_swap": None, "attempts": 0,
-            "last_attempt": None, "load_format": LOAD_FORMAT,
-            **summary(spec, cfg), "hf_indices": list(AUX), "target_layers": 8, "token_map": True}
+    return {
+        "protocol": PROTOCOL,
+        "draft": str(served),
+        "swaps": 0,
+        "last_swap": None,
+        "attempts": 0,
+        "last_attempt": None,
+        "load_format": LOAD_FORMAT,
+        **summary(spec, cfg),
+        "hf_indices": list(AUX),
+        "target_layers": 8,
+        "token_map": True,
+    }
 
 
 @pytest.fixture
@@ -64,9 +83,13 @@ def server(drafts):
     def info():
         if state["report"] is None:
             return {"model_path": str(drafts["target"]), "version": state["version"], "internal_states": [{}]}
-        return {"model_path": str(drafts["target"]), "version": state["version"],
-                "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": state["record"],
-                "internal_states": [{"avg_spec_accept_length": 2.1, STATE_KEY: state["report"]}]}
+        return {
+            "model_path": str(drafts["target"]),
+            "version": state["version"],
+            "speculative_algorithm": "EAGLE3",
+            "speculative_draft_model_path": state["record"],
+            "internal_states": [{"avg_spec_accept_length": 2.1, STATE_KEY: state["report"]}],
+        }
 
     def update(body):
         swapped(body["model_path"])
@@ -75,8 +98,11 @@ def server(drafts):
     def swapped(path, ok=True, message=""):
         """What the server's scheduler and tokenizer manager note after a swap of `path`."""
         r = state["report"]
-        state["report"] = {**r, "attempts": r.get("attempts", 0) + 1,
-                           "last_attempt": {"path": path, "ok": ok, "message": message}}
+        state["report"] = {
+            **r,
+            "attempts": r.get("attempts", 0) + 1,
+            "last_attempt": {"path": path, "ok": ok, "message": message},
+        }
         if ok:
             state["report"].update(draft=path, swaps=r.get("swaps", 0) + 1)
             state["record"] = path
@@ -99,9 +125,15 @@ def test_swap_sends_the_checked_draft_and_reports_the_pause(server, drafts, capf
     assert "now serves draft" in stdout and "pause:" in stdout
 
 
-@pytest.mark.parametrize("name,words", [("fc_1xH", ["fc-unfused", "1x64"]), ("nan_weight", ["non-finite"]),
-                                        ("other_layers", ["capture-layer-index", "captures [2, 4, 6]"]),
-                                        ("other_vocab", ["swap-mismatch", "draft_vocab_size is 32"])])
+@pytest.mark.parametrize(
+    "name,words",
+    [
+        ("fc_1xH", ["fc-unfused", "1x64"]),
+        ("nan_weight", ["non-finite"]),
+        ("other_layers", ["capture-layer-index", "captures [2, 4, 6]"]),
+        ("other_vocab", ["swap-mismatch", "draft_vocab_size is 32"]),
+    ],
+)
 def test_bad_draft_refused_here_nothing_sent(server, drafts, name, words, capfd):
     rc, _, err = sg(["swap", "--url", server.url, "--draft", drafts[name]], capfd)
     assert rc == 2 and not server.posts, err
@@ -146,9 +178,11 @@ def test_folder_only_on_the_server(server, drafts, capfd):
     assert rc == 0 and server.posts[0]["model_path"] == "/srv/drafts/new", err
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 10**6) | st.floats(allow_nan=True) | st.text(max_size=8),
-                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=4),
-                    max_leaves=12)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 10**6) | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=4),
+    max_leaves=12,
+)
 REPLY_KEYS = st.sampled_from(["success", "message", "num_paused_requests"])
 
 
@@ -165,12 +199,22 @@ def test_any_update_reply_is_read_or_refused(reply):
     assert isinstance(ok, bool) and isinstance(msg, str) and isinstance(paused, int) and paused >= 0
 
 
-STATE_KEYS = st.sampled_from(["protocol", "draft", "spec", "build", "hf_indices", "target_layers", "token_map", "refusal"])
+STATE_KEYS = st.sampled_from(
+    ["protocol", "draft", "spec", "build", "hf_indices", "target_layers", "token_map", "refusal"]
+)
 
 
 @settings(max_examples=200, deadline=None)
-@given(info=JSON | st.fixed_dictionaries({"internal_states": st.lists(
-    st.fixed_dictionaries({STATE_KEY: JSON | st.dictionaries(STATE_KEYS, JSON)}), max_size=2)}))
+@given(
+    info=JSON
+    | st.fixed_dictionaries(
+        {
+            "internal_states": st.lists(
+                st.fixed_dictionaries({STATE_KEY: JSON | st.dictionaries(STATE_KEYS, JSON)}), max_size=2
+            )
+        }
+    )
+)
 def test_any_server_info_is_read_or_refused(info):
     from sglang_eagle3_ext.boundary import BadInput
 
@@ -194,13 +238,14 @@ def test_any_reply_is_exit_0_or_2(server, drafts, capfd, reply, status):
 
 # ---- a draft built otherwise; SGLang's record and a restart; a lost reply; local inputs first ------------------
 
+
 def test_a_draft_differing_in_a_build_key_is_refused_here(server, drafts, capfd, tmp_path):
     """The keys the server reports (build_keys: those its release's draft class reads) are compared here too."""
     new = edited_draft(drafts["new"], tmp_path / "neox", rope_is_neox_style=False)
     rc, _, err = sg(["swap", "--url", server.url, "--draft", new], capfd)
     assert rc == 2 and not server.posts, err
     assert "config rope_is_neox_style is False, the served draft's is unset" in err and "restart to serve it" in err
-    server.state["report"]["build_keys"] = ["rope_theta"]      # a release whose class reads no such key
+    server.state["report"]["build_keys"] = ["rope_theta"]  # a release whose class reads no such key
     rc, _, err = sg(["swap", "--url", server.url, "--draft", new], capfd)
     assert rc == 0, err
 
@@ -217,8 +262,10 @@ def test_the_server_record_and_the_launch_argument_name_the_new_draft(server, dr
 
 def test_a_stale_server_record_is_said(server, drafts, capfd):
     """A server whose package predates the record update still names the old draft: said, not hidden."""
-    server.update = lambda body: (server.swapped(body["model_path"]), server.state.update(
-        record=str(drafts["served"])))[0] or (200, {"success": True, "message": "ok"})
+    server.update = lambda body: (
+        (server.swapped(body["model_path"]), server.state.update(record=str(drafts["served"])))[0]
+        or (200, {"success": True, "message": "ok"})
+    )
     rc, _, err = sg(["swap", "--url", server.url, "--draft", drafts["new"]], capfd)
     assert rc == 0 and "still names" in err and str(drafts["served"]) in err, err
 
@@ -228,13 +275,13 @@ def test_draft_link_points_at_the_new_draft_only_once_it_serves(server, drafts, 
     link.symlink_to(drafts["served"])
     server.update = lambda body: (400, {"success": False, "message": "[non-finite] no", "num_paused_requests": 0})
     rc, _, err = sg(["swap", "--url", server.url, "--draft", drafts["new"], "--draft-link", link], capfd)
-    assert rc == 2 and link.resolve() == drafts["served"].resolve(), err        # refused: the link is untouched
+    assert rc == 2 and link.resolve() == drafts["served"].resolve(), err  # refused: the link is untouched
     server.update = lambda body: (server.swapped(body["model_path"]), (200, {"success": True, "message": "ok"}))[1]
     rc, stdout, err = sg(["swap", "--url", server.url, "--draft", drafts["new"], "--draft-link", link], capfd)
     assert rc == 0, err
     assert link.is_symlink() and link.resolve() == drafts["new"].resolve()
     assert f"--speculative-draft-model-path {link}" in stdout
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []    # no temporary link left
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary link left
 
 
 def test_draft_link_made_where_there_was_none(server, drafts, capfd, tmp_path):
@@ -243,8 +290,18 @@ def test_draft_link_made_where_there_was_none(server, drafts, capfd, tmp_path):
     assert rc == 0 and link.resolve() == drafts["new"].resolve(), err
 
 
-@pytest.mark.parametrize("case", ["json_folder_missing", "json_is_folder", "link_folder_missing", "link_is_folder",
-                                  "link_is_file", "draft_missing", "draft_bad"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "json_folder_missing",
+        "json_is_folder",
+        "link_folder_missing",
+        "link_is_folder",
+        "link_is_file",
+        "draft_missing",
+        "draft_bad",
+    ],
+)
 def test_local_inputs_and_outputs_are_checked_before_the_server_is_contacted(server, drafts, capfd, tmp_path, case):
     """Whatever is wrong here is found before the first request: the server is not asked, nothing is sent."""
     (tmp_path / "a_folder").mkdir()
@@ -277,6 +334,7 @@ def _late(server, then, delay=1.5):
     def update(body):
         time.sleep(delay)
         return then(body["model_path"])
+
     server.update = update
 
 
@@ -284,8 +342,24 @@ def test_a_swap_finishing_after_the_client_timeout_is_reported_done(server, draf
     link = tmp_path / "serving-draft"
     out = tmp_path / "r.json"
     _late(server, lambda p: (server.swapped(p), (200, {"success": True, "message": "ok"}))[1])
-    rc, stdout, err = sg(["swap", "--url", server.url, "--draft", drafts["new"], "--timeout", "0.3", "--settle", "20",
-                          "--draft-link", link, "--json", out], capfd)
+    rc, stdout, err = sg(
+        [
+            "swap",
+            "--url",
+            server.url,
+            "--draft",
+            drafts["new"],
+            "--timeout",
+            "0.3",
+            "--settle",
+            "20",
+            "--draft-link",
+            link,
+            "--json",
+            out,
+        ],
+        capfd,
+    )
     assert rc == 0, err
     rep = json.loads(out.read_text())
     assert rep["ok"] and rep["reply_lost"] and rep["pause_s"] is None and "no complete answer" in rep["reply_lost"]
@@ -300,9 +374,24 @@ def test_a_refusal_after_the_client_timeout_is_the_servers_reason(server, drafts
     def refuse(p):
         server.swapped(p, ok=False, message=reason)
         return 400, {"success": False, "message": reason}
+
     _late(server, refuse)
-    rc, _, err = sg(["swap", "--url", server.url, "--draft", drafts["new"], "--timeout", "0.3", "--settle", "20",
-                     "--draft-link", link], capfd)
+    rc, _, err = sg(
+        [
+            "swap",
+            "--url",
+            server.url,
+            "--draft",
+            drafts["new"],
+            "--timeout",
+            "0.3",
+            "--settle",
+            "20",
+            "--draft-link",
+            link,
+        ],
+        capfd,
+    )
     assert rc == 2 and reason in err and "after the client's timeout" in err, err
     assert link.resolve() == drafts["served"].resolve()
 
@@ -312,8 +401,24 @@ def test_a_swap_still_pending_after_settle_is_not_called_a_failure(server, draft
     link.symlink_to(drafts["served"])
     out = tmp_path / "r.json"
     _late(server, lambda p: (server.swapped(p), (200, {"success": True, "message": "ok"}))[1], delay=3)
-    rc, _, err = sg(["swap", "--url", server.url, "--draft", drafts["new"], "--timeout", "0.3", "--settle", "0.5",
-                     "--draft-link", link, "--json", out], capfd)
+    rc, _, err = sg(
+        [
+            "swap",
+            "--url",
+            server.url,
+            "--draft",
+            drafts["new"],
+            "--timeout",
+            "0.3",
+            "--settle",
+            "0.5",
+            "--draft-link",
+            link,
+            "--json",
+            out,
+        ],
+        capfd,
+    )
     assert rc == 2 and "not confirmed" in err and "may still swap" in err, err
     assert json.loads(out.read_text())["state"] == "undetermined"
     assert link.resolve() == drafts["served"].resolve()
@@ -323,10 +428,16 @@ ATTEMPT_KEYS = st.sampled_from(["path", "ok", "message"])
 
 
 @settings(max_examples=200, deadline=None)
-@given(rep=st.fixed_dictionaries({"protocol": st.just(PROTOCOL), "spec": st.just({})},
-                                 optional={k: JSON for k in ("draft", "build", "build_keys", "hf_indices",
-                                                             "target_layers", "token_map", "swaps", "attempts")}),
-       last=st.none() | JSON | st.dictionaries(ATTEMPT_KEYS, JSON))
+@given(
+    rep=st.fixed_dictionaries(
+        {"protocol": st.just(PROTOCOL), "spec": st.just({})},
+        optional={
+            k: JSON
+            for k in ("draft", "build", "build_keys", "hf_indices", "target_layers", "token_map", "swaps", "attempts")
+        },
+    ),
+    last=st.none() | JSON | st.dictionaries(ATTEMPT_KEYS, JSON),
+)
 def test_any_draft_report_is_read_or_refused(rep, last):
     """The fields a swap decides on (build keys, the last attempt, HF indices against the target's layers)."""
     from sglang_eagle3_ext.boundary import BadInput
@@ -353,6 +464,7 @@ def test_any_server_info_after_the_swap_is_exit_0_or_2(server, drafts, capfd, af
     def update(body):
         server.info = lambda: after
         return 200, {"success": True, "message": "ok"}
+
     server.update = update
     try:
         rc, _, err = sg(["swap", "--url", server.url, "--draft", str(drafts["new"]), "--no-local-check"], capfd)
@@ -363,8 +475,9 @@ def test_any_server_info_after_the_swap_is_exit_0_or_2(server, drafts, capfd, af
         assert_names_its_input(err, server.url)
 
 
-@pytest.mark.parametrize("flag,value", [("--settle", "1e9"), ("--timeout", "1e12"), ("--settle", "nan"),
-                                        ("--timeout", "0")])
+@pytest.mark.parametrize(
+    "flag,value", [("--settle", "1e9"), ("--timeout", "1e12"), ("--settle", "nan"), ("--timeout", "0")]
+)
 def test_waits_are_bounded_up_front(server, drafts, capfd, flag, value):
     rc, _, err = sg(["swap", "--url", server.url, "--draft", drafts["new"], flag, value], capfd)
     assert rc == 2 and flag in err and server.gets == [] and not server.posts, err

@@ -2,6 +2,7 @@
 source tree of the shapes SGLang's draft classes take (a class named as its base, super().__init__, a config
 passed by keyword, aliased by deepcopy, stored on self and read by a later method, handed to a helper function),
 every read is found and nothing that is not a read of the config is taken for one."""
+
 from __future__ import annotations
 
 import textwrap
@@ -10,7 +11,7 @@ import pytest
 
 from sglang_eagle3_ext.draft import swap_keys
 
-BASE = '''
+BASE = """
     def make_rope(cfg, dim):
         return cfg.rope_theta, dim.never_config
 
@@ -28,8 +29,8 @@ BASE = '''
 
         def forward(self, x):
             return x.not_a_config_key
-'''
-DRAFT = '''
+"""
+DRAFT = """
     import copy
 
     from sglang.srt.models.base import Decoder
@@ -64,7 +65,7 @@ DRAFT = '''
 
         def load_weights(self, weights):
             return weights.keys()
-'''
+"""
 
 
 @pytest.fixture
@@ -80,8 +81,15 @@ def tree(tmp_path):
 
 def test_every_read_of_the_config_is_found_and_nothing_else(tree):
     found = swap_keys.config_reads(tree, "sglang.srt.models.draft:Draft")
-    assert found == {"rope_theta", "rope_is_neox_style", "rms_norm_eps", "hidden_size", "partial_rotary_factor",
-                     "final_logit_softcapping", "norm_output"}
+    assert found == {
+        "rope_theta",
+        "rope_is_neox_style",
+        "rms_norm_eps",
+        "hidden_size",
+        "partial_rotary_factor",
+        "final_logit_softcapping",
+        "norm_output",
+    }
 
 
 def test_a_class_not_in_the_source_gives_the_known_keys(tree, monkeypatch):
@@ -91,14 +99,15 @@ def test_a_class_not_in_the_source_gives_the_known_keys(tree, monkeypatch):
         assert swap_keys.config_reads(tree, "sglang.srt.models.draft:Gone") == set()
         assert swap_keys._build_keys("sglang.srt.models.draft:Gone", ()) == tuple(sorted(swap_keys.BASELINE))
         keys = swap_keys._build_keys("sglang.srt.models.draft:Draft", ())
-        assert "final_logit_softcapping" in keys and "rope_interleave" in keys          # found, and the baseline
-        assert "hidden_size" not in keys                                                # the spec judges it
+        assert "final_logit_softcapping" in keys and "rope_interleave" in keys  # found, and the baseline
+        assert "hidden_size" not in keys  # the spec judges it
     finally:
         swap_keys._build_keys.cache_clear()
 
 
 def test_unparsable_or_cyclic_source_ends(tree):
-    (tree / "srt" / "models" / "cyc.py").write_text(textwrap.dedent('''
+    (tree / "srt" / "models" / "cyc.py").write_text(
+        textwrap.dedent("""
         from sglang.srt.models.cyc import B as A
 
 
@@ -106,7 +115,8 @@ def test_unparsable_or_cyclic_source_ends(tree):
             def __init__(self, config):
                 super().__init__(config)
                 self.x = B(config).y + config.rope_theta
-    '''))
+    """)
+    )
     (tree / "srt" / "models" / "bad.py").write_text("class Broken(:\n")
     assert swap_keys.config_reads(tree, "sglang.srt.models.cyc:B") == {"rope_theta"}
     assert swap_keys.config_reads(tree, "sglang.srt.models.bad:Broken") == set()

@@ -1,5 +1,6 @@
 """`tiny --sample-dump`: the tiny target's hidden states computed on CPU, in the dumping server's files, with
 its layer rule, read back by the dump's own readers (manifest, status)."""
+
 from __future__ import annotations
 
 import json
@@ -22,10 +23,11 @@ def test_sample_dump_is_a_dump_the_readers_take(target, tmp_path, capsys):
     from sglang_eagle3_ext.dump.manifest import read_manifest
 
     out = tmp_path / "dumps"
-    rc = cli.main(["tiny", str(target), "--predictable", "--sample-dump", str(out), "--samples", "3",
-                   "--max-new-tokens", "2"])
+    rc = cli.main(
+        ["tiny", str(target), "--predictable", "--sample-dump", str(out), "--samples", "3", "--max-new-tokens", "2"]
+    )
     err = capsys.readouterr().err
-    assert rc == 0 and "[sample-dump] 3/3 samples" in err and "%|" not in err, err    # ours, no library bars
+    assert rc == 0 and "[sample-dump] 3/3 samples" in err and "%|" not in err, err  # ours, no library bars
     meta = json.loads((out / "dump_meta.json").read_text())
     assert meta["layer_indices_hf"] == default_layers(4) and meta["num_hidden_layers"] == 4
     assert len(read_manifest(out)) == 3

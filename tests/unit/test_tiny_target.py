@@ -4,6 +4,7 @@ The round trip's PREDICTABLE target exists so that "speculation must not change 
 that can only fail for a real reason: its greedy continuations must not depend on bf16 rounding.
 The default target must stay the plain random one the dump tests measured.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -16,8 +17,9 @@ from sglang_eagle3_ext.tiny.deepseek_v3 import PREDICTABLE, TINY_CONFIG, ensure_
 
 def _greedy(model, x, n=24):
     with torch.no_grad():
-        return model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False,
-                              pad_token_id=0)[:, x.shape[1]:]
+        return model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False, pad_token_id=0)[
+            :, x.shape[1] :
+        ]
 
 
 def test_predictable_target_greedy_walk_is_dtype_independent(tmp_path):

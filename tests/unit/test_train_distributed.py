@@ -7,6 +7,7 @@ Tolerances: the float32 checkpoint in OUT/checkpoint/ within 1e-5 absolute of th
 sum gradients in another order: the one-process run accumulates them; measured 0 for the Llama draft and
 ~3e-7 for the MLA draft), and the bf16 draft within one bf16 rounding step of it (|a - b| <= 2^-7 max(|a|, |b|)).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,11 +30,24 @@ from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
 from sglang_eagle3_ext.training import TrainDraftError, TrainOptions, train_draft  # noqa: E402
 from sglang_eagle3_ext.training.checkpoint import CKPT_DIR, STATE, TrainingStopped  # noqa: E402
 
-SMALL = dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_attention_heads=4,
-             num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16,
-             v_head_dim=16, vocab_size=256, n_routed_experts=4, num_experts_per_tok=2, num_hidden_layers=4)
+SMALL = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    moe_intermediate_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    kv_lora_rank=32,
+    q_lora_rank=32,
+    qk_rope_head_dim=16,
+    qk_nope_head_dim=16,
+    v_head_dim=16,
+    vocab_size=256,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    num_hidden_layers=4,
+)
 AUX = [1, 2, 3]
-N = 21                    # 19 train (--train-ratio 0.95), 2 validate
+N = 21  # 19 train (--train-ratio 0.95), 2 validate
 N_TRAIN = 19
 RUN = dict(epochs=2, global_batch=2, total_seq_len=128, num_workers=0, min_val_acc=0, log_every=100, device="cpu")
 CKPT_MODEL = {"mla": f"{CKPT_DIR}/model_fp32.safetensors", "llama": f"{CKPT_DIR}/1/model.safetensors"}
@@ -47,10 +61,14 @@ def world(tmp_path_factory):
     hs.mkdir(parents=True)
     for i in range(N):
         g = torch.Generator().manual_seed(i)
-        L = 20 + (i * 7) % 30                     # ragged: the Llama route packs them
-        save_file({"token_ids": torch.randint(0, SMALL["vocab_size"], (L,), generator=g),
-                   "hidden_states": torch.randn(L, len(AUX) + 1, SMALL["hidden_size"], generator=g).bfloat16()},
-                  str(hs / f"hs_{i}.safetensors"))
+        L = 20 + (i * 7) % 30  # ragged: the Llama route packs them
+        save_file(
+            {
+                "token_ids": torch.randint(0, SMALL["vocab_size"], (L,), generator=g),
+                "hidden_states": torch.randn(L, len(AUX) + 1, SMALL["hidden_size"], generator=g).bfloat16(),
+            },
+            str(hs / f"hs_{i}.safetensors"),
+        )
     (root / "data" / "metadata.json").write_text(json.dumps({"hf_hidden_state_indices": AUX}))
     return {"root": root, "target": target, "data": root / "data", "baseline": {}}
 
@@ -64,7 +82,7 @@ def one_process(world, arch) -> Path:
     if arch not in world["baseline"]:
         out = world["root"] / f"one_{arch}"
         threads = torch.get_num_threads()
-        torch.set_num_threads(1)          # as each torchrun rank runs (OMP_NUM_THREADS=1)
+        torch.set_num_threads(1)  # as each torchrun rank runs (OMP_NUM_THREADS=1)
         try:
             train_draft(_opts(world, out, arch))
         finally:
@@ -74,10 +92,40 @@ def one_process(world, arch) -> Path:
 
 
 def torchrun(world, out, arch, *extra, env=None) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-            "-m", "sglang_eagle3_ext", "train", "--data", str(world["data"]), "--target", str(world["target"]),
-            "--out", str(out), "--draft-arch", arch, "--device", "cpu", "--epochs", "2", "--global-batch", "2",
-            "--total-seq-len", "128", "--num-workers", "0", "--min-val-acc", "0", "--log-every", "100", *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "sglang_eagle3_ext",
+        "train",
+        "--data",
+        str(world["data"]),
+        "--target",
+        str(world["target"]),
+        "--out",
+        str(out),
+        "--draft-arch",
+        arch,
+        "--device",
+        "cpu",
+        "--epochs",
+        "2",
+        "--global-batch",
+        "2",
+        "--total-seq-len",
+        "128",
+        "--num-workers",
+        "0",
+        "--min-val-acc",
+        "0",
+        "--log-every",
+        "100",
+        *extra,
+    ]
     e = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=e, cwd=world["root"])
 
@@ -91,7 +139,7 @@ def assert_same_draft(a: Path, b: Path, arch: str) -> None:
     assert sorted(da) == sorted(db)
     for k in da:
         x, y = da[k].float(), db[k].float()
-        step = torch.maximum(x.abs(), y.abs()) * 2.0 ** -7
+        step = torch.maximum(x.abs(), y.abs()) * 2.0**-7
         assert bool(((x - y).abs() <= step).all()), k
 
 
@@ -100,16 +148,16 @@ def test_two_ranks_see_each_sample_once_per_epoch_and_train_the_one_process_draf
     record = tmp_path / "seen.jsonl"
     p = torchrun(world, tmp_path / "out", arch, env={envs.TRAIN_RECORD_SAMPLES: str(record)})
     assert p.returncode == 0, p.stderr[-3000:]
-    assert p.stdout.count("DONE steps=") == 1                     # progress from rank 0 only
+    assert p.stdout.count("DONE steps=") == 1  # progress from rank 0 only
     assert "training on 2 processes (torchrun, gloo)" in p.stderr
     lines = [json.loads(x) for x in record.read_text().splitlines()]
     assert sorted((x["rank"], x["epoch"]) for x in lines) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     for epoch in (0, 1):
         ids = [i for x in lines if x["epoch"] == epoch for i in x["ids"]]
-        assert sorted(ids) == list(range(N_TRAIN)), (epoch, sorted(ids))   # each exactly once, over both ranks
+        assert sorted(ids) == list(range(N_TRAIN)), (epoch, sorted(ids))  # each exactly once, over both ranks
         assert all(x["ids"] for x in lines if x["epoch"] == epoch)
     orders = [[i for x in sorted(lines, key=lambda x: x["rank"]) if x["epoch"] == e for i in x["ids"]] for e in (0, 1)]
-    assert orders[0] != orders[1]                                  # a new permutation each epoch
+    assert orders[0] != orders[1]  # a new permutation each epoch
     assert_same_draft(tmp_path / "out", one_process(world, arch), arch)
 
 
@@ -133,7 +181,7 @@ def test_resume_after_the_first_epoch_trains_the_uninterrupted_draft(world, arch
     finally:
         torch.set_num_threads(threads)
     assert json.loads((out / CKPT_DIR / STATE).read_text())["epochs_done"] == 2
-    assert r["steps"] == len(r["history"]) and r["history"][0]["step"] == 1      # the first epoch's steps kept
+    assert r["steps"] == len(r["history"]) and r["history"][0]["step"] == 1  # the first epoch's steps kept
     assert_same_draft(out, one_process(world, arch), arch)
 
 
@@ -174,12 +222,20 @@ def test_global_batch_must_split_over_the_ranks():
         accumulation(6, 4)
 
 
-_scalar = st.none() | st.booleans() | st.integers(-3, 10 ** 6) | st.floats(allow_nan=True) | st.text(max_size=6)
-_json = st.recursive(_scalar, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
-                     max_leaves=8)
-_state = st.fixed_dictionaries({}, optional={"version": _json | st.just(1), "epochs_done": _json | st.just(1),
-                                             "global_step": _json | st.just(3), "identity": _json | st.just({}),
-                                             "files": _json | st.just(["state.json"]) | st.just(["../x"])})
+_scalar = st.none() | st.booleans() | st.integers(-3, 10**6) | st.floats(allow_nan=True) | st.text(max_size=6)
+_json = st.recursive(
+    _scalar, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=8
+)
+_state = st.fixed_dictionaries(
+    {},
+    optional={
+        "version": _json | st.just(1),
+        "epochs_done": _json | st.just(1),
+        "global_step": _json | st.just(3),
+        "identity": _json | st.just({}),
+        "files": _json | st.just(["state.json"]) | st.just(["../x"]),
+    },
+)
 
 
 @settings(max_examples=150, deadline=None)

@@ -5,6 +5,7 @@ ids k, then the final state BEFORE model.norm. In transformers (5.x, `capture_ou
 `output_hidden_states[-1]` is tied to `last_hidden_state`, i.e. AFTER the final norm, so the pre-norm
 state is taken from a forward pre-hook on `model.norm` (test_hf_last_hidden_state_is_post_norm pins this).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,9 +28,22 @@ from sglang_eagle3_ext.training import data as training_data  # noqa: E402
 from sglang_eagle3_ext.training.options import RUN_DIR  # noqa: E402
 from sglang_eagle3_ext.training.speculators.train import draft_layer_config  # noqa: E402
 
-SMALL = dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_attention_heads=4,
-             num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16,
-             v_head_dim=16, vocab_size=256, n_routed_experts=4, num_experts_per_tok=2, num_hidden_layers=4)
+SMALL = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    moe_intermediate_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    kv_lora_rank=32,
+    q_lora_rank=32,
+    qk_rope_head_dim=16,
+    qk_nope_head_dim=16,
+    v_head_dim=16,
+    vocab_size=256,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    num_hidden_layers=4,
+)
 AUX = [1, 2, 3]
 N_SAMPLES = 40
 
@@ -59,18 +73,38 @@ def world(tmp_path_factory):
     data = root / "data"
     (data / "hidden_states").mkdir(parents=True)
     for i in range(N_SAMPLES):
-        L = 48 + (i % 17)                       # ragged lengths exercise speculators' packing
+        L = 48 + (i % 17)  # ragged lengths exercise speculators' packing
         hs = torch.stack([out.hidden_states[k][i, :L] for k in AUX] + [prenorm[i, :L]], 1)
-        save_file({"token_ids": base[i, :L].long().contiguous(), "hidden_states": hs.to(torch.bfloat16).contiguous()},
-                  str(data / "hidden_states" / f"hs_{i}.safetensors"))
+        save_file(
+            {"token_ids": base[i, :L].long().contiguous(), "hidden_states": hs.to(torch.bfloat16).contiguous()},
+            str(data / "hidden_states" / f"hs_{i}.safetensors"),
+        )
     (data / "metadata.json").write_text(json.dumps({"hf_hidden_state_indices": AUX}))
     return {"root": root, "target": target, "data": data, "model": model}
 
 
 def _train(world, out, *extra):
     args = train_cli.build_parser().parse_args(
-        ["--data", str(world["data"]), "--target", str(world["target"]), "--out", str(out), "--device", "cpu",
-         "--total-seq-len", "512", "--num-workers", "0", "--log-every", "10", "--min-val-acc", "0", *extra])
+        [
+            "--data",
+            str(world["data"]),
+            "--target",
+            str(world["target"]),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--total-seq-len",
+            "512",
+            "--num-workers",
+            "0",
+            "--log-every",
+            "10",
+            "--min-val-acc",
+            "0",
+            *extra,
+        ]
+    )
     return train_draft(train_cli.options_from_args(args))
 
 
@@ -120,13 +154,14 @@ def test_train_full_vocab_and_reload(world):
     saved, model = _reload_matches(out)
     assert {"fc.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight"} <= set(saved)
     assert any(k.startswith("layers.0.self_attn.") for k in saved)
-    assert "d2t" not in saved        # full vocab: speculators keeps no mapping
+    assert "d2t" not in saved  # full vocab: speculators keeps no mapping
     assert "verifier_lm_head.weight" not in saved
     assert saved["fc.weight"].shape == (SMALL["hidden_size"], len(AUX) * SMALL["hidden_size"])
     # embeddings came from the target
     with safe_open(str(world["target"] / "model.safetensors"), framework="pt") as f:
-        torch.testing.assert_close(saved["embed_tokens.weight"].float(),
-                                   f.get_tensor("model.embed_tokens.weight").float())
+        torch.testing.assert_close(
+            saved["embed_tokens.weight"].float(), f.get_tensor("model.embed_tokens.weight").float()
+        )
     assert not (out / RUN_DIR / "checkpoints").exists()
 
 
@@ -161,13 +196,28 @@ def test_gap_in_hs_files_is_refused(tmp_path):
 
 
 def test_draft_layer_config_choices():
-    c = draft_layer_config({"hidden_size": 1024, "vocab_size": 4096, "num_attention_heads": 8,
-                               "intermediate_size": 2048, "max_position_embeddings": 4096, "rope_theta": 10000.0})
+    c = draft_layer_config(
+        {
+            "hidden_size": 1024,
+            "vocab_size": 4096,
+            "num_attention_heads": 8,
+            "intermediate_size": 2048,
+            "max_position_embeddings": 4096,
+            "rope_theta": 10000.0,
+        }
+    )
     assert (c["num_attention_heads"], c["head_dim"], c["num_key_value_heads"]) == (8, 128, 8)
     assert c["max_position_embeddings"] >= 8192 and c["intermediate_size"] == 2048
-    c = draft_layer_config({"hidden_size": 7168, "vocab_size": 129280, "num_attention_heads": 128,
-                               "intermediate_size": 18432, "max_position_embeddings": 163840,
-                               "rope_theta": 10000.0})
+    c = draft_layer_config(
+        {
+            "hidden_size": 7168,
+            "vocab_size": 129280,
+            "num_attention_heads": 128,
+            "intermediate_size": 18432,
+            "max_position_embeddings": 163840,
+            "rope_theta": 10000.0,
+        }
+    )
     assert c["head_dim"] == 128 and c["num_attention_heads"] == 56 and c["max_position_embeddings"] == 163840
 
 
@@ -204,11 +254,26 @@ def test_trained_draft_converts_and_checks_clean(world, tmp_path):
 
     out = tmp_path / "draft"
     _train(world, out, "--steps", "5")
-    conv = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.convert", str(out), str(tmp_path / "sglang")],
-                          capture_output=True, text=True)
+    conv = subprocess.run(
+        [sys.executable, "-m", "sglang_eagle3_ext.convert", str(out), str(tmp_path / "sglang")],
+        capture_output=True,
+        text=True,
+    )
     assert conv.returncode == 0, conv.stdout + conv.stderr
-    chk = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.check", str(tmp_path / "sglang"), "--target",
-                          str(world["target"]), "--scan-values", "--json"], capture_output=True, text=True)
+    chk = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sglang_eagle3_ext.check",
+            str(tmp_path / "sglang"),
+            "--target",
+            str(world["target"]),
+            "--scan-values",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert chk.returncode == 0, chk.stdout + chk.stderr
     cfg = json.loads((tmp_path / "sglang" / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]

@@ -1,6 +1,7 @@
 """train --init-from DIR: a run continues from an existing draft's weights (the same recipe), DIR in SGLang's
 serving layout (what `convert` writes) or speculators' format (what `train` writes); a DIR that cannot be
 continued exactly is refused, naming DIR and the fix. Tiny models on CPU (the world of test_train_draft.py)."""
+
 from __future__ import annotations
 
 import json
@@ -20,14 +21,10 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from test_train_draft import SMALL, _train, world  # noqa: E402,F401 - the shared module fixture and run
 
 from sglang_eagle3_ext.cli import train as train_cli  # noqa: E402
-from sglang_eagle3_ext.training import (  # noqa: E402
-    TrainDraftError,
-    TrainOptions,
-    init_from,
-    )
+from sglang_eagle3_ext.training import TrainDraftError, TrainOptions, init_from  # noqa: E402
 
 SHAPE = ["--num-layers", "2", "--intermediate-size", "96", "--draft-vocab-size", "128"]
-FROZEN_STEP = ["--steps", "1", "--lr", "1e-12"]     # one step that cannot move a bf16 weight
+FROZEN_STEP = ["--steps", "1", "--lr", "1e-12"]  # one step that cannot move a bf16 weight
 
 
 def _weights(d):
@@ -40,7 +37,7 @@ def _same(a: dict, b: dict) -> bool:
     for k in a:
         x, y = a[k], b[k]
         if x.is_floating_point():
-            if not torch.allclose(x.float(), y.float(), rtol=1.6e-2, atol=1e-5):   # bf16's tolerance
+            if not torch.allclose(x.float(), y.float(), rtol=1.6e-2, atol=1e-5):  # bf16's tolerance
                 return False
         elif not torch.equal(x, y):
             return False
@@ -60,7 +57,7 @@ def llama(world):
     sd = _weights(sglang)
     chosen = (torch.arange(128) + sd["d2t"]).tolist()
     other = next(t for t in range(SMALL["vocab_size"]) if t not in chosen)
-    chosen = sorted(chosen[1:] + [other])                  # one draft token now maps to another target token
+    chosen = sorted(chosen[1:] + [other])  # one draft token now maps to another target token
     sd["d2t"] = torch.tensor(chosen) - torch.arange(128)
     sd["t2d"] = torch.zeros(SMALL["vocab_size"], dtype=torch.bool)
     sd["t2d"][chosen] = True
@@ -74,16 +71,16 @@ def test_continues_from_the_sglang_layout(world, llama, tmp_path, capsys):
     assert r["init_from"] == str(dir_)
     out = capsys.readouterr().out
     assert f"continuing from {dir_}" in out
-    assert "draft vocabulary: the mapping of --init-from" in out     # said once, with the reason
+    assert "draft vocabulary: the mapping of --init-from" in out  # said once, with the reason
     new, base, sgl = _weights(tmp_path / "cont"), _weights(llama["base"]), _weights(dir_)
     assert torch.equal(new["d2t"], sgl["d2t"]) and torch.equal(new["t2d"], sgl["t2d"])
-    assert not torch.equal(new["d2t"], base["d2t"])       # the data's mapping lost
+    assert not torch.equal(new["d2t"], base["d2t"])  # the data's mapping lost
     # the second layer's norm is hidden_norm in SGLang's layout, input_layernorm in speculators'
     assert "layers.1.hidden_norm.weight" in sgl and "layers.1.input_layernorm.weight" in new
     rest = {k for k in base if k not in ("d2t", "t2d")}
     assert _same({k: new[k] for k in rest}, {k: base[k] for k in rest})
     cfg = json.loads((tmp_path / "cont" / "config.json").read_text())
-    assert cfg["transformer_layer_config"]["num_hidden_layers"] == 2          # DIR's shape, no flag given
+    assert cfg["transformer_layer_config"]["num_hidden_layers"] == 2  # DIR's shape, no flag given
     assert cfg["transformer_layer_config"]["intermediate_size"] == 96 and cfg["draft_vocab_size"] == 128
 
 
@@ -93,7 +90,7 @@ def test_continues_from_speculators_format_and_differs_without_it(world, llama, 
     base = _weights(llama["base"])
     assert _same(_weights(tmp_path / "cont"), base)
     _train(world, tmp_path / "fresh", *SHAPE, *FROZEN_STEP)
-    assert not _same(_weights(tmp_path / "fresh"), base)   # the comparison can fail
+    assert not _same(_weights(tmp_path / "fresh"), base)  # the comparison can fail
 
 
 def test_resume_takes_the_weights_from_its_checkpoint_and_the_mapping_from_dir(world, llama, tmp_path, capsys):
@@ -104,14 +101,27 @@ def test_resume_takes_the_weights_from_its_checkpoint_and_the_mapping_from_dir(w
     said = capsys.readouterr().out
     assert r["epochs"] == 2 and r["init_from"] == str(dir_)
     assert "not loaded again" in said and "continuing from" not in said
-    assert torch.equal(_weights(out)["d2t"], _weights(dir_)["d2t"])   # DIR's mapping, kept across the resume
+    assert torch.equal(_weights(out)["d2t"], _weights(dir_)["d2t"])  # DIR's mapping, kept across the resume
 
 
 def test_mla_continues_from_its_draft(world, tmp_path):
     base = tmp_path / "base"
     mla = ["--ttt-steps", "2"]
-    _train(world, base, "--draft-arch", "mla", "--intermediate-size", "96", "--steps", "2", "--lr", "1e-2",
-           "--seed", "1", *mla)
+    _train(
+        world,
+        base,
+        "--draft-arch",
+        "mla",
+        "--intermediate-size",
+        "96",
+        "--steps",
+        "2",
+        "--lr",
+        "1e-2",
+        "--seed",
+        "1",
+        *mla,
+    )
     r = _train(world, tmp_path / "cont", "--init-from", str(base), *FROZEN_STEP, *mla)  # the layout: DIR's
     assert r["init_from"] == str(base)
     assert _same(_weights(tmp_path / "cont"), _weights(base))
@@ -121,6 +131,7 @@ def test_mla_continues_from_its_draft(world, tmp_path):
 
 
 # --- refusals: before anything is trained -------------------------------------------------------------
+
 
 @pytest.fixture
 def broken(llama, tmp_path):
@@ -167,20 +178,27 @@ def _descending(sd):
     sd["d2t"] = ids - torch.arange(128)
 
 
-@pytest.mark.parametrize("edit, said", [(_nan, r"fc\.weight has 1 NaN/Inf"), (_t2d_elsewhere, "its t2d does not mark"),
-                                        (_descending, "ascending order")])
+@pytest.mark.parametrize(
+    "edit, said",
+    [(_nan, r"fc\.weight has 1 NaN/Inf"), (_t2d_elsewhere, "its t2d does not mark"), (_descending, "ascending order")],
+)
 def test_refuses_values_it_cannot_continue(world, broken, tmp_path, edit, said):
     _edit(broken, edit)
     with pytest.raises(TrainDraftError, match=said):
         _train(world, tmp_path / "o", "--init-from", str(broken), *FROZEN_STEP)
 
 
-@pytest.mark.parametrize("flags, name", [(["--intermediate-size", "64"], "--intermediate-size"),
-                                         (["--num-layers", "3"], "--num-layers"),
-                                         (["--num-layers", "1"], "--num-layers"),     # a fresh run's default, given
-                                         (["--draft-vocab-size", "200"], "--draft-vocab-size"),
-                                         (["--layer-ids", "0,1,2"], "--layer-ids"),
-                                         (["--draft-arch", "mla"], "--draft-arch")])
+@pytest.mark.parametrize(
+    "flags, name",
+    [
+        (["--intermediate-size", "64"], "--intermediate-size"),
+        (["--num-layers", "3"], "--num-layers"),
+        (["--num-layers", "1"], "--num-layers"),  # a fresh run's default, given
+        (["--draft-vocab-size", "200"], "--draft-vocab-size"),
+        (["--layer-ids", "0,1,2"], "--layer-ids"),
+        (["--draft-arch", "mla"], "--draft-arch"),
+    ],
+)
 def test_refuses_a_conflicting_shape_flag(world, llama, tmp_path, flags, name):
     with pytest.raises(TrainDraftError, match=f"{name} .*conflicts with --init-from"):
         _train(world, tmp_path / "o", "--init-from", str(llama["sglang"]), *flags, *FROZEN_STEP)
@@ -188,8 +206,21 @@ def test_refuses_a_conflicting_shape_flag(world, llama, tmp_path, flags, name):
 
 def test_no_config_is_exit_2_naming_dir_and_fix(world, broken, tmp_path, capsys):
     (broken / "config.json").unlink()
-    rc = train_cli.main(["--data", str(world["data"]), "--target", str(world["target"]), "--out",
-                         str(tmp_path / "o"), "--device", "cpu", "--init-from", str(broken), *FROZEN_STEP])
+    rc = train_cli.main(
+        [
+            "--data",
+            str(world["data"]),
+            "--target",
+            str(world["target"]),
+            "--out",
+            str(tmp_path / "o"),
+            "--device",
+            "cpu",
+            "--init-from",
+            str(broken),
+            *FROZEN_STEP,
+        ]
+    )
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert ": error: --init-from" in err and str(broken) in err and "config.json" in err
@@ -208,21 +239,47 @@ def test_the_model_must_take_every_trainable_tensor():
         init_from.load_into(m, {**full, "0.weight": torch.zeros(4, 2)}, "DIR")
     with pytest.raises(TrainDraftError, match=r"nothing in the model takes.*stray"):
         init_from.load_into(m, {**full, "stray": torch.zeros(1)}, "DIR")
-    n = init_from.load_into(m, {k: v for k, v in full.items() if k != "1.weight"}, "DIR")   # frozen: the target's
+    n = init_from.load_into(m, {k: v for k, v in full.items() if k != "1.weight"}, "DIR")  # frozen: the target's
     assert n == 3 and torch.equal(m[0].weight, full["0.weight"]) and torch.equal(m[1].weight, kept)
 
 
-_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.floats(allow_nan=True), st.text(max_size=5),
-                    st.lists(st.integers(-2, 9), max_size=4), st.dictionaries(st.text(max_size=4), st.integers(),
-                                                                               max_size=2))
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 300),
+    st.floats(allow_nan=True),
+    st.text(max_size=5),
+    st.lists(st.integers(-2, 9), max_size=4),
+    st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(edits=st.dictionaries(st.sampled_from(["architectures", "hidden_size", "num_hidden_layers", "intermediate_size",
-                                              "num_attention_heads", "head_dim", "draft_vocab_size", "vocab_size",
-                                              "eagle_config", "num_key_value_heads", "speculators_model_type",
-                                              "transformer_layer_config", "fc_norm", "target_hidden_size"]),
-                             _VALUES, min_size=1, max_size=3))
+@given(
+    edits=st.dictionaries(
+        st.sampled_from(
+            [
+                "architectures",
+                "hidden_size",
+                "num_hidden_layers",
+                "intermediate_size",
+                "num_attention_heads",
+                "head_dim",
+                "draft_vocab_size",
+                "vocab_size",
+                "eagle_config",
+                "num_key_value_heads",
+                "speculators_model_type",
+                "transformer_layer_config",
+                "fc_norm",
+                "target_hidden_size",
+            ]
+        ),
+        _VALUES,
+        min_size=1,
+        max_size=3,
+    )
+)
 def test_any_config_is_read_or_refused(world, llama, tmp_path_factory, edits):
     d = tmp_path_factory.mktemp("prop") / "dir"
     shutil.copytree(llama["sglang"], d)

@@ -1,5 +1,6 @@
 """train_draft --draft-arch mla (training/mla/train.py) on hidden states of the real transformers DeepSeek-V3
 (the world of test_train_draft.py), and both draft kinds trained against the tiny Kimi-K2.5 wrapper."""
+
 from __future__ import annotations
 
 import json
@@ -19,20 +20,49 @@ from sglang_eagle3_ext.cli import train as train_cli  # noqa: E402
 from sglang_eagle3_ext.training import TrainDraftError, train_draft  # noqa: E402
 from sglang_eagle3_ext.training.mla.train import load_checkpoint  # noqa: E402
 
-SGLANG_LAYOUT = {"embed_tokens.weight", "fc.weight", "norm.weight", "lm_head.weight",
-                 "layers.0.self_attn.q_a_proj.weight", "layers.0.self_attn.q_a_layernorm.weight",
-                 "layers.0.self_attn.q_b_proj.weight", "layers.0.self_attn.kv_a_proj_with_mqa.weight",
-                 "layers.0.self_attn.kv_a_layernorm.weight", "layers.0.self_attn.kv_b_proj.weight",
-                 "layers.0.self_attn.o_proj.weight", "layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight",
-                 "layers.0.mlp.down_proj.weight", "layers.0.input_layernorm.weight", "layers.0.hidden_norm.weight",
-                 "layers.0.post_attention_layernorm.weight"}
+SGLANG_LAYOUT = {
+    "embed_tokens.weight",
+    "fc.weight",
+    "norm.weight",
+    "lm_head.weight",
+    "layers.0.self_attn.q_a_proj.weight",
+    "layers.0.self_attn.q_a_layernorm.weight",
+    "layers.0.self_attn.q_b_proj.weight",
+    "layers.0.self_attn.kv_a_proj_with_mqa.weight",
+    "layers.0.self_attn.kv_a_layernorm.weight",
+    "layers.0.self_attn.kv_b_proj.weight",
+    "layers.0.self_attn.o_proj.weight",
+    "layers.0.mlp.gate_proj.weight",
+    "layers.0.mlp.up_proj.weight",
+    "layers.0.mlp.down_proj.weight",
+    "layers.0.input_layernorm.weight",
+    "layers.0.hidden_norm.weight",
+    "layers.0.post_attention_layernorm.weight",
+}
 
 
 def _train(world, out, target=None, *extra):
     args = train_cli.build_parser().parse_args(
-        ["--data", str(world["data"]), "--target", str(target or world["target"]), "--out", str(out),
-         "--device", "cpu", "--total-seq-len", "512", "--num-workers", "0", "--log-every", "20", "--min-val-acc", "0",
-         *extra])
+        [
+            "--data",
+            str(world["data"]),
+            "--target",
+            str(target or world["target"]),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--total-seq-len",
+            "512",
+            "--num-workers",
+            "0",
+            "--log-every",
+            "20",
+            "--min-val-acc",
+            "0",
+            *extra,
+        ]
+    )
     return train_draft(train_cli.options_from_args(args))
 
 
@@ -51,7 +81,7 @@ def test_train_mla_draft_learns_and_writes_sglangs_layout(world):
     assert set(saved) == SGLANG_LAYOUT
     assert all(v.dtype == torch.bfloat16 for v in saved.values())
     target = load_file(str(next(world["target"].glob("*.safetensors"))))
-    assert torch.equal(saved["embed_tokens.weight"], target["model.embed_tokens.weight"])   # frozen
+    assert torch.equal(saved["embed_tokens.weight"], target["model.embed_tokens.weight"])  # frozen
     m = load_checkpoint(out)
     assert torch.equal(m.state_dict()["fc.weight"], saved["fc.weight"])
 
@@ -65,7 +95,7 @@ def test_mla_refuses_files_that_do_not_match_the_layer_ids(world, tmp_path):
 def kimi(world):
     from sglang_eagle3_ext.tiny.kimi_k25 import ensure_tiny_kimi_target
 
-    return ensure_tiny_kimi_target(world["root"] / "kimi", **SMALL)   # same seed: the same language model
+    return ensure_tiny_kimi_target(world["root"] / "kimi", **SMALL)  # same seed: the same language model
 
 
 @pytest.mark.parametrize("arch", ["mla", "llama"])
@@ -82,12 +112,28 @@ def test_both_drafts_train_against_the_kimi_wrapper(world, kimi, arch, tmp_path)
 def test_train_draft_fails_when_the_draft_did_not_learn(world, tmp_path, capsys):
     """No validation accuracy can reach 1.01: the run must end non-zero with the reason (both archs share
     training/report.require_learned; --min-val-acc 0 turns it off, as _train does)."""
-    rc = train_cli.main(["--data", str(world["data"]), "--target", str(world["target"]), "--out", str(tmp_path / "o"),
-                  "--device", "cpu", "--draft-arch", "mla", "--steps", "2", "--min-val-acc", "1.01"])
-    assert rc == 1                                                   # a negative verdict, not bad input
+    rc = train_cli.main(
+        [
+            "--data",
+            str(world["data"]),
+            "--target",
+            str(world["target"]),
+            "--out",
+            str(tmp_path / "o"),
+            "--device",
+            "cpu",
+            "--draft-arch",
+            "mla",
+            "--steps",
+            "2",
+            "--min-val-acc",
+            "1.01",
+        ]
+    )
+    assert rc == 1  # a negative verdict, not bad input
     err = capsys.readouterr().err
     assert "did not learn" in err and "--min-val-acc" in err
-    assert (tmp_path / "o" / "model.safetensors").exists()          # kept for inspection
+    assert (tmp_path / "o" / "model.safetensors").exists()  # kept for inspection
 
 
 @pytest.mark.parametrize("val, ok", [(0.0, False), (0.05, False), (0.06, True), (float("nan"), True), (None, True)])
@@ -99,4 +145,4 @@ def test_require_learned(val, ok, tmp_path):
     else:
         with pytest.raises(TrainDraftError, match="did not learn"):
             require_learned(val, 0.05, tmp_path)
-    require_learned(0.0, 0.0, tmp_path)                               # 0 = off
+    require_learned(0.0, 0.0, tmp_path)  # 0 = off

@@ -5,6 +5,7 @@ followed by the target's greedy walk, bf16 `hs_{i}.safetensors` as `dump export 
 Trained one sample per step, the draft sat at accuracy ~0 (GPU: 2400 steps, val_acc 0.0024, accept length
 1.02; here: 80 steps, 0.000): the next token reaches it only through the attention's value of the query's own
 row, which the untrained attention dilutes over the prefix. The MLA route's own-key warm-up bias fixes that."""
+
 from __future__ import annotations
 
 import json
@@ -53,10 +54,12 @@ def kimi_walk(tmp_path_factory):
     data = root / "hs"
     (data / "hidden_states").mkdir(parents=True)
     for i in range(N):
-        L = LEN - (i % 13)                                  # ragged, as real samples
+        L = LEN - (i % 13)  # ragged, as real samples
         hs = torch.stack([out.hidden_states[k][i, :L] for k in AUX] + [pre["x"][i, :L]], 1)
-        save_file({"token_ids": ids[i, :L].contiguous(), "hidden_states": hs.to(torch.bfloat16).contiguous()},
-                  str(data / "hidden_states" / f"hs_{i}.safetensors"))
+        save_file(
+            {"token_ids": ids[i, :L].contiguous(), "hidden_states": hs.to(torch.bfloat16).contiguous()},
+            str(data / "hidden_states" / f"hs_{i}.safetensors"),
+        )
     (data / "sge3_dump_meta.json").write_text(json.dumps({"layer_indices_hf": AUX}))
     return {"target": target, "data": data, "succ": succ, "ids": ids}
 
@@ -71,15 +74,35 @@ def test_the_walk_is_what_the_target_predicts(kimi_walk):
     with safe_open(str(kimi_walk["data"] / "hidden_states" / "hs_0.safetensors"), framework="pt") as f:
         ids, hs = f.get_tensor("token_ids"), f.get_tensor("hidden_states").float()
     final = hs[:, -1]
-    pred = ((final * torch.rsqrt(final.pow(2).mean(-1, keepdim=True) + 1e-6) * t[NORM].float()) @ t[HEAD].float().T).argmax(-1)
+    pred = (
+        (final * torch.rsqrt(final.pow(2).mean(-1, keepdim=True) + 1e-6) * t[NORM].float()) @ t[HEAD].float().T
+    ).argmax(-1)
     assert (pred == kimi_walk["succ"][ids]).float().mean() > 0.95
 
 
 def test_mla_draft_learns_the_kimi_walk(kimi_walk, tmp_path):
     args = train_cli.build_parser().parse_args(
-        ["--data", str(kimi_walk["data"]), "--target", str(kimi_walk["target"]), "--out", str(tmp_path / "mla"),
-         "--device", "cpu", "--draft-arch", "mla", "--steps", "80", "--lr", "2e-3", "--ttt-steps", "1",
-         "--log-every", "20"])
-    r = train_draft(train_cli.options_from_args(args))   # without the self-bias warm-up: train_acc 0.000
+        [
+            "--data",
+            str(kimi_walk["data"]),
+            "--target",
+            str(kimi_walk["target"]),
+            "--out",
+            str(tmp_path / "mla"),
+            "--device",
+            "cpu",
+            "--draft-arch",
+            "mla",
+            "--steps",
+            "80",
+            "--lr",
+            "2e-3",
+            "--ttt-steps",
+            "1",
+            "--log-every",
+            "20",
+        ]
+    )
+    r = train_draft(train_cli.options_from_args(args))  # without the self-bias warm-up: train_acc 0.000
     assert r["train_acc"] >= 0.8, r
     assert r["val_acc_by_step"][0] >= 0.3, r

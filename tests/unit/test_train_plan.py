@@ -6,6 +6,7 @@ The measured peak: torch's profiler with `profile_memory=True` records every all
 allocator with its time; the running sum of those over the whole `train_draft` call (one epoch, every
 micro-batch of the plan's length or shorter) has its maximum at the run's peak of live tensor bytes.
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,11 +25,29 @@ from sglang_eagle3_ext.cli import train as train_command  # noqa: E402
 from sglang_eagle3_ext.cli.common import run_tool  # noqa: E402
 from sglang_eagle3_ext.training import TrainOptions, train_draft  # noqa: E402
 
-KIMI = dict(hidden_size=7168, vocab_size=163840, num_attention_heads=64, num_key_value_heads=64, q_lora_rank=1536,
-            kv_lora_rank=512, intermediate_size=18432, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
-            num_hidden_layers=61, max_position_embeddings=262144,
-            rope_scaling={"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096, "beta_fast": 1.0,
-                          "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})
+KIMI = dict(
+    hidden_size=7168,
+    vocab_size=163840,
+    num_attention_heads=64,
+    num_key_value_heads=64,
+    q_lora_rank=1536,
+    kv_lora_rank=512,
+    intermediate_size=18432,
+    qk_rope_head_dim=64,
+    qk_nope_head_dim=128,
+    v_head_dim=128,
+    num_hidden_layers=61,
+    max_position_embeddings=262144,
+    rope_scaling={
+        "type": "yarn",
+        "factor": 64.0,
+        "original_max_position_embeddings": 4096,
+        "beta_fast": 1.0,
+        "beta_slow": 1.0,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+    },
+)
 RUN = dict(device="cpu", global_batch=1, total_seq_len=128, num_workers=0, min_val_acc=0, log_every=1000)
 
 
@@ -93,14 +112,27 @@ def test_kimi_width_from_a_config_alone(tmp_path, world, arch):
     cfg = json.loads((world["target"] / "config.json").read_text())
     (tmp_path / "kimi").mkdir()
     (tmp_path / "kimi" / "config.json").write_text(json.dumps({**cfg, **KIMI}))
-    common = ["--dry-run", "--target", str(tmp_path / "kimi"), "--draft-arch", arch, "--device", "cuda",
-              "--total-seq-len", "4096", "--world-size", "8", "--global-batch", "16"]
+    common = [
+        "--dry-run",
+        "--target",
+        str(tmp_path / "kimi"),
+        "--draft-arch",
+        arch,
+        "--device",
+        "cuda",
+        "--total-seq-len",
+        "4096",
+        "--world-size",
+        "8",
+        "--global-batch",
+        "16",
+    ]
     train = functools.partial(run_tool, "train", train_command.main)
     assert train([*common, "--device-memory-gib", "8", "--json", str(tmp_path / "a")]) == 0
     small = json.loads((tmp_path / "a").read_text())
     assert small["vocab_size"] == 163840 and small["hidden_size"] == 7168 and small["world_size"] == 8
     assert small["accumulation"] == 2 and small["tokens_per_step"] == 16 * 4096
-    assert small["params"]["frozen"] >= 163840 * 7168                      # the target's embedding, frozen
+    assert small["params"]["frozen"] >= 163840 * 7168  # the target's embedding, frozen
     assert small["fits"] is False and "does not fit" in small["warnings"][0]
     assert train([*common, "--device-memory-gib", "141", "--json", str(tmp_path / "b")]) == 0
     big = json.loads((tmp_path / "b").read_text())
@@ -115,12 +147,34 @@ def test_dry_run_needs_neither_data_nor_out_but_training_does(world, capsys):
     assert "required: --data, --out" in capsys.readouterr().err
 
 
-_value = (st.integers(-2, 300) | st.none() | st.booleans() | st.text(max_size=3) | st.floats(allow_nan=True)
-          | st.dictionaries(st.sampled_from(["type", "factor", "rope_type"]), st.integers(0, 4) | st.text(max_size=4),
-                            max_size=2))
-_fields = st.sampled_from(["hidden_size", "vocab_size", "num_attention_heads", "q_lora_rank", "kv_lora_rank",
-                           "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "intermediate_size", "rope_scaling",
-                           "max_position_embeddings", "rms_norm_eps", "num_hidden_layers", "rope_theta"])
+_value = (
+    st.integers(-2, 300)
+    | st.none()
+    | st.booleans()
+    | st.text(max_size=3)
+    | st.floats(allow_nan=True)
+    | st.dictionaries(
+        st.sampled_from(["type", "factor", "rope_type"]), st.integers(0, 4) | st.text(max_size=4), max_size=2
+    )
+)
+_fields = st.sampled_from(
+    [
+        "hidden_size",
+        "vocab_size",
+        "num_attention_heads",
+        "q_lora_rank",
+        "kv_lora_rank",
+        "qk_rope_head_dim",
+        "qk_nope_head_dim",
+        "v_head_dim",
+        "intermediate_size",
+        "rope_scaling",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "num_hidden_layers",
+        "rope_theta",
+    ]
+)
 
 
 @pytest.mark.parametrize("arch", ["mla", "llama"])
@@ -130,8 +184,23 @@ def test_any_target_config_gives_a_plan_or_a_one_line_refusal(world, tmp_path_fa
     d = tmp_path_factory.mktemp("cfg")
     cfg = json.loads((world["target"] / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**cfg, **changes}))
-    rc = run_tool("train", train_command.main, ["--dry-run", "--target", str(d), "--draft-arch", arch, "--device",
-                                               "cpu", "--total-seq-len", "16", "--ttt-steps", "2"])
+    rc = run_tool(
+        "train",
+        train_command.main,
+        [
+            "--dry-run",
+            "--target",
+            str(d),
+            "--draft-arch",
+            arch,
+            "--device",
+            "cpu",
+            "--total-seq-len",
+            "16",
+            "--ttt-steps",
+            "2",
+        ],
+    )
     err = capsys.readouterr().err
     assert rc in (0, 2), err
     assert rc == 0 or (len(err.strip().splitlines()) == 1 and "error:" in err), err

@@ -1,6 +1,7 @@
 """The training library without its command line: `train_draft(TrainOptions(...))` applies the rules the
 `train` flags apply (a Python caller gets the same refusals, by the flag's name), the command line's defaults
 are the library's, and the routes are a registry."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,7 +22,7 @@ def test_the_command_line_builds_the_library_defaults(tmp_path):
     args = train_cli.build_parser().parse_args(["--data", "d", "--target", "t", "--out", "o"])
     assert train_cli.options_from_args(args) == TrainOptions(data="d", target="t", out="o")
     quiet = train_cli.build_parser().parse_args(["--data", "d", "--target", "t", "--out", "o", "--quiet"])
-    assert train_cli.options_from_args(quiet).log_every == 10 ** 9
+    assert train_cli.options_from_args(quiet).log_every == 10**9
 
 
 def test_draft_arch_choices_are_the_routes():
@@ -29,17 +30,20 @@ def test_draft_arch_choices_are_the_routes():
     assert tuple(action.choices) == tuple(ROUTES) == ("llama", "mla")
 
 
-@pytest.mark.parametrize("field, value, words", [
-    ("draft_arch", "p-eagle", "--draft-arch 'p-eagle': expected one of llama, mla"),
-    ("lr", -1.0, "--lr -1.0: expected a finite number > 0"),
-    ("lr", float("inf"), "--lr inf"),
-    ("steps", 0, "--steps 0: expected an integer >= 1"),
-    ("ttt_steps", None, "--ttt-steps None"),
-    ("seed", True, "--seed True"),
-    ("optimizer", "sgd", "--optimizer 'sgd': expected one of muon, adamw"),
-    ("train_ratio", 1.5, "--train-ratio 1.5"),
-    ("min_val_acc", "high", "--min-val-acc 'high'"),
-])
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("draft_arch", "p-eagle", "--draft-arch 'p-eagle': expected one of llama, mla"),
+        ("lr", -1.0, "--lr -1.0: expected a finite number > 0"),
+        ("lr", float("inf"), "--lr inf"),
+        ("steps", 0, "--steps 0: expected an integer >= 1"),
+        ("ttt_steps", None, "--ttt-steps None"),
+        ("seed", True, "--seed True"),
+        ("optimizer", "sgd", "--optimizer 'sgd': expected one of muon, adamw"),
+        ("train_ratio", 1.5, "--train-ratio 1.5"),
+        ("min_val_acc", "high", "--min-val-acc 'high'"),
+    ],
+)
 def test_a_python_caller_gets_the_flags_refusals_before_anything_is_written(tmp_path, field, value, words):
     with pytest.raises(TrainDraftError) as e:
         train_draft(_opts(tmp_path, **{field: value}))
@@ -47,12 +51,17 @@ def test_a_python_caller_gets_the_flags_refusals_before_anything_is_written(tmp_
     assert not (tmp_path / "out").exists()
 
 
-_values = st.none() | st.booleans() | st.integers(-3, 10 ** 12) | st.floats(allow_nan=True) | st.text(max_size=8)
+_values = st.none() | st.booleans() | st.integers(-3, 10**12) | st.floats(allow_nan=True) | st.text(max_size=8)
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.dictionaries(st.sampled_from([f.name for f in dataclasses.fields(TrainOptions)
-                                        if f.name not in ("data", "target", "out")]), _values, max_size=4))
+@given(
+    st.dictionaries(
+        st.sampled_from([f.name for f in dataclasses.fields(TrainOptions) if f.name not in ("data", "target", "out")]),
+        _values,
+        max_size=4,
+    )
+)
 def test_any_settings_are_accepted_or_refused_by_name(tmp_path_factory, fields):
     opts = _opts(tmp_path_factory.getbasetemp(), **fields)
     try:
@@ -68,5 +77,14 @@ def test_llama_route_refuses_no_validation_share(tmp_path):
     target = W.write_target(tmp_path / "target")
     data = W.write_export(tmp_path / "hs", W.sequences(4), target)
     with pytest.raises(TrainDraftError, match="validation share"):
-        train_draft(TrainOptions(data=data, target=target, out=tmp_path / "out", train_ratio=1.0, device="cpu",
-                                 draft_vocab_size=16, num_workers=0))
+        train_draft(
+            TrainOptions(
+                data=data,
+                target=target,
+                out=tmp_path / "out",
+                train_ratio=1.0,
+                device="cpu",
+                draft_vocab_size=16,
+                num_workers=0,
+            )
+        )

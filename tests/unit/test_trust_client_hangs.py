@@ -1,6 +1,7 @@
 """Whole-request deadlines: a server that trickles its reply a byte at a time (each read answered well within
 the socket timeout) ends `bench` and `dump run` within --timeout / --wait-for-server, exit 2 naming the URL
 and the deadline; a status file or manifest that is a FIFO ends `dump status` with exit 2, never blocks it."""
+
 from __future__ import annotations
 
 import json
@@ -21,6 +22,7 @@ def trickle():
     def make(**kw):
         made.append(Trickle(**kw))
         return made[-1]
+
     yield make
     for t in made:
         t.close()
@@ -39,17 +41,22 @@ def _one_error(capsys, rc, *words):
 
 def test_health_wait_is_a_deadline_for_the_whole_wait(trickle, capsys):
     srv = trickle(every_s=0.2)
-    rc, took = in_thread(run_tool, "bench", bench.main, ["--url", srv.url, "--wait-for-server", "1.5", "--quiet"],
-                         limit_s=8)
+    rc, took = in_thread(
+        run_tool, "bench", bench.main, ["--url", srv.url, "--wait-for-server", "1.5", "--quiet"], limit_s=8
+    )
     assert rc is not None and took < 4, f"bench still waiting after {took:.1f} s (--wait-for-server 1.5)"
     _one_error(capsys, rc, f"GET {srv.url}/health", "1.5 s", "--wait-for-server")
 
 
 def test_generate_timeout_is_a_deadline_for_the_whole_reply(trickle, capsys):
     srv = trickle(every_s=0.2, healthy=("/health",))
-    rc, took = in_thread(run_tool, "bench", bench.main, ["--url", srv.url, "--timeout", "1.5", "--quiet",
-                                                         "--num-prompts", "1", "--warmup", "0", "--concurrency", "1"],
-                         limit_s=12)
+    rc, took = in_thread(
+        run_tool,
+        "bench",
+        bench.main,
+        ["--url", srv.url, "--timeout", "1.5", "--quiet", "--num-prompts", "1", "--warmup", "0", "--concurrency", "1"],
+        limit_s=12,
+    )
     assert rc is not None and took < 6, f"bench still waiting after {took:.1f} s (--timeout 1.5)"
     _one_error(capsys, rc, srv.url, "within 1.5 s", "--timeout")
 
@@ -60,8 +67,20 @@ def test_dump_run_timeout_is_a_deadline(trickle, tmp_path, capsys):
     data.write_text(json.dumps({"id": "a", "input_ids": [1, 2]}) + "\n")
     (tmp_path / "dump").mkdir()
     (tmp_path / "dump" / "dump_meta.json").write_text("{}")
-    argv = ["run", "--url", srv.url, "--data", str(data), "--dump-dir", str(tmp_path / "dump"), "--timeout", "1.5",
-            "--quiet", "--wait-s", "0"]
+    argv = [
+        "run",
+        "--url",
+        srv.url,
+        "--data",
+        str(data),
+        "--dump-dir",
+        str(tmp_path / "dump"),
+        "--timeout",
+        "1.5",
+        "--quiet",
+        "--wait-s",
+        "0",
+    ]
     rc, took = in_thread(run_tool, "dump", client.main, argv, limit_s=12)
     assert rc is not None and took < 6, f"dump run still waiting after {took:.1f} s (--timeout 1.5)"
     _one_error(capsys, rc, srv.url, "within 1.5 s")
@@ -93,7 +112,7 @@ def test_dump_status_refuses_a_fifo(tmp_path, capsys, where):
     finally:
         _unblock(fifo)
     assert rc is not None, "dump status blocked on a FIFO"
-    if where.startswith("status/"):   # one writer's status: listed as unreadable, the report still comes
+    if where.startswith("status/"):  # one writer's status: listed as unreadable, the report still comes
         out = capsys.readouterr()
         assert rc == 0 and str(fifo) in out.out + out.err and "FIFO" in out.out + out.err, out
     else:

@@ -2,6 +2,7 @@
 safetensors header, index or pickle with exit 1 (check's verdict; 2 for a config.json it cannot read) or 2
 (convert's refusal) and one message
 naming the file and key; nothing hangs on a FIFO, nothing is written outside the output. No SGLang import."""
+
 from __future__ import annotations
 
 import contextlib
@@ -26,15 +27,18 @@ def good(tmp_path_factory):
     from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     root = tmp_path_factory.mktemp("inputs")
-    return convert(make_speculators_draft(root / "spec", aux_ids=(1, 4, 6)), root / "good", sglang_version=V,
-                   log=lambda *_: None)
+    return convert(
+        make_speculators_draft(root / "spec", aux_ids=(1, 4, 6)), root / "good", sglang_version=V, log=lambda *_: None
+    )
 
 
 @contextlib.contextmanager
 def deadline(seconds=20):
     """A read that blocks (a FIFO) fails the test instead of hanging it."""
+
     def boom(*_):
         raise TimeoutError("blocked reading a draft input")
+
     old = signal.signal(signal.SIGALRM, boom)
     signal.alarm(seconds)
     try:
@@ -78,6 +82,7 @@ def _set(key, value):
     def f(c):
         c[key] = value
         return c
+
     return f
 
 
@@ -88,8 +93,10 @@ CONFIGS = {
     "flag_string": (_set("tie_word_embeddings", "false"), "'tie_word_embeddings': expected true/false"),
     "top_level_list": (lambda c: [c], "expected a JSON object"),
     "eagle_config_list": (_set("eagle_config", [1, 2]), "'eagle_config': expected an object"),
-    "bool_layer_ids": (lambda c: {**c, "eagle_config": {**c["eagle_config"], "eagle_aux_hidden_state_layer_ids":
-                                                        [True, 4, 6]}}, "eagle_aux_hidden_state_layer_ids"),
+    "bool_layer_ids": (
+        lambda c: {**c, "eagle_config": {**c["eagle_config"], "eagle_aux_hidden_state_layer_ids": [True, 4, 6]}},
+        "eagle_aux_hidden_state_layer_ids",
+    ),
     "draft_vocab_string": (_set("draft_vocab_size", "64"), "'draft_vocab_size'"),
     "missing_keys": (lambda c: {"architectures": c["architectures"]}, "`hidden_size` missing"),
 }
@@ -110,11 +117,23 @@ def test_non_draft_folder_is_named_in_one_line(capsys, tmp_path):
 
     d = tmp_path / "target"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
-                                               "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 128,
-                                               "intermediate_size": 128, "num_hidden_layers": 4}))
-    save_file({f"model.layers.{i}.mlp.{n}.weight": torch.zeros(4, 4) for i in range(4) for n in ("up", "down")},
-              str(d / "model.safetensors"))
+    (d / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["DeepseekV3ForCausalLM"],
+                "model_type": "deepseek_v3",
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "vocab_size": 128,
+                "intermediate_size": 128,
+                "num_hidden_layers": 4,
+            }
+        )
+    )
+    save_file(
+        {f"model.layers.{i}.mlp.{n}.weight": torch.zeros(4, 4) for i in range(4) for n in ("up", "down")},
+        str(d / "model.safetensors"),
+    )
     rc, out = check(capsys, d)
     errors = [ln for ln in out.splitlines() if "ERROR" in ln]
     assert rc == 1 and len(errors) == 1, out
@@ -134,8 +153,10 @@ HEADERS = {
     "entry_string": {"fc.weight": "F32"},
     "deep_nesting": b"[" * 100_000 + b"]" * 100_000,
     "not_utf8": b"\xff\xfe{}",
-    "offsets_overlap": {"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
-                        "b": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}},
+    "offsets_overlap": {
+        "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+        "b": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+    },
 }
 
 
@@ -160,8 +181,9 @@ def test_bad_safetensors_file_is_reported_not_crashed(capsys, good, tmp_path, na
     assert rc == 2 and "model.safetensors" in out, out
 
 
-@pytest.mark.parametrize("weight_map", [["model.safetensors"], {"fc.weight": "../model.safetensors"},
-                                        {"fc.weight": 5}, "x"])
+@pytest.mark.parametrize(
+    "weight_map", [["model.safetensors"], {"fc.weight": "../model.safetensors"}, {"fc.weight": 5}, "x"]
+)
 def test_bad_index_is_reported(capsys, good, tmp_path, weight_map):
     d = _copy(good, tmp_path / "src")
     (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
@@ -186,7 +208,7 @@ def test_config_fifo_does_not_block(capsys, good, tmp_path):
     (d / "config.json").unlink()
     os.mkfifo(d / "config.json")
     rc, out = check(capsys, d)
-    assert rc == 2 and "FIFO" in out, out      # a config that cannot be read: bad input, not a verdict
+    assert rc == 2 and "FIFO" in out, out  # a config that cannot be read: bad input, not a verdict
 
 
 def test_bad_target_flag_names_the_flag(capsys, good, tmp_path):
@@ -195,6 +217,7 @@ def test_bad_target_flag_names_the_flag(capsys, good, tmp_path):
 
 
 # --- pickles (convert --allow-pickle) ---------------------------------------------------------------
+
 
 def _pickle_src(good, d, payload=None, raw: bytes | None = None):
     from safetensors.torch import load_file
@@ -233,9 +256,11 @@ def test_bad_pickle_is_refused_naming_the_file(capsys, good, tmp_path, name):
 
 def test_pickle_with_tied_tensors_converts(capsys, good, tmp_path):
     """Two names sharing one storage (tied weights) are legal in a state dict; safetensors needs them apart."""
+
     def tie(sd):
         sd["layers.0.post_attention_layernorm.weight"] = sd["layers.0.input_layernorm.weight"]
         return sd
+
     src = _pickle_src(good, tmp_path / "src", tie)
     rc, out = convert_cli(capsys, src, tmp_path / "out", "--allow-pickle")
     assert rc == 0, out

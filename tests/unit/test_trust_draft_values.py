@@ -1,6 +1,7 @@
 """`check` answers "will this serve": it reads every weight once for NaN/Inf by default, as the loader does at
 start-up; `--headers-only` is the fast mode and its verdict says "values not scanned". The launcher's pre-check
 scans too. No SGLang import: every call names the release."""
+
 from __future__ import annotations
 
 import io
@@ -23,8 +24,9 @@ def drafts(tmp_path_factory):
     from sglang_eagle3_ext.tiny.llama_draft import make_speculators_draft
 
     root = tmp_path_factory.mktemp("values")
-    good = convert(make_speculators_draft(root / "spec", aux_ids=(1, 4, 6)), root / "good", sglang_version=V,
-                   log=lambda *_: None)
+    good = convert(
+        make_speculators_draft(root / "spec", aux_ids=(1, 4, 6)), root / "good", sglang_version=V, log=lambda *_: None
+    )
     return {"good": good, "nan": make_variant(good, "nan_weight", root / "nan")[1]}
 
 
@@ -79,15 +81,17 @@ def test_progress_line_for_long_reads():
     from sglang_eagle3_ext.draft.progress import ByteProgress
 
     quiet = io.StringIO()
-    p = ByteProgress("check", 10 << 20, stream=quiet)          # small: nothing said
+    p = ByteProgress("check", 10 << 20, stream=quiet)  # small: nothing said
     p.add(10 << 20)
     p.close()
     assert quiet.getvalue() == ""
     log = io.StringIO()
     p = ByteProgress("check: scanning values", 3 << 30, stream=log)
-    p.every = 0.0                                              # a log stream: one line per interval
+    p.every = 0.0  # a log stream: one line per interval
     p.add(1 << 30)
     p.add(2 << 30)
     p.close()
-    assert log.getvalue().splitlines() == ["[check: scanning values] 1.00/3.00 GiB",
-                                           "[check: scanning values] 3.00/3.00 GiB"]
+    assert log.getvalue().splitlines() == [
+        "[check: scanning values] 1.00/3.00 GiB",
+        "[check: scanning values] 3.00/3.00 GiB",
+    ]

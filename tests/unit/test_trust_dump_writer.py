@@ -1,6 +1,7 @@
 """The dump writer and the release flags it relies on, without SGLang: the dump's settings file read as outside
 input (a FIFO or any bytes never block or crash the server's start-up), the sample rate applied by the writer
 from its config alone, and the layer-0 capability read from SGLang's source."""
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,18 @@ def _cfg(root, **kw):
 def _batch(rids, n=3, seed=0):
     T = n * len(rids)
     g = torch.Generator().manual_seed(seed)
-    return ChunkBatch(rids, [0] * len(rids), [n] * len(rids), torch.tensor([n] * len(rids)), torch.arange(T) % 5,
-                      torch.randn(K, T, H, generator=g), "list", pre=torch.randn(T, H, generator=g),
-                      post=torch.randn(T, H, generator=g), nbytes=100)
+    return ChunkBatch(
+        rids,
+        [0] * len(rids),
+        [n] * len(rids),
+        torch.tensor([n] * len(rids)),
+        torch.arange(T) % 5,
+        torch.randn(K, T, H, generator=g),
+        "list",
+        pre=torch.randn(T, H, generator=g),
+        post=torch.randn(T, H, generator=g),
+        nbytes=100,
+    )
 
 
 def test_the_thread_writer_applies_the_configured_sample_rate(tmp_path):
@@ -69,7 +79,7 @@ def test_a_fifo_as_the_dump_settings_file_is_refused_not_waited_on(tmp_path):
     t = threading.Thread(target=start, daemon=True)
     t.start()
     t.join(10)
-    if t.is_alive():        # the old code blocks in open(): give it its writer so the thread ends
+    if t.is_alive():  # the old code blocks in open(): give it its writer so the thread ends
         fd = os.open(tmp_path / C.META_FILE, os.O_WRONLY | os.O_NONBLOCK)
         os.close(fd)
         t.join(10)
@@ -78,11 +88,16 @@ def test_a_fifo_as_the_dump_settings_file_is_refused_not_waited_on(tmp_path):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(content=st.one_of(st.binary(max_size=200),
-                         st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                                      lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c,
-                                                                                          max_size=3),
-                                      max_leaves=8).map(lambda v: json.dumps(v).encode())))
+@given(
+    content=st.one_of(
+        st.binary(max_size=200),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+            lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
+            max_leaves=8,
+        ).map(lambda v: json.dumps(v).encode()),
+    )
+)
 def test_any_dump_settings_file_gives_a_verdict_never_an_exception(tmp_path, content):
     """Whatever dump_meta.json holds, the writer's start-up check answers None (it may append) or a one-line
     reason naming the file; it never raises (the server would then dump nothing, with no reason given)."""
@@ -95,8 +110,10 @@ def test_layer0_flag_read_from_the_release_source(tmp_path):
     """0.5.10's DeepseekV2Model appends `hidden_states + residual` in its loop (residual None at layer 0);
     0.5.14+ capture inside the layer after prepare_attn (captured_last_layer_outputs)."""
     old, new = tmp_path / "old" / "sglang", tmp_path / "new" / "sglang"
-    for root, text in ((old, "                        aux_hidden_states.append(hidden_states + residual)\n"),
-                       (new, "                    captured_last_layer_outputs=(\n")):
+    for root, text in (
+        (old, "                        aux_hidden_states.append(hidden_states + residual)\n"),
+        (new, "                    captured_last_layer_outputs=(\n"),
+    ):
         (root / "srt/models").mkdir(parents=True)
         (root / "srt/models/deepseek_v2.py").write_text(text)
     c_old, c_new = versions.capabilities_from_source(old, "0.5.10"), versions.capabilities_from_source(new, "0.5.14")
@@ -128,11 +145,18 @@ _DUMP_VARS = [v for v in C.ALL_ENV if v != envs.DUMP_DIR]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(values=st.dictionaries(st.sampled_from(_DUMP_VARS),
-                              st.one_of(st.text(max_size=12), st.sampled_from(["0", "1", "0.25", "-1", "nan", "inf",
-                                                                               "1e999", "2,30,58", "0,,1", "fp8",
-                                                                               "process", " ", "１"])),
-                              max_size=6))
+@given(
+    values=st.dictionaries(
+        st.sampled_from(_DUMP_VARS),
+        st.one_of(
+            st.text(max_size=12),
+            st.sampled_from(
+                ["0", "1", "0.25", "-1", "nan", "inf", "1e999", "2,30,58", "0,,1", "fp8", "process", " ", "１"]
+            ),
+        ),
+        max_size=6,
+    )
+)
 def test_any_dump_setting_gives_a_config_or_a_named_error(tmp_path, values):
     """The dump's variables as a server gets them: a DumpConfig, or DumpConfigError naming the variable."""
     env = {envs.DUMP_DIR: str(tmp_path), **values}

@@ -2,6 +2,7 @@
 layers, rows == len(input_ids), dtype), its token ids against the target's vocab (multimodal pad values are
 not tokens), its values for NaN/Inf, its manifest line for the types export reads; a bad one is refused with
 exit 2 naming the file. Count flags are refused by the argument parser, naming the flag."""
+
 from __future__ import annotations
 
 import json
@@ -24,14 +25,26 @@ H, K, VOCAB = 8, 3, 100
 
 
 def meta_of(**kw) -> dict:
-    return {"format": "sge3_dump", "layer_indices_hf": [1, 2, 3], "hidden_size": H, "num_hidden_layers": 4,
-            "final": "both", "architecture": "DeepseekV3ForCausalLM", "dtype": "bfloat16", **kw}
+    return {
+        "format": "sge3_dump",
+        "layer_indices_hf": [1, 2, 3],
+        "hidden_size": H,
+        "num_hidden_layers": 4,
+        "final": "both",
+        "architecture": "DeepseekV3ForCausalLM",
+        "dtype": "bfloat16",
+        **kw,
+    }
 
 
 def good_tensors(L: int, seed: int = 0) -> dict:
     g = torch.Generator().manual_seed(seed)
-    return {T_IDS: torch.randint(0, VOCAB, (L,), generator=g), T_AUX: torch.randn(L, K * H, generator=g).bfloat16(),
-            T_PRE: torch.randn(L, H, generator=g).bfloat16(), T_POST: torch.randn(L, H, generator=g).bfloat16()}
+    return {
+        T_IDS: torch.randint(0, VOCAB, (L,), generator=g),
+        T_AUX: torch.randn(L, K * H, generator=g).bfloat16(),
+        T_PRE: torch.randn(L, H, generator=g).bfloat16(),
+        T_POST: torch.randn(L, H, generator=g).bfloat16(),
+    }
 
 
 def make_dump(root: Path, n: int = 3, meta: dict | None = None, edit=None, record=None) -> Path:
@@ -58,14 +71,18 @@ def make_dump(root: Path, n: int = 3, meta: dict | None = None, edit=None, recor
 
 
 def export(d, out, to="specforge", *extra):
-    return run_tool("dump", dump_main, ["export", "--dump-dir", str(d), "--to", to, "--out", str(out), "--quiet",
-                                        "--workers", "1", *extra])
+    return run_tool(
+        "dump",
+        dump_main,
+        ["export", "--dump-dir", str(d), "--to", to, "--out", str(out), "--quiet", "--workers", "1", *extra],
+    )
 
 
 def _set(key, fn):
     def edit(i, t):
         if i == 1:
             t[key] = fn(t)
+
     return edit
 
 
@@ -113,26 +130,44 @@ def test_the_vocab_comes_from_the_target_config_when_the_meta_lacks_it(tmp_path,
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"text_config": {"vocab_size": 50}, "model_type": "kimi_k25"}))
-    d = make_dump(tmp_path, meta=meta_of(model_path=str(model)),
-                  edit=_set(T_IDS, lambda t: torch.full((6,), 60)))
+    d = make_dump(tmp_path, meta=meta_of(model_path=str(model)), edit=_set(T_IDS, lambda t: torch.full((6,), 60)))
     assert export(d, tmp_path / "out") == 2
     assert "vocab" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("field, value", [("num_tokens", "6"), ("num_tokens", None), ("num_tokens", 9),
-                                          ("num_tokens", [6]), ("prompt_len", "x"), ("verify_tokens", {"a": 1})])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("num_tokens", "6"),
+        ("num_tokens", None),
+        ("num_tokens", 9),
+        ("num_tokens", [6]),
+        ("prompt_len", "x"),
+        ("verify_tokens", {"a": 1}),
+    ],
+)
 def test_a_manifest_line_of_the_wrong_type_is_refused(tmp_path, capsys, field, value):
     def rec(i, r):
         if i == 1:
             r[field] = value
+
     d = make_dump(tmp_path, record=rec)
     rc = export(d, tmp_path / "out")
     err = capsys.readouterr().err
     assert rc == 2 and ("s1" in err or "dp0.jsonl:2" in err) and field in err and "manifest" in err, err
 
 
-@pytest.mark.parametrize("meta", [meta_of(hidden_size="8"), meta_of(layer_indices_hf=3), meta_of(final="x"),
-                                  meta_of(layer_indices_hf=[]), [1, 2], meta_of(vocab_size=0)])
+@pytest.mark.parametrize(
+    "meta",
+    [
+        meta_of(hidden_size="8"),
+        meta_of(layer_indices_hf=3),
+        meta_of(final="x"),
+        meta_of(layer_indices_hf=[]),
+        [1, 2],
+        meta_of(vocab_size=0),
+    ],
+)
 def test_a_bad_dump_meta_is_refused_by_name(tmp_path, capsys, meta):
     d = make_dump(tmp_path, meta=meta if isinstance(meta, dict) else meta_of())
     if not isinstance(meta, dict):
@@ -161,8 +196,11 @@ def test_good_dump_still_exports(tmp_path):
 @pytest.mark.parametrize("value", ["-1", "0", "x"])
 def test_a_bad_worker_count_is_refused_naming_the_flag(tmp_path, capsys, value):
     d = make_dump(tmp_path)
-    rc = run_tool("dump", dump_main, ["export", "--dump-dir", str(d), "--to", "specforge", "--out",
-                                      str(tmp_path / "out"), "--workers", value])
+    rc = run_tool(
+        "dump",
+        dump_main,
+        ["export", "--dump-dir", str(d), "--to", "specforge", "--out", str(tmp_path / "out"), "--workers", value],
+    )
     assert rc == 2 and "--workers" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -185,12 +223,29 @@ def samples(draw):
             t[key] = torch.randint(-1, draw(st.sampled_from([VOCAB, VOCAB + 1, 1_000_100])), shape).to(dt)
         else:
             t[key] = (torch.randn(shape) * draw(st.sampled_from([1.0, 1.0, float("nan")]))).to(dt)
-    header = draw(st.sampled_from([None, "{}", "[]", "{bad", json.dumps({"encoding": "fp8_e4m3_rowwise"}),
-                                   json.dumps({"encoding": 5}),
-                                   json.dumps({"encoding": "fp8_e4m3_rowwise", "encoded": {T_AUX: {"scale": 3}}})]))
-    rec = draw(st.fixed_dictionaries({}, optional={"num_tokens": st.sampled_from([L, L + 1, None, "x", -1]),
-                                                   "prompt_len": st.sampled_from([1, None, "2", [1]]),
-                                                   "verify_tokens": st.sampled_from([0, 2, None, "v"])}))
+    header = draw(
+        st.sampled_from(
+            [
+                None,
+                "{}",
+                "[]",
+                "{bad",
+                json.dumps({"encoding": "fp8_e4m3_rowwise"}),
+                json.dumps({"encoding": 5}),
+                json.dumps({"encoding": "fp8_e4m3_rowwise", "encoded": {T_AUX: {"scale": 3}}}),
+            ]
+        )
+    )
+    rec = draw(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "num_tokens": st.sampled_from([L, L + 1, None, "x", -1]),
+                "prompt_len": st.sampled_from([1, None, "2", [1]]),
+                "verify_tokens": st.sampled_from([0, 2, None, "v"]),
+            },
+        )
+    )
     return t, header, rec
 
 
@@ -203,8 +258,9 @@ def test_any_sample_exports_or_is_refused(tmp_path_factory, capsys, sample, to):
     root = tmp_path_factory.mktemp("x")
     d = make_dump(root, n=2, meta=meta_of(vocab_size=VOCAB), record=lambda i, r: r.update(rec) if i == 1 else None)
     p = d / sample_relpath("s1")
-    save_file({k: v.contiguous() for k, v in t.items()}, str(p),
-              metadata=None if header is None else {META_KEY: header})
+    save_file(
+        {k: v.contiguous() for k, v in t.items()}, str(p), metadata=None if header is None else {META_KEY: header}
+    )
     before = snapshot(root)
     out = root / "out"
     capsys.readouterr()

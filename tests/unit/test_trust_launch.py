@@ -1,5 +1,6 @@
 """The launcher trusts nothing it reads: NCCL_PROTO is read as NCCL reads it, loopback pinning happens only on
 request, topology files and command-line numbers are checked at the boundary (exit 2 naming the input)."""
+
 from __future__ import annotations
 
 import json
@@ -24,15 +25,40 @@ def _by_name(decisions):
 
 # ------------------------------------------------------------------ NCCL_PROTO as NCCL parses it
 
-@pytest.mark.parametrize("value", ["^LL", "^Simple", "^LL,Simple", "^ll", "LL128", "ll128,simple", "^",
-                                   "allreduce:^LL", "^LL128;AllReduce:LL128", "LL,Simple;broadcast:^simple"])
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "^LL",
+        "^Simple",
+        "^LL,Simple",
+        "^ll",
+        "LL128",
+        "ll128,simple",
+        "^",
+        "allreduce:^LL",
+        "^LL128;AllReduce:LL128",
+        "LL,Simple;broadcast:^simple",
+    ],
+)
 def test_values_that_turn_ll128_on_are_warned_over_pcie(value):
     d = _by_name(nccl.decide(cpu_root_ports(), tp_size=8, env={"NCCL_PROTO": value}))["NCCL_PROTO"]
     assert d.action == "warn" and "LL128" in d.reason and value in d.reason, d
 
 
-@pytest.mark.parametrize("value", ["LL,Simple", "Simple", "^LL128", "ll", "simple,LL", "^LL128;allreduce:^LL,LL128",
-                                   "LL;allreduce:Simple", ",LL,,Simple,"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "LL,Simple",
+        "Simple",
+        "^LL128",
+        "ll",
+        "simple,LL",
+        "^LL128;allreduce:^LL,LL128",
+        "LL;allreduce:Simple",
+        ",LL,,Simple,",
+    ],
+)
 def test_values_without_ll128_are_kept_quietly(value):
     d = _by_name(nccl.decide(cpu_root_ports(), tp_size=8, env={"NCCL_PROTO": value}))["NCCL_PROTO"]
     assert d.action == "user" and d.value == value, d
@@ -63,6 +89,7 @@ def test_ll128_forced_on_nvlink_is_the_users_call():
 
 # ------------------------------------------------------------------ loopback pinning only on request
 
+
 def test_single_node_leaves_interfaces_and_ib_to_nccl_by_default():
     ds = nccl.decide(cpu_root_ports(), tp_size=8, env={})
     env = nccl.apply_env(ds, {})
@@ -81,9 +108,13 @@ def test_loopback_only_pins_bootstrap_and_skips_ib():
 
 # ------------------------------------------------------------------ the command line, in-process
 
+
 def _clean_env(tmp_path, **extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("NCCL_", "GLOO_", "SGLANG_EAGLE3_EXT")) and k != "CUDA_VISIBLE_DEVICES"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("NCCL_", "GLOO_", "SGLANG_EAGLE3_EXT")) and k != "CUDA_VISIBLE_DEVICES"
+    }
     return {**env, "SGLANG_EAGLE3_EXT_CACHE": str(tmp_path / "cache"), **extra}
 
 
@@ -112,8 +143,9 @@ def _command(out: str) -> str:
 
 @pytest.mark.sglang
 def test_dry_run_default_has_no_loopback_settings(tmp_path, capsys):
-    rc, out, err = launch(tmp_path, "--preset", "tiny", "--tp", "8", "--topology-file",
-                          _topo(tmp_path, cpu_root_ports()), capsys=capsys)
+    rc, out, err = launch(
+        tmp_path, "--preset", "tiny", "--tp", "8", "--topology-file", _topo(tmp_path, cpu_root_ports()), capsys=capsys
+    )
     assert rc == 0, err
     cmd = _command(out)
     assert not any(f"{v}=" in cmd for v in LOOPBACK_VARS)
@@ -129,8 +161,9 @@ def test_dry_run_loopback_on_request(tmp_path, capsys, how):
         cfg = tmp_path / "lo.yaml"
         cfg.write_text("model_path: /m\neagle3_ext:\n  loopback_only: true\n")
         args = ["--config", str(cfg)]
-    rc, out, err = launch(tmp_path, *args, "--tp", "8", "--topology-file", _topo(tmp_path, cpu_root_ports()),
-                          capsys=capsys)
+    rc, out, err = launch(
+        tmp_path, *args, "--tp", "8", "--topology-file", _topo(tmp_path, cpu_root_ports()), capsys=capsys
+    )
     assert rc == 0, err
     cmd = _command(out)
     assert all(f"{v}=" in cmd for v in LOOPBACK_VARS)
@@ -139,28 +172,56 @@ def test_dry_run_loopback_on_request(tmp_path, capsys, how):
 
 @pytest.mark.sglang
 def test_loopback_only_with_several_nodes_is_refused(tmp_path, capsys):
-    rc, _, err = launch(tmp_path, "--preset", "tiny", "--loopback-only", "--nnodes", "2", "--node-rank", "0",
-                        "--dist-init-addr", "10.0.0.1:5000", capsys=capsys)
+    rc, _, err = launch(
+        tmp_path,
+        "--preset",
+        "tiny",
+        "--loopback-only",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "0",
+        "--dist-init-addr",
+        "10.0.0.1:5000",
+        capsys=capsys,
+    )
     assert rc == 2 and "--loopback-only" in err and "--nnodes" in err
 
 
 @pytest.mark.sglang
 def test_dry_run_warns_on_negated_proto(tmp_path, capsys):
     env = _clean_env(tmp_path, NCCL_PROTO="^LL")
-    rc, out, err = launch(tmp_path, "--preset", "tiny", "--tp", "8", "--topology-file",
-                          _topo(tmp_path, cpu_root_ports()), env=env, capsys=capsys)
+    rc, out, err = launch(
+        tmp_path,
+        "--preset",
+        "tiny",
+        "--tp",
+        "8",
+        "--topology-file",
+        _topo(tmp_path, cpu_root_ports()),
+        env=env,
+        capsys=capsys,
+    )
     assert rc == 0, err
     assert re.search(r"NCCL_PROTO\s+\S+\s+warn\s+.*LL128", out)
 
 
 @pytest.mark.sglang
-@pytest.mark.parametrize("argv, flag", [
-    (["--tp", "-1"], "--tp"), (["--tp-size", "0"], "--tp-size"), (["--nnodes", "0"], "--nnodes"),
-    (["--base-gpu-id", "-2"], "--base-gpu-id"), (["--preflight-timeout", "-5"], "--preflight-timeout"),
-    (["--preflight-timeout", "nan"], "--preflight-timeout")])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--tp", "-1"], "--tp"),
+        (["--tp-size", "0"], "--tp-size"),
+        (["--nnodes", "0"], "--nnodes"),
+        (["--base-gpu-id", "-2"], "--base-gpu-id"),
+        (["--preflight-timeout", "-5"], "--preflight-timeout"),
+        (["--preflight-timeout", "nan"], "--preflight-timeout"),
+    ],
+)
 def test_bad_numbers_name_the_flag_typed(tmp_path, capsys, argv, flag):
-    rc, _, err = launch(tmp_path, "--preset", "tiny", *argv, "--topology-file", _topo(tmp_path, cpu_root_ports()),
-                        capsys=capsys)
+    rc, _, err = launch(
+        tmp_path, "--preset", "tiny", *argv, "--topology-file", _topo(tmp_path, cpu_root_ports()), capsys=capsys
+    )
     assert rc == 2, err
     assert flag in err and "error:" in err and "Traceback" not in err
 
@@ -181,10 +242,14 @@ BAD_TOPOLOGIES = {
     "gpu index a string": ({"gpus": [{"index": "a"}]}, "gpus[0]"),
     "gpu not an object": ({"gpus": [5]}, "gpus[0]"),
     "gpus an object": ({"gpus": {"0": {}}}, "gpus"),
-    "link path a number": ({"gpus": [{"index": 0}, {"index": 1}], "links": [{"a": 0, "b": 1, "pcie_path": 5}]},
-                           "links[0]"),
-    "nvlink a string": ({"gpus": [{"index": 0}, {"index": 1}],
-                         "links": [{"a": 0, "b": 1, "pcie_path": "SYS", "nvlink": "yes"}]}, "nvlink"),
+    "link path a number": (
+        {"gpus": [{"index": 0}, {"index": 1}], "links": [{"a": 0, "b": 1, "pcie_path": 5}]},
+        "links[0]",
+    ),
+    "nvlink a string": (
+        {"gpus": [{"index": 0}, {"index": 1}], "links": [{"a": 0, "b": 1, "pcie_path": "SYS", "nvlink": "yes"}]},
+        "nvlink",
+    ),
     "iommu unknown word": ({"iommu": "maybe"}, "iommu"),
     "compute capability a float": ({"gpus": [{"index": 0, "compute_capability": 12.0}]}, "compute_capability"),
     "duplicate gpu": ({"gpus": [{"index": 0}, {"index": 0}]}, "gpus[1]"),
@@ -207,8 +272,16 @@ def test_bad_topology_file_is_refused_naming_file_and_key(tmp_path, name):
 @pytest.mark.sglang
 @pytest.mark.parametrize("name", ["shm_bytes a string", "top level a list", "link path a number"])
 def test_bad_topology_file_exits_2_in_the_launcher(tmp_path, capsys, name):
-    rc, _, err = launch(tmp_path, "--preset", "tiny", "--tp", "2", "--topology-file",
-                        _topo(tmp_path, text=json.dumps(BAD_TOPOLOGIES[name][0])), capsys=capsys)
+    rc, _, err = launch(
+        tmp_path,
+        "--preset",
+        "tiny",
+        "--tp",
+        "2",
+        "--topology-file",
+        _topo(tmp_path, text=json.dumps(BAD_TOPOLOGIES[name][0])),
+        capsys=capsys,
+    )
     assert rc == 2, err
     assert "--topology-file" in err and "topo.json" in err
 
@@ -228,8 +301,15 @@ def test_cuda_visible_devices_with_non_ascii_digits_is_not_a_crash():
     assert visible_indices(cpu_root_ports(), {"CUDA_VISIBLE_DEVICES": "0,\u00b2,3"}) == [0, 3]
 
 
-@pytest.mark.parametrize("argv", [["--nprocs", "0"], ["--nprocs", "2", "--timeout", "nan"],
-                                  ["--nprocs", "2", "--sizes", "1,x"], ["--nprocs", "2", "--base-gpu-id", "-1"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--nprocs", "0"],
+        ["--nprocs", "2", "--timeout", "nan"],
+        ["--nprocs", "2", "--sizes", "1,x"],
+        ["--nprocs", "2", "--base-gpu-id", "-1"],
+    ],
+)
 def test_preflight_tool_refuses_bad_numbers_by_flag(argv, capsys):
     from sglang_eagle3_ext.launch import preflight
 

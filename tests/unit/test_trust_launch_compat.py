@@ -1,6 +1,7 @@
 """`compat` on wheels that are not what they claim (not a zip, truncated, corrupt member, no sglang/ inside):
 exit 2 naming the wheel, nothing cached that a later run would trust; local inputs are checked before a
 download, and a download says so in one line."""
+
 from __future__ import annotations
 
 import io
@@ -29,8 +30,12 @@ def _zip(files: dict[str, str], compression=zipfile.ZIP_DEFLATED) -> bytes:
     return buf.getvalue()
 
 
-TREE = {"sglang/__init__.py": "", "sglang/version.py": f'__version__ = "{V}"\n',
-        "sglang/srt/__init__.py": "", "sglang/srt/server_args.py": "x = 1\n" * 2000}
+TREE = {
+    "sglang/__init__.py": "",
+    "sglang/version.py": f'__version__ = "{V}"\n',
+    "sglang/srt/__init__.py": "",
+    "sglang/srt/server_args.py": "x = 1\n" * 2000,
+}
 
 
 def _corrupt_member(data: bytes) -> bytes:
@@ -39,7 +44,7 @@ def _corrupt_member(data: bytes) -> bytes:
         info = max(z.infolist(), key=lambda i: i.compress_size)
     start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
     mid = start + info.compress_size // 2
-    return data[:mid] + bytes(b ^ 0xFF for b in data[mid:mid + 16]) + data[mid + 16:]
+    return data[:mid] + bytes(b ^ 0xFF for b in data[mid : mid + 16]) + data[mid + 16 :]
 
 
 WHEELS = {
@@ -87,14 +92,17 @@ def test_wheel_flag_on_a_good_wheel_unpacks_and_reads_its_version(tmp_path, cach
     assert rc == 1 and f"sglang {V}" in out  # a toy tree: its patch targets are missing, a negative verdict
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["--sglang", V, "--download", "--wheel-dir", "/no/such/dir"], "--wheel-dir"),
-    (["--sglang", V, "--download", "--json", "/no/such/dir/out.json"], "--json"),
-    (["--sglang", "not a version", "--download"], "--sglang"),
-    (["--sglang", "../../x", "--download"], "--sglang"),
-    (["--wheel", "/no/such.whl"], "--wheel"),
-    (["--source", "/no/such/tree"], "--source"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--sglang", V, "--download", "--wheel-dir", "/no/such/dir"], "--wheel-dir"),
+        (["--sglang", V, "--download", "--json", "/no/such/dir/out.json"], "--json"),
+        (["--sglang", "not a version", "--download"], "--sglang"),
+        (["--sglang", "../../x", "--download"], "--sglang"),
+        (["--wheel", "/no/such.whl"], "--wheel"),
+        (["--source", "/no/such/tree"], "--source"),
+    ],
+)
 def test_local_inputs_are_checked_before_any_download(tmp_path, cache, capsys, argv, flag):
     assert _run(argv) == 2
     err = capsys.readouterr().err

@@ -1,5 +1,6 @@
 """Preset files (server_configs/ and the user's --config): every value is what its key needs, no key twice,
 nothing silently dropped; each refusal names the file and the key."""
+
 from __future__ import annotations
 
 import json
@@ -46,11 +47,14 @@ def test_bad_ext_values_are_refused_naming_file_and_key(tmp_path, name):
     assert str(tmp_path / "p.yaml") in str(e.value) and key in str(e.value), str(e.value)
 
 
-@pytest.mark.parametrize("text, key", [
-    ("model_path: /m\nmodel_path: /other\n", "model_path"),
-    ("model_path: /m\neagle3_ext:\n  dump_dir: /a\n  dump_dir: /b\n", "dump_dir"),
-    ("model_path: /m\neagle3_ext: {}\neagle3_ext: {dump_dir: /d}\n", "eagle3_ext"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("model_path: /m\nmodel_path: /other\n", "model_path"),
+        ("model_path: /m\neagle3_ext:\n  dump_dir: /a\n  dump_dir: /b\n", "dump_dir"),
+        ("model_path: /m\neagle3_ext: {}\neagle3_ext: {dump_dir: /d}\n", "eagle3_ext"),
+    ],
+)
 def test_duplicate_keys_are_refused(tmp_path, text, key):
     with pytest.raises(presets.PresetError) as e:
         _load_checked(tmp_path, text)
@@ -58,14 +62,17 @@ def test_duplicate_keys_are_refused(tmp_path, text, key):
     assert "duplicate" in msg and key in msg and str(tmp_path / "p.yaml") in msg and "line" in msg
 
 
-@pytest.mark.parametrize("text, key", [
-    ("model_path: /m\neagle3_ext: []\n", "eagle3_ext"),
-    ("model_path: /m\neagle3_ext: off\n", "eagle3_ext"),
-    ("model_path: /m\n1: 2\n", "1"),
-    ("model_path: 2024-01-01\n", "model_path"),
-    ("model_path: ''\n", "model_path"),
-    ("model_path: /m\nchat_template: [[a]]\n", "chat_template"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("model_path: /m\neagle3_ext: []\n", "eagle3_ext"),
+        ("model_path: /m\neagle3_ext: off\n", "eagle3_ext"),
+        ("model_path: /m\n1: 2\n", "1"),
+        ("model_path: 2024-01-01\n", "model_path"),
+        ("model_path: ''\n", "model_path"),
+        ("model_path: /m\nchat_template: [[a]]\n", "chat_template"),
+    ],
+)
 def test_structure_and_scalar_types_are_checked_without_sglang(tmp_path, text, key):
     with pytest.raises(presets.PresetError) as e:
         _load_checked(tmp_path, text)
@@ -80,9 +87,12 @@ def test_a_preset_that_is_not_a_regular_file_is_refused(tmp_path):
 
 
 def test_good_ext_values_still_work(tmp_path):
-    p = _load_checked(tmp_path, "model_path: /m\neagle3_ext:\n  dump_dir: d\n  dump_layers: [2, 3]\n"
-                                "  dump_sample_rate: 0.25\n  dump_responses: false\n  nccl_profile: pcie\n"
-                                "  loopback_only: true\n  dump_encoding: FP8\n")
+    p = _load_checked(
+        tmp_path,
+        "model_path: /m\neagle3_ext:\n  dump_dir: d\n  dump_layers: [2, 3]\n"
+        "  dump_sample_rate: 0.25\n  dump_responses: false\n  nccl_profile: pcie\n"
+        "  loopback_only: true\n  dump_encoding: FP8\n",
+    )
     env = presets.ext_env(p.ext, base_dir=tmp_path)
     assert env["SGLANG_EAGLE3_EXT_DUMP_DIR"] == str(tmp_path / "d")
     assert env["SGLANG_EAGLE3_EXT_DUMP_LAYERS"] == "2,3"
@@ -93,13 +103,21 @@ def test_good_ext_values_still_work(tmp_path):
 
 
 @pytest.mark.sglang
-@pytest.mark.parametrize("line, key", [
-    ("tp_size: [1, 2]", "tp_size"), ("tp_size: 1.5", "tp_size"), ("tp_size: true", "tp_size"),
-    ("mem_fraction_static: abc", "mem_fraction_static"), ("attention_backend: nope", "attention_backend"),
-    ("cuda_graph_bs_decode: []", "cuda_graph_bs_decode"), ("cuda_graph_bs_decode: [1, [2]]", "cuda_graph_bs_decode"),
-    ("json_model_override_args: [1]", "json_model_override_args"), ("disable_radix_cache: 1", "disable_radix_cache"),
-    ("dtype: {a: 1}", "dtype"),
-])
+@pytest.mark.parametrize(
+    "line, key",
+    [
+        ("tp_size: [1, 2]", "tp_size"),
+        ("tp_size: 1.5", "tp_size"),
+        ("tp_size: true", "tp_size"),
+        ("mem_fraction_static: abc", "mem_fraction_static"),
+        ("attention_backend: nope", "attention_backend"),
+        ("cuda_graph_bs_decode: []", "cuda_graph_bs_decode"),
+        ("cuda_graph_bs_decode: [1, [2]]", "cuda_graph_bs_decode"),
+        ("json_model_override_args: [1]", "json_model_override_args"),
+        ("disable_radix_cache: 1", "disable_radix_cache"),
+        ("dtype: {a: 1}", "dtype"),
+    ],
+)
 def test_server_args_values_are_checked_against_sglangs_flags(tmp_path, line, key):
     parser = presets.sglang_parser()
     with pytest.raises(presets.PresetError) as e:
@@ -111,9 +129,13 @@ def test_server_args_values_are_checked_against_sglangs_flags(tmp_path, line, ke
 def test_good_server_args_values_pass(tmp_path):
     """Accepted, and SGLang's own parser reads back exactly the values written."""
     parser = presets.sglang_parser()
-    p = _load_checked(tmp_path, "model_path: /m\ntp_size: 2\nmem_fraction_static: 0.5\n"
-                                "cuda_graph_bs_decode: [1, 2, 4]\njson_model_override_args: {a: 1}\n"
-                                "disable_radix_cache: false\nattention_backend: triton\nrevision: null\n", parser)
+    p = _load_checked(
+        tmp_path,
+        "model_path: /m\ntp_size: 2\nmem_fraction_static: 0.5\n"
+        "cuda_graph_bs_decode: [1, 2, 4]\njson_model_override_args: {a: 1}\n"
+        "disable_radix_cache: false\nattention_backend: triton\nrevision: null\n",
+        parser,
+    )
     ns = parser.parse_args(presets.to_cli_args(p.server_args, parser))
     assert (ns.model_path, ns.tp_size, ns.mem_fraction_static, ns.attention_backend) == ("/m", 2, 0.5, "triton")
     assert list(ns.cuda_graph_bs_decode) == [1, 2, 4] and not ns.disable_radix_cache
@@ -128,11 +150,14 @@ def test_good_server_args_values_pass(tmp_path):
 
 
 @pytest.mark.sglang
-@pytest.mark.parametrize("text, key", [
-    ("model_path: /m\ntp_size: [1, 2]\n", "tp_size"),
-    ("model_path: /m\nmodel_path: /n\n", "model_path"),
-    ("model_path: /m\neagle3_ext:\n  dump_dir: ''\n", "dump_dir"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("model_path: /m\ntp_size: [1, 2]\n", "tp_size"),
+        ("model_path: /m\nmodel_path: /n\n", "model_path"),
+        ("model_path: /m\neagle3_ext:\n  dump_dir: ''\n", "dump_dir"),
+    ],
+)
 def test_the_launcher_refuses_with_exit_2_naming_file_and_key(tmp_path, capsys, text, key):
     cfg = tmp_path / "user.yaml"
     cfg.write_text(text)

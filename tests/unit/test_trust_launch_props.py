@@ -1,6 +1,7 @@
 """Property tests over the launcher's outside inputs (preset YAML, topology JSON, NCCL variables): any input
 gives exit 0, 1 or 2 from `sglang-eagle3 launch --dry-run` run in-process, never 3, never a traceback, and
 the dry run writes nothing."""
+
 from __future__ import annotations
 
 import json
@@ -25,13 +26,38 @@ SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[Healt
 
 _text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12)
 _scalar = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**12), st.floats(allow_nan=True), _text)
-_json = st.recursive(_scalar, lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(_text, c, max_size=3)),
-                     max_leaves=8)
-SERVER_KEYS = ["model_path", "tp_size", "nnodes", "base_gpu_id", "mem_fraction_static", "cuda_graph_bs_decode",
-               "disable_radix_cache", "attention_backend", "json_model_override_args", "dtype", "revision",
-               "enable_two_batch_overlap", "speculative_algorithm", "no_such_field"]
-EXT_KEYS = ["dump_dir", "dump_layers", "dump_sample_rate", "dump_encoding", "dump_responses", "dump_final",
-            "dump_writer", "dump_max_accept_len", "nccl_profile", "loopback_only", "bogus"]
+_json = st.recursive(
+    _scalar, lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(_text, c, max_size=3)), max_leaves=8
+)
+SERVER_KEYS = [
+    "model_path",
+    "tp_size",
+    "nnodes",
+    "base_gpu_id",
+    "mem_fraction_static",
+    "cuda_graph_bs_decode",
+    "disable_radix_cache",
+    "attention_backend",
+    "json_model_override_args",
+    "dtype",
+    "revision",
+    "enable_two_batch_overlap",
+    "speculative_algorithm",
+    "no_such_field",
+]
+EXT_KEYS = [
+    "dump_dir",
+    "dump_layers",
+    "dump_sample_rate",
+    "dump_encoding",
+    "dump_responses",
+    "dump_final",
+    "dump_writer",
+    "dump_max_accept_len",
+    "nccl_profile",
+    "loopback_only",
+    "bogus",
+]
 
 
 def _run(argv, env_extra=None):
@@ -45,8 +71,11 @@ def _run(argv, env_extra=None):
         env.update({"SGLANG_EAGLE3_EXT_CACHE": str(work / "cache"), **(env_extra or {})})
         err = _Capture()
         cwd = os.getcwd()
-        with mock.patch.dict(os.environ, env, clear=True), mock.patch("sys.stderr", err), \
-                mock.patch("sys.stdout", _Capture()):
+        with (
+            mock.patch.dict(os.environ, env, clear=True),
+            mock.patch("sys.stderr", err),
+            mock.patch("sys.stdout", _Capture()),
+        ):
             os.chdir(work)
             try:
                 rc = cli_common.run_tool("launch", launch_server.main, [*argv, "--dry-run", "--skip-draft-check"])
@@ -87,8 +116,28 @@ def preset_docs(draw):
 def yaml_lines(draw):
     """Raw lines, duplicates and odd scalars included (what yaml.safe_dump would never write)."""
     keys = st.sampled_from(SERVER_KEYS[:6] + ["eagle3_ext", "1", "yes", "<<", "? x"])
-    vals = st.sampled_from(["", "''", "[]", "{}", "[1, 2]", "2024-01-01", "!!binary aGk=", "&a 1", "*a", "~", "0x10",
-                            "1e400", ".nan", "'x'", "|\n  a", "{dump_dir: ''}", "- 1", "!!python/name:os.system"])
+    vals = st.sampled_from(
+        [
+            "",
+            "''",
+            "[]",
+            "{}",
+            "[1, 2]",
+            "2024-01-01",
+            "!!binary aGk=",
+            "&a 1",
+            "*a",
+            "~",
+            "0x10",
+            "1e400",
+            ".nan",
+            "'x'",
+            "|\n  a",
+            "{dump_dir: ''}",
+            "- 1",
+            "!!python/name:os.system",
+        ]
+    )
     lines = draw(st.lists(st.tuples(keys, vals), max_size=6))
     return "\n".join(f"{k}: {v}" for k, v in lines) + "\n"
 
@@ -98,15 +147,26 @@ def yaml_lines(draw):
 def test_any_preset_file_exits_0_1_or_2(text):
     rc, err = _run(["--config", "p.yaml"], {"__files__": {"p.yaml": text.encode("utf-8", "surrogatepass")}})
     if rc == 2:
-        assert_names_its_input(err, "p.yaml", "--model-path")   # SGLang's parser names the field a preset lacks
+        assert_names_its_input(err, "p.yaml", "--model-path")  # SGLang's parser names the field a preset lacks
 
 
-_gpu = st.fixed_dictionaries({"index": st.integers(0, 3)}, optional={
-    "name": _json, "compute_capability": st.one_of(_text, st.sampled_from(["12.0", "9.0"]), _json),
-    "pcie_gen": _json, "uuid": _json})
-_link = st.fixed_dictionaries({"a": st.integers(0, 3), "b": st.integers(0, 3),
-                               "pcie_path": st.one_of(st.sampled_from(["PIX", "SYS", "NODE"]), _json)},
-                              optional={"nvlink": _json, "p2p_read": _json, "p2p_write": _json})
+_gpu = st.fixed_dictionaries(
+    {"index": st.integers(0, 3)},
+    optional={
+        "name": _json,
+        "compute_capability": st.one_of(_text, st.sampled_from(["12.0", "9.0"]), _json),
+        "pcie_gen": _json,
+        "uuid": _json,
+    },
+)
+_link = st.fixed_dictionaries(
+    {
+        "a": st.integers(0, 3),
+        "b": st.integers(0, 3),
+        "pcie_path": st.one_of(st.sampled_from(["PIX", "SYS", "NODE"]), _json),
+    },
+    optional={"nvlink": _json, "p2p_read": _json, "p2p_write": _json},
+)
 
 
 @st.composite
@@ -123,26 +183,51 @@ def topology_docs(draw):
 @SETTINGS
 @given(topology_docs(), st.sampled_from(["1", "2", "4"]))
 def test_any_topology_file_exits_0_1_or_2(text, tp):
-    rc, err = _run(["--preset", "tiny", "--tp", tp, "--topology-file", "t.json"], {"__files__": {"t.json": text.encode()}})
+    rc, err = _run(
+        ["--preset", "tiny", "--tp", tp, "--topology-file", "t.json"], {"__files__": {"t.json": text.encode()}}
+    )
     if rc == 2:
         assert_names_its_input(err, "t.json")
 
 
 _env_text = st.one_of(
-    st.lists(st.sampled_from(list("^,;: LSR") + ["LL", "LL128", "ll128", "Simple", "simple", "AllReduce", "allreduce:",
-                                                 "Broadcast:"]), max_size=8).map("".join),
-    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=10))
+    st.lists(
+        st.sampled_from(
+            list("^,;: LSR") + ["LL", "LL128", "ll128", "Simple", "simple", "AllReduce", "allreduce:", "Broadcast:"]
+        ),
+        max_size=8,
+    ).map("".join),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=10),
+)
 
 
 @SETTINGS
-@given(st.dictionaries(st.sampled_from(["NCCL_PROTO", "NCCL_ALGO", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
-                                        "NCCL_IB_DISABLE", "NCCL_P2P_DISABLE", "CUDA_VISIBLE_DEVICES", "NCCL_DEBUG"]),
-                       _env_text, max_size=4),
-       st.sampled_from(["auto", "pcie", "off"]), st.booleans())
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "NCCL_PROTO",
+                "NCCL_ALGO",
+                "NCCL_SOCKET_IFNAME",
+                "GLOO_SOCKET_IFNAME",
+                "NCCL_IB_DISABLE",
+                "NCCL_P2P_DISABLE",
+                "CUDA_VISIBLE_DEVICES",
+                "NCCL_DEBUG",
+            ]
+        ),
+        _env_text,
+        max_size=4,
+    ),
+    st.sampled_from(["auto", "pcie", "off"]),
+    st.booleans(),
+)
 def test_any_nccl_environment_exits_0_1_or_2(env, profile, loopback):
     argv = ["--preset", "tiny", "--tp", "4", "--nccl-profile", profile, "--topology-file", "t.json"]
-    rc, err = _run(argv + (["--loopback-only"] if loopback else []),
-                   {**env, "__files__": {"t.json": cpu_root_ports(4).to_json().encode()}})
+    rc, err = _run(
+        argv + (["--loopback-only"] if loopback else []),
+        {**env, "__files__": {"t.json": cpu_root_ports(4).to_json().encode()}},
+    )
     if rc == 2:
         assert_names_its_input(err, *env)
 

@@ -2,6 +2,7 @@
 never deletes or overwrites a directory it did not make. Refused before anything is written: a symlink, a
 directory that is, holds or lies inside one of the command's inputs, a non-empty directory that is not a
 previous output of the same command; a previous output is replaced (whole, atomically) only on request."""
+
 from __future__ import annotations
 
 import json
@@ -28,6 +29,7 @@ from sglang_eagle3_ext.tiny import deepseek_v3 as tiny  # noqa: E402
 
 # ---- tiny ---------------------------------------------------------------------------------------------------
 
+
 def test_tiny_into_a_folder_of_user_files_is_refused(tmp_path, capsys):
     d = user_folder(tmp_path / "mine")
     before = snapshot(tmp_path)
@@ -39,17 +41,18 @@ def test_tiny_into_a_folder_of_user_files_is_refused(tmp_path, capsys):
 
 def test_tiny_writes_an_empty_folder_and_reuses_only_the_same_target(tmp_path):
     d = tmp_path / "t"
-    d.mkdir()                                        # an empty folder is fine (pytest's mktemp gives those)
+    d.mkdir()  # an empty folder is fine (pytest's mktemp gives those)
     assert tiny.ensure_tiny_target(d, **SMALL) == d
     assert json.loads((d / outdir.MARKER).read_text())["tool"] == "tiny"
     before = snapshot(tmp_path)
-    assert tiny.ensure_tiny_target(d, **SMALL) == d    # the same target: reused as it is
+    assert tiny.ensure_tiny_target(d, **SMALL) == d  # the same target: reused as it is
     with pytest.raises(outdir.OutputDirRefused, match="made with --seed 0, asked --seed 3; give another folder"):
         tiny.ensure_tiny_target(d, **{**SMALL, "seed": 3})
     assert snapshot(tmp_path) == before
 
 
 # ---- train --out --------------------------------------------------------------------------------------------
+
 
 def test_train_out_never_lands_on_its_inputs(target, tmp_path, capsys):
     work = tmp_path / "work"
@@ -67,7 +70,7 @@ def test_train_out_never_lands_on_its_inputs(target, tmp_path, capsys):
 
 def test_train_out_refuses_a_checkpoint_it_did_not_write(target, tmp_path, capsys):
     ckpt = tmp_path / "someone_elses_draft"
-    shutil.copytree(target, ckpt)                  # config.json + model.safetensors, not ours
+    shutil.copytree(target, ckpt)  # config.json + model.safetensors, not ours
     data = make_data(tmp_path / "d")
     before = snapshot(tmp_path)
     assert train_cli(target, data, ckpt) == 2
@@ -88,10 +91,11 @@ def test_train_replaces_its_own_output_only_with_force(target, tmp_path, capsys)
     assert (out / "my_eval.txt").exists()
     (out / "my_eval.txt").unlink()
     assert train_cli(target, data, out, "--force") == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "out"]     # no temporary left beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "out"]  # no temporary left beside it
 
 
 # ---- convert DST --------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def spec_draft(tmp_path_factory):
@@ -107,7 +111,7 @@ def _convert(src, dst, *extra):
 
 def test_convert_force_through_a_symlinked_dst_is_refused(spec_draft, tmp_path, capsys):
     real = tmp_path / "real"
-    assert _convert(spec_draft, real) == 0                       # a previous output of convert
+    assert _convert(spec_draft, real) == 0  # a previous output of convert
     foreign = user_folder(tmp_path / "foreign")
     for to in (real, foreign):
         link = tmp_path / f"link_to_{to.name}"
@@ -122,13 +126,14 @@ def test_convert_force_through_a_symlinked_dst_is_refused(spec_draft, tmp_path, 
 def test_convert_force_replaces_its_own_output(spec_draft, tmp_path):
     out = tmp_path / "o"
     assert _convert(spec_draft, out) == 0
-    assert _convert(spec_draft, out) == 2                        # not asked to replace
+    assert _convert(spec_draft, out) == 2  # not asked to replace
     assert _convert(spec_draft, out, "--force") == 0
     assert json.loads((out / outdir.MARKER).read_text())["tool"] == "convert"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
 
 
 # ---- dump export --out --------------------------------------------------------------------------------------
+
 
 def test_export_out_symlink_and_inputs_are_refused(tmp_path, capsys):
     d = make_dump(tmp_path)
@@ -156,9 +161,25 @@ def test_an_empty_output_directory_stays_the_same_directory(tmp_path):
 
 # ---- property: any output-directory situation -> written whole, or refused with nothing changed -------------
 
-SITUATIONS = ("absent", "empty", "user_files", "ours", "ours_plus_user_file", "ours_plus_deep_user_file",
-              "other_tools", "bad_marker", "marker_only_dir", "a_file", "symlink_to_ours", "symlink_to_user",
-              "dangling_symlink", "is_input", "inside_input", "holds_input", "fifo_marker")
+SITUATIONS = (
+    "absent",
+    "empty",
+    "user_files",
+    "ours",
+    "ours_plus_user_file",
+    "ours_plus_deep_user_file",
+    "other_tools",
+    "bad_marker",
+    "marker_only_dir",
+    "a_file",
+    "symlink_to_ours",
+    "symlink_to_user",
+    "dangling_symlink",
+    "is_input",
+    "inside_input",
+    "holds_input",
+    "fifo_marker",
+)
 
 
 def _make(root: Path, situation: str, source: Path | None = None) -> tuple[Path, list]:
@@ -174,6 +195,7 @@ def _make(root: Path, situation: str, source: Path | None = None) -> tuple[Path,
             (tmp / "result.bin").write_bytes(b"r")
             (tmp / "sub").mkdir()
             (tmp / "sub" / "part.bin").write_bytes(b"p")
+
     if situation == "empty":
         out.mkdir()
     elif situation == "user_files":
@@ -229,20 +251,21 @@ def test_any_output_situation_is_written_whole_or_refused_untouched(tmp_path_fac
         return
     except RuntimeError:
         assert may and fail
-        assert snapshot(root) == before                # a failed run leaves everything as it was
+        assert snapshot(root) == before  # a failed run leaves everything as it was
         return
     assert may and not fail, situation
     assert sorted(os.listdir(out)) == sorted([outdir.MARKER, "new.bin"])
     after = snapshot(root)
     gone = {k for k in before if k not in after and not k.startswith("out")}
-    assert not gone, gone                              # nothing outside the output was removed
-    assert not [p for p in root.iterdir() if p.name.startswith(".out.")]    # no temporary left
+    assert not gone, gone  # nothing outside the output was removed
+    assert not [p for p in root.iterdir() if p.name.startswith(".out.")]  # no temporary left
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(situation=st.sampled_from(SITUATIONS), force=st.booleans())
-def test_convert_in_any_output_situation_exits_0_or_2_and_keeps_every_other_file(tmp_path_factory, capsys, spec_draft,
-                                                                                 situation, force):
+def test_convert_in_any_output_situation_exits_0_or_2_and_keeps_every_other_file(
+    tmp_path_factory, capsys, spec_draft, situation, force
+):
     root = tmp_path_factory.mktemp("c")
     out, inputs = _make(root, situation, source=spec_draft)
     before = snapshot(root)
@@ -256,5 +279,6 @@ def test_convert_in_any_output_situation_exits_0_or_2_and_keeps_every_other_file
         return
     assert situation in ("absent", "empty"), situation
     assert json.loads((out / outdir.MARKER).read_text())["tool"] == "convert"
-    assert {k: v for k, v in after.items() if not k.startswith("out")} == \
-        {k: v for k, v in before.items() if not k.startswith("out")}
+    assert {k: v for k, v in after.items() if not k.startswith("out")} == {
+        k: v for k, v in before.items() if not k.startswith("out")
+    }

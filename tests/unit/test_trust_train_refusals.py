@@ -1,5 +1,6 @@
 """train refuses, before training, what would make its result a lie or its work unbounded (exit 2 naming the
 flag or the file)."""
+
 from __future__ import annotations
 
 import json
@@ -14,9 +15,22 @@ from safetensors.torch import save_file  # noqa: E402
 from sglang_eagle3_ext.cli import train as train_cli  # noqa: E402
 from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
 
-SMALL = dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_attention_heads=4,
-             num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16,
-             v_head_dim=16, vocab_size=256, n_routed_experts=4, num_experts_per_tok=2, num_hidden_layers=4)
+SMALL = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    moe_intermediate_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    kv_lora_rank=32,
+    q_lora_rank=32,
+    qk_rope_head_dim=16,
+    qk_nope_head_dim=16,
+    v_head_dim=16,
+    vocab_size=256,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    num_hidden_layers=4,
+)
 
 
 def write_samples(data, n: int, seed: int = 0):
@@ -24,9 +38,13 @@ def write_samples(data, n: int, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     for i in range(n):
         k = 48 + i % 17
-        save_file({"token_ids": torch.randint(0, SMALL["vocab_size"], (k,), generator=g),
-                   "hidden_states": torch.randn(k, 4, SMALL["hidden_size"], generator=g).to(torch.bfloat16)},
-                  str(data / "hidden_states" / f"hs_{i}.safetensors"))
+        save_file(
+            {
+                "token_ids": torch.randint(0, SMALL["vocab_size"], (k,), generator=g),
+                "hidden_states": torch.randn(k, 4, SMALL["hidden_size"], generator=g).to(torch.bfloat16),
+            },
+            str(data / "hidden_states" / f"hs_{i}.safetensors"),
+        )
     (data / "metadata.json").write_text(json.dumps({"hf_hidden_state_indices": [1, 2, 3]}))
     return data
 
@@ -37,9 +55,27 @@ def target(tmp_path_factory):
 
 
 def train(capsys, target, data, out, *extra) -> tuple[int, str]:
-    rc = train_cli.main(["--data", str(data), "--target", str(target), "--out", str(out), "--device", "cpu",
-                         "--total-seq-len", "512", "--num-workers", "0", "--min-val-acc", "0", "--epochs", "1",
-                         *extra])
+    rc = train_cli.main(
+        [
+            "--data",
+            str(data),
+            "--target",
+            str(target),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--total-seq-len",
+            "512",
+            "--num-workers",
+            "0",
+            "--min-val-acc",
+            "0",
+            "--epochs",
+            "1",
+            *extra,
+        ]
+    )
     return rc, capsys.readouterr().err
 
 

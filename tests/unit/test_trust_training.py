@@ -2,6 +2,7 @@
 present, integer token ids inside the target's vocab, states finite and shaped [L, K+1, H] as the target and
 the layer ids say) and a bad one is refused by name; a draft whose weights are not finite is never saved;
 an accuracy over no tokens never reads as a perfect one."""
+
 from __future__ import annotations
 
 import json
@@ -20,17 +21,32 @@ from sglang_eagle3_ext.cli.common import run_tool  # noqa: E402
 from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
 from sglang_eagle3_ext.training import TrainDraftError  # noqa: E402
 
-SMALL = dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_attention_heads=4,
-             num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16,
-             v_head_dim=16, vocab_size=256, n_routed_experts=4, num_experts_per_tok=2, num_hidden_layers=4)
+SMALL = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    moe_intermediate_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    kv_lora_rank=32,
+    q_lora_rank=32,
+    qk_rope_head_dim=16,
+    qk_nope_head_dim=16,
+    v_head_dim=16,
+    vocab_size=256,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    num_hidden_layers=4,
+)
 AUX = [1, 2, 3]
 H, V = SMALL["hidden_size"], SMALL["vocab_size"]
 
 
 def write_hs(path: Path, L: int = 24, seed: int = 0, **override) -> Path:
     g = torch.Generator().manual_seed(seed)
-    t = {"token_ids": torch.randint(0, V, (L,), generator=g),
-         "hidden_states": torch.randn(L, len(AUX) + 1, H, generator=g).bfloat16()}
+    t = {
+        "token_ids": torch.randint(0, V, (L,), generator=g),
+        "hidden_states": torch.randn(L, len(AUX) + 1, H, generator=g).bfloat16(),
+    }
     t.update(override)
     save_file({k: v.contiguous() for k, v in t.items() if v is not None}, str(path))
     return path
@@ -42,8 +58,9 @@ def make_data(root: Path, n: int = 6, **override_of_one) -> Path:
     (data / "hidden_states").mkdir(parents=True)
     bad = override_of_one.pop("bad", None)
     for i in range(n):
-        write_hs(data / "hidden_states" / f"hs_{i}.safetensors", L=24 + i, seed=i,
-                 **(override_of_one if i == bad else {}))
+        write_hs(
+            data / "hidden_states" / f"hs_{i}.safetensors", L=24 + i, seed=i, **(override_of_one if i == bad else {})
+        )
     (data / "metadata.json").write_text(json.dumps({"hf_hidden_state_indices": AUX}))
     return data
 
@@ -54,10 +71,31 @@ def target(tmp_path_factory):
 
 
 def train_cli(target, data, out, *extra, arch="mla"):
-    return run_tool("train", train_command.main, ["--data", str(data), "--target", str(target), "--out", str(out),
-                                                  "--device", "cpu", "--draft-arch", arch, "--num-workers", "0",
-                                                  "--total-seq-len", "256", "--min-val-acc", "0", "--steps", "2",
-                                                  *extra])
+    return run_tool(
+        "train",
+        train_command.main,
+        [
+            "--data",
+            str(data),
+            "--target",
+            str(target),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--draft-arch",
+            arch,
+            "--num-workers",
+            "0",
+            "--total-seq-len",
+            "256",
+            "--min-val-acc",
+            "0",
+            "--steps",
+            "2",
+            *extra,
+        ],
+    )
 
 
 BAD_SAMPLES = {
@@ -86,7 +124,7 @@ def test_a_bad_sample_is_refused_by_name(target, tmp_path, capsys, case, arch):
     err = capsys.readouterr().err
     assert rc == 2, err
     assert "hs_2.safetensors" in err and "Traceback" not in err, err
-    assert not out.exists()                       # refused before anything was written
+    assert not out.exists()  # refused before anything was written
 
 
 def test_multimodal_pad_ids_are_named_as_such(target, tmp_path, capsys):
@@ -115,7 +153,7 @@ def test_a_diverged_draft_is_not_saved(target, tmp_path, capsys, arch):
     rc = train_cli(target, make_data(tmp_path), out, "--lr", "1e36", "--steps", "4", arch=arch)
     err = capsys.readouterr().err
     assert rc == 2 and "not finite" in err, err
-    if out.exists():   # the epochs before the divergence stay in --out (resumable); a non-finite draft never does
+    if out.exists():  # the epochs before the divergence stay in --out (resumable); a non-finite draft never does
         from safetensors.torch import load_file
 
         assert all(bool(torch.isfinite(v.float()).all()) for v in load_file(str(out / "model.safetensors")).values())
@@ -125,7 +163,7 @@ def test_accuracy_over_no_tokens_is_not_perfect():
     from sglang_eagle3_ext.training.mla.train import accuracy
 
     empty = torch.zeros(0, dtype=torch.long)
-    assert accuracy(empty, empty) != accuracy(empty, empty)       # NaN: nothing was measured
+    assert accuracy(empty, empty) != accuracy(empty, empty)  # NaN: nothing was measured
     nan = torch.full((4, 7), float("nan"))
     assert accuracy(nan.argmax(-1), nan.argmax(-1), valid=torch.isfinite(nan).all(-1)) != 1.0
 
@@ -143,9 +181,20 @@ def test_loss_masks_of_another_dataset_are_refused(target, tmp_path, capsys):
     assert "hs_0.safetensors" in err and "loss_mask" in err, err
 
 
-@pytest.mark.parametrize("flag, value", [("--steps", "-1"), ("--epochs", "0"), ("--num-workers", "-1"),
-                                         ("--ttt-steps", "0"), ("--lr", "0"), ("--lr", "nan"), ("--train-ratio", "2"),
-                                         ("--log-every", "-5"), ("--total-seq-len", "-1")])
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--steps", "-1"),
+        ("--epochs", "0"),
+        ("--num-workers", "-1"),
+        ("--ttt-steps", "0"),
+        ("--lr", "0"),
+        ("--lr", "nan"),
+        ("--train-ratio", "2"),
+        ("--log-every", "-5"),
+        ("--total-seq-len", "-1"),
+    ],
+)
 def test_a_bad_count_or_rate_is_refused_naming_the_flag(target, tmp_path, capsys, flag, value):
     out = tmp_path / "out"
     assert train_cli(target, make_data(tmp_path), out, flag, value) == 2
@@ -209,10 +258,29 @@ def test_reader_any_sample_is_checked_or_refused_by_name(tmp_path_factory, tenso
     assert tuple(hs.shape) == (L, 4, H) and hs.is_floating_point() and bool(torch.isfinite(hs).all())
 
 
-_json = st.recursive(st.none() | st.booleans() | st.integers(-3, 70) | st.text(max_size=3),
-                     lambda c: st.lists(c, max_size=4) | st.dictionaries(st.sampled_from(
-                         ["hf_hidden_state_indices", "layer_ids", "eagle_config", "vocab_size", "hidden_size",
-                          "num_hidden_layers", "text_config", "x"]), c, max_size=4), max_leaves=12)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 70) | st.text(max_size=3),
+    lambda c: (
+        st.lists(c, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "hf_hidden_state_indices",
+                    "layer_ids",
+                    "eagle_config",
+                    "vocab_size",
+                    "hidden_size",
+                    "num_hidden_layers",
+                    "text_config",
+                    "x",
+                ]
+            ),
+            c,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -243,7 +311,18 @@ def test_a_python_caller_trains_without_the_command_line(target, tmp_path, arch)
     """The library's entry with its typed options (the layer ids as a list), as a launcher of its own calls it."""
     from sglang_eagle3_ext.training import TrainOptions, train_draft
 
-    r = train_draft(TrainOptions(data=make_data(tmp_path), target=target, out=tmp_path / "out", draft_arch=arch,
-                                 device="cpu", steps=2, layer_ids=list(AUX), num_workers=0, total_seq_len=256,
-                                 min_val_acc=0))
+    r = train_draft(
+        TrainOptions(
+            data=make_data(tmp_path),
+            target=target,
+            out=tmp_path / "out",
+            draft_arch=arch,
+            device="cpu",
+            steps=2,
+            layer_ids=list(AUX),
+            num_workers=0,
+            total_seq_len=256,
+            min_val_acc=0,
+        )
+    )
     assert r["layer_ids"] == AUX and (tmp_path / "out" / "model.safetensors").exists()

@@ -2,6 +2,7 @@
 model on recorded Kimi-width timings, the least-squares fit recovering known parts, the preset writer through
 launch's own loader and plan, the adaptive config through SGLang's own parser and slot, the refusals, the dry run,
 and the timings reader under hypothesis."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,18 @@ def _tune(argv, capsys):
 
 
 def _base(world):
-    return ["--target", world["target"], "--draft", world["draft"], "--data", world["export"],
-            "--heldout-fraction", "1", "--device", "cpu"]
+    return [
+        "--target",
+        world["target"],
+        "--draft",
+        world["draft"],
+        "--data",
+        world["export"],
+        "--heldout-fraction",
+        "1",
+        "--device",
+        "cpu",
+    ]
 
 
 # ------------------------------------------------------------------------------------------- accept side
@@ -48,8 +59,14 @@ def test_accept_by_steps_equals_eval_at_each_steps_count(world):
 
     cfg = W.draft_config()
     draft = W.write_draft(world["root"] / "draft_random", cfg, W.draft_tensors(seed=7, copy=False, scale=1.0))
-    o = Options(draft=str(draft), data=str(world["export"]), target=str(world["target"]), heldout_fraction=1.0,
-                device="cpu", dtype="fp32")
+    o = Options(
+        draft=str(draft),
+        data=str(world["export"]),
+        target=str(world["target"]),
+        heldout_fraction=1.0,
+        device="cpu",
+        dtype="fp32",
+    )
     got = accept_by_steps(o, 4)
     for n in range(1, 5):
         rep = evaluate(Options(**{**o.__dict__, "steps": n}))
@@ -64,9 +81,16 @@ def test_accept_by_steps_equals_eval_at_each_steps_count(world):
 def test_least_squares_recovers_known_parts():
     target = {1: 3.0, 4: 3.2, 16: 3.8, 32: 4.6, 128: 9.0}
     draft, extend = {1: 0.7, 16: 0.9}, {1: 0.5, 16: 1.1}
-    spec = [{"bs": bs, "steps": s, "accept_length": None,
-             "iteration_ms": costmodel.interp(target, bs * (s + 1)) + s * draft[bs] + extend[bs]}
-            for bs in (1, 16) for s in (1, 3, 5)]
+    spec = [
+        {
+            "bs": bs,
+            "steps": s,
+            "accept_length": None,
+            "iteration_ms": costmodel.interp(target, bs * (s + 1)) + s * draft[bs] + extend[bs],
+        }
+        for bs in (1, 16)
+        for s in (1, 3, 5)
+    ]
     m = costmodel.fit("x", {"target_step_ms": target, "spec": spec, "measured": []})
     for bs in (1, 16):
         assert m.parts[bs].draft_step == pytest.approx(draft[bs], abs=1e-9)
@@ -76,8 +100,9 @@ def test_least_squares_recovers_known_parts():
 
 def test_fit_needs_two_steps_counts():
     with pytest.raises(ValueError, match="two steps counts"):
-        costmodel.fit("x", {"target_step_ms": {1: 3.0}, "spec": [{"bs": 1, "steps": 3, "iteration_ms": 6.0}],
-                            "measured": []})
+        costmodel.fit(
+            "x", {"target_step_ms": {1: 3.0}, "spec": [{"bs": 1, "steps": 3, "iteration_ms": 6.0}], "measured": []}
+        )
 
 
 def test_cost_model_on_recorded_kimi_width_timings():
@@ -90,7 +115,7 @@ def test_cost_model_on_recorded_kimi_width_timings():
     assert fm.iteration_ms(16, 3) == pytest.approx(7.2, rel=0.02)
     assert tr.iteration_ms(16, 3) / fm.iteration_ms(16, 3) == pytest.approx(10.1 / 7.2, rel=0.03)
     speedup = fm.tokens_per_s(16, 3, accept) / fm.tokens_per_s(16, 0, accept)
-    assert 1.8 < speedup < 2.1                     # between admissions: 3.84 x 3.75 / 7.2 = 2.0
+    assert 1.8 < speedup < 2.1  # between admissions: 3.84 x 3.75 / 7.2 = 2.0
     err = costmodel.errors(fm, t["backends"]["flashmla"], accept)
     assert err["iteration_in_sample"]["points"] == 6 and err["iteration_in_sample"]["max_abs"] < 0.05
     assert err["iteration_leave_one_out"]["points"] == 6
@@ -108,19 +133,28 @@ def test_timings_round_trip(tmp_path):
     assert timings.read(p) == t
 
 
-_leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 10 ** 7), st.floats(allow_nan=True),
-                  st.text(max_size=8))
-_json = st.recursive(_leaf, lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(st.text(max_size=8), c,
-                                                                                      max_size=4)), max_leaves=20)
+_leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**7), st.floats(allow_nan=True), st.text(max_size=8))
+_json = st.recursive(
+    _leaf,
+    lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(st.text(max_size=8), c, max_size=4)),
+    max_leaves=20,
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(obj=_json, bs_key=st.text(max_size=8), steps=_leaf, ms=_leaf)
 def test_timings_reader_accepts_or_names_the_key(obj, bs_key, steps, ms):
     """Anything else than a valid file is BadInput naming the file; never another exception."""
-    cands = [obj, {"format": timings.FORMAT, "backends": obj},
-             {"format": timings.FORMAT, "backends": {"fa3": {"target_step_ms": {bs_key: ms},
-                                                             "spec": [{"bs": 1, "steps": steps, "iteration_ms": ms}]}}}]
+    cands = [
+        obj,
+        {"format": timings.FORMAT, "backends": obj},
+        {
+            "format": timings.FORMAT,
+            "backends": {
+                "fa3": {"target_step_ms": {bs_key: ms}, "spec": [{"bs": 1, "steps": steps, "iteration_ms": ms}]}
+            },
+        },
+    ]
     for c in cands:
         try:
             t = timings.parse(c, "t.json")
@@ -151,21 +185,25 @@ def test_adaptive_config_is_read_by_sglangs_own_parser_and_settles_where_fitted(
     params = AdaptiveSpeculativeParams(initial_steps=3, cfg_path=str(path))
     for bs, best in ((1, 3), (16, 2)):
         slot = params._route(bs)
-        for _ in range(400):     # SGLang's own slot fed the mean accepted drafts at its current steps
+        for _ in range(400):  # SGLang's own slot fed the mean accepted drafts at its current steps
             slot.update([accept[slot.current_steps] - 1.0])
         assert slot.current_steps == best, (bs, cfg[str(bs)])
-        mine = adaptive.settle(cfg[str(bs)]["candidate_steps"], accept, 3, cfg[str(bs)]["up_hysteresis"],
-                               cfg[str(bs)]["down_hysteresis"])
+        mine = adaptive.settle(
+            cfg[str(bs)]["candidate_steps"], accept, 3, cfg[str(bs)]["up_hysteresis"], cfg[str(bs)]["down_hysteresis"]
+        )
         assert mine == [best]
     # SGLang's default table, replayed by both
-    for key, e in __import__("sglang.srt.speculative.adaptive_spec_params", fromlist=["x"]).DEFAULT_ADAPTIVE_CONFIG.items():
+    for key, e in __import__(
+        "sglang.srt.speculative.adaptive_spec_params", fromlist=["x"]
+    ).DEFAULT_ADAPTIVE_CONFIG.items():
         slot = AdaptiveStepSlot(3, e)
         seen = []
         for _ in range(600):
             slot.update([max(accept[slot.current_steps] - 1.0, 0.0)] if slot.current_steps else [0])
             seen.append(slot.current_steps)
-        assert set(seen[-40:]) <= set(adaptive.settle(e["candidate_steps"], accept, 3, e["up_hysteresis"],
-                                                      e["down_hysteresis"]) + [0]), key
+        assert set(seen[-40:]) <= set(
+            adaptive.settle(e["candidate_steps"], accept, 3, e["up_hysteresis"], e["down_hysteresis"]) + [0]
+        ), key
 
 
 # ------------------------------------------------------------------------------------------- presets
@@ -184,11 +222,20 @@ def test_written_preset_loads_and_plans_with_the_tuned_flags(tmp_path, world):
     loaded = presets.load(path=p)
     assert loaded.server_args["speculative_num_steps"] == 5
     presets.check_values(loaded, presets.sglang_parser())
-    r = subprocess.run([sys.executable, "-m", "sglang_eagle3_ext.launch_server", "--preset", str(p), "--dry-run"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "sglang_eagle3_ext.launch_server", "--preset", str(p), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
-    for flag in ("--attention-backend flashmla", "--speculative-num-steps 5", "--speculative-num-draft-tokens 6",
-                 "--max-running-requests 16", "--speculative-eagle-topk 1"):
+    for flag in (
+        "--attention-backend flashmla",
+        "--speculative-num-steps 5",
+        "--speculative-num-draft-tokens 6",
+        "--max-running-requests 16",
+        "--speculative-eagle-topk 1",
+    ):
         assert flag in r.stdout, (flag, r.stdout[-2000:])
 
 
@@ -211,8 +258,9 @@ def test_full_run_on_recorded_timings_writes_presets_config_plot_and_report(worl
 
 
 def test_dry_run_plans_without_starting(world, tmp_path, capsys):
-    rc, stdout, err = _tune([*_base(world), "--dry-run", "--out", tmp_path / "o", "--backends", "triton,flashmla",
-                             "--json", "-"], capsys)
+    rc, stdout, err = _tune(
+        [*_base(world), "--dry-run", "--out", tmp_path / "o", "--backends", "triton,flashmla", "--json", "-"], capsys
+    )
     assert rc == 0, err
     rep = json.loads(stdout)
     assert rep["dry_run"] and not (tmp_path / "o").exists()
@@ -221,10 +269,13 @@ def test_dry_run_plans_without_starting(world, tmp_path, capsys):
     assert any("--speculative-num-steps 3" in c for c in rep["timing_pass"]["commands"])
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (["--budget-min", "1"], "--budget-min 1: one timing pass needs at least"),
-    (["--backends", "fa3,nonesuch"], "--backends nonesuch"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--budget-min", "1"], "--budget-min 1: one timing pass needs at least"),
+        (["--backends", "fa3,nonesuch"], "--backends nonesuch"),
+    ],
+)
 def test_refusals_are_one_line_exit_2(world, tmp_path, capsys, extra, needle):
     rc, stdout, err = _tune([*_base(world), "--out", tmp_path / "o", *extra], capsys)
     assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err

@@ -1,4 +1,5 @@
 """Supported range and capability flags (no SGLang import needed)."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,8 +8,19 @@ from sglang_eagle3_ext import versions
 from sglang_eagle3_ext.versions import UnsupportedSGLang, check_supported
 
 
-@pytest.mark.parametrize("v,ok", [("0.5.10", True), ("0.5.16", True), ("0.5.23", True), ("0.5.16.post1", True),
-                                  ("0.5.5", False), ("0.5.24", False), ("0.6.0", False), ("0.4.10", False)])
+@pytest.mark.parametrize(
+    "v,ok",
+    [
+        ("0.5.10", True),
+        ("0.5.16", True),
+        ("0.5.23", True),
+        ("0.5.16.post1", True),
+        ("0.5.5", False),
+        ("0.5.24", False),
+        ("0.6.0", False),
+        ("0.4.10", False),
+    ],
+)
 def test_range(v, ok, monkeypatch):
     monkeypatch.delenv(versions.FORCE_ENV, raising=False)
     if ok:
@@ -27,8 +39,12 @@ def test_force_override(monkeypatch):
 
 def _tree(tmp_path, eagle="", ds="", plugins=False, rc="", fb=""):
     root = tmp_path / "sglang"
-    for rel, text in [("srt/models/llama_eagle3.py", eagle), ("srt/models/deepseek_v2.py", ds),
-                      ("srt/runtime_context.py", rc), ("srt/model_executor/forward_batch_info.py", fb)]:
+    for rel, text in [
+        ("srt/models/llama_eagle3.py", eagle),
+        ("srt/models/deepseek_v2.py", ds),
+        ("srt/runtime_context.py", rc),
+        ("srt/model_executor/forward_batch_info.py", fb),
+    ]:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     if plugins:
@@ -38,18 +54,26 @@ def _tree(tmp_path, eagle="", ds="", plugins=False, rc="", fb=""):
 
 
 def test_flags_from_source_old_style(tmp_path):
-    root = _tree(tmp_path, eagle="self.midlayer = LlamaDecoderLayer(config, 0)",
-                 ds="            self.model.layers_to_capture = [val + 1 for val in layer_ids]\n",
-                 fb="    rids: Optional[List[str]] = None\n")
+    root = _tree(
+        tmp_path,
+        eagle="self.midlayer = LlamaDecoderLayer(config, 0)",
+        ds="            self.model.layers_to_capture = [val + 1 for val in layer_ids]\n",
+        fb="    rids: Optional[List[str]] = None\n",
+    )
     c = versions.capabilities_from_source(root, "0.5.10")
     assert c.HAS_MIDLAYER and not c.HAS_LAYERS_LIST and not c.HAS_PLUGINS and c.CAPTURE_ALWAYS_PLUS_ONE
     assert c.HAS_FORWARD_BATCH_RIDS and not c.AUX_PACKED
 
 
 def test_flags_from_source_new_style(tmp_path):
-    root = _tree(tmp_path, eagle="self.layers = nn.ModuleList([])\nself.fc_norm = None\nnorm_before_fc",
-                 ds="if layer_ids and layer_ids[0] == 1:\n    self.model.layers_to_capture = [val + 1 for val in layer_ids]\n"
-                    "else:\n AuxHiddenStatePacker(3)", plugins=True, rc="class SpawnRanks: ...")
+    root = _tree(
+        tmp_path,
+        eagle="self.layers = nn.ModuleList([])\nself.fc_norm = None\nnorm_before_fc",
+        ds="if layer_ids and layer_ids[0] == 1:\n    self.model.layers_to_capture = [val + 1 for val in layer_ids]\n"
+        "else:\n AuxHiddenStatePacker(3)",
+        plugins=True,
+        rc="class SpawnRanks: ...",
+    )
     c = versions.capabilities_from_source(root, "0.5.23")
     assert c.HAS_LAYERS_LIST and not c.HAS_MIDLAYER and c.HAS_PLUGINS and c.AUX_PACKED
     assert c.HAS_INPUT_NORM and c.HAS_FC_NORM and c.HAS_RUNTIME_CONTEXT and not c.CAPTURE_ALWAYS_PLUS_ONE
@@ -66,7 +90,9 @@ def test_offline_table_matches_installed_release():
     assert dataclasses.asdict(capabilities_for_version(installed.version)) == dataclasses.asdict(installed)
 
 
-@pytest.mark.parametrize("v,midlayer,packed", [("0.5.10", True, False), ("0.5.16", False, False), ("0.5.23", False, True)])
+@pytest.mark.parametrize(
+    "v,midlayer,packed", [("0.5.10", True, False), ("0.5.16", False, False), ("0.5.23", False, True)]
+)
 def test_offline_table_known_points(v, midlayer, packed):
     c = versions.capabilities_for_version(v)
     assert (c.HAS_MIDLAYER, c.HAS_LAYERS_LIST, c.AUX_PACKED, c.CAPTURE_ALWAYS_PLUS_ONE) == (
@@ -93,18 +119,33 @@ def _pyproject_sglang_requirement():
 
 def test_pyproject_sglang_extra_is_the_recommended_release():
     req = _pyproject_sglang_requirement()
-    assert req.name == "sglang" and str(req.specifier) == f"=={versions.RECOMMENDED}", \
+    assert req.name == "sglang" and str(req.specifier) == f"=={versions.RECOMMENDED}", (
         f"pyproject.toml's sglang extra must be sglang=={versions.RECOMMENDED} (versions.RECOMMENDED)"
+    )
     assert versions.RECOMMENDED in versions.TESTED_RELEASES and versions.in_range(versions.RECOMMENDED)
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert f"SGLang {versions.RECOMMENDED}" in readme, "the README names the recommended release"
 
 
 # (version, inside the supported range): pre-releases inside count (installed already), MAX's post releases too
-RANGE_CASES = [("0.5.9", False), ("0.5.10rc1", False), ("0.5.10", True), ("0.5.10.post1", True), ("0.5.16rc2", True),
-               ("0.5.16.dev3", True), ("0.5.16+cu128", True), ("0.5.16.post2+abc", True), ("0.5.23", True),
-               ("0.5.23.post1", True), ("0.5.23.post1.dev0", True), ("0.5.24.dev0", False), ("0.5.24rc1", False),
-               ("0.5.24", False), ("0.6.0", False), ("1!0.5.16", False)]
+RANGE_CASES = [
+    ("0.5.9", False),
+    ("0.5.10rc1", False),
+    ("0.5.10", True),
+    ("0.5.10.post1", True),
+    ("0.5.16rc2", True),
+    ("0.5.16.dev3", True),
+    ("0.5.16+cu128", True),
+    ("0.5.16.post2+abc", True),
+    ("0.5.23", True),
+    ("0.5.23.post1", True),
+    ("0.5.23.post1.dev0", True),
+    ("0.5.24.dev0", False),
+    ("0.5.24rc1", False),
+    ("0.5.24", False),
+    ("0.6.0", False),
+    ("1!0.5.16", False),
+]
 
 
 @pytest.mark.parametrize("v,inside", RANGE_CASES)
@@ -132,6 +173,7 @@ def test_tested_releases_match_patches_ci_and_readme():
     patch_dirs = {p.name for p in (REPO / "patches").iterdir() if p.is_dir() and p.name[0].isdigit()}
     assert patch_dirs == set(rel)
     import sys
+
     sys.path.insert(0, str(REPO / "patches"))
     try:
         import make_patches

@@ -1,5 +1,6 @@
 """Loopback servers for the client tests: one answering whatever JSON (or bytes) a test sets per route, and
 one that trickles its reply a byte at a time and never finishes it. Real sockets, served from threads."""
+
 from __future__ import annotations
 
 import json
@@ -48,7 +49,7 @@ class Replies:
             allow_reuse_address = True
             request_queue_size = 64
 
-            def handle_error(self, request, client_address):   # a client that gave up: expected here
+            def handle_error(self, request, client_address):  # a client that gave up: expected here
                 pass
 
         self.httpd = Srv(("127.0.0.1", port), H)
@@ -94,12 +95,12 @@ class Trickle:
             path = head.split(b" ", 2)[1].decode()
             if path in self.healthy:
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n{}")
-                return self._serve(conn)       # keep-alive: the next request on this connection
+                return self._serve(conn)  # keep-alive: the next request on this connection
             reply = b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * 10**6
             for i in range(len(reply)):
                 if self.stop.is_set():
                     return
-                conn.sendall(reply[i:i + 1])
+                conn.sendall(reply[i : i + 1])
                 time.sleep(self.every_s)
         except OSError:
             return

@@ -1,4 +1,5 @@
 """A directory tree as data, to prove a command left every file it was not asked to write as it was."""
+
 from __future__ import annotations
 
 import hashlib

@@ -13,6 +13,7 @@ module declaring INTERFACE (llama.py is the reference, each name documented ther
 
 Imports nothing heavy: layout modules import only the draft's errors and keys.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -22,19 +23,41 @@ from ...boundary import BadInput
 
 # name -> module (a path relative to this package, or a module object)
 LAYOUTS: dict[str, str | types.ModuleType] = {
-    "llama": ".llama",   # SGLang's LlamaForCausalLMEagle3 (speculators, SpecForge, EAGLE drafts)
-    "mla": ".mla",       # SGLang's Eagle3DeepseekV2ForCausalLM (Kimi-K2.5's drafts)
+    "llama": ".llama",  # SGLang's LlamaForCausalLMEagle3 (speculators, SpecForge, EAGLE drafts)
+    "mla": ".mla",  # SGLang's Eagle3DeepseekV2ForCausalLM (Kimi-K2.5's drafts)
 }
 
 # What every layout module declares (documented in llama.py).
 INTERFACE = (
-    "NAME", "ARCH", "LABEL", "SGLANG_CLASS", "CONFIG_FIELDS", "DRAFT_VOCAB_REQUIRED", "FUSED",
-    "SOURCE_NAMES", "READERS", "CONFIG_DEFAULTS",
-    "config_fields", "aux_count", "option_problems", "layer_shapes", "tensor_problem", "to_release",
-    "reads_num_aux", "source_format", "source_key",
+    "NAME",
+    "ARCH",
+    "LABEL",
+    "SGLANG_CLASS",
+    "CONFIG_FIELDS",
+    "DRAFT_VOCAB_REQUIRED",
+    "FUSED",
+    "SOURCE_NAMES",
+    "READERS",
+    "CONFIG_DEFAULTS",
+    "config_fields",
+    "aux_count",
+    "option_problems",
+    "layer_shapes",
+    "tensor_problem",
+    "to_release",
+    "reads_num_aux",
+    "source_format",
+    "source_key",
     # what train, eval and swap build for it
-    "NET", "TRAINING", "PLAN", "TRAIN_PADS_TO_TOTAL_SEQ_LEN", "TRAIN_SHARDS_WEIGHTS", "READS_DRAFT_WINDOW",
-    "heldout", "init_settings", "init_problems",
+    "NET",
+    "TRAINING",
+    "PLAN",
+    "TRAIN_PADS_TO_TOTAL_SEQ_LEN",
+    "TRAIN_SHARDS_WEIGHTS",
+    "READS_DRAFT_WINDOW",
+    "heldout",
+    "init_settings",
+    "init_problems",
 )
 
 
@@ -71,8 +94,9 @@ def layout_of(cfg, where: str = "draft config"):
     mod = find(cfg)
     if mod is None:
         archs = cfg.get("architectures") if isinstance(cfg, dict) else None
-        raise BadInput(where, f"architectures {archs!r} names no EAGLE-3 draft layout SGLang builds; known "
-                              f"layouts: {_known()}")
+        raise BadInput(
+            where, f"architectures {archs!r} names no EAGLE-3 draft layout SGLang builds; known layouts: {_known()}"
+        )
     return mod
 
 

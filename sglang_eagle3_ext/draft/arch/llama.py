@@ -5,6 +5,7 @@ cat(embeds, hidden) = 2 x hidden; fc over K aux states; per-release options fc_n
 
 This module is the reference of what a layout declares (draft/arch/__init__.INTERFACE); each name says its job.
 """
+
 from __future__ import annotations
 
 from .. import errors as E
@@ -12,26 +13,29 @@ from ..config_schema import norm_before_fc
 from ..errors import Problem
 from ..keys import LAYER
 
-NAME = "llama"                          # registry name (also train's --draft-arch value)
-ARCH = "LlamaForCausalLMEagle3"         # the `architectures` entry SGLang builds this class from
-LABEL = None                            # a word naming the layout in messages (None: the class name says it)
+NAME = "llama"  # registry name (also train's --draft-arch value)
+ARCH = "LlamaForCausalLMEagle3"  # the `architectures` entry SGLang builds this class from
+LABEL = None  # a word naming the layout in messages (None: the class name says it)
 SGLANG_CLASS = "sglang.srt.models.llama_eagle3:LlamaForCausalLMEagle3"
 # What the other features build for this layout, named "module:attr" and imported only when used:
-NET = "sglang_eagle3_ext.draft.nets.llama:LlamaEagle3Draft"   # eval's SGLang-equal module: NET(config) -> nn.Module
+NET = "sglang_eagle3_ext.draft.nets.llama:LlamaEagle3Draft"  # eval's SGLang-equal module: NET(config) -> nn.Module
 TRAINING = "sglang_eagle3_ext.training.speculators.train:train_llama"  # train's route: (options, out rule) -> summary
 PLAN = "sglang_eagle3_ext.training.plan_models:llama_step"  # train --dry-run: (opts, target cfg, K, T, device, world)
-TRAIN_PADS_TO_TOTAL_SEQ_LEN = True      # the route packs samples into --total-seq-len rows (else one sample a step)
-TRAIN_SHARDS_WEIGHTS = True             # the route shards the weights over the ranks (FSDP; else DDP replicas)
-READS_DRAFT_WINDOW = True               # the class runs --speculative-draft-window-size (sliding-window attention)
-CONFIG_FIELDS: tuple[str, ...] = ()     # this layout's own config fields (positive integers)
-DRAFT_VOCAB_REQUIRED = True             # the class fails without `draft_vocab_size` (null: share the target's head)
+TRAIN_PADS_TO_TOTAL_SEQ_LEN = True  # the route packs samples into --total-seq-len rows (else one sample a step)
+TRAIN_SHARDS_WEIGHTS = True  # the route shards the weights over the ranks (FSDP; else DDP replicas)
+READS_DRAFT_WINDOW = True  # the class runs --speculative-draft-window-size (sliding-window attention)
+CONFIG_FIELDS: tuple[str, ...] = ()  # this layout's own config fields (positive integers)
+DRAFT_VOCAB_REQUIRED = True  # the class fails without `draft_vocab_size` (null: share the target's head)
 # SGLang parameter (canonical name) -> the checkpoint keys the release's load_weights fuses into it itself.
 # A layout with entries also defines prefused_problem, half_missing_problem and split_fused (see mla.py).
 FUSED: dict[str, tuple[str, ...]] = {}
 # convert: the source formats this layout reads, as its refusal of an unknown config lists them
-SOURCE_NAMES = ("speculators Eagle3Speculator", f"{ARCH} (SGLang/SpecForge)",
-                "an EAGLE-repo LlamaForCausalLM with draft_vocab_size")
-CONFIG_DEFAULTS: dict = {}              # convert: config keys SGLang needs that a source may lack
+SOURCE_NAMES = (
+    "speculators Eagle3Speculator",
+    f"{ARCH} (SGLang/SpecForge)",
+    "an EAGLE-repo LlamaForCausalLM with draft_vocab_size",
+)
+CONFIG_DEFAULTS: dict = {}  # convert: config keys SGLang needs that a source may lack
 _DROP_FROM_LAYER_CFG = {"architectures", "model_type", "transformers_version", "_name_or_path", "auto_map"}
 
 
@@ -46,15 +50,30 @@ def aux_count(cfg: dict, ids, release, where: str) -> tuple[int, list[Problem]]:
     n_aux = cfg.get("num_aux_hidden_states")
     if release.midlayer:
         if ids and len(ids) != 3:  # <=0.5.10 builds Linear(3*hidden_in, hidden) whatever the config says
-            P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: {len(ids)} aux layers, but SGLang {release.release} "
-                                                       f"only supports 3; use SGLang >= 0.5.14"))
+            P.append(
+                Problem(
+                    E.UNSUPPORTED_BY_RELEASE,
+                    f"{where}: {len(ids)} aux layers, but SGLang {release.release} "
+                    f"only supports 3; use SGLang >= 0.5.14",
+                )
+            )
         if cfg["num_hidden_layers"] != 1:
-            P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: num_hidden_layers={cfg['num_hidden_layers']}, SGLang "
-                                                       f"{release.release} supports exactly 1 draft layer"))
+            P.append(
+                Problem(
+                    E.UNSUPPORTED_BY_RELEASE,
+                    f"{where}: num_hidden_layers={cfg['num_hidden_layers']}, SGLang "
+                    f"{release.release} supports exactly 1 draft layer",
+                )
+            )
         return 3, P
     if ids and n_aux and n_aux != len(ids):
-        P.append(Problem(E.AUX_COUNT, f"{where}: num_aux_hidden_states={n_aux} but eagle_aux_hidden_state_layer_ids "
-                                      f"has {len(ids)} entries {ids}"))
+        P.append(
+            Problem(
+                E.AUX_COUNT,
+                f"{where}: num_aux_hidden_states={n_aux} but eagle_aux_hidden_state_layer_ids "
+                f"has {len(ids)} entries {ids}",
+            )
+        )
     return n_aux or (len(ids) if ids else 3), P
 
 
@@ -63,13 +82,25 @@ def option_problems(cfg: dict, release, where: str) -> list[Problem]:
     P: list[Problem] = []
     if cfg.get("fc_norm") or cfg.get("use_aux_norm"):
         if not release.fc_norm:
-            P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: fc_norm=true but SGLang {release.release} has no "
-                                                       f"fc_norm (it would be ignored); use SGLang >= 0.5.14"))
+            P.append(
+                Problem(
+                    E.UNSUPPORTED_BY_RELEASE,
+                    f"{where}: fc_norm=true but SGLang {release.release} has no "
+                    f"fc_norm (it would be ignored); use SGLang >= 0.5.14",
+                )
+            )
     if norm_before_fc(cfg) and not release.input_norm:
-        P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: norm_before_fc=true but SGLang {release.release} has no "
-                                                   f"input_norm (it would be ignored); use SGLang >= 0.5.18"))
+        P.append(
+            Problem(
+                E.UNSUPPORTED_BY_RELEASE,
+                f"{where}: norm_before_fc=true but SGLang {release.release} has no "
+                f"input_norm (it would be ignored); use SGLang >= 0.5.18",
+            )
+        )
     if cfg.get("norm_output") and not release.norm_output:
-        P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: norm_output=true but SGLang {release.release} ignores it"))
+        P.append(
+            Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: norm_output=true but SGLang {release.release} ignores it")
+        )
     return P
 
 
@@ -81,11 +112,20 @@ def layer_shapes(spec) -> dict[str, tuple[int, ...]]:
     for n in range(spec.n_layers):
         w = 2 * H if n == 0 else H  # the first layer takes cat(embeds, hidden)
         p = f"layers.{n}."
-        shapes.update({p + "self_attn.q_proj.weight": (q, w), p + "self_attn.k_proj.weight": (kv, w),
-                       p + "self_attn.v_proj.weight": (kv, w), p + "self_attn.o_proj.weight": (H, q),
-                       p + "mlp.gate_proj.weight": (spec.inter, H), p + "mlp.up_proj.weight": (spec.inter, H),
-                       p + "mlp.down_proj.weight": (H, spec.inter), p + "input_layernorm.weight": (H,),
-                       p + "hidden_norm.weight": (H,), p + "post_attention_layernorm.weight": (H,)})
+        shapes.update(
+            {
+                p + "self_attn.q_proj.weight": (q, w),
+                p + "self_attn.k_proj.weight": (kv, w),
+                p + "self_attn.v_proj.weight": (kv, w),
+                p + "self_attn.o_proj.weight": (H, q),
+                p + "mlp.gate_proj.weight": (spec.inter, H),
+                p + "mlp.up_proj.weight": (spec.inter, H),
+                p + "mlp.down_proj.weight": (H, spec.inter),
+                p + "input_layernorm.weight": (H,),
+                p + "hidden_norm.weight": (H,),
+                p + "post_attention_layernorm.weight": (H,),
+            }
+        )
     return shapes
 
 
@@ -99,18 +139,27 @@ def to_release(canon: str, release) -> tuple[str | None, Problem | None]:
     m = LAYER.match(canon)
     if release.midlayer and m:
         if m.group(1) != "0":
-            return None, Problem(E.UNSUPPORTED_BY_RELEASE,
-                                 f"{canon}: SGLang {release.release} has exactly one draft layer (midlayer); "
-                                 f"use SGLang >= 0.5.14 for multi-layer drafts", key=canon)
+            return None, Problem(
+                E.UNSUPPORTED_BY_RELEASE,
+                f"{canon}: SGLang {release.release} has exactly one draft layer (midlayer); "
+                f"use SGLang >= 0.5.14 for multi-layer drafts",
+                key=canon,
+            )
         return "midlayer." + m.group(2), None
     if canon.startswith("fc_norm.") and not release.fc_norm:
-        return None, Problem(E.UNSUPPORTED_BY_RELEASE,
-                             f"{canon}: the draft was trained with per-aux fc_norm, which SGLang {release.release} "
-                             f"does not have (it would be ignored, acceptance collapses); use SGLang >= 0.5.14", key=canon)
+        return None, Problem(
+            E.UNSUPPORTED_BY_RELEASE,
+            f"{canon}: the draft was trained with per-aux fc_norm, which SGLang {release.release} "
+            f"does not have (it would be ignored, acceptance collapses); use SGLang >= 0.5.14",
+            key=canon,
+        )
     if canon.startswith("input_norm.") and not release.input_norm:
-        return None, Problem(E.UNSUPPORTED_BY_RELEASE,
-                             f"{canon}: the draft was trained with norm_before_fc (input_norm), which SGLang "
-                             f"{release.release} does not have (it would be ignored); use SGLang >= 0.5.18", key=canon)
+        return None, Problem(
+            E.UNSUPPORTED_BY_RELEASE,
+            f"{canon}: the draft was trained with norm_before_fc (input_norm), which SGLang "
+            f"{release.release} does not have (it would be ignored); use SGLang >= 0.5.18",
+            key=canon,
+        )
     return canon, None
 
 
@@ -124,22 +173,29 @@ def source_format(cfg: dict) -> str | None:
     archs = cfg.get("architectures") or []
     if cfg.get("speculators_model_type") or "Eagle3Speculator" in archs or "transformer_layer_config" in cfg:
         if cfg.get("speculators_model_type", "eagle3") != "eagle3":
-            raise E.conversion_refused(f"speculators model type {cfg.get('speculators_model_type')!r} is not EAGLE-3",
-                                       E.CONFIG_INVALID)
+            raise E.conversion_refused(
+                f"speculators model type {cfg.get('speculators_model_type')!r} is not EAGLE-3", E.CONFIG_INVALID
+            )
         return "speculators"
     if ARCH in archs:
-        return "sglang"   # SGLang / SpecForge
+        return "sglang"  # SGLang / SpecForge
     if "LlamaForCausalLM" in archs and "draft_vocab_size" in cfg:
-        return "eagle"    # SafeAILab EAGLE repo
+        return "eagle"  # SafeAILab EAGLE repo
     return None
 
 
 def source_key(canon: str, fmt: str) -> tuple[str, str | None]:
     """convert: a canonical key of a `fmt` checkpoint under SGLang's name for it, and the rename note (or None)."""
-    if fmt == "speculators" and canon.startswith("layers.") and not canon.startswith("layers.0.") \
-            and canon.endswith(".input_layernorm.weight"):
+    if (
+        fmt == "speculators"
+        and canon.startswith("layers.")
+        and not canon.startswith("layers.0.")
+        and canon.endswith(".input_layernorm.weight")
+    ):
         # speculators layers >= 1 are plain decoder layers; SGLang's use hidden_norm in that role
-        return canon.replace(".input_layernorm.", ".hidden_norm."), "layers.N.input_layernorm -> layers.N.hidden_norm (N>=1)"
+        return canon.replace(
+            ".input_layernorm.", ".hidden_norm."
+        ), "layers.N.input_layernorm -> layers.N.hidden_norm (N>=1)"
     return canon, None
 
 
@@ -147,8 +203,9 @@ def heldout(n: int, train_ratio: float) -> tuple[int, str]:
     """The first of the n sample files train's route validates on (the rest are held out), and the rule in words:
     speculators' split, rows [int(n * train_ratio), n)."""
     start = int(n * train_ratio)
-    return start, (f"rows {start}..{n - 1} of {n}: speculators' validation split under "
-                   f"`train --train-ratio {train_ratio:g}`")
+    return start, (
+        f"rows {start}..{n - 1} of {n}: speculators' validation split under `train --train-ratio {train_ratio:g}`"
+    )
 
 
 def init_settings(spec, cfg: dict) -> dict:
@@ -161,8 +218,15 @@ def init_settings(spec, cfg: dict) -> dict:
 
 def init_problems(spec, cfg: dict) -> list[str]:
     """train --init-from: what the draft was trained with that train's route does not build."""
-    on = [n for n, v in (("fc_norm", spec.fc_norm), ("norm_before_fc", spec.norm_before_fc),
-                         ("norm_output", bool(cfg.get("norm_output")))) if v]
+    on = [
+        n
+        for n, v in (
+            ("fc_norm", spec.fc_norm),
+            ("norm_before_fc", spec.norm_before_fc),
+            ("norm_output", bool(cfg.get("norm_output"))),
+        )
+        if v
+    ]
     return [f"it was trained with {', '.join(on)}, which train's Llama drafts do not have"] if on else []
 
 
@@ -170,29 +234,42 @@ def from_speculators(cfg: dict, hf_override) -> tuple[dict, list[int]]:
     """A speculators Eagle3Speculator config as SGLang's (its layer config holds the Llama fields), and the HF
     hidden-state indices it was trained on."""
     if not isinstance(cfg.get("transformer_layer_config"), dict):
-        raise E.conversion_refused("a speculators config (Eagle3Speculator) without its transformer_layer_config "
-                                   "object: the draft's layer sizes are unknown; re-save it with speculators",
-                                   E.CONFIG_INVALID)
+        raise E.conversion_refused(
+            "a speculators config (Eagle3Speculator) without its transformer_layer_config "
+            "object: the draft's layer sizes are unknown; re-save it with speculators",
+            E.CONFIG_INVALID,
+        )
     tl = dict(cfg["transformer_layer_config"])
     if tl.get("model_type", "llama") != "llama":
-        raise E.conversion_refused(f"transformer_layer_config.model_type={tl.get('model_type')!r}: SGLang's EAGLE-3 "
-                                   f"draft is Llama-only (e.g. Qwen3 layers have qk-norm it lacks); retrain with a "
-                                   f"llama layer config")
+        raise E.conversion_refused(
+            f"transformer_layer_config.model_type={tl.get('model_type')!r}: SGLang's EAGLE-3 "
+            f"draft is Llama-only (e.g. Qwen3 layers have qk-norm it lacks); retrain with a "
+            f"llama layer config"
+        )
     if cfg.get("norm_before_residual"):
-        raise E.conversion_refused("norm_before_residual=true: SGLang always uses the un-normed residual, so the draft "
-                                   "would run a different network than it was trained as; retrain with "
-                                   "norm_before_residual=false")
+        raise E.conversion_refused(
+            "norm_before_residual=true: SGLang always uses the un-normed residual, so the draft "
+            "would run a different network than it was trained as; retrain with "
+            "norm_before_residual=false"
+        )
     out = {k: v for k, v in tl.items() if k not in _DROP_FROM_LAYER_CFG}
     hidden = tl["hidden_size"]
-    out.update(architectures=[ARCH], model_type="llama", tie_word_embeddings=False,
-               draft_vocab_size=cfg.get("draft_vocab_size"),
-               target_hidden_size=cfg.get("target_hidden_size") or hidden)
+    out.update(
+        architectures=[ARCH],
+        model_type="llama",
+        tie_word_embeddings=False,
+        draft_vocab_size=cfg.get("draft_vocab_size"),
+        target_hidden_size=cfg.get("target_hidden_size") or hidden,
+    )
     # speculators' ids already mean HF hidden_states[k] (no +1)
     hf = hf_override or cfg.get("eagle_aux_hidden_state_layer_ids")
     if not hf:
-        raise E.conversion_refused("the speculators config has no eagle_aux_hidden_state_layer_ids (it was resolved "
-                                   "from the verifier at training time); pass --hf-indices with the HF hidden_states "
-                                   "indices used in training", E.CONFIG_MISSING)
+        raise E.conversion_refused(
+            "the speculators config has no eagle_aux_hidden_state_layer_ids (it was resolved "
+            "from the verifier at training time); pass --hf-indices with the HF hidden_states "
+            "indices used in training",
+            E.CONFIG_MISSING,
+        )
     for flag in ("fc_norm", "norm_output"):
         if cfg.get(flag):
             out[flag] = True
@@ -201,4 +278,4 @@ def from_speculators(cfg: dict, hf_override) -> tuple[dict, list[int]]:
     return out, list(hf)
 
 
-READERS = {"speculators": from_speculators}   # convert: source format -> reader of a config not SGLang-shaped
+READERS = {"speculators": from_speculators}  # convert: source format -> reader of a config not SGLang-shaped

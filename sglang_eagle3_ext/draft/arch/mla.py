@@ -13,6 +13,7 @@ What the release's own load_weights does, and where it fails silently:
   - `post_load_weights` splits `kv_b_proj` into w_kc / w_vc.
 The names this module declares are those of draft/arch/llama.py (the reference).
 """
+
 from __future__ import annotations
 
 from .. import errors as E
@@ -27,18 +28,18 @@ SGLANG_CLASS = "sglang.srt.models.kimi_k25_eagle3:Eagle3DeepseekV2ForCausalLM"
 NET = "sglang_eagle3_ext.draft.nets.mla:Eagle3MLADraft"
 TRAINING = "sglang_eagle3_ext.training.mla.train:train_from_options"
 PLAN = "sglang_eagle3_ext.training.plan_models:mla_step"
-TRAIN_PADS_TO_TOTAL_SEQ_LEN = False     # one sample per micro-batch: the plan sizes the longest
-TRAIN_SHARDS_WEIGHTS = False            # DDP: every rank holds the whole draft
-READS_DRAFT_WINDOW = False              # the class runs full attention whatever the window says
-REQUIRES = "HAS_MLA_DRAFT"      # the release capability flag saying the class exists
+TRAIN_PADS_TO_TOTAL_SEQ_LEN = False  # one sample per micro-batch: the plan sizes the longest
+TRAIN_SHARDS_WEIGHTS = False  # DDP: every rank holds the whole draft
+READS_DRAFT_WINDOW = False  # the class runs full attention whatever the window says
+REQUIRES = "HAS_MLA_DRAFT"  # the release capability flag saying the class exists
 SINCE = "0.5.14"
-SPECFORGE = "DeepseekV3ForCausalLMEagle3"   # SpecForge's own class name for this layout (`midlayer.*`)
+SPECFORGE = "DeepseekV3ForCausalLMEagle3"  # SpecForge's own class name for this layout (`midlayer.*`)
 ATTN = "layers.0.self_attn."
 Q_HALF, KV_HALF = ATTN + "q_a_proj.weight", ATTN + "kv_a_proj_with_mqa.weight"
 FUSED_KEY = ATTN + "fused_qkv_a_proj_with_mqa.weight"
 DIM_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 CONFIG_FIELDS = DIM_FIELDS
-DRAFT_VOCAB_REQUIRED = False    # the class reads a missing draft_vocab_size as null
+DRAFT_VOCAB_REQUIRED = False  # the class reads a missing draft_vocab_size as null
 FUSED = {FUSED_KEY: (Q_HALF, KV_HALF)}
 SOURCE_NAMES = (f"{ARCH} (MLA, Kimi-K2.5)", f"{SPECFORGE} (SpecForge MLA)")
 READERS: dict = {}
@@ -49,22 +50,47 @@ def config_fields(cfg: dict, release, where: str) -> tuple[dict, list[Problem]]:
     """MLA dims for DraftSpec.dims, and config problems."""
     P: list[Problem] = []
     if not release.has(REQUIRES):
-        P.append(Problem(E.DRAFT_CLASS, f"{where}: architectures [\"{ARCH}\"] (an MLA EAGLE-3 draft, e.g. Kimi-K2.5's) "
-                                        f"but SGLang {release.release} has no such class (added in {SINCE}): it would "
-                                        f"not build this draft. Use SGLang >= {SINCE}"))
+        P.append(
+            Problem(
+                E.DRAFT_CLASS,
+                f'{where}: architectures ["{ARCH}"] (an MLA EAGLE-3 draft, e.g. Kimi-K2.5\'s) '
+                f"but SGLang {release.release} has no such class (added in {SINCE}): it would "
+                f"not build this draft. Use SGLang >= {SINCE}",
+            )
+        )
     bad = [f for f in DIM_FIELDS if not isinstance(cfg.get(f), int) or cfg.get(f) <= 0]
     for f in bad:
-        P.append(Problem(E.CONFIG_MISSING, f"{where}: `{f}` missing or not a positive integer — SGLang's MLA draft layer "
-                                           f"needs it (q_lora_rank null makes it refuse to start)"))
+        P.append(
+            Problem(
+                E.CONFIG_MISSING,
+                f"{where}: `{f}` missing or not a positive integer — SGLang's MLA draft layer "
+                f"needs it (q_lora_rank null makes it refuse to start)",
+            )
+        )
     if cfg.get("num_hidden_layers") not in (None, 1):
-        P.append(Problem(E.UNSUPPORTED_BY_RELEASE, f"{where}: num_hidden_layers={cfg.get('num_hidden_layers')}, SGLang's "
-                                                   f"{ARCH} has exactly one draft layer"))
+        P.append(
+            Problem(
+                E.UNSUPPORTED_BY_RELEASE,
+                f"{where}: num_hidden_layers={cfg.get('num_hidden_layers')}, SGLang's "
+                f"{ARCH} has exactly one draft layer",
+            )
+        )
     if eagle_config(cfg).get("norm_before_fc") or cfg.get("norm_before_fc"):
-        P.append(Problem(E.UNSUPPORTED_OPTION, f"{where}: norm_before_fc=true — SGLang's {ARCH} has no input_norm, it "
-                                               f"would run a different network than the one trained"))
+        P.append(
+            Problem(
+                E.UNSUPPORTED_OPTION,
+                f"{where}: norm_before_fc=true — SGLang's {ARCH} has no input_norm, it "
+                f"would run a different network than the one trained",
+            )
+        )
     fields = {f: cfg.get(f) or 0 for f in DIM_FIELDS}
-    return {"q_lora": fields["q_lora_rank"], "kv_lora": fields["kv_lora_rank"], "rope": fields["qk_rope_head_dim"],
-            "nope": fields["qk_nope_head_dim"], "v_head": fields["v_head_dim"]}, P
+    return {
+        "q_lora": fields["q_lora_rank"],
+        "kv_lora": fields["kv_lora_rank"],
+        "rope": fields["qk_rope_head_dim"],
+        "nope": fields["qk_nope_head_dim"],
+        "v_head": fields["v_head_dim"],
+    }, P
 
 
 def aux_count(cfg: dict, ids, release, where: str) -> tuple[int, list[Problem]]:
@@ -75,8 +101,13 @@ def aux_count(cfg: dict, ids, release, where: str) -> tuple[int, list[Problem]]:
     k = len(ids) if isinstance(ids, list) and ids else 3
     n_aux = cfg.get("num_aux_hidden_states")
     if n_aux and n_aux != k:
-        return k, [Problem(E.AUX_COUNT, f"{where}: num_aux_hidden_states={n_aux} but SGLang's {ARCH} ignores it "
-                                        f"and builds fc for K={k} (the number of eagle_aux_hidden_state_layer_ids)")]
+        return k, [
+            Problem(
+                E.AUX_COUNT,
+                f"{where}: num_aux_hidden_states={n_aux} but SGLang's {ARCH} ignores it "
+                f"and builds fc for K={k} (the number of eagle_aux_hidden_state_layer_ids)",
+            )
+        ]
     return k, []
 
 
@@ -87,19 +118,29 @@ def option_problems(cfg: dict, release, where: str) -> list[Problem]:
 def layer_shapes(spec) -> dict[str, tuple[int, ...]]:
     H, n, d = spec.hidden, spec.n_heads, spec.dims
     a, m, L = ATTN, "layers.0.mlp.", "layers.0."
-    return {Q_HALF: (d["q_lora"], 2 * H), a + "q_a_layernorm.weight": (d["q_lora"],),
-            a + "q_b_proj.weight": (n * (d["nope"] + d["rope"]), d["q_lora"]),
-            KV_HALF: (d["kv_lora"] + d["rope"], 2 * H), a + "kv_a_layernorm.weight": (d["kv_lora"],),
-            a + "kv_b_proj.weight": (n * (d["nope"] + d["v_head"]), d["kv_lora"]), a + "o_proj.weight": (H, n * d["v_head"]),
-            m + "gate_proj.weight": (spec.inter, H), m + "up_proj.weight": (spec.inter, H),
-            m + "down_proj.weight": (H, spec.inter), L + "input_layernorm.weight": (H,), L + "hidden_norm.weight": (H,),
-            L + "post_attention_layernorm.weight": (H,)}
+    return {
+        Q_HALF: (d["q_lora"], 2 * H),
+        a + "q_a_layernorm.weight": (d["q_lora"],),
+        a + "q_b_proj.weight": (n * (d["nope"] + d["rope"]), d["q_lora"]),
+        KV_HALF: (d["kv_lora"] + d["rope"], 2 * H),
+        a + "kv_a_layernorm.weight": (d["kv_lora"],),
+        a + "kv_b_proj.weight": (n * (d["nope"] + d["v_head"]), d["kv_lora"]),
+        a + "o_proj.weight": (H, n * d["v_head"]),
+        m + "gate_proj.weight": (spec.inter, H),
+        m + "up_proj.weight": (spec.inter, H),
+        m + "down_proj.weight": (H, spec.inter),
+        L + "input_layernorm.weight": (H,),
+        L + "hidden_norm.weight": (H,),
+        L + "post_attention_layernorm.weight": (H,),
+    }
 
 
 def _dims(spec) -> str:
     d = spec.dims
-    return (f"hidden {spec.hidden}, heads {spec.n_heads}, q_lora_rank {d['q_lora']}, kv_lora_rank {d['kv_lora']}, "
-            f"qk_rope_head_dim {d['rope']}, qk_nope_head_dim {d['nope']}, v_head_dim {d['v_head']}")
+    return (
+        f"hidden {spec.hidden}, heads {spec.n_heads}, q_lora_rank {d['q_lora']}, kv_lora_rank {d['kv_lora']}, "
+        f"qk_rope_head_dim {d['rope']}, qk_nope_head_dim {d['nope']}, v_head_dim {d['v_head']}"
+    )
 
 
 def _implied(canon: str, shape: tuple, spec) -> str:
@@ -119,16 +160,24 @@ def _implied(canon: str, shape: tuple, spec) -> str:
 def tensor_problem(canon: str, shape: tuple, want: tuple, spec, where: str) -> Problem | None:
     """A precise problem for a wrong-shaped MLA attention tensor; None for tensors this module does not own."""
     if canon in FUSED:
-        return None   # the rules report a pre-fused key with prefused_problem
+        return None  # the rules report a pre-fused key with prefused_problem
     if canon in (Q_HALF, KV_HALF) and len(shape) == 2 and shape[1] == spec.hidden and want[1] == 2 * spec.hidden:
-        return Problem(E.MLA_INPUT, f"{where}: {canon} is {list(shape)}: it takes 1 x hidden ({spec.hidden}), but the "
-                                    f"EAGLE-3 MLA draft layer feeds it cat(embeds, target states) = 2 x hidden "
-                                    f"({list(want)}). This is a plain DeepSeek attention layer (an MTP/NextN layer?), "
-                                    f"not an EAGLE-3 draft layer", key=canon)
+        return Problem(
+            E.MLA_INPUT,
+            f"{where}: {canon} is {list(shape)}: it takes 1 x hidden ({spec.hidden}), but the "
+            f"EAGLE-3 MLA draft layer feeds it cat(embeds, target states) = 2 x hidden "
+            f"({list(want)}). This is a plain DeepSeek attention layer (an MTP/NextN layer?), "
+            f"not an EAGLE-3 draft layer",
+            key=canon,
+        )
     if canon.startswith(ATTN):
-        return Problem(E.MLA_DIMS, f"{where}: {canon} is {list(shape)}, expected {list(want)} from the config's MLA "
-                                   f"dims ({_dims(spec)}){_implied(canon, shape, spec)} — the config does not "
-                                   f"describe these weights", key=canon)
+        return Problem(
+            E.MLA_DIMS,
+            f"{where}: {canon} is {list(shape)}, expected {list(want)} from the config's MLA "
+            f"dims ({_dims(spec)}){_implied(canon, shape, spec)} — the config does not "
+            f"describe these weights",
+            key=canon,
+        )
     return None
 
 
@@ -136,8 +185,9 @@ def to_release(canon: str, release) -> tuple[str | None, Problem | None]:
     """The release's load_weights maps `layers.0.*` itself in every release."""
     m = LAYER.match(canon)
     if m and m.group(1) != "0":
-        return None, Problem(E.UNSUPPORTED_BY_RELEASE, f"{canon}: SGLang's MLA EAGLE-3 draft has exactly one "
-                                                       f"layer", key=canon)
+        return None, Problem(
+            E.UNSUPPORTED_BY_RELEASE, f"{canon}: SGLang's MLA EAGLE-3 draft has exactly one layer", key=canon
+        )
     return canon, None
 
 
@@ -148,7 +198,7 @@ def reads_num_aux(release) -> bool:
 def source_format(cfg: dict) -> str | None:
     archs = cfg.get("architectures") or []
     if ARCH in archs:
-        return "sglang-mla"     # Kimi-K2.5's published MLA drafts (SGLang's class)
+        return "sglang-mla"  # Kimi-K2.5's published MLA drafts (SGLang's class)
     if SPECFORGE in archs:
         return "specforge-mla"  # SpecForge's MLA draft: its own class name, `midlayer.*`, fc over 3 aux states
     return None
@@ -163,28 +213,36 @@ def heldout(n: int, train_ratio: float) -> tuple[int, str]:
     k = max(1, n - int(n * train_ratio)) if n > 1 and train_ratio < 1 else 0
     if not k:
         return n, f"`train --draft-arch mla` holds none of {n} sample(s) out at --train-ratio {train_ratio:g}"
-    return n - k, (f"the last {k} of {n} samples: the validation files `train --draft-arch mla` holds out at "
-                   f"--train-ratio {train_ratio:g}")
+    return n - k, (
+        f"the last {k} of {n} samples: the validation files `train --draft-arch mla` holds out at "
+        f"--train-ratio {train_ratio:g}"
+    )
 
 
 def init_settings(spec, cfg: dict) -> dict:
-    return {}   # the shared settings are the whole shape (one layer, MLA dims from the target)
+    return {}  # the shared settings are the whole shape (one layer, MLA dims from the target)
 
 
 def init_problems(spec, cfg: dict) -> list[str]:
     if spec.lm_head_rows != spec.vocab:
-        return [f"an MLA draft with draft_vocab_size {spec.lm_head_rows}: train's MLA route trains the full target "
-                f"vocabulary ({spec.vocab})"]
+        return [
+            f"an MLA draft with draft_vocab_size {spec.lm_head_rows}: train's MLA route trains the full target "
+            f"vocabulary ({spec.vocab})"
+        ]
     return []
 
 
 # --- the fused q/kv down-projection (FUSED) ------------------------------------------------------------
 
+
 def prefused_problem(canon: str, where: str) -> Problem:
-    return Problem(E.UNEXPECTED_WEIGHT, f"{where}: {canon} is stored pre-fused; SGLang's {ARCH}.load_weights reads it "
-                                        f"as a kv_a_proj_with_mqa half and drops it silently — convert it (python -m "
-                                        f"sglang_eagle3_ext.convert SRC DST splits it into q_a_proj + kv_a_proj_with_mqa)",
-                   key=canon)
+    return Problem(
+        E.UNEXPECTED_WEIGHT,
+        f"{where}: {canon} is stored pre-fused; SGLang's {ARCH}.load_weights reads it "
+        f"as a kv_a_proj_with_mqa half and drops it silently — convert it (python -m "
+        f"sglang_eagle3_ext.convert SRC DST splits it into q_a_proj + kv_a_proj_with_mqa)",
+        key=canon,
+    )
 
 
 def split_fused(canon: str, tensor, spec) -> list[tuple[str, object]]:
@@ -194,6 +252,10 @@ def split_fused(canon: str, tensor, spec) -> list[tuple[str, object]]:
 
 
 def half_missing_problem(missing: str, present: str, where: str) -> Problem:
-    return Problem(E.FUSED_HALF, f"{where}: {missing} missing while {present} is there — SGLang fuses the two into "
-                                 f"fused_qkv_a_proj_with_mqa only when both arrive, so the whole q/kv down-projection "
-                                 f"would stay uninitialised (silently, in SGLang alone)", key=missing)
+    return Problem(
+        E.FUSED_HALF,
+        f"{where}: {missing} missing while {present} is there — SGLang fuses the two into "
+        f"fused_qkv_a_proj_with_mqa only when both arrive, so the whole q/kv down-projection "
+        f"would stay uninitialised (silently, in SGLang alone)",
+        key=missing,
+    )

@@ -1,4 +1,5 @@
 """The pieces every SGLang EAGLE-3 draft is built from, as SGLang computes them."""
+
 from __future__ import annotations
 
 import torch
@@ -40,8 +41,11 @@ class AuxInput(nn.Module):
 
     def build_aux_input(self, cfg: dict, target_h: int, h: int, eps: float, bias: bool = False) -> None:
         self.fc = nn.Linear(target_h * self.n_aux, h, bias=bias)
-        self.fc_norm = (nn.ModuleList(RMSNorm(target_h, eps) for _ in range(self.n_aux))
-                        if cfg.get("fc_norm") or cfg.get("use_aux_norm") else None)
+        self.fc_norm = (
+            nn.ModuleList(RMSNorm(target_h, eps) for _ in range(self.n_aux))
+            if cfg.get("fc_norm") or cfg.get("use_aux_norm")
+            else None
+        )
 
     def project(self, target_states: torch.Tensor) -> torch.Tensor:
         """[T, K*H_target] -> [T, H], as SGLang's fc path."""

@@ -9,6 +9,7 @@ residual; a later layer takes hidden_norm(hidden + residual) (the fused add); at
 the final norm adds the residual, the state handed to the next draft step is the pre-norm residual (post-norm
 with `norm_output`). tests/sglang_cpu/test_acceptance_equiv.py holds it to SGLang's own class run on CPU.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,9 +30,10 @@ def _rope_scaling(cfg: dict) -> dict | None:
         return None
     kind = rs.get("rope_type") or rs.get("type") or "default"
     if kind not in ROPE_TYPES or "mrope_section" in rs:
-        raise BadInput("draft config.json: rope scaling",
-                       f"{kind!r} is not one eval reproduces (it does {', '.join(ROPE_TYPES)}); evaluate the draft "
-                       f"by serving it")
+        raise BadInput(
+            "draft config.json: rope scaling",
+            f"{kind!r} is not one eval reproduces (it does {', '.join(ROPE_TYPES)}); evaluate the draft by serving it",
+        )
     return None if kind == "default" else dict(rs, rope_type=kind)
 
 
@@ -54,8 +56,11 @@ def inv_freq(cfg: dict, dim: int) -> tuple[torch.Tensor, float]:
     orig = float(rs.get("original_max_position_embeddings") or cfg.get("max_position_embeddings") or 8192)
     wave = 2 * math.pi / inv
     smooth = (orig / wave - low) / (high - low) if low != high else 0
-    scaled = torch.where(wave < orig / high, inv,
-                         torch.where(wave > orig / low, inv / factor, (1 - smooth) * inv / factor + smooth * inv))
+    scaled = torch.where(
+        wave < orig / high,
+        inv,
+        torch.where(wave > orig / low, inv / factor, (1 - smooth) * inv / factor + smooth * inv),
+    )
     return scaled, 1.0
 
 
@@ -77,7 +82,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(width, self.kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(width, self.kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=False)
-        self.scale = self.head_dim ** -0.5
+        self.scale = self.head_dim**-0.5
         inv, self.pos_div = inv_freq(cfg, self.head_dim)
         self.register_buffer("inv_freq", inv, persistent=False)
 
@@ -98,7 +103,7 @@ class DecoderLayer(nn.Module):
         h, eps = int(cfg["hidden_size"]), float(cfg.get("rms_norm_eps", 1e-6))
         self.self_attn = Attention(cfg, 2 * h if first else h)
         self.mlp = MLP(h, int(cfg["intermediate_size"]))
-        if first:     # later layers build one too in SGLang, but never use it
+        if first:  # later layers build one too in SGLang, but never use it
             self.input_layernorm = RMSNorm(h, eps)
         self.hidden_norm = RMSNorm(h, eps)
         self.post_attention_layernorm = RMSNorm(h, eps)
@@ -127,7 +132,7 @@ class LlamaEagle3Draft(AuxInput, nn.Module):
         if why:
             raise BadInput("draft config.json", f"{why}: eval does not reproduce it; evaluate the draft by serving it")
         self.cfg = cfg
-        self.max_positions = None     # RoPE computed for any position
+        self.max_positions = None  # RoPE computed for any position
         h, eps = int(cfg["hidden_size"]), float(cfg.get("rms_norm_eps", 1e-6))
         target_h = int(cfg.get("target_hidden_size") or h)
         ids = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")

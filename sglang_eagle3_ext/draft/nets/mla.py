@@ -13,6 +13,7 @@ state step k-1 produced one position earlier, and its queries see the target-fed
 k positions back plus their own diagonal of each later step -- what the draft's KV cache holds at draft
 step k when serving.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,17 @@ from torch import nn
 from .common import MLP, AuxInput, RMSNorm
 
 # config keys copied from the target's (text) config into the draft config
-MLA_KEYS = ("num_attention_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-            "v_head_dim", "rms_norm_eps", "rope_theta", "max_position_embeddings")
+MLA_KEYS = (
+    "num_attention_heads",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "rms_norm_eps",
+    "rope_theta",
+    "max_position_embeddings",
+)
 
 
 def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -54,8 +64,11 @@ def rope_tables(cfg: dict, max_pos: int) -> tuple[torch.Tensor, torch.Tensor, fl
         ramp = ((torch.arange(dim // 2, dtype=torch.float) - low) / (high - low)).clamp(0, 1)
         keep = (1 - ramp) * float(rs.get("extrapolation_factor", 1.0))
         inv = (1.0 / (f * pos_freqs)) * (1 - keep) + (1.0 / pos_freqs) * keep
-        mscale = (_yarn_mscale(f, float(rs.get("mscale", 1.0))) / _yarn_mscale(f, float(rs.get("mscale_all_dim", 0.0)))
-                  * float(rs.get("attn_factor", 1.0)))
+        mscale = (
+            _yarn_mscale(f, float(rs.get("mscale", 1.0)))
+            / _yarn_mscale(f, float(rs.get("mscale_all_dim", 0.0)))
+            * float(rs.get("attn_factor", 1.0))
+        )
         mad = rs.get("mscale_all_dim", False)
         attn = _yarn_mscale(f, float(mad)) ** 2 if mad and rs.get("apply_yarn_scaling", True) else 1.0
     freqs = torch.outer(torch.arange(max_pos, dtype=torch.float), inv)
@@ -84,7 +97,11 @@ class MLAAttention(nn.Module):
         super().__init__()
         h, self.heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
         self.q_lora, self.kv_lora = int(cfg["q_lora_rank"]), int(cfg["kv_lora_rank"])
-        self.nope, self.rope, self.v_dim = int(cfg["qk_nope_head_dim"]), int(cfg["qk_rope_head_dim"]), int(cfg["v_head_dim"])
+        self.nope, self.rope, self.v_dim = (
+            int(cfg["qk_nope_head_dim"]),
+            int(cfg["qk_rope_head_dim"]),
+            int(cfg["v_head_dim"]),
+        )
         eps = float(cfg.get("rms_norm_eps", 1e-6))
         self.q_a_proj = nn.Linear(2 * h, self.q_lora, bias=False)
         self.q_a_layernorm = RMSNorm(self.q_lora, eps)
@@ -107,7 +124,7 @@ class MLAAttention(nn.Module):
         kv = self.kv_b_proj(self.kv_a_layernorm(c)).view(T, self.heads, self.nope + self.v_dim)
         k_nope, v = kv.split([self.nope, self.v_dim], dim=-1)
         cos, sin = self.cos[positions], self.sin[positions]
-        q_pe = apply_rope(q[..., self.nope:], cos[:, None], sin[:, None])
+        q_pe = apply_rope(q[..., self.nope :], cos[:, None], sin[:, None])
         k_pe = apply_rope(k_pe, cos, sin)[:, None].expand(T, self.heads, self.rope)
         q = torch.cat([q[..., : self.nope], q_pe], -1)
         k = torch.cat([k_nope, k_pe], -1)
@@ -117,7 +134,9 @@ class MLAAttention(nn.Module):
         """q [heads, T, d], k/v [heads, S, d], mask [T, S] (True = visible), bias [T, S] added to the visible
         scores (training only) -> [T, H]."""
         if bias is not None:
-            mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf")) + bias.to(q.dtype)
+            mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf")) + bias.to(
+                q.dtype
+            )
         out = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask[None, None], scale=self.scale)
         return self.o_proj(out[0].transpose(0, 1).reshape(q.shape[1], -1))
 
@@ -139,7 +158,7 @@ class Eagle3MLADraft(AuxInput, nn.Module):
     def __init__(self, cfg: dict):
         super().__init__()
         self.cfg = cfg
-        self.max_positions = int(cfg["max_position_embeddings"])   # its RoPE table's length (no row past it)
+        self.max_positions = int(cfg["max_position_embeddings"])  # its RoPE table's length (no row past it)
         h, eps = int(cfg["hidden_size"]), float(cfg.get("rms_norm_eps", 1e-6))
         if int(cfg.get("num_hidden_layers", 1)) != 1:
             raise ValueError("SGLang's MLA EAGLE-3 draft has exactly one layer (num_hidden_layers=1)")
@@ -163,8 +182,9 @@ class Eagle3MLADraft(AuxInput, nn.Module):
         normed = self.norm(residual)
         return normed, (normed if self.norm_output else residual)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor,
-                seq_lens: list[int] | None = None):
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor, seq_lens: list[int] | None = None
+    ):
         """One packed extend (causal per sequence), as SGLang runs the draft on target-fed states.
         hidden: [T, K*H_target] (fc applied) or [T, H] (the draft's own states). Returns logits, next-step state."""
         if hidden.shape[-1] != self.embed_tokens.embedding_dim:
@@ -172,8 +192,9 @@ class Eagle3MLADraft(AuxInput, nn.Module):
         layer, x = self._pre(input_ids, hidden)
         q, k, v = layer.self_attn.qkv(x, positions)
         T = input_ids.shape[0]
-        seq = torch.repeat_interleave(torch.arange(len(seq_lens or [T]), device=x.device),
-                                      torch.tensor(seq_lens or [T], device=x.device))
+        seq = torch.repeat_interleave(
+            torch.arange(len(seq_lens or [T]), device=x.device), torch.tensor(seq_lens or [T], device=x.device)
+        )
         mask = (seq[:, None] == seq[None, :]) & torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
         normed, state = self._post(layer, layer.self_attn.attend(q, k, v, mask), hidden)
         return self.lm_head(normed), state
@@ -201,11 +222,11 @@ class Eagle3MLADraft(AuxInput, nn.Module):
             masks += [torch.roll(eye, shifts=-(k - j), dims=1) & tril for j in range(1, k + 1)]
             mask = torch.cat(masks, dim=1)
             mask[:k, :] = False
-            mask[:k, 0] = True            # rows p < k have no valid chain; keep softmax finite
+            mask[:k, 0] = True  # rows p < k have no valid chain; keep softmax finite
             bias = None
             if self_bias:
                 bias = torch.zeros(mask.shape, device=x.device)
-                bias[:, k * T:] = eye.float() * self_bias      # the own key: this step's block, same row
+                bias[:, k * T :] = eye.float() * self_bias  # the own key: this step's block, same row
             attn = layer.self_attn.attend(q, torch.cat(ks, 1), torch.cat(vs, 1), mask, bias)
             normed, state = self._post(layer, attn, hidden)
             out.append(self.lm_head(normed))

@@ -4,16 +4,14 @@ A new format is one module here with a function `(dump_dir, out, order=None, los
 progress=False) -> samples exported`, built on ..export (export_into, read_checked, loss_mask, map_samples,
 write_index), plus its line in FORMATS.
 """
+
 from __future__ import annotations
 
 import importlib
 from typing import Callable
 
 # name -> "module:function"; a module starting with "." is one of this package. Imported only when used.
-FORMATS = {
-    "speculators": ".speculators:export_speculators",
-    "specforge": ".specforge:export_specforge",
-}
+FORMATS = {"speculators": ".speculators:export_speculators", "specforge": ".specforge:export_specforge"}
 
 
 def names() -> tuple[str, ...]:

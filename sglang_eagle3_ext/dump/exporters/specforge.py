@@ -1,5 +1,6 @@
 """SpecForge's layout: <out>/rows_{g}-{g+2000}/data_{i}.ckpt  torch.save({input_ids [L], loss_mask [L],
 hidden_state [1, L, H] AFTER the last norm, aux_hidden_state [1, L, K*H]}), plus index.jsonl."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,14 +20,23 @@ from ..sample_file import T_AUX, T_IDS, atomic_write
 SPECFORGE_GROUP = 2000
 
 
-def export_specforge(dump_dir, out, order=None, loss_masks: dict | None = None, workers: int = 1,
-                     progress: bool = False) -> int:
-    return export_into(_build, "specforge", dump_dir, out, order=order, loss_masks=loss_masks, workers=workers,
-                       progress=progress)
+def export_specforge(
+    dump_dir, out, order=None, loss_masks: dict | None = None, workers: int = 1, progress: bool = False
+) -> int:
+    return export_into(
+        _build, "specforge", dump_dir, out, order=order, loss_masks=loss_masks, workers=workers, progress=progress
+    )
 
 
-def _build(dump_dir: Path, out: Path, spec, order=None, loss_masks: dict | None = None, workers: int = 1,
-           progress: bool = False) -> int:
+def _build(
+    dump_dir: Path,
+    out: Path,
+    spec,
+    order=None,
+    loss_masks: dict | None = None,
+    workers: int = 1,
+    progress: bool = False,
+) -> int:
     import torch
 
     recs = ordered_records(dump_dir, order)
@@ -37,8 +47,12 @@ def _build(dump_dir: Path, out: Path, spec, order=None, loss_masks: dict | None 
         _, post = final_states(t, norm, rec["file"])
         L = t[T_IDS].shape[0]
         lm = loss_mask(rec, L, loss_masks)
-        record = {"input_ids": t[T_IDS].long().clone(), "loss_mask": torch.tensor(lm, dtype=torch.long),
-                  "hidden_state": post.unsqueeze(0).contiguous(), "aux_hidden_state": t[T_AUX].unsqueeze(0).contiguous()}
+        record = {
+            "input_ids": t[T_IDS].long().clone(),
+            "loss_mask": torch.tensor(lm, dtype=torch.long),
+            "hidden_state": post.unsqueeze(0).contiguous(),
+            "aux_hidden_state": t[T_AUX].unsqueeze(0).contiguous(),
+        }
         g = i // SPECFORGE_GROUP * SPECFORGE_GROUP
         path = out / f"rows_{g}-{g + SPECFORGE_GROUP}" / f"data_{i}.ckpt"
         atomic_write(path, lambda p: torch.save(record, p))

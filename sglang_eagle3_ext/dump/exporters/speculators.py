@@ -1,6 +1,7 @@
 """speculators' layout: <out>/hidden_states/hs_{i}.safetensors {token_ids [L] int64, hidden_states [L, K+1, H]},
 the last slot = the final state BEFORE the last norm; plus an Arrow dataset at <out> (input_ids, loss_mask,
 seq_len; speculators' ArrowDataset(datapath=<out>)) and index.jsonl."""
+
 from __future__ import annotations
 
 import os
@@ -10,14 +11,38 @@ from ..export import ExportError, export_into, loss_mask, map_samples, ordered_r
 from ..sample_file import T_AUX, T_IDS, T_PRE, atomic_write
 
 
-def export_speculators(dump_dir, out, order=None, loss_masks: dict | None = None, arrow: bool = True,
-                       workers: int = 1, progress: bool = False) -> int:
-    return export_into(_build, "speculators", dump_dir, out, order=order, loss_masks=loss_masks, arrow=arrow,
-                       workers=workers, progress=progress)
+def export_speculators(
+    dump_dir,
+    out,
+    order=None,
+    loss_masks: dict | None = None,
+    arrow: bool = True,
+    workers: int = 1,
+    progress: bool = False,
+) -> int:
+    return export_into(
+        _build,
+        "speculators",
+        dump_dir,
+        out,
+        order=order,
+        loss_masks=loss_masks,
+        arrow=arrow,
+        workers=workers,
+        progress=progress,
+    )
 
 
-def _build(dump_dir: Path, out: Path, spec, order=None, loss_masks: dict | None = None, arrow: bool = True,
-           workers: int = 1, progress: bool = False) -> int:
+def _build(
+    dump_dir: Path,
+    out: Path,
+    spec,
+    order=None,
+    loss_masks: dict | None = None,
+    arrow: bool = True,
+    workers: int = 1,
+    progress: bool = False,
+) -> int:
     recs = ordered_records(dump_dir, order)
     hs_dir = out / "hidden_states"
     hs_dir.mkdir(parents=True, exist_ok=True)
@@ -29,8 +54,10 @@ def _build(dump_dir: Path, out: Path, spec, order=None, loss_masks: dict | None 
     def one(i, rec):
         t, meta = read_checked(dump_dir, rec, spec)
         if T_PRE not in t:
-            raise ExportError(f"{rec['file']}: speculators needs the final state before the norm; this dump was "
-                              f"made with SGLANG_EAGLE3_EXT_DUMP_FINAL=postnorm")
+            raise ExportError(
+                f"{rec['file']}: speculators needs the final state before the norm; this dump was "
+                f"made with SGLANG_EAGLE3_EXT_DUMP_FINAL=postnorm"
+            )
         L, KH = t[T_AUX].shape
         H = t[T_PRE].shape[1]
         hs = __import__("torch").cat([t[T_AUX].view(L, KH // H, H), t[T_PRE].view(L, 1, H)], 1).contiguous()
@@ -56,6 +83,6 @@ def _write_arrow(out: Path, rows: dict) -> None:
     ds = datasets.Dataset.from_dict(rows)
     ds = ds.with_format("torch")
     ds.save_to_disk(str(out / "_arrow_tmp"))
-    for f in (out / "_arrow_tmp").iterdir():   # speculators wants the Arrow files and hidden_states/ side by side
+    for f in (out / "_arrow_tmp").iterdir():  # speculators wants the Arrow files and hidden_states/ side by side
         os.replace(f, out / f.name)
     (out / "_arrow_tmp").rmdir()

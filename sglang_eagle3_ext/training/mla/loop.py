@@ -7,6 +7,7 @@ world_size / (samples in the step), so that DDP's mean over the ranks is the mea
 whatever the split. After every epoch: validation over all ranks, then rank 0 writes --out (the draft and the
 checkpoint to resume from, training/checkpoint.py).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,11 +28,11 @@ CKPT_FILES = ("model_fp32.safetensors", "optimizer.pt", "scheduler.pt")
 
 @dataclasses.dataclass
 class Schedule:
-    G: int                     # micro-batches (samples) per optimizer step, all ranks
-    A: int                     # per rank
+    G: int  # micro-batches (samples) per optimizer step, all ranks
+    A: int  # per rank
     steps_per_epoch: int
     epochs: int
-    total: int                 # optimizer steps of the whole run
+    total: int  # optimizer steps of the whole run
 
 
 def schedule(n_train: int, G: int, A: int, epochs: int | None, steps: int | None, default_epochs: int) -> Schedule:
@@ -45,20 +46,21 @@ def schedule(n_train: int, G: int, A: int, epochs: int | None, steps: int | None
 @dataclasses.dataclass
 class Job:
     """Everything the loop needs (built by train.train_from_options)."""
+
     files: list[Path]
     lengths: list[int]
-    train: list[int]           # indices into files
+    train: list[int]  # indices into files
     val: list[int]
-    cfg: dict                  # the draft's config.json
-    model: object              # Eagle3MLADraft on the device
-    head: object               # the target's lm_head / final norm weight (the teacher)
+    cfg: dict  # the draft's config.json
+    model: object  # Eagle3MLADraft on the device
+    head: object  # the target's lm_head / final norm weight (the teacher)
     norm_w: object
     eps: float
-    opts: object               # TrainOptions
+    opts: object  # TrainOptions
     world: World
     device: str
     sched: Schedule
-    publisher: object          # checkpoint.Publisher
+    publisher: object  # checkpoint.Publisher
     identity: dict
 
 
@@ -99,7 +101,8 @@ def _optim(job: Job):
     opt = torch.optim.AdamW([p for p in job.model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
     warm = max(1, steps // 20)
     sch = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, steps)))))
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, steps))))
+    )
     return opt, sch
 
 
@@ -116,8 +119,10 @@ def _resume(job: Job, opt, sch, state: dict | None) -> tuple[int, int, list]:
     frozen = {k for k, p in job.model.named_parameters() if not p.requires_grad}
     lost = sorted(set(missing) - frozen)
     if unexpected or lost:
-        raise ValueError(f"--resume: {d / CKPT_FILES[0]} does not fit this draft (missing {lost[:3]}, unexpected "
-                         f"{sorted(unexpected)[:3]}); train afresh with --force")
+        raise ValueError(
+            f"--resume: {d / CKPT_FILES[0]} does not fit this draft (missing {lost[:3]}, unexpected "
+            f"{sorted(unexpected)[:3]}); train afresh with --force"
+        )
     opt.load_state_dict(torch.load(d / CKPT_FILES[1], map_location=job.device, weights_only=True))
     sch.load_state_dict(torch.load(d / CKPT_FILES[2], weights_only=True))
     return int(state["epochs_done"]), int(state["global_step"]), list(state.get("history") or [])
@@ -132,11 +137,22 @@ def _micro(job: Job, wrapped, item, weight: float, step_no: int, sync: bool):
     ctx = wrapped.no_sync() if (job.world.distributed and not sync) else contextlib.nullcontext()
     dtype = torch.bfloat16 if job.device.startswith("cuda") else torch.float32
     with ctx, torch.autocast("cuda", dtype=torch.bfloat16, enabled=job.device.startswith("cuda")):
-        loss, accs = step_loss(caller, ids, hs, job.head, job.norm_w, job.eps, job.opts.ttt_steps, dtype,
-                               self_bias_at(step_no, job.sched.total))
+        loss, accs = step_loss(
+            caller,
+            ids,
+            hs,
+            job.head,
+            job.norm_w,
+            job.eps,
+            job.opts.ttt_steps,
+            dtype,
+            self_bias_at(step_no, job.sched.total),
+        )
         if not bool(torch.isfinite(loss.detach())):
-            raise ValueError(f"the loss is not finite at step {step_no} (lr {job.opts.lr}): training diverged; the "
-                             f"draft's weights would not be finite; this epoch is not saved; lower --lr")
+            raise ValueError(
+                f"the loss is not finite at step {step_no} (lr {job.opts.lr}): training diverged; the "
+                f"draft's weights would not be finite; this epoch is not saved; lower --lr"
+            )
         (loss * weight).backward()
     return float(loss.detach()), accs, int(ids.shape[0])
 
@@ -150,31 +166,37 @@ def _epoch_slots(job: Job, epoch: int, first_step: int):
     out = []
     for step in steps:
         w = job.world.size / sharding.real_count(step)
-        out.append([(i, w) if i is not sharding.EMPTY else (step[0], 0.0)
-                    for i in sharding.my_slots(step, job.world.rank, job.sched.A)])
+        out.append(
+            [
+                (i, w) if i is not sharding.EMPTY else (step[0], 0.0)
+                for i in sharding.my_slots(step, job.world.rank, job.sched.A)
+            ]
+        )
     return out
 
 
 def _log_step(job: Job, hist: list, t0: float, say) -> None:
     h, every, total = hist[-1], job.opts.log_every, job.sched.total
     if h["step"] == 1 or h["step"] % every == 0 or h["step"] == total:
-        say(f"step {h['step']}/{total} epoch {h['epoch'] + 1} loss={h['loss']:.4f} "
+        say(
+            f"step {h['step']}/{total} epoch {h['epoch'] + 1} loss={h['loss']:.4f} "
             + " ".join(f"acc{k}={a:.3f}" for k, a in enumerate(h["accs"]))
-            + f" elapsed={time.perf_counter() - t0:.1f}s")
+            + f" elapsed={time.perf_counter() - t0:.1f}s"
+        )
 
 
 def _train_epoch(job: Job, wrapped, opt, sch, epoch: int, step: int, hist: list, rec, t0: float, say) -> int:
     slots = _epoch_slots(job, epoch, step)
-    it = iter(stream(job.files, [i for s in slots for i, _ in s], job.opts.num_workers,
-                     pin=job.device.startswith("cuda")))
+    it = iter(
+        stream(job.files, [i for s in slots for i, _ in s], job.opts.num_workers, pin=job.device.startswith("cuda"))
+    )
     try:
         return _train_steps(job, wrapped, opt, sch, epoch, step, hist, rec, t0, say, slots, it)
-    finally:       # an interrupted epoch: its reader processes stop here, not when the traceback is dropped
+    finally:  # an interrupted epoch: its reader processes stop here, not when the traceback is dropped
         stop_workers(it)
 
 
-def _train_steps(job: Job, wrapped, opt, sch, epoch: int, step: int, hist: list, rec, t0: float, say, slots,
-                 it) -> int:
+def _train_steps(job: Job, wrapped, opt, sch, epoch: int, step: int, hist: list, rec, t0: float, say, slots, it) -> int:
     import torch
 
     T = job.opts.ttt_steps
@@ -197,8 +219,17 @@ def _train_steps(job: Job, wrapped, opt, sch, epoch: int, step: int, hist: list,
         if job.device.startswith("cuda"):
             torch.cuda.synchronize()
         g = all_sum(sums, job.world)
-        hist.append({"step": step, "epoch": epoch, "loss": g[0] / g[-1], "accs": [a / g[-1] for a in g[1:-1]],
-                     "tokens": tokens, "time_s": time.perf_counter() - ts, "fetch_s": fetch})
+        hist.append(
+            {
+                "step": step,
+                "epoch": epoch,
+                "loss": g[0] / g[-1],
+                "accs": [a / g[-1] for a in g[1:-1]],
+                "tokens": tokens,
+                "time_s": time.perf_counter() - ts,
+                "fetch_s": fetch,
+            }
+        )
         _log_step(job, hist, t0, say)
     rec.flush(epoch)
     return step
@@ -208,7 +239,7 @@ def _validate(job: Job) -> list[float] | None:
     import torch
 
     T = job.opts.ttt_steps
-    mine = job.val[job.world.rank::job.world.size]
+    mine = job.val[job.world.rank :: job.world.size]
     sums = [0.0] * (T + 1)
     job.model.eval()
     dtype = torch.bfloat16 if job.device.startswith("cuda") else torch.float32
@@ -244,10 +275,20 @@ def _publish(job: Job, opt, sch, epochs_done: int, step: int, hist: list, summar
         save_file({k: v.contiguous() for k, v in sd.items() if k in trainable}, str(d / CKPT_FILES[0]))
         torch.save(opt.state_dict(), d / CKPT_FILES[1])
         torch.save(sch.state_dict(), d / CKPT_FILES[2])
-        write_state(d, {"epochs_done": epochs_done, "global_step": step, "identity": job.identity,
-                        "files": list(CKPT_FILES), "history": hist})
-        (tmp / "train_summary.json").write_text(json.dumps({k: v for k, v in summary.items() if k != "history"},
-                                                           indent=2, default=str))
+        write_state(
+            d,
+            {
+                "epochs_done": epochs_done,
+                "global_step": step,
+                "identity": job.identity,
+                "files": list(CKPT_FILES),
+                "history": hist,
+            },
+        )
+        (tmp / "train_summary.json").write_text(
+            json.dumps({k: v for k, v in summary.items() if k != "history"}, indent=2, default=str)
+        )
+
     job.publisher.publish(build)
 
 
@@ -272,6 +313,8 @@ def run(job: Job, state: dict | None, summarize, say) -> dict:
         _publish(job, opt, sch, epoch + 1, step, hist, summary)
         on_main(lambda e=epoch: maybe_stop(e + 1, job.sched.epochs), job.world)
     if not hist:
-        raise ValueError(f"no training step ran: every training sample has fewer than {job.opts.ttt_steps + 2} "
-                         f"tokens (--ttt-steps {job.opts.ttt_steps} + 2)")
+        raise ValueError(
+            f"no training step ran: every training sample has fewer than {job.opts.ttt_steps + 2} "
+            f"tokens (--ttt-steps {job.opts.ttt_steps} + 2)"
+        )
     return summary or summarize(hist, val, time.perf_counter() - t0)

@@ -1,6 +1,7 @@
 """What one training step of the MLA draft computes, shared by the loop (training/mla/loop.py), the route
 (training/mla/train.py) and the memory plan (training/plan_models.py): the loss and its warm-up bias, the
 accuracy, and the draft's file as SGLang loads it."""
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,11 @@ def save_state_dict(state_dict: dict, cfg: dict, out: Path) -> Path:
     sd = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in state_dict.items()}
     bad = non_finite(sd)
     if bad:
-        raise ValueError(f"the trained draft's weights are not finite ({', '.join(bad[:3])}"
-                         f"{', ...' if len(bad) > 3 else ''}): training diverged; not saved (--out keeps the last "
-                         f"finite epoch, if any); lower --lr")
+        raise ValueError(
+            f"the trained draft's weights are not finite ({', '.join(bad[:3])}"
+            f"{', ...' if len(bad) > 3 else ''}): training diverged; not saved (--out keeps the last "
+            f"finite epoch, if any); lower --lr"
+        )
     out.mkdir(parents=True, exist_ok=True)
     save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
@@ -59,12 +62,12 @@ def step_loss(model, ids, hs, head, norm_w, eps, steps: int, dtype, self_bias: f
         return None, None
     aux, final = hs[:, :-1].reshape(T, -1).to(dtype), hs[:, -1]
     with torch.no_grad():
-        teacher = (_rms(final[1:], norm_w, eps) @ head.float().T).float()          # row p: target at p+1
-    inputs = torch.cat([ids[1:], ids[-1:]])                                          # row p: token p+1
+        teacher = (_rms(final[1:], norm_w, eps) @ head.float().T).float()  # row p: target at p+1
+    inputs = torch.cat([ids[1:], ids[-1:]])  # row p: token p+1
     logits = model.forward_steps(inputs, aux, steps, self_bias)
     loss, accs = 0.0, []
     for k, lg in enumerate(logits):
-        lg, tch = lg[k: T - 1].float(), teacher[k:]
+        lg, tch = lg[k : T - 1].float(), teacher[k:]
         loss = loss + F.kl_div(F.log_softmax(lg, -1), F.log_softmax(tch, -1), log_target=True, reduction="batchmean")
         valid = torch.isfinite(lg).all(-1) & torch.isfinite(tch).all(-1)
         accs.append(accuracy(lg.argmax(-1), tch.argmax(-1), valid))
@@ -74,7 +77,7 @@ def step_loss(model, ids, hs, head, norm_w, eps, steps: int, dtype, self_bias: f
 def accuracy(pred, ref, valid=None) -> float:
     """Share of positions where pred == ref among the valid ones; NaN when none is valid (nothing measured:
     never a perfect score, e.g. from NaN rows whose argmaxes all agree)."""
-    if pred.is_meta:            # a memory plan's trace (training/memory_trace.py): nothing to measure
+    if pred.is_meta:  # a memory plan's trace (training/memory_trace.py): nothing to measure
         return float("nan")
     ok = pred == ref
     if valid is not None:

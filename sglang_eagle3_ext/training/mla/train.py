@@ -11,6 +11,7 @@ The checkpoint is what SGLang's Eagle3DeepseekV2ForCausalLM.load_weights reads: 
 kv_a_proj_with_mqa unfused, gate_proj/up_proj unstacked, bf16 safetensors, plus a config whose eagle_config
 records the HF hidden_states indices (`hf_hidden_state_indices`, captured exactly with sglang_eagle3_ext on).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,28 +42,41 @@ from .step import (  # noqa: F401 - also imported
 ARCH = mla.ARCH
 
 
-def mla_draft_config(target_cfg: dict, layer_ids: list[int], intermediate_size: int | None = None,
-                     release_ids: list[int] | None = None) -> dict:
+def mla_draft_config(
+    target_cfg: dict, layer_ids: list[int], intermediate_size: int | None = None, release_ids: list[int] | None = None
+) -> dict:
     """The draft's config.json: the target's MLA geometry and RoPE, one layer, a dense MLP."""
     missing = [k for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim") if not target_cfg.get(k)]
     if missing:
-        raise ValueError(f"the target config has no {missing[0]}: an MLA draft copies the target's MLA geometry "
-                         f"(use --draft-arch llama for a non-MLA target)")
+        raise ValueError(
+            f"the target config has no {missing[0]}: an MLA draft copies the target's MLA geometry "
+            f"(use --draft-arch llama for a non-MLA target)"
+        )
 
     cfg = {k: target_cfg[k] for k in MLA_KEYS if k in target_cfg}
     h = int(target_cfg["hidden_size"])
     cfg.update(
-        architectures=[ARCH], model_type="deepseek_v3", hidden_size=h, target_hidden_size=h,
+        architectures=[ARCH],
+        model_type="deepseek_v3",
+        hidden_size=h,
+        target_hidden_size=h,
         intermediate_size=int(intermediate_size or target_cfg.get("intermediate_size") or 3 * h),
-        num_hidden_layers=1, num_key_value_heads=int(target_cfg["num_attention_heads"]), hidden_act="silu",
-        vocab_size=int(target_cfg["vocab_size"]), draft_vocab_size=int(target_cfg["vocab_size"]),
-        tie_word_embeddings=False, rope_scaling=target_cfg.get("rope_scaling"), torch_dtype="bfloat16",
-        eagle_config={"eagle_aux_hidden_state_layer_ids": list(release_ids or layer_ids),
-                      HF_INDICES_FIELD: list(layer_ids)},
+        num_hidden_layers=1,
+        num_key_value_heads=int(target_cfg["num_attention_heads"]),
+        hidden_act="silu",
+        vocab_size=int(target_cfg["vocab_size"]),
+        draft_vocab_size=int(target_cfg["vocab_size"]),
+        tie_word_embeddings=False,
+        rope_scaling=target_cfg.get("rope_scaling"),
+        torch_dtype="bfloat16",
+        eagle_config={
+            "eagle_aux_hidden_state_layer_ids": list(release_ids or layer_ids),
+            HF_INDICES_FIELD: list(layer_ids),
+        },
     )
     if target_cfg.get("rope_parameters") and not cfg["rope_scaling"]:
         cfg["rope_parameters"] = target_cfg["rope_parameters"]
-    if not rope_scaling_of(cfg):   # plain RoPE: SGLang clamps the draft there (YaRN targets carry their own length)
+    if not rope_scaling_of(cfg):  # plain RoPE: SGLang clamps the draft there (YaRN targets carry their own length)
         cfg["max_position_embeddings"] = max(int(cfg.get("max_position_embeddings") or 0), 8192)
     return cfg
 
@@ -95,10 +109,12 @@ def _inputs(a: TrainOptions) -> dict:
         layer_ids, src = read_layer_ids_from_metadata(data)
     if layer_ids is None:
         from ...draft.layers import default_layers
+
         layer_ids, src = default_layers(n), "the default aux layers of draft/layers.py"
     if len(set(layer_ids)) != len(layer_ids) or min(layer_ids) < 0 or max(layer_ids) >= n:
-        raise TrainDraftError(f"layer ids {layer_ids} ({src}) must be distinct HF hidden_states indices in "
-                              f"[0, {n - 1}]")
+        raise TrainDraftError(
+            f"layer ids {layer_ids} ({src}) must be distinct HF hidden_states indices in [0, {n - 1}]"
+        )
     if a.num_layers != 1:
         raise TrainDraftError("--draft-arch mla: SGLang's MLA EAGLE-3 draft has exactly one layer (--num-layers 1)")
     if a.draft_vocab_size not in (None, int(tcfg["vocab_size"])):
@@ -111,9 +127,13 @@ def _check_and_measure(a: TrainOptions, got: dict, world) -> list[int]:
     from ..distributed import agree, on_main
 
     tcfg, files, layer_ids = got["tcfg"], got["files"], got["layer_ids"]
-    spec = SampleSpec(len(layer_ids) + 1, int(tcfg["hidden_size"]), int(tcfg["vocab_size"]),
-                      f"{len(layer_ids)} aux layers {layer_ids} ({got['src']}) + the final state")
-    agree(lambda: check_samples(files[world.rank::world.size], spec, say), world)
+    spec = SampleSpec(
+        len(layer_ids) + 1,
+        int(tcfg["hidden_size"]),
+        int(tcfg["vocab_size"]),
+        f"{len(layer_ids)} aux layers {layer_ids} ({got['src']}) + the final state",
+    )
+    agree(lambda: check_samples(files[world.rank :: world.size], spec, say), world)
     return on_main(lambda: [sample_length(p) for p in files], world)
 
 
@@ -125,8 +145,10 @@ def _split(a: TrainOptions, lengths: list[int]) -> tuple[list[int], list[int]]:
     n_val = n - mla.heldout(n, a.train_ratio)[0]
     train = [i for i in range(n - n_val) if lengths[i] >= a.ttt_steps + 2]
     if len(train) < n - n_val:
-        say(f"{n - n_val - len(train)} training samples have fewer than {a.ttt_steps + 2} tokens "
-            f"(--ttt-steps {a.ttt_steps} + 2): skipped")
+        say(
+            f"{n - n_val - len(train)} training samples have fewer than {a.ttt_steps + 2} tokens "
+            f"(--ttt-steps {a.ttt_steps} + 2): skipped"
+        )
     return train, list(range(n - n_val, n))
 
 
@@ -149,23 +171,33 @@ def _model(a: TrainOptions, target: Path, cfg: dict, tcfg: dict, device: str):
 def summarize(hist: list, val, seconds: float, *, ttt: int, layer_ids, out, world, sched, init_from=None) -> dict:
     """The run's figures: losses and accuracies (means of the last 10 % of the steps), validation, and the
     throughput of this process (tokens/s, the loader's share of the step time; the first step's start-up left out)."""
-    tail = hist[-max(1, len(hist) // 10):]
+    tail = hist[-max(1, len(hist) // 10) :]
     timed = hist[1:] or hist
     secs = sum(h["time_s"] for h in timed) or float("nan")
 
-    def mean(xs):   # over what was measured: a NaN accuracy measured nothing
+    def mean(xs):  # over what was measured: a NaN accuracy measured nothing
         xs = [x for x in xs if x == x]
         return sum(xs) / len(xs) if xs else float("nan")
-    return {"arch": ARCH, "steps": len(hist), "first_loss": hist[0]["loss"] if hist else None,
-            "final_loss": mean([h["loss"] for h in tail]), "train_acc": mean([h["accs"][0] for h in tail]),
-            "train_acc_by_step": [mean([h["accs"][k] for h in tail]) for k in range(ttt)],
-            "val_acc_by_step": val, "train_seconds": seconds, "saved": str(out), "layer_ids": layer_ids,
-            "world_size": world.size, "global_batch": sched.G, "epochs": sched.epochs,
-            "tokens_per_s_per_process": sum(h["tokens"] for h in timed) / secs,
-            "loader_share": sum(h["fetch_s"] for h in timed) / secs,
-            **({"init_from": str(init_from)} if init_from is not None else {}),
-            "history": [{k: h[k] for k in ("step", "epoch", "loss", "accs", "tokens", "time_s", "fetch_s")}
-                        for h in hist]}
+
+    return {
+        "arch": ARCH,
+        "steps": len(hist),
+        "first_loss": hist[0]["loss"] if hist else None,
+        "final_loss": mean([h["loss"] for h in tail]),
+        "train_acc": mean([h["accs"][0] for h in tail]),
+        "train_acc_by_step": [mean([h["accs"][k] for h in tail]) for k in range(ttt)],
+        "val_acc_by_step": val,
+        "train_seconds": seconds,
+        "saved": str(out),
+        "layer_ids": layer_ids,
+        "world_size": world.size,
+        "global_batch": sched.G,
+        "epochs": sched.epochs,
+        "tokens_per_s_per_process": sum(h["tokens"] for h in timed) / secs,
+        "loader_share": sum(h["fetch_s"] for h in timed) / secs,
+        **({"init_from": str(init_from)} if init_from is not None else {}),
+        "history": [{k: h[k] for k in ("step", "epoch", "loss", "accs", "tokens", "time_s", "fetch_s")} for h in hist],
+    }
 
 
 def train_from_options(a: TrainOptions, rule: dict) -> dict:
@@ -181,42 +213,65 @@ def train_from_options(a: TrainOptions, rule: dict) -> dict:
     tcfg, files, layer_ids = got["tcfg"], got["files"], got["layer_ids"]
     lengths = _check_and_measure(a, got, world)
     train, val = _split(a, lengths)
-    G, A = on_main(lambda: sharding.accumulation(a.global_batch, world.size), world)   # one refusal, from rank 0
+    G, A = on_main(lambda: sharding.accumulation(a.global_batch, world.size), world)  # one refusal, from rank 0
     sched = loop.schedule(len(train), G, A, a.epochs, a.steps, DEFAULT_EPOCHS)
-    identity = {"arch": "mla", "seed": a.seed, "global_batch": G, "n_train": len(train), "layer_ids": layer_ids,
-                "train_ratio": a.train_ratio}
+    identity = {
+        "arch": "mla",
+        "seed": a.seed,
+        "global_batch": G,
+        "n_train": len(train),
+        "layer_ids": layer_ids,
+        "train_ratio": a.train_ratio,
+    }
     state = on_main(lambda: read_resume_point(out, a.resume), world)
     on_main(lambda: check_identity(state, identity), world)
-    say(f"MLA draft ({ARCH}): {len(files)} samples ({len(train)} train, {len(val)} val), aux layers {layer_ids} "
-        f"({got['src']}), {sched.total} steps of {G} samples ({world.size} process(es) x {A}) on {world.device}")
+    say(
+        f"MLA draft ({ARCH}): {len(files)} samples ({len(train)} train, {len(val)} val), aux layers {layer_ids} "
+        f"({got['src']}), {sched.total} steps of {G} samples ({world.size} process(es) x {A}) on {world.device}"
+    )
     try:
         release_ids = _release_ids(layer_ids)
         cfg = mla_draft_config(tcfg, layer_ids, a.intermediate_size, release_ids)
-        init, cfg = _init_from(a, tcfg, cfg)         # with --init-from: DIR's network, the installed release's ids
+        init, cfg = _init_from(a, tcfg, cfg)  # with --init-from: DIR's network, the installed release's ids
         model, head, norm_w, eps = _model(a, target, cfg, tcfg, world.device)
         if init is not None:
             _load_init(init, model, state, a)
-        keep = Keeper.for_run(a, state)             # which epoch's draft --out holds (--select-by)
-        job = loop.Job(files=files, lengths=lengths, train=train, val=val, cfg=cfg, model=model, head=head,
-                           norm_w=norm_w, eps=eps, opts=a, world=world, device=world.device, sched=sched,
-                           publisher=Publisher(out, rule, {"arch": "mla", "target": str(target), "data": str(a.data)},
-                                               world, keep),
-                           identity=identity)
-        summ = functools.partial(summarize, ttt=a.ttt_steps, layer_ids=layer_ids, out=out, world=world, sched=sched,
-                                 init_from=a.init_from)
+        keep = Keeper.for_run(a, state)  # which epoch's draft --out holds (--select-by)
+        job = loop.Job(
+            files=files,
+            lengths=lengths,
+            train=train,
+            val=val,
+            cfg=cfg,
+            model=model,
+            head=head,
+            norm_w=norm_w,
+            eps=eps,
+            opts=a,
+            world=world,
+            device=world.device,
+            sched=sched,
+            publisher=Publisher(out, rule, {"arch": "mla", "target": str(target), "data": str(a.data)}, world, keep),
+            identity=identity,
+        )
+        summ = functools.partial(
+            summarize, ttt=a.ttt_steps, layer_ids=layer_ids, out=out, world=world, sched=sched, init_from=a.init_from
+        )
         r = loop.run(job, state, summ, say)
         r["selection"] = keep.summary()
     except ValueError as e:
         from ...boundary import BadInput
 
-        if isinstance(e, BadInput):       # files/outdir's refusals: already one line naming the fix
+        if isinstance(e, BadInput):  # files/outdir's refusals: already one line naming the fix
             raise
         raise TrainDraftError(str(e)) from e
     va = r["val_acc_by_step"] or [float("nan")]
-    say(f"DONE steps={r['steps']} train_acc={r['train_acc']:.4f} (ttt accs "
+    say(
+        f"DONE steps={r['steps']} train_acc={r['train_acc']:.4f} (ttt accs "
         f"{' '.join(f'{x:.3f}' for x in r['train_acc_by_step'])}) loss {r['first_loss']:.4f}->{r['final_loss']:.4f} "
         f"val_acc={va[0]:.4f} tok/s/process={r['tokens_per_s_per_process']:.0f} loader={r['loader_share']:.1%} "
-        f"time={r['train_seconds']:.1f}s out={out}")
+        f"time={r['train_seconds']:.1f}s out={out}"
+    )
     on_main(lambda: require_learned(va[0], a.min_val_acc, out), world)
     return r
 

@@ -12,6 +12,7 @@ exit, even on error.
 * ``torch.accelerator.synchronize`` -> a no-op on a CPU-only torch (speculators' step timer calls it and
   it raises there). Nothing changes on CUDA.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,14 +28,14 @@ def _adopt(world):
     def setup(sp_size: int = 1) -> None:
         if not world.distributed:
             return
-        sd._local_rank, sd._rank, sd._world_size, sd._is_distributed = (world.local_rank, world.rank, world.size,
-                                                                        True)
+        sd._local_rank, sd._rank, sd._world_size, sd._is_distributed = (world.local_rank, world.rank, world.size, True)
         sd._init_sp_process_groups(world.rank, world.size, sp_size)
 
     def destroy() -> None:
         sd._local_rank, sd._rank, sd._world_size, sd._is_distributed = 0, 0, 1, False
         sd._sp_size, sd._sp_rank, sd._dp_size, sd._dp_rank = 1, 0, 1, 0
         sd._sp_group = sd._dp_group = None
+
     return setup, destroy
 
 
@@ -49,8 +50,13 @@ def applied(spec_cli, ctx):
 
     trainer_cls = make_trainer_class(spec_cli.Trainer, ctx)
     setup, destroy = _adopt(ctx.world)
-    saved = (spec_cli.Trainer, spec_cli.maybe_setup_distributed, spec_cli.maybe_destroy_distributed,
-             torch.accelerator.synchronize, spec_trainer.tqdm)
+    saved = (
+        spec_cli.Trainer,
+        spec_cli.maybe_setup_distributed,
+        spec_cli.maybe_destroy_distributed,
+        torch.accelerator.synchronize,
+        spec_trainer.tqdm,
+    )
     spec_cli.Trainer, spec_cli.maybe_setup_distributed, spec_cli.maybe_destroy_distributed = trainer_cls, setup, destroy
     spec_trainer.tqdm = bar_counting_from_one(spec_trainer.tqdm)
     if torch.accelerator.current_accelerator() is None:
@@ -59,6 +65,11 @@ def applied(spec_cli, ctx):
         yield
     finally:
         destroy()
-        (spec_cli.Trainer, spec_cli.maybe_setup_distributed, spec_cli.maybe_destroy_distributed,
-         torch.accelerator.synchronize, spec_trainer.tqdm) = saved
+        (
+            spec_cli.Trainer,
+            spec_cli.maybe_setup_distributed,
+            spec_cli.maybe_destroy_distributed,
+            torch.accelerator.synchronize,
+            spec_trainer.tqdm,
+        ) = saved
         logging.getLogger("speculators.metrics").removeHandler(ctx.progress)

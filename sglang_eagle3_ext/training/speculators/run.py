@@ -1,6 +1,7 @@
 """The Llama route around speculators' own trainer: its command line (built from ours), the run on every rank,
 the output written after each epoch, and the summary of its metric records (see training/speculators/train.py
 for what and why)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,39 +18,76 @@ from . import patches
 from .progress import TrainingProgress
 
 
-def build_argv(a, *, verifier: Path, prep: Path, hs_dir: Path, work: Path, layer_ids: list[int],
-               draft_cfg_path: Path, draft_vocab_size: int | None, device: str, world: World,
-               mapping: tuple[Path, Path] | None = None) -> list[str]:
+def build_argv(
+    a,
+    *,
+    verifier: Path,
+    prep: Path,
+    hs_dir: Path,
+    work: Path,
+    layer_ids: list[int],
+    draft_cfg_path: Path,
+    draft_vocab_size: int | None,
+    device: str,
+    world: World,
+    mapping: tuple[Path, Path] | None = None,
+) -> list[str]:
     """speculators' `train` flags for options `a` (a TrainOptions); `verifier`: the target as speculators
     reads it (training/target_view.verifier_view); `work`: the run's working folder (its checkpoints);
     `mapping`: d2t/t2d .npy files to take instead of the data's own draft vocabulary (--init-from)."""
     cpu = device == "cpu"
     argv = [
-        "--speculator-type", "eagle3",
-        "--verifier-name-or-path", str(verifier),
-        "--data-path", str(prep),
-        "--hidden-states-path", str(hs_dir),
-        "--hidden-states-backend", "file",
-        "--on-missing", "raise",
-        "--save-path", str(work / CKPT_DIR),
-        "--log-dir", str(work / "logs"),
-        "--draft-config", str(draft_cfg_path),
-        "--target-layer-ids", *[str(x) for x in layer_ids],
-        "--mask-token-id", "0",
-        "--no-norm-before-residual", "--no-norm-before-fc", "--no-norm-output",
-        "--ttt-steps", str(a.ttt_steps),
-        "--total-seq-len", str(a.total_seq_len),
-        "--train-data-ratio", str(a.train_ratio),
-        "--epochs", str(a.epochs or (1 if a.steps else DEFAULT_EPOCHS)),
-        "--lr", str(a.lr),
-        "--optimizer", a.optimizer,
-        "--scheduler-type", a.scheduler,
-        "--num-workers", str(a.num_workers),
-        "--seed", str(a.seed),
-        "--log-freq", "1",
-        "--hidden-states-dtype", "float32" if cpu else "bfloat16",
-        "--draft-attn-impl", "sdpa" if cpu else a.attn_impl,
-        "--loss-implementation", "eager" if cpu else a.loss_impl,
+        "--speculator-type",
+        "eagle3",
+        "--verifier-name-or-path",
+        str(verifier),
+        "--data-path",
+        str(prep),
+        "--hidden-states-path",
+        str(hs_dir),
+        "--hidden-states-backend",
+        "file",
+        "--on-missing",
+        "raise",
+        "--save-path",
+        str(work / CKPT_DIR),
+        "--log-dir",
+        str(work / "logs"),
+        "--draft-config",
+        str(draft_cfg_path),
+        "--target-layer-ids",
+        *[str(x) for x in layer_ids],
+        "--mask-token-id",
+        "0",
+        "--no-norm-before-residual",
+        "--no-norm-before-fc",
+        "--no-norm-output",
+        "--ttt-steps",
+        str(a.ttt_steps),
+        "--total-seq-len",
+        str(a.total_seq_len),
+        "--train-data-ratio",
+        str(a.train_ratio),
+        "--epochs",
+        str(a.epochs or (1 if a.steps else DEFAULT_EPOCHS)),
+        "--lr",
+        str(a.lr),
+        "--optimizer",
+        a.optimizer,
+        "--scheduler-type",
+        a.scheduler,
+        "--num-workers",
+        str(a.num_workers),
+        "--seed",
+        str(a.seed),
+        "--log-freq",
+        "1",
+        "--hidden-states-dtype",
+        "float32" if cpu else "bfloat16",
+        "--draft-attn-impl",
+        "sdpa" if cpu else a.attn_impl,
+        "--loss-implementation",
+        "eager" if cpu else a.loss_impl,
     ]
     if world.distributed:
         argv += ["--fsdp-shard"]
@@ -67,18 +105,19 @@ def build_argv(a, *, verifier: Path, prep: Path, hs_dir: Path, work: Path, layer
 @dataclasses.dataclass
 class RunContext:
     """One Llama run as the trainer subclass (training/speculators/trainer.py) sees it."""
-    opts: object                 # TrainOptions
+
+    opts: object  # TrainOptions
     world: World
     device: str
     G: int
     A: int
     work: Path
-    publisher: object            # checkpoint.Publisher
+    publisher: object  # checkpoint.Publisher
     identity: dict
     progress: TrainingProgress
     result: dict
     epochs_published: int = 0
-    init_weights: Path | None = None   # --init-from's weights (speculators' names), loaded after setup_model
+    init_weights: Path | None = None  # --init-from's weights (speculators' names), loaded after setup_model
 
     seed = property(lambda self: self.opts.seed)
     total_seq_len = property(lambda self: self.opts.total_seq_len)
@@ -106,10 +145,12 @@ class RunContext:
             bf16 = convert_float_dtype(sd, torch.bfloat16)
             bad = non_finite(bf16)
             if bad:
-                raise TrainDraftError(f"the trained draft's weights are not finite ({', '.join(bad[:3])}"
-                                      f"{', ...' if len(bad) > 3 else ''}): training diverged; not saved "
-                                      f"(--out keeps the last finite epoch, if any); "
-                                      f"lower --lr")
+                raise TrainDraftError(
+                    f"the trained draft's weights are not finite ({', '.join(bad[:3])}"
+                    f"{', ...' if len(bad) > 3 else ''}): training diverged; not saved "
+                    f"(--out keeps the last finite epoch, if any); "
+                    f"lower --lr"
+                )
             raw.save_pretrained(tmp, state_dict=bf16)
             patch_config_dtype(tmp / "config.json", torch.bfloat16)
             run = tmp / RUN_DIR
@@ -117,15 +158,25 @@ class RunContext:
             shutil.copy2(self.work / "draft_config.json", run / "draft_config.json")
             summary = summarize(self.opts, dict(self.result), self.progress)
             (run / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-            epochs = sorted(int(d.name) for d in ckpt.iterdir() if d.is_dir() and not d.is_symlink()
-                            and d.name.isdigit())
+            epochs = sorted(
+                int(d.name) for d in ckpt.iterdir() if d.is_dir() and not d.is_symlink() and d.name.isdigit()
+            )
             files = []
             for e in epochs:
                 link_tree(ckpt / str(e), tmp / CKPT_DIR / str(e))
                 files += [f"{e}/{p.name}" for p in sorted((ckpt / str(e)).iterdir()) if p.is_file()]
-            write_state(tmp / CKPT_DIR, {"epochs_done": epoch + 1, "global_step": trainer.global_step,
-                                         "identity": self.identity, "files": files,
-                                         "history": self.progress.history, "val": self.progress.val})
+            write_state(
+                tmp / CKPT_DIR,
+                {
+                    "epochs_done": epoch + 1,
+                    "global_step": trainer.global_step,
+                    "identity": self.identity,
+                    "files": files,
+                    "history": self.progress.history,
+                    "val": self.progress.val,
+                },
+            )
+
         self.publisher.publish(build)
         self.epochs_published = epoch + 1
         on_main(lambda: maybe_stop(epoch + 1, trainer.config.num_epochs), self.world)
@@ -144,20 +195,26 @@ def summarize(a, result: dict, progress: TrainingProgress) -> dict:
     """The run's figures from speculators' metric records: losses and accuracies (means of the last 10 % of the
     steps), the last validation, and this process's throughput (the first step's start-up left out)."""
     hist = progress.history
-    tail = hist[-max(1, len(hist) // 10):]
+    tail = hist[-max(1, len(hist) // 10) :]
     timed = hist[1:] or hist
     secs = sum(r.get("time_s", 0.0) for r in timed) or float("nan")
 
     def mean(key, rows):
         vals = [r[key] for r in rows if key in r and r[key] == r[key]]
         return sum(vals) / len(vals) if vals else float("nan")
-    return {**{k: v for k, v in result.items() if k != "history"},
-            "steps": len(hist), "first_loss": hist[0].get("loss") if hist else None, "tail_steps": len(tail),
-            "final_loss": mean("loss", tail), "train_acc": mean("full_acc_0", tail),
-            "train_acc_by_step": [mean(f"full_acc_{k}", tail) for k in range(a.ttt_steps)],
-            "val": progress.val[-1] if progress.val else None,
-            "tokens_per_s": sum(r.get("tokens", 0) for r in timed) / secs if hist else 0.0,
-            "loader_share": sum(r.get("fetch_s", 0.0) for r in timed) / secs if hist else 0.0}
+
+    return {
+        **{k: v for k, v in result.items() if k != "history"},
+        "steps": len(hist),
+        "first_loss": hist[0].get("loss") if hist else None,
+        "tail_steps": len(tail),
+        "final_loss": mean("loss", tail),
+        "train_acc": mean("full_acc_0", tail),
+        "train_acc_by_step": [mean(f"full_acc_{k}", tail) for k in range(a.ttt_steps)],
+        "val": progress.val[-1] if progress.val else None,
+        "tokens_per_s": sum(r.get("tokens", 0) for r in timed) / secs if hist else 0.0,
+        "loader_share": sum(r.get("fetch_s", 0.0) for r in timed) / secs if hist else 0.0,
+    }
 
 
 def history_rows(progress: TrainingProgress) -> list[dict]:

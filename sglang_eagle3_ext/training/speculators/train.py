@@ -81,6 +81,7 @@ and the Triton fused loss are GPU paths), eager loss.  GPU defaults: bf16, specu
 ``simple_flex_attention``, fused (Triton) loss, ``torch.compile`` of the forward (speculators
 does that itself whenever CUDA is available).
 """
+
 from __future__ import annotations
 
 import json
@@ -107,12 +108,18 @@ from ..target_view import is_wrapper, read_tensors, text_config, verifier_view
 from .progress import TrainingProgress
 from .run import RunContext, build_argv, history_rows, run_speculators, summarize
 
-INIT_WEIGHTS = "init_from.safetensors"   # --init-from's weights in the working folder, as speculators names them
+INIT_WEIGHTS = "init_from.safetensors"  # --init-from's weights in the working folder, as speculators names them
 
 
-def draft_layer_config(target_cfg: dict, *, num_layers: int = 1, intermediate_size: int | None = None,
-                       head_dim: int | None = None, num_kv_heads: int | None = None,
-                       max_position_embeddings: int | None = None) -> dict:
+def draft_layer_config(
+    target_cfg: dict,
+    *,
+    num_layers: int = 1,
+    intermediate_size: int | None = None,
+    head_dim: int | None = None,
+    num_kv_heads: int | None = None,
+    max_position_embeddings: int | None = None,
+) -> dict:
     """A plain Llama decoder config for the draft (see the module docstring for the choices)."""
     hidden = int(target_cfg["hidden_size"])
     if head_dim is None:
@@ -127,19 +134,33 @@ def draft_layer_config(target_cfg: dict, *, num_layers: int = 1, intermediate_si
     if heads % kv:
         raise TrainDraftError(f"num_key_value_heads {kv} does not divide num_attention_heads {heads}")
     inter = intermediate_size or int(target_cfg.get("intermediate_size") or 3 * hidden)
-    rope_theta = float(target_cfg.get("rope_theta")
-                       or (target_cfg.get("rope_parameters") or {}).get("rope_theta") or 10000.0)
+    rope_theta = float(
+        target_cfg.get("rope_theta") or (target_cfg.get("rope_parameters") or {}).get("rope_theta") or 10000.0
+    )
     mpe = max_position_embeddings or max(int(target_cfg.get("max_position_embeddings") or 0), 8192)
     return {
-        "model_type": "llama", "architectures": ["LlamaForCausalLM"],
-        "vocab_size": int(target_cfg["vocab_size"]), "hidden_size": hidden, "intermediate_size": inter,
-        "num_hidden_layers": num_layers, "num_attention_heads": heads, "num_key_value_heads": kv,
-        "head_dim": head_dim, "hidden_act": "silu", "max_position_embeddings": mpe,
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": int(target_cfg["vocab_size"]),
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": mpe,
         "initializer_range": float(target_cfg.get("initializer_range") or 0.02),
         "rms_norm_eps": float(target_cfg.get("rms_norm_eps") or 1e-6),
-        "rope_theta": rope_theta, "rope_parameters": {"rope_type": "default", "rope_theta": rope_theta},
-        "rope_scaling": None, "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
-        "use_sliding_window": False, "sliding_window": None, "layer_types": ["full_attention"] * num_layers,
+        "rope_theta": rope_theta,
+        "rope_parameters": {"rope_type": "default", "rope_theta": rope_theta},
+        "rope_scaling": None,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "layer_types": ["full_attention"] * num_layers,
         "pad_token_id": None,
     }
 
@@ -171,7 +192,7 @@ def _prepare_on_main(a: TrainOptions, world) -> dict:
     every rank reads from (a shared file system under multi-node torchrun)."""
 
     data, target, out = Path(a.data), Path(a.target), Path(a.out)
-    target_cfg = text_config(target)     # a Kimi-K2.5 wrapper: its language model's config
+    target_cfg = text_config(target)  # a Kimi-K2.5 wrapper: its language model's config
     vocab = int(target_cfg["vocab_size"])
     hs_dir = find_hs_dir(data)
     hs_files = list_hs_files(hs_dir)
@@ -180,27 +201,43 @@ def _prepare_on_main(a: TrainOptions, world) -> dict:
     if dvs is not None and (dvs <= 0 or dvs > vocab):
         raise TrainDraftError(f"--draft-vocab-size {dvs} must be in [1, {vocab}]")
     try:
-        read_tensors(target)             # the teacher's embed / lm_head / norm: present and finite
+        read_tensors(target)  # the teacher's embed / lm_head / norm: present and finite
     except ValueError as e:
         raise TrainDraftError(str(e)) from e
     G, _ = sharding.accumulation(a.global_batch, world.size)
-    identity = {"arch": "llama", "seed": a.seed, "global_batch": G, "n_train": int(len(hs_files) * a.train_ratio),
-                "total_seq_len": a.total_seq_len, "layer_ids": layer_ids, "optimizer": a.optimizer,
-                "train_ratio": a.train_ratio}
+    identity = {
+        "arch": "llama",
+        "seed": a.seed,
+        "global_batch": G,
+        "n_train": int(len(hs_files) * a.train_ratio),
+        "total_seq_len": a.total_seq_len,
+        "layer_ids": layer_ids,
+        "optimizer": a.optimizer,
+        "train_ratio": a.train_ratio,
+    }
     state = read_resume_point(out, a.resume)
     check_identity(state, identity)
-    result: dict = {"device": world.device, "layer_ids": layer_ids, "draft_vocab_size": dvs or vocab,
-                    "world_size": world.size}
+    result: dict = {
+        "device": world.device,
+        "layer_ids": layer_ids,
+        "draft_vocab_size": dvs or vocab,
+        "world_size": world.size,
+    }
     work = _work_dir(out)
     try:
-        init = _init_from(a, target_cfg, work, state, result)    # a DIR that cannot be continued: before the data
+        init = _init_from(a, target_cfg, work, state, result)  # a DIR that cannot be continued: before the data
         _prepare(data, hs_files, work / "data", layer_ids, src, target_cfg, result)
-        dcfg = draft_layer_config(target_cfg, num_layers=a.num_layers, intermediate_size=a.intermediate_size,
-                                  head_dim=a.head_dim, max_position_embeddings=a.max_position_embeddings)
+        dcfg = draft_layer_config(
+            target_cfg,
+            num_layers=a.num_layers,
+            intermediate_size=a.intermediate_size,
+            head_dim=a.head_dim,
+            max_position_embeddings=a.max_position_embeddings,
+        )
         if init is not None:
             dcfg = _continue_as(init, dcfg, work, vocab)
         (work / "draft_config.json").write_text(json.dumps(dcfg, indent=2))
-        verifier = verifier_view(target, work / "verifier")   # speculators reads a top-level text config
+        verifier = verifier_view(target, work / "verifier")  # speculators reads a top-level text config
         if state is not None:
             e = state["epochs_done"] - 1
             link_tree(out / CKPT_DIR / str(e), work / CKPT_DIR / str(e))
@@ -210,10 +247,18 @@ def _prepare_on_main(a: TrainOptions, world) -> dict:
 
         shutil.rmtree(work, ignore_errors=True)
         raise
-    return {"work": work, "hs_dir": hs_dir, "layer_ids": layer_ids, "verifier": verifier, "identity": identity,
-            "dvs": None if dvs == vocab else dvs, "result": result, "state": state,
-            "init_weights": work / INIT_WEIGHTS if (work / INIT_WEIGHTS).exists() else None,
-            "mapping": (work / "d2t.npy", work / "t2d.npy") if (work / "d2t.npy").exists() else None}
+    return {
+        "work": work,
+        "hs_dir": hs_dir,
+        "layer_ids": layer_ids,
+        "verifier": verifier,
+        "identity": identity,
+        "dvs": None if dvs == vocab else dvs,
+        "result": result,
+        "state": state,
+        "init_weights": work / INIT_WEIGHTS if (work / INIT_WEIGHTS).exists() else None,
+        "mapping": (work / "d2t.npy", work / "t2d.npy") if (work / "d2t.npy").exists() else None,
+    }
 
 
 def _init_from(a: TrainOptions, target_cfg: dict, work: Path, state: dict | None, result: dict):
@@ -224,7 +269,6 @@ def _init_from(a: TrainOptions, target_cfg: dict, work: Path, state: dict | None
         return None
     import numpy as np
     from safetensors.torch import save_file
-
 
     init = read_draft(a.init_from, target_cfg)
     sd = speculators_state_dict(init)
@@ -246,7 +290,6 @@ def _continue_as(init, dcfg: dict, work: Path, vocab: int) -> dict:
     import numpy as np
     import torch
 
-
     if (work / "d2t.npy").exists():
         d2t = torch.from_numpy(np.load(work / "d2t.npy"))
         note = mapping_note(init, d2t, work / "data" / "token_freq.pt", vocab)
@@ -260,10 +303,11 @@ def train_llama(a: TrainOptions, rule: dict) -> dict:
     (TrainOptions.output_rule, already checked)."""
     import shutil
 
-    if a.train_ratio >= 1:    # speculators' loader refuses it with a traceback
-        raise TrainDraftError(f"--train-ratio {a.train_ratio:g}: speculators' trainer always holds a validation share "
-                              f"out; use a ratio below 1 (e.g. 0.95)")
-
+    if a.train_ratio >= 1:  # speculators' loader refuses it with a traceback
+        raise TrainDraftError(
+            f"--train-ratio {a.train_ratio:g}: speculators' trainer always holds a validation share "
+            f"out; use a ratio below 1 (e.g. 0.95)"
+        )
 
     spec_cli, TrainConfig = _speculators()
     world, out = current(), Path(a.out)
@@ -281,13 +325,33 @@ def train_llama(a: TrainOptions, rule: dict) -> dict:
             progress.history = list(got["state"].get("history") or [])
             progress.val = list(got["state"].get("val") or [])
         record = {"arch": "llama", "target": str(a.target), "data": str(a.data)}
-        keep = Keeper.for_run(a, got["state"])      # which epoch's draft --out holds (--select-by)
-        ctx = RunContext(opts=a, world=world, device=world.device, G=G, A=A, work=work,
-                         publisher=Publisher(out, rule, record, world, keep), identity=got["identity"],
-                         progress=progress, result=got["result"], init_weights=got["init_weights"])
-        argv = build_argv(a, verifier=got["verifier"], prep=work / "data", hs_dir=got["hs_dir"], work=work,
-                          layer_ids=got["layer_ids"], draft_cfg_path=work / "draft_config.json",
-                          draft_vocab_size=got["dvs"], device=world.device, world=world, mapping=got["mapping"])
+        keep = Keeper.for_run(a, got["state"])  # which epoch's draft --out holds (--select-by)
+        ctx = RunContext(
+            opts=a,
+            world=world,
+            device=world.device,
+            G=G,
+            A=A,
+            work=work,
+            publisher=Publisher(out, rule, record, world, keep),
+            identity=got["identity"],
+            progress=progress,
+            result=got["result"],
+            init_weights=got["init_weights"],
+        )
+        argv = build_argv(
+            a,
+            verifier=got["verifier"],
+            prep=work / "data",
+            hs_dir=got["hs_dir"],
+            work=work,
+            layer_ids=got["layer_ids"],
+            draft_cfg_path=work / "draft_config.json",
+            draft_vocab_size=got["dvs"],
+            device=world.device,
+            world=world,
+            mapping=got["mapping"],
+        )
         run_speculators(spec_cli, TrainConfig, ctx, argv)
     finally:
         if world.main:
@@ -296,36 +360,48 @@ def train_llama(a: TrainOptions, rule: dict) -> dict:
     result.update(saved=str(out), history=history_rows(progress))
     result["selection"] = keep.summary()
     va = result["val"] or {}
-    say(f"DONE steps={result['steps']} train_acc={result['train_acc']:.4f} "
+    say(
+        f"DONE steps={result['steps']} train_acc={result['train_acc']:.4f} "
         f"(ttt accs {' '.join(f'{x:.3f}' for x in result['train_acc_by_step'])}, mean of last "
         f"{result['tail_steps']} steps) loss {_num(result['first_loss']):.4f}->{result['final_loss']:.4f} "
         f"val_acc={va.get('full_acc_0_epoch', float('nan')):.4f} tok/s/process={result['tokens_per_s']:.0f} "
-        f"loader={result['loader_share']:.1%} time={result.get('train_seconds', 0):.1f}s out={out}")
+        f"loader={result['loader_share']:.1%} time={result.get('train_seconds', 0):.1f}s out={out}"
+    )
     on_main(lambda: require_learned(va.get("full_acc_0_epoch"), a.min_val_acc, out), world)
     return result
 
 
-def _prepare(data: Path, hs_files: list[Path], prep: Path, layer_ids: list[int], src: str, target_cfg: dict,
-             result: dict) -> None:
+def _prepare(
+    data: Path, hs_files: list[Path], prep: Path, layer_ids: list[int], src: str, target_cfg: dict, result: dict
+) -> None:
     """Check every file and write speculators' Arrow dataset into `prep`; the counts go into `result`."""
     t0 = time.perf_counter()
-    info = prepare_data(data, hs_files, prep, len(layer_ids) + 1, int(target_cfg["vocab_size"]),
-                        int(target_cfg["hidden_size"]),
-                        f"{len(layer_ids)} aux layers {layer_ids} ({src}) + the final state")
+    info = prepare_data(
+        data,
+        hs_files,
+        prep,
+        len(layer_ids) + 1,
+        int(target_cfg["vocab_size"]),
+        int(target_cfg["hidden_size"]),
+        f"{len(layer_ids)} aux layers {layer_ids} ({src}) + the final state",
+    )
     result.update(info)
     if info["n_samples"] < 2:
         raise TrainDraftError("need at least 2 samples (speculators holds out a validation split)")
-    say(f"data: {info['n_samples']} samples, {info['n_tokens']} tokens ({info['n_loss_tokens']} in the loss), "
+    say(
+        f"data: {info['n_samples']} samples, {info['n_tokens']} tokens ({info['n_loss_tokens']} in the loss), "
         f"{info['n_slots'] - 1} aux layers {layer_ids} ({src}) + final; "
-        f"checked and prepared in {time.perf_counter() - t0:.1f}s")
+        f"checked and prepared in {time.perf_counter() - t0:.1f}s"
+    )
 
 
 def _num(x) -> float:
     return float("nan") if x is None else x
 
 
-def _resolve_layer_ids(a: TrainOptions, data: Path, target: Path, n_target_layers: int,
-                       wrapper: bool) -> tuple[list[int], str]:
+def _resolve_layer_ids(
+    a: TrainOptions, data: Path, target: Path, n_target_layers: int, wrapper: bool
+) -> tuple[list[int], str]:
     layer_ids, src = parse_layer_ids(a.layer_ids), "--layer-ids"
     if layer_ids is None:
         layer_ids, src = read_layer_ids_from_metadata(data)
@@ -337,6 +413,7 @@ def _resolve_layer_ids(a: TrainOptions, data: Path, target: Path, n_target_layer
 
         layer_ids, src = resolve_target_layer_ids(None, str(target)), "speculators default [2, n//2, n-3]"
     if len(set(layer_ids)) != len(layer_ids) or min(layer_ids) < 0 or max(layer_ids) > n_target_layers:
-        raise TrainDraftError(f"layer ids {layer_ids} ({src}) must be distinct HF hidden_states indices in "
-                              f"[0, {n_target_layers}]")
+        raise TrainDraftError(
+            f"layer ids {layer_ids} ({src}) must be distinct HF hidden_states indices in [0, {n_target_layers}]"
+        )
     return layer_ids, src

@@ -16,6 +16,7 @@ resume logic (epoch, global step, the scheduler), validation. Ours:
 * Ctrl-C and SIGTERM: speculators' handler (it saves a checkpoint of the epoch cut short, then returns) is left
   out, so the command's own (cli/interrupts.py) stops the run.
 """
+
 from __future__ import annotations
 
 import time
@@ -56,12 +57,17 @@ def rebuild_loader(loader, sampler):
     that leave interrupts to this process (training/workers.py)."""
     from ..workers import QuietLoader, quiet_workers
 
-    return QuietLoader(loader.dataset, batch_sampler=sampler, num_workers=loader.num_workers,
-                      collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
-                      prefetch_factor=loader.prefetch_factor if loader.num_workers else None,
-                      persistent_workers=loader.persistent_workers and loader.num_workers > 0,
-                      multiprocessing_context=loader.multiprocessing_context,
-                      worker_init_fn=quiet_workers(loader.worker_init_fn))
+    return QuietLoader(
+        loader.dataset,
+        batch_sampler=sampler,
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        prefetch_factor=loader.prefetch_factor if loader.num_workers else None,
+        persistent_workers=loader.persistent_workers and loader.num_workers > 0,
+        multiprocessing_context=loader.multiprocessing_context,
+        worker_init_fn=quiet_workers(loader.worker_init_fn),
+    )
 
 
 def checkpointer_class(base):
@@ -75,7 +81,6 @@ def checkpointer_class(base):
         set_optimizer_state_dict,
     )
 
-
     full = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
     class FullStateCheckpointer(base):
@@ -83,14 +88,15 @@ def checkpointer_class(base):
 
         def save_checkpoint(self, model, optimizer, epoch, float_dtype=torch.float32):
             opts = optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]
-            msd = get_model_state_dict(model, options=full)          # collective under FSDP
+            msd = get_model_state_dict(model, options=full)  # collective under FSDP
             osd = get_optimizer_state_dict(model, opts, options=full)
             if current().main:
                 # the frozen weights (embeddings, heads: the target's) are not trained: a resume takes them
                 # from the target again; save_pretrained pops what it writes, hence the copy
                 frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
-                model.save_pretrained(self.path / str(epoch), state_dict={k: v for k, v in msd.items()
-                                                                          if k not in frozen})
+                model.save_pretrained(
+                    self.path / str(epoch), state_dict={k: v for k, v in msd.items() if k not in frozen}
+                )
                 torch.save(osd, self.optimizer_path(epoch))
                 self._copy_train_command(epoch)
                 self.last_state_dict = msd
@@ -104,7 +110,7 @@ def checkpointer_class(base):
 
         def load_optimizer_state_dict(self, model, optimizer, float_dtype=None):
             opts = optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]
-            for o in opts:     # the scheduler that adds initial_lr is made after this load
+            for o in opts:  # the scheduler that adds initial_lr is made after this load
                 for g in o.param_groups:
                     g.setdefault("initial_lr", g["lr"])
             osd = torch.load(self.optimizer_path(self.previous_epoch), map_location="cpu", weights_only=True)
@@ -117,7 +123,7 @@ def plan_epochs(sampler: PackedSampler, epochs: int, steps: int | None, epochs_g
     """(epochs, optimizer steps in total): --steps runs as many epochs as it needs (at most --epochs when
     given); an epoch's step count depends on how its order packs."""
     counts, total = [], 0
-    limit = epochs if (epochs_given or steps is None) else 10 ** 6
+    limit = epochs if (epochs_given or steps is None) else 10**6
     while len(counts) < limit and (steps is None or total < steps):
         counts.append(len(sampler.steps(len(counts))))
         total += counts[-1]
@@ -145,17 +151,21 @@ def make_trainer_class(base, ctx):
     class DraftTrainer(base):
         def __init__(self, model, config, train_loader, val_loader=None):
             w = ctx.world
-            sampler = PackedSampler(train_loader.dataset.approx_lengths, ctx.total_seq_len, ctx.seed, ctx.G,
-                                    w.rank, ctx.A)
+            sampler = PackedSampler(
+                train_loader.dataset.approx_lengths, ctx.total_seq_len, ctx.seed, ctx.G, w.rank, ctx.A
+            )
             epochs, total = plan_epochs(sampler, config.num_epochs, ctx.steps, ctx.epochs_given)
             if total == 0:
                 raise TrainDraftError("the training split has no batches")
-            config = config._replace(num_epochs=epochs, scheduler_total_steps=total, max_steps=total,
-                                     checkpoint_freq=1.0, save_best=False)
+            config = config._replace(
+                num_epochs=epochs, scheduler_total_steps=total, max_steps=total, checkpoint_freq=1.0, save_best=False
+            )
             ctx.result.update(steps_per_epoch=len(sampler.steps(0)), epochs=epochs, global_batch=ctx.G)
             ctx.progress.total = total
-            say(f"{len(sampler.steps(0))} steps/epoch of {ctx.G} sequences x {ctx.total_seq_len} tokens "
-                f"({w.size} process(es) x {ctx.A}), {epochs} epoch(s), {total} steps")
+            say(
+                f"{len(sampler.steps(0))} steps/epoch of {ctx.G} sequences x {ctx.total_seq_len} tokens "
+                f"({w.size} process(es) x {ctx.A}), {epochs} epoch(s), {total} steps"
+            )
             import logging
 
             logging.getLogger("speculators.metrics").addHandler(ctx.progress)
@@ -174,7 +184,7 @@ def make_trainer_class(base, ctx):
 
             # stock code: model.to(local_rank) with local_rank an int, i.e. an accelerator
             self.local_rank = torch.device("cpu") if ctx.device == "cpu" else self.local_rank
-            expected = expected_of(self.model) if ctx.init_weights is not None else None   # names before wrapping
+            expected = expected_of(self.model) if ctx.init_weights is not None else None  # names before wrapping
             super().setup_model()
             if ctx.init_weights is not None and self.checkpointer.previous_epoch == -1:
                 from safetensors.torch import load_file
@@ -200,16 +210,19 @@ def make_trainer_class(base, ctx):
             # as if done; here an interrupt is the command's (cli/interrupts.py: --out keeps the last epoch)
             try:
                 getattr(base.run_training, "__wrapped__", base.run_training)(self)
-            finally:   # before the working folder they read from is removed
+            finally:  # before the working folder they read from is removed
                 from ..workers import stop_workers
 
                 stop_workers(self.train_loader, self.val_loader)
             ctx.result["train_seconds"] = time.perf_counter() - t0
             if ctx.epochs_published < self.config.num_epochs:
-                raise TrainDraftError(f"training was interrupted after epoch {ctx.epochs_published}: --out holds "
-                                      f"that epoch; continue with --resume" if ctx.epochs_published else
-                                      "training was interrupted before its first epoch completed: --out was not "
-                                      "written; run the command again")
+                raise TrainDraftError(
+                    f"training was interrupted after epoch {ctx.epochs_published}: --out holds "
+                    f"that epoch; continue with --resume"
+                    if ctx.epochs_published
+                    else "training was interrupted before its first epoch completed: --out was not "
+                    "written; run the command again"
+                )
 
     return DraftTrainer
 
@@ -218,8 +231,11 @@ def _micro_batch(tr, batch) -> dict:
     """A collated batch on the trainer's device, without the collator's bookkeeping entries."""
     import torch
 
-    return {k: v.to(tr.local_rank, non_blocking=True) if isinstance(v, torch.Tensor) else v
-            for k, v in batch.items() if not k.startswith("__") and k != "error_records"}
+    return {
+        k: v.to(tr.local_rank, non_blocking=True) if isinstance(v, torch.Tensor) else v
+        for k, v in batch.items()
+        if not k.startswith("__") and k != "error_records"
+    }
 
 
 def _set_sync(tr, world, sync: bool) -> None:
@@ -255,7 +271,7 @@ def train_epoch(tr, ctx, epoch: int) -> None:
             with torch.autocast(tr.device_type, dtype=tr.config.hidden_states_dtype):
                 _, loss, metrics = tr.model(**batch, **kw)
             (loss * weight).backward()
-            for k, v in metrics.items():   # an empty micro-batch counts for nothing (same keys on every rank)
+            for k, v in metrics.items():  # an empty micro-batch counts for nothing (same keys on every rank)
                 acc[k] = acc.get(k, 0.0) + v.detach().float() * (1.0 if micro else 0.0)
             if micro:
                 tokens += int((batch["document_ids"] != -1).sum())
@@ -268,10 +284,19 @@ def train_epoch(tr, ctx, epoch: int) -> None:
             torch.cuda.synchronize()
         step_s = time.perf_counter() - ts
         logging.getLogger("speculators.metrics").info(
-            {"train": _reduce(acc, w), "epoch": epoch, "global_step": tr.global_step,
-             "lr": lrs if len(lrs) > 1 else next(iter(lrs.values())),
-             "profile": {"step_ms": step_s * 1e3, "fetch_ms": fetch * 1e3, "tokens": tokens,
-                         "tokens_per_s": tokens / step_s if step_s > 0 else 0.0}},
-            extra={"step": tr.global_step})
+            {
+                "train": _reduce(acc, w),
+                "epoch": epoch,
+                "global_step": tr.global_step,
+                "lr": lrs if len(lrs) > 1 else next(iter(lrs.values())),
+                "profile": {
+                    "step_ms": step_s * 1e3,
+                    "fetch_ms": fetch * 1e3,
+                    "tokens": tokens,
+                    "tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
+                },
+            },
+            extra={"step": tr.global_step},
+        )
         tr.global_step += 1
     tr.recorder.flush(epoch)
