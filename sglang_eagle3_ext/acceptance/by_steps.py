@@ -14,7 +14,7 @@ import numpy as np
 
 from ..boundary import Refused
 from . import drafts
-from .evaluate import _batches, _device, _local_inputs, _simulate, settings_problem
+from .evaluate import local_inputs, resolve_device, settings_problem, simulate_batch, token_batches
 from .stats import Tally, Walk
 
 MAX_STEPS = 8
@@ -49,15 +49,15 @@ def accept_by_steps(o, max_steps: int = MAX_STEPS, say=None) -> dict:
     if problem:
         raise Refused(problem)
     o = dataclasses.replace(o, steps=max_steps, draft_tokens=None, url=None)
-    spec, source, target, _, idx, rule, _ = _local_inputs(o)
-    device = _device(o.device)
+    spec, source, target, _, idx, rule, _ = local_inputs(o)
+    device = resolve_device(o.device)
     dtype = torch.bfloat16 if o.dtype == "bf16" else torch.float32
     loaded = drafts.load(o.draft, target, device, dtype)
     max_len = loaded.max_len
     notes: list = list(loaded.notes)
     fan, t0, done = _Fan(max_steps), time.perf_counter(), 0
-    for batch in _batches(source, idx, loaded, o.batch_tokens, max_len, notes):
-        _simulate(loaded, batch, max_steps, device, dtype, fan, fan)
+    for batch in token_batches(source, idx, loaded, o.batch_tokens, max_len, notes):
+        simulate_batch(loaded, batch, max_steps, device, dtype, fan, fan)
         done += len(batch)
         if say:
             say(f"simulated {done}/{len(idx)} held-out samples at {max_steps} steps")

@@ -59,7 +59,7 @@ def settings_problem(steps: int, topk: int, draft_tokens: int | None) -> str | N
     return None
 
 
-def _device(name: str | None) -> str:
+def resolve_device(name: str | None) -> str:
     import torch
 
     if name is None:
@@ -98,7 +98,7 @@ def _layers_agree(loaded, source) -> str:
     return f"aux layers: HF hidden_states {list(have)} (data and draft agree)"
 
 
-def _batches(source, idx: list[int], loaded, budget: int, max_len: int | None, notes: list):
+def token_batches(source, idx: list[int], loaded, budget: int, max_len: int | None, notes: list):
     """Lists of samples of about `budget` tokens each, read in order."""
     spec, batch, n_tok, cut = loaded.spec, [], 0, 0
     for i in idx:
@@ -117,7 +117,7 @@ def _batches(source, idx: list[int], loaded, budget: int, max_len: int | None, n
         notes.append(f"{cut} sample(s) cut to the draft's max_position_embeddings {max_len} (its RoPE table)")
 
 
-def _simulate(loaded, batch, steps: int, device: str, dtype, every, walk) -> None:
+def simulate_batch(loaded, batch, steps: int, device: str, dtype, every, walk) -> None:
     import torch
 
     from .simulate import draft_tokens, pack, run_lengths
@@ -143,8 +143,8 @@ def _run(o: Options, loaded, source, idx: list[int], device: str, notes: list) -
     max_len = loaded.max_len
     every, walk = Tally(o.steps), Walk(o.steps)
     t0, done, samples = time.perf_counter(), 0, []
-    for batch in _batches(source, idx, loaded, o.batch_tokens, max_len, notes):
-        _simulate(loaded, batch, o.steps, device, dtype, every, walk)
+    for batch in token_batches(source, idx, loaded, o.batch_tokens, max_len, notes):
+        simulate_batch(loaded, batch, o.steps, device, dtype, every, walk)
         done += len(batch)
         samples += [dataclasses.replace(s, aux=None) for s in batch] if o.url else []  # --url needs ids only
         if o.say:
@@ -153,7 +153,7 @@ def _run(o: Options, loaded, source, idx: list[int], device: str, notes: list) -
     return {"every": every, "walk": walk, "seconds": secs, "samples": samples}
 
 
-def _local_inputs(o: Options):
+def local_inputs(o: Options):
     """Every local input checked, cheapest first, before any server is asked or any weight read:
     (draft spec, data source, target folder, where the target came from, held-out indices, the split's rule)."""
 
@@ -211,8 +211,8 @@ def _plan(o: Options, spec, source, target, target_from, idx, rule, n_split, dev
 
 def evaluate(o: Options) -> dict:
 
-    spec, source, target, target_from, idx, rule, n_split = _local_inputs(o)
-    device = _device(o.device)
+    spec, source, target, target_from, idx, rule, n_split = local_inputs(o)
+    device = resolve_device(o.device)
     if o.dry_run:
         return _plan(o, spec, source, target, target_from, idx, rule, n_split, device)
     server = None

@@ -112,7 +112,7 @@ def request_lengths(span: tuple[int, int], n: int, seed: int) -> list[int]:
     return [rng.randint(*span) for _ in range(n)]
 
 
-def _bar(total: int, quiet: bool):
+def progress_bar(total: int, quiet: bool):
     try:
         from tqdm import tqdm
     except ImportError:  # optional: the benchmark runs without a bar
@@ -214,7 +214,7 @@ def benchmark(o: BenchOptions) -> dict:
     n_draft = args["speculative_num_draft_tokens"] - 1 if args.get("speculative_num_draft_tokens") else None
     servers = [("spec", spec)] + ([("baseline", base)] if base else [])
     lengths = request_lengths(o.max_new_tokens, len(ps.prompts), o.seed)
-    bar = _bar(len(ps.prompts) * len(o.concurrency) * len(servers) + o.warmup * len(servers), o.quiet)
+    bar = progress_bar(len(ps.prompts) * len(o.concurrency) * len(servers) + o.warmup * len(servers), o.quiet)
     try:
         _warm_up(servers, ps.prompts, o.warmup, bar)
         levels = [_level(o, servers, ps.prompts, lengths, c, n_draft, bar) for c in o.concurrency]

@@ -106,6 +106,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=8192,
         help=f"tokens simulated at once, 1..{MAX_BATCH_TOKENS}",
     )
+    _add_server_args(p)
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check every local input and print the plan (held-out "
+        "samples, settings) in seconds; no weight is loaded, no sample simulated, no request sent",
+    )
+    cli_common.add_json_out(p, "the report")
+    cli_common.add_verbosity(p, quiet="no progress lines")
+    return p
+
+
+def _add_server_args(p: argparse.ArgumentParser) -> None:
+    """--url and the flags of its requests: the served accept length measured beside the prediction."""
     p.add_argument(
         "--url",
         default=None,
@@ -124,15 +138,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=300.0,
         help=f"seconds for each request with --url, at most {MAX_TIMEOUT_S:g}",
     )
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="check every local input and print the plan (held-out "
-        "samples, settings) in seconds; no weight is loaded, no sample simulated, no request sent",
-    )
-    cli_common.add_json_out(p, "the report")
-    cli_common.add_verbosity(p, quiet="no progress lines")
-    return p
 
 
 def _check_json(dest: str | None) -> None:

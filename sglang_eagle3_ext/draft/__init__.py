@@ -6,7 +6,8 @@
     keys.py            key names per SGLang release (renames, what each release can hold)
     safetensors_io.py  header-only reading of .safetensors files (no SGLang, no torch needed)
     config_schema.py   the types a draft config.json must hold (outside input), checked before any rule reads it
-    rules.py           config, shape and value rules -> Problems (one rule each, e.g. a trained lm_head SGLang discards)
+    config_rules.py    a config's rules: the DraftSpec it implies and its config-level Problems
+    rules.py           shape and value rules -> Problems (one rule each, e.g. a trained lm_head SGLang discards)
     target.py          the target as the rules see it: its config, and its lm_head when its weights are at hand
     check.py           the verdict on a draft for a release (`check`, the launcher's pre-check): check_draft, describe_draft
     convert.py         any accepted format -> the draft SGLang loads as trained (`convert`); its files: convert_io.py

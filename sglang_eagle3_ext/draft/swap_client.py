@@ -29,19 +29,18 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..boundary import BadInput, Refused, check_type, field, list_of, read_json_file, writable_dir
+from ..boundary import BadInput, Refused, read_json_file, writable_dir
 from ..server.hf_cache import local_dir
 from ..server.http_client import Server, ServerTimeout
 from ..versions import SUPPORTED_MAX, capabilities_for_version, swap_refusal
 from . import errors as E
 from .check import check_draft
-from .swap import LOAD_FORMAT, PROTOCOL, STATE_KEY
+from .swap import LOAD_FORMAT, STATE_KEY
+from .swap_replies import draft_states, swap_reply
 from .swap_rules import against_served, problems_line
 
 UPDATE_ROUTE = "/update_weights_from_disk"
 LAUNCH_FLAG = "--speculative-draft-model-path"
-MAX_KEYS = 4096  # build keys a report may name (a draft class reads a few dozen)
-MAX_TEXT = 4000  # characters of a server's message kept
 
 
 class SwapRefused(Refused):
@@ -62,77 +61,6 @@ class Options:
     say: Callable[[str], None] | None = None
     draft_link: str | None = None  # a symlink the launch command names: pointed at the draft once it serves
     settle: float = 60.0  # after a --timeout: how long the server's state is read for the outcome
-
-
-def draft_states(info, where: str) -> list[dict] | None:
-    """Each scheduler's draft report from a /get_server_info reply (None: the server carries none), validated."""
-    check_type(info, dict, f"{where} reply")
-    states = field(info, "internal_states", list, f"{where} reply", optional=True) or []
-    out = []
-    for i, st in enumerate(states):
-        at = f"{where} reply: 'internal_states'[{i}]"
-        rep = field(check_type(st, dict, at), STATE_KEY, dict, at, optional=True)
-        if rep is None:
-            return None
-        out.append(_state(rep, f"{at}: {STATE_KEY!r}"))
-    return out or None
-
-
-def _state(rep: dict, at: str) -> dict:
-    protocol = field(rep, "protocol", int, at)
-    if protocol != PROTOCOL:
-        raise BadInput(
-            f"{at}: 'protocol'", f"{protocol}; this client speaks {PROTOCOL}: use the sglang-eagle3-ext the server runs"
-        )
-    out = {
-        "draft": field(rep, "draft", str, at, optional=True),
-        "refusal": field(rep, "refusal", str, at, optional=True),
-    }
-    if out["refusal"] is not None:
-        return out
-    out["spec"] = field(rep, "spec", dict, at)
-    out["build"] = field(rep, "build", dict, at, optional=True)
-    keys = field(rep, "build_keys", list, at, optional=True)
-    if keys is not None:
-        if len(keys) > MAX_KEYS:
-            raise BadInput(f"{at}: 'build_keys'", f"{len(keys)} keys; no draft class reads more than {MAX_KEYS}")
-        out["build_keys"] = list_of(keys, str, f"{at}: 'build_keys'")
-    hf = field(rep, "hf_indices", list, at, optional=True)
-    out["hf_indices"] = list_of(hf, int, f"{at}: 'hf_indices'", minimum=0) if hf is not None else None
-    out["target_layers"] = field(rep, "target_layers", int, at, optional=True, minimum=1)
-    if out["hf_indices"] and out["target_layers"] and max(out["hf_indices"]) > out["target_layers"]:
-        raise BadInput(
-            f"{at}: 'hf_indices'",
-            f"{out['hf_indices']} for a target of {out['target_layers']} layers "
-            f"(HF hidden_states run 0..{out['target_layers']})",
-        )
-    out["token_map"] = field(rep, "token_map", bool, at, optional=True, default=False)
-    out["swaps"] = field(rep, "swaps", int, at, optional=True, minimum=0, default=0)
-    out["attempts"] = field(rep, "attempts", int, at, optional=True, minimum=0)
-    last = field(rep, "last_attempt", dict, at, optional=True)
-    if last is not None:
-        la = f"{at}: 'last_attempt'"
-        out["last_attempt"] = {
-            "path": field(last, "path", str, la),
-            "ok": field(last, "ok", bool, la),
-            "message": field(last, "message", str, la, optional=True, default="")[:MAX_TEXT],
-        }
-    return out
-
-
-def swap_reply(out, where: str) -> tuple[bool, str, int]:
-    """(success, message, requests paused) of SGLang's /update_weights_from_disk reply (paused: a list per DP
-    replica when there are several)."""
-    at = f"{where} reply"
-    check_type(out, dict, at)
-    ok = field(out, "success", bool, at)
-    msg = field(out, "message", str, at, optional=True, default="")[:MAX_TEXT]
-    paused = field(out, "num_paused_requests", (int, list), at, optional=True, default=0)
-    if isinstance(paused, list):
-        paused = sum(list_of(paused, int, f"{at}: 'num_paused_requests'", minimum=0))
-    elif paused < 0:
-        raise BadInput(f"{at}: 'num_paused_requests'", f"must be >= 0, got {paused}")
-    return ok, msg, paused
 
 
 def _server_state(srv, where: str) -> tuple[dict, list[dict]]:
@@ -283,12 +211,7 @@ def swap(opts: Options) -> dict:
     where = srv.where("GET", "/get_server_info")
     args, states = _server_state(srv, where)
     served = states[0]["draft"]
-    launched = args.get("speculative_draft_model_path")
-    if link is not None and launched not in (str(link), os.path.realpath(link)):
-        say(
-            f"note: the server's record names {launched}, not --draft-link {link}: a restart serves the link only "
-            f"when its launch command names it ({LAUNCH_FLAG} {link})"
-        )
+    _note_launched(args, link, say)
     local = None
     if opts.local_check:
         say(f"checking {draft} against the draft {served} served at {srv.url}")
@@ -322,16 +245,7 @@ def swap(opts: Options) -> dict:
             {**base, "pause_s": round(pause, 3), "server_message": message},
         )
     if late is None:
-        try:
-            args_after, after = _server_state(srv, where)
-        except (BadInput, Refused) as e:  # it said it swapped: the report says so, the link waits for proof
-            raise SwapRefused(
-                f"the server accepted draft {draft} ({message or 'no message'}) but its state could "
-                f"not be read back: {e}; --draft-link was not touched; after a restart, "
-                f"{launch_argument(str(draft))} serves it",
-                {**base, "pause_s": round(pause, 3), "server_message": message},
-                ok=True,
-            ) from None
+        args_after, after = _read_back(srv, where, draft, message, {**base, "pause_s": round(pause, 3)})
     serving = [s.get("draft") for s in after]
     if any(d != str(draft) for d in serving):
         raise Refused(f"the server accepted draft {draft} but reports serving {serving}: see its log")
@@ -357,17 +271,49 @@ def swap(opts: Options) -> dict:
         "launch_argument": launch_argument(str(link) if link else str(draft)),
     }
     if link is not None:
-        try:
-            point_link(link, str(draft))
-        except OSError as e:
-            raise SwapRefused(
-                f"the server serves draft {draft}, but --draft-link {link} could not be pointed at it "
-                f"({e.strerror or e}): a restart with {LAUNCH_FLAG} {link} serves what the link names; "
-                f"restart with {launch_argument(str(draft))} instead",
-                {**rep, "launch_argument": launch_argument(str(draft))},
-                ok=True,
-            ) from None
+        _point_draft_link(link, draft, rep)
     return rep
+
+
+def _note_launched(args: dict, link: Path | None, say) -> None:
+    """Say so when the server's launch record names something other than --draft-link: a restart would not
+    serve the link."""
+    launched = args.get("speculative_draft_model_path")
+    if link is not None and launched not in (str(link), os.path.realpath(link)):
+        say(
+            f"note: the server's record names {launched}, not --draft-link {link}: a restart serves the link only "
+            f"when its launch command names it ({LAUNCH_FLAG} {link})"
+        )
+
+
+def _read_back(srv, where: str, draft: Path, message: str, report: dict) -> tuple[dict, list[dict]]:
+    """(server args, draft reports) after the server replied that it swapped; SwapRefused (ok: it said it
+    swapped, the report says so, the link waits for proof) when its state cannot be read back."""
+    try:
+        return _server_state(srv, where)
+    except (BadInput, Refused) as e:
+        raise SwapRefused(
+            f"the server accepted draft {draft} ({message or 'no message'}) but its state could "
+            f"not be read back: {e}; --draft-link was not touched; after a restart, "
+            f"{launch_argument(str(draft))} serves it",
+            {**report, "server_message": message},
+            ok=True,
+        ) from None
+
+
+def _point_draft_link(link: Path, draft: Path, rep: dict) -> None:
+    """--draft-link pointed at the draft the server now serves; SwapRefused (ok) naming the launch argument
+    that serves it when the link cannot be changed."""
+    try:
+        point_link(link, str(draft))
+    except OSError as e:
+        raise SwapRefused(
+            f"the server serves draft {draft}, but --draft-link {link} could not be pointed at it "
+            f"({e.strerror or e}): a restart with {LAUNCH_FLAG} {link} serves what the link names; "
+            f"restart with {launch_argument(str(draft))} instead",
+            {**rep, "launch_argument": launch_argument(str(draft))},
+            ok=True,
+        ) from None
 
 
 def launch_argument(path: str) -> str:

@@ -11,7 +11,7 @@ Modules, in the order a sample travels (server side first):
     staging.py         the pinned staging ring (shared memory for the writer process)
     assemble.py        chunked prefills stitched per request (waits for the copy event)
     writer.py          io threads: finite check, one sample file each  (or writer_process.py + writer_child.py,
-                       talking in writer_messages.py)
+                       talking in writer_messages.py); writer_hygiene.py: unfit samples, a killed writer's tmp files
     manifest.py        the list of complete samples;  status.py: counters per writer
     export.py          manifest -> a training tool's layout (`dump export`; exporters/: one module per format);
                        loss_mask.py: the default mask

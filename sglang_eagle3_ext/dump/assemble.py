@@ -163,77 +163,15 @@ class Assembler:
         self.fed += 1
         orig = batch.orig_lens.tolist() if hasattr(batch.orig_lens, "tolist") else list(batch.orig_lens)
         row = 0
-        min_tokens = self.min_tokens
         for i, rid in enumerate(batch.rids):
             p, n = batch.prefix_lens[i], batch.extend_lens[i]
             a, b = row, row + n
             row = b
-            if rid.startswith(NODUMP_RID_PREFIX):
+            sid = self._admit(batch, i, rid, orig[i], refused)
+            if sid is None:
                 continue
-            if orig[i] < min_tokens:
-                log_once(
-                    "dump.short",
-                    "dump: not dumping prompts shorter than %d tokens (e.g. SGLang's warm-up "
-                    "request; set SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS to change)",
-                    min_tokens,
-                )
-                continue
-            sid = sanitize_id(rid)
-            if self.is_done(sid):
-                self._drop(rid)
-                continue
-            if batch.multimodal is not None and batch.multimodal[i]:
-                self._skip_multimodal(rid, refused)
-                continue
-            part = self.partials.get(rid)
-            if p == 0:
-                if part is not None:  # re-prefilled from scratch (retraction): start over
-                    self._drop(rid)
-                with self._active_lock:
-                    other = self._active.get(sid)
-                    if other is None:
-                        self._active[sid] = rid
-                if other == rid:  # re-prefilled (retraction) while its sample is in flight
-                    if not self.restitch(rid):
-                        continue
-                elif other is not None:
-                    refused.append(
-                        Refusal(
-                            rid,
-                            f"sample id {sid!r} is already being dumped for request {other!r} "
-                            f"(request ids must stay distinct after sanitising)",
-                            "duplicate_id",
-                        )
-                    )
-                    self._remember(rid, "duplicate_id")
-                    continue
-                part = self.partials[rid] = Sample(rid, sid, [])
-            elif part is None:
-                if self._recent.get(rid) == "duplicate_id":  # its later chunks: refused once, above
-                    continue
-                if self._recent.get(rid) == "ended":
-                    refused.append(
-                        Refusal(
-                            rid,
-                            f"a chunk at token {p} came after the request was absent from "
-                            f"{STALE_BATCHES} batches and released as ended",
-                            "ended",
-                        )
-                    )
-                    continue
-                refused.append(
-                    Refusal(
-                        rid,
-                        f"first prefill chunk starts at token {p}: the prefix cache served "
-                        f"{p} tokens whose states were not computed; launch with "
-                        f"--disable-radix-cache",
-                        "prefix_cache",
-                    )
-                )
-                continue
-            elif part.length != p:
-                self._drop(rid)
-                refused.append(Refusal(rid, f"chunk starts at {p} but {part.length} tokens were stitched", "gap"))
+            part = self._partial_for(rid, sid, p, refused)
+            if part is None:
                 continue
             batch.add_ref()
             part.pieces.append(Piece(batch, a, b))
@@ -249,6 +187,83 @@ class Assembler:
             self.release_unused(batch)
         self.release_ended(STALE_BATCHES)
         return done, refused
+
+    def _admit(self, batch: ChunkBatch, i: int, rid: str, orig_len, refused: list) -> str | None:
+        """The sample id of request `i` of `batch` when it is to be dumped at all, else None."""
+        if rid.startswith(NODUMP_RID_PREFIX):
+            return None
+        if orig_len < self.min_tokens:
+            log_once(
+                "dump.short",
+                "dump: not dumping prompts shorter than %d tokens (e.g. SGLang's warm-up "
+                "request; set SGLANG_EAGLE3_EXT_DUMP_MIN_TOKENS to change)",
+                self.min_tokens,
+            )
+            return None
+        sid = sanitize_id(rid)
+        if self.is_done(sid):
+            self._drop(rid)
+            return None
+        if batch.multimodal is not None and batch.multimodal[i]:
+            self._skip_multimodal(rid, refused)
+            return None
+        return sid
+
+    def _partial_for(self, rid: str, sid: str, p: int, refused: list) -> Sample | None:
+        """The partial sample a chunk starting at token `p` extends (a new one at token 0); None when the chunk
+        is not to be stitched (refusals appended to `refused`)."""
+        part = self.partials.get(rid)
+        if p == 0:
+            if part is not None:  # re-prefilled from scratch (retraction): start over
+                self._drop(rid)
+            with self._active_lock:
+                other = self._active.get(sid)
+                if other is None:
+                    self._active[sid] = rid
+            if other == rid:  # re-prefilled (retraction) while its sample is in flight
+                if not self.restitch(rid):
+                    return None
+            elif other is not None:
+                refused.append(
+                    Refusal(
+                        rid,
+                        f"sample id {sid!r} is already being dumped for request {other!r} "
+                        f"(request ids must stay distinct after sanitising)",
+                        "duplicate_id",
+                    )
+                )
+                self._remember(rid, "duplicate_id")
+                return None
+            part = self.partials[rid] = Sample(rid, sid, [])
+            return part
+        if part is None:
+            if self._recent.get(rid) == "duplicate_id":  # its later chunks: refused once, above
+                return None
+            if self._recent.get(rid) == "ended":
+                refused.append(
+                    Refusal(
+                        rid,
+                        f"a chunk at token {p} came after the request was absent from "
+                        f"{STALE_BATCHES} batches and released as ended",
+                        "ended",
+                    )
+                )
+                return None
+            refused.append(
+                Refusal(
+                    rid,
+                    f"first prefill chunk starts at token {p}: the prefix cache served "
+                    f"{p} tokens whose states were not computed; launch with "
+                    f"--disable-radix-cache",
+                    "prefix_cache",
+                )
+            )
+            return None
+        if part.length != p:
+            self._drop(rid)
+            refused.append(Refusal(rid, f"chunk starts at {p} but {part.length} tokens were stitched", "gap"))
+            return None
+        return part
 
     def _skip_multimodal(self, rid: str, refused: list) -> None:
         """Never a training sample: SGLang put pad values (MM_PAD_SHIFT_VALUE + a hash), not token ids, where

@@ -128,23 +128,9 @@ class DumpTarget:
             )
         if aux is None:
             return self.refuse("aux", "no aux hidden states reached the logits processor")
-        if isinstance(aux, torch.Tensor):
-            layout = "packed"
-            if aux.dim() != 2 or aux.shape[0] < T or aux.shape[1] != K * H:
-                return self.refuse("auxshape", "packed aux shape %s, expected [>=%d, %d]", tuple(aux.shape), T, K * H)
-        else:
-            layout = "list"
-            aux = list(aux)
-            if len(aux) != K or any(a.shape[0] < T or a.shape[-1] != H for a in aux):
-                return self.refuse(
-                    "auxshape",
-                    "aux list of %d x %s, expected %d x [>=%d, %d]",
-                    len(aux),
-                    [tuple(a.shape) for a in aux[:2]],
-                    K,
-                    T,
-                    H,
-                )
+        layout, aux = self._aux_layout(aux, T, K, H, torch.Tensor)
+        if layout is None:
+            return
         if self.cfg.want_prenorm and (pre is None or pre.shape[0] < T):
             return self.refuse(
                 "prenorm",
@@ -159,6 +145,28 @@ class DumpTarget:
             norm=self.norm if send_norm else None,
         ):
             self._norm_sent = self._norm_sent or send_norm
+
+    def _aux_layout(self, aux, T: int, K: int, H: int, tensor_type) -> tuple[str | None, object]:
+        """("packed" [>=T, K*H] | "list" of K x [>=T, H], aux); (None, aux) after refusing any other shape.
+        `tensor_type` is torch.Tensor, passed in by the caller that already imported torch."""
+        if isinstance(aux, tensor_type):
+            if aux.dim() != 2 or aux.shape[0] < T or aux.shape[1] != K * H:
+                self.refuse("auxshape", "packed aux shape %s, expected [>=%d, %d]", tuple(aux.shape), T, K * H)
+                return None, aux
+            return "packed", aux
+        aux = list(aux)
+        if len(aux) != K or any(a.shape[0] < T or a.shape[-1] != H for a in aux):
+            self.refuse(
+                "auxshape",
+                "aux list of %d x %s, expected %d x [>=%d, %d]",
+                len(aux),
+                [tuple(a.shape) for a in aux[:2]],
+                K,
+                T,
+                H,
+            )
+            return None, aux
+        return "list", aux
 
 
 # request id -> None for requests seen carrying multimodal inputs when their batch was built (bounded: the

@@ -15,11 +15,9 @@ it coming back, then dumping stops.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import itertools
 import logging
-import os
 import queue
 import threading
 import time
@@ -34,6 +32,7 @@ from .manifest import ManifestWriter, read_manifest, sample_path, sample_relpath
 from .sample_file import T_AUX, T_IDS, atomic_write, dir_known, write_sample
 from .staging import PinnedRing
 from .status import STATUS_DIR, DumpStartupError, StatusFile, dir_identity, meta_mismatch, validate_dump_root
+from .writer_hygiene import remove_own_tmp, unfit
 
 STATUS_EVERY_S = 5.0  # status file refresh (and dump dir check) while dumping
 IDLE_RELEASE_S = 30.0  # no batch for this long: no request can be mid-prefill, partials are dead requests
@@ -64,7 +63,7 @@ class DumpWriter(ForwardThreadApi):
         why = meta_mismatch(self.root, self.meta)
         if why is not None:
             raise DumpStartupError(why)
-        self._clean_own_tmp()
+        remove_own_tmp(str(self.root / SAMPLES_DIR), name)
         self.done_ids: set[str] = set(read_manifest(self.root))
         self.manifest = ManifestWriter(self.root, name)
         self.num_aux = len(meta["layer_indices_hf"])
@@ -111,25 +110,7 @@ class DumpWriter(ForwardThreadApi):
             )
         self._write_status(self._running_state)
 
-    # ---- start-up ---------------------------------------------------------------------------------
-    def _clean_own_tmp(self) -> None:
-        """Temporary files a killed run of this writer left behind (never listed in a manifest)."""
-        tag = f".tmp{self.name}."
-        # os.scandir over the shard folders: a restart into a dump of millions of samples lists names only
-        # (pathlib's rglob builds a Path per file and was the slow part of the start-up)
-        stack = [str(self.root / SAMPLES_DIR)]
-        while stack:
-            try:
-                entries = list(os.scandir(stack.pop()))
-            except OSError:
-                continue
-            for e in entries:
-                if e.name.startswith(".") and tag in e.name:
-                    with contextlib.suppress(OSError):
-                        os.unlink(e.path)
-                elif e.is_dir(follow_symlinks=False):
-                    stack.append(e.path)
-
+    # ---- counters and status file -----------------------------------------------------------------
     def _counters(self) -> dict:
         """The counters, plus the host memory held and the requests half-stitched (status file, `dump status`)."""
         with self._count_lock:
@@ -276,7 +257,9 @@ class DumpWriter(ForwardThreadApi):
                 self.count("discarded")
                 return
             tensors = s.materialize(self.num_aux)
-            if self._unfit(s, tensors):
+            why = unfit(s, tensors, self.meta.get("vocab_size"), self.name)
+            if why is not None:
+                self.count(why)
                 return
             n = int(tensors[T_IDS].shape[0])
             extra = getattr(s, "record_extra", None) or {}  # dump while serving: token sources (serving_assembler)
@@ -328,37 +311,6 @@ class DumpWriter(ForwardThreadApi):
                 self._io_pending -= 1
             self.budget.poke()
             self._progressed()
-
-    def _unfit(self, s: Sample, tensors: dict) -> bool:
-        """The sample is no training sample (counted, said once): NaN/Inf in its states, or a token id outside
-        the target's vocab (a multimodal pad value, MM_PAD_SHIFT_VALUE + a hash, that the capture missed)."""
-        finite = s.finite()
-        if finite is None:
-            finite = all(bool(t.isfinite().all()) for k, t in tensors.items() if k != T_IDS)
-        if not finite:
-            self.count("nonfinite")
-            log_once(
-                "dump.nonfinite",
-                "dump: skipping request %s: NaN/Inf in its hidden states (counted in status/%s.json)",
-                s.rid,
-                self.name,
-                level=logging.WARNING,
-            )
-            return True
-        ids, vocab = tensors[T_IDS], self.meta.get("vocab_size")
-        if vocab and ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < vocab:
-            self.count("refused_token_id")
-            log_once(
-                "dump.token_id",
-                "dump: skipping request %s: a token id outside the target's vocab [0, %d) "
-                "(a multimodal pad value?); counted in status/%s.json",
-                s.rid,
-                vocab,
-                self.name,
-                level=logging.WARNING,
-            )
-            return True
-        return False
 
     def _sample_failed(self, s: Sample, e: BaseException) -> None:
         self.count("write_errors")

@@ -6,6 +6,8 @@ served one (and, with --swap, swapped into the running server).
 - `traffic` — which dump samples a refresh uses (new since the last one, optionally weakly-served requests
   only) and the train / held-out split;
 - `cursor` — `refresh_cursor.json` in the dump dir: the samples accepted refreshes used, one refresh at a time.
+- `settle` — the cursor's journal entries; an earlier refresh that stopped before settling its samples,
+  settled first.
 
 Nothing heavy is imported here.
 """

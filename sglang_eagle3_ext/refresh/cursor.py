@@ -7,7 +7,7 @@ The cursor is a journal written atomically (a temporary file renamed over it) in
    accepted and --out is complete), the pending samples move into `used` under that draft; otherwise they stay
    unused. Either way the refresh goes into `refreshes` and `pending` is cleared.
 A refresh that stops between the two (a crash, a kill) leaves `pending`; the next refresh settles it first from
-what --out and the server show (refresh/run.py), so every sample is used exactly once or not at all. Held-out
+what --out and the server show (refresh/settle.py), so every sample is used exactly once or not at all. Held-out
 samples are recorded as held out (judged on, never trained): a sample's side is fixed by its id, so it would be
 held out again.
 

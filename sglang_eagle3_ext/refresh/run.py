@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..boundary import BadInput, Refused
+from .settle import entry, same_draft, settle
 
 
 @dataclasses.dataclass
@@ -179,15 +180,6 @@ def _build(o: Options, dump: Path, sel, target: str, tmp: Path, say) -> dict:
     return rep
 
 
-def _same_draft(a, b) -> bool:
-    if a is None or b is None:
-        return False
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return Path(a).resolve() == Path(b).resolve()
-
-
 def _served_draft(o: Options, say) -> Options:
     """With --swap: the draft the server serves, which --draft must be (the gate judges against it, the swap
     replaces it); --draft left out means that one. Before anything long: a server that cannot take a draft is
@@ -198,7 +190,7 @@ def _served_draft(o: Options, say) -> Options:
     if o.draft is None:
         say(f"--swap {o.swap_url}: it serves {served}, the draft this refresh starts from and must beat")
         return dataclasses.replace(o, draft=served)
-    if not _same_draft(o.draft, served):
+    if not same_draft(o.draft, served):
         raise Refused(
             f"--draft {o.draft} is not the draft {o.swap_url} serves ({served}): the new draft must beat "
             f"the one it replaces; pass --draft {served} or leave --draft out"
@@ -226,57 +218,6 @@ def _check_out(o: Options, dump: Path, target: str) -> dict:
     return rule
 
 
-def _entry(**kw) -> dict:
-    return {"at": time.strftime("%Y-%m-%dT%H:%M:%S"), **kw}
-
-
-def _settle(c, say) -> None:
-    """A refresh that stopped between recording its samples as pending and settling them: used when its draft
-    got as far as serving (accepted, and with --swap served by the server), else left unused."""
-    from ..boundary import read_json_file
-
-    p = c.pending
-    out, n = Path(p["out"]), len(p["trained"]) + len(p["heldout"])
-    try:
-        rep = read_json_file(out / "refresh.json", "refresh report")
-    except BadInput:
-        rep = None
-    if rep is None or rep.get("refresh_id") != p.get("id"):
-        used, why = False, f"its --out {out} was never completed"
-    elif not rep.get("accepted"):
-        used, why = False, "its draft was not accepted"
-    elif not p.get("swap_url"):
-        used, why = True, f"its draft {p['draft']} was accepted"
-    else:
-        from ..draft.swap_client import can_swap
-
-        try:
-            served = can_swap(p["swap_url"])
-        except (Refused, BadInput) as e:
-            raise Refused(
-                f"{c.path}: the refresh into {out} stopped while swapping its draft into "
-                f"{p['swap_url']}, which cannot say now which draft it serves ({e}); start that server "
-                f"and run refresh again, or delete 'pending' from the cursor to leave its samples "
-                f"unused"
-            ) from None
-        used = _same_draft(served, p["draft"])
-        why = f"{p['swap_url']} {'serves' if used else 'does not serve'} its draft {p['draft']}"
-    say(
-        f"an earlier refresh into {out} stopped before settling its {n} sample(s): {why}, so they are "
-        f"{'recorded as used by it' if used else 'left for this refresh'}"
-    )
-    c.finish(
-        _entry(
-            accepted=bool(rep and rep.get("accepted")),
-            reason=f"stopped; settled later: {why}",
-            out=str(out),
-            draft=p["draft"],
-            samples=n,
-        ),
-        used,
-    )
-
-
 def refresh(o: Options) -> dict:
     """Run one refresh; the report (`accepted`, `reason`, figures). Refused on bad input."""
     import secrets
@@ -297,26 +238,9 @@ def refresh(o: Options) -> dict:
     with cur.exclusive(dump):
         c = cur.read_cursor(dump)
         if c.pending:
-            _settle(c, say)
+            settle(c, say)
         sel = select(dump, c.consumed, o.heldout_fraction, o.max_accept_len)
-        base = {
-            "dump_dir": str(dump),
-            "draft_before": str(Path(o.draft).resolve()),
-            "target": target,
-            "layout": desc.get("layout"),
-            "new_samples": sel.new,
-            "selected": len(sel.ids),
-            "train_samples": len(sel.train),
-            "heldout_samples": len(sel.heldout),
-            "skipped": sel.skipped,
-            "already_used": len(c.consumed),
-            "margin": o.margin,
-            "spec_steps": o.spec_steps,
-        }
-        say(
-            f"{sel.new} sample(s) since the last refresh ({len(c.consumed)} used before), {len(sel.ids)} selected"
-            + "".join(f", {n} skipped: {why}" for why, n in sel.skipped.items())
-        )
+        base = _selection_report(o, dump, target, desc, sel, len(c.consumed), say)
         if len(sel.ids) < o.min_samples:
             return {
                 **base,
@@ -346,29 +270,58 @@ def refresh(o: Options) -> dict:
                 _write_report(Path(tmp) / "refresh.json", rep)
         except BaseException as e:  # --out was not written: its samples stay for the next refresh
             why = "interrupted" if isinstance(e, KeyboardInterrupt) else f"failed: {e}"
-            c.finish(_entry(accepted=False, reason=why, out=None, samples=len(sel.ids)), False)
+            c.finish(entry(accepted=False, reason=why, out=None, samples=len(sel.ids)), False)
             raise
         rep["out"], rep["seconds"] = str(out), round(time.monotonic() - t0, 1)
-        if rep["accepted"] and o.swap_url:
-            rep["swap"] = _swap(o, rep["draft_after"], say)
-        served = rep["accepted"] and (not o.swap_url or rep["swap"]["ok"])
-        c.finish(
-            _entry(
-                accepted=rep["accepted"],
-                reason=rep["reason"],
-                out=rep["out"],
-                draft=rep["draft_after"],
-                samples=len(sel.ids),
-                trained=len(sel.train),
-                heldout=len(sel.heldout),
-                before=rep["before"]["predicted_accept_length"],
-                after=(rep.get("after") or {}).get("predicted_accept_length"),
-                swap=None if not o.swap_url or not rep["accepted"] else bool(rep["swap"]["ok"]),
-            ),
-            served,
-        )
-        rep["samples_used"] = bool(served)
+        _serve_and_record(o, c, sel, rep, say)
     return rep
+
+
+def _selection_report(o: Options, dump: Path, target: str, desc: dict, sel, used_before: int, say) -> dict:
+    """The report's figures known once the samples are selected (said in one line)."""
+    base = {
+        "dump_dir": str(dump),
+        "draft_before": str(Path(o.draft).resolve()),
+        "target": target,
+        "layout": desc.get("layout"),
+        "new_samples": sel.new,
+        "selected": len(sel.ids),
+        "train_samples": len(sel.train),
+        "heldout_samples": len(sel.heldout),
+        "skipped": sel.skipped,
+        "already_used": used_before,
+        "margin": o.margin,
+        "spec_steps": o.spec_steps,
+    }
+    say(
+        f"{sel.new} sample(s) since the last refresh ({used_before} used before), {len(sel.ids)} selected"
+        + "".join(f", {n} skipped: {why}" for why, n in sel.skipped.items())
+    )
+    return base
+
+
+def _serve_and_record(o: Options, c, sel, rep: dict, say) -> None:
+    """Once --out is written: an accepted draft swapped in (with --swap), then the cursor settled: the samples
+    are used only when the new draft serves."""
+    if rep["accepted"] and o.swap_url:
+        rep["swap"] = _swap(o, rep["draft_after"], say)
+    served = rep["accepted"] and (not o.swap_url or rep["swap"]["ok"])
+    c.finish(
+        entry(
+            accepted=rep["accepted"],
+            reason=rep["reason"],
+            out=rep["out"],
+            draft=rep["draft_after"],
+            samples=len(sel.ids),
+            trained=len(sel.train),
+            heldout=len(sel.heldout),
+            before=rep["before"]["predicted_accept_length"],
+            after=(rep.get("after") or {}).get("predicted_accept_length"),
+            swap=None if not o.swap_url or not rep["accepted"] else bool(rep["swap"]["ok"]),
+        ),
+        served,
+    )
+    rep["samples_used"] = bool(served)
 
 
 def _swap(o: Options, draft: str, say) -> dict:
@@ -381,7 +334,7 @@ def _swap(o: Options, draft: str, say) -> dict:
     except (Refused, BadInput) as e:  # the new draft stays in --out: the report says why it is not served
         rep = {"ok": False, "error": str(e), **(getattr(e, "report", None) or {})}
     try:  # a swap the client gave up on may still finish on the server: what it serves now decides
-        if _same_draft(can_swap(o.swap_url), draft):
+        if same_draft(can_swap(o.swap_url), draft):
             say(f"{o.swap_url} serves {draft} after all ({rep['error']})")
             return {**rep, "ok": True, "served_after_error": True}
     except (Refused, BadInput):

@@ -395,6 +395,6 @@ _LAYER_KEYS = (
 
 
 def llama_layer_config(init: InitDraft, fresh: dict) -> dict:
-    """The Llama draft's layer config: a fresh run's (training/speculators/train.draft_layer_config, with DIR's
+    """The Llama draft's layer config: a fresh run's (training/speculators/draft_config.draft_layer_config, with DIR's
     shape) with DIR's attention geometry and numerics (RoPE, norm eps), so the continued network is DIR's."""
     return {**fresh, **{k: init.cfg[k] for k in _LAYER_KEYS if init.cfg.get(k) is not None}}

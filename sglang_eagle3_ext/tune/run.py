@@ -13,19 +13,17 @@ from pathlib import Path
 
 from ..bench import prompts as P
 from ..boundary import Refused
-from . import adaptive, costmodel, plot, preset, search
 from . import backends as B
+from . import costmodel, search
 from . import timings as T
 from .accept import accept_lengths
-from .costmodel import interp
-from .projection import ASSUMPTIONS, project
+from .outputs import project_best, write_adaptive, write_plot, write_presets
 from .search import best_per_band
 from .servers import Budget, min_budget_min
 from .timing import TimingPlan, time_backend
 
 log = logging.getLogger("sglang_eagle3_ext.tune")
 DEFAULT_BACKENDS = ("fa3", "flashmla", "flashinfer", "triton")
-EAGLE3_DEFAULT_STEPS = 3
 
 
 @dataclasses.dataclass
@@ -159,18 +157,7 @@ def tune(o: Options) -> dict:
     else:
         tm = _timing_pass(o, env, shape, budget, out, say)
         T.write(out / "timings.json", tm)
-    models, errs = {}, {}
-    for name, b in tm["backends"].items():
-        try:
-            models[name] = costmodel.fit(name, b)
-            errs[name] = costmodel.errors(models[name], b, accept)
-        except ValueError as e:
-            log.info("cost model: %s left out (%s)", name, e)
-    if not models:
-        raise Refused(
-            f"no backend has a complete timing pass within --budget-min {o.budget_min}: raise it "
-            f"(one pass needs {min_budget_min():g} GPU minutes)"
-        )
+    models, errs = _fit(tm, accept, o.budget_min)
     grid = costmodel.grid(models, accept, o.concurrency)
 
     cands = search.top_candidates(grid, o.concurrency, o.per_band)
@@ -215,16 +202,33 @@ def tune(o: Options) -> dict:
         "best": best,
     }
     rep["adaptive"] = (
-        _adaptive(o, rep, models, accept, out)
+        write_adaptive(o, rep, models, accept, out)
         if _has_adaptive()
         else {"written": False, "why": "the installed SGLang has no --speculative-adaptive"}
     )
-    rep["presets"] = _presets(o, rep, out)
-    rep["projection"] = _projection(models, accept, best, shape)
-    rep["plot"] = str(_plot(rep, models, accept, out))
+    rep["presets"] = write_presets(o, rep, out)
+    rep["projection"] = project_best(models, accept, best, shape)
+    rep["plot"] = str(write_plot(rep, models, accept, out))
     rep["budget"] = {**budget.as_dict(), "wall_min": round((time.monotonic() - t0) / 60, 2)}
     (out / "tune.json").write_text(json.dumps(_jsonable(rep), indent=1) + "\n")
     return rep
+
+
+def _fit(tm: dict, accept: dict, budget_min) -> tuple[dict, dict]:
+    """The cost model of every backend with a complete timing pass, and its errors; refused when there is none."""
+    models, errs = {}, {}
+    for name, b in tm["backends"].items():
+        try:
+            models[name] = costmodel.fit(name, b)
+            errs[name] = costmodel.errors(models[name], b, accept)
+        except ValueError as e:
+            log.info("cost model: %s left out (%s)", name, e)
+    if not models:
+        raise Refused(
+            f"no backend has a complete timing pass within --budget-min {budget_min}: raise it "
+            f"(one pass needs {min_budget_min():g} GPU minutes)"
+        )
+    return models, errs
 
 
 def _timing_pass(o: Options, env: dict, shape: dict, budget: Budget, out: Path, say) -> dict:
@@ -308,131 +312,6 @@ def _best(grid: list[dict], measured: list[dict], concurrency: list[int]) -> dic
             "source": "predicted",
         }
     return out
-
-
-def _server_backend(best: dict) -> str:
-    """The backend one server for every band uses: the one best most often (ties: the smallest band's)."""
-    votes: dict[str, int] = {}
-    for c in sorted(best):
-        votes[best[c]["backend"]] = votes.get(best[c]["backend"], 0) + 1
-    return max(votes, key=lambda b: (votes[b], -min(c for c in best if best[c]["backend"] == b)))
-
-
-def _adaptive(o: Options, rep: dict, models, accept, out: Path) -> dict:
-
-    backend = _server_backend(rep["best"])
-    m = models.get(backend) or next(iter(models.values()))
-    predicted = {c: {s: m.tokens_per_s(c, s, accept) for s in [0, *accept] if s < 8} for c in o.concurrency}
-    best_steps = {c: max(p, key=p.get) for c, p in predicted.items()}
-    initial = best_steps[min(best_steps)] or EAGLE3_DEFAULT_STEPS
-    cfg = adaptive.fit_config(best_steps, predicted, accept, initial)
-    path = adaptive.write(out / "adaptive_config.json", cfg)
-    return {
-        "written": True,
-        "path": str(path),
-        "backend": m.name,
-        "initial_steps": initial,
-        "config": cfg,
-        "best_steps_by_band": best_steps,
-        "default_config_settles": adaptive.default_settles(accept),
-    }
-
-
-def _presets(o: Options, rep: dict, out: Path) -> list[str]:
-
-    written = []
-    figures = [
-        f"concurrency {c}: {b['backend']} steps {b['steps']}"
-        + (f" max-running {b['max_running']}" if b.get("max_running") else "")
-        + f": {b['tokens_per_s']:.0f} tok/s, {b['speedup'] or 0:.2f}x "
-        f"({b['source']})"
-        for c, b in sorted(rep["best"].items())
-    ]
-    for c, b in sorted(rep["best"].items()):
-        f = preset.server_fields(o.target, o.draft, b["backend"], b["steps"], b.get("max_running"))
-        h = preset.header(
-            f"Tuned for concurrency {c} (the band from {c} up to the next level tuned)", o.command, figures, []
-        )
-        written.append(str(preset.write(out / f"tuned-c{c}.yaml", f, h)))
-    ad = rep.get("adaptive") or {}
-    if ad.get("written"):
-        first = rep["best"][min(rep["best"])]
-        f = preset.server_fields(
-            o.target,
-            o.draft,
-            ad["backend"],
-            ad["initial_steps"] or first["steps"],
-            adaptive_config=str(Path(ad["path"]).resolve()),
-        )
-        h = preset.header(
-            "Tuned for every band at once: --speculative-adaptive with the fitted config",
-            o.command,
-            figures,
-            [
-                "adaptive bands (batch size: candidate steps): "
-                + ", ".join(f"{k}: {v['candidate_steps']}" for k, v in ad["config"].items())
-            ],
-        )
-        written.append(str(preset.write(out / "tuned.yaml", f, h)))
-    return written
-
-
-def _projection(models, accept, best, shape) -> dict:
-
-    if not all(shape.get(k) for k in ("layers", "vocab", "hidden")):
-        return {"why_not": "the target's config lacks num_hidden_layers / vocab_size / hidden_size"}
-    rows = []
-    for c, b in sorted(best.items()):
-        m = models.get(b["backend"])
-        s = b["steps"] or EAGLE3_DEFAULT_STEPS
-        if m is None or s not in accept:
-            continue
-        p = m.part(c)
-        rows.append(
-            {
-                "concurrency": c,
-                "backend": m.name,
-                "steps": s,
-                **project(
-                    p.target_step,
-                    costmodel_verify(m, c, s),
-                    p.draft_step,
-                    p.extend,
-                    s,
-                    accept[s],
-                    shape["layers"],
-                    shape["vocab"],
-                    shape["hidden"],
-                ),
-            }
-        )
-    return {"rows": rows, "assumptions": ASSUMPTIONS, "from_layers": shape["layers"]}
-
-
-def costmodel_verify(m, bs: int, steps: int) -> float:
-
-    return interp(m.target_steps, bs * (steps + 1))
-
-
-def _plot(rep: dict, models, accept, out: Path):
-
-    cs = rep["concurrency"]
-    backend = _server_backend(rep["best"])
-    m = models.get(backend) or next(iter(models.values()))
-    series = {"tuned": {c: rep["best"][c]["tokens_per_s"] for c in cs}}
-    settles = adaptive.default_settles(accept)
-    if settles:
-        keys = list(settles)
-        series["adaptive defaults (predicted)"] = {
-            c: sum(m.tokens_per_s(c, s, accept) for s in settles[adaptive.slot_for(c, keys)])
-            / len(settles[adaptive.slot_for(c, keys)])
-            for c in cs
-        }
-    series[f"EAGLE-3 defaults, steps {EAGLE3_DEFAULT_STEPS} (predicted)"] = {
-        c: m.tokens_per_s(c, EAGLE3_DEFAULT_STEPS, accept) for c in cs
-    }
-    series["no speculation"] = {c: rep["best"][c]["baseline_tokens_per_s"] or m.tokens_per_s(c, 0, accept) for c in cs}
-    return plot.write(out, series)
 
 
 def _jsonable(x):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..bench.run import _bar, run_level
+from ..bench.run import progress_bar, run_level
 from ..bench.steps import step_summary
 from ..server.http_client import Server
 from .servers import Budget, server_args, started
@@ -34,7 +34,7 @@ def _level(srv, prompts: list[dict], c: int, tokens: int):
     n = max(2 * c, 8)
     batch = [prompts[i % len(prompts)] for i in range(n)]
     off = srv.log_offset()
-    st = run_level(Server(srv.url, timeout=600), "timing", batch, [tokens] * n, c, _bar(n, True))
+    st = run_level(Server(srv.url, timeout=600), "timing", batch, [tokens] * n, c, progress_bar(n, True))
     return st, srv.log_since(off)
 
 

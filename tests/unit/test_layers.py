@@ -21,6 +21,7 @@ ROOT_MODULES = {
     "_startup_hook",
     "_log",
     "envs",
+    "env_rules",
     "versions",
     "boundary",
     "patch_table",

@@ -35,8 +35,26 @@ def build_argv(
     """speculators' `train` flags for options `a` (a TrainOptions); `verifier`: the target as speculators
     reads it (training/target_view.verifier_view); `work`: the run's working folder (its checkpoints);
     `mapping`: d2t/t2d .npy files to take instead of the data's own draft vocabulary (--init-from)."""
-    cpu = device == "cpu"
-    argv = [
+    argv = [*_io_flags(verifier, prep, hs_dir, work, layer_ids, draft_cfg_path), *_recipe_flags(a, cpu=device == "cpu")]
+    if world.distributed:
+        argv += ["--fsdp-shard"]
+    if a.loss_fn:
+        argv += ["--loss-fn", a.loss_fn]
+    if draft_vocab_size is not None:
+        argv += ["--draft-vocab-size", str(draft_vocab_size), "--token-freq-path", str(prep / "token_freq.pt")]
+    if mapping is not None:
+        argv += ["--d2t-path", str(mapping[0]), "--t2d-path", str(mapping[1])]
+    if a.warmup_steps is not None:
+        argv += ["--scheduler-warmup-steps", str(a.warmup_steps)]
+    return argv
+
+
+def _io_flags(
+    verifier: Path, prep: Path, hs_dir: Path, work: Path, layer_ids: list[int], draft_cfg_path: Path
+) -> list[str]:
+    """What speculators reads and writes, and the draft head's fixed options (see train.py: no tokenizer needed,
+    the norms SGLang does not serve off)."""
+    return [
         "--speculator-type",
         "eagle3",
         "--verifier-name-or-path",
@@ -62,6 +80,12 @@ def build_argv(
         "--no-norm-before-residual",
         "--no-norm-before-fc",
         "--no-norm-output",
+    ]
+
+
+def _recipe_flags(a, *, cpu: bool) -> list[str]:
+    """The training recipe of options `a`; on CPU the paths that run there (fp32 states, SDPA, eager loss)."""
+    return [
         "--ttt-steps",
         str(a.ttt_steps),
         "--total-seq-len",
@@ -89,17 +113,6 @@ def build_argv(
         "--loss-implementation",
         "eager" if cpu else a.loss_impl,
     ]
-    if world.distributed:
-        argv += ["--fsdp-shard"]
-    if a.loss_fn:
-        argv += ["--loss-fn", a.loss_fn]
-    if draft_vocab_size is not None:
-        argv += ["--draft-vocab-size", str(draft_vocab_size), "--token-freq-path", str(prep / "token_freq.pt")]
-    if mapping is not None:
-        argv += ["--d2t-path", str(mapping[0]), "--t2d-path", str(mapping[1])]
-    if a.warmup_steps is not None:
-        argv += ["--scheduler-warmup-steps", str(a.warmup_steps)]
-    return argv
 
 
 @dataclasses.dataclass

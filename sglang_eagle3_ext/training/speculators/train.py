@@ -53,15 +53,8 @@ training/speculators/patches.py):
   checkpoints (``architectures`` is ``["Eagle3DraftModel"]``, the 0.9 class name; the format marker is
   ``speculators_model_type: eagle3``), with ``OUT/checkpoint/<epoch>/`` to resume from.
   ``Eagle3DraftModel.from_pretrained(OUT)`` reloads it.
-* The draft decoder config is written here (``--draft-config``) instead of being synthesized by
-  speculators from the verifier: the synthesized one copies DeepSeek's MoE/YaRN settings and
-  makes every layer sliding-window (2048), which SGLang's Llama EAGLE-3 draft does not have.
-  Ours: Llama, hidden = target hidden, 1 layer, full attention, head_dim 128 (64 if it does
-  not divide), plain RoPE with the target's ``rope_theta``, ``max_position_embeddings`` =
-  max(target's, 8192) (a 2048 clamp is a known acceptance collapse).  The draft options that
-  SGLang lacks or only some releases have are off: ``norm_before_residual`` (SGLang never has
-  it), ``norm_before_fc``, ``fc_norm``, ``norm_output`` -- a classic EAGLE-3 head every
-  supported release serves.
+* The draft decoder config is written here (``--draft-config``; its choices: training/speculators/draft_config.py)
+  instead of being synthesized by speculators from the verifier.
 
 ``--draft-arch mla`` trains SGLang's MLA EAGLE-3 layout for DeepSeek/Kimi targets
 (``Eagle3DeepseekV2ForCausalLM``) with our own loop instead (training/mla/train.py: a PyTorch twin of
@@ -105,64 +98,11 @@ from ..options import TrainOptions
 from ..report import TrainDraftError, require_learned, say
 from ..selection import Keeper
 from ..target_view import is_wrapper, read_tensors, text_config, verifier_view
+from .draft_config import draft_layer_config
 from .progress import TrainingProgress
 from .run import RunContext, build_argv, history_rows, run_speculators, summarize
 
 INIT_WEIGHTS = "init_from.safetensors"  # --init-from's weights in the working folder, as speculators names them
-
-
-def draft_layer_config(
-    target_cfg: dict,
-    *,
-    num_layers: int = 1,
-    intermediate_size: int | None = None,
-    head_dim: int | None = None,
-    num_kv_heads: int | None = None,
-    max_position_embeddings: int | None = None,
-) -> dict:
-    """A plain Llama decoder config for the draft (see the module docstring for the choices)."""
-    hidden = int(target_cfg["hidden_size"])
-    if head_dim is None:
-        head_dim = next((d for d in (128, 64) if hidden % d == 0), None)
-        if head_dim is None:
-            heads = int(target_cfg.get("num_attention_heads") or 1)
-            head_dim = hidden // heads
-    if hidden % head_dim:
-        raise TrainDraftError(f"head_dim {head_dim} does not divide hidden_size {hidden}")
-    heads = hidden // head_dim
-    kv = num_kv_heads or heads
-    if heads % kv:
-        raise TrainDraftError(f"num_key_value_heads {kv} does not divide num_attention_heads {heads}")
-    inter = intermediate_size or int(target_cfg.get("intermediate_size") or 3 * hidden)
-    rope_theta = float(
-        target_cfg.get("rope_theta") or (target_cfg.get("rope_parameters") or {}).get("rope_theta") or 10000.0
-    )
-    mpe = max_position_embeddings or max(int(target_cfg.get("max_position_embeddings") or 0), 8192)
-    return {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
-        "vocab_size": int(target_cfg["vocab_size"]),
-        "hidden_size": hidden,
-        "intermediate_size": inter,
-        "num_hidden_layers": num_layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv,
-        "head_dim": head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": mpe,
-        "initializer_range": float(target_cfg.get("initializer_range") or 0.02),
-        "rms_norm_eps": float(target_cfg.get("rms_norm_eps") or 1e-6),
-        "rope_theta": rope_theta,
-        "rope_parameters": {"rope_type": "default", "rope_theta": rope_theta},
-        "rope_scaling": None,
-        "attention_bias": False,
-        "mlp_bias": False,
-        "tie_word_embeddings": False,
-        "use_sliding_window": False,
-        "sliding_window": None,
-        "layer_types": ["full_attention"] * num_layers,
-        "pad_token_id": None,
-    }
 
 
 def _speculators():

@@ -143,6 +143,26 @@ def _reduce(metrics: dict, world) -> dict:
     return normalize_counted_metrics(dict(zip(keys, t.tolist())), 1)
 
 
+def _plan_run(ctx, config, lengths) -> tuple[PackedSampler, object]:
+    """This rank's sampler over the samples' `lengths` and speculators' TrainConfig `config` set to its plan
+    (epochs, total steps, a checkpoint per epoch); the plan goes into the run's result and is said."""
+    w = ctx.world
+    sampler = PackedSampler(lengths, ctx.total_seq_len, ctx.seed, ctx.G, w.rank, ctx.A)
+    epochs, total = plan_epochs(sampler, config.num_epochs, ctx.steps, ctx.epochs_given)
+    if total == 0:
+        raise TrainDraftError("the training split has no batches")
+    config = config._replace(
+        num_epochs=epochs, scheduler_total_steps=total, max_steps=total, checkpoint_freq=1.0, save_best=False
+    )
+    ctx.result.update(steps_per_epoch=len(sampler.steps(0)), epochs=epochs, global_batch=ctx.G)
+    ctx.progress.total = total
+    say(
+        f"{len(sampler.steps(0))} steps/epoch of {ctx.G} sequences x {ctx.total_seq_len} tokens "
+        f"({w.size} process(es) x {ctx.A}), {epochs} epoch(s), {total} steps"
+    )
+    return sampler, config
+
+
 def make_trainer_class(base, ctx):
     """speculators' Trainer with our sampler, step loop, checkpointer and per-epoch output; `ctx`: the run
     (speculators/run.RunContext)."""
@@ -150,26 +170,11 @@ def make_trainer_class(base, ctx):
 
     class DraftTrainer(base):
         def __init__(self, model, config, train_loader, val_loader=None):
-            w = ctx.world
-            sampler = PackedSampler(
-                train_loader.dataset.approx_lengths, ctx.total_seq_len, ctx.seed, ctx.G, w.rank, ctx.A
-            )
-            epochs, total = plan_epochs(sampler, config.num_epochs, ctx.steps, ctx.epochs_given)
-            if total == 0:
-                raise TrainDraftError("the training split has no batches")
-            config = config._replace(
-                num_epochs=epochs, scheduler_total_steps=total, max_steps=total, checkpoint_freq=1.0, save_best=False
-            )
-            ctx.result.update(steps_per_epoch=len(sampler.steps(0)), epochs=epochs, global_batch=ctx.G)
-            ctx.progress.total = total
-            say(
-                f"{len(sampler.steps(0))} steps/epoch of {ctx.G} sequences x {ctx.total_seq_len} tokens "
-                f"({w.size} process(es) x {ctx.A}), {epochs} epoch(s), {total} steps"
-            )
+            sampler, config = _plan_run(ctx, config, train_loader.dataset.approx_lengths)
             import logging
 
             logging.getLogger("speculators.metrics").addHandler(ctx.progress)
-            self.recorder = sharding.Recorder(w.rank)
+            self.recorder = sharding.Recorder(ctx.world.rank)
             if val_loader is not None:
                 val_loader = rebuild_loader(val_loader, val_loader.batch_sampler)
             super().__init__(model, config, rebuild_loader(train_loader, sampler), val_loader)
