@@ -186,11 +186,11 @@ def _heldout_report(idx: list, rule: str, n: int, n_split: int) -> dict:
     }
 
 
-def _plan(o: Options, spec, source, target, target_from, idx, rule, n_split, device: str) -> dict:
+def _evaluated(o: Options, draft_class: str, source, target, target_from, idx, rule, n_split, device: str) -> dict:
+    """What the plan and the report both say: the draft, the data, the target, the held-out split, the settings."""
     return {
-        "dry_run": True,
         "draft": str(o.draft),
-        "draft_class": spec.arch,
+        "draft_class": draft_class,
         "data": str(o.data),
         "data_kind": source.kind,
         "target": str(target) if target else None,
@@ -201,6 +201,13 @@ def _plan(o: Options, spec, source, target, target_from, idx, rule, n_split, dev
         "draft_tokens": o.steps + 1,
         "device": device,
         "dtype": o.dtype,
+    }
+
+
+def _plan(o: Options, spec, source, target, target_from, idx, rule, n_split, device: str) -> dict:
+    return {
+        "dry_run": True,
+        **_evaluated(o, spec.arch, source, target, target_from, idx, rule, n_split, device),
         "url": o.url,
         "notes": [
             "dry run: inputs checked; no weight loaded, no sample simulated, no request sent"
@@ -243,18 +250,7 @@ def evaluate(o: Options) -> dict:
             f"length counts them as rejected, a lower bound of what a server reports"
         )
     report = {
-        "draft": str(o.draft),
-        "draft_class": loaded.spec.arch,
-        "data": str(o.data),
-        "data_kind": source.kind,
-        "target": str(target) if target else None,
-        "target_from": target_from,
-        "heldout": _heldout_report(idx, rule, source.n, n_split),
-        "steps": o.steps,
-        "topk": 1,
-        "draft_tokens": o.steps + 1,
-        "device": device,
-        "dtype": o.dtype,
+        **_evaluated(o, loaded.spec.arch, source, target, target_from, idx, rule, n_split, device),
         "predicted_accept_length": walk.as_sglang_reports(),
         "predicted_accept_length_per_request": walk.per_request(),
         "accept_length_definition": SGLANG_DEFINITION,

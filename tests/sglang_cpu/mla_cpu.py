@@ -4,10 +4,14 @@ Only the attention kernel is replaced: `RefAttention` is an exact causal softmax
 for the CUDA backend SGLang would call through RadixAttention; the KV-cache store is a no-op (one extend from
 an empty cache reads nothing back). Everything else -- the fused qkv-a projection, norms, YaRN RoPE, MLA
 up-projections, MLP, fc, load_weights -- is SGLang's code. SGLang's CPU RoPE factory only builds YaRN, so
-configs here carry a YaRN rope_scaling (Kimi-K2.5's own kind).
+configs here carry a YaRN rope_scaling (Kimi-K2.5's own kind). MLA_TARGET, write_mla_target_config and
+random_mla_draft: a small target and a seeded draft of ours for it, which the equivalence tests run.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import torch
 
@@ -21,6 +25,48 @@ YARN = {
     "mscale": 1.0,
     "mscale_all_dim": 1.0,
 }
+# a DeepSeek-V3 target small enough for CPU (its config.json keys) and the HF layers its MLA drafts read
+MLA_TARGET = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=6,
+    num_attention_heads=4,
+    q_lora_rank=48,
+    kv_lora_rank=32,
+    qk_rope_head_dim=16,
+    qk_nope_head_dim=32,
+    v_head_dim=24,
+    rms_norm_eps=1e-6,
+    rope_theta=10000.0,
+    max_position_embeddings=512,
+    rope_scaling=YARN,
+)
+MLA_AUX = [1, 3, 5]
+
+
+def write_mla_target_config(folder: Path) -> Path:
+    """folder/config.json of MLA_TARGET as a DeepSeek-V3 model (no weights); returns `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(
+        json.dumps({**MLA_TARGET, "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3"})
+    )
+    return folder
+
+
+def random_mla_draft(target_cfg: dict, out: Path) -> Path:
+    """Our MLA draft for `target_cfg` and MLA_AUX, saved as train saves it, its weights drawn from seed 0: norms
+    away from 1, projections at a scale where attention is not flat."""
+    from sglang_eagle3_ext.draft.nets.mla import Eagle3MLADraft
+    from sglang_eagle3_ext.training.mla.train import mla_draft_config, save_checkpoint
+
+    cfg = mla_draft_config(target_cfg, MLA_AUX)
+    torch.manual_seed(0)
+    m = Eagle3MLADraft(cfg)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(1 + 0.2 * torch.randn_like(p) if p.dim() == 1 else 0.08 * torch.randn_like(p))
+    return save_checkpoint(m, cfg, out)
 
 
 class RefAttention:

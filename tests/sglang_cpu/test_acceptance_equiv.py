@@ -17,26 +17,17 @@ import acceptance_world as W
 import pytest
 import torch
 from helpers import LLAMA, cosine, load_draft
-from mla_cpu import YARN, RefAttention, extend_batch, init_dp_attention
+from mla_cpu import (
+    MLA_AUX,
+    MLA_TARGET,
+    RefAttention,
+    extend_batch,
+    init_dp_attention,
+    random_mla_draft,
+    write_mla_target_config,
+)
 
 pytestmark = pytest.mark.sglang
-MLA_TARGET = dict(
-    vocab_size=320,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=6,
-    num_attention_heads=4,
-    q_lora_rank=48,
-    kv_lora_rank=32,
-    qk_rope_head_dim=16,
-    qk_nope_head_dim=32,
-    v_head_dim=24,
-    rms_norm_eps=1e-6,
-    rope_theta=10000.0,
-    max_position_embeddings=512,
-    rope_scaling=YARN,
-)
-MLA_AUX = [1, 3, 5]
 
 
 class GroupedRefAttention(RefAttention):
@@ -67,27 +58,12 @@ def _llama(ext, root):
 
 
 def _mla(ext, root):
-    import json
-
     from safetensors.torch import save_file
-
-    from sglang_eagle3_ext.draft.nets.mla import Eagle3MLADraft
-    from sglang_eagle3_ext.training.mla.train import mla_draft_config, save_checkpoint
 
     if not ext.caps.HAS_MLA_DRAFT:
         pytest.skip(f"SGLang {ext.version} has no MLA EAGLE-3 draft class")
-    target = root / "mla_target"
-    target.mkdir()
-    (target / "config.json").write_text(
-        json.dumps({**MLA_TARGET, "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3"})
-    )
-    cfg = mla_draft_config(MLA_TARGET, MLA_AUX)
-    torch.manual_seed(0)
-    m = Eagle3MLADraft(cfg)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(1 + 0.2 * torch.randn_like(p) if p.dim() == 1 else 0.08 * torch.randn_like(p))
-    draft = save_checkpoint(m, cfg, root / "mla_draft")
+    target = write_mla_target_config(root / "mla_target")
+    draft = random_mla_draft(MLA_TARGET, root / "mla_draft")
     save_file(
         {
             "model.embed_tokens.weight": torch.randn(320, 64),

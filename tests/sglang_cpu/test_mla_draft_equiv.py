@@ -10,62 +10,41 @@ import contextlib
 import pytest
 import torch
 from helpers import cosine
-from mla_cpu import YARN, extend_batch, init_dp_attention, use_reference_attention
+from mla_cpu import (
+    MLA_AUX,
+    MLA_TARGET,
+    YARN,
+    extend_batch,
+    init_dp_attention,
+    random_mla_draft,
+    use_reference_attention,
+    write_mla_target_config,
+)
 
-from sglang_eagle3_ext.draft.nets.mla import Eagle3MLADraft
-from sglang_eagle3_ext.training.mla.train import load_checkpoint, mla_draft_config, save_checkpoint
+from sglang_eagle3_ext.training.mla.train import load_checkpoint
 
 pytestmark = pytest.mark.sglang
-TARGET = dict(
-    vocab_size=320,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=6,
-    num_attention_heads=4,
-    q_lora_rank=48,
-    kv_lora_rank=32,
-    qk_rope_head_dim=16,
-    qk_nope_head_dim=32,
-    v_head_dim=24,
-    rms_norm_eps=1e-6,
-    rope_theta=10000.0,
-    max_position_embeddings=512,
-    rope_scaling=YARN,
-)
-AUX = [1, 3, 5]
-
 
 # transformers 5 writes RoPE as rope_parameters (theta inside); older configs as rope_theta + rope_scaling
 TARGET_V5 = {
-    **{k: v for k, v in TARGET.items() if k not in ("rope_theta", "rope_scaling")},
+    **{k: v for k, v in MLA_TARGET.items() if k not in ("rope_theta", "rope_scaling")},
     "rope_parameters": {**YARN, "rope_theta": 50000.0},
 }
 
 
 @pytest.fixture(scope="module", params=["rope_scaling", "rope_parameters"])
 def draft_dir(tmp_path_factory, request):
-    cfg = mla_draft_config(TARGET if request.param == "rope_scaling" else TARGET_V5, AUX)
-    torch.manual_seed(0)
-    m = Eagle3MLADraft(cfg)
-    with torch.no_grad():
-        for p in m.parameters():  # norms away from 1, projections at a scale where attention is not flat
-            p.copy_(1 + 0.2 * torch.randn_like(p) if p.dim() == 1 else 0.08 * torch.randn_like(p))
-    return save_checkpoint(m, cfg, tmp_path_factory.mktemp("mla") / "draft")
+    target = MLA_TARGET if request.param == "rope_scaling" else TARGET_V5
+    return random_mla_draft(target, tmp_path_factory.mktemp("mla") / "draft")
 
 
 @pytest.fixture(scope="module")
 def ext(sglang_cpu, tmp_path_factory):
     """The draft patches on (strict MLA loader where the release has the class) and a target the draft fits."""
-    import json
-
     import sglang_eagle3_ext
 
     sglang_eagle3_ext.apply(["draft"])
-    target = tmp_path_factory.mktemp("mla_target")
-    (target / "config.json").write_text(
-        json.dumps({**TARGET, "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3"})
-    )
-    sglang_cpu.target = target
+    sglang_cpu.target = write_mla_target_config(tmp_path_factory.mktemp("mla_target"))
     return sglang_cpu
 
 
@@ -110,8 +89,8 @@ def test_same_logits_as_sglang(ext, draft_dir, own_states, monkeypatch):
     torch.manual_seed(1)
     lens = [5, 9]
     T = sum(lens)
-    ids = torch.randint(0, TARGET["vocab_size"], (T,))
-    width = TARGET["hidden_size"] * (1 if own_states else len(AUX))
+    ids = torch.randint(0, MLA_TARGET["vocab_size"], (T,))
+    width = MLA_TARGET["hidden_size"] * (1 if own_states else len(MLA_AUX))
     hidden = torch.randn(T, width)
     backend = use_reference_attention(monkeypatch)
     fb, pos = extend_batch(ids, lens, hidden, backend)
@@ -142,8 +121,8 @@ def test_same_logits_as_sglang(ext, draft_dir, own_states, monkeypatch):
 def test_first_unrolled_step_is_the_plain_forward(draft_dir):
     m = load_checkpoint(draft_dir).float().eval()
     T = 12
-    ids = torch.randint(0, TARGET["vocab_size"], (T,))
-    target = torch.randn(T, TARGET["hidden_size"] * len(AUX))
+    ids = torch.randint(0, MLA_TARGET["vocab_size"], (T,))
+    target = torch.randn(T, MLA_TARGET["hidden_size"] * len(MLA_AUX))
     with torch.no_grad():
         steps = m.forward_steps(ids, target, 3)
         plain, state = m(ids, torch.arange(T), target)

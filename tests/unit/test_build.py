@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import train_world
 
 from sglang_eagle3_ext.cli import build as build_cli
 from sglang_eagle3_ext.cli.common import run_tool
@@ -34,28 +35,8 @@ KIMI = dict(
     v_head_dim=128,
     max_position_embeddings=262144,
 )
-# a draft trained in seconds on a CPU (as the tutorial's CPU run): one step of a small draft with its own vocabulary
-CPU_TRAIN = [
-    "--device",
-    "cpu",
-    "--steps",
-    "1",
-    "--ttt-steps",
-    "1",
-    "--draft-vocab-size",
-    "512",
-    "--intermediate-size",
-    "256",
-    "--total-seq-len",
-    "128",
-    "--num-workers",
-    "0",
-    "--min-val-acc",
-    "0",
-    "--eval-dtype",
-    "fp32",
-    "--quiet",
-]
+# the tutorial's one-step CPU draft (train_world.CPU_TRAIN), evaluated in float32, quietly
+CPU_TRAIN = [*train_world.CPU_TRAIN, "--eval-dtype", "fp32", "--quiet"]
 
 
 def build(argv) -> int:

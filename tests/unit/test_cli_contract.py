@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from train_world import train_args
 
 from sglang_eagle3_ext import cli
 
@@ -116,12 +117,7 @@ def test_ctrl_c_in_train_stops_quietly_within_seconds_with_a_true_sentence(cpu_t
         "-m",
         "sglang_eagle3_ext",
         "train",
-        "--data",
-        str(cpu_training_data["data"]),
-        "--target",
-        str(cpu_training_data["target"]),
-        "--out",
-        str(out),
+        *train_args(cpu_training_data["data"], cpu_training_data["target"], out),
         "--device",
         "cpu",
         "--epochs",
@@ -168,12 +164,7 @@ def test_train_counts_epochs_from_one_in_its_lines_and_bars(cpu_training_data, t
             "-m",
             "sglang_eagle3_ext",
             "train",
-            "--data",
-            str(cpu_training_data["data"]),
-            "--target",
-            str(cpu_training_data["target"]),
-            "--out",
-            str(tmp_path / "draft"),
+            *train_args(cpu_training_data["data"], cpu_training_data["target"], tmp_path / "draft"),
             "--device",
             "cpu",
             "--epochs",

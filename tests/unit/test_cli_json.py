@@ -9,6 +9,7 @@ import json
 
 import pytest
 from cli_fixtures import _all, _as_module_after, parsers, sg  # noqa: F401  (fixtures)
+from train_world import SMALL, write_samples
 
 REPORTING = ["check", "convert", "compat", "bench", "train", "launch", "dump run", "dump export", "dump status"]
 WITH_PROGRESS = ["check", "convert", "bench", "train", "dump run", "dump export"]
@@ -192,22 +193,6 @@ def test_launch_dry_run_plan_as_json(tmp_path, capfd, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------- train
-SMALL = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    moe_intermediate_size=32,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    kv_lora_rank=32,
-    q_lora_rank=32,
-    qk_rope_head_dim=16,
-    qk_nope_head_dim=16,
-    v_head_dim=16,
-    vocab_size=256,
-    n_routed_experts=4,
-    num_experts_per_tok=2,
-    num_hidden_layers=4,
-)
 NOISE = (
     "INFO",
     "WARNING",
@@ -223,26 +208,13 @@ NOISE = (
 @pytest.fixture(scope="module")
 def small_world(tmp_path_factory):
     """A tiny target and 8 samples of random hidden states: enough for speculators' trainer to run 2 steps."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     pytest.importorskip("speculators.train.cli")
-    from safetensors.torch import save_file
-
     from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target
 
     root = tmp_path_factory.mktemp("train_cli")
     target = ensure_tiny_target(root / "target", **SMALL)
-    hs = root / "data" / "hidden_states"
-    hs.mkdir(parents=True)
-    g = torch.Generator().manual_seed(0)
-    for i in range(8):
-        save_file(
-            {
-                "token_ids": torch.randint(0, SMALL["vocab_size"], (24,), generator=g),
-                "hidden_states": torch.randn(24, 4, SMALL["hidden_size"], generator=g).bfloat16(),
-            },
-            str(hs / f"hs_{i}.safetensors"),
-        )
-    (root / "data" / "metadata.json").write_text(json.dumps({"hf_hidden_state_indices": [1, 2, 3]}))
+    write_samples(root / "data", 8)
     return root, target
 
 

@@ -18,6 +18,7 @@ from unittest import mock
 
 import pytest
 import tomllib
+from train_world import CPU_TRAIN
 
 REPO = Path(__file__).resolve().parents[2]
 TUTORIAL = REPO / "docs" / "tutorial.md"
@@ -132,26 +133,6 @@ def preset_layers(preset: str) -> tuple[int, ...]:
 
     cfg = yaml.safe_load((REPO / "server_configs" / f"{preset}.yaml").read_text())
     return tuple(int(x) for x in cfg["eagle3_ext"]["dump_layers"])
-
-
-CPU_TRAIN = [
-    "--device",
-    "cpu",
-    "--steps",
-    "1",
-    "--ttt-steps",
-    "1",
-    "--draft-vocab-size",
-    "512",
-    "--intermediate-size",
-    "256",
-    "--total-seq-len",
-    "128",
-    "--num-workers",
-    "0",
-    "--min-val-acc",
-    "0",
-]
 
 
 def _step(cmd: Command, cwd: Path, home: Path, dump_preset: list[str]) -> str:

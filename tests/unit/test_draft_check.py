@@ -171,34 +171,19 @@ def test_check_cli_exit_codes(good, tmp_path):
 
 
 def test_convert_cli(spec_draft, tmp_path):
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sglang_eagle3_ext.convert",
-            str(spec_draft),
-            str(tmp_path / "o"),
-            "--sglang-version",
-            "0.5.10",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    argv = [
+        sys.executable,
+        "-m",
+        "sglang_eagle3_ext.convert",
+        str(spec_draft),
+        str(tmp_path / "o"),
+        "--sglang-version",
+        "0.5.10",
+    ]
+    r = subprocess.run(argv, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "o" / "model.safetensors").exists()
-    r2 = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sglang_eagle3_ext.convert",
-            str(spec_draft),
-            str(tmp_path / "o"),
-            "--sglang-version",
-            "0.5.10",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    r2 = subprocess.run(argv, capture_output=True, text=True)  # the same again: the output folder exists now
     assert r2.returncode != 0 and "--force" in r2.stderr
 
 

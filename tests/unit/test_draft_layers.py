@@ -8,6 +8,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from train_world import SMALL, train_args, write_samples
 
 from sglang_eagle3_ext.draft import layers as L
 from sglang_eagle3_ext.draft.keys import layout_for_version
@@ -83,51 +84,18 @@ def test_training_without_recorded_ids_uses_the_dumps_default_layers(tmp_path, c
     """Hidden states of a 4-layer target with no layer ids beside them: training takes the layers the dump
     captures by default (a draft must be fed the states it was trained on), rather than refusing SGLang's
     [2, 2, 1]."""
-    torch = pytest.importorskip("torch")
-    from safetensors.torch import save_file
-
+    pytest.importorskip("torch")
     from sglang_eagle3_ext.cli.train import main
     from sglang_eagle3_ext.dump.config import DumpConfig
     from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target
 
-    small = dict(
-        hidden_size=64,
-        intermediate_size=128,
-        moe_intermediate_size=32,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        kv_lora_rank=32,
-        q_lora_rank=32,
-        qk_rope_head_dim=16,
-        qk_nope_head_dim=16,
-        v_head_dim=16,
-        vocab_size=256,
-        n_routed_experts=4,
-        num_experts_per_tok=2,
-        num_hidden_layers=4,
-    )
-    target = ensure_tiny_target(tmp_path / "target", **small)
-    dumped = DumpConfig(str(tmp_path / "dump"), None).resolve_layers(small["num_hidden_layers"])
-    hs = tmp_path / "data" / "hidden_states"
-    hs.mkdir(parents=True)
-    g = torch.Generator().manual_seed(0)
-    for i in range(4):
-        save_file(
-            {
-                "token_ids": torch.randint(0, 256, (24,), generator=g),
-                "hidden_states": torch.randn(24, len(dumped) + 1, 64, generator=g).bfloat16(),
-            },
-            str(hs / f"hs_{i}.safetensors"),
-        )
+    target = ensure_tiny_target(tmp_path / "target", **SMALL)
+    dumped = DumpConfig(str(tmp_path / "dump"), None).resolve_layers(SMALL["num_hidden_layers"])
+    write_samples(tmp_path / "data", 4, aux=dumped, metadata=False)
     out = tmp_path / "summary.json"
     rc = main(
         [
-            "--data",
-            str(tmp_path / "data"),
-            "--target",
-            str(target),
-            "--out",
-            str(tmp_path / "draft"),
+            *train_args(tmp_path / "data", target, tmp_path / "draft"),
             "--draft-arch",
             "mla",
             "--steps",

@@ -18,29 +18,13 @@ pytest.importorskip("speculators.train.cli")
 torch = pytest.importorskip("torch")
 
 from safetensors.torch import save_file  # noqa: E402
+from train_world import SMALL, train_args, write_samples  # noqa: E402
 
 from sglang_eagle3_ext.draft import arch as layouts  # noqa: E402
 from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
 
 PKG = Path(__file__).resolve().parents[2] / "sglang_eagle3_ext"
 V = "0.5.16"
-SMALL = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    moe_intermediate_size=32,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    kv_lora_rank=32,
-    q_lora_rank=32,
-    qk_rope_head_dim=16,
-    qk_nope_head_dim=16,
-    v_head_dim=16,
-    vocab_size=256,
-    n_routed_experts=4,
-    num_experts_per_tok=2,
-    num_hidden_layers=4,
-)
-AUX = [1, 2, 3]
 NAME, ARCH = "p-eagle", "PEagleForCausalLMEagle3"
 
 
@@ -76,19 +60,7 @@ def world(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "p_eagle_built", built)
     monkeypatch.setitem(layouts.LAYOUTS, NAME, mod)
     target = ensure_tiny_target(tmp_path / "target", **SMALL)
-    g = torch.Generator().manual_seed(0)
-    data = tmp_path / "data"
-    (data / "hidden_states").mkdir(parents=True)
-    for i in range(8):
-        L = 24 + i
-        save_file(
-            {
-                "token_ids": torch.randint(0, SMALL["vocab_size"], (L,), generator=g),
-                "hidden_states": torch.randn(L, len(AUX) + 1, SMALL["hidden_size"], generator=g).bfloat16(),
-            },
-            str(data / "hidden_states" / f"hs_{i}.safetensors"),
-        )
-    (data / "metadata.json").write_text(json.dumps({"hf_hidden_state_indices": AUX}))
+    data = write_samples(tmp_path / "data", 8, lambda i: 24 + i)
     return {"root": tmp_path, "target": target, "data": data, "calls": calls, "layout": mod}
 
 
@@ -97,12 +69,7 @@ def _options(world, out, *extra):
 
     args = train_cli.build_parser().parse_args(
         [
-            "--data",
-            str(world["data"]),
-            "--target",
-            str(world["target"]),
-            "--out",
-            str(out),
+            *train_args(world["data"], world["target"], out),
             "--device",
             "cpu",
             "--draft-arch",

@@ -338,28 +338,17 @@ def _late(server, then, delay=1.5):
     server.update = update
 
 
+def _swap_past_the_timeout(server, drafts, capfd, link, settle: str, *extra):
+    """`swap` of drafts['new'] whose client gives up on the POST after 0.3 s, then waits `settle` s for the server."""
+    argv = ["swap", "--url", server.url, "--draft", drafts["new"], "--timeout", "0.3", "--settle", settle]
+    return sg([*argv, "--draft-link", link, *extra], capfd)
+
+
 def test_a_swap_finishing_after_the_client_timeout_is_reported_done(server, drafts, capfd, tmp_path):
     link = tmp_path / "serving-draft"
     out = tmp_path / "r.json"
     _late(server, lambda p: (server.swapped(p), (200, {"success": True, "message": "ok"}))[1])
-    rc, stdout, err = sg(
-        [
-            "swap",
-            "--url",
-            server.url,
-            "--draft",
-            drafts["new"],
-            "--timeout",
-            "0.3",
-            "--settle",
-            "20",
-            "--draft-link",
-            link,
-            "--json",
-            out,
-        ],
-        capfd,
-    )
+    rc, stdout, err = _swap_past_the_timeout(server, drafts, capfd, link, "20", "--json", out)
     assert rc == 0, err
     rep = json.loads(out.read_text())
     assert rep["ok"] and rep["reply_lost"] and rep["pause_s"] is None and "no complete answer" in rep["reply_lost"]
@@ -376,22 +365,7 @@ def test_a_refusal_after_the_client_timeout_is_the_servers_reason(server, drafts
         return 400, {"success": False, "message": reason}
 
     _late(server, refuse)
-    rc, _, err = sg(
-        [
-            "swap",
-            "--url",
-            server.url,
-            "--draft",
-            drafts["new"],
-            "--timeout",
-            "0.3",
-            "--settle",
-            "20",
-            "--draft-link",
-            link,
-        ],
-        capfd,
-    )
+    rc, _, err = _swap_past_the_timeout(server, drafts, capfd, link, "20")
     assert rc == 2 and reason in err and "after the client's timeout" in err, err
     assert link.resolve() == drafts["served"].resolve()
 
@@ -401,24 +375,7 @@ def test_a_swap_still_pending_after_settle_is_not_called_a_failure(server, draft
     link.symlink_to(drafts["served"])
     out = tmp_path / "r.json"
     _late(server, lambda p: (server.swapped(p), (200, {"success": True, "message": "ok"}))[1], delay=3)
-    rc, _, err = sg(
-        [
-            "swap",
-            "--url",
-            server.url,
-            "--draft",
-            drafts["new"],
-            "--timeout",
-            "0.3",
-            "--settle",
-            "0.5",
-            "--draft-link",
-            link,
-            "--json",
-            out,
-        ],
-        capfd,
-    )
+    rc, _, err = _swap_past_the_timeout(server, drafts, capfd, link, "0.5", "--json", out)
     assert rc == 2 and "not confirmed" in err and "may still swap" in err, err
     assert json.loads(out.read_text())["state"] == "undetermined"
     assert link.resolve() == drafts["served"].resolve()

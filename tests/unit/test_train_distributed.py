@@ -23,30 +23,14 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("speculators.train.cli")
-from safetensors.torch import load_file, save_file  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+from train_world import SMALL, train_args, write_samples  # noqa: E402
 
 from sglang_eagle3_ext import envs  # noqa: E402
 from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
 from sglang_eagle3_ext.training import TrainDraftError, TrainOptions, train_draft  # noqa: E402
 from sglang_eagle3_ext.training.checkpoint import CKPT_DIR, STATE, TrainingStopped  # noqa: E402
 
-SMALL = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    moe_intermediate_size=32,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    kv_lora_rank=32,
-    q_lora_rank=32,
-    qk_rope_head_dim=16,
-    qk_nope_head_dim=16,
-    v_head_dim=16,
-    vocab_size=256,
-    n_routed_experts=4,
-    num_experts_per_tok=2,
-    num_hidden_layers=4,
-)
-AUX = [1, 2, 3]
 N = 21  # 19 train (--train-ratio 0.95), 2 validate
 N_TRAIN = 19
 RUN = dict(epochs=2, global_batch=2, total_seq_len=128, num_workers=0, min_val_acc=0, log_every=100, device="cpu")
@@ -57,19 +41,7 @@ CKPT_MODEL = {"mla": f"{CKPT_DIR}/model_fp32.safetensors", "llama": f"{CKPT_DIR}
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("train_dist")
     target = ensure_tiny_target(root / "target", **SMALL)
-    hs = root / "data" / "hidden_states"
-    hs.mkdir(parents=True)
-    for i in range(N):
-        g = torch.Generator().manual_seed(i)
-        L = 20 + (i * 7) % 30  # ragged: the Llama route packs them
-        save_file(
-            {
-                "token_ids": torch.randint(0, SMALL["vocab_size"], (L,), generator=g),
-                "hidden_states": torch.randn(L, len(AUX) + 1, SMALL["hidden_size"], generator=g).bfloat16(),
-            },
-            str(hs / f"hs_{i}.safetensors"),
-        )
-    (root / "data" / "metadata.json").write_text(json.dumps({"hf_hidden_state_indices": AUX}))
+    write_samples(root / "data", N, lambda i: 20 + (i * 7) % 30, seed_each=True)  # ragged: the Llama route packs them
     return {"root": root, "target": target, "data": root / "data", "baseline": {}}
 
 
@@ -102,12 +74,7 @@ def torchrun(world, out, arch, *extra, env=None) -> subprocess.CompletedProcess:
         "-m",
         "sglang_eagle3_ext",
         "train",
-        "--data",
-        str(world["data"]),
-        "--target",
-        str(world["target"]),
-        "--out",
-        str(out),
+        *train_args(world["data"], world["target"], out),
         "--draft-arch",
         arch,
         "--device",

@@ -20,6 +20,7 @@ if not hasattr(transformers, "DeepseekV3ForCausalLM"):
 
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
+from train_world import AUX, SMALL, train_args  # noqa: E402
 
 from sglang_eagle3_ext.cli import train as train_cli  # noqa: E402
 from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
@@ -28,23 +29,6 @@ from sglang_eagle3_ext.training import data as training_data  # noqa: E402
 from sglang_eagle3_ext.training.options import RUN_DIR  # noqa: E402
 from sglang_eagle3_ext.training.speculators.train import draft_layer_config  # noqa: E402
 
-SMALL = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    moe_intermediate_size=32,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    kv_lora_rank=32,
-    q_lora_rank=32,
-    qk_rope_head_dim=16,
-    qk_nope_head_dim=16,
-    v_head_dim=16,
-    vocab_size=256,
-    n_routed_experts=4,
-    num_experts_per_tok=2,
-    num_hidden_layers=4,
-)
-AUX = [1, 2, 3]
 N_SAMPLES = 40
 
 
@@ -86,12 +70,7 @@ def world(tmp_path_factory):
 def _train(world, out, *extra):
     args = train_cli.build_parser().parse_args(
         [
-            "--data",
-            str(world["data"]),
-            "--target",
-            str(world["target"]),
-            "--out",
-            str(out),
+            *train_args(world["data"], world["target"], out),
             "--device",
             "cpu",
             "--total-seq-len",

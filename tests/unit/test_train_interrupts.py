@@ -3,7 +3,6 @@ no traceback, and nothing of the run left beside --out (its working folder, a ha
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,48 +12,19 @@ import time
 import pytest
 
 pytest.importorskip("speculators.train.cli")
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from safetensors.torch import save_file  # noqa: E402
+from train_world import SMALL, train_args, write_samples
 
-from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
-
-SMALL = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    moe_intermediate_size=32,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    kv_lora_rank=32,
-    q_lora_rank=32,
-    qk_rope_head_dim=16,
-    qk_nope_head_dim=16,
-    v_head_dim=16,
-    vocab_size=256,
-    n_routed_experts=4,
-    num_experts_per_tok=2,
-    num_hidden_layers=4,
-)
+from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("train_interrupts")
     target = ensure_tiny_target(root / "target", **SMALL)
-    data = root / "data"
-    (data / "hidden_states").mkdir(parents=True)
-    g = torch.Generator().manual_seed(0)
-    for i in range(40):
-        n = 48 + i % 17
-        save_file(
-            {
-                "token_ids": torch.randint(0, SMALL["vocab_size"], (n,), generator=g),
-                "hidden_states": torch.randn(n, 4, SMALL["hidden_size"], generator=g).to(torch.bfloat16),
-            },
-            str(data / "hidden_states" / f"hs_{i}.safetensors"),
-        )
-    (data / "metadata.json").write_text(json.dumps({"hf_hidden_state_indices": [1, 2, 3]}))
+    data = write_samples(root / "data", 40, lambda i: 48 + i % 17)
     return {"target": target, "data": data}
 
 
@@ -65,12 +35,7 @@ def _interrupt_while_training(world, runs, sig, workers: int) -> tuple[int, str]
         "-m",
         "sglang_eagle3_ext",
         "train",
-        "--data",
-        str(world["data"]),
-        "--target",
-        str(world["target"]),
-        "--out",
-        str(runs / "out"),
+        *train_args(world["data"], world["target"], runs / "out"),
         "--device",
         "cpu",
         "--total-seq-len",

@@ -14,7 +14,8 @@ if not hasattr(transformers, "DeepseekV3ForCausalLM"):
     pytest.skip("transformers has no DeepseekV3ForCausalLM", allow_module_level=True)
 
 from safetensors.torch import load_file  # noqa: E402
-from test_train_draft import AUX, SMALL, world  # noqa: E402,F401 - the shared module fixture
+from test_train_draft import world  # noqa: E402,F401 - the shared module fixture
+from train_world import AUX, SMALL, train_args  # noqa: E402
 
 from sglang_eagle3_ext.cli import train as train_cli  # noqa: E402
 from sglang_eagle3_ext.training import TrainDraftError, train_draft  # noqa: E402
@@ -44,12 +45,7 @@ SGLANG_LAYOUT = {
 def _train(world, out, target=None, *extra):
     args = train_cli.build_parser().parse_args(
         [
-            "--data",
-            str(world["data"]),
-            "--target",
-            str(target or world["target"]),
-            "--out",
-            str(out),
+            *train_args(world["data"], target or world["target"], out),
             "--device",
             "cpu",
             "--total-seq-len",
@@ -114,12 +110,7 @@ def test_train_draft_fails_when_the_draft_did_not_learn(world, tmp_path, capsys)
     training/report.require_learned; --min-val-acc 0 turns it off, as _train does)."""
     rc = train_cli.main(
         [
-            "--data",
-            str(world["data"]),
-            "--target",
-            str(world["target"]),
-            "--out",
-            str(tmp_path / "o"),
+            *train_args(world["data"], world["target"], tmp_path / "o"),
             "--device",
             "cpu",
             "--draft-arch",

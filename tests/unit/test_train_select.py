@@ -20,12 +20,8 @@ from helpers import assert_names_its_input  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from test_train_draft import (  # noqa: E402
-    AUX,
-    SMALL,
-    _run_target,
-    world,  # noqa: F401 - the shared module fixture
-)
+from test_train_draft import _run_target, world  # noqa: E402,F401 - the shared module fixture
+from train_world import AUX, SMALL, train_args  # noqa: E402
 
 from sglang_eagle3_ext import envs  # noqa: E402
 from sglang_eagle3_ext.cli import train as train_cli  # noqa: E402
@@ -163,12 +159,7 @@ def test_predicted_accept_keeps_the_llama_epoch_eval_predicts_best(walk, tmp_pat
     out = tmp_path / "out"
     args = train_cli.build_parser().parse_args(
         [
-            "--data",
-            str(walk["data"]),
-            "--target",
-            str(walk["target"]),
-            "--out",
-            str(out),
+            *train_args(walk["data"], walk["target"], out),
             "--epochs",
             "2",
             *FLAGS,
@@ -205,12 +196,7 @@ def test_predicted_accept_through_the_command_mla(walk, tmp_path):
         "train",
         train_cli.main,
         [
-            "--data",
-            str(walk["data"]),
-            "--target",
-            str(walk["target"]),
-            "--out",
-            str(out),
+            *train_args(walk["data"], walk["target"], out),
             "--draft-arch",
             "mla",
             "--epochs",

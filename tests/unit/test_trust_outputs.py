@@ -17,7 +17,8 @@ from helpers import assert_names_its_input  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from test_trust_export import make_dump  # noqa: E402
-from test_trust_training import SMALL, make_data, target, train_cli  # noqa: E402,F401 (module fixture)
+from test_trust_training import make_data, target, train_cli  # noqa: E402,F401 (module fixture)
+from train_world import SMALL  # noqa: E402
 from trust_tree import snapshot, user_folder  # noqa: E402
 
 from sglang_eagle3_ext.cli import convert as conv  # noqa: E402

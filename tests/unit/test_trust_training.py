@@ -15,54 +15,19 @@ transformers = pytest.importorskip("transformers")
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
+from train_world import AUX, SMALL, train_args, write_samples  # noqa: E402
 
 from sglang_eagle3_ext.cli import train as train_command  # noqa: E402
 from sglang_eagle3_ext.cli.common import run_tool  # noqa: E402
 from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
 from sglang_eagle3_ext.training import TrainDraftError  # noqa: E402
 
-SMALL = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    moe_intermediate_size=32,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    kv_lora_rank=32,
-    q_lora_rank=32,
-    qk_rope_head_dim=16,
-    qk_nope_head_dim=16,
-    v_head_dim=16,
-    vocab_size=256,
-    n_routed_experts=4,
-    num_experts_per_tok=2,
-    num_hidden_layers=4,
-)
-AUX = [1, 2, 3]
 H, V = SMALL["hidden_size"], SMALL["vocab_size"]
 
 
-def write_hs(path: Path, L: int = 24, seed: int = 0, **override) -> Path:
-    g = torch.Generator().manual_seed(seed)
-    t = {
-        "token_ids": torch.randint(0, V, (L,), generator=g),
-        "hidden_states": torch.randn(L, len(AUX) + 1, H, generator=g).bfloat16(),
-    }
-    t.update(override)
-    save_file({k: v.contiguous() for k, v in t.items() if v is not None}, str(path))
-    return path
-
-
-def make_data(root: Path, n: int = 6, **override_of_one) -> Path:
+def make_data(root: Path, n: int = 6, bad: int | None = None, **tensors) -> Path:
     """n good samples; `bad=i, **tensors` replaces tensors of sample i."""
-    data = root / "data"
-    (data / "hidden_states").mkdir(parents=True)
-    bad = override_of_one.pop("bad", None)
-    for i in range(n):
-        write_hs(
-            data / "hidden_states" / f"hs_{i}.safetensors", L=24 + i, seed=i, **(override_of_one if i == bad else {})
-        )
-    (data / "metadata.json").write_text(json.dumps({"hf_hidden_state_indices": AUX}))
-    return data
+    return write_samples(root / "data", n, lambda i: 24 + i, seed_each=True, replace={bad: tensors})
 
 
 @pytest.fixture(scope="module")
@@ -75,12 +40,7 @@ def train_cli(target, data, out, *extra, arch="mla"):
         "train",
         train_command.main,
         [
-            "--data",
-            str(data),
-            "--target",
-            str(target),
-            "--out",
-            str(out),
+            *train_args(data, target, out),
             "--device",
             "cpu",
             "--draft-arch",
