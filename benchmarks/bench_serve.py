@@ -46,16 +46,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "gpu"))
 import knobs  # noqa: E402  (tests/gpu/knobs.py: the declared SGE3_* settings)
 
-SPEC_ARGS = [
-    "--speculative-algorithm",
-    "EAGLE3",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
-]
+from sglang_eagle3_ext.server.started import eagle3_chain_args  # noqa: E402
+
+SPEC_ARGS = eagle3_chain_args(3)
 GROUPS = {
     "spec": ("spec_on", "spec_off"),
     "base": ("base_on", "base_off"),

@@ -8,6 +8,7 @@ import html
 import shlex
 from pathlib import Path
 
+from ..server.started import eagle3_chain_args
 from . import STAGES, state
 
 
@@ -27,18 +28,7 @@ def serve_preset(o) -> tuple[str | None, str]:
 
 def serve_commands(o, draft: Path) -> dict:
     steps = o.spec_steps
-    spec = [
-        "--speculative-algorithm",
-        "EAGLE3",
-        "--speculative-draft-model-path",
-        str(draft),
-        "--speculative-num-steps",
-        str(steps),
-        "--speculative-eagle-topk",
-        "1",
-        "--speculative-num-draft-tokens",
-        str(steps + 1),
-    ]
+    spec = eagle3_chain_args(steps, draft)
     preset, why = serve_preset(o)
     ours = ["sglang-eagle3", "launch", *(["--preset", preset] if preset else []), "--model-path", str(o.target), *spec]
     sglang = ["SGLANG_EAGLE3_EXT=1", "python", "-m", "sglang.launch_server", "--model-path", str(o.target), *spec]

@@ -5,8 +5,6 @@ until healthy, and stopped (its whole process group) when the dump is done or an
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -15,8 +13,7 @@ from .. import envs
 from ..boundary import Refused
 from ..launch.plan import Options, build_plan
 from ..server.http_client import Server, ServerError
-
-STOP_GRACE_S = 60.0
+from ..server.started import stop_group
 
 
 @contextlib.contextmanager
@@ -68,16 +65,8 @@ def _wait(srv, proc, wait_s: float, log_path: Path) -> None:
 
 
 def stop(proc, say) -> None:
-    """SIGTERM to the server's process group (SGLang's schedulers and detokenizer with it), SIGKILL after the
-    grace period."""
+    """Stop the dumping server (and its process group) unless it has already exited."""
     if proc.poll() is not None:
         return
     say(f"dump: stopping the dumping server (pid {proc.pid})")
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    stop_group(proc)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +18,7 @@ from .. import envs
 from ..boundary import Refused
 from ..server.http_client import Server, ServerError
 from ..server.ports import free_port
+from ..server.started import eagle3_chain_args, stop_group
 
 LAUNCHER = "sglang_eagle3_ext.launch_server"
 # planning figures (minutes) until the run has timed its own: a Kimi-width server's start with CUDA graph capture,
@@ -101,18 +100,7 @@ def server_args(
         str(max(max_bs, 1)),
     ]
     if steps:
-        args += [
-            "--speculative-algorithm",
-            "EAGLE3",
-            "--speculative-draft-model-path",
-            draft,
-            "--speculative-num-steps",
-            str(steps),
-            "--speculative-eagle-topk",
-            "1",
-            "--speculative-num-draft-tokens",
-            str(steps + 1),
-        ]
+        args += eagle3_chain_args(steps, draft)
         if backend in MLA_ONLY:
             args += ["--speculative-draft-attention-backend", "triton"]
     if max_running:
@@ -170,11 +158,5 @@ def started(name: str, args: list[str], log_dir: Path, budget: Budget, wait_s: f
             budget.say(f"server {name} up after {time.monotonic() - t0:.0f} s")
         yield Started(name, url, log, proc)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
         budget.charge(time.monotonic() - t0, True)

@@ -17,6 +17,7 @@ from pathlib import Path
 import knobs
 
 from sglang_eagle3_ext.server.ports import free_port  # noqa: F401 - the GPU tests take it from here
+from sglang_eagle3_ext.server.started import stop_group
 
 LOG_DIR = Path(os.environ.get("OUT") or knobs.get("SGE3_LOG_DIR"))
 # Served as users serve: decode (and EAGLE-3 draft) CUDA graphs ON, SGLang's prefill-graph rules as
@@ -160,15 +161,7 @@ def sglang_server(
             start_lock.close()  # releases the lock
         yield base, log, proc
     finally:
-        import signal
-
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, grace_s=30)
 
 
 def generate(base: str, input_ids, max_new_tokens: int = 32, **extra):

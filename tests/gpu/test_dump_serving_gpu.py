@@ -31,17 +31,10 @@ from gpu_helpers import LOG_DIR, REPO, SERVE_BACKEND, activation_env, free_port,
 from helpers import cosine
 from test_dump_gpu import dump_args
 
+from sglang_eagle3_ext.server.started import eagle3_chain_args
+
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("serve_backend")]
-SPEC_ARGS = [
-    "--speculative-algorithm",
-    "EAGLE3",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
-]
+SPEC_ARGS = eagle3_chain_args(3)
 N_REQ, NEW_TOKENS = 8, 48
 
 

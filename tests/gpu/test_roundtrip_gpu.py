@@ -48,6 +48,8 @@ import knobs
 import pytest
 from gpu_helpers import LOG_DIR, REPO, activation_env, free_port, multi_gpu_tp, sglang_server
 
+from sglang_eagle3_ext.server.started import eagle3_chain_args
+
 pytestmark = pytest.mark.gpu
 TARGET = knobs.get("SGE3_RT_TARGET")
 KIMI = TARGET == "kimi"
@@ -88,17 +90,7 @@ TIMED_ARGS = ["--attention-backend", ATTN, *GRAPH_ARGS, *knobs.get("SGE3_RT_SERV
 LOG_ARGS = ["--decode-log-interval", "5"]
 # SGE3_RT_SPEC_STEPS: --speculative-num-steps of the EAGLE-3 server (draft tokens = steps + 1, top-k 1)
 SPEC_STEPS = int(knobs.get("SGE3_RT_SPEC_STEPS"))
-SPEC_ARGS = [
-    "--speculative-algorithm",
-    "EAGLE3",
-    "--speculative-num-steps",
-    str(SPEC_STEPS),
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    str(SPEC_STEPS + 1),
-    *LOG_ARGS,
-]
+SPEC_ARGS = [*eagle3_chain_args(SPEC_STEPS), *LOG_ARGS]
 # the draft's training recipe (test_eval_gpu.py stops the same recipe early for drafts of middling quality)
 EPOCHS = knobs.get("SGE3_RT_EPOCHS", "8" if KIMI else "12")
 # calibrated on CPU (hidden 128 target, 300 samples): lr 1e-3 x 10 epochs -> val acc 0.33, 3e-3 x 30 -> 0.54
