@@ -17,7 +17,7 @@ def remove_own_tmp(samples_dir: str, writer_name: str) -> None:
     manifest); other writers' files stay."""
     tag = f".tmp{writer_name}."
     # os.scandir over the shard folders: a restart into a dump of millions of samples lists names only
-    # (pathlib's rglob builds a Path per file and was the slow part of the start-up)
+    # (pathlib's rglob builds a Path per file: the slow part of a start-up)
     stack = [samples_dir]
     while stack:
         try:
