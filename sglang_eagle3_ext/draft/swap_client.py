@@ -201,6 +201,11 @@ def _local_draft(opts: Options, say) -> Path:
     return draft
 
 
+def _refused(url: str, draft, served, message: str, when: str = "") -> str:
+    """The refusal of a swap by the server at `url`, naming it and its reason (an empty one said so)."""
+    return f"{url} refused draft {draft}{when}, it keeps serving {served}: {message or 'it gave no reason'}"
+
+
 def swap(opts: Options) -> dict:
     """Swap the draft of the server at opts.url for opts.draft; the report (Refused on any refusal)."""
 
@@ -241,8 +246,7 @@ def swap(opts: Options) -> dict:
     pause = time.monotonic() - t0
     if not ok:
         raise SwapRefused(
-            f"the server refused draft {draft}, it keeps serving {served}: {message}",
-            {**base, "pause_s": round(pause, 3), "server_message": message},
+            _refused(srv.url, draft, served, message), {**base, "pause_s": round(pause, 3), "server_message": message}
         )
     if late is None:
         args_after, after = _read_back(srv, where, draft, message, {**base, "pause_s": round(pause, 3)})
@@ -346,8 +350,7 @@ def _settle(srv, where: str, draft: Path, before: list[dict], settle: float, say
                 and n > n_before
             ):
                 raise SwapRefused(
-                    f"the server refused draft {draft} after the client's timeout, it keeps serving "
-                    f"{base['previous_draft']}: {att['message']}",
+                    _refused(srv.url, draft, base["previous_draft"], att["message"], " after the client's timeout"),
                     {**base, "pause_s": None, "server_message": att["message"], "reply_lost": late},
                 )
             last = f"it serves {states[0].get('draft')}"

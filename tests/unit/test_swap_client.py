@@ -10,7 +10,7 @@ import json
 import pytest
 from cli_fixtures import sg
 from helpers import assert_names_its_input, edited_draft
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from loopback_server import FakeServer
 
@@ -228,6 +228,7 @@ def test_any_server_info_is_read_or_refused(info):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(reply=JSON | st.dictionaries(REPLY_KEYS, JSON, max_size=3), status=st.sampled_from([200, 400, 422, 500]))
+@example(reply={"success": False}, status=200)  # a refusal without a reason still names the server
 def test_any_reply_is_exit_0_or_2(server, drafts, capfd, reply, status):
     server.update = lambda body: (status, reply)
     rc, _, err = sg(["swap", "--url", server.url, "--draft", str(drafts["new"]), "--no-local-check"], capfd)
