@@ -252,7 +252,7 @@ def swap(opts: Options) -> dict:
         args_after, after = _read_back(srv, where, draft, message, {**base, "pause_s": round(pause, 3)})
     serving = [s.get("draft") for s in after]
     if any(d != str(draft) for d in serving):
-        raise Refused(f"the server accepted draft {draft} but reports serving {serving}: see its log")
+        raise Refused(f"{srv.url} accepted draft {draft} but reports serving {serving}: see its log")
     record = args_after.get("speculative_draft_model_path")
     if record is not None and record != str(draft):
         say(
@@ -297,7 +297,7 @@ def _read_back(srv, where: str, draft: Path, message: str, report: dict) -> tupl
         return _server_state(srv, where)
     except (BadInput, Refused) as e:
         raise SwapRefused(
-            f"the server accepted draft {draft} ({message or 'no message'}) but its state could "
+            f"{srv.url} accepted draft {draft} ({message or 'no message'}) but its state could "
             f"not be read back: {e}; --draft-link was not touched; after a restart, "
             f"{launch_argument(str(draft))} serves it",
             {**report, "server_message": message},

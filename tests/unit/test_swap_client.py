@@ -229,6 +229,7 @@ def test_any_server_info_is_read_or_refused(info):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(reply=JSON | st.dictionaries(REPLY_KEYS, JSON, max_size=3), status=st.sampled_from([200, 400, 422, 500]))
 @example(reply={"success": False}, status=200)  # a refusal without a reason still names the server
+@example(reply={"success": True}, status=200)  # accepted, yet the old draft serves: names the server
 def test_any_reply_is_exit_0_or_2(server, drafts, capfd, reply, status):
     server.update = lambda body: (status, reply)
     rc, _, err = sg(["swap", "--url", server.url, "--draft", str(drafts["new"]), "--no-local-check"], capfd)
