@@ -15,6 +15,9 @@
 #   tests/gpu/full_plan.sh session  one lease (0.5.16, FA3 kernels installed, ~25 min): the GPU smoke (dump vs
 #                                   transformers, EAGLE-3 serve, swap), `build` on the tiny target, then at Kimi
 #                                   width the speedup table (fa3, flashmla, triton) and `tune` (below)
+#   tests/gpu/full_plan.sh tune_tiny  the tiny target's round trip prepared, then `tune --budget-min 5` on it
+#                                   (0.5.16, <= 10 min): tune's whole path to its presets; recorded in the ledger
+#   tests/gpu/ledger.py pending     which stages have not yet passed on the current code (run those first)
 #   tests/gpu/bg.sh poll SECONDS    in every later call, back to back (an idle host may be released after ~30 s
 #                                   without a call): states, figures, $OUT/results.tgz
 # The Kimi-width round trip (0.5.16, timed on FlashMLA, docs/results.md: bs1 2.00x, bs16 x 128:896
@@ -125,6 +128,17 @@ tune)
     [ -e $D/kimi/draft_sglang/config.json ] || exit 1; \
     $K SGE3_MAX_TOTAL_TOKENS=32768 $R -s tests/gpu/test_tune_gpu.py::test_speedup_table; \
     $K SGE3_MAX_TOTAL_TOKENS=32768 $R -s tests/gpu/test_tune_gpu.py::test_tune_within_budget" ;;
+tune_tiny)
+  # SGE3_LEDGER_COMMIT: the commit under test (the host has no git history), for tests/gpu/ledger.py
+  S="PYTHONPATH=/tmp/site TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton_cache}"
+  D=${SGE3_RT_DIR:-/tmp/rt}
+  T="$S SGE3_RT_DIR=$D SGE3_MAX_TOTAL_TOKENS=32768"
+  $BG start tune_tiny "$T SGE3_MEM_FRACTION=0.3 SGE3_RT_SAMPLES=${SGE3_RT_SAMPLES:-600} SGE3_RT_PREPARE_ONLY=1 $R \
+      tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \
+    [ -e $D/draft_sglang/config.json ] || exit 1; \
+    $T SGE3_TUNE_BUDGET_MIN=${SGE3_TUNE_BUDGET_MIN:-5} SGE3_TUNE_BACKENDS=${SGE3_TUNE_BACKENDS:-triton} $R -s \
+      tests/gpu/test_tune_gpu.py::test_tune_within_budget; rc=\$?; \
+    python3 tests/gpu/ledger.py record tune_tiny \$rc \$OUT/tune/report.json \$OUT/tune/timings.json; exit \$rc" ;;
 session)
   # Started at once: smoke and build are tiny-target jobs (~6 min) that end while the Kimi-width preparation
   # (600 generations, ~9 min) runs; the table and tune then have the GPU to themselves.

@@ -26,6 +26,7 @@ _TABLE = (
         "/tmp/sge3_gpu_start.lock",
         "lock file letting one test server start at a time (SGLang sizes its KV cache from the memory free then)",
     ),
+    Knob("SGE3_LEDGER_COMMIT", None, "`ledger.py record`: the commit the stage ran (the host has no git history)"),
     Knob("SGE3_BG_ROOT", "/tmp/sge3_bg", "`bg.sh`: where the background jobs keep their state and logs"),
     Knob("SGE3_TINY_DIR", None, "keep the tiny target here between runs (default: a fresh temporary folder)"),
     Knob(
@@ -122,6 +123,7 @@ _TABLE = (
     Knob("SGE3_KIMI_MLA_EPOCHS", "4", "`test_kimi_gpu.py`: training epochs of the MLA draft"),
     # tune at Kimi width
     Knob("SGE3_TUNE_BUDGET_MIN", "8", "`test_tune_gpu.py`: `tune --budget-min` (GPU minutes)"),
+    Knob("SGE3_TUNE_BACKENDS", None, "`test_tune_gpu.py`: `tune --backends` (default `flashmla,fa3,triton`)"),
     # benchmarks
     Knob(
         "SGE3_TRAIN_BENCH_STEPS",
