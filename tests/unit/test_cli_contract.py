@@ -244,14 +244,16 @@ def test_launch_help_is_ours_and_says_how_to_see_sglangs():
     """Short and fast (SGLang is not imported for it), naming the flag that prints SGLang's own."""
     code = (
         "import sys, time; from sglang_eagle3_ext import cli; t = time.monotonic(); rc = cli.main(['launch', "
-        "'--help']); print('SGLANG_IMPORTED' if 'sglang.srt.server_args' in sys.modules else '', "
+        "'--help']); print(*[m for m in ('sglang', 'torch', 'transformers') if m in sys.modules], "
         "round(time.monotonic() - t, 2), file=sys.stderr); sys.exit(rc)"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "--nccl-profile" in p.stdout and "--help-sglang" in p.stdout, p.stdout
     assert "--mem-fraction-static" not in p.stdout and len(p.stdout.splitlines()) < 80, len(p.stdout.splitlines())
-    assert "SGLANG_IMPORTED" not in p.stderr and float(p.stderr.split()[-1]) < 2.0, p.stderr
+    # fast because nothing heavy is imported (SGLang's import alone takes seconds); 10 s holds at load 8 on 2 cores
+    heavy_imported, took = p.stderr.splitlines()[-1].split()[:-1], float(p.stderr.split()[-1])
+    assert not heavy_imported and took < 10.0, p.stderr
 
 
 @pytest.mark.sglang

@@ -14,6 +14,10 @@ from sglang_eagle3_ext.cli import bench
 from sglang_eagle3_ext.cli import dump as client
 from sglang_eagle3_ext.cli.common import run_tool
 
+# The trickle never ends and a FIFO never gives end of file, so without a deadline each call below waits forever
+# (in_thread gives up at LIMIT_S); the bounds are generous enough to hold at load 8 on 2 cores.
+LIMIT_S, BOUND_S = 60, 30
+
 
 @pytest.fixture
 def trickle():
@@ -42,9 +46,9 @@ def _one_error(capsys, rc, *words):
 def test_health_wait_is_a_deadline_for_the_whole_wait(trickle, capsys):
     srv = trickle(every_s=0.2)
     rc, took = in_thread(
-        run_tool, "bench", bench.main, ["--url", srv.url, "--wait-for-server", "1.5", "--quiet"], limit_s=8
+        run_tool, "bench", bench.main, ["--url", srv.url, "--wait-for-server", "1.5", "--quiet"], limit_s=LIMIT_S
     )
-    assert rc is not None and took < 4, f"bench still waiting after {took:.1f} s (--wait-for-server 1.5)"
+    assert rc is not None and took < BOUND_S, f"bench still waiting after {took:.1f} s (--wait-for-server 1.5)"
     _one_error(capsys, rc, f"GET {srv.url}/health", "1.5 s", "--wait-for-server")
 
 
@@ -55,9 +59,9 @@ def test_generate_timeout_is_a_deadline_for_the_whole_reply(trickle, capsys):
         "bench",
         bench.main,
         ["--url", srv.url, "--timeout", "1.5", "--quiet", "--num-prompts", "1", "--warmup", "0", "--concurrency", "1"],
-        limit_s=12,
+        limit_s=LIMIT_S,
     )
-    assert rc is not None and took < 6, f"bench still waiting after {took:.1f} s (--timeout 1.5)"
+    assert rc is not None and took < BOUND_S, f"bench still waiting after {took:.1f} s (--timeout 1.5)"
     _one_error(capsys, rc, srv.url, "within 1.5 s", "--timeout")
 
 
@@ -81,8 +85,8 @@ def test_dump_run_timeout_is_a_deadline(trickle, tmp_path, capsys):
         "--wait-s",
         "0",
     ]
-    rc, took = in_thread(run_tool, "dump", client.main, argv, limit_s=12)
-    assert rc is not None and took < 6, f"dump run still waiting after {took:.1f} s (--timeout 1.5)"
+    rc, took = in_thread(run_tool, "dump", client.main, argv, limit_s=LIMIT_S)
+    assert rc is not None and took < BOUND_S, f"dump run still waiting after {took:.1f} s (--timeout 1.5)"
     _one_error(capsys, rc, srv.url, "within 1.5 s")
 
 
@@ -108,7 +112,7 @@ def test_dump_status_refuses_a_fifo(tmp_path, capsys, where):
     fifo = d / where
     os.mkfifo(fifo)
     try:
-        rc, took = in_thread(run_tool, "dump", client.main, ["status", "--dump-dir", str(d)], limit_s=5)
+        rc, took = in_thread(run_tool, "dump", client.main, ["status", "--dump-dir", str(d)], limit_s=LIMIT_S)
     finally:
         _unblock(fifo)
     assert rc is not None, "dump status blocked on a FIFO"
@@ -129,7 +133,7 @@ def test_a_fifo_for_prompts_or_data_is_refused(tmp_path, capsys, tool):
     else:
         main, argv = client.main, ["run", "--url", "http://127.0.0.1:9", "--data", str(fifo), "--dump-dir", str(d)]
     try:
-        rc, took = in_thread(run_tool, tool, main, argv, limit_s=5)
+        rc, took = in_thread(run_tool, tool, main, argv, limit_s=LIMIT_S)
     finally:
         _unblock(fifo)
     assert rc is not None, f"{tool} blocked on a FIFO"
