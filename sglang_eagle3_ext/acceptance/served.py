@@ -15,7 +15,7 @@ server generates something else, prediction and server judged different text.
 from __future__ import annotations
 
 from ..bench.run import run_level
-from ..boundary import BadInput, Refused
+from ..boundary import BadInput, Refused, field
 from ..server.http_client import Server
 from ..server.replies import avg_accept_length
 from .stats import histogram_accept_length, regions, served_positions
@@ -34,6 +34,10 @@ def requests_for(samples) -> tuple[list[dict], list[int], list[list[int]]]:
     return prompts, lengths, recorded
 
 
+def _where(srv) -> str:
+    return f"{srv.where('GET', '/get_server_info')} reply"
+
+
 def _settings(srv, steps: int, draft_tokens: int, reads_window: bool = True) -> dict:
     """The server's speculative settings; Refused when they are not the ones evaluated."""
     from ..server.replies import server_args
@@ -43,6 +47,13 @@ def _settings(srv, steps: int, draft_tokens: int, reads_window: bool = True) -> 
     algo = str(args.get("speculative_algorithm") or "")
     if info is not None and algo.upper() != "EAGLE3":
         raise Refused(f"--url {srv.url}: the server runs speculative algorithm {algo[:40] or 'none'}, not EAGLE3")
+    if info is not None and field(args, "speculative_adaptive", bool, _where(srv), optional=True):
+        # its steps count moves with the batch size (its adaptive config), so its accept length mixes steps counts
+        raise Refused(
+            f"--url {srv.url}: the server runs --speculative-adaptive, whose steps count changes with the batch, "
+            f"while eval predicts one fixed --steps; compare against a server without --speculative-adaptive, "
+            f"or measure this one with `sglang-eagle3 bench`"
+        )
     window = args.get("speculative_draft_window_size")
     if window is not None and reads_window:  # a draft class that never reads it runs full attention
         raise Refused(

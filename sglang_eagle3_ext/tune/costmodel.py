@@ -11,7 +11,9 @@ down whatever the verify assumption; how the slope splits between verify and dra
 is the assumption's.
 
 Tokens/s (between admissions): concurrency x accept_length(s) / iteration(c, s); without speculation
-concurrency / target_step(c).
+concurrency / target_step(c). Steps 0 of a --speculative-adaptive server is no plain decode: SGLang's EAGLE worker
+(speculative/eagle_worker_v2.py) verifies one token per request and still runs the draft extend, which keeps the
+draft's cache warm for a shrinking batch, so it costs verify(bs, 1 token) + extend(bs) (`adaptive=True`).
 """
 
 from __future__ import annotations
@@ -75,15 +77,16 @@ class BackendModel:
         e = interp({b: p.extend for b, p in self.parts.items()}, bs)
         return Parts(bs, interp(self.target_steps, bs), d, e)
 
-    def iteration_ms(self, bs: int, steps: int) -> float:
-        if steps == 0:
+    def iteration_ms(self, bs: int, steps: int, adaptive: bool = False) -> float:
+        """steps 0: a target-only server's decode step, or (adaptive) an adaptive slot at 0 steps."""
+        if steps == 0 and not adaptive:
             return interp(self.target_steps, bs)
         p = self.part(bs)
         return interp(self.target_steps, bs * (steps + 1)) + steps * p.draft_step + p.extend
 
-    def tokens_per_s(self, bs: int, steps: int, accept: dict[int, float]) -> float:
+    def tokens_per_s(self, bs: int, steps: int, accept: dict[int, float], adaptive: bool = False) -> float:
         al = 1.0 if steps == 0 else accept[steps]
-        return bs * al / self.iteration_ms(bs, steps) * 1e3
+        return bs * al / self.iteration_ms(bs, steps, adaptive) * 1e3
 
 
 def fit(name: str, b: dict) -> BackendModel:

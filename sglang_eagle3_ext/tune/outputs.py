@@ -7,6 +7,7 @@ from pathlib import Path
 
 from . import adaptive, plot, preset
 from .costmodel import interp
+from .flags import EAGLE_DEFAULT_MAX_RUNNING, eagle_max_running
 from .projection import ASSUMPTIONS, project
 
 EAGLE3_DEFAULT_STEPS = 3
@@ -22,12 +23,23 @@ def server_backend(best: dict) -> str:
 
 def write_adaptive(o, rep: dict, models, accept, out: Path) -> dict:
     """SGLang's adaptive config fitted with the one server backend's model (adaptive_config.json); the report's
-    entry."""
+    entry. Steps 0 is priced as an adaptive server runs it (costmodel: the draft extend still runs). The server's
+    --speculative-num-steps must be one of the config's candidate steps (SGLang refuses to start otherwise): the
+    smallest band's best, else the least a busier band speculates; none written where no band speculates."""
     backend = server_backend(rep["best"])
     m = models.get(backend) or next(iter(models.values()))
-    predicted = {c: {s: m.tokens_per_s(c, s, accept) for s in [0, *accept] if s < 8} for c in o.concurrency}
+    predicted = {
+        c: {s: m.tokens_per_s(c, s, accept, adaptive=True) for s in [0, *accept] if s < 8} for c in o.concurrency
+    }
     best_steps = {c: max(p, key=p.get) for c, p in predicted.items()}
-    initial = best_steps[min(best_steps)] or EAGLE3_DEFAULT_STEPS
+    speculating = [best_steps[c] for c in sorted(best_steps) if best_steps[c]]
+    if not speculating:
+        return {
+            "written": False,
+            "why": "no band is predicted faster with speculation on an adaptive server; the presets per band serve",
+            "best_steps_by_band": best_steps,
+        }
+    initial = best_steps[min(best_steps)] or min(speculating)
     cfg = adaptive.fit_config(best_steps, predicted, accept, initial)
     path = adaptive.write(out / "adaptive_config.json", cfg)
     return {
@@ -53,19 +65,24 @@ def write_presets(o, rep: dict, out: Path) -> list[str]:
         for c, b in sorted(rep["best"].items())
     ]
     for c, b in sorted(rep["best"].items()):
-        f = preset.server_fields(o.target, o.draft, b["backend"], b["steps"], b.get("max_running"))
+        running = b.get("max_running") or (eagle_max_running(c) if b["steps"] else None)
+        f = preset.server_fields(o.target, o.draft, b["backend"], b["steps"], running)
         h = preset.header(
-            f"Tuned for concurrency {c} (the band from {c} up to the next level tuned)", o.command, figures, []
+            f"Tuned for concurrency {c} (the band from {c} up to the next level tuned)",
+            o.command,
+            figures,
+            [_running_note(running)] if running and not b.get("max_running") else [],
         )
         written.append(str(preset.write(out / f"tuned-c{c}.yaml", f, h)))
     ad = rep.get("adaptive") or {}
     if ad.get("written"):
-        first = rep["best"][min(rep["best"])]
+        running = eagle_max_running(max(rep["best"]))
         f = preset.server_fields(
             o.target,
             o.draft,
             ad["backend"],
-            ad["initial_steps"] or first["steps"],
+            ad["initial_steps"],
+            running,
             adaptive_config=str(Path(ad["path"]).resolve()),
         )
         h = preset.header(
@@ -75,14 +92,23 @@ def write_presets(o, rep: dict, out: Path) -> list[str]:
             [
                 "adaptive bands (batch size: candidate steps): "
                 + ", ".join(f"{k}: {v['candidate_steps']}" for k, v in ad["config"].items())
-            ],
+            ]
+            + ([_running_note(running)] if running else []),
         )
         written.append(str(preset.write(out / "tuned.yaml", f, h)))
     return written
 
 
-def project_best(models, accept, best, shape) -> dict:
-    """Each band's best projected to a large target (tune/projection.py), or why not."""
+def _running_note(running: int) -> str:
+    return (
+        f"max_running_requests {running}: SGLang runs an EAGLE server at most {EAGLE_DEFAULT_MAX_RUNNING} "
+        f"requests at once unless told, and this band runs {running}"
+    )
+
+
+def project_best(models, accept, best, shape, from_tp: int = 1) -> dict:
+    """Each band's best projected to a large target (tune/projection.py) from the TP it was timed at, or why
+    not."""
     if not all(shape.get(k) for k in ("layers", "vocab", "hidden")):
         return {"why_not": "the target's config lacks num_hidden_layers / vocab_size / hidden_size"}
     rows = []
@@ -107,10 +133,11 @@ def project_best(models, accept, best, shape) -> dict:
                     shape["layers"],
                     shape["vocab"],
                     shape["hidden"],
+                    from_tp=from_tp,
                 ),
             }
         )
-    return {"rows": rows, "assumptions": ASSUMPTIONS, "from_layers": shape["layers"]}
+    return {"rows": rows, "assumptions": ASSUMPTIONS, "from_layers": shape["layers"], "from_tp": from_tp}
 
 
 def costmodel_verify(m, bs: int, steps: int) -> float:
@@ -128,7 +155,7 @@ def write_plot(rep: dict, models, accept, out: Path):
     if settles:
         keys = list(settles)
         series["adaptive defaults (predicted)"] = {
-            c: sum(m.tokens_per_s(c, s, accept) for s in settles[adaptive.slot_for(c, keys)])
+            c: sum(m.tokens_per_s(c, s, accept, adaptive=True) for s in settles[adaptive.slot_for(c, keys)])
             / len(settles[adaptive.slot_for(c, keys)])
             for c in cs
         }

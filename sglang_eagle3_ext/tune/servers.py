@@ -18,7 +18,8 @@ from .. import envs
 from ..boundary import Refused
 from ..server.http_client import Server, ServerError
 from ..server.ports import free_port
-from ..server.started import eagle3_chain_args, stop_group
+from ..server.started import stop_group
+from . import flags as F
 
 LAUNCHER = "sglang_eagle3_ext.launch_server"
 # planning figures (minutes) until the run has timed its own: a Kimi-width server's start with CUDA graph capture,
@@ -26,13 +27,14 @@ LAUNCHER = "sglang_eagle3_ext.launch_server"
 START_MIN = 1.5
 MEASURE_MIN = 0.5
 SERVERS_PER_TIMING_PASS = 3  # target-only + EAGLE-3 at two steps counts
+TIMING_STEPS = (1, 3)  # two steps counts give each batch size's intercept and slope
 # backends that serve MLA layers only: a Llama-layout draft runs on Triton beside them
 MLA_ONLY = ("flashmla", "cutlass_mla", "trtllm_mla")
 
 
-def min_budget_min() -> float:
-    """One timing pass of one backend: the least a run can do."""
-    return SERVERS_PER_TIMING_PASS * (START_MIN + MEASURE_MIN)
+def min_budget_min(gpus: int = 1) -> float:
+    """One timing pass of one backend on servers of `gpus` GPUs each: the least a run can do."""
+    return SERVERS_PER_TIMING_PASS * (START_MIN + MEASURE_MIN) * gpus
 
 
 @dataclasses.dataclass
@@ -88,24 +90,41 @@ def server_args(
     max_running: int | None = None,
     extra: list[str] | None = None,
 ) -> list[str]:
-    """SGLang's arguments of one server: CUDA graphs on up to max_bs, every iteration logged."""
-    args = [
-        "--model-path",
-        target,
-        "--attention-backend",
-        backend,
-        "--decode-log-interval",
-        "1",
-        "--cuda-graph-max-bs",
-        str(max(max_bs, 1)),
-    ]
+    """SGLang's arguments of one server, spelled as the installed release spells them: CUDA graphs on up to
+    max_bs, every iteration logged; an EAGLE-3 server runs max_bs requests at once where SGLang's own cap is
+    lower (flags.eagle_max_running) and the user's arguments leave it open."""
+    parser = F.sglang_parser()
+    extra = list(extra or [])
+    fields: dict = {
+        "model_path": target,
+        "attention_backend": backend,
+        "decode_log_interval": 1,
+        F.graph_max_bs_field(parser): max(max_bs, 1),
+    }
     if steps:
-        args += eagle3_chain_args(steps, draft)
+        fields.update(F.chain_fields(steps, draft))
         if backend in MLA_ONLY:
-            args += ["--speculative-draft-attention-backend", "triton"]
+            fields["speculative_draft_attention_backend"] = "triton"
+        max_running = max_running or F.eagle_max_running(max_bs, F.user_sets(extra, "max_running_requests", parser))
     if max_running:
-        args += ["--max-running-requests", str(max_running)]
-    return args + list(extra or [])
+        fields["max_running_requests"] = max_running
+    return F.spell(fields, parser) + extra
+
+
+def check_servers(o, backends: list[str], extra: list[str]) -> dict:
+    """The servers a run may start (each backend target-only and at the timing steps counts), every command parsed
+    by SGLang's own parser (Refused naming --server-args when one does not parse); the GPUs each holds, its
+    --tp-size, and the --max-running-requests decision with its reason (None: none made)."""
+    parser = F.sglang_parser()
+    c = max(o.concurrency)
+    cmds = [server_args(o.target, b, c, o.draft, s, extra=extra) for b in backends for s in (0, *TIMING_STEPS)]
+    F.check_commands(cmds, parser, o.server_args)
+    return {
+        "gpus": F.gpus_per_server(cmds[0], parser) if cmds else 1,
+        "tp": F.tp_size(cmds[0], parser) if cmds else 1,
+        "parsed": parser is not None,
+        "max_running": F.running_decision(c, F.user_sets(extra, "max_running_requests", parser)),
+    }
 
 
 class Started:

@@ -10,9 +10,8 @@ from pathlib import Path
 from ..bench.run import progress_bar, run_level
 from ..bench.steps import step_summary
 from ..server.http_client import Server
-from .servers import Budget, server_args, started
+from .servers import TIMING_STEPS, Budget, server_args, started
 
-TIMING_STEPS = (1, 3)  # two steps counts give each batch size's intercept and slope
 TIMING_TOKENS = 48  # per request: enough full-batch iterations, little else
 
 

@@ -1,6 +1,7 @@
 """The timing pass's file (`timings.json` in --out): what each attention backend measured.
 
     {"format": "sglang-eagle3-tune-timings/1", "gpu": "...", "sglang": "0.5.16", "target_layers": 10,
+     "tp_size": 1,                                          # the timing servers' --tp-size (absent: 1)
      "backends": {"flashmla": {
          "target_step_ms": {"1": 3.1, "16": 3.75},          # target-only decode step per batch size
          "spec": [{"bs": 16, "steps": 3, "iteration_ms": 7.2, "accept_length": 3.6}, ...],
@@ -22,6 +23,7 @@ FORMAT = "sglang-eagle3-tune-timings/1"
 MAX_BS = 1 << 16
 MAX_STEPS = 64
 MAX_MS = 1e6
+MAX_TP = 1024
 
 
 def _ms(v, where: str) -> float:
@@ -89,11 +91,13 @@ def parse(obj, where: str) -> dict:
         raise BadInput(f"{where}.format", f"expected {FORMAT!r}, got {fmt!r:.60}: not a tune timings file")
     backends = field(obj, "backends", dict, where)
     layers = field(obj, "target_layers", int, where, optional=True, default=None)
+    tp = field(obj, "tp_size", int, where, optional=True, default=1)
     return {
         "format": FORMAT,
         "gpu": field(obj, "gpu", str, where, optional=True, default=None),
         "sglang": field(obj, "sglang", str, where, optional=True, default=None),
         "target_layers": None if layers is None else _int(layers, f"{where}.target_layers", 1, 4096),
+        "tp_size": _int(tp, f"{where}.tp_size", 1, MAX_TP),
         "backends": {str(k): _backend(str(k), v, f"{where}.backends[{k!r}]") for k, v in backends.items()},
     }
 

@@ -41,11 +41,17 @@ def _need_prepared():
         pytest.skip(f"needs the Kimi-width round trip prepared in {WORK.parent} (SGE3_RT_PREPARE_ONLY=1)")
 
 
+def _graph_args() -> list[str]:
+    """CUDA graphs up to the highest level, spelled as the installed SGLang spells the flag (tune sets its own)."""
+    from sglang_eagle3_ext.tune import flags
+
+    parser = flags.sglang_parser()
+    return flags.spell({flags.graph_max_bs_field(parser): max(LEVELS)}, parser)
+
+
 def _mem_args() -> list[str]:
     # two Kimi-width servers side by side: a KV cap each
     return [
-        "--cuda-graph-max-bs",
-        "32",
         "--skip-tokenizer-init",
         "--sampling-backend",
         "pytorch",
@@ -89,7 +95,7 @@ def test_speedup_table():
             print(f"[table] {backend}: skipped ({why})", flush=True)
             rows.append({"backend": backend, "skipped": why})
             continue
-        common = ["--model-path", str(TARGET), "--attention-backend", backend, *_mem_args(), *mem]
+        common = ["--model-path", str(TARGET), "--attention-backend", backend, *_graph_args(), *_mem_args(), *mem]
         with (
             sglang_server(common, name=f"table_{backend}_base", port=free_port()) as (base, _, _),
             sglang_server([*common, *_spec_args(backend)], name=f"table_{backend}_s{STEPS}", port=free_port()) as (
