@@ -110,7 +110,7 @@ def test_dry_run_plans_a_kimi_width_build_on_a_cpu_in_seconds(tmp_path, capsys):
     took = time.monotonic() - t0
     assert rc == 0
     plan = json.loads((tmp_path / "plan.json").read_text())
-    assert took < 10, took
+    assert took < 60, took  # building Kimi-width layers on a CPU would take minutes; 60 s holds at load 8 on 2 cores
     assert [s["stage"] for s in plan["stages"]] == ["dump", "export", "train", "convert", "check", "eval", "report"]
     assert plan["target_shape"] == {"hidden_size": 7168, "num_hidden_layers": 61, "vocab_size": 163840}
     # 10 prompts x (100 + 156) tokens x (3 aux layers + the last hidden) x 7168 x 2 bytes

@@ -272,12 +272,13 @@ def test_local_inputs_are_checked_before_the_server_is_asked(world, tmp_path, ca
     try:
         t0 = time.monotonic()
         rc, _, err = _eval(
-            [*[x for kv in argv.items() for x in kv], "--url", srv.url, "--timeout", 20, "--device", "cpu"], capsys
+            [*[x for kv in argv.items() for x in kv], "--url", srv.url, "--timeout", 120, "--device", "cpu"], capsys
         )
         took = time.monotonic() - t0
     finally:
         srv.close()
-    assert rc == 2 and "missing" in err and srv.connections == 0 and took < 10, (err, took)
+    # asking the silent server would take its 120 s timeout; 60 s holds at load 8 on 2 cores
+    assert rc == 2 and "missing" in err and srv.connections == 0 and took < 60, (err, took)
 
 
 # ---------------------------------------------------------------------------------------- trust
@@ -342,7 +343,8 @@ def test_huge_flags_are_refused_up_front_within_the_stated_bounds(world, capsys,
 
     t0 = time.monotonic()
     rc, _, err = _eval(["--draft", world["draft"], "--data", world["export"], flag, value], capsys)
-    assert rc == 2 and flag in err and time.monotonic() - t0 < 5, err
+    # refused before any work (which would take minutes at these sizes); 30 s holds at load 8 on 2 cores
+    assert rc == 2 and flag in err and time.monotonic() - t0 < 30, err
     helps = {a.option_strings[0]: a.help for a in build_parser()._actions if a.option_strings}
     assert any(ch.isdigit() for ch in helps[flag]), helps[flag]  # the bound is stated
 
@@ -373,7 +375,8 @@ def test_a_dry_run_answers_in_seconds_and_refuses_what_the_run_refuses(world, tm
             ],
             capsys,
         )
-        assert rc == 0 and time.monotonic() - t0 < 10 and srv.connections == 0, err
+        # a run of 10**6 samples would take hours; 60 s holds the plan at load 8 on 2 cores
+        assert rc == 0 and time.monotonic() - t0 < 60 and srv.connections == 0, err
     finally:
         srv.close()
     rep = json.loads(out)

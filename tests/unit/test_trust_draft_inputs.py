@@ -33,8 +33,9 @@ def good(tmp_path_factory):
 
 
 @contextlib.contextmanager
-def deadline(seconds=20):
-    """A read that blocks (a FIFO) fails the test instead of hanging it."""
+def deadline(seconds=120):
+    """A read that blocks (a FIFO) fails the test instead of hanging it (generous: a busy machine is slow, a
+    blocked read is forever)."""
 
     def boom(*_):
         raise TimeoutError("blocked reading a draft input")

@@ -78,7 +78,7 @@ def test_a_fifo_as_the_dump_settings_file_is_refused_not_waited_on(tmp_path):
 
     t = threading.Thread(target=start, daemon=True)
     t.start()
-    t.join(10)
+    t.join(60)  # returns as soon as start-up refuses the FIFO; blocked forever without the check
     if t.is_alive():  # the old code blocks in open(): give it its writer so the thread ends
         fd = os.open(tmp_path / C.META_FILE, os.O_WRONLY | os.O_NONBLOCK)
         os.close(fd)
