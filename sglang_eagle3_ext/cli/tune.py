@@ -8,16 +8,18 @@ every (backend, steps, concurrency) and reports its error; only the best candida
 started and timed with `bench` on your prompts (greedy outputs compared with the target alone). Written to
 --out: a preset per band and, where the release has --speculative-adaptive, one preset with a fitted
 --speculative-adaptive-config; timings.json; tune.json; a plot. Exit 0; 2 on bad input (one line naming it),
-a backend the release lacks, or a budget below one timing pass.
+a backend the release lacks, a server command SGLang's own parser refuses (--server-args), or a budget below one
+timing pass (GPU minutes count every GPU of a --tp-size server).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 
-from ..boundary import BadInput, Refused
+from ..boundary import BadInput, Refused, writable_dir
 from ..tune.run import DEFAULT_BACKENDS
 from . import common as cli_common
 from .args import new_tokens
@@ -113,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     from ..tune.run import Options, render, tune
 
     raw = list(sys.argv[1:] if argv is None else argv)
-    a = cli_common.finish(build_parser(), "tune").parse_args(argv)
+    p = build_parser()
+    p._option_string_actions["--json"].type = None  # checked below once --out is known: a report may go inside it
+    a = cli_common.finish(p, "tune").parse_args(argv)
     say = None if a.quiet or a.json == "-" else (lambda m: print(f"tune: {m}", file=sys.stderr, flush=True))
     tok = (lambda: cli_common.load_tokenizer(a.target, a.trust_remote_code)) if a.prompts else None
     opts = Options(
@@ -140,13 +144,27 @@ def main(argv: list[str] | None = None) -> int:
         command="sglang-eagle3 tune " + " ".join(shlex.quote(x) for x in raw),
     )
     try:
-        cli_common.check_json_dest(a.json)
+        in_out = _json_in_out(a.json, a.out)
         with library_output(a.verbose):
             rep = tune(opts)
+        if in_out:  # a dry run makes no --out of its own
+            writable_dir(a.out, "--out", make=True)
     except (Refused, BadInput) as e:
         print(cli_common.error_line("tune", str(e).replace("\n", " ")), file=sys.stderr)
         return getattr(e, "code", cli_common.EXIT_BAD_INPUT)
     return cli_common.report(a.json, rep, render(rep))
+
+
+def _json_in_out(dest: str | None, out: str) -> bool:
+    """--json checked before anything starts; whether it names a file right inside --out, which tune makes: then
+    --out must be a folder this user can make or write into."""
+    if dest and dest != "-":
+        p = os.path.abspath(os.path.expanduser(dest))
+        if os.path.dirname(p) == os.path.abspath(os.path.expanduser(out)) and not os.path.isdir(p):
+            writable_dir(out, "--out")
+            return True
+    cli_common.check_json_dest(dest)
+    return False
 
 
 if __name__ == "__main__":

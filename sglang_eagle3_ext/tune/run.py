@@ -19,7 +19,7 @@ from . import timings as T
 from .accept import accept_lengths
 from .outputs import project_best, write_adaptive, write_plot, write_presets
 from .search import best_per_band
-from .servers import Budget, min_budget_min
+from .servers import TIMING_STEPS, Budget, check_servers, min_budget_min
 from .timing import TimingPlan, time_backend
 
 log = logging.getLogger("sglang_eagle3_ext.tune")
@@ -56,18 +56,14 @@ def _say(o: Options):
 
 
 def _check_inputs(o: Options) -> dict:
-    """Cheap refusals first: the folders, the dump, the budget, the backends against the release."""
+    """Cheap refusals first: the folders, the dump, the backends against the release, the server commands against
+    its parser, the budget."""
     for flag, d in (("--target", o.target), ("--draft", o.draft)):
         if not (Path(d) / "config.json").is_file():
             raise Refused(f"{flag} {d}: no config.json there; give the {flag[2:]} model's folder")
     if not Path(o.data).exists():
         raise Refused(
             f"--data {o.data}: no such dump; give the dump folder `sglang-eagle3 dump` wrote (or a training export)"
-        )
-    if o.timings is None and o.budget_min is not None and o.budget_min < min_budget_min():
-        raise Refused(
-            f"--budget-min {o.budget_min:g}: one timing pass needs at least {min_budget_min():g} GPU "
-            f"minutes; raise it, or pass --timings FILE of an earlier run"
         )
     if o.prompts and not Path(o.prompts).is_file():
         raise Refused(f"--prompts {o.prompts}: no such file; give a JSONL / ShareGPT prompt file")
@@ -79,7 +75,15 @@ def _check_inputs(o: Options) -> dict:
         extra = shlex.split(o.server_args)
     except ValueError as e:
         raise Refused(f"--server-args {o.server_args!r}: not shell words ({e}); quote it as one string") from None
-    return {"sglang": version, "extra": extra}
+    srv = check_servers(o, list(o.backends), extra)
+    least = min_budget_min(srv["gpus"])
+    if o.timings is None and o.budget_min is not None and o.budget_min < least:
+        raise Refused(
+            f"--budget-min {o.budget_min:g}: one timing pass needs at least {least:g} GPU minutes"
+            + (f" ({srv['gpus']} GPUs a server)" if srv["gpus"] > 1 else "")
+            + "; raise it, or pass --timings FILE of an earlier run"
+        )
+    return {"sglang": version, "extra": extra, **srv}
 
 
 def _target_shape(target: str) -> dict:
@@ -113,8 +117,18 @@ def plan(o: Options) -> dict:
     from .servers import LAUNCHER, server_args
 
     c = max(o.concurrency)
-    cmds = [[LAUNCHER, *server_args(o.target, b, c, o.draft, s, extra=env["extra"])] for b in chosen for s in (0, 1, 3)]
-    per_pass = min_budget_min()
+    cmds = [
+        [LAUNCHER, *server_args(o.target, b, c, o.draft, s, extra=env["extra"])]
+        for b in chosen
+        for s in (0, *TIMING_STEPS)
+    ]
+    per_pass = min_budget_min(env["gpus"])
+    notes = ["dry run: inputs checked, no weight loaded, no server started"]
+    notes.append(
+        "every server command parsed by SGLang's own parser"
+        if env["parsed"]
+        else "server commands not parsed: SGLang cannot be imported here"
+    )
     return {
         "dry_run": True,
         "sglang": env["sglang"],
@@ -130,11 +144,12 @@ def plan(o: Options) -> dict:
         "budget": {
             "limit_gpu_min": o.budget_min,
             "estimate_gpu_min_per_timing_pass": per_pass,
-            "estimate_gpu_min_all": per_pass * len(chosen) + (1 + o.per_band) * 2.0 * len(o.concurrency),
+            "estimate_gpu_min_all": per_pass * len(chosen) + (1 + o.per_band) * 2.0 * len(o.concurrency) * env["gpus"],
+            "gpus_per_server": env["gpus"],
         },
         "adaptive_config": _has_adaptive(),
         "out": o.out,
-        "notes": ["dry run: inputs checked, no weight loaded, no server started"],
+        "notes": notes + ([env["max_running"]] if env["max_running"] else []),
     }
 
 
@@ -151,13 +166,15 @@ def tune(o: Options) -> dict:
     acc = accept_lengths(o.draft, o.data, o.target, o.heldout_fraction, o.samples, o.device, say)
     accept = {int(k): v for k, v in acc["by_steps"].items() if v is not None}
     say("accept length by steps: " + "  ".join(f"{k}:{v:.2f}" for k, v in accept.items()))
-    budget = Budget(o.budget_min, say=say)
+    if env["max_running"]:
+        say(env["max_running"])
+    budget = Budget(o.budget_min, gpus=env["gpus"], say=say)
     if o.timings:
         tm = T.read(o.timings)
     else:
         tm = _timing_pass(o, env, shape, budget, out, say)
         T.write(out / "timings.json", tm)
-    models, errs = _fit(tm, accept, o.budget_min)
+    models, errs = _fit(tm, accept, o.budget_min, env["gpus"])
     grid = costmodel.grid(models, accept, o.concurrency)
 
     cands = search.top_candidates(grid, o.concurrency, o.per_band)
@@ -207,14 +224,14 @@ def tune(o: Options) -> dict:
         else {"written": False, "why": "the installed SGLang has no --speculative-adaptive"}
     )
     rep["presets"] = write_presets(o, rep, out)
-    rep["projection"] = project_best(models, accept, best, shape)
+    rep["projection"] = project_best(models, accept, best, shape, tm.get("tp_size") or 1)
     rep["plot"] = str(write_plot(rep, models, accept, out))
     rep["budget"] = {**budget.as_dict(), "wall_min": round((time.monotonic() - t0) / 60, 2)}
     (out / "tune.json").write_text(json.dumps(_jsonable(rep), indent=1) + "\n")
     return rep
 
 
-def _fit(tm: dict, accept: dict, budget_min) -> tuple[dict, dict]:
+def _fit(tm: dict, accept: dict, budget_min, gpus: int = 1) -> tuple[dict, dict]:
     """The cost model of every backend with a complete timing pass, and its errors; refused when there is none."""
     models, errs = {}, {}
     for name, b in tm["backends"].items():
@@ -226,7 +243,7 @@ def _fit(tm: dict, accept: dict, budget_min) -> tuple[dict, dict]:
     if not models:
         raise Refused(
             f"no backend has a complete timing pass within --budget-min {budget_min}: raise it "
-            f"(one pass needs {min_budget_min():g} GPU minutes)"
+            f"(one pass needs {min_budget_min(gpus):g} GPU minutes)"
         )
     return models, errs
 
@@ -249,6 +266,7 @@ def _timing_pass(o: Options, env: dict, shape: dict, budget: Budget, out: Path, 
         "gpu": _gpu_name(),
         "sglang": env["sglang"],
         "target_layers": shape["layers"],
+        "tp_size": env["tp"],
         "backends": {},
     }
     for d in decisions:
