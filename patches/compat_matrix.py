@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
 """Compatibility matrix on CPU: every supported SGLang release x what this package needs of it.
 
-One venv (built by .ci/setup_venv.sh), each release synced in place from its lock (constraints/sglang-X.txt,
-`.ci/lockenv.py sync`: exactly the lock's packages, the CPU stand-ins it needs; uv's cache makes a swap take
-seconds). Per release:
+Each release runs in a venv of its own, .ci/cache/venv-X, exactly its lock (matrix_venvs.py): no other environment
+is installed into or patched, so `.venv` ends as it began whatever stops the matrix. A release whose inputs are
+those of its last passing run is reused from .ci/cache/passed.json (`--rerun`: run it anyway). Per release:
 
-  install    the lock synced, and the environment is exactly the lock (`lockenv.py check`, metadata only; the
-             pytest cells check the suite's imports before collecting)
+  install    venv-X synced, and exactly the lock (`lockenv.py check`, metadata; pytest cells check the imports)
   launch     `launch --preset tiny-dump --dry-run` validates the preset against the release's ServerArgs, and
              `launch --model-path ... --tp-size 8 --dry-run` plans
   targets    `python -m sglang_eagle3_ext.compat` on the installed release (static, no import)
@@ -18,23 +17,22 @@ seconds). Per release:
   loader     tests/sglang_cpu/test_draft_loader.py -k 'speculators or specforge', test_draft_mla_loader.py
   dump       tests/sglang_cpu/test_dump_hook.py
 
-A release that cannot be installed is a failure, not a skip; exit status 1 if any cell failed.
-The release installed in the venv at the start is run last, so the venv ends as it began.
+A release that cannot be installed is a failure, not a skip; exit status 1 if any cell failed, or if a budget or
+a signal (SIGTERM, Ctrl-C) stopped the matrix before every release ran.
 
-    python patches/compat_matrix.py --venv /work/venv_matrix [--releases 0.5.16,0.5.23]
+    python patches/compat_matrix.py [--cache-dir .ci/cache] [--releases 0.5.16,0.5.23] [--rerun]
         [--wheel-dir DIR] [--update-readme] [--json out.json] [--budget-s 900]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import py_compile
 import re
 import shutil
-import subprocess
+import signal
 import sys
 import tempfile
 import time
@@ -47,15 +45,14 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
 import make_patches  # noqa: E402
+import matrix_venvs  # noqa: E402
 from make_patches import RELEASES  # noqa: E402
+from matrix_report import COLUMNS, END, START, failures, ok, table, update_readme  # noqa: E402,F401 (test_compat.py)
+from matrix_venvs import run  # noqa: E402
 
 from sglang_eagle3_ext.compat import release as compat  # noqa: E402
 
 LOCKENV = REPO / ".ci" / "lockenv.py"
-
-COLUMNS = ["install", "launch", "targets", "patch", "baked", "runtime", "loader", "dump"]
-README = REPO / "README.md"
-START, END = "<!-- compat-matrix:start -->", "<!-- compat-matrix:end -->"
 PYTEST_K = (
     "test_patch_registry or test_dump_hook or speculators or specforge or mla or through_the_wrapper "
     "or inside_the_wrapper or server_args_fields"
@@ -76,15 +73,6 @@ PYTEST_FILES = {
 }
 
 
-def run(cmd, timeout=600, stdout_only=False, **kw):
-    """(exit status, stdout + stderr); stdout_only: stdout alone (a JSON report; stderr has the library chatter)."""
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
-        return p.returncode, (p.stdout or "") + ("" if stdout_only else (p.stderr or ""))
-    except subprocess.TimeoutExpired as e:
-        return 124, f"timed out after {timeout}s: {' '.join(map(str, cmd))}\n{e.stdout or ''}"
-
-
 def last_line(out: str, pattern: str | None = None) -> str:
     lines = [ln.strip() for ln in out.strip().splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
     if pattern:
@@ -102,10 +90,6 @@ class Venv:
             raise SystemExit(f"not a usable venv: {path}: {out}")
         self.site = Path(out.strip().splitlines()[-1])
 
-    def installed_sglang(self) -> str | None:
-        rc, out = run([self.python, "-c", "import importlib.metadata as m; print(m.version('sglang'))"])
-        return out.strip().splitlines()[-1] if rc == 0 else None
-
 
 def locked_env(version: str) -> dict:
     """The environment of a command run in the synced venv: the pytest cells check it against the lock first."""
@@ -114,24 +98,26 @@ def locked_env(version: str) -> dict:
     return env
 
 
-def cell_install(venv: Venv, version: str, wheel_dirs, res: dict) -> Path | None:
-    rc, out = run([sys.executable, str(LOCKENV), "sync", str(venv.path), version], timeout=900)
+def cell_install(cache: Path, version: str, wheel_dirs, res: dict) -> tuple[Venv, Path] | None:
+    """The release's own venv (cache/venv-X) made exactly its lock, and the release's wheel for the patch cells."""
+    rc, out = matrix_venvs.ensure(cache, version)
     if rc:
         res["install"] = ("FAIL", f"lockenv sync {version}: {last_line(out, 'lockenv|rror')}")
         return None
+    venv = Venv(matrix_venvs.venv_path(cache, version))
     rc, out = run([venv.python, str(LOCKENV), "check", version, "--no-imports"], timeout=300)
     if rc:
         res["install"] = ("FAIL", last_line(out, "^environment"))
         return None
-    try:
+    try:  # downloaded with the matrix's own Python: the release's venv has no pip
         wheel = compat.find_wheel(version, [*wheel_dirs, compat.cache_dir() / "wheels"]) or compat.download_wheel(
-            version, compat.cache_dir() / "wheels", python=venv.python
+            version, compat.cache_dir() / "wheels", python=sys.executable
         )
     except compat.ReleaseUnavailable as e:
         res["install"] = ("FAIL", f"the wheel for the patch cells: {e}")
         return None
     res["install"] = ("ok", f"constraints/sglang-{version}.txt ({RELEASES[version]} transformers), exactly")
-    return wheel
+    return venv, wheel
 
 
 def cell_launch(venv: Venv, version: str, res: dict):
@@ -238,6 +224,7 @@ def cell_baked(venv: Venv, version: str, res: dict):
     if not patch_file.exists():
         res["baked"] = ("FAIL", "no patch")
         return
+    matrix_venvs.mark_dirty(venv.path)  # until the revert below succeeds: a stop in between rebuilds the venv
     rc, out = run(["patch", "-p1", "--batch", "--forward", "--fuzz=0", "-d", str(venv.site), "-i", str(patch_file)])
     if rc:
         res["baked"] = ("FAIL", f"patch in site-packages: {last_line(out)}")
@@ -254,6 +241,8 @@ def cell_baked(venv: Venv, version: str, res: dict):
         rc2, out2 = run(["patch", "-p1", "-R", "--batch", "-d", str(venv.site), "-i", str(patch_file)])
         if rc2:
             res["baked"] = ("FAIL", f"could not revert the patch in {venv.site}: {last_line(out2)}")
+        else:
+            matrix_venvs.mark_clean(venv.path)
 
 
 def cells_pytest(venv: Venv, version: str, res: dict):
@@ -307,108 +296,86 @@ def cells_pytest(venv: Venv, version: str, res: dict):
             )
 
 
-def run_release(venv: Venv, version: str, wheel_dirs) -> dict:
+def run_release(cache: Path, version: str, wheel_dirs) -> dict:
     t0 = time.monotonic()
-    res: dict = {"release": version, "transformers": RELEASES.get(version, "?")}
-    wheel = cell_install(venv, version, wheel_dirs, res)
-    if wheel is None:
+    res: dict = {"release": version, "transformers": RELEASES.get(version, "?"), "step_s": {}}
+    got = cell_install(cache, version, wheel_dirs, res)
+    res["step_s"]["install"] = round(time.monotonic() - t0, 1)
+    if got is None:
         for c in COLUMNS[1:]:
             res[c] = ("FAIL", "not installed")
     else:
-        cell_launch(venv, version, res)
-        cell_targets(venv, version, res)
-        cell_patch(version, wheel, res)
-        cells_pytest(venv, version, res)
-        cell_baked(venv, version, res)
+        venv, wheel = got
+        steps = {"launch": cell_launch, "targets": cell_targets, "pytest": cells_pytest, "baked": cell_baked}
+        for name, step in [*steps.items(), ("patch", lambda _venv, v, r: cell_patch(v, wheel, r))]:
+            t = time.monotonic()
+            step(venv, version, res)
+            res["step_s"][name] = round(time.monotonic() - t, 1)  # where the matrix's time goes (--json)
     res["seconds"] = round(time.monotonic() - t0, 1)
     return res
 
 
-def ok(res: dict) -> bool:
-    return all(res.get(c, ("FAIL",))[0] == "ok" for c in COLUMNS)
+class Stopped(BaseException):
+    """SIGTERM (e.g. from `timeout`): unwinds like Ctrl-C, so a cell's finally reverts what it patched."""
 
 
-def table(results: list[dict]) -> str:
-    hdr = ["SGLang", "transformers", *COLUMNS, "s"]
-    rows = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
-    for r in results:
-        cells = (
-            [r["release"], r["transformers"]]
-            + ["✅" if r[c][0] == "ok" else "❌" for c in COLUMNS]
-            + [str(r["seconds"])]
-        )
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+def _stop(signum, frame):
+    raise Stopped(signal.Signals(signum).name)
 
 
-def failures(results) -> list[str]:
-    return [f"{r['release']} {c}: {r[c][1]}" for r in results for c in COLUMNS if r[c][0] != "ok"]
+def not_run(v: str, why: str) -> dict:
+    return {"release": v, "transformers": RELEASES[v], "seconds": 0, **{c: ("FAIL", why) for c in COLUMNS}}
 
 
-def update_readme(results, total_s: float, path: Path = README) -> None:
-    text = path.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"{path}: markers {START} / {END} not found")
-    legend = (
-        "Columns: **install** the release's lock (`constraints/sglang-X.txt`) synced, the environment exactly "
-        "the lock; **launch** `launch --preset tiny-dump --dry-run` validates the preset against the release's "
-        "server arguments, and a TP-8 plan for a model path; **targets** `python -m sglang_eagle3_ext.compat` "
-        "(static); **patch** `patches/<release>/` is current, applies (`patch --dry-run`) and compiles; "
-        "**baked** that patch installed: SGLang's methods carry the runtime wrappers; **runtime** "
-        "`test_patch_registry.py`; **loader** `test_draft_loader.py -k 'speculators or specforge'` + "
-        "`test_draft_mla_loader.py` + `test_mla_draft_equiv.py` (MLA drafts, Kimi-K2.5); **dump** "
-        "`test_dump_hook.py` + `test_tiny_kimi.py -k 'through_the_wrapper or inside_the_wrapper'` "
-        "(the Kimi-K2.5 wrapper's capture hook)."
-    )
-    when = datetime.date.today().isoformat()
-    body = (
-        f"\nCompatibility matrix (CPU, measured {when} by `python patches/compat_matrix.py --update-readme`, "
-        f"{total_s / 60:.1f} min):\n\n{table(results)}\n\n{legend}\n"
-    )
-    bad = failures(results)
-    if bad:
-        body += "\nFailures:\n\n" + "\n".join(f"- {b}" for b in bad) + "\n"
-    pre, rest = text.split(START, 1)
-    _, post = rest.split(END, 1)
-    path.write_text(pre + START + body + END + post)
+def run_all(wanted, cache: Path, a) -> dict:
+    """{release: row}: each release run (or its last pass reused) until the budget is spent or a signal stops it."""
+    t0 = time.monotonic()
+    by_version = {}
+    try:
+        for v in wanted:
+            key = matrix_venvs.digest(v)
+            row = None if a.rerun else matrix_venvs.passed_row(cache, v, key)
+            if row is not None:
+                by_version[v] = {**row, "reused": True}
+                print(f"{v}: ok, reused: its inputs are those of its last passing run (--rerun runs it)", flush=True)
+                continue
+            if time.monotonic() - t0 > a.budget_s:
+                by_version[v] = not_run(v, f"matrix budget {a.budget_s:.0f}s exhausted")
+                continue
+            r = by_version[v] = run_release(cache, v, a.wheel_dir)
+            if ok(r):
+                matrix_venvs.record_passed(cache, v, key, r)
+            else:
+                matrix_venvs.forget(cache, v)
+            cells = "  ".join(f"{c}={r[c][0]}" for c in COLUMNS)
+            print(f"{v}: {'ok' if ok(r) else 'FAIL'} ({r['seconds']} s) {cells}", flush=True)
+    except (Stopped, KeyboardInterrupt) as e:
+        print(f"matrix stopped by {e or 'SIGINT'}; no environment but its own cache venvs was changed", flush=True)
+        for v in wanted:
+            by_version.setdefault(v, not_run(v, f"matrix stopped by {e or 'SIGINT'}"))
+    return by_version
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    default_venv = sys.prefix if sys.prefix != sys.base_prefix else None
-    ap.add_argument("--venv", default=default_venv, help="venv from .ci/setup_venv.sh (default: the running one)")
+    ap.add_argument("--cache-dir", default=str(matrix_venvs.DEFAULT_CACHE), help="the releases' venvs (.ci/cache)")
     ap.add_argument("--releases", default=",".join(RELEASES))
+    ap.add_argument("--rerun", action="store_true", help="run releases whose inputs passed before, too")
     ap.add_argument("--wheel-dir", action="append", default=[], help="where sglang-X-*.whl may already be")
     ap.add_argument("--update-readme", action="store_true", help="write the table between the README markers")
     ap.add_argument("--json", help="write the full results here")
     ap.add_argument("--budget-s", type=float, default=900, help="fail releases not started within this (default 900)")
     a = ap.parse_args(argv)
-    if not a.venv:
-        ap.error("--venv is required when not run from a venv")
-    venv = Venv(Path(a.venv).absolute())  # absolute: some steps run with another cwd
     wanted = [v for v in a.releases.split(",") if v]
     unknown = [v for v in wanted if v not in RELEASES]
     if unknown:
         ap.error(f"not supported releases: {unknown} (known: {', '.join(RELEASES)})")
-    start_release = venv.installed_sglang()
-    order = [v for v in wanted if v != start_release] + [v for v in wanted if v == start_release]
+    old = signal.signal(signal.SIGTERM, _stop)
     t0 = time.monotonic()
-    by_version = {}
-    for v in order:
-        if time.monotonic() - t0 > a.budget_s:
-            by_version[v] = {
-                "release": v,
-                "transformers": RELEASES[v],
-                "seconds": 0,
-                **{c: ("FAIL", f"matrix budget {a.budget_s:.0f}s exhausted") for c in COLUMNS},
-            }
-            continue
-        r = run_release(venv, v, a.wheel_dir)
-        by_version[v] = r
-        print(
-            f"{v}: {'ok' if ok(r) else 'FAIL'} ({r['seconds']} s) " + "  ".join(f"{c}={r[c][0]}" for c in COLUMNS),
-            flush=True,
-        )
+    try:
+        by_version = run_all(wanted, Path(a.cache_dir).absolute(), a)  # absolute: some steps run with another cwd
+    finally:
+        signal.signal(signal.SIGTERM, old)
     total = time.monotonic() - t0
     results = [by_version[v] for v in wanted]
     print("\n" + table(results))
