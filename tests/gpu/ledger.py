@@ -110,7 +110,7 @@ def _release() -> str | None:
         from importlib.metadata import version
 
         return version("sglang")
-    except Exception:  # not installed, or a broken install: the entry says unknown
+    except (ImportError, ValueError):  # not installed, or metadata unreadable: the entry says unknown
         return None
 
 
@@ -169,7 +169,12 @@ def render(ledger: dict, results: Path = RESULTS) -> None:
         head, rest = text.split(BEGIN, 1)
         text = head + block + rest.split(END, 1)[1]
     else:
-        text = text.rstrip("\n") + "\n\n## The GPU ledger\n\nEach GPU stage and the code it last ran on.\n\n" + block + "\n"
+        text = (
+            text.rstrip("\n")
+            + "\n\n## The GPU ledger\n\nEach GPU stage and the code it last ran on.\n\n"
+            + block
+            + "\n"
+        )
     results.write_text(text)
 
 
