@@ -1,15 +1,16 @@
 """`build --config FILE`: a YAML mapping of flags (`lr: 3e-3`, `max-new-tokens: 96`; `-` or `_` alike), read
 and checked at the boundary: an unknown key is refused naming it (with `did you mean`), a value is checked by
-the same rule as its flag. The command line overrides it."""
+the same rule as its flag, `null` is the flag's default. The command line overrides it."""
 
 from __future__ import annotations
 
 import difflib
 from pathlib import Path
 
-from ..boundary import BadInput
+from ..boundary import BadInput, read_text_file
 
 BOOL = "bool"  # the rule of a flag that takes no value
+MAX_BYTES = 1 << 20
 
 
 def key_of(name: str) -> str:
@@ -25,14 +26,15 @@ def read_config(path: str | Path, rules: dict[str, object]) -> dict:
     raising on a bad value (an argparse `type`)."""
     import yaml
 
-    p = Path(path)
     where = f"--config {path}"
-    if not p.is_file():
-        raise BadInput(where, "no such file; give a YAML file of build's and train's flags")
+    try:  # its kind first: a FIFO or device would block or never end
+        text = read_text_file(path, "YAML file of build's and train's flags", max_bytes=MAX_BYTES)
+    except BadInput as e:
+        raise BadInput(where, e.problem) from None
     try:
-        raw = yaml.safe_load(p.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise BadInput(where, f"not YAML ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+        raw = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as e:
+        raise BadInput(where, f"not YAML ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})") from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -44,7 +46,8 @@ def read_config(path: str | Path, rules: dict[str, object]) -> dict:
             near = difflib.get_close_matches(flag_of(key), [flag_of(k) for k in rules], n=1)
             hint = f"; did you mean {near[0].lstrip('-')!r}?" if near else ""
             raise BadInput(where, f"unknown key {name!r}{hint} (keys are build's and train's flags without --)")
-        out[key] = _value(where, name, value, rules[key])
+        if value is not None:  # null: the flag's default
+            out[key] = _value(where, name, value, rules[key])
     return out
 
 
@@ -53,8 +56,6 @@ def _value(where: str, name, value, rule):
         if not isinstance(value, bool):
             raise BadInput(where, f"{name}: expected true or false, got {value!r}")
         return value
-    if value is None:
-        return None
     if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         value = ",".join(map(str, value))  # layer ids as a YAML list
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):

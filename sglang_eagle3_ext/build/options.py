@@ -4,10 +4,11 @@ settings of each stage; the training settings are `TrainOptions` fields, passed 
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Callable
 
-from ..boundary import Refused
+from ..boundary import BadInput, Refused, regular_file
 from . import STAGES
 
 DEFAULT_SERVER_WAIT_S = 1800.0
@@ -43,26 +44,35 @@ class BuildOptions:
     quiet: bool = False
 
     def check(self) -> None:
-        """Refused (exit 2) naming the first missing or contradictory input."""
+        """Refused (exit 2) naming the first missing, contradictory or unreadable input; a file is checked by
+        its kind before anything opens it (a FIFO or device would block or never end)."""
         if self.from_stage is not None and self.from_stage not in STAGES:
             raise Refused(f"--from {self.from_stage!r}: expected one of {', '.join(STAGES)}")
         if not self.target:
             raise Refused("--target is required: the target model's local folder (config.json + weights)")
-        if not (Path(self.target) / "config.json").is_file():
-            raise Refused(f"--target {self.target}: no config.json there; give the target model's local folder")
+        if not os.path.isdir(self.target):
+            raise Refused(f"--target {self.target}: not a folder; give the target model's local folder")
+        _file(Path(self.target) / "config.json", f"--target {self.target}", "config.json")
+        if not 1 <= self.port <= 65535:
+            raise Refused(f"--port {self.port}: expected a TCP port, 1 to 65535")
+        init = self.train.get("init_from")
+        if init and not os.path.isdir(init):
+            raise Refused(
+                f"--init-from {init}: not a folder; point it at a draft's folder (config.json + *.safetensors)"
+            )
         if self.dump_dir:
             if self.url or self.preset:
                 raise Refused(
                     "--dump-dir starts from an existing dump: leave out --url/--preset (they are for making one)"
                 )
+            _dump_dir(self.dump_dir)
             return
-        if self.from_stage not in (None, "dump") and (Path(self.out) / "dump").is_dir():
-            return  # the dump is there; a later stage is redone
-        if not self.data:
+        kept = self.from_stage not in (None, "dump") and (Path(self.out) / "dump").is_dir()  # a later stage redone
+        if not self.data and not kept:
             raise Refused("--data PROMPTS.jsonl is required to dump (or --dump-dir DIR to start from a dump)")
-        if not Path(self.data).is_file():
-            raise Refused(f"--data {self.data}: no such file (the JSONL prompts)")
-        if bool(self.url) == bool(self.preset):
+        if self.data:
+            _file(self.data, f"--data {self.data}", "prompts file (JSONL)")
+        if not kept and bool(self.url) == bool(self.preset):
             raise Refused(
                 "to dump, give --url URL (a running dumping server) or --preset NAME (build starts one "
                 "from --target and stops it after), not both or neither"
@@ -71,3 +81,21 @@ class BuildOptions:
     @property
     def dump_path(self) -> Path:
         return Path(self.dump_dir) if self.dump_dir else Path(self.out) / "dump"
+
+
+def _file(path, where: str, what: str) -> None:
+    try:
+        regular_file(path, what)
+    except BadInput as e:
+        raise BadInput(where, e.problem) from None
+
+
+def _dump_dir(path) -> None:
+    from ..dump.export import ExportError, require_dump_dir
+
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise Refused(f"--dump-dir {path}: not a folder; give the folder a dump was written into")
+    try:
+        require_dump_dir(path)
+    except ExportError as e:
+        raise Refused(str(e)) from None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..boundary import BadInput
+from ..boundary import BadInput, regular_file
 from ..training.plan import plan_lines as train_lines
 from ..training.target_view import text_config
 from . import STAGES
@@ -41,13 +41,17 @@ def prompt_tokens(data: str | Path, limit: int | None) -> tuple[int, int, str]:
     """(samples, prompt tokens, how they were counted) of the JSONL prompts file."""
     n = tokens = estimated = 0
     where = f"--data {data}"
-    with open(data, encoding="utf-8") as f:
+    try:
+        path = regular_file(data, "prompts file (JSONL)")  # a FIFO or device would never end
+    except BadInput as e:
+        raise BadInput(where, e.problem) from None
+    with open(path, "rb") as f:
         for line in f:
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue  # `dump run` skips it too, naming its line
             if not isinstance(rec, dict):
                 continue

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..server.started import eagle3_chain_args
 from . import STAGES, state
+from .digest import folder_id
 
 
 def serve_preset(o) -> tuple[str | None, str]:
@@ -55,11 +56,31 @@ def collect(run) -> dict:
         "predicted_accept_length": ev.get("predicted_accept_length"),
         "accept_per_position": ev.get("positions") or [],
         "spec_steps": o.spec_steps,
-        "check": (state.done(run.out, "check") or {}).get("ok"),
+        **certification(run.out),
         "draft": str(run.out / "draft"),
         "serve": serve_commands(o, run.out / "draft"),
         "stage_seconds": {**{s: (state.done(run.out, s) or {}).get("seconds") for s in STAGES}, **run.seconds},
     }
+
+
+def certification(out: Path) -> dict:
+    """Whether the draft on disk now is the one check passed: its files hashed again and compared with the
+    hash recorded when it was checked. {"check": bool, "draft_sha256": ..., "not_certified": why (if not)}."""
+    rec = state.read(out, "check")
+    if rec is None or rec["state"] != state.DONE or not rec["result"].get("ok"):
+        return {"check": False, "draft_sha256": None, "not_certified": "the draft's check has not passed"}
+    then, now = rec["inputs"].get("draft"), folder_id(Path(out) / "draft")
+    sha = now.get("sha256") if isinstance(now, dict) else None
+    if now != then:
+        why = f"the draft in {Path(out) / 'draft'} changed after its check ({_what(then)} checked, {_what(now)} now)"
+        return {"check": False, "draft_sha256": sha, "not_certified": why}
+    return {"check": True, "draft_sha256": sha}
+
+
+def _what(d) -> str:
+    if not isinstance(d, dict):
+        return str(d)
+    return f"{d.get('files')} files, {d.get('bytes')} bytes, sha256 {str(d.get('sha256'))[:12]}"
 
 
 def write_report(run) -> dict:
@@ -77,6 +98,9 @@ def render_text(rep: dict) -> str:
     d = rep["dump"]
     lines = [
         f"build: draft in {rep['draft']}",
+        "  check: "
+        + (f"passed (the files on disk: sha256 {str(rep.get('draft_sha256'))[:12]})" if rep["check"] else "NOT passed")
+        + (f"; {rep['not_certified']}" if rep.get("not_certified") else ""),
         f"  dump: {d.get('samples')} samples, {d.get('tokens')} tokens, {(d.get('bytes') or 0) / 1e9:.3f} GB",
         "  training: "
         + ", ".join(f"epoch {c['epoch']} loss {_f(c['loss'])} acc {_f(c['acc'])}" for c in rep["training_curve"][-3:]),
@@ -100,7 +124,8 @@ def render_html(rep: dict) -> str:
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}td,th{{padding:.2em .8em;text-align:right}}
 pre{{background:#f4f4f4;padding:1em;white-space:pre-wrap}}</style></head><body>
 <h1>EAGLE-3 draft for {e(rep["target"])}</h1>
-<p>Draft: <code>{e(rep["draft"])}</code> (check: {"passed" if rep["check"] else "not passed"})</p>
+<p>Draft: <code>{e(rep["draft"])}</code> (check: {"passed" if rep["check"] else "not passed"})
+{e(rep.get("not_certified") or "")}</p>
 <h2>Dump</h2><p>{d.get("samples")} samples, {d.get("tokens")} tokens, {(d.get("bytes") or 0) / 1e9:.3f} GB in
 <code>{e(str(d.get("dump_dir")))}</code></p>
 <h2>Training curve</h2><table><tr><th>epoch</th><th>steps</th><th>loss</th><th>accuracy (token 1)</th></tr>{curve}</table>

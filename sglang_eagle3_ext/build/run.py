@@ -1,5 +1,8 @@
-"""`build(options)`: the stages in order, each skipped when its marker says it finished, each that runs making
-every later stage run again; one line per stage start and end with its time."""
+"""`build(options)`: under the --out lock (lock.py), the stages in order. A stage is skipped when its marker
+says it finished from today's inputs (fingerprint.py); resumed when it started from today's inputs; refused,
+naming `--from STAGE` and what changed, when it was made from other inputs (unless --from redoes it). A stage
+that runs makes every later one run afresh. build_config.yaml records the settings once a stage finished with
+them; the report certifies the draft only while its files are the ones check passed."""
 
 from __future__ import annotations
 
@@ -9,9 +12,10 @@ from pathlib import Path
 from typing import Callable
 
 from ..boundary import Refused
-from . import STAGES, state
+from . import STAGES, fingerprint, lock, state
 from .options import BuildOptions
-from .stages import FUNCTIONS
+from .report import certification, render_html
+from .stages import FUNCTIONS, NegativeVerdict, clear_dump
 
 CONFIG_FILE = "build_config.yaml"
 
@@ -41,7 +45,8 @@ def stages_to_run(o: BuildOptions) -> list[str]:
 
 def build(o: BuildOptions, run: Run | None = None, config_text: str | None = None) -> dict:
     """Run (or resume) the build `o`; the report. `run` (made here when None) lets a caller see which stage
-    is running when an interrupt arrives."""
+    is running when an interrupt arrives. `config_text` (the settings as YAML) is written to build_config.yaml
+    once a stage finished with them."""
 
     o.check()
     out = Path(o.out)
@@ -51,28 +56,97 @@ def build(o: BuildOptions, run: Run | None = None, config_text: str | None = Non
     run = run or Run(o=o, out=out, redo=set(), say=o.say)
     run.o, run.out = o, out
     (out / state.STATE_DIR).mkdir(parents=True, exist_ok=True)
-    if config_text is not None:
-        state.write_atomic(out / CONFIG_FILE, config_text)
+    with lock.held(out, run.say):
+        return certify(run, _stages(run, config_text))
+
+
+def _stages(run: Run, config_text: str | None) -> dict | None:
+    o = run.o
+    skipped: list[str] = []  # said once a stage runs or the build ends: a refusal stays one line
     if o.dump_dir:
-        run.say(f"stage dump: skipped (--dump-dir {o.dump_dir}: starting from that dump)")
+        skipped.append(f"stage dump: skipped (--dump-dir {o.dump_dir}: starting from that dump)")
     if o.from_stage:
         run.redo |= set(STAGES[STAGES.index(o.from_stage) :])
-        state.forget(out, run.redo)
-    result = None
+    before, result = "", None
     for s in stages_to_run(o):
-        rec = None if s in run.redo else state.done(out, s)
-        if rec is not None:
-            run.say(f"stage {s}: complete, skipped")
-            result = rec
-            continue
-        later = set(STAGES[STAGES.index(s) + 1 :])
-        state.forget(out, later)  # they depend on what this stage writes now
-        run.current = s
-        run.say(f"stage {s}: started")
-        t0 = time.monotonic()
-        result = FUNCTIONS[s](run)
-        run.seconds[s] = round(time.monotonic() - t0, 1)
-        state.mark_done(out, s, {**result, "seconds": run.seconds[s]})
-        run.say(f"stage {s}: done in {run.seconds[s]:.1f} s")
-        run.current = None
+        rec = state.read(run.out, s, run.say)
+        inputs, fp = _today(run, s, rec, before)
+        if s not in run.redo and rec is not None:
+            if rec["fingerprint"] != fp:
+                raise Refused(changed_line(run.out, s, rec, inputs))
+            if rec["state"] == state.DONE:
+                skipped.append(f"stage {s}: complete, skipped")
+                before, result = fp, {k: v for k, v in rec["result"].items() if k != "seconds"}
+                continue
+            skipped.append(f"stage {s}: resumed (it started earlier from the same inputs)")
+        else:
+            run.redo.add(s)  # nothing of it made from today's inputs to continue
+        for line in skipped:
+            run.say(line)
+        skipped.clear()
+        result = _run_stage(run, s, inputs, fp, rec)
+        if config_text is not None:
+            state.write_atomic(run.out / CONFIG_FILE, config_text)  # these settings built something
+        before = fp
+    for line in skipped:
+        run.say(line)
     return result
+
+
+def _today(run: Run, s: str, rec: dict | None, before: str) -> tuple[dict, str]:
+    """(inputs, fingerprint) of stage `s` now."""
+    o = run.o
+    if s == "dump" and (rec is None or rec["state"] != state.DONE or s in run.redo):
+        if not o.data or bool(o.url) == bool(o.preset):  # BuildOptions.check lets them go when the dump is kept
+            raise Refused(
+                f"the dump in {run.out / 'dump'} is not finished: give --data PROMPTS.jsonl and --url URL or "
+                "--preset NAME to finish it"
+            )
+    if s == "dump" and not o.data:  # the dump kept as it was made
+        return rec["inputs"], rec["fingerprint"]
+    inputs = fingerprint.plain(fingerprint.stage_inputs(run, s))
+    return inputs, fingerprint.fingerprint(s, inputs, before)
+
+
+def changed_line(out: Path, s: str, rec: dict, inputs: dict) -> str:
+    what = fingerprint.changed(rec["inputs"], inputs) or ["the output of an earlier stage it was made from"]
+    made = "finished" if rec["state"] == state.DONE else "started"
+    return (
+        f"--out {out}: stage {s} {made} from other inputs than today's ({'; '.join(what)}); "
+        f"pass --from {s} to redo it and every later stage, or give a new --out"
+    )
+
+
+def _run_stage(run: Run, s: str, inputs: dict, fp: str, rec: dict | None) -> dict:
+    if s == "dump" and rec is not None and rec["fingerprint"] != fp:
+        clear_dump(run, "; ".join(fingerprint.changed(rec["inputs"], inputs)))
+    later = STAGES[STAGES.index(s) + 1 :]
+    state.forget(run.out, later)  # they depend on what this stage writes now
+    run.redo |= set(later)
+    state.mark(run.out, s, fp, inputs)
+    run.current = s
+    run.say(f"stage {s}: started")
+    t0 = time.monotonic()
+    result = FUNCTIONS[s](run)
+    run.seconds[s] = round(time.monotonic() - t0, 1)
+    state.mark(run.out, s, fp, inputs, {**result, "seconds": run.seconds[s]})
+    run.say(f"stage {s}: done in {run.seconds[s]:.1f} s")
+    run.current = None
+    return result
+
+
+def certify(run: Run, result: dict | None) -> dict | None:
+    """The draft on disk at the end must be the one check passed; otherwise it is not certified: the report
+    says so, check and the stages after it count as not done (a re-run checks the draft as it is), exit 1."""
+    rec = state.read(run.out, "check", run.say)
+    if rec is None or rec["state"] != state.DONE:
+        return result
+    cert = certification(run.out)
+    if cert["check"]:
+        return result
+    state.forget(run.out, STAGES[STAGES.index("check") :])
+    if isinstance(result, dict) and "serve" in result:
+        rep = {**result, **cert}
+        state.write_json_atomic(run.out / "report.json", rep)
+        state.write_atomic(run.out / "report.html", render_html(rep))
+    raise NegativeVerdict(f"{cert['not_certified']}: not certified; run build again to check the draft as it is now")

@@ -15,10 +15,13 @@ from ..boundary import Refused
 from ..draft.check import check_draft, report_dict
 from ..draft.convert import convert as convert_draft
 from ..dump import driver
+from ..dump.client_files import ClientError
+from ..dump.export import ExportError
 from ..files.outdir import read_marker
 from ..training import TrainOptions
 from ..training.report import TrainDraftError
 from . import state
+from .digest import folder_id
 from .report import write_report
 from .server import dumping_server
 from .state import write_json_atomic
@@ -37,13 +40,30 @@ class NegativeVerdict(Refused):
 def dump(run) -> dict:
     """The prompts sent to a dumping server (--url, or one started from --preset), resumed from the manifest."""
     o = run.o
-    if o.url:
-        return _dump_into(run, o.url)
+    try:
+        if o.url:
+            return _dump_into(run, o.url)
+        with dumping_server(
+            o.preset, o.target, run.out / "dump", o.port, o.server_wait_s, run.out / "dump_server.log", run.say
+        ) as url:
+            return _dump_into(run, url)
+    except (ClientError, ExportError) as e:  # each names the input or the server and the fix
+        raise Refused(str(e)) from None
 
-    with dumping_server(
-        o.preset, o.target, run.out / "dump", o.port, o.server_wait_s, run.out / "dump_server.log", run.say
-    ) as url:
-        return _dump_into(run, url)
+
+def clear_dump(run, why: str) -> None:
+    """Redoing the dump (--from dump) after its inputs changed: the samples dumped from the old ones go, since
+    a resumed dump keeps every sample whose id it already holds."""
+    d = run.out / "dump"
+    if not d.exists():
+        return
+    if run.o.url:
+        raise Refused(
+            f"--from dump: {d} holds samples dumped from other inputs ({why}) and the server at --url writes "
+            f"into it; stop that server, delete {d}, start it again and rerun"
+        )
+    run.say(f"dump: {d} holds samples dumped from other inputs ({why}); they are removed and every prompt dumped again")
+    shutil.rmtree(d)
 
 
 def _dump_into(run, url: str) -> dict:
@@ -79,14 +99,17 @@ def _dump_into(run, url: str) -> dict:
 
 def export(run) -> dict:
 
-    n = driver.export(
-        run.o.dump_path,
-        EXPORT_FORMAT,
-        run.out / "export",
-        data=run.o.data if not run.o.dump_dir else None,
-        workers=run.o.export_workers,
-        progress=not run.o.quiet,
-    )
+    try:
+        n = driver.export(
+            run.o.dump_path,
+            EXPORT_FORMAT,
+            run.out / "export",
+            data=run.o.data if not run.o.dump_dir else None,
+            workers=run.o.export_workers,
+            progress=not run.o.quiet,
+        )
+    except ExportError as e:
+        raise Refused(str(e)) from None
     if n == 0:
         raise Refused(f"the dump {run.o.dump_path} holds no complete sample to train on; dump first")
     return {"exported": n, "to": EXPORT_FORMAT, "out": str(run.out / "export"), **state.dump_size(run.o.dump_path)}
@@ -207,16 +230,20 @@ def convert(run) -> dict:
 
 
 def check(run) -> dict:
-
-    rep = check_draft(run.out / "draft", run.o.target, progress=not run.o.quiet)
+    """check_draft on the draft; the files checked are those hashed into the stage's marker before it ran."""
+    draft = run.out / "draft"
+    rep = check_draft(draft, run.o.target, progress=not run.o.quiet)
     write_json_atomic(run.out / "check.json", report_dict(rep))
     run.say(rep.render())
     if not rep.checked or rep.errors:
         raise NegativeVerdict(
-            f"check: the draft in {run.out / 'draft'} would not serve as trained "
+            f"check: the draft in {draft} would not serve as trained "
             f"({len(rep.errors)} problem(s), listed above and in {run.out / 'check.json'})"
         )
-    return {"ok": True, "draft_class": rep.draft_class, "release": rep.release}
+    now = folder_id(draft)
+    if now != (state.read(run.out, "check") or {}).get("inputs", {}).get("draft"):
+        raise NegativeVerdict(f"check: the draft in {draft} changed while it was checked; run build again")
+    return {"ok": True, "draft_class": rep.draft_class, "release": rep.release, "draft_sha256": now["sha256"]}
 
 
 def evaluate(run) -> dict:

@@ -7,8 +7,9 @@ one command.
 Each stage writes under OUT what its single command writes: dump/, export/, train/, draft/, check.json,
 eval.json, report.html and report.json (the dump's size, the training curve, the predicted accept length per
 draft position, the command that serves the draft), and build_config.yaml (the resolved settings; `--config`
-reads it back). A re-run skips every stage that finished (train continues from its last epoch); `--from STAGE`
-redoes that stage and the later ones. `--config FILE`: a YAML mapping of this command's and train's flags
+reads it back). A re-run skips every stage that finished from the same inputs and settings (train continues
+from its last epoch) and refuses, naming `--from STAGE`, when they changed; `--from STAGE` redoes that stage
+and the later ones. `--config FILE`: a YAML mapping of this command's and train's flags
 (`lr: 0.003`); the command line overrides it. `--dry-run`: the plan (stages, folders, the dump's size at this
 target's width, training memory per rank) without starting anything.
 """
@@ -139,7 +140,8 @@ def parse(argv) -> tuple[argparse.Namespace, dict]:
                 )
         p.set_defaults(**values)
     a = p.parse_args(argv)
-    resolved = {k: getattr(a, k) for k in rules if getattr(a, k, None) not in (None, False)}
+    # the settings; --from says what to redo, not how anything is built
+    resolved = {k: getattr(a, k) for k in rules if k != "from_stage" and getattr(a, k, None) not in (None, False)}
     return a, resolved
 
 
@@ -216,6 +218,7 @@ def main(argv=None) -> int:
     if a.dry_run:
         from ..build.plan import build_plan, plan_lines
 
+        (o if o.out else _with_out(o)).check()  # the inputs a run would refuse, refused by the plan too
         try:
             rep = build_plan(o if o.out else _with_out(o), _train_plan(o, a))
         except TrainDraftError as e:

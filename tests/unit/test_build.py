@@ -5,6 +5,7 @@ real interrupt mid-training."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -151,7 +152,12 @@ def test_build_from_a_dump_through_every_stage_then_resumes_and_redoes_from_trai
         k: v for k, v in before.items() if k != "build_config.yaml"
     }
 
-    assert build([*common, "--from", "train"]) == 0  # train and everything after it again; export kept
+    assert build([*common, "--lr", "0.002"]) == 2  # other settings: refused, naming what redoes them
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--from train" in err[0] and "--lr 0.001 -> 0.002" in err[0], err
+    assert (out / "build_config.yaml").read_text() == cfg  # they built nothing
+
+    assert build([*common, "--lr", "0.002", "--from", "train"]) == 0  # train and after it again; export kept
     lines = _stage_lines(capsys.readouterr().err)
     assert "stage export: complete, skipped" in lines
     assert [ln.split(":")[0] for ln in lines if ln.endswith("started")] == [
@@ -164,6 +170,15 @@ def test_build_from_a_dump_through_every_stage_then_resumes_and_redoes_from_trai
     again = _mtimes(out)
     assert again["export/hidden_states/hs_0.safetensors"] == before["export/hidden_states/hs_0.safetensors"]
     assert again["draft/config.json"] != before["draft/config.json"]
+    assert "lr: 0.002" in (out / "build_config.yaml").read_text()
+
+    weights = next((out / "draft").glob("*.safetensors"))  # a draft truncated after its check is not reused
+    os.truncate(weights, weights.stat().st_size // 2)
+    assert build([*common, "--lr", "0.002"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--from check" in err[0] and "draft" in err[0], err
+    assert build([*common, "--lr", "0.002", "--from", "convert", "--json", tmp_path / "rep.json"]) == 0
+    assert json.loads((tmp_path / "rep.json").read_text())["check"] is True
 
 
 def test_config_file_with_command_line_override_and_unknown_key_refused(world, tmp_path, capsys):
