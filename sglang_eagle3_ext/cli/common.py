@@ -6,7 +6,8 @@ Exit codes (the same in every tool, also under `sglang-eagle3 COMMAND`):
     0  success
     1  the tool ran and its verdict is negative (check found problems, bench FAIL, release unsupported)
     2  bad input or environment: a bad path, file, JSON, YAML, safetensors header, URL, an unreachable or
-       silent server, a bad server reply, a missing optional package, or a usage error (argparse's code)
+       silent server, a bad server reply, a missing optional package, an installed package that fails to
+       import (the environment is broken: environment_fault), or a usage error (argparse's code)
     3  unexpected error: a bug; rerun with --debug (or SGLANG_EAGLE3_EXT_DEBUG=1) for the traceback
   130  interrupted (Ctrl-C)
 """
@@ -155,6 +156,9 @@ def describe(e: BaseException) -> tuple[int, str]:
     if isinstance(e, ModuleNotFoundError) and e.name:
         top = e.name.split(".")[0]
         return EXIT_BAD_INPUT, f"{top} is not installed here: pip install {PIP_NAMES.get(top, top)}"
+    fault = environment_fault(e)
+    if fault:
+        return EXIT_BAD_INPUT, fault
     if isinstance(e, OSError) and getattr(e, "filename", None):
         return EXIT_BAD_INPUT, f"{e.filename}: {e.strerror or e}"
     if mod.startswith(("requests", "urllib3", "httpx")):
@@ -171,6 +175,73 @@ def describe(e: BaseException) -> tuple[int, str]:
         where = _file_being_read(e)
         return EXIT_BAD_INPUT, f"{where}: {line}" if where else line
     return EXIT_INTERNAL, f"unexpected {line} (a bug: rerun with --debug and report it)"
+
+
+def _ours(module: str) -> bool:
+    return module == "__main__" or module.split(".")[0] == "sglang_eagle3_ext"
+
+
+def _importing(e: BaseException) -> str | None:
+    """The third-party module whose import raised `e`: the innermost module-level frame of the traceback, when
+    it is not ours and nothing of ours ran below it (our code called back from inside an import is ours)."""
+    frames, tb = [], e.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    at = [i for i, f in enumerate(frames) if f.f_code.co_name == "<module>"]
+    if not at:
+        return None
+    names = [str(f.f_globals.get("__name__", "")) for f in frames[at[-1] :]]
+    return names[0] if names[0] and not any(_ours(n) for n in names) else None
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    out = []
+    while e is not None and e not in out and len(out) < 16:
+        out.append(e)
+        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+    return out
+
+
+def environment_fault(e: BaseException) -> str | None:
+    """One line naming the installed package that failed to import, and the fix, when `e` (or what caused it)
+    was raised while a third-party module was being imported: a package built for other versions of those it
+    imports (PyPI's CUDA torchvision beside a CPU torch: `operator torchvision::nms does not exist`), a shared
+    library missing, a name that release lacks. The environment is at fault, not this tool; None otherwise."""
+    for err in _chain(e):
+        mod = _importing(err)
+        if not mod and isinstance(err, ImportError) and err.name and not _ours(err.name):
+            mod = err.name  # `from X import Y` where the installed X lacks Y
+        if mod:
+            return _fault_line(mod, err)
+    return None
+
+
+def _fault_line(module: str, err: BaseException) -> str:
+    import importlib.metadata as md
+    import re
+
+    def version(dist: str) -> str:
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            return ""
+
+    dist = (md.packages_distributions().get(module.split(".")[0]) or [module.split(".")[0]])[0]
+    ver = version(dist)
+    needs = (md.requires(dist) or []) if ver else []
+    named = f"{dist} {ver}".strip() + ("" if module == dist else f" ({module})")
+    first = (str(err).splitlines() or [""])[0][:200]
+    fix = f"reinstall {dist} to fit the packages it imports"
+    if dist != "torch" and any(re.match(r"torch\s*([<>=!~;\[(]|$)", r) for r in needs):
+        fix = (
+            f"install the {dist} built for the installed torch {version('torch') or '(none)'} (a CPU torch's: "
+            "from https://download.pytorch.org/whl/cpu)"
+        )
+    return (
+        f"the environment is broken, not this tool: importing {named} fails with {type(err).__name__}: {first}; "
+        f"{fix}, or uninstall it where nothing needs it: pip uninstall {dist}"
+    )
 
 
 def error_line(tool: str, msg: str) -> str:
