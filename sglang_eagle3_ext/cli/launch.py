@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         print(topology.detect().to_json())
         return 0
     plan = build_plan(ours, rest)
+    if not ours.dry_run:
+        start.require_accelerator(plan)  # no GPU: one line naming --dry-run, before the plan or anything is written
     text = launch_flags.write_plan(plan, ours)  # --json [PATH]
     if ours.dry_run:
         if text:

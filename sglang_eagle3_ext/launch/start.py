@@ -17,13 +17,36 @@ def prepare(plan: Plan, child_env: dict, preflight: bool, preflight_timeout: flo
     joins the plan's decisions and environment), make the built-in tiny model. `child_env`: the environment
     SGLang's processes will have."""
 
-    make(plan.dump_dir)  # first: a refusal costs nothing yet
+    require_accelerator(plan)
+    make(plan.dump_dir)  # first to write: a refusal costs nothing yet
     if preflight:
         run_preflight(plan, child_env, preflight_timeout)
     if plan.tiny_dir:
         from ..tiny.builtin import ensure_builtin
 
         ensure_builtin(plan.tiny_dir)
+
+
+def require_accelerator(plan: Plan) -> None:
+    """Refuse, before anything is written, a launch SGLang would refuse for want of a GPU: asked only when NVML
+    sees no GPU for the TP group and no `--device` was given, and answered by the installed release's own device
+    detection (so a ROCm, XPU or NPU machine, or SGLang's CPU engine, goes ahead as SGLang would)."""
+    if plan.topology.source == "nvml" and plan.topology.gpus:
+        return
+    if any(a == "--device" or a.startswith("--device=") for a in plan.sglang_args):
+        return
+    try:
+        from sglang.srt.utils.common import get_device
+    except Exception:  # noqa: BLE001 - a release without it: SGLang itself decides
+        return
+    try:
+        get_device()
+    except RuntimeError as e:
+        why = (str(e).splitlines() or [""])[0] or type(e).__name__
+        raise LaunchError(
+            f"no GPU here (SGLang: {why}), so SGLang cannot serve on this machine; nothing was started or "
+            "written: add --dry-run to print the plan without starting SGLang"
+        ) from None
 
 
 def run_preflight(plan: Plan, child_env: dict, timeout: float) -> None:
