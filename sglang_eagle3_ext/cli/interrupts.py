@@ -1,6 +1,6 @@
 """Ctrl-C and SIGTERM during a long command: one line, exit 130, and the command's own cleanup.
 
-    with interruptible() as stop:
+    with interruptible("train") as stop:
         ...
     if stop.received: ...      # an interrupt arrived, whatever the library turned it into
 
@@ -8,52 +8,116 @@ In this process both signals raise KeyboardInterrupt, so `finally` blocks run (a
 folder) as for Ctrl-C; SIGTERM's default would kill the process with none of them. Worker processes forked
 meanwhile inherit the handler: there a signal ends the process quietly, since this process reports the
 interrupt, not every child with a traceback of its own (data-loader workers ignore it: training/workers.py).
-The same signal sent again soon after (torchrun sends SIGINT then SIGTERM; a terminal signals the whole
-group) is ignored, so the cleanup it would cut short runs to its end.
+
+An interrupt is never lost. Python runs a signal's handler at the next safe point of the main thread, which
+may be inside a weakref callback, a `__del__`, a gc callback or a generator's close; a KeyboardInterrupt
+raised there is swallowed ("Exception ignored in ..."). While `interruptible()` is active, such a swallowed
+interrupt is delivered again (no "Exception ignored" lines), until it reaches the command's own code.
+
+The rule for repeats:
+- a second signal (SIGINT or SIGTERM) within COALESCE_S of the first one's handling is the same request and
+  is ignored: a terminal signals the whole process group, and torchrun or a parent tool forwards the signal
+  it received to its children, so one keypress may arrive twice within milliseconds; the cleanup runs on;
+- a signal later than that is the user asking again: the process ends at once, one line, exit 130, without
+  the rest of the cleanup (folders it would have removed, servers it would have stopped, may remain).
+Signals that arrive while the main thread is stuck in one C call are one signal to Python: it sees the
+first only when the call returns.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
 
-from .common import prog
+from .naming import COMMAND, prog
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-REPEAT_GRACE_S = 10.0  # after the first signal, how long later ones are ignored while the cleanup runs
+COALESCE_S = 1.0  # a repeat this soon after the first signal is the same request (group or forwarded delivery)
 
 
 class Interrupt:
     received: int | None = None  # the signal number, once one arrived
-    at: float = 0.0  # when (time.monotonic())
+    at: float = 0.0  # when its handler first ran (time.monotonic())
 
 
 @contextlib.contextmanager
-def interruptible():
+def interruptible(tool: str | None = None):
+    """Both signals raise KeyboardInterrupt inside; `tool` names the command in the line a second one prints."""
     stop = Interrupt()
     if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
         yield stop
         return
     owner = os.getpid()
+    raised: list[BaseException | None] = [None]  # the KeyboardInterrupt the handler raised last
+    again = [False]  # that one was swallowed: the next call is its delivery, not a repeat
 
     def handler(signum, frame):
         if os.getpid() != owner:
             os._exit(128 + signum)
-        now = time.monotonic()
-        if stop.received is not None and now - stop.at < REPEAT_GRACE_S:
+        if again[0]:  # the first request, delivered again: its time stays that of its first handling
+            again[0] = False
+        elif stop.received is None:
+            stop.received, stop.at = signum, time.monotonic()
+        elif time.monotonic() - stop.at < COALESCE_S:
             return
-        stop.received, stop.at = signum, now
-        raise KeyboardInterrupt
+        else:
+            _end_now(tool)
+        raised[0] = exc = KeyboardInterrupt()
+        raise exc
+
+    def unraisable(u, previous=sys.unraisablehook):
+        if u.exc_value is None or u.exc_value is not raised[0]:
+            try:
+                previous(u)
+                return
+            except KeyboardInterrupt as e:  # the handler ran inside the hook that reports another error
+                if e is not raised[0]:
+                    raise
+        raised[0], again[0] = None, True
+        _deliver_later(stop.received or signal.SIGINT, unraisable.__code__)
 
     old = {s: signal.signal(s, handler) for s in _SIGNALS}
+    old_hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield stop
     finally:
+        if sys.unraisablehook is unraisable:
+            sys.unraisablehook = old_hook
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def _deliver_later(signum: int, hook) -> None:
+    """The handler runs again at the main thread's next safe point once the main thread has left `hook`: run
+    there, it would raise into the hook, which Python swallows too. A thread waits for that, since any call the
+    hook itself made after the signal is set would run the handler at once."""
+    main = threading.main_thread().ident
+
+    def in_hook() -> bool:
+        f = sys._current_frames().get(main)
+        while f is not None and f.f_code is not hook:
+            f = f.f_back
+        return f is not None
+
+    def deliver() -> None:
+        while in_hook():
+            time.sleep(0.0005)
+        _thread.interrupt_main(signum)
+
+    _thread.start_new_thread(deliver, ())
+
+
+def _end_now(tool: str | None) -> None:
+    """The user's second interrupt: one line and exit 130 at once. Written to the file descriptor: the handler
+    may be running inside a write to sys.stderr."""
+    name = prog(tool) if tool else COMMAND
+    os.write(2, f"{name}: interrupted again; stopped at once, before its cleanup finished\n".encode())
+    os._exit(130)
 
 
 def interrupted_line(tool: str, what: str) -> str:

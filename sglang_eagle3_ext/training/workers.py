@@ -4,13 +4,14 @@ A Ctrl-C in a terminal (or `kill` of a process group, or torchrun) signals the w
 process. A worker that dies of it makes torch raise "DataLoader worker ... killed by signal" in the training
 process at whatever line it is running, cleanup included (a worker still starting prints its own
 traceback), and a worker that outlives the run keeps reading files its working folder no longer has. So the
-workers ignore both signals (`quiet_workers`; forked ones have them blocked from the start, `QuietLoader`):
-they end when the training process stops them, or within seconds of it dying (torch's own watchdog); and the
-run stops them (`stop_workers`) before its folders are removed. A spawned worker (speculators' loaders) is a
-new interpreter that imports torch for seconds before any `worker_init_fn` runs; it starts with both signals
-ignored (a disposition that survives exec, and Python installs no KeyboardInterrupt handler over it), so a
-Ctrl-C then neither prints its traceback nor waits for it: a worker that has not ended within
-`STOP_GRACE_S` of being told to is killed.
+workers ignore both signals (`quiet_workers`; they start with them blocked, `QuietLoader`): they end when
+the training process stops them, or within seconds of it dying (torch's own watchdog); and the run stops them
+(`stop_workers`) before its folders are removed. A spawned worker (speculators' loaders) is a new interpreter
+that imports torch for seconds before any `worker_init_fn` runs; it starts with both signals blocked (a mask
+that survives fork and exec, and that Python's start-up leaves alone), so a Ctrl-C then neither prints its
+traceback nor waits for it: a worker that has not ended within `STOP_GRACE_S` of being told to is killed.
+The training process never ignores the signals meanwhile (an ignored signal is discarded, and the Ctrl-C
+lost): one that arrives while its workers start is raised once they have started, and stopped.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import contextlib
 import functools
 import signal
 import sys
+import threading
 
 from torch.utils.data import DataLoader
 
@@ -27,30 +29,49 @@ STOP_GRACE_S = 0.5  # an idle worker ends within milliseconds of being told to; 
 
 
 class QuietLoader(DataLoader):
-    """A DataLoader whose workers start with SIGINT/SIGTERM blocked (forked) or ignored (spawned); this process
-    takes them as before (one arriving while the workers start is held until they have started)."""
+    """A DataLoader whose workers start with SIGINT/SIGTERM blocked (forked or spawned: the mask survives fork and
+    exec); this process takes a signal that arrives while they start once they have started."""
 
     def _get_iterator(self):
-        if not self.num_workers:
+        if not self.num_workers or threading.current_thread() is not threading.main_thread():
             return super()._get_iterator()
-        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        _start_resource_tracker(self.multiprocessing_context)
+        held: list[int] = []
+        it = None
         try:
-            with _ignored_unless_pending():
-                return super()._get_iterator()
+            with _held(held):
+                it = super()._get_iterator()
         finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            if held:  # its workers stopped first: the interrupt leaves no worker behind that no one stops
+                if it is not None:
+                    stop_workers(it)
+                signal.raise_signal(held[0])
+        return it
+
+
+def _start_resource_tracker(context) -> None:
+    """multiprocessing starts its resource tracker with the first spawned process, and unblocks both signals in
+    this thread as it does: started before they are blocked, it leaves the mask alone."""
+    import multiprocessing
+    from multiprocessing import resource_tracker
+
+    ctx = multiprocessing.get_context(context) if isinstance(context, str) else context
+    if (ctx or multiprocessing.get_context()).get_start_method() != "fork":
+        resource_tracker.ensure_running()
 
 
 @contextlib.contextmanager
-def _ignored_unless_pending():
-    """Both signals ignored (they are blocked here, so one sent meanwhile is lost only in the instant the
-    processes start), unless one is already pending: then it is delivered as soon as the mask is restored."""
-    if set(_SIGNALS) & signal.sigpending():
-        yield
-        return
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in _SIGNALS}
+def _held(held: list[int]):
+    """Both signals blocked in this thread and recorded (not raised) if another thread takes one: those recorded
+    or pending meanwhile are in `held` once the handlers are back. Never ignored: a signal that arrives then is
+    not lost."""
+    old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in _SIGNALS}
     try:
-        yield
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)  # a pending one reaches the recorder now
     finally:
         for s, h in old.items():
             signal.signal(s, h)

@@ -73,3 +73,62 @@ def test_an_interrupt_while_training_exits_130_with_one_line(world, tmp_path, si
     assert "Traceback" not in err and "error" not in err, err[-3000:]
     # no working folder, no temporary output: at most --out itself (an epoch done before the signal)
     assert {p.name for p in (tmp_path / "runs").iterdir()} <= {"out"}
+
+
+LOADER_CHILD = r"""
+import os, signal, sys
+import torch
+from torch.utils.data import Dataset
+from sglang_eagle3_ext.cli.interrupts import interruptible
+from sglang_eagle3_ext.training.workers import QuietLoader, quiet_workers
+
+class Items(Dataset):
+    pickled = 0
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.tensor([i])
+
+    def __getstate__(self):  # pickled for each spawned worker, in this process, while the workers start
+        Items.pickled += 1
+        if Items.pickled == 2:  # the first worker importing, the second not started: Ctrl-C to the group
+            os.killpg(0, signal.SIGINT)
+        return {}
+
+if __name__ == "__main__":
+    loader = QuietLoader(
+        Items(), batch_size=1, num_workers=2, multiprocessing_context="spawn", worker_init_fn=quiet_workers()
+    )
+    try:
+        with interruptible("train"):
+            n = sum(1 for _ in loader)
+        print(f"lost: read all {n} batches", flush=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("train: interrupted", flush=True)
+        sys.exit(130)
+"""
+
+
+def test_ctrl_c_while_spawned_loader_workers_start_is_not_lost_nor_a_worker_traceback(tmp_path):
+    """A Ctrl-C to the process group in the instant the loader starts its workers (the first importing torch,
+    the second about to start): the training process raises it once they have started, and no worker prints."""
+    script = tmp_path / "loader_child.py"
+    script.write_text(LOADER_CHILD)
+    p = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    try:
+        out = p.communicate(timeout=240)[0]  # hang protection only
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130, out
+    assert out.count("interrupted") == 1 and "Traceback" not in out and "KeyboardInterrupt" not in out, out

@@ -1,0 +1,181 @@
+"""`interruptible()` never loses an interrupt: one that Python swallows (a weakref callback, a `__del__`, a gc
+callback was running when the handler ran) is delivered again, whatever the delay and the machine's load;
+a repeat of the same request (group delivery, torchrun's forward) is coalesced; the user's second Ctrl-C
+ends the process at once. Each case runs in a child interpreter of its own: signals, as a terminal sends them."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sglang_eagle3_ext.cli.interrupts import COALESCE_S
+
+CHILD = r"""
+import gc, os, signal, sys, time, weakref
+from sglang_eagle3_ext.cli.interrupts import interruptible
+
+mode, marker = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
+
+def interrupt_self(*_):  # os.kill runs the handler before it returns: here, inside the callback
+    os.kill(os.getpid(), signal.SIGINT)
+
+class Finalized:
+    def __del__(self):
+        interrupt_self()
+
+class Busy:  # its finalizers hold the main thread most of the time
+    def __del__(self):
+        sum(range(300))
+
+def busy(*_):
+    sum(range(300))
+
+def in_weakref_callback():
+    class T:
+        pass
+    t = T()
+    r = weakref.ref(t, interrupt_self)
+    del t
+
+def in_del():
+    Finalized()
+
+def in_gc_callback():
+    gc.callbacks.append(interrupt_self)
+    try:
+        gc.collect()
+    finally:
+        gc.callbacks.remove(interrupt_self)
+
+def storm():
+    # the signal lands wherever it lands; once the marker exists the signal was sent before (and so delivered
+    # to this process: at the latest when the stat that saw the marker returned), a few more rounds suffice
+    gc.callbacks.append(busy)
+    try:
+        seen, i = 0, 0
+        while seen < 50:
+            i += 1
+            Busy()
+            class T:
+                pass
+            t = T()
+            r = weakref.ref(t, busy)
+            del t
+            if i % 64 == 0:
+                gc.collect()
+            if seen or (i % 8 == 0 and os.path.exists(marker)):
+                seen += 1
+    finally:
+        gc.callbacks.remove(busy)
+
+def blocking_read():
+    os.read(0, 1)  # the test closes stdin after the signal: EOF here means the signal was lost
+
+def cleanup_forever():
+    try:
+        print("working", flush=True)
+        while True:
+            time.sleep(0.01)
+    finally:
+        print("cleaning", flush=True)
+        time.sleep(30)  # a long cleanup: only a second interrupt ends it early
+        print("cleaned", flush=True)
+
+try:
+    with interruptible("train") as stop:
+        print("ready", flush=True)
+        globals()[mode]()
+        for _ in range(100):  # a lost interrupt: the run goes on, and ends without it
+            time.sleep(0.001)
+        print("lost", flush=True)
+        sys.exit(1)
+except KeyboardInterrupt:
+    print(f"train: interrupted; by signal {stop.received}", flush=True)
+    sys.exit(130)
+"""
+
+
+def _start(tmp_path, mode: str) -> tuple[subprocess.Popen, str]:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    marker = str(tmp_path / "sent")
+    p = subprocess.Popen(
+        [sys.executable, str(script), mode, marker],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert p.stdout.readline() == "ready\n"
+    return p, marker
+
+
+def _finish(p: subprocess.Popen) -> str:
+    try:
+        return p.communicate(timeout=120)[
+            0
+        ]  # closes stdin (the blocking read's EOF); hang protection only: nothing here waits on the clock
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("mode", ["in_weakref_callback", "in_del", "in_gc_callback"])
+def test_an_interrupt_raised_where_python_ignores_exceptions_still_stops_the_command(tmp_path, mode):
+    p, _ = _start(tmp_path, mode)
+    out = _finish(p)
+    assert p.returncode == 130, out
+    assert out.count("interrupted") == 1 and f"by signal {int(signal.SIGINT)}" in out, out
+    assert "Exception ignored" not in out and "Traceback" not in out, out
+
+
+@pytest.fixture
+def cpu_hog():
+    """Busy processes for the test's duration: four per core, the load a shared CI machine may have."""
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(4 * (os.cpu_count() or 1))
+    ]
+    yield
+    for h in hogs:
+        h.kill()
+        h.wait()
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.003, 0.02, 0.1])
+@pytest.mark.parametrize("mode", ["storm", "blocking_read"])
+def test_an_interrupt_at_any_moment_stops_the_command_under_load(tmp_path, cpu_hog, mode, delay):
+    """No bound on time: the child itself tells a lost signal (its work ends without one, exit 1), so the
+    verdict does not depend on the machine's load."""
+    p, marker = _start(tmp_path, mode)
+    time.sleep(delay)
+    os.kill(p.pid, signal.SIGINT)
+    open(marker, "w").close()
+    out = _finish(p)
+    assert p.returncode == 130, out
+    assert out.count("interrupted") == 1 and "Exception ignored" not in out and "Traceback" not in out, out
+
+
+def test_a_repeat_of_the_same_request_is_one_interrupt_and_a_second_ctrl_c_ends_it_at_once(tmp_path):
+    """SIGINT then SIGTERM at once (torchrun's forward, a group's delivery): one request, the cleanup runs on;
+    Ctrl-C again later: the process ends before its cleanup does, one line, exit 130."""
+    p, _ = _start(tmp_path, "cleanup_forever")
+    assert p.stdout.readline() == "working\n"
+    os.kill(p.pid, signal.SIGINT)
+    os.kill(p.pid, signal.SIGTERM)
+    assert p.stdout.readline() == "cleaning\n"
+    time.sleep(COALESCE_S + 0.5)  # later than the window, measured from when the cleanup began
+    assert p.poll() is None, "the repeat ended the cleanup"
+    os.kill(p.pid, signal.SIGINT)
+    out = _finish(p)
+    assert p.returncode == 130, out
+    said = [ln for ln in out.splitlines() if "interrupted" in ln]
+    assert len(said) == 1 and re.search(r"train\S*: interrupted again; stopped at once", said[0]), out
+    assert "cleaned" not in out and "Traceback" not in out, out
