@@ -110,6 +110,7 @@ def acquire(out: Path, say, command: str | None = None) -> dict:
         held = _read(path)
         if held == "unreadable":
             say(f"--out {out}: its lock file {path} is unreadable; taken over")
+            state.remove(path)  # a folder in its place would make the rename fail on every run
         elif held is not None:
             if held["host"] != mine["host"]:
                 raise Refused(

@@ -56,7 +56,7 @@ def mark(out: Path, stage: str, fingerprint: str, inputs: dict, result: dict | N
     if result is not None:
         rec["result"] = result
     path = marker_path(out, stage)
-    _remove(path)  # a folder or FIFO in its place would make the rename fail on every run
+    remove(path)  # a folder or FIFO in its place would make the rename fail on every run
     write_json_atomic(path, rec)
 
 
@@ -97,7 +97,7 @@ def read(out: Path, stage: str, say=None) -> dict | None:
         return rec
     if say is not None:
         say(f"stage {stage}: its marker {p} is unreadable ({why}); the stage counts as not done and runs again")
-    _remove(p)
+    remove(p)
     return None
 
 
@@ -110,10 +110,10 @@ def done(out: Path, stage: str) -> dict | None:
 def forget(out: Path, stages) -> None:
     """Drop the markers of `stages` (they will run again)."""
     for s in stages:
-        _remove(marker_path(out, s))
+        remove(marker_path(out, s))
 
 
-def _remove(p: Path) -> None:
+def remove(p: Path) -> None:
     if p.is_dir() and not p.is_symlink():
         shutil.rmtree(p)
     else:

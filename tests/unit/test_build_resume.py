@@ -294,6 +294,18 @@ def test_a_second_build_on_the_same_out_is_refused_naming_the_holder(world, fake
     assert fake.ran == ["eval", "report"]
 
 
+@pytest.mark.parametrize("kind", ["garbage", "folder"])
+def test_an_unreadable_lock_is_taken_over_once(world, fake, capsys, kind):
+    (world / "out" / state.STATE_DIR).mkdir(parents=True)
+    if kind == "folder":
+        (_lock_path(world) / "x").mkdir(parents=True)
+    else:
+        _lock_path(world).write_bytes(b'{"pid": ')
+    assert build(world) == 0
+    said = [ln for ln in lines(capsys) if "lock" in ln]
+    assert len(said) == 1 and "unreadable" in said[0] and not _lock_path(world).exists()
+
+
 def test_a_lock_of_another_host_is_never_taken_over(world, fake, capsys):
     (world / "out" / state.STATE_DIR).mkdir(parents=True)
     state.write_json_atomic(_lock_path(world), _lock_of(1, host="elsewhere"))
