@@ -227,7 +227,7 @@ def main(argv=None) -> int:
     run = Run(o=o, out=None, redo=set(), say=o.say, load_tokenizer=cli_common.load_tokenizer)
     stop = None
     try:
-        with interruptible() as stop, library_output(a.verbose, bars=True):
+        with interruptible("build") as stop, library_output(a.verbose, bars=True):
             rep = build(o, run, config_text=dump_config(resolved))
     except (Exception, KeyboardInterrupt) as e:
         if (stop and stop.received) or isinstance(e, KeyboardInterrupt):

@@ -25,6 +25,7 @@ from ..dump import driver, exporters
 from ..dump.client_files import ClientError
 from ..dump.export import ExportError
 from . import common as cli_common
+from .interrupts import interrupted_exits
 from .output import library_output
 
 
@@ -44,7 +45,8 @@ def _run(args) -> int:
         wait_s=args.wait_s,
         progress=not args.quiet,
     )
-    res = driver.run(opts, cli_common.load_tokenizer)
+    with interrupted_exits("dump run", "the samples written so far stay in the manifest; run the same command again"):
+        res = driver.run(opts, cli_common.load_tokenizer)
     _report(args, res.summary, _run_text(res.summary))
     driver.warn_unfinished(opts, res)
     if res.fatal is not None:

@@ -22,6 +22,7 @@ from ..acceptance.evaluate import DTYPES, Options, evaluate, render
 from ..boundary import BadInput, Refused
 from . import common as cli_common
 from .common import CliError
+from .interrupts import interrupted_exits
 from .output import library_output
 
 DEFAULT_STEPS = 3
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         _check_json(a.json)
-        with library_output(a.verbose):
+        with interrupted_exits("eval", "no report was written; run the same command again"), library_output(a.verbose):
             rep = evaluate(opts)
     except (Refused, BadInput) as e:  # names the input and the fix
         print(cli_common.error_line("eval", str(e).replace("\n", " ")), file=sys.stderr)

@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 
+from .common import EXIT_INTERRUPTED
 from .naming import COMMAND, prog
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -118,6 +119,21 @@ def _end_now(tool: str | None) -> None:
     name = prog(tool) if tool else COMMAND
     os.write(2, f"{name}: interrupted again; stopped at once, before its cleanup finished\n".encode())
     os._exit(130)
+
+
+@contextlib.contextmanager
+def interrupted_exits(tool: str, what: str):
+    """`interruptible(tool)` for a command with nothing of its own to say: an interrupt, whatever the library made
+    of it, prints `interrupted_line(tool, what)` and exits 130."""
+    stop = None
+    try:
+        with interruptible(tool) as stop:
+            yield stop
+    except (Exception, KeyboardInterrupt) as e:
+        if not (isinstance(e, KeyboardInterrupt) or (stop and stop.received)):
+            raise
+        print(interrupted_line(tool, what), file=sys.stderr)
+        raise SystemExit(EXIT_INTERRUPTED) from None
 
 
 def interrupted_line(tool: str, what: str) -> str:

@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return c.EXIT_BAD_INPUT
     try:
-        with interruptible() as stop, library_output(a.verbose, bars=True):
+        with interruptible("refresh") as stop, library_output(a.verbose, bars=True):
             rep = refresh(opts)
     except Exception as e:
         if not (stop and stop.received):

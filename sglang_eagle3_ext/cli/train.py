@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = None
     try:  # with --json on stdout, the run's own lines go to stderr
         with (
-            interruptible() as stop,
+            interruptible("train") as stop,
             contextlib.redirect_stdout(sys.stderr if a.json == "-" else sys.stdout),
             library_output(a.verbose, bars=True),
         ):

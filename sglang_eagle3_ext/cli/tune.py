@@ -23,6 +23,7 @@ from ..boundary import BadInput, Refused, writable_dir
 from ..tune.run import DEFAULT_BACKENDS
 from . import common as cli_common
 from .args import new_tokens
+from .interrupts import interrupted_exits
 from .output import library_output
 
 
@@ -145,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         in_out = _json_in_out(a.json, a.out)
-        with library_output(a.verbose):
-            rep = tune(opts)
+        with interrupted_exits("tune", "the servers it started are stopped; run the same command again"):
+            with library_output(a.verbose):
+                rep = tune(opts)
         if in_out:  # a dry run makes no --out of its own
             writable_dir(a.out, "--out", make=True)
     except (Refused, BadInput) as e:

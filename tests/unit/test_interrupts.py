@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -179,3 +180,31 @@ def test_a_repeat_of_the_same_request_is_one_interrupt_and_a_second_ctrl_c_ends_
     said = [ln for ln in out.splitlines() if "interrupted" in ln]
     assert len(said) == 1 and re.search(r"train\S*: interrupted again; stopped at once", said[0]), out
     assert "cleaned" not in out and "Traceback" not in out, out
+
+
+def test_sigterm_while_dump_run_waits_for_the_server_is_one_line_and_exit_130(tmp_path):
+    """Every long command runs under `interruptible`: SIGTERM (a scheduler's stop) is an interrupt there, not a
+    silent kill; here `dump run` blocked in its first request to a server that accepts and never answers."""
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"id": "a", "input_ids": [1, 2]}\n')
+    (tmp_path / "dump").mkdir()
+    (tmp_path / "dump" / "dump_meta.json").write_text("{}")
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        url = f"http://127.0.0.1:{srv.getsockname()[1]}"
+        argv = ["dump", "run", "--url", url, "--data", str(data), "--dump-dir", str(tmp_path / "dump")]
+        p = subprocess.Popen(
+            [sys.executable, "-m", "sglang_eagle3_ext", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        srv.settimeout(120)
+        conn, _ = srv.accept()  # its request is on the way: it waits for the reply
+        with conn:
+            p.send_signal(signal.SIGTERM)
+            out = _finish(p)
+    assert p.returncode == 130, out
+    said = [ln for ln in out.splitlines() if "interrupted" in ln]
+    assert len(said) == 1 and "dump run: interrupted; the samples written so far" in said[0], out
+    assert "Traceback" not in out, out
