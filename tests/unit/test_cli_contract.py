@@ -110,7 +110,7 @@ def cpu_training_data(tmp_path_factory):
 
 def test_ctrl_c_in_train_stops_quietly_within_seconds_with_a_true_sentence(cpu_training_data, tmp_path):
     """A terminal's Ctrl-C signals the whole process group, DataLoader workers (spawned, still importing) included:
-    the run stops within 5 s, exit 130, one line on what --out holds, and no worker's traceback."""
+    the run stops within seconds, exit 130, one line on what --out holds, and no worker's traceback."""
     out = tmp_path / "draft"
     argv = [
         sys.executable,
@@ -133,12 +133,14 @@ def test_ctrl_c_in_train_stops_quietly_within_seconds_with_a_true_sentence(cpu_t
         "--intermediate-size",
         "256",
     ]
+    began = time.monotonic()
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     seen = []
     for line in p.stdout:
         seen.append(line)
         if "steps/epoch" in line:  # the first epoch's loader workers are starting
             break
+    started = time.monotonic() - began
     time.sleep(1.0)
     os.killpg(p.pid, signal.SIGINT)
     sent = time.monotonic()
@@ -149,7 +151,10 @@ def test_ctrl_c_in_train_stops_quietly_within_seconds_with_a_true_sentence(cpu_t
             os.killpg(p.pid, signal.SIGKILL)
     took, text = time.monotonic() - sent, "".join(seen) + rest
     assert p.returncode == 130, text[-3000:]
-    assert took < 5.0, (took, text[-3000:])
+    # the stop (a garbage collection under way, the workers stopped, the interpreter's exit) and the start measured
+    # above are CPU work of the same process on the same heap: they slow down together, so half the start (at least
+    # 5 s) holds at any load (at load 10 on 2 cores: starts of 60-90 s, stops of 7-19 s)
+    assert took < max(5.0, started / 2), (took, started, text[-3000:])
     assert "Traceback" not in text, text[-3000:]
     said = [ln for ln in text.splitlines() if "interrupted" in ln]
     assert len(said) == 1 and "train: interrupted;" in said[0], text[-3000:]
