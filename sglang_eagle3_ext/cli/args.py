@@ -12,6 +12,7 @@ import sys
 
 from .. import envs, versions
 from ..boundary import BadInput, at_least, writable_dir
+from .inputs import json_dest
 from .naming import prog
 
 _EXIT_USAGE = 2  # cli_common.EXIT_BAD_INPUT: a usage error is bad input
@@ -28,7 +29,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action):
         h = action.help or ""
         if (
-            action.default not in (None, argparse.SUPPRESS, [], ())
+            action.default not in (None, argparse.SUPPRESS, [], (), "")
             and "%(default)" not in h
             and "default" not in h
             and action.option_strings
@@ -175,6 +176,7 @@ def add_json_out(parser, what: str = "the results") -> None:
         nargs="?",
         const="-",
         default=None,
+        type=json_dest,
         metavar="PATH",
         help=f"write {what} as JSON to PATH ('-' or no PATH: print JSON instead of text)",
     )
@@ -228,9 +230,9 @@ def write_json(dest: str, obj) -> None:
         f.write(text + "\n")
 
 
-def number_in(low: float, high: float, include_high: bool = True):
-    """An argparse `type`: a finite number in (low, high] (or (low, high) without include_high); argparse names
-    the flag."""
+def number_in(low: float, high: float, include_high: bool = True, include_low: bool = False):
+    """An argparse `type`: a finite number in (low, high] (or (low, high) without include_high; [low, ...
+    with include_low); argparse names the flag."""
     import math
 
     def parse(text: str) -> float:
@@ -238,10 +240,11 @@ def number_in(low: float, high: float, include_high: bool = True):
             v = float(text)
         except ValueError:
             v = float("nan")
-        inside = low < v <= high if include_high else low < v < high
+        above = low <= v if include_low else low < v
+        inside = above and (v <= high if include_high else v < high)
         if not (inside and math.isfinite(v)):
-            close = "]" if include_high else ")"
-            what = f"in ({low:g}, {high:g}{close}" if math.isfinite(high) else f"> {low:g}"
+            close, open_ = "]" if include_high else ")", "[" if include_low else "("
+            what = f"in {open_}{low:g}, {high:g}{close}" if math.isfinite(high) else f"> {low:g}"
             raise argparse.ArgumentTypeError(f"expected a finite number {what}, got {text!r}")
         return v
 

@@ -23,16 +23,23 @@ from ..bench.run import MAX_CONCURRENCY, BenchOptions, benchmark
 from . import common as cli_common
 from .args import new_tokens
 from .common import CliError
+from .inputs import file_in, file_out, server_url
 from .output import library_output
+
+_LOG = file_in("give the server's log file (run with --decode-log-interval 1)")
 
 
 def _levels(s: str) -> list[int]:
     try:
         out = [int(x) for x in s.replace(" ", "").split(",") if x]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated integers 1..{MAX_CONCURRENCY}, e.g. 1,8,32") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers 1..{MAX_CONCURRENCY}, e.g. 1,8,32, got {s!r}"
+        ) from None
     if not out or min(out) < 1 or max(out) > MAX_CONCURRENCY:
-        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated integers 1..{MAX_CONCURRENCY}, e.g. 1,8,32")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers 1..{MAX_CONCURRENCY}, e.g. 1,8,32, got {s!r}"
+        )
     return out
 
 
@@ -41,6 +48,7 @@ def _add_prompt_flags(ap: argparse.ArgumentParser) -> None:
     src.add_argument(
         "--prompts",
         metavar="PATH",
+        type=file_in("give a JSONL, ShareGPT JSON or MT-bench question.jsonl file"),
         help="JSONL, ShareGPT JSON or MT-bench question.jsonl "
         "(records: input_ids | text | prompt | messages | conversations | turns)",
     )
@@ -84,8 +92,10 @@ def _add_prompt_flags(ap: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = cli_common.parser("bench", cli_common.doc_description(__doc__.split("\n\n", 1)[1]))
-    ap.add_argument("--url", required=True, help="server with speculative decoding")
-    ap.add_argument("--baseline-url", help="the same target without speculative decoding (speedup, greedy check)")
+    ap.add_argument("--url", required=True, type=server_url, help="server with speculative decoding")
+    ap.add_argument(
+        "--baseline-url", type=server_url, help="the same target without speculative decoding (speedup, greedy check)"
+    )
     _add_prompt_flags(ap)
     ap.add_argument(
         "--concurrency",
@@ -118,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--report",
         metavar="PATH",
+        type=file_out("give the path of the HTML file to write"),
         help="write a self-contained HTML report with plots here (PNGs beside it; needs matplotlib for the plots)",
     )
     ap.add_argument("--fail-on-slower", action="store_true", help="exit 1 (not only warn) when slower than baseline")
@@ -125,11 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--spec-log",
         metavar="PATH",
+        type=_LOG,
         help="the EAGLE-3 server's log, run with --decode-log-interval 1: "
         "what one iteration and one admission cost at each concurrency (bench/steps.py), and advice "
         "from it",
     )
-    ap.add_argument("--baseline-log", metavar="PATH", help="the baseline server's log, likewise")
+    ap.add_argument("--baseline-log", metavar="PATH", type=_LOG, help="the baseline server's log, likewise")
     ap.add_argument(
         "--log-interval",
         type=cli_common.positive_int,

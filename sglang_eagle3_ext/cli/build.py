@@ -27,36 +27,68 @@ from ..training.options import TrainOptions
 from ..training.report import TrainDraftError
 from . import common as cli_common
 from . import train as train_cli
+from .inputs import file_in, folder_in, folder_out, port, preset, server_url
 from .interrupts import interrupted_line, interruptible
 from .output import library_output
 
+_CONFIG = file_in("give a YAML file of build's and train's flags")
+_TARGET = folder_in("give the target model's local folder")
 # train's flags that build sets itself (its folders, resuming, planning, output)
 _TRAIN_OWN = {"data", "target", "out", "force", "resume", "dry_run", "json", "quiet", "verbose", "help", "debug"}
+
+
+def _add_sources(g) -> None:
+    """Where the dump comes from: prompts to dump (a server --preset starts, or --url), or an existing dump."""
+    g.add_argument(
+        "--data",
+        metavar="PROMPTS",
+        type=file_in(
+            "give the JSONL prompts file to dump",
+            if_folder="--data takes the JSONL prompts file; to start from an existing dump, pass it as --dump-dir",
+        ),
+        help='JSONL prompts ({"id", "input_ids" | "text" | "messages"}) to dump',
+    )
+    g.add_argument(
+        "--dump-dir",
+        metavar="DIR",
+        type=folder_in(
+            "give the folder a dumping server wrote (its SGLANG_EAGLE3_EXT_DUMP_DIR)",
+            if_file="--dump-dir takes a dump folder; pass a prompts file as --data",
+        ),
+        help="start from this existing dump (the dump stage is skipped)",
+    )
+    g.add_argument("--url", type=server_url, help="a running dumping server (its dump folder must be OUT/dump)")
+    g.add_argument(
+        "--preset",
+        metavar="NAME",
+        type=preset,
+        help="start a dumping server with this launch preset and --target, stopped when the dump is done",
+    )
+    g.add_argument("--port", type=port, default=30000, help="the port of the server --preset starts")
 
 
 def build_parser() -> argparse.ArgumentParser:
     c = cli_common
     p = c.parser("build", c.doc_description(__doc__, paragraphs=3))
     p.add_argument(
-        "--config", metavar="FILE", help="YAML mapping of build's and train's flags (the command line overrides it)"
+        "--config",
+        metavar="FILE",
+        type=_CONFIG,
+        help="YAML mapping of build's and train's flags (the command line overrides it)",
     )
-    p.add_argument("--out", help="where every stage's output goes (new, empty, or an earlier build's)")
     p.add_argument(
-        "--target", help="the target model's local folder (served for the dump, its tokenizer, train, check, eval)"
+        "--out",
+        type=folder_out("give a new or empty folder, or an earlier build's"),
+        help="where every stage's output goes (new, empty, or an earlier build's)",
     )
-    c.hidden_alias(p, "--model-path", dest="target")
+    p.add_argument(
+        "--target",
+        type=_TARGET,
+        help="the target model's local folder (served for the dump, its tokenizer, train, check, eval)",
+    )
+    c.hidden_alias(p, "--model-path", dest="target", type=_TARGET)
     g = p.add_argument_group("dump")
-    g.add_argument(
-        "--data", metavar="PROMPTS", help='JSONL prompts ({"id", "input_ids" | "text" | "messages"}) to dump'
-    )
-    g.add_argument("--dump-dir", metavar="DIR", help="start from this existing dump (the dump stage is skipped)")
-    g.add_argument("--url", help="a running dumping server (its dump folder must be OUT/dump)")
-    g.add_argument(
-        "--preset",
-        metavar="NAME",
-        help="start a dumping server with this launch preset and --target, stopped when the dump is done",
-    )
-    g.add_argument("--port", type=c.positive_int, default=30000, help="the port of the server --preset starts")
+    _add_sources(g)
     g.add_argument(
         "--server-wait-s",
         type=c.positive_float,
@@ -124,8 +156,8 @@ def parse(argv) -> tuple[argparse.Namespace, dict]:
     from ..build.config import read_config
 
     p = build_parser()
-    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    pre.add_argument("--config")
+    pre = cli_common.parser("build", add_help=False)
+    pre.add_argument("--config", type=_CONFIG)
     known, _ = pre.parse_known_args(argv)
     rules = _rules(p)
     if known.config:

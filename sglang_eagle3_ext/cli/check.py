@@ -17,6 +17,7 @@ from pathlib import Path
 from ..draft.check import check_draft, report_dict
 from ..draft.hub import looks_like_hub_id
 from . import common as cli_common
+from .inputs import folder_in
 from .output import library_output
 
 
@@ -26,6 +27,7 @@ def build_parser():
     ap.add_argument("draft", help="the draft checkpoint folder (config.json + *.safetensors)")
     ap.add_argument(
         "--target",
+        type=folder_in("give the target model's folder (its config.json)"),
         help="target model dir (its config.json; its lm_head when the draft shares it): hidden/vocab/layer checks",
     )
     cli_common.add_sglang_release(ap, "check against this release")
@@ -55,9 +57,6 @@ def main(argv=None) -> int:
         )
     if not draft.exists() and not looks_like_hub_id(a.draft):
         raise cli_common.CliError(f"{a.draft}: no such directory (and not a hub id org/name)")
-    if a.target and not Path(a.target).is_dir():
-        what = "is a file, not" if Path(a.target).exists() else "no such directory,"
-        raise cli_common.CliError(f"--target {a.target}: {what} the target model's folder")
 
     with library_output(a.verbose):
         rep = check_draft(a.draft, a.target, a.sglang_version, a.scan_values, progress=not a.quiet)

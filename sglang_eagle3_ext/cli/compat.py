@@ -17,6 +17,7 @@ from ..boundary import BadInput, regular_file
 from ..compat.release import CACHE_ENV, ReleaseUnavailable, check_source, format_report, release_root
 from ..versions import parse
 from . import common as cli_common
+from .inputs import file_in, folder_in
 
 
 def build_parser():
@@ -24,12 +25,23 @@ def build_parser():
     cli_common.add_sglang_release(ap, "check this release", dest="sglang")
     ap.add_argument("--download", action="store_true", help="download the release's wheel (no deps) if not cached")
     src = ap.add_mutually_exclusive_group()
-    src.add_argument("--source", metavar="DIR", help="an unpacked SGLang tree (DIR/sglang or the sglang dir)")
-    src.add_argument("--wheel", metavar="FILE", help="this SGLang wheel file (its version from the file name)")
+    src.add_argument(
+        "--source",
+        metavar="DIR",
+        type=folder_in("give an unpacked SGLang tree"),
+        help="an unpacked SGLang tree (DIR/sglang or the sglang dir)",
+    )
+    src.add_argument(
+        "--wheel",
+        metavar="FILE",
+        type=file_in("give a SGLang wheel file (sglang-VERSION-*.whl)"),
+        help="this SGLang wheel file (its version from the file name)",
+    )
     ap.add_argument(
         "--wheel-dir",
         action="append",
         default=[],
+        type=folder_in("give a folder holding sglang-VERSION-*.whl files"),
         metavar="DIR",
         help=f"also look for sglang-VERSION-*.whl here (cache: ${CACHE_ENV} or ~/.cache/sglang_eagle3_ext)",
     )

@@ -18,6 +18,7 @@ import sys
 from ..draft.convert import convert
 from ..draft.errors import DraftError
 from . import common as cli_common
+from .inputs import folder_in, folder_out
 from .output import library_output
 
 
@@ -33,8 +34,16 @@ def _int_list(s: str) -> list[int]:
 def build_parser():
 
     ap = cli_common.parser("convert", cli_common.doc_description(__doc__))
-    ap.add_argument("src", help="the draft to convert (speculators / SpecForge / EAGLE checkpoint folder)")
-    ap.add_argument("dst", help="output folder (must be empty or absent, or --force)")
+    ap.add_argument(
+        "src",
+        type=folder_in("give the draft's checkpoint folder (config.json + weights)"),
+        help="the draft to convert (speculators / SpecForge / EAGLE checkpoint folder)",
+    )
+    ap.add_argument(
+        "dst",
+        type=folder_out("give a new or empty folder (--force replaces an earlier output of convert)"),
+        help="output folder (must be empty or absent, or --force)",
+    )
     cli_common.add_sglang_release(ap, "target SGLang release")
     ap.add_argument(
         "--hf-indices", type=_int_list, help="HF hidden_states indices the draft was trained on, e.g. 3,31,59"

@@ -25,8 +25,18 @@ from ..dump import driver, exporters
 from ..dump.client_files import ClientError
 from ..dump.export import ExportError
 from . import common as cli_common
+from .inputs import file_in, folder_in, folder_out, server_url
 from .interrupts import interrupted_exits
 from .output import library_output
+
+_DUMP_DIR = folder_in(
+    "give the folder the server dumps into (its SGLANG_EAGLE3_EXT_DUMP_DIR)",
+    if_file="--dump-dir takes the dump folder; pass a JSONL prompts file to `dump run --data`",
+)
+_PROMPTS = file_in(
+    "give a JSONL file of samples (input lines: see `dump --help`)",
+    if_folder="--data takes the JSONL file of samples; pass a dump folder as --dump-dir",
+)
 
 
 def _run(args) -> int:
@@ -112,9 +122,13 @@ def _run_text(sm: dict) -> str:
 def _add_run(sub) -> None:
     c = cli_common
     r = sub.add_parser("run", help="send a JSONL dataset to a dumping server")
-    r.add_argument("--url", default="http://127.0.0.1:30000", help="the dumping SGLang server")
-    r.add_argument("--data", required=True, metavar="PATH", help="JSONL dataset (input lines: see above)")
-    r.add_argument("--dump-dir", required=True, help="the server's SGLANG_EAGLE3_EXT_DUMP_DIR, as seen from here")
+    r.add_argument("--url", type=server_url, default="http://127.0.0.1:30000", help="the dumping SGLang server")
+    r.add_argument(
+        "--data", required=True, metavar="PATH", type=_PROMPTS, help="JSONL dataset (input lines: see above)"
+    )
+    r.add_argument(
+        "--dump-dir", required=True, type=_DUMP_DIR, help="the server's SGLANG_EAGLE3_EXT_DUMP_DIR, as seen from here"
+    )
     r.add_argument("--concurrency", type=c.positive_int, default=8, help="requests in flight")
     r.add_argument(
         "--target",
@@ -151,10 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", metavar="{run,export,status}")
     _add_run(sub)
     e = sub.add_parser("export", help=f"convert a dump for a training tool: {', '.join(exporters.names())}")
-    e.add_argument("--dump-dir", required=True, help="the dump directory (the server's SGLANG_EAGLE3_EXT_DUMP_DIR)")
+    e.add_argument(
+        "--dump-dir", required=True, type=_DUMP_DIR, help="the dump directory (the server's SGLANG_EAGLE3_EXT_DUMP_DIR)"
+    )
     e.add_argument("--to", choices=exporters.names(), required=True, help="output format")
-    e.add_argument("--out", required=True, help="output directory")
-    e.add_argument("--data", help="the JSONL used for the dump: sample order and loss_mask fields")
+    e.add_argument(
+        "--out", required=True, type=folder_out("give a new or empty folder for the export"), help="output directory"
+    )
+    e.add_argument("--data", type=_PROMPTS, help="the JSONL used for the dump: sample order and loss_mask fields")
     e.add_argument(
         "--workers",
         type=c.positive_int,
@@ -164,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_json_out(e, "what was exported")
     c.add_verbosity(e, quiet="no progress bar")
     s = sub.add_parser("status", help="manifest and writer status")
-    s.add_argument("--dump-dir", required=True, help="the dump directory")
+    s.add_argument("--dump-dir", required=True, type=_DUMP_DIR, help="the dump directory")
     c.add_json_out(s, "the manifest totals and every writer's status")
     return c.finish(p, "dump")
 

@@ -22,6 +22,7 @@ from ..acceptance.evaluate import DTYPES, Options, evaluate, render
 from ..boundary import BadInput, Refused
 from . import common as cli_common
 from .common import CliError
+from .inputs import folder_in, server_url, torch_device
 from .interrupts import interrupted_exits
 from .output import library_output
 
@@ -57,18 +58,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--draft",
         required=True,
+        type=folder_in("give the draft's folder, in the layout SGLang serves"),
         help="the draft's folder, in the layout SGLang serves (a speculators "
         "checkpoint: `sglang-eagle3 convert` it first)",
     )
     p.add_argument(
         "--data",
         required=True,
+        type=folder_in(
+            "give a dump folder or a training export (`dump export --to speculators`)",
+            if_file="eval reads hidden states, not prompts: give a dump folder or a training export",
+        ),
         help="a dump dir (dump_meta.json + manifests) or a training export "
         "(hs_{i}.safetensors, `dump export --to speculators`)",
     )
     p.add_argument(
         "--target",
         default=None,
+        type=folder_in("give the target model's folder"),
         help="the target model's folder: its embeddings (and lm_head when the "
         "draft shares it), as a server installs them (default: the model path the data records)",
     )
@@ -99,7 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"evaluate at most this many held-out samples (the first ones), 1..{MAX_SAMPLES:_}; default: all",
     )
-    p.add_argument("--device", default=None, help="torch device (default: cuda when there is one, else cpu)")
+    p.add_argument(
+        "--device", default=None, type=torch_device, help="torch device (default: cuda when there is one, else cpu)"
+    )
     p.add_argument("--dtype", choices=DTYPES, default="bf16", help="weights and activations (bf16: as served)")
     p.add_argument(
         "--batch-tokens",
@@ -124,6 +133,7 @@ def _add_server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--url",
         default=None,
+        type=server_url,
         help="a running EAGLE-3 server of this draft: send it the same held-out "
         "prompts and report its accept length beside the prediction",
     )

@@ -20,6 +20,7 @@ from ..launch import nccl, start
 from ..launch.plan import Plan, build_plan
 from . import common as cli_common
 from . import launch_flags
+from .inputs import file_in, folder_out, preset
 
 
 def our_parser() -> argparse.ArgumentParser:
@@ -34,8 +35,15 @@ def our_parser() -> argparse.ArgumentParser:
         "typo or an abbreviation is refused before anything starts.",
     )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--preset", metavar="NAME", help="a server_configs/NAME.yaml preset (see --list-presets)")
-    src.add_argument("--config", metavar="FILE", help="a preset-format YAML file (SGLang --config files work too)")
+    src.add_argument(
+        "--preset", metavar="NAME", type=preset, help="a server_configs/NAME.yaml preset (see --list-presets)"
+    )
+    src.add_argument(
+        "--config",
+        metavar="FILE",
+        type=file_in("give a preset-format YAML file"),
+        help="a preset-format YAML file (SGLang --config files work too)",
+    )
     p.add_argument("--list-presets", action="store_true", help="print the shipped presets and exit")
     p.add_argument(
         "--nccl-profile",
@@ -67,10 +75,16 @@ def our_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dump-dir",
         metavar="DIR",
+        type=folder_out("give a folder to dump into (new, or a dump with the same settings)"),
         help="dump prefill hidden states into DIR (made if missing; replaces a preset's dump_dir; "
         "passed to SGLang's processes as SGLANG_EAGLE3_EXT_DUMP_DIR)",
     )
-    p.add_argument("--topology-file", metavar="F", help="read the topology from JSON instead of NVML")
+    p.add_argument(
+        "--topology-file",
+        metavar="F",
+        type=file_in("give a topology JSON file (`launch --dump-topology` writes one)"),
+        help="read the topology from JSON instead of NVML",
+    )
     p.add_argument("--dump-topology", action="store_true", help="print the detected topology as JSON and exit")
     p.add_argument(
         "--skip-draft-check",

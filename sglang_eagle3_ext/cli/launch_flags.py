@@ -8,10 +8,14 @@ flags are spelled out in full. The short forms SGLang's own documentation writes
 
 from __future__ import annotations
 
+import argparse
 import difflib
 
+from ..compat import server_flags
 from ..launch import presets
+from ..versions import installed_version
 from .common import CliError, did_you_mean, write_json
+from .inputs import port
 
 # abbreviations SGLang's documentation uses in its own launch commands: taken as SGLang takes them
 SGLANG_SHORT_FORMS = {"--tp": "--tp-size", "--dp": "--dp-size"}
@@ -34,10 +38,14 @@ def print_sglang_help() -> None:
         ) from None
 
 
-def _sglang_flags() -> tuple[dict | None, str]:
-    """SGLang's option strings -> actions, and its version ({} unknown when SGLang is not importable here)."""
+def _sglang_flags() -> tuple[set | dict | None, str]:
+    """SGLang's option strings, and its version (None, "?" when SGLang is not here). Read statically from its
+    source (a fraction of a second); its own parser (tens of seconds to import) only when that cannot be read."""
     import warnings
 
+    static = server_flags.installed_flags()
+    if static is not None:
+        return static, installed_version() or "?"
     try:
         from ..launch import presets
 
@@ -50,12 +58,14 @@ def _sglang_flags() -> tuple[dict | None, str]:
 
 
 def check_flags(parser, ours, rest: list[str]) -> None:
-    """CliError for a flag in `rest` that is neither ours nor SGLang's; `--json` on stdout only with --dry-run."""
+    """CliError for a flag in `rest` that is neither ours nor SGLang's, or a port out of range; `--json` on
+    stdout only with --dry-run."""
     if ours.json == "-" and not ours.dry_run and not ours.list_presets:
         raise CliError(
             "--json without PATH prints the plan of --dry-run: add --dry-run, or give --json PATH to "
             "keep the plan of a real launch"
         )
+    _check_ports(rest)
     flags = [t.split("=", 1)[0] for t in _until_double_dash(rest) if t.startswith("--")]
     if not flags:
         return
@@ -83,6 +93,23 @@ def check_flags(parser, ours, rest: list[str]) -> None:
             f"{opt}: neither a flag of launch nor of SGLang {version}{did_you_mean(opt, [*mine, *theirs])}"
             f" (`launch --help` lists ours, `launch --help-sglang` SGLang's; nothing was started)"
         )
+
+
+def _check_ports(rest: list[str]) -> None:
+    """SGLang's port flags (`--port`, `--nccl-port`, ...) hold 1..65535: its parser takes any integer, and the
+    server would fail only once the model is loaded."""
+    words = _until_double_dash(rest)
+    for i, word in enumerate(words):
+        opt, eq, text = word.partition("=")
+        if not (opt == "--port" or (opt.startswith("--") and opt.endswith("-port"))):
+            continue
+        text = text if eq else (words[i + 1] if i + 1 < len(words) else None)
+        if text is None:
+            continue  # SGLang's parser says the value is missing
+        try:
+            port(text)
+        except argparse.ArgumentTypeError as e:
+            raise CliError(f"{opt} {text}: {e}; give a free port such as 30000 (nothing was started)") from None
 
 
 def _until_double_dash(rest: list[str]) -> list[str]:

@@ -40,11 +40,12 @@ def _sort_key(v: str):
         return (1, v)
 
 
-def find(release: str) -> Path:
+def find(release: str, flag: str = "--print") -> Path:
     have = releases()
     if release not in have:
         raise cli_common.CliError(
-            f"no static patch for SGLang {release!r}; shipped: {', '.join(sorted(have, key=_sort_key)) or 'none'} "
+            f"{flag} {release}: no static patch for this SGLang release; give one of "
+            f"{', '.join(sorted(have, key=_sort_key)) or 'none'} "
             f"(other releases: the runtime route, SGLANG_EAGLE3_EXT=1, needs no patch)"
         )
     return have[release]
@@ -60,7 +61,7 @@ def main(argv=None) -> int:
     if a.print_release:
         sys.stdout.write(find(a.print_release).read_text())
     elif a.path:
-        print(find(a.path))
+        print(find(a.path, "--path"))
     else:
         for rel, f in sorted(releases().items(), key=lambda kv: _sort_key(kv[0])):
             print(f"{rel:10} {f}")

@@ -23,24 +23,46 @@ from ..boundary import BadInput, Refused
 from ..refresh.run import Options, refresh
 from ..training.report import TrainDraftError
 from . import common as c
+from .inputs import folder_in, folder_out, server_url, torch_device
 from .interrupts import interrupted_line, interruptible
 from .output import library_output
+
+
+def _add_folders(p) -> None:
+    """What refresh reads (the dump, the served draft, the target) and the folder it writes."""
+    p.add_argument(
+        "--dump-dir",
+        required=True,
+        type=folder_in("give the folder the server dumps into (its SGLANG_EAGLE3_EXT_DUMP_DIR)"),
+        help="the serving dump (the server's SGLANG_EAGLE3_EXT_DUMP_DIR)",
+    )
+    p.add_argument(
+        "--draft",
+        default=None,
+        type=folder_in("give the served draft's folder (SGLang's layout)"),
+        help="the draft being served (SGLang's layout): training starts from "
+        "its weights and the new one must beat it. Required without --swap; with --swap it must be the "
+        "draft the server serves (default: that one)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        type=folder_out("give a new folder for this refresh"),
+        help="a new folder for this refresh (data/, train/, draft/, refresh.json)",
+    )
+    p.add_argument(
+        "--target",
+        default=None,
+        type=folder_in("give the target model's folder"),
+        help="the target's folder (default: the model path the dump records)",
+    )
 
 
 def build_parser():
 
     d = Options(dump_dir="", draft="", out="")
     p = c.parser("refresh", c.doc_description(__doc__, paragraphs=3))
-    p.add_argument("--dump-dir", required=True, help="the serving dump (the server's SGLANG_EAGLE3_EXT_DUMP_DIR)")
-    p.add_argument(
-        "--draft",
-        default=None,
-        help="the draft being served (SGLang's layout): training starts from "
-        "its weights and the new one must beat it. Required without --swap; with --swap it must be the "
-        "draft the server serves (default: that one)",
-    )
-    p.add_argument("--out", required=True, help="a new folder for this refresh (data/, train/, draft/, refresh.json)")
-    p.add_argument("--target", default=None, help="the target's folder (default: the model path the dump records)")
+    _add_folders(p)
     p.add_argument(
         "--margin",
         type=c.non_negative_float,
@@ -79,13 +101,14 @@ def build_parser():
         default=None,
         help="judge on at most this many held-out samples (default: all)",
     )
-    p.add_argument("--device", default=None, help="torch device (default: cuda when there is one)")
+    p.add_argument("--device", default=None, type=torch_device, help="torch device (default: cuda when there is one)")
     p.add_argument("--dtype", choices=DTYPES, default=d.dtype, help="eval's weights and activations")
     p.add_argument("--workers", type=c.positive_int, default=d.workers, help="export threads")
     p.add_argument(
         "--swap",
         dest="swap_url",
         default=None,
+        type=server_url,
         metavar="URL",
         help="a running EAGLE-3 server: swap an accepted draft into it (`sglang-eagle3 swap`)",
     )
@@ -107,6 +130,8 @@ def render(rep: dict) -> str:
         f"  samples: {rep['selected']} selected of {rep['new_samples']} new "
         f"({rep['train_samples']} trained on, {rep['heldout_samples']} held out)",
     ]
+    if rep.get("bad_samples"):
+        lines.append(f"  skipped: {len(rep['bad_samples'])} bad sample(s), named in the report")
     if rep.get("out"):
         lines.append(f"  new draft: {rep['draft_after']} (report: {rep['out']}/refresh.json)")
     sw = rep.get("swap")
@@ -141,12 +166,18 @@ def main(argv: list[str] | None = None) -> int:
         swap_url=a.swap_url,
         train_options=extra,
         say=say,
+        report=(lambda rep: c.write_json(a.json, rep)) if a.json else None,  # before the cursor records samples
     )
     if a.draft is None and a.swap_url is None:
         print(
             c.error_line("refresh", "--draft is required without --swap (with --swap it defaults to the served draft)"),
             file=sys.stderr,
         )
+        return c.EXIT_BAD_INPUT
+    try:
+        c.check_json_dest(a.json)  # before anything: a report that cannot be written is found now
+    except BadInput as e:
+        print(c.error_line("refresh", str(e)), file=sys.stderr)
         return c.EXIT_BAD_INPUT
     try:
         with interruptible("refresh") as stop, library_output(a.verbose, bars=True):
@@ -162,10 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(interrupted_line("refresh", _STOPPED), file=sys.stderr)
         return c.EXIT_INTERRUPTED
-    code = c.report(a.json, rep, render(rep))
+    if a.json != "-":  # the JSON report went out from refresh itself (Options.report)
+        print(render(rep))
     if rep.get("swap") and not rep["swap"].get("ok"):
         return c.EXIT_BAD_INPUT
-    return code if rep["accepted"] else c.EXIT_FAILED
+    return c.EXIT_OK if rep["accepted"] else c.EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import sys
 from ..boundary import BadInput, Refused
 from ..draft.swap_client import Options, render, swap
 from . import common as cli_common
+from .inputs import server_url
 from .output import library_output
 
 MAX_TIMEOUT_S = 86_400.0  # a day: a swap waits for the requests in flight, never longer than that
@@ -34,7 +35,9 @@ MAX_SETTLE_S = 3_600.0
 def build_parser():
 
     p = cli_common.parser("swap", cli_common.doc_description(__doc__, paragraphs=4))
-    p.add_argument("--url", required=True, help="the running EAGLE-3 server (e.g. http://127.0.0.1:30000)")
+    p.add_argument(
+        "--url", required=True, type=server_url, help="the running EAGLE-3 server (e.g. http://127.0.0.1:30000)"
+    )
     p.add_argument(
         "--draft",
         required=True,

@@ -14,9 +14,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..boundary import BadInput
 from ..tiny import deepseek_v3
 from . import common as cli_common
+from .inputs import file_in, folder_out
 from .output import library_output
+
+_PROMPTS = "give a JSONL file of token-id prompts, one per line as `dump run --data` reads them"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "out",
         nargs="?",
+        type=folder_out("give a new or empty folder, or leave OUT out (the cache)"),
         help=f"output folder, new or empty (default: the cache, "
         f"{deepseek_v3.default_dir()}); one holding other files is refused, one "
         f"holding this target is reused",
@@ -44,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--sample-dump",
         metavar="DIR",
+        type=folder_out("give a new or empty folder"),
         help="also write the target's hidden states for --samples prompts into DIR (new or empty), as "
         "the dumping server would: the aux layers it captures by default, the final state",
     )
@@ -53,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--prompts",
         metavar="FILE",
+        type=file_in(_PROMPTS),
         help="a `dump run --data` file of token-id prompts (default: seeded random token ids)",
     )
     g.add_argument(
@@ -73,10 +80,17 @@ def main(argv=None) -> int:
         from ..tiny.kimi_k25 import ensure_tiny_kimi_target as make
     if a.sample_dump and a.kimi:
         raise cli_common.CliError("--sample-dump reads the DeepSeek-V3 target; drop --kimi")
+    if a.prompts and not a.sample_dump:
+        raise cli_common.CliError("--prompts: the prompts of --sample-dump; add --sample-dump DIR, or drop --prompts")
     if a.sample_dump:
-        from ..tiny.sample_dump import refuse_used_folder
+        from ..tiny.sample_dump import file_prompts, refuse_used_folder
 
         refuse_used_folder(Path(a.sample_dump))  # before minutes of work, not after
+        if a.prompts:  # read now: a bad prompts file is found before the target is built
+            try:
+                file_prompts(Path(a.prompts), a.samples, deepseek_v3.TINY_CONFIG["vocab_size"], "--prompts file")
+            except BadInput as e:
+                raise cli_common.CliError(f"--prompts {e}") from None
 
     with library_output(verbose=False, bars=True):  # our progress lines, not transformers' bars
         target = make(a.out, seed=a.seed, **(deepseek_v3.PREDICTABLE if a.predictable else {}))

@@ -30,6 +30,7 @@ from ..training.selection import SELECT_BY
 from ..training.train import ROUTES, train_draft
 from . import common as cli_common
 from .common import non_negative_int, number_in, positive_int
+from .inputs import folder_in, folder_out
 from .interrupts import interrupted_line, interruptible
 from .output import library_output
 
@@ -37,17 +38,32 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainOptions)}
 
 
 positive_number, _ratio = number_in(0.0, float("inf")), number_in(0.0, 1.0)
+_EXPORT = "sglang-eagle3 dump export --dump-dir DUMP --to speculators --out DIR"
+# train reads exported hidden states; a prompts file is the mix-up to name: it is what `dump run` reads
+DATA = folder_in(
+    f"give the folder `{_EXPORT}` wrote",
+    if_file="train reads exported hidden states (hs_{i}.safetensors), not prompts: dump them with "
+    f"`sglang-eagle3 dump run --data FILE`, export them with `{_EXPORT}`, then pass --data DIR",
+)
 
 
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
     """What is trained, from what, for how long."""
     d = _DEFAULTS
     p.add_argument(
-        "--data", help="dir with hs_{i}.safetensors (or DIR/hidden_states/ with them); required but with --dry-run"
+        "--data",
+        type=DATA,
+        help="dir with hs_{i}.safetensors (or DIR/hidden_states/ with them); required but with --dry-run",
     )
-    p.add_argument("--target", required=True, help="the target's local HF directory (config + safetensors)")
+    p.add_argument(
+        "--target",
+        required=True,
+        type=folder_in("give the target model's local folder (config.json + safetensors)"),
+        help="the target's local HF directory (config + safetensors)",
+    )
     p.add_argument(
         "--out",
+        type=folder_out("give a new or empty folder, or an earlier output of train"),
         help="where the draft is written (a new or empty directory, or an earlier output of "
         "train with --force or --resume); after every epoch it holds the draft so far and checkpoint/, "
         "what --resume continues from. Required but with --dry-run",
@@ -83,6 +99,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--init-from",
         metavar="DIR",
+        type=folder_in("give the folder of the draft to continue training"),
         default=d["init_from"],
         help="continue training this draft (SGLang's serving layout or train's output): its weights, "
         "draft-vocab mapping, layout and shape (--draft-arch, --num-layers, --intermediate-size, "
@@ -138,7 +155,7 @@ def _add_draft_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-every", type=positive_int, default=d["log_every"], help="print metrics every N steps")
     p.add_argument(
         "--min-val-acc",
-        type=float,
+        type=number_in(0.0, 1.0, include_low=True),
         default=d["min_val_acc"],
         help="exit non-zero when the draft's validation accuracy is at or below this (0 = never)",
     )
@@ -253,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     missing = [] if a.dry_run else [f for f in ("data", "out") if getattr(a, f) is None]
     if missing:
         parser.error(f"the following arguments are required: {', '.join('--' + f for f in missing)}")
+    if a.data is not None:
+        check_data(a.data)
     for flag in ("select_steps", "select_samples"):
         if getattr(a, flag) is not None and a.select_by != "predicted-accept":
             parser.error(
@@ -285,6 +304,28 @@ def main(argv: list[str] | None = None) -> int:
     if a.json and _rank() == 0:
         cli_common.write_json(a.json, result)
     return 0
+
+
+def check_data(data: str) -> None:
+    """--data holds hidden-state files (named, not read): a dump not yet exported, or a folder of something
+    else, is said now rather than once torch and the trainer are loaded."""
+    from pathlib import Path
+
+    from ..dump.config import META_FILE
+    from ..training.data import find_hs_dir
+
+    try:
+        find_hs_dir(Path(data))
+    except TrainDraftError:
+        if (Path(data) / META_FILE).is_file():
+            raise cli_common.CliError(
+                f"--data {data}: a dump, not yet exported: run `sglang-eagle3 dump export --dump-dir {data} "
+                f"--to speculators --out DIR`, then pass --data DIR"
+            ) from None
+        raise cli_common.CliError(
+            f"--data {data}: no hs_{{i}}.safetensors files here or in its hidden_states/; give the folder "
+            f"`{_EXPORT}` wrote"
+        ) from None
 
 
 def what_out_holds(out: str | None) -> str:

@@ -23,6 +23,7 @@ from ..boundary import BadInput, Refused, writable_dir
 from ..tune.run import DEFAULT_BACKENDS
 from . import common as cli_common
 from .args import new_tokens
+from .inputs import file_in, folder_in, folder_out, torch_device
 from .interrupts import interrupted_exits
 from .output import library_output
 
@@ -33,7 +34,7 @@ def _levels(s: str) -> list[int]:
     except ValueError:
         out = []
     if not out or min(out) < 1 or max(out) > 4096:
-        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated integers 1..4096, e.g. 1,4,16,32")
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers 1..4096, e.g. 1,4,16,32, got {s!r}")
     return out
 
 
@@ -44,23 +45,41 @@ def _names(s: str) -> tuple:
     return out
 
 
-def build_parser() -> argparse.ArgumentParser:
-
-    p = cli_common.parser("tune", cli_common.doc_description(__doc__, paragraphs=2))
-    p.add_argument("--target", required=True, help="the target model's folder")
-    p.add_argument("--draft", required=True, help="the EAGLE-3 draft's folder, in the layout SGLang serves")
+def _add_inputs(p) -> None:
+    """What tune reads: the target, the draft, the dump, the prompts."""
+    p.add_argument(
+        "--target", required=True, type=folder_in("give the target model's folder"), help="the target model's folder"
+    )
+    p.add_argument(
+        "--draft",
+        required=True,
+        type=folder_in("give the draft's folder, in the layout SGLang serves"),
+        help="the EAGLE-3 draft's folder, in the layout SGLang serves",
+    )
     p.add_argument(
         "--data",
         required=True,
+        type=folder_in(
+            "give the dump folder `sglang-eagle3 dump` wrote (or a training export)",
+            if_file="tune reads hidden states, not prompts: give a dump folder or a training export (prompts: "
+            "--prompts)",
+        ),
         help="your dump (or a training export): the accept side is simulated on its held-out samples",
     )
     p.add_argument(
         "--prompts",
         default=None,
+        type=file_in("give a JSONL / ShareGPT / MT-bench prompts file"),
         help="your prompts (JSONL / ShareGPT / MT-bench) for the timed candidates (default: built-in random token ids)",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+
+    p = cli_common.parser("tune", cli_common.doc_description(__doc__, paragraphs=2))
+    _add_inputs(p)
     p.add_argument(
-        "--concurrency", type=_levels, default=[1, 4, 16, 32], help="the concurrency bands to tune, e.g. 1,4,16,32"
+        "--concurrency", type=_levels, default="1,4,16,32", help="the concurrency bands to tune, e.g. 1,4,16,32"
     )
     p.add_argument(
         "--budget-min",
@@ -71,11 +90,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--backends",
         type=_names,
-        default=DEFAULT_BACKENDS,
+        default=",".join(DEFAULT_BACKENDS),
         help="attention backends to consider (those the release or GPU lack are left out, each with its reason)",
     )
-    p.add_argument("--out", default="tune_out", help="folder for the presets, timings.json, tune.json, the plot")
-    p.add_argument("--timings", default=None, help="a timings.json of an earlier run: no timing pass")
+    p.add_argument(
+        "--out",
+        default="tune_out",
+        type=folder_out("give a new folder, or an earlier run's"),
+        help="folder for the presets, timings.json, tune.json, the plot",
+    )
+    p.add_argument(
+        "--timings",
+        default=None,
+        type=file_in("give the timings.json an earlier tune run wrote"),
+        help="a timings.json of an earlier run: no timing pass",
+    )
     p.add_argument(
         "--no-measure", action="store_true", help="no measurement of the top candidates: the model's predictions only"
     )
@@ -83,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--per-band", type=int, default=2, choices=range(1, 5), metavar="{1..4}", help="candidates measured per band"
     )
     p.add_argument(
-        "--new-tokens", type=new_tokens, default=(64, 1024), help="the measurements' output lengths, N or LO:HI"
+        "--new-tokens", type=new_tokens, default="64:1024", help="the measurements' output lengths, N or LO:HI"
     )
     p.add_argument("--num-prompts", type=cli_common.positive_int, default=None, help="prompts per measurement")
     p.add_argument("--samples", type=cli_common.positive_int, default=64, help="held-out samples simulated")
@@ -93,12 +122,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.05,
         help="the share `train` held out of --data (1: every sample)",
     )
-    p.add_argument("--device", default=None, help="torch device of the simulation (default: cuda when there is one)")
+    p.add_argument(
+        "--device",
+        default=None,
+        type=torch_device,
+        help="torch device of the simulation (default: cuda when there is one)",
+    )
     p.add_argument(
         "--server-args",
         default="",
         help="more SGLang arguments for every server, one quoted string "
-        '(e.g. "--mem-fraction-static 0.5 --max-total-tokens 65536")',
+        '(e.g. "--mem-fraction-static 0.5 --max-total-tokens 65536"; default: none)',
     )
     p.add_argument("--trust-remote-code", action="store_true", help="let --target's tokenizer run its own code")
     p.add_argument(

@@ -52,10 +52,13 @@ def parse_sample(obj, where: str, n: int) -> dict:
     return {"id": sanitize_id(str(raw_id)), "kind": kind, "value": val, "loss_mask": mask}
 
 
-def read_samples(path, limit: int | None = None, strict: bool = False) -> tuple[list[dict], int, int]:
+def read_samples(
+    path, limit: int | None = None, strict: bool = False, what: str = "--data file"
+) -> tuple[list[dict], int, int]:
     """(samples, malformed lines, duplicate ids): ids sanitised, the first of each id kept. A malformed line
-    is skipped with a warning naming file:line and key, or with `strict` raises BadInput."""
-    p = regular_file(path, "--data file")
+    is skipped with a warning naming file:line and key, or with `strict` raises BadInput. `what`: the file as
+    the command's flag names it."""
+    p = regular_file(path, what)
     out, seen, bad, dups = [], set(), 0, 0
     with open(p, "rb") as fh:
         for n, raw in enumerate(fh, 1):

@@ -32,11 +32,11 @@ def random_prompts(count: int, vocab_size: int, seed: int) -> list[tuple[str, li
     return [(f"sample-{i:05d}", [rng.randrange(vocab_size) for _ in range(rng.randint(16, 48))]) for i in range(count)]
 
 
-def file_prompts(path: Path, count: int, vocab_size: int) -> list[tuple[str, list[int]]]:
+def file_prompts(path: Path, count: int, vocab_size: int, what: str = "--prompts file") -> list[tuple[str, list[int]]]:
     """The first `count` prompts of a `dump run --data` file; token ids only (the tiny target has no
     tokenizer); BadInput naming the file and line otherwise."""
 
-    samples, _bad, _dups = read_samples(path, limit=count, strict=True)
+    samples, _bad, _dups = read_samples(path, limit=count, strict=True, what=what)
     out = []
     for s in samples:
         ids = s.get("value")

@@ -63,8 +63,11 @@ def _kernel_problem(backend: str) -> str | None:
     return None
 
 
-def decide(asked: list[str], capability: tuple[int, int] | None, mla: bool | None) -> list[Decision]:
-    """One decision per asked backend; `capability` None: no GPU here (a dry run decides by the release only)."""
+def decide(
+    asked: list[str], capability: tuple[int, int] | None, mla: bool | None, logged: bool = True
+) -> list[Decision]:
+    """One decision per asked backend; `capability` None: no GPU here (a dry run decides by the release only).
+    logged=False: the caller prints them itself (the dry run's plan), so each is said once."""
     out = []
     for b in asked:
         if b == "flashmla" and mla is False:
@@ -95,7 +98,7 @@ def decide(asked: list[str], capability: tuple[int, int] | None, mla: bool | Non
                 f"{capability[0]}.{capability[1]}, its kernels import",
             )
         )
-    for d in out:
+    for d in out if logged else ():
         log.info("backend %s: %s (%s)", d.backend, "timed" if d.chosen else "left out", d.reason)
     return out
 

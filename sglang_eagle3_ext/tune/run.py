@@ -112,7 +112,7 @@ def plan(o: Options) -> dict:
     shape = _target_shape(o.target)
 
     acc = accept_lengths(o.draft, o.data, o.target, o.heldout_fraction, o.samples, o.device, dry_run=True)
-    decisions = B.decide(list(o.backends), B.gpu_capability(), shape["mla"])
+    decisions = B.decide(list(o.backends), B.gpu_capability(), shape["mla"], logged=False)  # the plan lists them
     chosen = [d.backend for d in decisions if d.chosen]
     from .servers import LAUNCHER, server_args
 
@@ -354,7 +354,9 @@ def render(rep: dict) -> str:
         lines += [f"  timing pass: {tp}"] if isinstance(tp, str) else [f"  server: {c}" for c in tp["commands"]]
         bd = rep["budget"]
         lines.append(
-            f"  budget: {bd['limit_gpu_min']} GPU min; one timing pass ~{bd['estimate_gpu_min_per_timing_pass']:g}, "
+            "  budget: "
+            + (f"{bd['limit_gpu_min']:g} GPU min" if bd["limit_gpu_min"] is not None else "no limit (--budget-min)")
+            + f"; one timing pass ~{bd['estimate_gpu_min_per_timing_pass']:g}, "
             f"everything ~{bd['estimate_gpu_min_all']:.0f}"
         )
         lines.append(f"  adaptive config: {'fitted' if rep['adaptive_config'] else 'not offered by this release'}")

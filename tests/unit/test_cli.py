@@ -98,11 +98,11 @@ def _one_line_error(capsys, rc, code=EXIT_BAD_INPUT, *words):
         (["launch", "--config", "/nonexistent/preset.yaml", "--dry-run"], ["/nonexistent/preset.yaml"]),
         (["bench", "--url", "localhost:30000"], ["not an http(s) URL"]),
         (["bench", "--url", "http://127.0.0.1:9", "--concurrency", "1,x"], ["--concurrency"]),
-        (["patches", "--print", "0.0.1"], ["no static patch for SGLang '0.0.1'"]),
+        (["patches", "--print", "0.0.1"], ["--print 0.0.1: no static patch"]),
         (["tiny", "--", "-x"], ["looks like an option"]),
         (["check", "/tmp", "--bogus-flag"], ["unrecognized arguments: --bogus-flag"]),
         (["check", "/nonexistent/draft"], ["/nonexistent/draft", "no such directory"]),
-        (["launch", "--config", "/tmp", "--dry-run"], ["/tmp", "cannot be read"]),
+        (["launch", "--config", "/tmp", "--dry-run"], ["--config", "/tmp", "is a folder"]),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):

@@ -63,6 +63,7 @@ def test_train_below_min_val_acc_is_a_negative_verdict(tmp_path, monkeypatch, ca
         require_learned(0.01, opts.min_val_acc, opts.out)
 
     monkeypatch.setattr(cli_train, "train_draft", trained_but_not_learned)
+    (tmp_path / "hs_0.safetensors").touch()  # a folder of hidden states, by name: train's own check passes
     rc, _, err = run(
         ["train", "--data", str(tmp_path), "--target", str(tmp_path), "--out", str(tmp_path / "d")], capsys
     )
@@ -295,6 +296,7 @@ def test_refresh_names_its_dump_dir_once_in_one_line(what, tmp_path, capsys):
     dump = tmp_path / "dump"
     if what == "not a dump":
         dump.mkdir()
+    (tmp_path / "draft").mkdir()  # the served draft is there: the dump is what is wrong
     rc, out, err = run(
         ["refresh", "--dump-dir", str(dump), "--draft", str(tmp_path / "draft"), "--out", str(tmp_path / "out")], capsys
     )

@@ -53,6 +53,16 @@ VALID = {
 }
 
 
+@pytest.fixture(scope="module")
+def valid_paths(tmp_path_factory):
+    """A folder holding the paths VALID names, of the kinds the parsers check: folders d, s, t; the file x."""
+    root = tmp_path_factory.mktemp("valid")
+    for name in ("d", "s", "t"):
+        (root / name).mkdir()
+    (root / "x").write_text("")
+    return root
+
+
 def _probes(parsers):
     """(parser, valid argv, flag, action) for every switch and every string-valued flag of every command."""
     out = []
@@ -69,8 +79,9 @@ def _probes(parsers):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_no_flag_is_taken_abbreviated(parsers, data, capsys):
+def test_no_flag_is_taken_abbreviated(parsers, data, capsys, valid_paths, monkeypatch):
     """A proper prefix of a flag (that is not itself a flag) is refused with exit 2, never taken as the flag."""
+    monkeypatch.chdir(valid_paths)
     p, argv, flag, action = data.draw(st.sampled_from(_probes(parsers)))
     cut = data.draw(st.integers(3, len(flag) - 1))
     probe = flag[:cut]
@@ -310,8 +321,8 @@ def test_launch_keeps_sglangs_own_flags_and_abbreviations(no_launch, capfd, tmp_
 def _sglang_cases(tmp_path):
     return {
         "check": ["check", tmp_path],
-        "convert": ["convert", tmp_path / "s", tmp_path / "d"],
-        "compat": ["compat", "--source", tmp_path / "nope"],
+        "convert": ["convert", tmp_path, tmp_path / "d"],
+        "compat": ["compat", "--source", tmp_path],
     }
 
 

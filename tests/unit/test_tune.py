@@ -257,16 +257,21 @@ def test_full_run_on_recorded_timings_writes_presets_config_plot_and_report(worl
         assert json.loads((out / "adaptive_config.json").read_text())["1"]["candidate_steps"]
 
 
-def test_dry_run_plans_without_starting(world, tmp_path, capsys):
+def test_dry_run_plans_without_starting(world, tmp_path, capsys, caplog):
+    plan = tmp_path / "plan.json"
     rc, stdout, err = _tune(
-        [*_base(world), "--dry-run", "--out", tmp_path / "o", "--backends", "triton,flashmla", "--json", "-"], capsys
+        [*_base(world), "--dry-run", "--out", tmp_path / "o", "--backends", "triton,flashmla", "--json", plan], capsys
     )
     assert rc == 0, err
-    rep = json.loads(stdout)
+    rep = json.loads(plan.read_text())
     assert rep["dry_run"] and not (tmp_path / "o").exists()
     by = {d["backend"]: d for d in rep["backends"]}
     assert by["triton"]["chosen"] and not by["flashmla"]["chosen"] and "MLA" in by["flashmla"]["reason"]
     assert any("--speculative-num-steps 3" in c for c in rep["timing_pass"]["commands"])
+    # the text plan says each decision once, in words: no budget of None
+    said = stdout + err + caplog.text
+    assert [said.count(f"backend {b}:") for b in ("triton", "flashmla")] == [1, 1], said
+    assert "budget: no limit" in stdout and "None" not in stdout, stdout
 
 
 @pytest.mark.parametrize(
@@ -285,7 +290,7 @@ def test_refusals_are_one_line_exit_2(world, tmp_path, capsys, extra, needle):
 def test_no_dump_is_refused(world, tmp_path, capsys):
     argv = ["--target", world["target"], "--draft", world["draft"], "--data", tmp_path / "missing"]
     rc, _, err = _tune(argv, capsys)
-    assert rc == 2 and "--data" in err and "no such dump" in err and len(err.strip().splitlines()) == 1
+    assert rc == 2 and "--data" in err and "no such folder" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.sglang

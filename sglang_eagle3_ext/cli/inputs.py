@@ -1,0 +1,209 @@
+"""argparse types for what a command reads or writes on this machine, checked while its command line is parsed:
+before anything heavy is imported, any server is asked or anything is made. A wrong one is argparse's usage
+error: exit 2, one line naming the flag as typed, the path as typed and what to give instead.
+
+    p.add_argument("--data", type=file_in("give the JSONL prompts file"))
+    p.add_argument("--out", type=folder_out("give a new or empty folder"))
+    p.add_argument("--port", type=port)
+
+Each returns the text unchanged (a path stays the string the user typed); a path type has `local_path` set (a
+documentation test parses commands whose example paths exist on the user's machine only); imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import stat
+from urllib.parse import urlsplit
+
+from ..launch import presets
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISREG(mode):
+        return "a file"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "neither a file nor a folder"
+
+
+def _refuse(text: str, problem: str, fix: str):
+    raise argparse.ArgumentTypeError(f"{text}: {problem}; {fix}")
+
+
+def _path(text: str, fix: str) -> str:
+    if not text.strip() or "\x00" in text:
+        _refuse(repr(text), "not a path", fix)
+    return os.path.expanduser(text)
+
+
+def _stat(text: str, fix: str) -> os.stat_result | None:
+    """The path's stat (symlinks followed); None when nothing is there."""
+    try:
+        return os.stat(_path(text, fix))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        _refuse(text, f"cannot be read ({e.strerror or e})", fix)
+
+
+def file_in(fix: str, if_folder: str | None = None):
+    """A regular file this user can read. `fix`: what to give instead; `if_folder`: what to say instead when a
+    folder was given (the likely mix-up of two inputs, e.g. a dump folder where the prompts file goes)."""
+
+    def parse(text: str) -> str:
+        st = _stat(text, fix)
+        if st is None:
+            _refuse(text, "no such file", fix)
+        if stat.S_ISDIR(st.st_mode):
+            _refuse(text, "is a folder, not a file", if_folder or fix)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would block or mislead the reader
+            _refuse(text, f"is {_kind(st.st_mode)}, not a regular file", fix)
+        if not os.access(_path(text, fix), os.R_OK):
+            _refuse(text, "is not readable by this user", fix)
+        return text
+
+    parse.__name__, parse.local_path = "file", True
+    return parse
+
+
+def folder_in(fix: str, if_file: str | None = None):
+    """An existing folder this user can list and read. `if_file`: what to say instead when a file was given."""
+
+    def parse(text: str) -> str:
+        st = _stat(text, fix)
+        if st is None:
+            _refuse(text, "no such folder", fix)
+        if not stat.S_ISDIR(st.st_mode):
+            _refuse(
+                text, f"is {_kind(st.st_mode)}, not a folder", if_file if stat.S_ISREG(st.st_mode) and if_file else fix
+            )
+        if not os.access(_path(text, fix), os.R_OK | os.X_OK):
+            _refuse(text, "is not readable by this user", fix)
+        return text
+
+    parse.__name__, parse.local_path = "folder", True
+    return parse
+
+
+def folder_out(fix: str):
+    """A folder to write: absent (made later, by the command, once everything else is checked) or a folder, on
+    a path this user can write. Nothing is made here."""
+
+    def parse(text: str) -> str:
+        p = os.path.abspath(_path(text, fix))
+        probe = p
+        while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
+            probe = os.path.dirname(probe)  # the nearest part of the path that exists
+        st = _stat(probe, fix)
+        if st is None:
+            _refuse(text, f"{probe} is a broken symlink", fix)
+        if not stat.S_ISDIR(st.st_mode):
+            _refuse(
+                text,
+                f"is {_kind(st.st_mode)}, not a folder"
+                if probe == p
+                else f"lies under {probe}, which is {_kind(st.st_mode)}",
+                fix,
+            )
+        if not os.access(probe, os.W_OK | os.X_OK):
+            _refuse(
+                text,
+                "is not writable by this user"
+                if probe == p
+                else f"cannot be made: {probe} is not writable by this user",
+                fix,
+            )
+        return text
+
+    parse.__name__, parse.local_path = "folder", True
+    return parse
+
+
+def file_out(fix: str):
+    """A file to write: absent or a regular file, in an existing folder this user can write."""
+
+    def parse(text: str) -> str:
+        st = _stat(text, fix)
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            _refuse(text, f"is {_kind(st.st_mode)}", fix)
+        parent = os.path.dirname(os.path.abspath(_path(text, fix)))
+        if not os.path.isdir(parent):
+            _refuse(text, f"no folder {parent}", fix)
+        if not os.access(parent, os.W_OK | os.X_OK):
+            _refuse(text, f"its folder {parent} is not writable by this user", fix)
+        return text
+
+    parse.__name__, parse.local_path = "file", True
+    return parse
+
+
+_JSON_FILE = file_out("give a file path, or '-' for stdout")
+
+
+def json_dest(text: str) -> str:
+    """`--json PATH`: '-' (stdout) or a file to write."""
+    return text if text == "-" else _JSON_FILE(text)
+
+
+json_dest.local_path = True
+
+
+PORT_MAX = 65535
+
+
+def port(text: str) -> int:
+    """A TCP port number, 1..65535."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if not 1 <= v <= PORT_MAX:
+        raise argparse.ArgumentTypeError(f"expected a port number in 1..{PORT_MAX}, got {text!r}")
+    return v
+
+
+def server_url(text: str) -> str:
+    """An http(s) URL with a host (and, if given, a port in range): a server to ask."""
+    try:
+        u = urlsplit(text)
+        ok, p = u.scheme in ("http", "https") and bool(u.hostname), u.port
+    except ValueError:  # a port out of range or not a number
+        ok, p = False, None
+    if not ok or (p is not None and not 1 <= p <= PORT_MAX):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: not an http(s) URL; give one such as http://127.0.0.1:30000 (a host, a port in 1..{PORT_MAX})"
+        )
+    return text
+
+
+_DEVICE = re.compile(r"(cpu|cuda|mps|xpu|npu|hpu|mtia|meta)(:\d+)?")
+
+
+def torch_device(text: str) -> str:
+    """A torch device as torch spells it (cpu, cuda, cuda:1): a typo is said now, not once torch is loaded."""
+    if not _DEVICE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected a torch device such as cuda, cuda:1 or cpu, got {text!r}")
+    return text
+
+
+def preset(text: str) -> str:
+    """A launch preset: a shipped preset's name or a preset file (its content is checked where it is loaded,
+    against the installed SGLang)."""
+    if presets.names_a_file(text):
+        return file_in("give a preset YAML file, or a shipped preset's name (`sglang-eagle3 launch --list-presets`)")(
+            text
+        )
+    try:
+        presets.find_preset(text)
+    except presets.PresetError as e:
+        raise argparse.ArgumentTypeError(f"{e}; give a shipped preset's name or a preset file") from None
+    return text
