@@ -132,8 +132,8 @@ def test_extra_sets_install_from_the_constraints_and_import(tmp_path):
     venv = tmp_path / "venv"
     assert _uv("venv", "-q", "-p", sys.executable, venv).returncode == 0
     py = venv / "bin" / "python"
-    # the CPU stack first (what the tutorial's CPU line installs from PyTorch's CPU index; here PyPI's torchvision
-    # beside the CPU torch, with the stand-in that lets it import)
+    # the CPU stack first, as the test environment has it (PyPI's torchvision beside the CPU torch, with the
+    # stand-in that lets it import; the users' CPU route of the README installs no torchvision)
     r = _uv(
         "pip", "install", "-q", "--python", py, *lockenv.torch_source(), "-c", lock, "-r", lockenv.cpu_lock_path(lock)
     )
