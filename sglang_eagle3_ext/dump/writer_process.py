@@ -66,6 +66,7 @@ class ProcessDumpWriter(ForwardThreadApi):
         self._next = self._sent = self._child_received = self._child_busy = 0
         self._waiters: dict[int, list] = {}  # flush token -> [event, reply]
         self._closing = False
+        self._closed = False
         self.budget = Budget(cfg.max_pending_bytes, self._progress_possible)
         ours, theirs = socket.socketpair()
         env = {k: v for k, v in envs.environ().items() if k != ENV_ENABLE}  # no SGLang patches in the child
@@ -173,7 +174,9 @@ class ProcessDumpWriter(ForwardThreadApi):
         return bool(ok and reply)
 
     def close(self, timeout: float = 60.0) -> None:
-        self._closing = True
+        if self._closed:  # a second close: the forwarder that would answer its flush has gone
+            return
+        self._closed = self._closing = True
         self.flush(timeout)
         self._q.put(None)
         self._forwarder.join(timeout)
