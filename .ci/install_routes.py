@@ -197,6 +197,9 @@ def start() -> int:
 
 
 def wait() -> int:
+    if not (SCRATCH / "pid").is_file():
+        print(f"install routes: FAILED: not started ({SCRATCH / 'pid'} missing: python3 {__file__} start)")
+        return 1
     rc_file, pid = SCRATCH / "rc", int((SCRATCH / "pid").read_text())
     while not (rc_file.exists() and rc_file.read_text().strip()):
         if not Path(f"/proc/{pid}").exists():  # ended; a status it wrote is read below
