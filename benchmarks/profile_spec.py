@@ -105,6 +105,9 @@ def profile_server(base: str, log: Path, prompts, a, out_dir: Path) -> dict:
     return res
 
 
+POLL_S = 3.0  # between two looks at the traces' sizes: written when two looks agree
+
+
 def profile_during(base: str, prompts, a, out_dir: Path, req: dict) -> None:
     """SGLang's profiler (CPU and GPU activities) started 1 s into the workload; returns once the traces are
     written (they appear after the last profiled step and grow until written)."""
@@ -124,7 +127,7 @@ def profile_during(base: str, prompts, a, out_dir: Path, req: dict) -> None:
         if now and now == sizes:
             break
         sizes = now
-        time.sleep(3)
+        time.sleep(POLL_S)
 
 
 def main():

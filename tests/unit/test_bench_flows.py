@@ -162,6 +162,7 @@ def test_bench_serve_runs_every_group_and_prints_the_ratios(benches, target_and_
 def test_profile_spec_profiles_each_setting_against_target_only(benches, target_and_draft, tmp_path, monkeypatch):
     _, profile_spec, started = benches
     target, draft = target_and_draft
+    monkeypatch.setattr(profile_spec, "POLL_S", 0.2)  # the loopback writes its trace at once, not over seconds
     monkeypatch.setattr(
         sys,
         "argv",

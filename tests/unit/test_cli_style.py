@@ -266,8 +266,11 @@ def launch_parts():
     from sglang_eagle3_ext.cli import launch_flags as launch_cli
 
     p = launch_server.our_parser()
-    theirs, _ = launch_cli._sglang_flags()
-    return p, launch_cli, theirs
+    theirs, version = launch_cli._sglang_flags()
+    # SGLang's flags, read once from its installed source (each read parses it again: about 0.3 s an example)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(launch_cli, "_sglang_flags", lambda: (theirs, version))
+        yield p, launch_cli, theirs
 
 
 @pytest.mark.sglang
