@@ -20,8 +20,8 @@ The rule for repeats:
   it received to its children, so one keypress may arrive twice within milliseconds; the cleanup runs on;
 - a signal later than that is the user asking again: the process ends at once, one line, exit 130, without
   the rest of the cleanup (folders it would have removed, servers it would have stopped, may remain).
-Signals that arrive while the main thread is stuck in one C call are one signal to Python: it sees the
-first only when the call returns.
+Signals that arrive while the main thread is stuck in one C call are one signal to Python, seen when the call
+returns (a full garbage collection of a large heap is one such call: seconds on a loaded machine).
 """
 
 from __future__ import annotations

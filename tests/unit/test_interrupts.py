@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -56,7 +57,7 @@ def in_gc_callback():
 
 def storm():
     # the signal lands wherever it lands; once the marker exists the signal was sent before (and so delivered
-    # to this process: at the latest when the stat that saw the marker returned), a few more rounds suffice
+    # to this process: at the latest when the stat that saw the marker returned): the storm ends a little later
     gc.callbacks.append(busy)
     try:
         seen, i = 0, 0
@@ -92,7 +93,8 @@ try:
     with interruptible("train") as stop:
         print("ready", flush=True)
         globals()[mode]()
-        for _ in range(100):  # a lost interrupt: the run goes on, and ends without it
+        until = time.monotonic() + 30  # the run goes on: a lost interrupt ends it here, an interrupt at once
+        while time.monotonic() < until:
             time.sleep(0.001)
         print("lost", flush=True)
         sys.exit(1)
@@ -119,13 +121,18 @@ def _start(tmp_path, mode: str) -> tuple[subprocess.Popen, str]:
 
 
 def _finish(p: subprocess.Popen) -> str:
+    """The rest of the child's output (read through the same buffered stream as its first lines), stdin closed
+    first: the blocking read's end of file. The timer is hang protection only: nothing here waits on the clock."""
+    if p.stdin:
+        p.stdin.close()
+    killer = threading.Timer(120, os.killpg, (p.pid, signal.SIGKILL))
+    killer.start()
     try:
-        return p.communicate(timeout=120)[
-            0
-        ]  # closes stdin (the blocking read's EOF); hang protection only: nothing here waits on the clock
+        out = p.stdout.read()
+        p.wait()
     finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
+        killer.cancel()
+    return out
 
 
 @pytest.mark.parametrize("mode", ["in_weakref_callback", "in_del", "in_gc_callback"])
