@@ -1,6 +1,6 @@
 """The GPU ledger: each GPU stage, the commit, release, device and date it last ran on, and its figures.
 
-A GPU host may be lent for minutes and taken back mid-run, so the plan is a list of short stages (each
+A GPU machine may be available for minutes only and stop mid-run, so the plan is a list of short stages (each
 <= 10 minutes, its own preparation included) and this ledger says which of them still have to run on the
 current code. Figures are written as a stage produces them, so a host lost mid-stage keeps what it measured.
 
