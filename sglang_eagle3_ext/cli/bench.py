@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--report",
         metavar="PATH",
-        type=file_out("give the path of the HTML file to write"),
+        type=file_out("give the path of the HTML file to write", new_folder=True),
         help="write a self-contained HTML report with plots here (PNGs beside it; needs matplotlib for the plots)",
     )
     ap.add_argument("--fail-on-slower", action="store_true", help="exit 1 (not only warn) when slower than baseline")

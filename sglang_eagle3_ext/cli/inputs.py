@@ -128,14 +128,21 @@ def folder_out(fix: str):
     return parse
 
 
-def file_out(fix: str):
-    """A file to write: absent or a regular file, in an existing folder this user can write."""
+def file_out(fix: str, new_folder: bool = False):
+    """A file to write: absent or a regular file, in an existing folder this user can write (new_folder: or in a
+    folder the command makes, which this user can make)."""
 
     def parse(text: str) -> str:
         st = _stat(text, fix)
         if st is not None and not stat.S_ISREG(st.st_mode):
             _refuse(text, f"is {_kind(st.st_mode)}", fix)
         parent = os.path.dirname(os.path.abspath(_path(text, fix)))
+        if new_folder:
+            try:
+                _FOLDER(parent)
+            except argparse.ArgumentTypeError as e:
+                _refuse(text, f"its folder {str(e).split('; ')[0]}", fix)
+            return text
         if not os.path.isdir(parent):
             _refuse(text, f"no folder {parent}", fix)
         if not os.access(parent, os.W_OK | os.X_OK):
@@ -146,6 +153,7 @@ def file_out(fix: str):
     return parse
 
 
+_FOLDER = folder_out("")
 _JSON_FILE = file_out("give a file path, or '-' for stdout")
 
 

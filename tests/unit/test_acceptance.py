@@ -308,7 +308,7 @@ REFUSALS = {
     "speculators": (["--draft", "{spec}"], "sglang-eagle3 convert"),
     "no_export_files": (["--data", "{root}"], "neither a dump dir"),
     "empty_dump": (["--data", "{empty}"], "no samples to evaluate"),
-    "no_draft": (["--draft", "{root}/nothing"], "no such directory"),
+    "no_draft": (["--draft", "{root}/nothing"], "no such folder"),
     "other_layers": (["--data", "{other}"], "feeds this draft [1, 2, 3]"),
     "json_dir": (["--json", "{root}"], "is a folder"),
 }

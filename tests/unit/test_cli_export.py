@@ -50,4 +50,4 @@ def test_mistyped_dump_dir_is_one_line(tmp_path, capsys):
         ["export", "--dump-dir", str(tmp_path / "nope"), "--to", "specforge", "--out", str(tmp_path / "o")],
     )
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and "nope: no such directory" in err and "Traceback" not in err and len(err.splitlines()) == 1
+    assert rc == 2 and "nope: no such folder" in err and "Traceback" not in err and len(err.splitlines()) == 1

@@ -18,7 +18,10 @@ def _opts(tmp_path, **kw) -> TrainOptions:
     return TrainOptions(data=tmp_path / "data", target=tmp_path / "target", out=tmp_path / "out", **kw)
 
 
-def test_the_command_line_builds_the_library_defaults(tmp_path):
+def test_the_command_line_builds_the_library_defaults(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the folders named, which the parser checks
+    (tmp_path / "d").mkdir()
+    (tmp_path / "t").mkdir()
     args = train_cli.build_parser().parse_args(["--data", "d", "--target", "t", "--out", "o"])
     assert train_cli.options_from_args(args) == TrainOptions(data="d", target="t", out="o")
     quiet = train_cli.build_parser().parse_args(["--data", "d", "--target", "t", "--out", "o", "--quiet"])

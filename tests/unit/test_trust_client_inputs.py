@@ -220,12 +220,15 @@ def test_dump_status_sums_the_writers_skip_counters(tmp_path, capsys):
         (["dump", "run", "--data", "x", "--dump-dir", "y", "--concurrency", "0"], "--concurrency"),
         (["dump", "run", "--data", "x", "--dump-dir", "y", "--max-new-tokens", "-3"], "--max-new-tokens"),
         (["dump", "run", "--data", "x", "--dump-dir", "y", "--wait-s", "-1"], "--wait-s"),
-        (["dump", "export", "--dump-dir", "x", "--to", "specforge", "--out", "y", "--workers", "0"], "--workers"),
+        (["dump", "export", "--dump-dir", "y", "--to", "specforge", "--out", "o", "--workers", "0"], "--workers"),
     ],
 )
-def test_counts_out_of_range_are_refused_naming_the_flag(capsys, argv, flag):
+def test_counts_out_of_range_are_refused_naming_the_flag(capsys, argv, flag, tmp_path, monkeypatch):
     from sglang_eagle3_ext import cli
 
+    monkeypatch.chdir(tmp_path)  # the paths named are of the kinds the parser checks: the file x, the folder y
+    (tmp_path / "x").write_text("")
+    (tmp_path / "y").mkdir()
     rc = cli.main(argv)
     _line(capsys, rc, f"argument {flag}:")
 
