@@ -120,44 +120,34 @@ def cell_install(cache: Path, version: str, wheel_dirs, res: dict) -> tuple[Venv
     return venv, wheel
 
 
+LAUNCH_CHECK = """
+import json
+from sglang_eagle3_ext import cli
+preset = cli.main(["launch", "--preset", "tiny-dump", "--dry-run", "--json", "preset.json"])
+tp8 = cli.main(["launch", "--model-path", "model", "--tp-size", "8", "--dry-run", "--json", "tp8.json"])
+print(json.dumps([preset, tp8]))
+"""
+
+
 def cell_launch(venv: Venv, version: str, res: dict):
-    """The README's first-run preset, validated by a dry run, and a plan for a model path at TP 8."""
-    cli = [venv.python, "-m", "sglang_eagle3_ext", "launch"]
+    """The README's first-run preset, validated by a dry run, and a plan for a model path at TP 8: the two launch
+    commands in one interpreter (SGLang's server arguments imported once)."""
     with tempfile.TemporaryDirectory() as d:
-        rc, out = run(
-            [*cli, "--preset", "tiny-dump", "--dry-run", "--json", "-"],
-            timeout=300,
-            cwd=d,
-            env=locked_env(version),
-            stdout_only=True,
-        )
-        note = _plan_note(out)
-        if rc or f"sglang: {version} (flags and presets checked" not in note:
-            _, why = run([*cli, "--preset", "tiny-dump", "--dry-run"], timeout=300, cwd=d, env=locked_env(version))
-            res["launch"] = ("FAIL", f"--preset tiny-dump --dry-run: rc={rc} {note or last_line(why, 'error')}")
-            return
-        rc, out = run(
-            [*cli, "--model-path", str(Path(d) / "model"), "--tp-size", "8", "--dry-run", "--json", "-"],
-            timeout=300,
-            cwd=d,
-            env=locked_env(version),
-            stdout_only=True,
-        )
-        if rc or _plan_field(out, "tp_size") != 8:
-            res["launch"] = ("FAIL", f"--model-path --tp-size 8 --dry-run: rc={rc} {last_line(out)}")
-            return
-    res["launch"] = ("ok", note)
-
-
-def _plan_field(out: str, key: str):
-    try:
-        return json.loads(out[out.index("{") :])[key]
-    except (ValueError, KeyError):
-        return None
-
-
-def _plan_note(out: str) -> str:
-    return _plan_field(out, "sglang_note") or ""
+        rc, out = run([venv.python, "-c", LAUNCH_CHECK], timeout=600, cwd=d, env=locked_env(version), stdout_only=True)
+        try:
+            rcs = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            rcs = [rc or 1, rc or 1]
+        plan = {n: json.loads(f.read_text()) for n in ("preset", "tp8") if (f := Path(d) / f"{n}.json").exists()}
+        note = plan.get("preset", {}).get("sglang_note") or ""
+        if rcs[0] or f"sglang: {version} (flags and presets checked" not in note:
+            cli = [venv.python, "-m", "sglang_eagle3_ext", "launch", "--preset", "tiny-dump", "--dry-run"]
+            _, why = run(cli, timeout=300, cwd=d, env=locked_env(version))
+            res["launch"] = ("FAIL", f"--preset tiny-dump --dry-run: rc={rcs[0]} {note or last_line(why, 'error')}")
+        elif rcs[1] or plan.get("tp8", {}).get("tp_size") != 8:
+            res["launch"] = ("FAIL", f"--model-path --tp-size 8 --dry-run: rc={rcs[1]} {last_line(out)}")
+        else:
+            res["launch"] = ("ok", note)
 
 
 def cell_targets(venv: Venv, version: str, res: dict):

@@ -46,11 +46,23 @@ def pytest_configure(config):
         pytest.exit("environment does not match its lock:\n" + "\n".join(bad), returncode=4)
 
 
+# The tests that take most of the suite's time (each over about 5 s on a quiet 2-core machine, or a file of many
+# such), marked `slow` so that `.ci/quick` can leave them out; CI runs them all. Node id prefixes.
+SLOW = (
+    "tests/sglang_cpu/test_activation.py",
+    "tests/sglang_cpu/test_dump_ranks.py",
+    "tests/sglang_cpu/test_acceptance_equiv.py",
+    "tests/sglang_cpu/test_dump_hook.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     import torch
 
     have_cuda = torch.cuda.is_available()
     for item in items:
+        if item.nodeid.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
         if "gpu" in item.keywords and not have_cuda:
             item.add_marker(
                 pytest.mark.skip(reason="GPU test: no CUDA device here (run tests/gpu/run.sh on the GPU host)")
