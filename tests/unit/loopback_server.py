@@ -47,7 +47,7 @@ class FakeServer:
 
         self.httpd = Quiet(("127.0.0.1", 0), H)
         self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True).start()  # shutdown() waits a poll
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
     def close(self):

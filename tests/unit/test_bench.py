@@ -97,7 +97,7 @@ def serve(accept_p: float | None, shift: int = 0, delay_s: float = 0.0, health: 
             pass
 
     srv = Quiet(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=srv.serve_forever, args=(0.02,), daemon=True).start()  # shutdown() waits one poll
     return srv, f"http://127.0.0.1:{srv.server_address[1]}", seen
 
 

@@ -69,7 +69,7 @@ def _loopback(spec: bool):
         daemon_threads = True
 
     srv = Srv(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=srv.serve_forever, args=(0.02,), daemon=True).start()  # shutdown() waits one poll
     return srv
 
 

@@ -58,7 +58,7 @@ class _Server:
                 self._send({"output_ids": [7]})
 
         self.httpd = HTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True).start()  # shutdown() waits a poll
         self.url = f"http://127.0.0.1:{self.httpd.server_port}"
 
 

@@ -89,9 +89,11 @@ def _served(world, tmp_path, capsys, meta: dict, info: dict | None = None):
     from trust_client_servers import Replies
 
     seqs = world["seqs"][:2]
-    masks = [[0] * 4 + [1] * (len(s) - 4) for s in seqs]
-    ex = W.write_export(tmp_path / "ex", seqs, world["target"], masks=masks)
-    capsys.readouterr()  # the dataset writer's progress bar
+    if "served_export" not in world:  # the same export for every reply (eval only reads it)
+        masks = [[0] * 4 + [1] * (len(s) - 4) for s in seqs]
+        world["served_export"] = W.write_export(tmp_path / "ex", seqs, world["target"], masks=masks)
+        capsys.readouterr()  # the dataset writer's progress bar
+    ex = world["served_export"]
     info = info or {
         "speculative_algorithm": "EAGLE3",
         "speculative_num_steps": 3,

@@ -53,7 +53,8 @@ class Replies:
                 pass
 
         self.httpd = Srv(("127.0.0.1", port), H)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        # a short poll: shutdown() waits for it, once per server (0.5 s by default, thousands of servers a run)
+        threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True).start()
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
     def close(self):
