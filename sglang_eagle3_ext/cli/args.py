@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import sys
 
 from .. import envs, versions
-from ..boundary import BadInput, at_least, writable_dir
+from ..boundary import BadInput, at_least
 from .inputs import json_dest
 from .naming import prog
 
@@ -207,18 +208,18 @@ def _finite(obj):
 
 def check_json_dest(dest: str | None) -> None:
     """`--json PATH` checked before a command acts (a report that cannot be written must not be found only after
-    the irreversible step): PATH is no folder, and its folder exists and is writable here."""
-    import os
-
+    the irreversible step): PATH is no folder, and its folder is writable here or can be made."""
     if not dest or dest == "-":
         return
     p = os.path.abspath(os.path.expanduser(dest))
     if os.path.isdir(p):
         raise BadInput(f"--json {dest}", "is a folder; give a file path")
-    parent = os.path.dirname(p)
-    if not os.path.isdir(parent):
-        raise BadInput(f"--json {dest}", f"no folder {parent}; create it or give another path")
-    writable_dir(parent, "--json's folder")
+    try:
+        json_dest(dest)  # its folder exists and is writable, or can be made (write_json makes it)
+    except argparse.ArgumentTypeError as e:
+        raise BadInput(
+            f"--json {dest}", str(e).split("; ")[0].removeprefix(f"{dest}: ") + "; give another path"
+        ) from None
 
 
 def write_json(dest: str, obj) -> None:
@@ -226,6 +227,7 @@ def write_json(dest: str, obj) -> None:
     if dest == "-":
         print(text)
         return
+    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
     with open(dest, "w") as f:
         f.write(text + "\n")
 

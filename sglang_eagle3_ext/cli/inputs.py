@@ -154,11 +154,12 @@ def file_out(fix: str, new_folder: bool = False):
 
 
 _FOLDER = folder_out("")
-_JSON_FILE = file_out("give a file path, or '-' for stdout")
+# a report may go into a folder the command makes (its own --out): the folder only has to be one it can make
+_JSON_FILE = file_out("give a file path, or '-' for stdout", new_folder=True)
 
 
 def json_dest(text: str) -> str:
-    """`--json PATH`: '-' (stdout) or a file to write."""
+    """`--json PATH`: '-' (stdout) or a file to write, its folder made when the report is written."""
     return text if text == "-" else _JSON_FILE(text)
 
 

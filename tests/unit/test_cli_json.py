@@ -62,6 +62,14 @@ def test_convert_and_check_report_json(spec_draft, tmp_path, capfd):
     assert rc == 2 and err.startswith("sglang-eagle3 convert: error: ")
 
 
+def test_a_report_inside_the_out_folder_the_command_makes(spec_draft, tmp_path, capfd):
+    """`--json OUT/report.json` where OUT is the folder the command itself makes: accepted, the report written."""
+    out_dir = tmp_path / "made" / "draft"
+    rc, _, err = sg(["convert", spec_draft, out_dir, "--sglang", "0.5.16", "--json", out_dir / "report.json"], capfd)
+    assert rc == 0, err
+    assert json.loads((out_dir / "report.json").read_text())["ok"] is True
+
+
 def test_compat_reports_json(capfd):
     pytest.importorskip("sglang")
     r = _only_json(*sg(["compat", "--json"], capfd))

@@ -310,7 +310,7 @@ def test_local_inputs_and_outputs_are_checked_before_the_server_is_contacted(ser
     (tmp_path / "a_file").write_text("mine")
     argv = ["swap", "--url", server.url, "--draft", drafts["new"]]
     extra, words = {
-        "json_folder_missing": (["--json", tmp_path / "nowhere" / "r.json"], "no folder"),
+        "json_folder_missing": (["--json", tmp_path / "a_file" / "r.json"], "is a file, not a folder"),
         "json_is_folder": (["--json", tmp_path / "a_folder"], "is a folder"),
         "link_folder_missing": (["--draft-link", tmp_path / "nowhere" / "link"], "no folder"),
         "link_is_folder": (["--draft-link", tmp_path / "a_folder"], "not a symlink"),
