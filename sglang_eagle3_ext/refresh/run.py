@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..boundary import BadInput, Refused
+from ..boundary import BadInput, Refused, writable_dir
 from .settle import entry, same_draft, settle
 
 
@@ -45,6 +45,8 @@ class Options:
     swap_timeout: float = 600.0
     train_options: dict = dataclasses.field(default_factory=dict)  # more TrainOptions fields
     say: Callable[[str], None] | None = None
+    # writes the final report (the command's --json), before the cursor records any sample as used
+    report: Callable[[dict], None] | None = None
 
 
 def _stage(say, what: str):
@@ -59,8 +61,11 @@ def _check_inputs(o: Options) -> tuple[Path, dict]:
 
     try:
         dump = require_dump_dir(o.dump_dir)
+        writable_dir(dump, "--dump-dir (where the cursor of used samples is kept)")
     except ExportError as e:
         raise Refused(str(e)) from None  # it names --dump-dir already
+    except BadInput as e:
+        raise Refused(f"--dump-dir {o.dump_dir}: {e}") from None
     if not (0 < o.heldout_fraction < 1):
         raise Refused(f"--heldout-fraction {o.heldout_fraction}: expected a number in (0, 1)")
     desc = describe_draft(o.draft, target=o.target)
@@ -84,9 +89,13 @@ def _target(o: Options, dump: Path) -> str:
 
 
 def _export(dump: Path, ids: list, out: Path, workers: int) -> None:
+    from ..dump.export import ExportError
     from ..dump.exporters import get
 
-    get("speculators")(dump, out, order=ids, workers=workers, progress=True)
+    try:
+        get("speculators")(dump, out, order=ids, workers=workers, progress=True)
+    except ExportError as e:  # names the sample or the dump's file
+        raise Refused(f"--dump-dir {dump}: {e}") from None
 
 
 def _predict(o: Options, draft, data: Path, target: str) -> dict:
@@ -135,8 +144,12 @@ def _servable(trained: Path, dst: Path, target: str) -> list[str]:
     """The trained draft in the layout SGLang serves (dst); the check's errors (empty: servable)."""
     from ..draft.check import check_draft
     from ..draft.convert import convert
+    from ..draft.errors import DraftError
 
-    convert(trained, dst, progress=False, log=lambda *a, **k: None)
+    try:
+        convert(trained, dst, progress=False, log=lambda *a, **k: None)
+    except DraftError as e:  # a trained draft that does not convert is one the gate turns down, by name
+        return [str(e).replace("\n", " ")]
     rep = check_draft(dst, target=target)
     return [str(p) for p in rep.errors]
 
@@ -224,7 +237,7 @@ def refresh(o: Options) -> dict:
 
     from ..files import outdir
     from . import cursor as cur
-    from .traffic import select
+    from .traffic import check_samples, select
 
     say = o.say or (lambda m: None)
     if o.swap_url:
@@ -239,10 +252,10 @@ def refresh(o: Options) -> dict:
         c = cur.read_cursor(dump)
         if c.pending:
             settle(c, say)
-        sel = select(dump, c.consumed, o.heldout_fraction, o.max_accept_len)
-        base = _selection_report(o, dump, target, desc, sel, len(c.consumed), say)
+        sel, bad = check_samples(dump, select(dump, c.consumed, o.heldout_fraction, o.max_accept_len), o.workers)
+        base = _selection_report(o, dump, target, desc, sel, len(c.consumed), say, bad)
         if len(sel.ids) < o.min_samples:
-            return {
+            rep = {
                 **base,
                 "accepted": False,
                 "out": None,
@@ -250,6 +263,8 @@ def refresh(o: Options) -> dict:
                 f"--min-samples {o.min_samples}: nothing trained, the current draft stays (serve more traffic "
                 f"with dumping on, or lower --min-samples)",
             }
+            _write_report_out(o, rep)
+            return rep
         say(f"{len(sel.heldout)} sample(s) held out to judge both drafts on: recorded as held out, never trained")
         out = Path(os.path.abspath(o.out))
         rid = secrets.token_hex(8)
@@ -277,8 +292,8 @@ def refresh(o: Options) -> dict:
     return rep
 
 
-def _selection_report(o: Options, dump: Path, target: str, desc: dict, sel, used_before: int, say) -> dict:
-    """The report's figures known once the samples are selected (said in one line)."""
+def _selection_report(o: Options, dump: Path, target: str, desc: dict, sel, used_before: int, say, bad) -> dict:
+    """The report's figures known once the samples are selected and read (said in one line each)."""
     base = {
         "dump_dir": str(dump),
         "draft_before": str(Path(o.draft).resolve()),
@@ -289,10 +304,17 @@ def _selection_report(o: Options, dump: Path, target: str, desc: dict, sel, used
         "train_samples": len(sel.train),
         "heldout_samples": len(sel.heldout),
         "skipped": sel.skipped,
+        "bad_samples": bad,
         "already_used": used_before,
         "margin": o.margin,
         "spec_steps": o.spec_steps,
     }
+    if bad:
+        say(
+            f"{len(bad)} sample(s) skipped, not training samples: "
+            + "; ".join(f"{b['id']} ({b['problem']})" for b in bad[:3])
+            + (f"; and {len(bad) - 3} more (the report lists them)" if len(bad) > 3 else "")
+        )
     say(
         f"{sel.new} sample(s) since the last refresh ({used_before} used before), {len(sel.ids)} selected"
         + "".join(f", {n} skipped: {why}" for why, n in sel.skipped.items())
@@ -306,6 +328,13 @@ def _serve_and_record(o: Options, c, sel, rep: dict, say) -> None:
     if rep["accepted"] and o.swap_url:
         rep["swap"] = _swap(o, rep["draft_after"], say)
     served = rep["accepted"] and (not o.swap_url or rep["swap"]["ok"])
+    rep["samples_used"] = bool(served)
+    try:
+        _write_report_out(o, rep)
+    except BaseException as e:  # the refresh did not complete: its samples stay unused
+        rep["samples_used"] = False
+        c.finish(entry(accepted=rep["accepted"], reason=f"failed: {e}", out=rep["out"], samples=len(sel.ids)), False)
+        raise
     c.finish(
         entry(
             accepted=rep["accepted"],
@@ -321,7 +350,6 @@ def _serve_and_record(o: Options, c, sel, rep: dict, say) -> None:
         ),
         served,
     )
-    rep["samples_used"] = bool(served)
 
 
 def _swap(o: Options, draft: str, say) -> dict:
@@ -340,6 +368,16 @@ def _swap(o: Options, draft: str, say) -> dict:
     except (Refused, BadInput):
         pass
     return rep
+
+
+def _write_report_out(o: Options, rep: dict) -> None:
+    """The caller's report (--json), written once the refresh has its verdict."""
+    if o.report is None:
+        return
+    try:
+        o.report(rep)
+    except OSError as e:
+        raise Refused(f"the report could not be written ({e.strerror or e}): its samples stay unused") from None
 
 
 def _write_report(path: Path, rep: dict) -> None:

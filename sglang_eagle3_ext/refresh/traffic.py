@@ -62,3 +62,44 @@ def select(dump_dir, consumed: set, heldout_fraction: float, max_accept_len: flo
     if fresh and not heldout:  # a small selection still needs something to judge on
         heldout, train = [train[-1]], train[:-1]
     return Selection(train, heldout, len(records) - len(consumed & set(records)), dict(skipped))
+
+
+BAD_SAMPLE = "not a training sample (unreadable, of other shapes, or NaN/Inf)"
+
+
+def check_samples(dump_dir, sel: Selection, workers: int = 1) -> tuple[Selection, list[dict]]:
+    """Every selected sample read and checked as the export reads it (dump/sample_file.sample_problem against
+    dump_meta.json): those that are no training sample are left out of `sel` (counted under `skipped`; they stay
+    unused, judged again by the next refresh). Returns the selection kept and one {"id", "problem"} per sample
+    left out."""
+    from ..dump.export import ExportError, dump_spec, inside, map_samples
+    from ..dump.sample_file import T_IDS, read_sample, sample_problem
+
+    try:
+        spec, records = dump_spec(dump_dir), read_manifest(dump_dir)
+    except (ExportError, BadInput) as e:
+        raise Refused(f"dump dir {dump_dir}: {e}") from None
+
+    def problem(_, rec: dict) -> dict | None:
+        try:
+            t, _meta = read_sample(inside(dump_dir, rec["file"]))
+        except Exception as e:  # noqa: BLE001 - safetensors, JSON, encoding and path errors alike: unreadable
+            return {"id": rec["id"], "problem": f"{rec['file']}: unreadable ({type(e).__name__}: {e})"[:300]}
+        why = sample_problem(
+            t, n_aux=spec.n_aux, hidden=spec.hidden, final=spec.final, dtype=spec.dtype, vocab=spec.vocab
+        )
+        n = int(t[T_IDS].shape[0]) if why is None else None
+        if why is None and rec.get("num_tokens", n) != n:
+            why = f"its manifest line says {rec['num_tokens']} tokens, the file holds {n}"
+        return None if why is None else {"id": rec["id"], "problem": f"{rec['file']}: {why}"}
+
+    bad = [b for b in map_samples([records[i] for i in sel.ids], problem, workers) if b]
+    if not bad:
+        return sel, []
+    out = {b["id"] for b in bad}
+    train, heldout = [i for i in sel.train if i not in out], [i for i in sel.heldout if i not in out]
+    if train and not heldout:  # still something to judge on
+        heldout, train = [train[-1]], train[:-1]
+    skipped = dict(sel.skipped)
+    skipped[BAD_SAMPLE] = len(bad)
+    return Selection(train, heldout, sel.new, skipped), bad
