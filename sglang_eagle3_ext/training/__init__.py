@@ -4,6 +4,8 @@
 - `options` — `TrainOptions` (what one run is asked to do) and how it writes its output folder;
 - `distributed`, `sharding`, `checkpoint` — one process or one per rank under torchrun; which samples each rank
   trains on per step; --out written after every epoch and `--resume`;
+- `resume` — the checkpoint in --out compared with the run before `--resume` loads anything (its headers, states,
+  steps, history), refused by name when it does not fit;
 - `init_from` — `--init-from DIR`: continue from an existing draft's weights, vocabulary mapping and shape;
 - `selection` — which epoch's draft --out keeps (`--select-by`: the last, or the best by a per-epoch score);
 - `speculators/` (`train`, `run`, `trainer`, `patches`, `progress`) — the Llama layout's route, trained by

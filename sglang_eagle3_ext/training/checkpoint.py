@@ -32,7 +32,15 @@ IDENTITY = {
     "layer_ids": "--layer-ids",
     "optimizer": "--optimizer",
     "train_ratio": "--train-ratio",
+    # the draft's shape (recorded since these keys were added; the model file's header is compared either way)
+    "num_layers": "--num-layers",
+    "intermediate_size": "--intermediate-size",
+    "head_dim": "--head-dim",
+    "draft_vocab_size": "--draft-vocab-size",
+    "ttt_steps": "--ttt-steps",
 }
+# what every checkpoint of the route records (the keys IDENTITY gained later may be missing from older ones)
+RECORDED = {"arch", "seed", "global_batch", "n_train", "layer_ids", "train_ratio"}
 
 
 class TrainingStopped(TrainDraftError):
@@ -67,7 +75,21 @@ def write_state(ckpt: Path, state: dict) -> None:
     import json
 
     ckpt.mkdir(parents=True, exist_ok=True)
-    (ckpt / STATE).write_text(json.dumps({"version": STATE_VERSION, **state}, indent=2, default=str) + "\n")
+    doc = _finite({"version": STATE_VERSION, **state})
+    (ckpt / STATE).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+
+
+def _finite(v):
+    """`v` with its non-finite numbers (an accuracy that measured nothing) as null: JSON has no NaN."""
+    import math
+
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
 
 
 def read_resume_point(out, resume: bool) -> dict | None:
@@ -100,6 +122,9 @@ def read_resume_point(out, resume: bool) -> dict | None:
         field(state, "global_step", int, where, minimum=0)
         field(state, "identity", dict, where)
         field(state, "files", list, where)
+        from .resume import check_history
+
+        check_history(state, where)  # the rows' values, null read back as NaN
         if state.get("selection") is not None:  # which epoch's draft --out holds (training/selection.py)
             from .selection import read_record
 
@@ -116,16 +141,23 @@ def read_resume_point(out, resume: bool) -> dict | None:
     return state
 
 
-def check_identity(state: dict | None, identity: dict) -> None:
-    """Refuse a resume whose settings would not continue the same run."""
+def check_identity(state: dict | None, identity: dict, out=None) -> None:
+    """Refuse a resume whose settings would not continue the same run (the file named when `out` is given)."""
     if state is None:
         return
     old = state["identity"]
+    where = f" ({Path(out) / CKPT_DIR / STATE})" if out is not None else ""
+    lacking = sorted(k for k in RECORDED & set(identity) if k not in old)
+    if lacking:
+        raise TrainDraftError(
+            f"--resume: the checkpoint{where} records no {lacking[0]!r} in its 'identity': not a checkpoint "
+            f"train wrote; train afresh with --force"
+        )
     for k, flag in IDENTITY.items():
         if k in identity and k in old and old[k] != identity[k]:
             raise TrainDraftError(
                 f"--resume: {flag} is {identity[k]!r} but the checkpoint was trained with "
-                f"{old[k]!r}; resume with the same setting, or train afresh with --force"
+                f"{old[k]!r}{where}; resume with the same setting, or train afresh with --force"
             )
 
 

@@ -24,6 +24,7 @@ from ..workers import stop_workers
 from .step import save_state_dict, self_bias_at, step_loss
 
 CKPT_FILES = ("model_fp32.safetensors", "optimizer.pt", "scheduler.pt")
+HISTORY_KEYS = ("step", "epoch", "loss", "accs", "tokens", "time_s", "fetch_s")  # one row per optimizer step
 
 
 @dataclasses.dataclass

@@ -18,10 +18,9 @@ import json
 from pathlib import Path
 
 from ...draft.arch import mla
-from ...draft.keys import HF_INDICES_FIELD
-from ...draft.nets.mla import MLA_KEYS, Eagle3MLADraft, rope_scaling_of
-from ..checkpoint import Publisher, check_identity, read_resume_point
-from ..data import find_hs_dir, list_hs_files, parse_layer_ids, read_layer_ids_from_metadata
+from ...draft.nets.mla import Eagle3MLADraft
+from ..checkpoint import CKPT_DIR, STATE, Publisher, check_identity, read_resume_point
+from ..data import find_hs_dir, list_hs_files
 from ..distributed import current, on_main
 from ..init_from import continuing_line, load_into, mla_config, mla_state_dict, read_draft, resumed_line
 from ..loader import sample_length
@@ -30,6 +29,8 @@ from ..report import TrainDraftError, require_learned, say
 from ..samples import SampleSpec, check_samples
 from ..selection import Keeper
 from ..target_view import EMBED, HEAD, NORM, read_tensors, text_config
+from .config import ARCH, check_settings, layer_ids_for, mla_draft_config
+from .loop import HISTORY_KEYS
 from .step import (  # noqa: F401 - also imported
     SELF_BIAS,
     SELF_BIAS_FRACTION,
@@ -38,47 +39,6 @@ from .step import (  # noqa: F401 - also imported
     self_bias_at,  # from here by callers
     step_loss,
 )
-
-ARCH = mla.ARCH
-
-
-def mla_draft_config(
-    target_cfg: dict, layer_ids: list[int], intermediate_size: int | None = None, release_ids: list[int] | None = None
-) -> dict:
-    """The draft's config.json: the target's MLA geometry and RoPE, one layer, a dense MLP."""
-    missing = [k for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim") if not target_cfg.get(k)]
-    if missing:
-        raise ValueError(
-            f"the target config has no {missing[0]}: an MLA draft copies the target's MLA geometry "
-            f"(use --draft-arch llama for a non-MLA target)"
-        )
-
-    cfg = {k: target_cfg[k] for k in MLA_KEYS if k in target_cfg}
-    h = int(target_cfg["hidden_size"])
-    cfg.update(
-        architectures=[ARCH],
-        model_type="deepseek_v3",
-        hidden_size=h,
-        target_hidden_size=h,
-        intermediate_size=int(intermediate_size or target_cfg.get("intermediate_size") or 3 * h),
-        num_hidden_layers=1,
-        num_key_value_heads=int(target_cfg["num_attention_heads"]),
-        hidden_act="silu",
-        vocab_size=int(target_cfg["vocab_size"]),
-        draft_vocab_size=int(target_cfg["vocab_size"]),
-        tie_word_embeddings=False,
-        rope_scaling=target_cfg.get("rope_scaling"),
-        torch_dtype="bfloat16",
-        eagle_config={
-            "eagle_aux_hidden_state_layer_ids": list(release_ids or layer_ids),
-            HF_INDICES_FIELD: list(layer_ids),
-        },
-    )
-    if target_cfg.get("rope_parameters") and not cfg["rope_scaling"]:
-        cfg["rope_parameters"] = target_cfg["rope_parameters"]
-    if not rope_scaling_of(cfg):  # plain RoPE: SGLang clamps the draft there (YaRN targets carry their own length)
-        cfg["max_position_embeddings"] = max(int(cfg.get("max_position_embeddings") or 0), 8192)
-    return cfg
 
 
 def save_checkpoint(model: Eagle3MLADraft, cfg: dict, out: Path) -> Path:
@@ -102,23 +62,9 @@ def _inputs(a: TrainOptions) -> dict:
         tcfg = text_config(target)
     except (OSError, ValueError) as e:
         raise TrainDraftError(f"--target {target}: cannot read its config.json ({e})") from e
-    n = int(tcfg["num_hidden_layers"])
     files = list_hs_files(find_hs_dir(data))
-    layer_ids, src = parse_layer_ids(a.layer_ids), "--layer-ids"
-    if layer_ids is None:
-        layer_ids, src = read_layer_ids_from_metadata(data)
-    if layer_ids is None:
-        from ...draft.layers import default_layers
-
-        layer_ids, src = default_layers(n), "the default aux layers of draft/layers.py"
-    if len(set(layer_ids)) != len(layer_ids) or min(layer_ids) < 0 or max(layer_ids) >= n:
-        raise TrainDraftError(
-            f"layer ids {layer_ids} ({src}) must be distinct HF hidden_states indices in [0, {n - 1}]"
-        )
-    if a.num_layers != 1:
-        raise TrainDraftError("--draft-arch mla: SGLang's MLA EAGLE-3 draft has exactly one layer (--num-layers 1)")
-    if a.draft_vocab_size not in (None, int(tcfg["vocab_size"])):
-        raise TrainDraftError("--draft-arch mla trains the full target vocabulary (no --draft-vocab-size)")
+    layer_ids, src = layer_ids_for(a, int(tcfg["num_hidden_layers"]), data)
+    check_settings(a, tcfg)
     return {"tcfg": tcfg, "files": files, "layer_ids": layer_ids, "src": src}
 
 
@@ -196,7 +142,7 @@ def summarize(hist: list, val, seconds: float, *, ttt: int, layer_ids, out, worl
         "tokens_per_s_per_process": sum(h["tokens"] for h in timed) / secs,
         "loader_share": sum(h["fetch_s"] for h in timed) / secs,
         **({"init_from": str(init_from)} if init_from is not None else {}),
-        "history": [{k: h[k] for k in ("step", "epoch", "loss", "accs", "tokens", "time_s", "fetch_s")} for h in hist],
+        "history": [{k: h[k] for k in HISTORY_KEYS} for h in hist],
     }
 
 
@@ -215,16 +161,7 @@ def train_from_options(a: TrainOptions, rule: dict) -> dict:
     train, val = _split(a, lengths)
     G, A = on_main(lambda: sharding.accumulation(a.global_batch, world.size), world)  # one refusal, from rank 0
     sched = loop.schedule(len(train), G, A, a.epochs, a.steps, DEFAULT_EPOCHS)
-    identity = {
-        "arch": "mla",
-        "seed": a.seed,
-        "global_batch": G,
-        "n_train": len(train),
-        "layer_ids": layer_ids,
-        "train_ratio": a.train_ratio,
-    }
     state = on_main(lambda: read_resume_point(out, a.resume), world)
-    on_main(lambda: check_identity(state, identity), world)
     say(
         f"MLA draft ({ARCH}): {len(files)} samples ({len(train)} train, {len(val)} val), aux layers {layer_ids} "
         f"({got['src']}), {sched.total} steps of {G} samples ({world.size} process(es) x {A}) on {world.device}"
@@ -233,6 +170,17 @@ def train_from_options(a: TrainOptions, rule: dict) -> dict:
         release_ids = _release_ids(layer_ids)
         cfg = mla_draft_config(tcfg, layer_ids, a.intermediate_size, release_ids)
         init, cfg = _init_from(a, tcfg, cfg)  # with --init-from: DIR's network, the installed release's ids
+        identity = {
+            "arch": "mla",
+            "seed": a.seed,
+            "global_batch": G,
+            "n_train": len(train),
+            "layer_ids": layer_ids,
+            "train_ratio": a.train_ratio,
+            "intermediate_size": int(cfg["intermediate_size"]),
+            "ttt_steps": a.ttt_steps,
+        }
+        on_main(lambda: check_checkpoint(out, state, identity, cfg, a.ttt_steps), world)  # before anything loads
         model, head, norm_w, eps = _model(a, target, cfg, tcfg, world.device)
         if init is not None:
             _load_init(init, model, state, a)
@@ -274,6 +222,27 @@ def train_from_options(a: TrainOptions, rule: dict) -> dict:
     )
     on_main(lambda: require_learned(va[0], a.min_val_acc, out), world)
     return r
+
+
+def check_checkpoint(out: Path, state: dict | None, identity: dict, cfg: dict, ttt_steps: int) -> None:
+    """--resume: the checkpoint in --out against the draft `cfg` describes (training/resume.py)."""
+    if state is None:
+        return
+    import torch
+
+    from ...draft.nets.mla import Eagle3MLADraft
+    from ..resume import check_history, check_model_file, check_optimizer, check_scheduler
+    from .loop import CKPT_FILES
+
+    check_identity(state, identity, out)
+    d, gs = out / CKPT_DIR, state["global_step"]
+    check_history(state, str(d / STATE), HISTORY_KEYS, accs=ttt_steps)
+    with torch.device("meta"):
+        model = Eagle3MLADraft(cfg)
+    params = [(n, tuple(p.shape)) for n, p in model.named_parameters() if n != "embed_tokens.weight"]  # _optim's
+    check_model_file(d / CKPT_FILES[0], dict(params))
+    check_optimizer(d / CKPT_FILES[1], params, gs, by_name=False)
+    check_scheduler(d / CKPT_FILES[2], gs, groups=1)
 
 
 def _init_from(a: TrainOptions, tcfg: dict, cfg: dict):

@@ -66,3 +66,34 @@ def draft_layer_config(
         "layer_types": ["full_attention"] * num_layers,
         "pad_token_id": None,
     }
+
+
+def meta_model(dcfg: dict, target_cfg: dict, layer_ids: list[int], draft_vocab_size: int, ttt_steps: int, target):
+    """speculators' draft for the layer config `dcfg`, built on the meta device (shapes, no storage): what the
+    route's trainer builds, for --resume to compare a checkpoint with before loading it."""
+    import torch
+    from speculators.config import SpeculatorsConfig, VerifierConfig
+    from speculators.models.eagle3 import Eagle3DraftModel
+    from speculators.models.eagle3.config import Eagle3SpeculatorConfig
+    from speculators.proposals.greedy import GreedyTokenProposalConfig
+    from transformers import LlamaConfig
+
+    lc = LlamaConfig(**dcfg)
+    lc._attn_implementation = "sdpa"
+    verifier = VerifierConfig(
+        name_or_path=str(target), architectures=list(target_cfg.get("architectures") or ["DeepseekV3ForCausalLM"])
+    )
+    cfg = Eagle3SpeculatorConfig(
+        transformer_layer_config=lc,
+        draft_vocab_size=draft_vocab_size,
+        norm_before_residual=False,
+        eagle_aux_hidden_state_layer_ids=list(layer_ids),
+        speculators_config=SpeculatorsConfig(
+            algorithm="eagle3",
+            default_proposal_method="greedy",
+            verifier=verifier,
+            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=ttt_steps)],
+        ),
+    )
+    with torch.device("meta"):
+        return Eagle3DraftModel(config=cfg)

@@ -66,8 +66,9 @@ What is refused before training, by name: an ``--out`` that is a symlink, is or 
 ``--target``/``--data``, or holds anything but an earlier output of train (that one only with ``--force``;
 files/outdir.py: the output is built beside OUT and renamed into place); a sample file that is not finite,
 integer token ids in the target's vocab and states ``[L, K+1, H]`` (training/samples.py, every file is read
-once first); a target whose embed / lm_head / norm are not finite. An epoch whose draft weights end non-finite
-is not saved (OUT keeps the last finite one).
+once first); a target whose embed / lm_head / norm are not finite; with ``--resume``, a checkpoint in ``--out``
+that does not fit the run (training/resume.py: other shapes, corrupt or foreign files, checked before anything
+is loaded). An epoch whose draft weights end non-finite is not saved (OUT keeps the last finite one).
 
 CPU runs (tests): fp32 hidden states (autocast is CUDA-only), SDPA attention (flex attention
 and the Triton fused loss are GPU paths), eager loss.  GPU defaults: bf16, speculators'
@@ -83,7 +84,7 @@ from pathlib import Path
 
 from ...files.outdir import link_tree
 from .. import sharding
-from ..checkpoint import CKPT_DIR, Publisher, check_identity, read_resume_point
+from ..checkpoint import CKPT_DIR, STATE, Publisher, check_identity, read_resume_point
 from ..data import find_hs_dir, list_hs_files, parse_layer_ids, prepare_data, read_layer_ids_from_metadata
 from ..distributed import current, on_main
 from ..init_from import (
@@ -96,9 +97,10 @@ from ..init_from import (
 )
 from ..options import TrainOptions
 from ..report import TrainDraftError, require_learned, say
+from ..resume import check_history, check_model_file, check_optimizer, check_scheduler, check_training_state
 from ..selection import Keeper
 from ..target_view import is_wrapper, read_tensors, text_config, verifier_view
-from .draft_config import draft_layer_config
+from .draft_config import draft_layer_config, meta_model
 from .progress import TrainingProgress
 from .run import RunContext, build_argv, history_rows, run_speculators, summarize
 
@@ -145,6 +147,13 @@ def _prepare_on_main(a: TrainOptions, world) -> dict:
     except ValueError as e:
         raise TrainDraftError(str(e)) from e
     G, _ = sharding.accumulation(a.global_batch, world.size)
+    dcfg = draft_layer_config(
+        target_cfg,
+        num_layers=a.num_layers,
+        intermediate_size=a.intermediate_size,
+        head_dim=a.head_dim,
+        max_position_embeddings=a.max_position_embeddings,
+    )
     identity = {
         "arch": "llama",
         "seed": a.seed,
@@ -154,9 +163,14 @@ def _prepare_on_main(a: TrainOptions, world) -> dict:
         "layer_ids": layer_ids,
         "optimizer": a.optimizer,
         "train_ratio": a.train_ratio,
+        "num_layers": dcfg["num_hidden_layers"],
+        "intermediate_size": dcfg["intermediate_size"],
+        "head_dim": dcfg["head_dim"],
+        "draft_vocab_size": dvs or vocab,
+        "ttt_steps": a.ttt_steps,
     }
     state = read_resume_point(out, a.resume)
-    check_identity(state, identity)
+    check_identity(state, identity, out)
     result: dict = {
         "device": world.device,
         "layer_ids": layer_ids,
@@ -166,16 +180,13 @@ def _prepare_on_main(a: TrainOptions, world) -> dict:
     work = _work_dir(out)
     try:
         init = _init_from(a, target_cfg, work, state, result)  # a DIR that cannot be continued: before the data
-        _prepare(data, hs_files, work / "data", layer_ids, src, target_cfg, result)
-        dcfg = draft_layer_config(
-            target_cfg,
-            num_layers=a.num_layers,
-            intermediate_size=a.intermediate_size,
-            head_dim=a.head_dim,
-            max_position_embeddings=a.max_position_embeddings,
-        )
         if init is not None:
-            dcfg = _continue_as(init, dcfg, work, vocab)
+            dcfg = llama_layer_config(init, dcfg)
+        if state is not None:  # before anything is loaded or prepared
+            check_checkpoint(out, state, a, target_cfg, dcfg, layer_ids, dvs or vocab)
+        _prepare(data, hs_files, work / "data", layer_ids, src, target_cfg, result)
+        if init is not None:
+            _mapping_note(init, work, vocab)
         (work / "draft_config.json").write_text(json.dumps(dcfg, indent=2))
         verifier = verifier_view(target, work / "verifier")  # speculators reads a top-level text config
         if state is not None:
@@ -224,9 +235,8 @@ def _init_from(a: TrainOptions, target_cfg: dict, work: Path, state: dict | None
     return init
 
 
-def _continue_as(init, dcfg: dict, work: Path, vocab: int) -> dict:
-    """The draft's layer config with DIR's numerics; the data's own draft vocabulary compared with DIR's (said
-    once when they differ)."""
+def _mapping_note(init, work: Path, vocab: int) -> None:
+    """The data's own draft vocabulary compared with DIR's (said once when they differ)."""
     import numpy as np
     import torch
 
@@ -235,7 +245,22 @@ def _continue_as(init, dcfg: dict, work: Path, vocab: int) -> dict:
         note = mapping_note(init, d2t, work / "data" / "token_freq.pt", vocab)
         if note:
             say(note)
-    return llama_layer_config(init, dcfg)
+
+
+def check_checkpoint(out: Path, state: dict, a: TrainOptions, tcfg: dict, dcfg: dict, layer_ids, dvs: int) -> None:
+    """--resume: the files of the checkpoint's last epoch against the draft this run builds (training/resume.py)."""
+    gs, d = state["global_step"], out / CKPT_DIR / str(state["epochs_done"] - 1)
+    check_history(state, str(out / CKPT_DIR / STATE), ("step",))
+    model = meta_model(dcfg, tcfg, layer_ids, dvs, a.ttt_steps, a.target)
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    params = [(n, tuple(p.shape)) for n, p in model.named_parameters() if p.requires_grad]
+    check_model_file(
+        d / "model.safetensors", {k: tuple(v.shape) for k, v in model.state_dict().items() if k not in frozen}
+    )
+    check_optimizer(d / "optimizer_state_dict.pt", params, gs, by_name=True)
+    if (d / "scheduler_state_dict.pt").exists():
+        check_scheduler(d / "scheduler_state_dict.pt", gs)
+    check_training_state(d / "training_state.json", state["epochs_done"], gs)
 
 
 def train_llama(a: TrainOptions, rule: dict) -> dict:
