@@ -42,7 +42,7 @@ def test_wheel_ships_each_patch_and_no_script():
     cfg = tomllib.loads((REPO / "pyproject.toml").read_text())
     forced = cfg["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
     shipped = {src for src in forced if src.startswith("patches")}
-    on_disk = {f"patches/{d.name}" for d in (REPO / "patches").iterdir() if d.is_dir()}
+    on_disk = {f"patches/{d.name}" for d in (REPO / "patches").iterdir() if d.is_dir() and d.name != "__pycache__"}
     assert on_disk <= shipped, f"add to pyproject's force-include: {sorted(on_disk - shipped)}"
     assert not [s for s in shipped if s.endswith(".py") or s == "patches"], shipped
 
