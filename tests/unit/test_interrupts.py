@@ -48,12 +48,16 @@ def in_weakref_callback():
 def in_del():
     Finalized()
 
+def interrupt_at_start(phase, info):  # gc calls back at its start and its stop: one signal, as one Ctrl-C
+    if phase == "start":
+        interrupt_self()
+
 def in_gc_callback():
-    gc.callbacks.append(interrupt_self)
+    gc.callbacks.append(interrupt_at_start)
     try:
         gc.collect()
     finally:
-        gc.callbacks.remove(interrupt_self)
+        gc.callbacks.remove(interrupt_at_start)
 
 def storm():
     # the signal lands wherever it lands; once the marker exists the signal was sent before (and so delivered
