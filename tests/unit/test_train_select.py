@@ -106,6 +106,17 @@ class Recording:
         return self.inner(draft)
 
 
+@pytest.fixture(scope="module")
+def few(world, tmp_path_factory):
+    """The world with 12 of its samples: which epoch is kept needs epochs that differ, not a draft that learns."""
+    data = tmp_path_factory.mktemp("train_select_few")
+    (data / "hidden_states").mkdir()
+    shutil.copy(world["data"] / "metadata.json", data / "metadata.json")
+    for i in range(12):
+        shutil.copy(world["data"] / "hidden_states" / f"hs_{i}.safetensors", data / "hidden_states")
+    return {**world, "data": data}
+
+
 def _opts(world, out, arch, **kw) -> TrainOptions:
     return TrainOptions(data=world["data"], target=world["target"], out=out, draft_arch=arch, **{**RUN, **kw})
 
@@ -118,7 +129,8 @@ def _state(out) -> dict:
 
 
 @pytest.mark.parametrize("arch", ["mla", "llama"])
-def test_out_keeps_the_best_scored_epoch_and_the_last_checkpoint(world, arch, tmp_path):
+def test_out_keeps_the_best_scored_epoch_and_the_last_checkpoint(few, arch, tmp_path):
+    world = few
     scorer = TableScorer([1.5, 3.0, 2.0])
     r = train_draft(_opts(world, tmp_path / "best", arch, epochs=3, select_by="predicted-accept", epoch_scorer=scorer))
     seen = scorer.seen
@@ -136,8 +148,8 @@ def test_out_keeps_the_best_scored_epoch_and_the_last_checkpoint(world, arch, tm
     assert r["selection"]["kept_epoch"] == 3 and [s["score"] for s in r["selection"]["scores"]] == [1.5, 3.0, 2.0]
 
 
-def test_select_by_last_without_a_scorer_keeps_the_last_epoch(world, tmp_path):
-    r = train_draft(_opts(world, tmp_path / "out", "mla", epochs=2))
+def test_select_by_last_without_a_scorer_keeps_the_last_epoch(few, tmp_path):
+    r = train_draft(_opts(few, tmp_path / "out", "mla", epochs=2))
     assert r["selection"] == {"select_by": "last", "kept_epoch": 2, "kept_score": None, "scores": []}
 
 
