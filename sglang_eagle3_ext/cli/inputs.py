@@ -94,9 +94,10 @@ def folder_in(fix: str, if_file: str | None = None):
     return parse
 
 
-def folder_out(fix: str):
+def folder_out(fix: str, access: bool = True):
     """A folder to write: absent (made later, by the command, once everything else is checked) or a folder, on
-    a path this user can write. Nothing is made here."""
+    a path this user can write (access=False: the kind only; the command weighs permissions itself, as launch's
+    dry run does for a plan meant for another machine). Nothing is made here."""
 
     def parse(text: str) -> str:
         p = os.path.abspath(_path(text, fix))
@@ -114,7 +115,7 @@ def folder_out(fix: str):
                 else f"lies under {probe}, which is {_kind(st.st_mode)}",
                 fix,
             )
-        if not os.access(probe, os.W_OK | os.X_OK):
+        if access and not os.access(probe, os.W_OK | os.X_OK):
             _refuse(
                 text,
                 "is not writable by this user"

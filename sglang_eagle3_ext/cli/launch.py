@@ -75,7 +75,8 @@ def our_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dump-dir",
         metavar="DIR",
-        type=folder_out("give a folder to dump into (new, or a dump with the same settings)"),
+        # permissions are the plan's to weigh: a warning in a dry run, a refusal before a launch writes anything
+        type=folder_out("give a folder to dump into (new, or a dump with the same settings)", access=False),
         help="dump prefill hidden states into DIR (made if missing; replaces a preset's dump_dir; "
         "passed to SGLang's processes as SGLANG_EAGLE3_EXT_DUMP_DIR)",
     )
