@@ -51,6 +51,7 @@ def pytest_configure(config):
 SLOW = (
     "tests/sglang_cpu/test_acceptance_equiv.py",
     "tests/sglang_cpu/test_activation.py",
+    "tests/sglang_cpu/test_draft_swap.py::test_the_compared_keys_come_from_the_release_source",
     "tests/sglang_cpu/test_dump_hook.py::test_hook_feeds_the_writer_process",
     "tests/sglang_cpu/test_dump_ranks.py",
     "tests/sglang_cpu/test_mla_draft_equiv.py::test_same_logits_as_sglang",
@@ -61,6 +62,7 @@ SLOW = (
     "tests/unit/test_bench_serve.py::test_random_draft_is_made_once_beside_the_target",
     "tests/unit/test_build.py::test_a_real_interrupt_during_train_exits_130_naming_the_stage_and_a_rerun_resumes",
     "tests/unit/test_build.py::test_build_from_a_dump_through_every_stage_then_resumes_and_redoes_from_train",
+    "tests/unit/test_build_inputs.py::test_a_bad_config_file_is_one_line_exit_2_for_a_run_and_a_plan",
     "tests/unit/test_cli.py::test_entry_points_as_processes",
     "tests/unit/test_cli_contract.py::test_ctrl_c_in_train_stops_quietly_within_seconds_with_a_true_sentence",
     "tests/unit/test_cli_contract.py::test_train_counts_epochs_from_one_in_its_lines_and_bars",
@@ -84,6 +86,8 @@ SLOW = (
     "tests/unit/test_refresh.py::test_refresh_end_to_end_and_the_cursor_resumes",
     "tests/unit/test_refresh_journal.py",
     "tests/unit/test_swap_agree.py",
+    "tests/unit/test_swap_client.py::test_any_draft_report_is_read_or_refused",
+    "tests/unit/test_swap_client.py::test_any_server_info_is_read_or_refused",
     "tests/unit/test_tiny_kimi_width.py",
     "tests/unit/test_tiny_sample_dump.py",
     "tests/unit/test_tiny_target.py",
@@ -96,6 +100,11 @@ SLOW = (
     "tests/unit/test_train_plan.py",
     "tests/unit/test_train_resume_refusals.py::test_any_corruption_of_state_json_resumes_or_is_refused_by_name",
     "tests/unit/test_train_select.py",
+    "tests/unit/test_trust_launch_props.py::test_any_nccl_environment_exits_0_1_or_2",
+    "tests/unit/test_trust_launch_props.py::test_any_topology_file_exits_0_1_or_2",
+    "tests/unit/test_trust_outputs.py::test_train_replaces_its_own_output_only_with_force",
+    "tests/unit/test_trust_training.py::test_a_diverged_draft_is_not_saved",
+    "tests/unit/test_trust_training.py::test_a_python_caller_trains_without_the_command_line",
     "tests/unit/test_tune.py",
 )
 
