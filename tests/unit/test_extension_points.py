@@ -94,7 +94,9 @@ def test_a_layout_touches_what_the_table_says(name):
         "patch_table.py",
         patches,
     }
-    optional = {f"tiny/{name}_draft.py"}
+    # a route is a folder (training/<route>/): its other modules (its config checks, its loop) belong to it
+    route_folder = _file(route).rpartition("/")[0] + "/"
+    optional = {f"tiny/{name}_draft.py"} | {f for f in touched if f.startswith(route_folder)}
     assert _file(net) == f"draft/nets/{name}.py" and route.startswith(f"{PKG}.training.")
     assert _file(plan) == "training/plan_models.py"
     assert table <= touched, table - touched
