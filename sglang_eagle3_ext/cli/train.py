@@ -9,7 +9,7 @@ On several GPUs, one process per GPU under torchrun (every rank runs this same c
     torchrun --nproc-per-node 8 -m sglang_eagle3_ext train --data DIR --target TARGET_DIR --out OUT \\
         [--global-batch N] [--resume]
 
-`--dry-run` prints the plan (parameters, memory per rank, tokens per step) without training.
+`--dry-run` prints the plan (parameters, memory per rank, tokens and time per step) without training.
 `--select-by predicted-accept` keeps in OUT the epoch whose draft `eval` predicts the best accept length for on the
 held-out split (default: the last epoch).
 
@@ -187,7 +187,7 @@ def _add_scale_flags(p: argparse.ArgumentParser) -> None:
         "--dry-run",
         action="store_true",
         help="print the plan without training: parameters, memory per rank (weights, gradients, "
-        "optimizer, activations), tokens per step, and whether it fits the device",
+        "optimizer, activations), tokens and time per step, and whether it fits the device",
     )
     p.add_argument(
         "--device-memory-gib",

@@ -14,7 +14,7 @@
   trained by our own loop (DDP);
 - `data`, `samples`, `loader`, `target_view` — the hidden-state files, each checked before training and
   streamed by a worker pool, and the target;
-- `plan` (+ `plan_models`, `memory_trace`) — `--dry-run`: sizes and memory per rank without training;
+- `plan` (+ `plan_models`) — `--dry-run`: sizes, memory per rank and time, in arithmetic, without training;
 - `report` — `TrainDraftError`, the progress lines, the verdicts on a finished draft.
 """
 

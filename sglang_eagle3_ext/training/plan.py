@@ -1,16 +1,22 @@
 """`train --dry-run`: what a run would take, per rank, before anything is trained. Reads the target's config.json
-only (no weights), and --data's sample lengths when given (their headers).
+only (no weights) and --data's sample headers when given; builds and runs nothing, so it answers at once for any
+size (training/plan_models.py: the arithmetic per route).
 
-Per rank: the weights (float32 masters; with FSDP, the Llama route's, sharded over the ranks plus the
-module being gathered), the gradients and the optimizer's state (AdamW: two float32 values per trainable
-weight; sharded like the weights), and the activation peak of one micro-batch, counted by running one step of
-the real draft on the meta device (training/memory_trace.py) at the plan's length: --total-seq-len tokens for
-the Llama route (speculators pads every packed sequence to it), the longest sample of --data for the MLA route
-(else --total-seq-len). A warning when the total passes the device's memory (or --device-memory-gib).
+It refuses what the run would refuse before its first step: the settings each route checks (the same functions),
+the global batch over the ranks, and, with --data, samples whose headers do not hold the token ids and the
+states [L, K+1, hidden] the run reads. Per rank: the weights (float32 masters; with FSDP, the Llama route's,
+sharded over the ranks plus the module being gathered), the gradients and the optimizer's state (AdamW: two
+float32 values per trainable weight; sharded like the weights), and the activation peak of one micro-batch at
+the plan's length: --total-seq-len tokens for the Llama route (speculators pads every packed sequence to it), the
+longest sample of --data for the MLA route (else --total-seq-len). A warning when the total passes the device's
+memory (or --device-memory-gib). The time: the work per token at the route's measured rate, per step and, with
+--data, for the whole run.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
 
 from ..boundary import BadInput
@@ -18,13 +24,14 @@ from ..draft import arch as layouts
 from . import sharding
 from .data import find_hs_dir, list_hs_files, parse_layer_ids, read_layer_ids_from_metadata
 from .distributed import torchrun_env
-from .loader import sample_length
-from .options import TrainOptions
+from .options import DEFAULT_EPOCHS, TrainOptions
 from .report import TrainDraftError
+from .samples import SampleSpec, header_length
 from .target_view import text_config
 
 GIB = 2**30
-ADAMW_STATES = 2
+# what a plan that does not fit or whose config does not make a draft can raise (shapes, a division, a missing key)
+_CONFIG_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError, OverflowError)
 
 
 def _target_config(a: TrainOptions) -> dict:
@@ -43,28 +50,31 @@ def _world_size(a: TrainOptions) -> int:
     return env[1] if env else 1
 
 
-def _aux_layers(a: TrainOptions) -> int:
-
-    ids = parse_layer_ids(a.layer_ids)
-    if ids is None and a.data is not None:
+def _layer_ids(a: TrainOptions) -> TrainOptions:
+    """`a` with the aux layers --data's metadata names when --layer-ids is left out (the routes' own default
+    otherwise)."""
+    if parse_layer_ids(a.layer_ids) is None and a.data is not None:
         ids, _ = read_layer_ids_from_metadata(Path(a.data))
-    return len(ids) if ids else 3
+        if ids is not None:
+            return dataclasses.replace(a, layer_ids=ids)
+    return a
 
 
-def _lengths(a: TrainOptions) -> list[int]:
-    """The samples' lengths from their headers (none without --data)."""
+def _lengths(a: TrainOptions, K: int, tcfg: dict) -> list[int] | None:
+    """The samples' lengths from their headers (None without --data); a header that is not a sample's is refused
+    by name, as the run refuses the file (training/samples.py)."""
     if a.data is None:
-        return []
+        return None
+    spec = SampleSpec(K + 1, int(tcfg["hidden_size"]), int(tcfg["vocab_size"]), f"{K} aux layers + the final state")
+    return [header_length(p, spec) for p in list_hs_files(find_hs_dir(Path(a.data)))]
 
-    try:
-        return [sample_length(p) for p in list_hs_files(find_hs_dir(Path(a.data)))]
-    except TrainDraftError:
-        raise
-    except Exception as e:  # noqa: BLE001 - an unreadable header: the run itself would refuse the file by name
-        raise TrainDraftError(
-            f"--data: a sample's header is unreadable ({type(e).__name__}: {e}); fix or remove "
-            f"it, or plan without --data"
-        ) from None
+
+def _device(a: TrainOptions) -> str:
+    if a.device is not None:
+        return a.device
+    import torch  # only to find the default device
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _device_gib(a: TrainOptions, device: str) -> float | None:
@@ -79,39 +89,29 @@ def _device_gib(a: TrainOptions, device: str) -> float | None:
 
 
 def plan_draft(a: TrainOptions) -> dict:
-    """The plan of the run `a` describes (nothing is trained or written)."""
-    import torch
-
+    """The plan of the run `a` describes (nothing is built, trained or written)."""
     tcfg = _target_config(a)
-    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     world = _world_size(a)
     G, A = sharding.accumulation(a.global_batch, world)
-    K = _aux_layers(a)
-    lengths = _lengths(a)
+    a = _layer_ids(a)
+    ids = parse_layer_ids(a.layer_ids)
+    K = len(ids) if ids else 3
     layout = layouts.get(a.draft_arch)
+    lengths = _lengths(a, K, tcfg)
     packed = layout.TRAIN_PADS_TO_TOTAL_SEQ_LEN
     T = a.total_seq_len if packed or not lengths else max(lengths)
+    device = _device(a)
     try:
-        sizes = layouts.resolve(layout.PLAN)(a, tcfg, K, T, device, world)
+        sizes = layouts.resolve(layout.PLAN)(a, tcfg, K, T, device, world, lengths=lengths)
     except TrainDraftError:
         raise
-    except (
-        ValueError,
-        TypeError,
-        KeyError,
-        IndexError,
-        AttributeError,
-        ZeroDivisionError,
-        OverflowError,
-        RuntimeError,
-        NotImplementedError,
-    ) as e:
-        # the config's sizes do not make a draft (torch refuses the shapes, a head size does not divide...)
+    except _CONFIG_ERRORS as e:  # the config's sizes do not make a draft (a head size that does not divide...)
         raise TrainDraftError(
             f"--target {a.target}: its config.json does not describe a {a.draft_arch} draft "
             f"({type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]})"
         ) from None
     per_step = G * T if packed else round(G * (sum(lengths) / len(lengths) if lengths else T))
+    steps = _steps(a, lengths, G, T, packed, layout)
     return _finish(
         a,
         tcfg,
@@ -122,13 +122,28 @@ def plan_draft(a: TrainOptions) -> dict:
         A=A,
         T=T,
         per_step=per_step,
-        n=len(lengths),
+        n=len(lengths or ()),
+        steps=steps,
         packed=packed,
         shards=layout.TRAIN_SHARDS_WEIGHTS,
     )
 
 
-def _finish(a, tcfg, sizes, *, device, world, G, A, T, per_step, n, packed, shards) -> dict:
+def _steps(a: TrainOptions, lengths, G: int, T: int, packed: bool, layout) -> int | None:
+    """Optimizer steps of the whole run (None without --data): an epoch of the training split, packed into
+    sequences of T tokens or one sample a micro-batch, in steps of G."""
+    if a.steps is not None and a.epochs is None:
+        return a.steps
+    if not lengths:
+        return None
+    n_train = layout.heldout(len(lengths), a.train_ratio)[0]
+    micro = math.ceil(sum(lengths[:n_train]) / T) if packed else n_train
+    per_epoch = max(1, math.ceil(micro / G))
+    total = (a.epochs or DEFAULT_EPOCHS) * per_epoch
+    return min(total, a.steps) if a.steps is not None else total
+
+
+def _finish(a, tcfg, sizes, *, device, world, G, A, T, per_step, n, steps, packed, shards) -> dict:
     nbytes = dict(sizes["bytes"], total=sum(sizes["bytes"].values()))
     mem = {k: v / GIB for k, v in nbytes.items()}
     budget = _device_gib(a, device)
@@ -139,6 +154,7 @@ def _finish(a, tcfg, sizes, *, device, world, G, A, T, per_step, n, packed, shar
             f"shorten {'--total-seq-len' if packed else 'the samples'}, use more ranks"
             f"{' (FSDP shards the weights)' if shards else ''}, or a --draft-vocab-size"
         )
+    step_s = per_step * sizes["flops_per_token"] / (sizes["tflops"] * 1e12 * world)
     return {
         "arch": a.draft_arch,
         "target": str(a.target),
@@ -156,6 +172,13 @@ def _finish(a, tcfg, sizes, *, device, world, G, A, T, per_step, n, packed, shar
         "per_rank_bytes": nbytes,
         "device_memory_gib": budget,
         "fits": None if budget is None else mem["total"] <= budget,
+        "time": {
+            "flops_per_token": sizes["flops_per_token"],
+            "tflops_per_rank": sizes["tflops"],
+            "step_s": step_s,
+            "steps": steps,
+            "run_s": None if steps is None else step_s * steps,
+        },
         "warnings": warnings,
         "notes": sizes["notes"],
     }
@@ -163,7 +186,7 @@ def _finish(a, tcfg, sizes, *, device, world, G, A, T, per_step, n, packed, shar
 
 def plan_lines(p: dict) -> list[str]:
     """The plan as the command line prints it."""
-    pr, m = p["params"], p["per_rank_gib"]
+    pr, m, t = p["params"], p["per_rank_gib"], p["time"]
     lines = [
         f"plan: {p['arch']} draft for {p['target']} (vocab {p['vocab_size']}, hidden {p['hidden_size']}) on "
         f"{p['world_size']} rank(s), {p['device']}",
@@ -178,6 +201,11 @@ def plan_lines(p: dict) -> list[str]:
         if budget is not None
         else "  device memory: unknown (no CUDA device; --device-memory-gib to check a budget)"
     )
+    run = f", ~{_duration(t['run_s'])} for {t['steps']:,} steps" if t["steps"] is not None else "; the run: with --data"
+    lines.append(
+        f"  time: ~{_duration(t['step_s'])} per step at {t['tflops_per_rank']:.3g} TFLOP/s per rank "
+        f"({t['flops_per_token'] / 1e9:,.1f} GFLOP per token){run}"
+    )
     lines += [f"  note: {x}" for x in p["notes"]]
     lines += [f"WARNING: {w}" for w in p["warnings"]]
     return lines
@@ -185,3 +213,10 @@ def plan_lines(p: dict) -> list[str]:
 
 def _size(gib: float) -> str:
     return f"{gib:.2f} GiB" if gib >= 1 else f"{gib * 1024:.2f} MiB"
+
+
+def _duration(s: float) -> str:
+    for unit, n in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= n:
+            return f"{s / n:,.1f} {unit}"
+    return f"{s:.3g} s"

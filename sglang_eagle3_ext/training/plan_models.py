@@ -1,194 +1,272 @@
-"""The two drafts as `train --dry-run` sizes them (training/plan.py): each built on the meta device from the
-target's config alone, its parameters counted, one training step traced (training/memory_trace.py).
+"""The two drafts as `train --dry-run` sizes them (training/plan.py), in arithmetic from the target's config alone:
+nothing is built or run, so any size answers at once. Each route first applies the settings checks its training
+run applies (the same functions), then counts:
 
-On CUDA the step is traced with the draft in bf16, standing for autocast (bf16 activations; the float32 masters
-are counted as weights, and autocast's bf16 copies of the matmul weights on top). The Llama route is traced
-eagerly with speculators' eager loss: on CUDA speculators compiles the forward (torch.compile frees
-intermediates sooner) and uses its fused loss, so the plan is an upper bound there (measured at Kimi-K2.5's
-width, 8192 tokens, one H200: 60 GiB peak for 94 GiB planned; the MLA route: 50 GiB for 56 GiB planned).
+- the draft's parameters from its shapes (tests/unit/test_train_plan.py holds them to the drafts the routes
+  build);
+- the activation peak of one micro-batch's forward, loss and backward, as bytes per element of each family of
+  tensors the step keeps alive (the logits and their log-softmaxes per TTT step, the attention masks growing with
+  the steps, the layers' inputs and outputs), for float32 on a CPU and bf16 autocast on CUDA. The figures are a
+  least-squares fit to the step run on torch's meta device with every storage followed from creation to release,
+  over random shapes (within 13 % of it from 64 tokens up); tests/unit/test_train_plan.py holds the plan within
+  15 % of a measured run's peak, so a change to a step that moves its peak shows there. On CUDA the Llama route
+  compiles its forward and fuses its loss, which keep less: an upper bound there (measured at Kimi-K2.5's width,
+  8192 tokens, one H200: 60 GiB peak for 94 GiB planned; the MLA route: 50 GiB for 56 GiB planned);
+- the floating-point work per token (6 per trained weight and token, 4 through a frozen head, 2 for the
+  teacher's logits, plus attention), and from it the time per step at each route's rate measured on one H200 at
+  Kimi-K2.5's width (docs/results.md, Training throughput).
 """
 
 from __future__ import annotations
 
-import contextlib
-
-from .memory_trace import trace_step
-from .mla.step import SELF_BIAS, step_loss
-from .speculators.train import draft_layer_config
+from .report import TrainDraftError
 
 F32, BF16 = 4, 2
+CPU_TFLOPS = 0.05  # a CPU's order of magnitude: its time is a rough guide only
+
+# bytes per element at the activation peak: {cuda: {feature: bytes}} (features: see _mla_features/_llama_features)
+MLA_BYTES = {
+    False: dict(
+        TV_S=11.5, TV=14.0, TT_S2=5.4, TT_S=5.3, TH_S=44.3, TI_S=15.9, Tq_S=13.0, Tv_S=18.6, Tlat_S=6.5, TKH=4.9, VH=1.3
+    ),
+    True: dict(
+        TV_S=9.7, TV=17.3, TT_S2=2.1, TT_S=4.5, TH_S=38.2, TI_S=8.2, Tq_S=5.3, Tv_S=9.7, Tlat_S=8.7, TKH=0.3, VH=1.0
+    ),
+}
+LLAMA_BYTES = {
+    False: dict(TD_S=8.2, TD=18.4, TV=0.2, TT_S2=0.9, TH_SL=51.5, TI_SL=16.4, TH_S=32.9, TKH=0.3),
+    True: dict(TD_S=8.0, TD=15.4, TT_S2=0.9, TH_SL=27.3, TI_SL=8.1, TH_S=27.9),
+}
+# one H200 at Kimi-K2.5's width (hidden 7168, vocab 163,840, 3 TTT steps): tokens/s measured per route
+# (docs/results.md: the MLA route on 2048-token samples, the Llama route on 8192-token packed sequences)
+KIMI = dict(hidden_size=7168, vocab_size=163840, num_attention_heads=64, q_lora_rank=1536, kv_lora_rank=512)
+KIMI.update(qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, intermediate_size=18432)
+MEASURED = {"mla": (8827, 2048), "llama": (15492, 8192)}
 
 
-def _count(model) -> dict:
-    total = sum(p.numel() for p in model.parameters())
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return {"total": total, "trainable": trainable, "frozen": total - trainable}
+def _acts(table: dict, features: dict) -> int:
+    return int(sum(table.get(k, 0.0) * v for k, v in features.items()))
 
 
-def _linear_weights(model) -> int:
-    import torch
-
-    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-
-
-def _buffer_bytes(model) -> int:
-    return sum(b.numel() * b.element_size() for b in model.buffers())
-
-
-def mla_step(a, tcfg: dict, K: int, T: int, device: str, world: int = 1) -> dict:
-    """The MLA route (one process per rank, the draft replicated: DDP)."""
-    import torch
-
-    from ..draft.nets.mla import Eagle3MLADraft
-    from .mla.train import mla_draft_config
-
-    cfg = mla_draft_config(tcfg, list(range(1, K + 1)), a.intermediate_size)
-    with torch.device("meta"):
-        model = Eagle3MLADraft(cfg)
-    model.embed_tokens.weight.requires_grad_(False)
-    params, buffers = _count(model), _buffer_bytes(model)
-    cuda = device.startswith("cuda")
-    if cuda:
-        model.to(torch.bfloat16)
-    H, V = int(tcfg["hidden_size"]), int(tcfg["vocab_size"])
-    head, norm = (
-        torch.empty(V, H, dtype=torch.bfloat16, device="meta"),
-        torch.empty(H, dtype=torch.bfloat16, device="meta"),
+# ---- the MLA route ---------------------------------------------------------------------------------------------
+def mla_shapes(cfg: dict, K: int) -> dict:
+    """Parameter counts of the MLA draft `cfg` describes (draft/nets/mla.Eagle3MLADraft): total, trainable (all
+    but the embedding), the linear layers' weights per TTT step, and its buffers in bytes (the RoPE tables)."""
+    H, V = int(cfg["hidden_size"]), int(cfg["vocab_size"])
+    Ht, dv = int(cfg.get("target_hidden_size") or H), int(cfg.get("draft_vocab_size") or V)
+    n, qr, kvr = int(cfg["num_attention_heads"]), int(cfg["q_lora_rank"]), int(cfg["kv_lora_rank"])
+    rope, nope, vd, inter = (
+        int(cfg[k]) for k in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "intermediate_size")
     )
-    dtype = torch.bfloat16 if cuda else torch.float32
-
-    def make():
-        return (
-            torch.zeros(T, dtype=torch.long, device="meta"),
-            torch.empty(T, K + 1, H, dtype=torch.bfloat16, device="meta"),
-        )
-
-    def step(m, ids, hs):  # the warm-up's attention bias on: its float masks are the step's largest
-        loss, _ = step_loss(
-            m, ids, hs, head, norm, float(tcfg.get("rms_norm_eps") or 1e-6), a.ttt_steps, dtype, SELF_BIAS
-        )
-        loss.backward()
-
-    traced = trace_step(model, make, step)
-    tr = params["trainable"]
-    weights = params["total"] * F32 + buffers + (V * H + H) * BF16 + (tr * BF16 if cuda else 0)
+    attn = 2 * H * qr + qr * n * (nope + rope) + 2 * H * (kvr + rope) + kvr * n * (nope + vd) + n * vd * H
+    mlp, head = 3 * H * inter, dv * H
+    fc = K * Ht * H + (H if cfg.get("bias") else 0)
+    norms = qr + kvr + 4 * H + (K * Ht if cfg.get("fc_norm") or cfg.get("use_aux_norm") else 0)
+    total = V * H + fc + attn + mlp + norms + head
     return {
-        "params": params,
+        "total": total,
+        "trainable": total - V * H,
+        "frozen": V * H,
+        "per_step_linear": attn + mlp + head,
+        "fc": K * Ht * H,
+        "buffers": 2 * int(cfg["max_position_embeddings"]) * (rope // 2) * F32,
+    }
+
+
+def _mla_features(cfg: dict, K: int, T: int, S: int) -> dict:
+    H, V, inter = int(cfg["hidden_size"]), int(cfg["vocab_size"]), int(cfg["intermediate_size"])
+    n, rope = int(cfg["num_attention_heads"]), int(cfg["qk_rope_head_dim"])
+    qk, vd = int(cfg["qk_nope_head_dim"]) + rope, int(cfg["v_head_dim"])
+    lat = int(cfg["q_lora_rank"]) + int(cfg["kv_lora_rank"]) + rope
+    return dict(
+        TV_S=T * V * S,
+        TV=T * V,
+        TT_S2=T * T * S * (S + 1) // 2,
+        TT_S=T * T * S,
+        TH_S=T * H * S,
+        TI_S=T * inter * S,
+        Tq_S=T * n * qk * S,
+        Tv_S=T * n * vd * S,
+        Tlat_S=T * lat * S,
+        TKH=T * K * H,
+        TH=T * H,
+        VH=V * H,
+    )
+
+
+def _mla_flops(cfg: dict, shapes: dict, T: int, S: int) -> int:
+    """Per token: every TTT step through the trained layers and head (forward and backward), fc once, the
+    teacher's logits, and attention over half the sample on average."""
+    n, qk, vd = (
+        int(cfg["num_attention_heads"]),
+        int(cfg["qk_nope_head_dim"]) + int(cfg["qk_rope_head_dim"]),
+        int(cfg["v_head_dim"]),
+    )
+    attn = 6 * n * (qk + vd) * (T // 2 + S)
+    return (
+        S * (6 * shapes["per_step_linear"] + attn)
+        + 6 * shapes["fc"]
+        + 2 * int(cfg["vocab_size"]) * int(cfg["hidden_size"])
+    )
+
+
+def _mla_config(tcfg: dict, K: int, intermediate_size):
+    from .mla.train import mla_draft_config  # the route's own (it imports torch for the RoPE rule; builds nothing)
+
+    return mla_draft_config(tcfg, list(range(1, K + 1)), intermediate_size)
+
+
+def mla_step(a, tcfg: dict, K: int, T: int, device: str, world: int = 1, lengths=None) -> dict:
+    """The MLA route (one process per rank, the draft replicated: DDP)."""
+    from ..draft.arch import mla
+    from .mla.config import check_lengths, check_settings, layer_ids_for
+
+    layer_ids_for(a, int(tcfg["num_hidden_layers"]), None)
+    check_settings(a, tcfg)
+    if lengths:
+        check_lengths(lengths, mla.heldout(len(lengths), a.train_ratio)[0], a.ttt_steps)
+    cfg = _mla_config(tcfg, K, a.intermediate_size)
+    p = mla_shapes(cfg, K)
+    cuda = device.startswith("cuda")
+    H, V, tr = int(tcfg["hidden_size"]), int(tcfg["vocab_size"]), p["trainable"]
+    weights = p["total"] * F32 + p["buffers"] + (V * H + H) * BF16 + (tr * BF16 if cuda else 0)
+    flops = _mla_flops(cfg, p, T, a.ttt_steps)
+    return {
+        "params": {k: p[k] for k in ("total", "trainable", "frozen")},
         "notes": _notes(a, T, cuda),
         "bytes": {
             "weights": weights,
             "gradients": tr * F32,
             "optimizer": tr * F32 * 2,
-            "activations": traced["activations"],
+            "activations": _acts(MLA_BYTES[cuda], _mla_features(cfg, K, T, a.ttt_steps)),
         },
+        "flops_per_token": flops,
+        "tflops": _rate("mla", cuda),
     }
 
 
-def _llama_model(a, tcfg: dict, K: int):
-    import torch
-    from speculators.config import SpeculatorsConfig, VerifierConfig
-    from speculators.models.eagle3 import Eagle3DraftModel
-    from speculators.models.eagle3.config import Eagle3SpeculatorConfig
-    from speculators.proposals.greedy import GreedyTokenProposalConfig
-    from transformers import LlamaConfig
+# ---- the Llama route -------------------------------------------------------------------------------------------
+def llama_shapes(dcfg: dict, K: int, draft_vocab_size: int) -> dict:
+    """Parameter counts of speculators' Eagle3 draft for the layer config `dcfg` (training/speculators/draft_config):
+    the target's embedding, its head (twice: the draft's and the verifier's) and final norm frozen; fc, the layers
+    and the draft's norm trained."""
+    H, V, dv = int(dcfg["hidden_size"]), int(dcfg["vocab_size"]), int(draft_vocab_size)
+    heads, kv, hd = int(dcfg["num_attention_heads"]), int(dcfg["num_key_value_heads"]), int(dcfg["head_dim"])
+    inter, L = int(dcfg["intermediate_size"]), int(dcfg["num_hidden_layers"])
 
-    dc = draft_layer_config(
+    def layer(i: int) -> tuple[int, int]:  # (linear weights, all); layer 0 reads cat(embeds, states): 2 x hidden
+        width = 2 * H if i == 0 else H
+        linear = (heads + 2 * kv) * hd * width + H * heads * hd + 3 * H * inter
+        return linear, linear + (3 if i == 0 else 2) * H
+
+    (lin0, all0), (lin1, all1) = layer(0), layer(1) if L > 1 else (0, 0)
+    trained = K * H * H + all0 + (L - 1) * all1 + H
+    frozen = V * H + 2 * dv * H + H
+    return {
+        "total": trained + frozen,
+        "trainable": trained,
+        "frozen": frozen,
+        "linear": K * H * H + lin0 + (L - 1) * lin1 + 2 * dv * H,
+        "per_step_trained": lin0 + (L - 1) * lin1,
+        "largest_layer": max(all0, all1),
+        "layers": all0 + (L - 1) * all1,
+        "fc": K * H * H,
+        # the RoPE frequencies; d2t (int64) and t2d (bool) with a vocabulary of its own
+        "buffers": 2 * (hd // 2) * F32 + (dv * 8 + V if dv < V else 0),
+    }
+
+
+def _llama_features(dcfg: dict, K: int, T: int, S: int, dv: int) -> dict:
+    H, V, L = int(dcfg["hidden_size"]), int(dcfg["vocab_size"]), int(dcfg["num_hidden_layers"])
+    return dict(
+        TD_S=T * dv * S,
+        TD=T * dv,
+        TV=T * V,
+        TT_S2=T * T * S * (S + 1) // 2,
+        TH_SL=T * H * S * L,
+        TI_SL=T * int(dcfg["intermediate_size"]) * S * L,
+        TH_S=T * H * S,
+        TKH=T * K * H,
+    )
+
+
+def _llama_flops(dcfg: dict, shapes: dict, T: int, S: int, dv: int) -> int:
+    """Per token: every TTT step through the trained layers (forward and backward) and the frozen head (forward
+    and its input's gradient), fc once, the verifier's logits, attention over half a sequence."""
+    H, L = int(dcfg["hidden_size"]), int(dcfg["num_hidden_layers"])
+    attn = 6 * L * 2 * int(dcfg["num_attention_heads"]) * int(dcfg["head_dim"]) * (T // 2 + S)
+    return S * (6 * shapes["per_step_trained"] + 4 * dv * H + attn) + 6 * shapes["fc"] + 2 * dv * H
+
+
+def llama_settings(a, tcfg: dict) -> tuple[dict, int]:
+    """(the draft's layer config, its vocabulary) after the checks the route applies before training."""
+    from .data import parse_layer_ids
+    from .speculators.train import check_settings, draft_layer_config  # the route's own
+
+    dv = check_settings(a, tcfg, parse_layer_ids(a.layer_ids), "--layer-ids or --data's metadata")
+    dcfg = draft_layer_config(
         tcfg,
         num_layers=a.num_layers,
         intermediate_size=a.intermediate_size,
         head_dim=a.head_dim,
         max_position_embeddings=a.max_position_embeddings,
     )
-    lc = LlamaConfig(**dc)
-    lc._attn_implementation = "sdpa"
-    verifier = VerifierConfig(
-        name_or_path=str(a.target), architectures=list(tcfg.get("architectures") or ["DeepseekV3ForCausalLM"])
-    )
-    cfg = Eagle3SpeculatorConfig(
-        transformer_layer_config=lc,
-        draft_vocab_size=a.draft_vocab_size or int(tcfg["vocab_size"]),
-        norm_before_residual=False,
-        eagle_aux_hidden_state_layer_ids=list(range(1, K + 1)),
-        speculators_config=SpeculatorsConfig(
-            algorithm="eagle3",
-            default_proposal_method="greedy",
-            verifier=verifier,
-            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=a.ttt_steps)],
-        ),
-    )
-    with torch.device("meta"):
-        return Eagle3DraftModel(config=cfg)
+    return dcfg, dv
 
 
-def llama_step(a, tcfg: dict, K: int, T: int, device: str, world: int) -> dict:
+def llama_step(a, tcfg: dict, K: int, T: int, device: str, world: int, lengths=None) -> dict:
     """The Llama route (speculators' model; FSDP over the ranks when there are several)."""
-    import torch
-    from speculators.models.eagle3.core import Eagle3DraftModel
-
-    model = _llama_model(a, tcfg, K)
-    params, buffers = _count(model), _buffer_bytes(model)
+    dcfg, dv = llama_settings(a, tcfg)
+    if lengths is not None and len(lengths) < 2:
+        raise TrainDraftError("need at least 2 samples (speculators holds out a validation split)")
+    p = llama_shapes(dcfg, K, dv)
     cuda = device.startswith("cuda")
-    dtype = torch.bfloat16 if cuda else torch.float32
-    model.to(dtype)
-    H = int(tcfg["hidden_size"])
-    kw, _ = Eagle3DraftModel.get_trainer_kwargs(
-        ttt_steps=a.ttt_steps, ttt_step_loss_decay=1.0, loss_fn=a.loss_fn or "kl_div", loss_implementation="eager"
-    )
-
-    def make():
-        z = dict(device="meta")
-        return (
-            {
-                "hidden_states": torch.empty(1, T, K * H, dtype=dtype, **z),
-                "input_ids": torch.zeros(1, T, dtype=torch.long, **z),
-                "document_ids": torch.zeros(1, T, dtype=torch.long, **z),
-                "loss_mask": torch.ones(1, T, dtype=torch.bool, **z),
-                "position_ids": torch.zeros(1, T, dtype=torch.long, **z),
-                "verifier_last_hidden_states": torch.empty(1, T, H, dtype=dtype, **z),
-            },
-        )
-
-    def step(m, batch):
-        _, loss, _ = m(**batch, **kw)
-        loss.backward()
-
-    with _eager():
-        traced = trace_step(model, make, step)
-    tr, total = params["trainable"], params["total"]
+    tr, total = p["trainable"], p["total"]
     if world > 1:  # FSDP: every weight sharded; the root module (embeddings, heads, fc) and a layer gathered
-        layer = max(sum(p.numel() for p in lyr.parameters()) for lyr in model.layers)
-        gathered = (total - sum(p.numel() for p in model.layers.parameters()) + layer) * (BF16 if cuda else F32)
-        weights = total * F32 // world + gathered + buffers
+        gathered = (total - p["layers"] + p["largest_layer"]) * (BF16 if cuda else F32)
+        weights = total * F32 // world + gathered + p["buffers"]
     else:
-        weights = total * F32 + buffers + (_linear_weights(model) * BF16 if cuda else 0)
+        weights = total * F32 + p["buffers"] + (p["linear"] * BF16 if cuda else 0)
+    flops = _llama_flops(dcfg, p, T, a.ttt_steps, dv)
     return {
-        "params": params,
+        "params": {k: p[k] for k in ("total", "trainable", "frozen")},
         "notes": _notes(a, T, cuda, compiled=True),
         "bytes": {
             "weights": weights,
             "gradients": tr * F32 // world,
             "optimizer": tr * F32 * 2 // world,
-            "activations": traced["activations"],
+            "activations": _acts(LLAMA_BYTES[cuda], _llama_features(dcfg, K, T, a.ttt_steps, dv)),
         },
+        "flops_per_token": flops,
+        "tflops": _rate("llama", cuda),
     }
 
 
-@contextlib.contextmanager
-def _eager():
-    """speculators compiles the draft's forward on a CUDA host; the trace needs it eager."""
-    import torch
+def _rate(route: str, cuda: bool) -> float:
+    """The effective TFLOP/s assumed: the route's rate measured on one H200 at Kimi-K2.5's width (CUDA), else
+    CPU_TFLOPS."""
+    if not cuda:
+        return CPU_TFLOPS
+    tok_s, T = MEASURED[route]
+    ref = dict(KIMI, num_hidden_layers=61, max_position_embeddings=262144, rms_norm_eps=1e-6)
+    V = ref["vocab_size"]
+    if route == "mla":
+        cfg = _mla_config(ref, 3, None)
+        flops = _mla_flops(cfg, mla_shapes(cfg, 3), T, 3)
+    else:
+        from .speculators.train import draft_layer_config
 
-    stance = getattr(torch.compiler, "set_stance", None)
-    with stance("force_eager") if stance else contextlib.nullcontext():
-        yield
+        dcfg = draft_layer_config(ref)
+        flops = _llama_flops(dcfg, llama_shapes(dcfg, 3, V), T, 3, V)
+    return flops * tok_s / 1e12
 
 
 def _notes(a, T: int, cuda: bool, compiled: bool = False) -> list[str]:
-    """compiled: the route compiles the forward on CUDA, which the eager trace does not."""
-    out = [f"activations: one micro-batch of {T} tokens, {a.ttt_steps} TTT steps, traced on the meta device"]
+    """compiled: the route compiles the forward on CUDA, which the plan's figures do not count."""
+    out = [f"activations: one micro-batch of {T} tokens, {a.ttt_steps} TTT steps, counted from the shapes"]
     if compiled and cuda:
         out.append(
-            "traced eagerly: speculators compiles the forward on CUDA (and its fused loss), which keeps "
+            "counted as the eager step: speculators compiles the forward on CUDA (and its fused loss), which keeps "
             "less: an upper bound"
         )
     if a.optimizer != "adamw":

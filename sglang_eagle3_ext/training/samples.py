@@ -54,6 +54,48 @@ def _read(path: Path):
         _refuse(path, f"not a readable safetensors file ({type(e).__name__}: {str(e)[:200]})")
 
 
+def _states_problem(L: int, shape: tuple, spec: SampleSpec) -> str | None:
+    if (
+        len(shape) == 3
+        and shape[0] == L
+        and (not spec.n_slots or shape[1] == spec.n_slots)
+        and (not spec.hidden or shape[2] == spec.hidden)
+    ):
+        return None
+    slots = (
+        f"{spec.n_slots} slots per token ({spec.slots_from or 'the aux layers + the final state'})"
+        if spec.n_slots
+        else "K+1 slots per token (K aux layers + the final state)"
+    )
+    return (
+        f"{STATES} is {list(shape)}, expected [{L}, {spec.n_slots or 'K+1'}, {spec.hidden or 'H'}]: "
+        f"{L} rows (one per token id), {slots}, width {spec.hidden or 'H'} (the target's hidden size)"
+    )
+
+
+def header_length(path, spec: SampleSpec) -> int:
+    """The tokens of one file from its header alone (nothing else is read), its shapes checked as load_sample
+    checks them; TrainDraftError naming it."""
+    from ..draft.safetensors_io import read_header
+
+    path = Path(path)
+    tensors, problems = read_header(path)
+    if problems:
+        _refuse(path, f"not a readable safetensors file ({problems[0].message.replace(f'{path}: ', '', 1)})")
+    missing = [k for k in (IDS, STATES) if k not in tensors]
+    if missing:
+        _refuse(path, f"no {' and no '.join(missing)} tensor (has {sorted(tensors)})")
+    ids = tensors[IDS]
+    if len(ids.shape) != 1 or ids.dtype.startswith(("F", "BF", "BOOL")):
+        _refuse(path, f"{IDS} must be a 1-D integer tensor, got {ids.dtype} {list(ids.shape)}")
+    if not ids.shape[0]:
+        _refuse(path, "holds no tokens")
+    problem = _states_problem(ids.shape[0], tensors[STATES].shape, spec)
+    if problem:
+        _refuse(path, problem)
+    return ids.shape[0]
+
+
 def load_sample(path, spec: SampleSpec):
     """(ids int64 [L], states [L, n_slots, hidden]) of one file, every rule checked; TrainDraftError naming it."""
     import torch
@@ -68,22 +110,9 @@ def load_sample(path, spec: SampleSpec):
     problem = token_id_problem(ids, spec.vocab)
     if problem:
         _refuse(path, problem)
-    if (
-        hs.dim() != 3
-        or hs.shape[0] != L
-        or (spec.n_slots and hs.shape[1] != spec.n_slots)
-        or (spec.hidden and hs.shape[2] != spec.hidden)
-    ):
-        slots = (
-            f"{spec.n_slots} slots per token ({spec.slots_from or 'the aux layers + the final state'})"
-            if spec.n_slots
-            else "K+1 slots per token (K aux layers + the final state)"
-        )
-        _refuse(
-            path,
-            f"{STATES} is {list(hs.shape)}, expected [{L}, {spec.n_slots or 'K+1'}, {spec.hidden or 'H'}]: "
-            f"{L} rows (one per token id), {slots}, width {spec.hidden or 'H'} (the target's hidden size)",
-        )
+    problem = _states_problem(L, tuple(hs.shape), spec)
+    if problem:
+        _refuse(path, problem)
     if str(hs.dtype).replace("torch.", "") not in FLOAT_DTYPES:
         _refuse(path, f"{STATES} is {str(hs.dtype)[6:]}, expected one of {', '.join(FLOAT_DTYPES)}")
     bad = ~torch.isfinite(hs)

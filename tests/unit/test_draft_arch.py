@@ -175,7 +175,6 @@ NEUTRAL = (
             "report",
             "workers",
             "target_view",
-            "memory_trace",
         )
     ),
 )

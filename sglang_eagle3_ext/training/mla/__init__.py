@@ -2,5 +2,5 @@
 
 train.py  the route: data, target, init-from and resume set up, the loop run, the best epoch published
 loop.py   the training loop: one process, or one per rank under torchrun (DDP)
-step.py   what one step computes (loss, warm-up bias), also traced by the memory plan
+step.py   what one step computes (loss, warm-up bias)
 """

@@ -1,6 +1,5 @@
-"""What one training step of the MLA draft computes, shared by the loop (training/mla/loop.py), the route
-(training/mla/train.py) and the memory plan (training/plan_models.py): the loss and its warm-up bias, the
-accuracy, and the draft's file as SGLang loads it."""
+"""What one training step of the MLA draft computes, shared by the loop (training/mla/loop.py) and the route
+(training/mla/train.py): the loss and its warm-up bias, the accuracy, and the draft's file as SGLang loads it."""
 
 from __future__ import annotations
 
@@ -77,8 +76,6 @@ def step_loss(model, ids, hs, head, norm_w, eps, steps: int, dtype, self_bias: f
 def accuracy(pred, ref, valid=None) -> float:
     """Share of positions where pred == ref among the valid ones; NaN when none is valid (nothing measured:
     never a perfect score, e.g. from NaN rows whose argmaxes all agree)."""
-    if pred.is_meta:  # a memory plan's trace (training/memory_trace.py): nothing to measure
-        return float("nan")
     ok = pred == ref
     if valid is not None:
         ok = ok[valid]

@@ -18,7 +18,8 @@ import json
 from pathlib import Path
 
 from ...draft.arch import mla
-from ...draft.nets.mla import Eagle3MLADraft
+from ...draft.keys import HF_INDICES_FIELD
+from ...draft.nets.mla import MLA_KEYS, Eagle3MLADraft, rope_scaling_of
 from ..checkpoint import CKPT_DIR, STATE, Publisher, check_identity, read_resume_point
 from ..data import find_hs_dir, list_hs_files
 from ..distributed import current, on_main
@@ -29,7 +30,7 @@ from ..report import TrainDraftError, require_learned, say
 from ..samples import SampleSpec, check_samples
 from ..selection import Keeper
 from ..target_view import EMBED, HEAD, NORM, read_tensors, text_config
-from .config import ARCH, check_settings, layer_ids_for, mla_draft_config
+from .config import check_lengths, check_settings, layer_ids_for
 from .loop import HISTORY_KEYS
 from .step import (  # noqa: F401 - also imported
     SELF_BIAS,
@@ -39,6 +40,47 @@ from .step import (  # noqa: F401 - also imported
     self_bias_at,  # from here by callers
     step_loss,
 )
+
+ARCH = mla.ARCH
+
+
+def mla_draft_config(
+    target_cfg: dict, layer_ids: list[int], intermediate_size: int | None = None, release_ids: list[int] | None = None
+) -> dict:
+    """The draft's config.json: the target's MLA geometry and RoPE, one layer, a dense MLP."""
+    missing = [k for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim") if not target_cfg.get(k)]
+    if missing:
+        raise ValueError(
+            f"the target config has no {missing[0]}: an MLA draft copies the target's MLA geometry "
+            f"(use --draft-arch llama for a non-MLA target)"
+        )
+
+    cfg = {k: target_cfg[k] for k in MLA_KEYS if k in target_cfg}
+    h = int(target_cfg["hidden_size"])
+    cfg.update(
+        architectures=[ARCH],
+        model_type="deepseek_v3",
+        hidden_size=h,
+        target_hidden_size=h,
+        intermediate_size=int(intermediate_size or target_cfg.get("intermediate_size") or 3 * h),
+        num_hidden_layers=1,
+        num_key_value_heads=int(target_cfg["num_attention_heads"]),
+        hidden_act="silu",
+        vocab_size=int(target_cfg["vocab_size"]),
+        draft_vocab_size=int(target_cfg["vocab_size"]),
+        tie_word_embeddings=False,
+        rope_scaling=target_cfg.get("rope_scaling"),
+        torch_dtype="bfloat16",
+        eagle_config={
+            "eagle_aux_hidden_state_layer_ids": list(release_ids or layer_ids),
+            HF_INDICES_FIELD: list(layer_ids),
+        },
+    )
+    if target_cfg.get("rope_parameters") and not cfg["rope_scaling"]:
+        cfg["rope_parameters"] = target_cfg["rope_parameters"]
+    if not rope_scaling_of(cfg):  # plain RoPE: SGLang clamps the draft there (YaRN targets carry their own length)
+        cfg["max_position_embeddings"] = max(int(cfg.get("max_position_embeddings") or 0), 8192)
+    return cfg
 
 
 def save_checkpoint(model: Eagle3MLADraft, cfg: dict, out: Path) -> Path:
@@ -89,6 +131,7 @@ def _split(a: TrainOptions, lengths: list[int]) -> tuple[list[int], list[int]]:
 
     n = len(lengths)
     n_val = n - mla.heldout(n, a.train_ratio)[0]
+    check_lengths(lengths, n - n_val, a.ttt_steps)
     train = [i for i in range(n - n_val) if lengths[i] >= a.ttt_steps + 2]
     if len(train) < n - n_val:
         say(
@@ -230,7 +273,6 @@ def check_checkpoint(out: Path, state: dict | None, identity: dict, cfg: dict, t
         return
     import torch
 
-    from ...draft.nets.mla import Eagle3MLADraft
     from ..resume import check_history, check_model_file, check_optimizer, check_scheduler
     from .loop import CKPT_FILES
 

@@ -14,6 +14,28 @@ from __future__ import annotations
 from ..report import TrainDraftError
 
 
+def check_ratio(a) -> None:
+    """speculators' trainer always holds a validation share out (its loader refuses a ratio of 1 with a traceback)."""
+    if a.train_ratio >= 1:
+        raise TrainDraftError(
+            f"--train-ratio {a.train_ratio:g}: speculators' trainer always holds a validation share "
+            f"out; use a ratio below 1 (e.g. 0.95)"
+        )
+
+
+def check_settings(a, target_cfg: dict, layer_ids: list[int] | None, src: str) -> int:
+    """The settings the route refuses before training (the aux layers when known); returns the draft's
+    vocabulary size."""
+    vocab, n = int(target_cfg["vocab_size"]), int(target_cfg["num_hidden_layers"])
+    dvs = a.draft_vocab_size
+    if dvs is not None and (dvs <= 0 or dvs > vocab):
+        raise TrainDraftError(f"--draft-vocab-size {dvs} must be in [1, {vocab}]")
+    check_ratio(a)
+    if layer_ids is not None and (len(set(layer_ids)) != len(layer_ids) or min(layer_ids) < 0 or max(layer_ids) > n):
+        raise TrainDraftError(f"layer ids {layer_ids} ({src}) must be distinct HF hidden_states indices in [0, {n}]")
+    return dvs or vocab
+
+
 def draft_layer_config(
     target_cfg: dict,
     *,

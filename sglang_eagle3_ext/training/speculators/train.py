@@ -100,7 +100,7 @@ from ..report import TrainDraftError, require_learned, say
 from ..resume import check_history, check_model_file, check_optimizer, check_scheduler, check_training_state
 from ..selection import Keeper
 from ..target_view import is_wrapper, read_tensors, text_config, verifier_view
-from .draft_config import draft_layer_config, meta_model
+from .draft_config import check_ratio, check_settings, draft_layer_config, meta_model
 from .progress import TrainingProgress
 from .run import RunContext, build_argv, history_rows, run_speculators, summarize
 
@@ -139,9 +139,8 @@ def _prepare_on_main(a: TrainOptions, world) -> dict:
     hs_dir = find_hs_dir(data)
     hs_files = list_hs_files(hs_dir)
     layer_ids, src = _resolve_layer_ids(a, data, target, int(target_cfg["num_hidden_layers"]), is_wrapper(target))
+    check_settings(a, target_cfg, layer_ids, src)
     dvs = a.draft_vocab_size
-    if dvs is not None and (dvs <= 0 or dvs > vocab):
-        raise TrainDraftError(f"--draft-vocab-size {dvs} must be in [1, {vocab}]")
     try:
         read_tensors(target)  # the teacher's embed / lm_head / norm: present and finite
     except ValueError as e:
@@ -154,21 +153,7 @@ def _prepare_on_main(a: TrainOptions, world) -> dict:
         head_dim=a.head_dim,
         max_position_embeddings=a.max_position_embeddings,
     )
-    identity = {
-        "arch": "llama",
-        "seed": a.seed,
-        "global_batch": G,
-        "n_train": int(len(hs_files) * a.train_ratio),
-        "total_seq_len": a.total_seq_len,
-        "layer_ids": layer_ids,
-        "optimizer": a.optimizer,
-        "train_ratio": a.train_ratio,
-        "num_layers": dcfg["num_hidden_layers"],
-        "intermediate_size": dcfg["intermediate_size"],
-        "head_dim": dcfg["head_dim"],
-        "draft_vocab_size": dvs or vocab,
-        "ttt_steps": a.ttt_steps,
-    }
+    identity = _identity(a, G, len(hs_files), layer_ids, dcfg, dvs or vocab)
     state = read_resume_point(out, a.resume)
     check_identity(state, identity, out)
     result: dict = {
@@ -209,6 +194,25 @@ def _prepare_on_main(a: TrainOptions, world) -> dict:
         "state": state,
         "init_weights": work / INIT_WEIGHTS if (work / INIT_WEIGHTS).exists() else None,
         "mapping": (work / "d2t.npy", work / "t2d.npy") if (work / "d2t.npy").exists() else None,
+    }
+
+
+def _identity(a: TrainOptions, G: int, n_files: int, layer_ids: list[int], dcfg: dict, dvs: int) -> dict:
+    """What a resumed run must share with the checkpoint's (training/checkpoint.IDENTITY)."""
+    return {
+        "arch": "llama",
+        "seed": a.seed,
+        "global_batch": G,
+        "n_train": int(n_files * a.train_ratio),
+        "total_seq_len": a.total_seq_len,
+        "layer_ids": layer_ids,
+        "optimizer": a.optimizer,
+        "train_ratio": a.train_ratio,
+        "num_layers": dcfg["num_hidden_layers"],
+        "intermediate_size": dcfg["intermediate_size"],
+        "head_dim": dcfg["head_dim"],
+        "draft_vocab_size": dvs,
+        "ttt_steps": a.ttt_steps,
     }
 
 
@@ -268,12 +272,7 @@ def train_llama(a: TrainOptions, rule: dict) -> dict:
     (TrainOptions.output_rule, already checked)."""
     import shutil
 
-    if a.train_ratio >= 1:  # speculators' loader refuses it with a traceback
-        raise TrainDraftError(
-            f"--train-ratio {a.train_ratio:g}: speculators' trainer always holds a validation share "
-            f"out; use a ratio below 1 (e.g. 0.95)"
-        )
-
+    check_ratio(a)  # on every rank, before speculators is imported
     spec_cli, TrainConfig = _speculators()
     world, out = current(), Path(a.out)
     if world.device == "cpu":
@@ -377,8 +376,4 @@ def _resolve_layer_ids(
         from speculators.models.utils import resolve_target_layer_ids
 
         layer_ids, src = resolve_target_layer_ids(None, str(target)), "speculators default [2, n//2, n-3]"
-    if len(set(layer_ids)) != len(layer_ids) or min(layer_ids) < 0 or max(layer_ids) > n_target_layers:
-        raise TrainDraftError(
-            f"layer ids {layer_ids} ({src}) must be distinct HF hidden_states indices in [0, {n_target_layers}]"
-        )
     return layer_ids, src
