@@ -106,7 +106,7 @@ def test_both_drafts_train_against_the_kimi_wrapper(world, kimi, arch, tmp_path)
 
 
 def test_train_draft_fails_when_the_draft_did_not_learn(world, tmp_path, capsys):
-    """Every validation accuracy is <= 1, the highest --min-val-acc: the run must end non-zero with the reason (both archs share
+    """Every accuracy is <= 1, the highest --min-val-acc: the run must end non-zero with the reason (both archs share
     training/report.require_learned; --min-val-acc 0 turns it off, as _train does)."""
     rc = train_cli.main(
         [
