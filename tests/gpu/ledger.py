@@ -30,6 +30,10 @@ import knobs  # noqa: E402  (beside this file; standard library only)
 REPO = HERE.parent.parent
 LEDGER = HERE / "ledger.json"
 RESULTS = REPO / "docs" / "results.md"
+_INTRO = (
+    "\n\n## The GPU ledger\n\n"
+    "Each GPU stage and the code it last ran on, since the ledger began (earlier figures: above).\n\n"
+)
 BEGIN, END = "<!-- gpu ledger: begin (tests/gpu/ledger.py render) -->", "<!-- gpu ledger: end -->"
 
 
@@ -156,7 +160,7 @@ def table(ledger: dict) -> str:
     for s in STAGES:
         e = ledger.get(s.name) or {}
         rows.append(
-            f"| {s.name} | {s.what} | {e.get('date', 'never')} | {e.get('rc', '')} | {(e.get('commit') or '')[:9]} | "
+            f"| {s.name} | {s.what} | {e.get('date', 'not yet recorded')} | {e.get('rc', '')} | {(e.get('commit') or '')[:9]} | "
             f"{e.get('release') or ''} | {e.get('device') or ''} |"
         )
     return "\n".join(rows)
@@ -169,12 +173,7 @@ def render(ledger: dict, results: Path = RESULTS) -> None:
         head, rest = text.split(BEGIN, 1)
         text = head + block + rest.split(END, 1)[1]
     else:
-        text = (
-            text.rstrip("\n")
-            + "\n\n## The GPU ledger\n\nEach GPU stage and the code it last ran on.\n\n"
-            + block
-            + "\n"
-        )
+        text = text.rstrip("\n") + _INTRO + block + "\n"
     results.write_text(text)
 
 
