@@ -41,7 +41,7 @@ LLAMA_BYTES = {
 # (docs/results.md: the MLA route on 2048-token samples, the Llama route on 8192-token packed sequences)
 KIMI = dict(hidden_size=7168, vocab_size=163840, num_attention_heads=64, q_lora_rank=1536, kv_lora_rank=512)
 KIMI.update(qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, intermediate_size=18432)
-MEASURED = {"mla": (8827, 2048), "llama": (15492, 8192)}
+MLA_MEASURED, LLAMA_MEASURED = (8827, 2048), (15492, 8192)  # (tokens/s, tokens per sample)
 
 
 def _acts(table: dict, features: dict) -> int:
@@ -141,7 +141,7 @@ def mla_step(a, tcfg: dict, K: int, T: int, device: str, world: int = 1, lengths
             "activations": _acts(MLA_BYTES[cuda], _mla_features(cfg, K, T, a.ttt_steps)),
         },
         "flops_per_token": flops,
-        "tflops": _rate("mla", cuda),
+        "tflops": _rate(MLA_MEASURED, _mla_ref_flops, cuda),
     }
 
 
@@ -238,27 +238,33 @@ def llama_step(a, tcfg: dict, K: int, T: int, device: str, world: int, lengths=N
             "activations": _acts(LLAMA_BYTES[cuda], _llama_features(dcfg, K, T, a.ttt_steps, dv)),
         },
         "flops_per_token": flops,
-        "tflops": _rate("llama", cuda),
+        "tflops": _rate(LLAMA_MEASURED, _llama_ref_flops, cuda),
     }
 
 
-def _rate(route: str, cuda: bool) -> float:
+_REF = dict(KIMI, num_hidden_layers=61, max_position_embeddings=262144, rms_norm_eps=1e-6)
+
+
+def _mla_ref_flops(T: int) -> float:
+    cfg = _mla_config(_REF, 3, None)
+    return _mla_flops(cfg, mla_shapes(cfg, 3), T, 3)
+
+
+def _llama_ref_flops(T: int) -> float:
+    from .speculators.train import draft_layer_config
+
+    V = _REF["vocab_size"]
+    dcfg = draft_layer_config(_REF)
+    return _llama_flops(dcfg, llama_shapes(dcfg, 3, V), T, 3, V)
+
+
+def _rate(measured: tuple[int, int], ref_flops, cuda: bool) -> float:
     """The effective TFLOP/s assumed: the route's rate measured on one H200 at Kimi-K2.5's width (CUDA), else
     CPU_TFLOPS."""
     if not cuda:
         return CPU_TFLOPS
-    tok_s, T = MEASURED[route]
-    ref = dict(KIMI, num_hidden_layers=61, max_position_embeddings=262144, rms_norm_eps=1e-6)
-    V = ref["vocab_size"]
-    if route == "mla":
-        cfg = _mla_config(ref, 3, None)
-        flops = _mla_flops(cfg, mla_shapes(cfg, 3), T, 3)
-    else:
-        from .speculators.train import draft_layer_config
-
-        dcfg = draft_layer_config(ref)
-        flops = _llama_flops(dcfg, llama_shapes(dcfg, 3, V), T, 3, V)
-    return flops * tok_s / 1e12
+    tok_s, T = measured
+    return ref_flops(T) * tok_s / 1e12
 
 
 def _notes(a, T: int, cuda: bool, compiled: bool = False) -> list[str]:
