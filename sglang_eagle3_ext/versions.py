@@ -120,6 +120,9 @@ class Capabilities:
     # `--speculative-adaptive` / `--speculative-adaptive-config JSON`: steps switched at runtime per batch-size band,
     # the config's integer-string keys each holding `candidate_steps` (0.5.14+)
     HAS_SPEC_ADAPTIVE: bool = False
+    # DFlash (block-diffusion) drafts: the draft class DFlashDraftModel (models/dflash.py) and the DeepSeek
+    # target's set_dflash_layers_to_capture (0.5.14+)
+    HAS_DFLASH: bool = False
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -167,6 +170,8 @@ def capabilities_from_source(root: Path, version: str) -> Capabilities:
         DRAFT_SWAP=_draft_swap(_read(root, "srt/managers/scheduler_components/weight_updater.py")),
         HAS_SPEC_ADAPTIVE="speculative_adaptive_config" in _read(root, "srt/server_args.py")
         and "candidate_steps" in _read(root, "srt/speculative/adaptive_spec_params.py"),
+        HAS_DFLASH="class DFlashDraftModel" in _read(root, "srt/models/dflash.py")
+        and "def set_dflash_layers_to_capture" in ds,
     )
 
 
@@ -196,6 +201,7 @@ _FLAG_SINCE = {
     "CAPTURE_LAYER0": "0.5.14",
     "DRAFT_SWAP": "0.5.14",
     "HAS_SPEC_ADAPTIVE": "0.5.14",
+    "HAS_DFLASH": "0.5.14",
 }
 _FLAG_UNTIL = {"HAS_MIDLAYER": "0.5.14", "CAPTURE_ALWAYS_PLUS_ONE": "0.5.14"}  # true before this release
 

@@ -37,11 +37,12 @@ def test_force_override(monkeypatch):
     assert check_supported("0.6.0") == "0.6.0"
 
 
-def _tree(tmp_path, eagle="", ds="", plugins=False, rc="", fb=""):
+def _tree(tmp_path, eagle="", ds="", plugins=False, rc="", fb="", dflash=""):
     root = tmp_path / "sglang"
     for rel, text in [
         ("srt/models/llama_eagle3.py", eagle),
         ("srt/models/deepseek_v2.py", ds),
+        ("srt/models/dflash.py", dflash),
         ("srt/runtime_context.py", rc),
         ("srt/model_executor/forward_batch_info.py", fb),
     ]:
@@ -62,7 +63,7 @@ def test_flags_from_source_old_style(tmp_path):
     )
     c = versions.capabilities_from_source(root, "0.5.10")
     assert c.HAS_MIDLAYER and not c.HAS_LAYERS_LIST and not c.HAS_PLUGINS and c.CAPTURE_ALWAYS_PLUS_ONE
-    assert c.HAS_FORWARD_BATCH_RIDS and not c.AUX_PACKED
+    assert c.HAS_FORWARD_BATCH_RIDS and not c.AUX_PACKED and not c.HAS_DFLASH
 
 
 def test_flags_from_source_new_style(tmp_path):
@@ -70,13 +71,43 @@ def test_flags_from_source_new_style(tmp_path):
         tmp_path,
         eagle="self.layers = nn.ModuleList([])\nself.fc_norm = None\nnorm_before_fc",
         ds="if layer_ids and layer_ids[0] == 1:\n    self.model.layers_to_capture = [val + 1 for val in layer_ids]\n"
-        "else:\n AuxHiddenStatePacker(3)",
+        "else:\n AuxHiddenStatePacker(3)\n    def set_dflash_layers_to_capture(self, layer_ids):",
         plugins=True,
         rc="class SpawnRanks: ...",
+        dflash="class DFlashDraftModel(nn.Module):",
     )
     c = versions.capabilities_from_source(root, "0.5.23")
     assert c.HAS_LAYERS_LIST and not c.HAS_MIDLAYER and c.HAS_PLUGINS and c.AUX_PACKED
     assert c.HAS_INPUT_NORM and c.HAS_FC_NORM and c.HAS_RUNTIME_CONTEXT and not c.CAPTURE_ALWAYS_PLUS_ONE
+    assert c.HAS_DFLASH
+
+
+def test_dflash_needs_the_draft_class_and_the_targets_capture(tmp_path):
+    """DFlash serves only where the draft class exists and the DeepSeek target can capture its layers."""
+    capture = "    def set_dflash_layers_to_capture(self, layer_ids):\n"
+    draft = "class DFlashDraftModel(nn.Module):\n"
+    for i, (ds, dflash, want) in enumerate([(capture, draft, True), ("", draft, False), (capture, "", False)]):
+        root = _tree(tmp_path / str(i), ds=ds, dflash=dflash)
+        assert versions.capabilities_from_source(root, "0.5.16").HAS_DFLASH is want, (ds, dflash)
+
+
+@pytest.mark.parametrize("release", sorted(versions.TESTED_RELEASES))
+def test_dflash_since_matches_each_wheel(release, tmp_path):
+    """HAS_DFLASH's first release in the offline table is what each release's own sources say."""
+    import os
+    import zipfile
+
+    from sglang_eagle3_ext.compat import release as compat
+
+    dirs = [d for d in os.environ.get("SGE3_TEST_WHEEL_DIRS", "/work/wheels").split(os.pathsep) if d]
+    wheel = compat.find_wheel(release, [*dirs, compat.cache_dir() / "wheels"])
+    if wheel is None:
+        pytest.skip(f"no SGLang {release} wheel here (compat --sglang {release} --download fetches it)")
+    files = ["sglang/srt/models/dflash.py", "sglang/srt/models/deepseek_v2.py"]
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(tmp_path, [n for n in files if n in z.namelist()])
+    probed = versions.capabilities_from_source(tmp_path / "sglang", release).HAS_DFLASH
+    assert probed == versions.capabilities_for_version(release).HAS_DFLASH == (release != "0.5.10")
 
 
 @pytest.mark.sglang
@@ -95,6 +126,7 @@ def test_offline_table_matches_installed_release():
 )
 def test_offline_table_known_points(v, midlayer, packed):
     c = versions.capabilities_for_version(v)
+    assert c.HAS_DFLASH is not midlayer  # DFlash from 0.5.14, the first release without midlayer
     assert (c.HAS_MIDLAYER, c.HAS_LAYERS_LIST, c.AUX_PACKED, c.CAPTURE_ALWAYS_PLUS_ONE) == (
         midlayer,
         not midlayer,
