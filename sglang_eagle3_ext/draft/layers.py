@@ -8,6 +8,12 @@ capture-layer patch, `convert` and `check`:
 - the default aux layers when nobody names them (`default_layers`);
 - the release's +1 rule: what `set_eagle3_layers_to_capture(ids)` makes SGLang capture (`release_capture`),
   and its inverse, the ids that make an unpatched release capture given HF indices (`release_aux_ids`).
+
+DFlash drafts (block diffusion) read K target states named by `dflash_config.target_layer_ids`, 0-based "after
+layer i" ids: `set_dflash_layers_to_capture(ids)` captures `id + 1` on every release that has it, so id i is HF
+index i + 1 (`dflash_capture`, `dflash_ids`); with no ids SGLang picks `build_target_layer_ids(n_target,
+n_draft_layers)` (`dflash_default_ids`). speculators' DFlash `aux_hidden_state_layer_ids` and the dump record HF
+indices.
 """
 
 from __future__ import annotations
@@ -89,3 +95,72 @@ def fed_hf_indices(
         return sglang_default_layers(num_layers), "no layer ids, SGLang's default"
     list_of(ids, int, f"{where}: eagle_config.{AUX_IDS_FIELD}", minimum=0)
     return release_capture(ids, always_plus_one), f"{AUX_IDS_FIELD}={list(ids)} under this release's +1 rule"
+
+
+# ---- DFlash ------------------------------------------------------------------------------------------------
+
+
+def dflash_default_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """SGLang's `build_target_layer_ids` (speculative/dflash_utils.py, every release with DFlash): the 0-based
+    "after layer i" ids of a DFlash draft whose config names none, spread over layers 1..n-3. ValueError where
+    SGLang raises (no layers, a target of fewer than 4 layers)."""
+    n, k = int(num_target_layers), int(num_draft_layers)
+    if n <= 0 or k <= 0:
+        raise ValueError(f"a DFlash draft needs target and draft layers, got {n} and {k}")
+    if k == 1:
+        return [n // 2]
+    start, end = 1, n - 3
+    if end < start:
+        raise ValueError(f"SGLang's DFlash layer rule needs a target of at least 4 layers, this one has {n}")
+    return [int(round(start + (i * (end - start)) / (k - 1))) for i in range(k)]
+
+
+def dflash_capture(ids) -> list[int]:
+    """The HF indices SGLang captures for `set_dflash_layers_to_capture(ids)`: every id + 1, on every release
+    that has DFlash (it captures "before layer i", a DFlash id names the output of layer i)."""
+    return [int(i) + 1 for i in ids]
+
+
+def dflash_ids(hf_indices, where: str = "layer ids") -> list[int]:
+    """The `target_layer_ids` that make SGLang capture `hf_indices` (the inverse of dflash_capture). HF index 0
+    (the embeddings) has no DFlash id: ValueError naming `where`."""
+    hf = [int(i) for i in hf_indices]
+    if min(hf, default=1) < 1:
+        raise ValueError(
+            f"{where}: HF index 0 (the embeddings) cannot feed a DFlash draft: SGLang captures id + 1 for every "
+            f"target_layer_ids entry; use indices >= 1"
+        )
+    return [i - 1 for i in hf]
+
+
+def dflash_default_layers(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """The HF indices a DFlash draft of `num_draft_layers` layers is fed when its config names no ids (SGLang's
+    rule, captured with its +1); ValueError when they are not distinct (too few target layers for as many)."""
+    hf = dflash_capture(dflash_default_ids(num_target_layers, num_draft_layers))
+    if len(set(hf)) != len(hf):
+        raise ValueError(
+            f"SGLang's DFlash rule picks HF hidden_states {hf} for {num_draft_layers} draft layers of a "
+            f"{num_target_layers}-layer target: not distinct; name the layers (HF indices 1..{num_target_layers - 1})"
+        )
+    return hf
+
+
+def dflash_refusal(caps) -> str | None:
+    """Why the release of `caps` (versions.Capabilities) cannot serve a DFlash draft; None where it can."""
+    from ..versions import _FLAG_SINCE
+
+    if caps.HAS_DFLASH:
+        return None
+    return (
+        f"SGLang {caps.version} has no DFlash drafts (no DFlashDraftModel, no set_dflash_layers_to_capture on "
+        f"DeepSeek targets): use SGLang {_FLAG_SINCE['HAS_DFLASH']}+"
+    )
+
+
+def dflash_aux_layers(num_target_layers: int, num_draft_layers: int, caps=None) -> list[int]:
+    """The HF indices a fresh DFlash draft of `num_draft_layers` layers is trained on and fed when none are named
+    (dflash_default_layers); ValueError saying why there are none, the release of `caps` first (when given)."""
+    why = dflash_refusal(caps) if caps is not None else None
+    if why:
+        raise ValueError(why)
+    return dflash_default_layers(num_target_layers, num_draft_layers)

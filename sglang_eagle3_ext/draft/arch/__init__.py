@@ -56,6 +56,7 @@ INTERFACE = (
     "TRAIN_SHARDS_WEIGHTS",
     "READS_DRAFT_WINDOW",
     "heldout",
+    "default_aux_layers",
     "init_settings",
     "init_problems",
 )

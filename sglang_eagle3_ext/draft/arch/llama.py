@@ -12,6 +12,7 @@ from .. import errors as E
 from ..config_schema import norm_before_fc
 from ..errors import Problem
 from ..keys import LAYER
+from ..layers import default_layers
 
 NAME = "llama"  # registry name (also train's --draft-arch value)
 ARCH = "LlamaForCausalLMEagle3"  # the `architectures` entry SGLang builds this class from
@@ -206,6 +207,13 @@ def heldout(n: int, train_ratio: float) -> tuple[int, str]:
     return start, (
         f"rows {start}..{n - 1} of {n}: speculators' validation split under `train --train-ratio {train_ratio:g}`"
     )
+
+
+def default_aux_layers(num_target_layers: int, num_draft_layers: int, caps=None) -> list[int]:
+    """The HF indices a fresh draft of this layout (`num_draft_layers` layers) is trained on and the dump captures
+    when none are named, for a target of `num_target_layers`; ValueError saying why there are none (`caps`: the
+    release's versions.Capabilities, when known)."""
+    return default_layers(num_target_layers)
 
 
 def init_settings(spec, cfg: dict) -> dict:

@@ -20,6 +20,7 @@ from .. import errors as E
 from ..config_schema import eagle_config
 from ..errors import Problem
 from ..keys import LAYER
+from ..layers import default_layers
 
 NAME = "mla"
 ARCH = "Eagle3DeepseekV2ForCausalLM"
@@ -217,6 +218,11 @@ def heldout(n: int, train_ratio: float) -> tuple[int, str]:
         f"the last {k} of {n} samples: the validation files `train --draft-arch mla` holds out at "
         f"--train-ratio {train_ratio:g}"
     )
+
+
+def default_aux_layers(num_target_layers: int, num_draft_layers: int, caps=None) -> list[int]:
+    """See llama.py: the dump's default, as for every EAGLE-3 draft."""
+    return default_layers(num_target_layers)
 
 
 def init_settings(spec, cfg: dict) -> dict:
