@@ -1,5 +1,5 @@
-"""The drafts SGLang serves (EAGLE-3, DFlash), as plain PyTorch modules (CPU included, no SGLang distributed state): one set,
-built by training and by eval alike. Each layout names its module in draft/arch (`NET`).
+"""The drafts SGLang serves (EAGLE-3, DFlash), as plain PyTorch modules (CPU included, no SGLang distributed state):
+one set, built by training and by eval alike. Each layout names its module in draft/arch (`NET`).
 
     common.py   what every draft shares with SGLang: RMSNorm, the SiLU MLP, the aux-state input (fc_norm + fc)
     llama.py    SGLang's LlamaForCausalLMEagle3 (tests/sglang_cpu/test_acceptance_equiv.py holds them equal)
