@@ -29,6 +29,7 @@ class PatchSpec:
 
 _EAGLE = "sglang.srt.models.llama_eagle3"
 _MLA = "sglang.srt.models.kimi_k25_eagle3"
+_DFLASH = "sglang.srt.models.dflash"
 _DS = "sglang.srt.models.deepseek_v2"
 _LP = "sglang.srt.layers.logits_processor"
 _EW2 = "sglang.srt.speculative.eagle_worker_v2"
@@ -73,6 +74,25 @@ PATCHES: tuple[PatchSpec, ...] = (
         feature="draft",
         requires="HAS_MLA_DRAFT",
         params=("forward_batch",),
+    ),
+    PatchSpec(
+        "draft.dflash_strict_load",
+        f"{_DFLASH}:DFlashDraftModel.load_weights",
+        f"{_T}.dflash:strict_load_weights",
+        "DFlash draft: load, then account for every tensor and parameter and check shapes, values and the "
+        "dflash_config (block size, mask token, target layers)",
+        feature="draft",
+        requires="HAS_DFLASH",
+        params=("weights",),
+    ),
+    PatchSpec(
+        "draft.dflash_fc_width_guard",
+        f"{_DFLASH}:DFlashDraftModel.project_target_hidden",
+        f"{_T}.dflash:fc_width_guard",
+        "DFlash draft: refuse target states whose width is not the fc input width, naming K and the target layers",
+        feature="draft",
+        requires="HAS_DFLASH",
+        params=("target_hidden",),
     ),
     PatchSpec(
         "target.explicit_capture_layers",

@@ -64,3 +64,31 @@ def check_width(draft_model, forward_batch) -> None:
     th = need // k
     msg = width_message(width, need, k, th, f"{getattr(mode, 'name', mode)} batch")
     raise DraftWidthError([Problem(FC_WIDTH, msg)], "EAGLE-3 draft refuses hidden states of the wrong width")
+
+
+def context_width_message(sent: int, need: int, k: int, hidden: int, layers, label: str) -> str:
+    """One line for a draft whose fc takes the target's states concatenated over `layers` (K of them) as
+    need = K x hidden, while the target sends `sent`-wide states."""
+    said = f"target layers {list(layers)}" if layers else f"{k} target layers"
+    if sent == hidden:
+        cause = "the target captures no layers for the draft (its model class or --speculative-algorithm)"
+    elif sent % hidden == 0:
+        cause = f"the target captures {sent // hidden} layers, not the draft's {k}"
+    else:
+        cause = f"{sent} is not a multiple of the draft's hidden size {hidden}: a draft trained for another target"
+    return (
+        f"{label} draft: the target sends {sent}-wide hidden states but the draft's fc needs {need} = "
+        f"K({k}) x hidden({hidden}), the outputs of {said}; {cause}"
+    )
+
+
+def check_context_width(fc, target_hidden, k: int, layers, label: str) -> None:
+    """A draft fed the target's states through fc alone (no embeddings beside them): any other width is refused
+    in one line naming K and the layers, before fc raises or multiplies the wrong features. `layers`: a callable
+    giving the target layer ids (read only for the message)."""
+    need = fc_in_features(fc)
+    width = int(target_hidden.shape[-1])
+    if width == need:
+        return
+    msg = context_width_message(width, need, k, need // k, layers(), label)
+    raise DraftWidthError([Problem(FC_WIDTH, msg)], f"{label} draft refuses hidden states of the wrong width")
