@@ -16,6 +16,7 @@ those of its last passing run is reused from .ci/cache/passed.json (`--rerun`: r
   runtime    tests/sglang_cpu/test_patch_registry.py (every target resolves, applies, reverts)
   loader     tests/sglang_cpu/test_draft_loader.py -k 'speculators or specforge', test_draft_mla_loader.py
   dump       tests/sglang_cpu/test_dump_hook.py
+  dflash     tests/sglang_cpu/test_dflash_loader.py (n/a where the release has no DFLASH: every test skipped)
 
 A release that cannot be installed is a failure, not a skip; exit status 1 if any cell failed, or if a budget or
 a signal (SIGTERM, Ctrl-C) stopped the matrix before every release ran.
@@ -47,7 +48,7 @@ sys.path.insert(0, str(HERE))
 import make_patches  # noqa: E402
 import matrix_venvs  # noqa: E402
 from make_patches import RELEASES  # noqa: E402
-from matrix_report import COLUMNS, END, START, failures, ok, table, update_readme  # noqa: E402,F401 (test_compat.py)
+from matrix_report import COLUMNS, END, OPTIONAL, START, failures, ok, table, update_readme  # noqa: E402,F401 (test_compat.py)
 from matrix_venvs import run  # noqa: E402
 
 from sglang_eagle3_ext.compat import release as compat  # noqa: E402
@@ -55,7 +56,7 @@ from sglang_eagle3_ext.compat import release as compat  # noqa: E402
 LOCKENV = REPO / ".ci" / "lockenv.py"
 PYTEST_K = (
     "test_patch_registry or test_dump_hook or speculators or specforge or mla or through_the_wrapper "
-    "or inside_the_wrapper or server_args_fields"
+    "or inside_the_wrapper or server_args_fields or dflash"
 )
 # more files counted in a column: the MLA (Kimi-K2.5) draft loader runs in the loader column
 # and the Kimi-K2.5 wrapper's capture hook (the language model inside it is the target) in the dump column
@@ -70,6 +71,7 @@ PYTEST_FILES = {
     "runtime": "tests/sglang_cpu/test_patch_registry.py",
     "loader": "tests/sglang_cpu/test_draft_loader.py",
     "dump": "tests/sglang_cpu/test_dump_hook.py",
+    "dflash": "tests/sglang_cpu/test_dflash_loader.py",
 }
 
 
@@ -275,7 +277,9 @@ def cells_pytest(venv: Venv, version: str, res: dict):
                     counts[col]["passed"] += 1
     for col, c in counts.items():
         n = c["passed"] + c["failed"] + c["skipped"]
-        if n == 0:
+        if col in OPTIONAL and n and c["skipped"] == n:  # the release lacks the feature: said, not failed
+            res[col] = ("n/a", c["first"])
+        elif n == 0:
             res[col] = ("FAIL", f"no tests ran (pytest rc={rc}: {last_line(out)})")
         elif c["failed"] or not c["passed"]:
             res[col] = ("FAIL", f"{c['passed']}/{n} passed; {c['first']}")

@@ -6,13 +6,16 @@ import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-COLUMNS = ["install", "launch", "targets", "patch", "baked", "runtime", "loader", "dump"]
+COLUMNS = ["install", "launch", "targets", "patch", "baked", "runtime", "loader", "dump", "dflash"]
+# a column a release may lack the feature of (no DFLASH before 0.5.14): "n/a" there, shown as a dash, not a failure
+OPTIONAL = {"dflash"}
+MARK = {"ok": "✅", "n/a": "—"}
 README = REPO / "README.md"
 START, END = "<!-- compat-matrix:start -->", "<!-- compat-matrix:end -->"
 
 
 def ok(res: dict) -> bool:
-    return all(res.get(c, ("FAIL",))[0] == "ok" for c in COLUMNS)
+    return all(res.get(c, ("FAIL",))[0] in ("ok", "n/a") for c in COLUMNS)
 
 
 def table(results: list[dict]) -> str:
@@ -21,7 +24,7 @@ def table(results: list[dict]) -> str:
     for r in results:
         cells = (
             [r["release"], r["transformers"]]
-            + ["✅" if r[c][0] == "ok" else "❌" for c in COLUMNS]
+            + [MARK.get(r.get(c, ("FAIL",))[0], "❌") for c in COLUMNS]
             + [str(r["seconds"])]
         )
         rows.append("| " + " | ".join(cells) + " |")
@@ -29,7 +32,7 @@ def table(results: list[dict]) -> str:
 
 
 def failures(results) -> list[str]:
-    return [f"{r['release']} {c}: {r[c][1]}" for r in results for c in COLUMNS if r[c][0] != "ok"]
+    return [f"{r['release']} {c}: {r[c][1]}" for r in results for c in COLUMNS if r[c][0] not in ("ok", "n/a")]
 
 
 def update_readme(results, total_s: float, path: Path = README) -> None:
@@ -45,7 +48,9 @@ def update_readme(results, total_s: float, path: Path = README) -> None:
         "`test_patch_registry.py`; **loader** `test_draft_loader.py -k 'speculators or specforge'` + "
         "`test_draft_mla_loader.py` + `test_mla_draft_equiv.py` (MLA drafts, Kimi-K2.5); **dump** "
         "`test_dump_hook.py` + `test_tiny_kimi.py -k 'through_the_wrapper or inside_the_wrapper'` "
-        "(the Kimi-K2.5 wrapper's capture hook)."
+        "(the Kimi-K2.5 wrapper's capture hook); **dflash** `test_dflash_loader.py`: SGLang's own "
+        "`DFlashDraftModel` loads a converted DFlash draft strictly and refuses malformed ones (— where the release "
+        "has no DFLASH)."
     )
     when = datetime.date.today().isoformat()
     body = (

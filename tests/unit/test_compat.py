@@ -311,3 +311,19 @@ def test_update_readme_writes_between_markers_only(tmp_path):
     text = readme.read_text()
     assert text.startswith("head\n") and text.endswith("tail\n") and "old" not in text
     assert f"| {V} | 5.12.1 | ✅" in text and "| 0.5.18 | 5.12.1 | ❌" in text and "0.5.18 install: no wheel" in text
+
+
+def test_a_release_without_dflash_is_a_dash_not_a_failure():
+    """The DFLASH column of a release that has no DFLASH (every test skipped) is n/a: a dash, the row still ok;
+    a DFLASH failure on a release that has it fails the row."""
+    row = {
+        "release": "0.5.10",
+        "transformers": "5.3.0",
+        "seconds": 1.0,
+        **{c: ("ok", "") for c in compat_matrix.COLUMNS},
+    }
+    na = dict(row, dflash=("n/a", "skipped: no DFLASH in SGLang 0.5.10"))
+    assert compat_matrix.ok(na) and compat_matrix.failures([na]) == []
+    assert compat_matrix.table([na]).splitlines()[-1].split(" | ")[-2] == "—"
+    bad = dict(row, release=V, dflash=("FAIL", "1/2 passed"))
+    assert not compat_matrix.ok(bad) and compat_matrix.failures([bad]) == [f"{V} dflash: 1/2 passed"]
