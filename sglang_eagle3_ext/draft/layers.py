@@ -100,43 +100,41 @@ def fed_hf_indices(
 # ---- DFlash ------------------------------------------------------------------------------------------------
 
 
-def dflash_default_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
+def dflash_default_ids(num_target_layers: int, num_draft_layers: int) -> list[int] | None:
     """SGLang's `build_target_layer_ids` (speculative/dflash_utils.py, every release with DFlash): the 0-based
-    "after layer i" ids of a DFlash draft whose config names none, spread over layers 1..n-3. ValueError where
-    SGLang raises (no layers, a target of fewer than 4 layers)."""
-    n, k = int(num_target_layers), int(num_draft_layers)
-    if n <= 0 or k <= 0:
-        raise ValueError(f"a DFlash draft needs target and draft layers, got {n} and {k}")
-    if k == 1:
-        return [n // 2]
-    start, end = 1, n - 3
+    "after layer i" ids of a DFlash draft whose config names none, spread over layers 1..n-3; None where SGLang
+    raises instead (no layers, or several draft layers over < 4 target layers)."""
+    if num_target_layers <= 0 or num_draft_layers <= 0:
+        return None
+    if num_draft_layers == 1:
+        return [num_target_layers // 2]
+    start, end = 1, num_target_layers - 3
     if end < start:
-        raise ValueError(f"SGLang's DFlash layer rule needs a target of at least 4 layers, this one has {n}")
-    return [int(round(start + (i * (end - start)) / (k - 1))) for i in range(k)]
+        return None
+    span = end - start
+    return [int(round(start + (i * span) / (num_draft_layers - 1))) for i in range(num_draft_layers)]
 
 
 def dflash_capture(ids) -> list[int]:
-    """The HF indices SGLang captures for `set_dflash_layers_to_capture(ids)`: every id + 1, on every release
-    that has DFlash (it captures "before layer i", a DFlash id names the output of layer i)."""
+    """The HF indices SGLang captures for DFlash target_layer_ids `ids` (always + 1)."""
     return [int(i) + 1 for i in ids]
 
 
-def dflash_ids(hf_indices, where: str = "layer ids") -> list[int]:
-    """The `target_layer_ids` that make SGLang capture `hf_indices` (the inverse of dflash_capture). HF index 0
-    (the embeddings) has no DFlash id: ValueError naming `where`."""
-    hf = [int(i) for i in hf_indices]
-    if min(hf, default=1) < 1:
-        raise ValueError(
-            f"{where}: HF index 0 (the embeddings) cannot feed a DFlash draft: SGLang captures id + 1 for every "
-            f"target_layer_ids entry; use indices >= 1"
-        )
-    return [i - 1 for i in hf]
+def dflash_ids(hf_indices) -> list[int]:
+    """target_layer_ids that make SGLang capture HF `hf_indices` (the inverse of dflash_capture)."""
+    return [int(i) - 1 for i in hf_indices]
 
 
 def dflash_default_layers(num_target_layers: int, num_draft_layers: int) -> list[int]:
     """The HF indices a DFlash draft of `num_draft_layers` layers is fed when its config names no ids (SGLang's
     rule, captured with its +1); ValueError when they are not distinct (too few target layers for as many)."""
-    hf = dflash_capture(dflash_default_ids(num_target_layers, num_draft_layers))
+    ids = dflash_default_ids(num_target_layers, num_draft_layers)
+    if ids is None:
+        raise ValueError(
+            f"SGLang's DFlash rule has no layers for {num_draft_layers} draft layer(s) of a {num_target_layers}-layer "
+            f"target (it needs at least 4); name the layers (HF indices 1..{num_target_layers - 1})"
+        )
+    hf = dflash_capture(ids)
     if len(set(hf)) != len(hf):
         raise ValueError(
             f"SGLang's DFlash rule picks HF hidden_states {hf} for {num_draft_layers} draft layers of a "
@@ -164,3 +162,4 @@ def dflash_aux_layers(num_target_layers: int, num_draft_layers: int, caps=None) 
     if why:
         raise ValueError(why)
     return dflash_default_layers(num_target_layers, num_draft_layers)
+
