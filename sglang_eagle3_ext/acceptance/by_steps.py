@@ -1,9 +1,10 @@
 """The accept length of every `--speculative-num-steps` 1..N from ONE simulation at N steps (topk 1).
 
 A topk-1 draft's step k does not depend on how many steps follow it, so the chain simulated at N steps holds
-every shorter chain: at n steps an anchor accepts min(accepted, n) drafts of min(known, n) judged ones. Each n
-gets its own greedy server walk (rounds advance by that n's accepted drafts + 1), so every figure is the one
-`eval --steps n` reports. Trees (topk > 1) are not simulated (evaluate.settings_problem says so).
+every shorter chain: at n steps an anchor accepts min(accepted, n) drafts of min(known, n) judged ones. A draft
+proposing a block (DFlash: steps = block size - 1) is simulated at each n, since every proposal depends on the
+block's size. Each n gets its own greedy server walk (rounds advance by that n's accepted drafts + 1), so every
+figure is the one `eval --steps n` reports. Trees (topk > 1) are not simulated (evaluate.settings_problem says so).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 
 from ..boundary import Refused
 from . import drafts
+from .block import drafts_block
 from .evaluate import local_inputs, resolve_device, settings_problem, simulate_batch, token_batches
 from .stats import Tally, Walk
 
@@ -57,7 +59,11 @@ def accept_by_steps(o, max_steps: int = MAX_STEPS, say=None) -> dict:
     notes: list = list(loaded.notes)
     fan, t0, done = _Fan(max_steps), time.perf_counter(), 0
     for batch in token_batches(source, idx, loaded, o.batch_tokens, max_len, notes):
-        simulate_batch(loaded, batch, max_steps, device, dtype, fan, fan)
+        if drafts_block(loaded.model):  # a block's proposals depend on its size: one simulation per steps count
+            for n in range(1, max_steps + 1):
+                simulate_batch(loaded, batch, n, device, dtype, fan.every[n], fan.walks[n])
+        else:
+            simulate_batch(loaded, batch, max_steps, device, dtype, fan, fan)
         done += len(batch)
         if say:
             say(f"simulated {done}/{len(idx)} held-out samples at {max_steps} steps")

@@ -124,18 +124,23 @@ def _module(spec, cfg: dict):
     return layouts.resolve(spec.layout_module.NET)(cfg)
 
 
-def _unused(canon: str) -> bool:
-    """A tensor SGLang loads into a parameter its forward never reads (a later layer's input_layernorm)."""
+def _unused(canon: str, built) -> bool:
+    """A tensor SGLang loads into a parameter its forward never reads: an EAGLE-3 later layer's input_layernorm,
+    which the module eval builds (`built`: its state-dict names) then has no parameter for."""
 
     m = LAYER.match(canon)
-    return bool(m) and m.group(1) != "0" and m.group(2) == "input_layernorm.weight"
+    return bool(m) and m.group(1) != "0" and m.group(2) == "input_layernorm.weight" and canon not in built
 
 
-def _state_dict(spec, tensors: dict, target: Path | None, notes: list) -> tuple[dict, object]:
+def _state_dict(spec, tensors: dict, target: Path | None, notes: list, built) -> tuple[dict, object]:
     """The module's weights after the worker's swaps, and hot_token_id (or None)."""
     import torch
 
-    sd = {k: v for k, v in tensors.items() if keys.ignored_reason(k, False) is None and k != "d2t" and not _unused(k)}
+    sd = {
+        k: v
+        for k, v in tensors.items()
+        if keys.ignored_reason(k, False) is None and k != "d2t" and not _unused(k, built)
+    }
     need = ()
     if spec.embed_from_target:
         if target is None and "embed_tokens.weight" in sd:
@@ -177,11 +182,11 @@ def load(draft, target=None, device="cpu", dtype=None) -> LoadedDraft:
     draft, target = Path(draft), (Path(target) if target else None)
     cfg, spec = served_spec(draft, target)
     notes: list = []
-    sd, hot = _state_dict(spec, _tensors(draft), target, notes)
     try:
         model = _module(spec, cfg)
     except (BadInput, ValueError) as e:
         raise Refused(f"--draft {draft}: {e}") from None
+    sd, hot = _state_dict(spec, _tensors(draft), target, notes, model.state_dict())
     missing, unexpected = model.load_state_dict({k: v for k, v in sd.items() if v is not None}, strict=False)
     if missing or unexpected:
         raise Refused(

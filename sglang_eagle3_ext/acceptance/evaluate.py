@@ -120,12 +120,14 @@ def token_batches(source, idx: list[int], loaded, budget: int, max_len: int | No
 def simulate_batch(loaded, batch, steps: int, device: str, dtype, every, walk) -> None:
     import torch
 
-    from .simulate import draft_tokens, pack, run_lengths
+    from . import block, simulate
+    from .simulate import pack, run_lengths
 
     p = pack([(s.ids, s.aux) for s in batch], device, dtype)
     region = torch.tensor([m for s in batch for m in s.mask], dtype=torch.bool, device=device)
+    propose = block.draft_tokens if block.drafts_block(loaded.model) else simulate.draft_tokens
     with torch.no_grad():
-        proposed = draft_tokens(loaded.model, p, steps, loaded.hot)
+        proposed = propose(loaded.model, p, steps, loaded.hot)
         accepted, known = run_lengths(proposed, p, region, steps)
     accepted, known = accepted.cpu().numpy(), known.cpu().numpy()
     every.add_many(accepted, known)
