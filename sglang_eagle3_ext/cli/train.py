@@ -14,7 +14,8 @@ On several GPUs, one process per GPU under torchrun (every rank runs this same c
 held-out split (default: the last epoch).
 
 Llama drafts train with speculators' own trainer; MLA drafts (Kimi-K2.5's layout) with this package's own
-loop, a PyTorch twin of the layer SGLang serves.
+loop, a PyTorch twin of the layer SGLang serves; DFlash drafts (block diffusion) with speculators' DFlash model
+(--block-size, --mask-token-id).
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
         default=d["draft_arch"],
         help="llama (default; with --init-from: its layout): speculators' Eagle3 "
         "(LlamaForCausalLMEagle3); mla: SGLang's MLA EAGLE-3 draft for DeepSeek/Kimi targets "
-        "(Eagle3DeepseekV2ForCausalLM), trained by this package's own loop",
+        "(Eagle3DeepseekV2ForCausalLM), trained by this package's own loop; dflash: a block-diffusion draft "
+        "(SGLang's DFlashDraftModel), trained by speculators' DFlash trainer",
     )
     p.add_argument(
         "--layer-ids",
@@ -137,6 +139,25 @@ def _add_draft_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--ttt-steps", type=positive_int, default=d["ttt_steps"], help="training-time-test unroll steps (EAGLE-3)"
+    )
+    p.add_argument(
+        "--block-size",
+        type=positive_int,
+        default=d["block_size"],
+        help="dflash: tokens per drafted block, its anchor included (default 16)",
+    )
+    p.add_argument(
+        "--mask-token-id",
+        type=non_negative_int,
+        default=d["mask_token_id"],
+        help="dflash: the token id filling a block's drafted positions, one the target's text never holds "
+        "(default: the target tokenizer's mask token)",
+    )
+    p.add_argument(
+        "--max-anchors",
+        type=positive_int,
+        default=d["max_anchors"],
+        help="dflash: blocks drawn per packed sequence (default: speculators' 512)",
     )
     p.add_argument("--total-seq-len", type=positive_int, default=d["total_seq_len"], help="tokens per packed batch")
     p.add_argument(

@@ -38,6 +38,8 @@ IDENTITY = {
     "head_dim": "--head-dim",
     "draft_vocab_size": "--draft-vocab-size",
     "ttt_steps": "--ttt-steps",
+    "block_size": "--block-size",
+    "mask_token_id": "--mask-token-id",
 }
 # what every checkpoint of the route records (the keys IDENTITY gained later may be missing from older ones)
 RECORDED = {"arch", "seed", "global_batch", "n_train", "layer_ids", "train_ratio"}

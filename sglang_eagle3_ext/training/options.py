@@ -38,7 +38,9 @@ _INTEGERS = (
         1,
         True,
     ),
+    (("block_size", "max_anchors"), 1, True),
     (("num_workers", "seed"), 0, False),
+    (("mask_token_id",), 0, True),
     (("warmup_steps",), 0, True),
 )
 _CHOICES = (
@@ -77,6 +79,9 @@ class TrainOptions:
     head_dim: int | None = None
     max_position_embeddings: int | None = None
     ttt_steps: int = 3
+    block_size: int | None = None  # dflash: tokens per drafted block, the anchor included; None: 16
+    mask_token_id: int | None = None  # dflash: the blocks' noise token; None: the target tokenizer's
+    max_anchors: int | None = None  # dflash: blocks drawn per packed sequence; None: speculators' 512
     total_seq_len: int = 8192
     train_ratio: float = 0.95
     loss_fn: str | None = None

@@ -7,15 +7,64 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import time
 from pathlib import Path
 
 from ...files.outdir import link_tree
 from ..checkpoint import CKPT_DIR, maybe_stop, write_state
+from ..data import prepare_data
 from ..distributed import World, on_main
 from ..options import DEFAULT_EPOCHS, RUN_DIR
-from ..report import TrainDraftError, non_finite
+from ..report import TrainDraftError, non_finite, say
 from . import patches
 from .progress import TrainingProgress
+
+
+def speculators_modules():
+    """speculators' train command module and its TrainConfig (TrainDraftError naming the package when missing)."""
+    try:
+        import speculators  # noqa: F401
+        from speculators.train import cli as spec_cli
+        from speculators.train.config import TrainConfig
+    except ImportError as e:  # pragma: no cover - environment problem
+        raise TrainDraftError(f"the speculators library is needed (pip install speculators): {e}") from e
+    return spec_cli, TrainConfig
+
+
+def work_dir(out: Path) -> Path:
+    """The run's working folder beside --out (speculators' prepared data and checkpoints; removed at the end)."""
+    import os
+    import secrets
+
+    real = Path(os.path.abspath(out))
+    real.parent.mkdir(parents=True, exist_ok=True)
+    d = real.parent.resolve() / f".{real.name}.train-work-{os.getpid()}-{secrets.token_hex(4)}"
+    d.mkdir()
+    return d
+
+
+def prepare(
+    data: Path, hs_files: list[Path], prep: Path, layer_ids: list[int], src: str, target_cfg: dict, result: dict
+) -> None:
+    """Check every file and write speculators' Arrow dataset into `prep`; the counts go into `result`."""
+    t0 = time.perf_counter()
+    info = prepare_data(
+        data,
+        hs_files,
+        prep,
+        len(layer_ids) + 1,
+        int(target_cfg["vocab_size"]),
+        int(target_cfg["hidden_size"]),
+        f"{len(layer_ids)} aux layers {layer_ids} ({src}) + the final state",
+    )
+    result.update(info)
+    if info["n_samples"] < 2:
+        raise TrainDraftError("need at least 2 samples (speculators holds out a validation split)")
+    say(
+        f"data: {info['n_samples']} samples, {info['n_tokens']} tokens ({info['n_loss_tokens']} in the loss), "
+        f"{info['n_slots'] - 1} aux layers {layer_ids} ({src}) + final; "
+        f"checked and prepared in {time.perf_counter() - t0:.1f}s"
+    )
 
 
 def build_argv(
@@ -35,17 +84,16 @@ def build_argv(
     """speculators' `train` flags for options `a` (a TrainOptions); `verifier`: the target as speculators
     reads it (training/target_view.verifier_view); `work`: the run's working folder (its checkpoints);
     `mapping`: d2t/t2d .npy files to take instead of the data's own draft vocabulary (--init-from)."""
-    argv = [*_io_flags(verifier, prep, hs_dir, work, layer_ids, draft_cfg_path), *_recipe_flags(a, cpu=device == "cpu")]
-    if world.distributed:
-        argv += ["--fsdp-shard"]
-    if a.loss_fn:
-        argv += ["--loss-fn", a.loss_fn]
+    argv = [
+        *_io_flags(verifier, prep, hs_dir, work, layer_ids, draft_cfg_path),
+        *recipe_flags(a, cpu=device == "cpu", distributed=world.distributed),
+        "--ttt-steps",
+        str(a.ttt_steps),
+    ]
     if draft_vocab_size is not None:
         argv += ["--draft-vocab-size", str(draft_vocab_size), "--token-freq-path", str(prep / "token_freq.pt")]
     if mapping is not None:
         argv += ["--d2t-path", str(mapping[0]), "--t2d-path", str(mapping[1])]
-    if a.warmup_steps is not None:
-        argv += ["--scheduler-warmup-steps", str(a.warmup_steps)]
     return argv
 
 
@@ -57,6 +105,21 @@ def _io_flags(
     return [
         "--speculator-type",
         "eagle3",
+        *data_flags(verifier, prep, hs_dir, work, layer_ids, draft_cfg_path),
+        "--mask-token-id",
+        "0",
+        "--no-norm-before-residual",
+        "--no-norm-before-fc",
+        "--no-norm-output",
+    ]
+
+
+def data_flags(
+    verifier: Path, prep: Path, hs_dir: Path, work: Path, layer_ids: list[int], draft_cfg_path: Path
+) -> list[str]:
+    """What speculators reads and writes: the verifier, the prepared data and the files in place (never generated
+    on demand), the working folder, the draft's layer config, the aux layers."""
+    return [
         "--verifier-name-or-path",
         str(verifier),
         "--data-path",
@@ -75,19 +138,13 @@ def _io_flags(
         str(draft_cfg_path),
         "--target-layer-ids",
         *[str(x) for x in layer_ids],
-        "--mask-token-id",
-        "0",
-        "--no-norm-before-residual",
-        "--no-norm-before-fc",
-        "--no-norm-output",
     ]
 
 
-def _recipe_flags(a, *, cpu: bool) -> list[str]:
-    """The training recipe of options `a`; on CPU the paths that run there (fp32 states, SDPA, eager loss)."""
-    return [
-        "--ttt-steps",
-        str(a.ttt_steps),
+def recipe_flags(a, *, cpu: bool, distributed: bool) -> list[str]:
+    """The training recipe of options `a` shared by speculators' drafts; on CPU the paths that run there (fp32
+    states, SDPA, eager loss); FSDP over several ranks."""
+    out = [
         "--total-seq-len",
         str(a.total_seq_len),
         "--train-data-ratio",
@@ -113,6 +170,10 @@ def _recipe_flags(a, *, cpu: bool) -> list[str]:
         "--loss-implementation",
         "eager" if cpu else a.loss_impl,
     ]
+    out += ["--fsdp-shard"] if distributed else []
+    out += ["--loss-fn", a.loss_fn] if a.loss_fn else []
+    out += ["--scheduler-warmup-steps", str(a.warmup_steps)] if a.warmup_steps is not None else []
+    return out
 
 
 @dataclasses.dataclass

@@ -79,13 +79,12 @@ does that itself whenever CUDA is available).
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from ...files.outdir import link_tree
 from .. import sharding
 from ..checkpoint import CKPT_DIR, STATE, Publisher, check_identity, read_resume_point
-from ..data import find_hs_dir, list_hs_files, parse_layer_ids, prepare_data, read_layer_ids_from_metadata
+from ..data import find_hs_dir, list_hs_files, parse_layer_ids, read_layer_ids_from_metadata
 from ..distributed import current, on_main
 from ..init_from import (
     continuing_line,
@@ -102,31 +101,18 @@ from ..selection import Keeper
 from ..target_view import is_wrapper, read_tensors, text_config, verifier_view
 from .draft_config import check_ratio, check_settings, draft_layer_config, meta_model
 from .progress import TrainingProgress
-from .run import RunContext, build_argv, history_rows, run_speculators, summarize
+from .run import (
+    RunContext,
+    build_argv,
+    history_rows,
+    prepare,
+    run_speculators,
+    speculators_modules,
+    summarize,
+    work_dir,
+)
 
 INIT_WEIGHTS = "init_from.safetensors"  # --init-from's weights in the working folder, as speculators names them
-
-
-def _speculators():
-    try:
-        import speculators  # noqa: F401
-        from speculators.train import cli as spec_cli
-        from speculators.train.config import TrainConfig
-    except ImportError as e:  # pragma: no cover - environment problem
-        raise TrainDraftError(f"the speculators library is needed (pip install speculators): {e}") from e
-    return spec_cli, TrainConfig
-
-
-def _work_dir(out: Path) -> Path:
-    """The run's working folder beside --out (speculators' prepared data and checkpoints; removed at the end)."""
-    import os
-    import secrets
-
-    real = Path(os.path.abspath(out))
-    real.parent.mkdir(parents=True, exist_ok=True)
-    d = real.parent.resolve() / f".{real.name}.train-work-{os.getpid()}-{secrets.token_hex(4)}"
-    d.mkdir()
-    return d
 
 
 def _prepare_on_main(a: TrainOptions, world) -> dict:
@@ -162,14 +148,14 @@ def _prepare_on_main(a: TrainOptions, world) -> dict:
         "draft_vocab_size": dvs or vocab,
         "world_size": world.size,
     }
-    work = _work_dir(out)
+    work = work_dir(out)
     try:
         init = _init_from(a, target_cfg, work, state, result)  # a DIR that cannot be continued: before the data
         if init is not None:
             dcfg = llama_layer_config(init, dcfg)
         if state is not None:  # before anything is loaded or prepared
             check_checkpoint(out, state, a, target_cfg, dcfg, layer_ids, dvs or vocab)
-        _prepare(data, hs_files, work / "data", layer_ids, src, target_cfg, result)
+        prepare(data, hs_files, work / "data", layer_ids, src, target_cfg, result)
         if init is not None:
             _mapping_note(init, work, vocab)
         (work / "draft_config.json").write_text(json.dumps(dcfg, indent=2))
@@ -273,7 +259,7 @@ def train_llama(a: TrainOptions, rule: dict) -> dict:
     import shutil
 
     check_ratio(a)  # on every rank, before speculators is imported
-    spec_cli, TrainConfig = _speculators()
+    spec_cli, TrainConfig = speculators_modules()
     world, out = current(), Path(a.out)
     if world.device == "cpu":
         import torch
@@ -333,30 +319,6 @@ def train_llama(a: TrainOptions, rule: dict) -> dict:
     )
     on_main(lambda: require_learned(va.get("full_acc_0_epoch"), a.min_val_acc, out), world)
     return result
-
-
-def _prepare(
-    data: Path, hs_files: list[Path], prep: Path, layer_ids: list[int], src: str, target_cfg: dict, result: dict
-) -> None:
-    """Check every file and write speculators' Arrow dataset into `prep`; the counts go into `result`."""
-    t0 = time.perf_counter()
-    info = prepare_data(
-        data,
-        hs_files,
-        prep,
-        len(layer_ids) + 1,
-        int(target_cfg["vocab_size"]),
-        int(target_cfg["hidden_size"]),
-        f"{len(layer_ids)} aux layers {layer_ids} ({src}) + the final state",
-    )
-    result.update(info)
-    if info["n_samples"] < 2:
-        raise TrainDraftError("need at least 2 samples (speculators holds out a validation split)")
-    say(
-        f"data: {info['n_samples']} samples, {info['n_tokens']} tokens ({info['n_loss_tokens']} in the loss), "
-        f"{info['n_slots'] - 1} aux layers {layer_ids} ({src}) + final; "
-        f"checked and prepared in {time.perf_counter() - t0:.1f}s"
-    )
 
 
 def _num(x) -> float:

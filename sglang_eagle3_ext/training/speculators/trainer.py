@@ -9,7 +9,8 @@ resume logic (epoch, global step, the scheduler), validation. Ours:
   --global-batch sequences of --total-seq-len tokens (training/sharding.py), every sample once per epoch;
 * the step loop (`train_epoch`): gradient accumulation over this rank's share of a step, each sequence's loss
   weighted world_size / (sequences in the step), so that FSDP's mean over the ranks is the step's mean;
-  the loader's waiting time is measured beside the step's;
+  each micro-batch's random draws (a DFlash draft's anchors) seeded by its place in the run, so that they do
+  not depend on the ranks or on --resume; the loader's waiting time is measured beside the step's;
 * the checkpoints (`FullStateCheckpointer`): model and optimizer gathered to full, float32 state dicts that
   rank 0 writes once; they load on any number of ranks (speculators' own pick their format by world size);
 * after each epoch's checkpoint and validation, `ctx.publish` writes --out (training/checkpoint.py);
@@ -249,6 +250,14 @@ def _set_sync(tr, world, sync: bool) -> None:
         tr.model.set_requires_gradient_sync(sync)
 
 
+def _slot_seed(seed: int, epoch: int, step: int, slot: int) -> int:
+    """The random draws of one micro-batch (a DFlash draft's anchors) seeded by where it sits in the run: the same
+    on any number of ranks and after --resume."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, epoch, step, slot]).generate_state(1)[0])
+
+
 def train_epoch(tr, ctx, epoch: int) -> None:
     """One epoch of optimizer steps, each accumulating this rank's micro-batches of a global step; one metric
     record per step on speculators' metric logger (what training/speculators/progress.py prints)."""
@@ -261,7 +270,7 @@ def train_epoch(tr, ctx, epoch: int) -> None:
     sampler = tr.train_loader.batch_sampler
     sampler.set_epoch(epoch)
     it = iter(tr.train_loader)
-    for step in sampler.steps(epoch):
+    for si, step in enumerate(sampler.steps(epoch)):
         if tr.global_step >= tr.config.max_steps:
             break
         mine = sharding.my_slots(step, w.rank, ctx.A)
@@ -273,6 +282,7 @@ def train_epoch(tr, ctx, epoch: int) -> None:
             fetch += time.perf_counter() - tf
             weight = w.size / sharding.real_count(step) if micro else 0.0
             _set_sync(tr, w, j == len(mine) - 1)
+            torch.manual_seed(_slot_seed(ctx.seed, epoch, si, w.rank * ctx.A + j))
             with torch.autocast(tr.device_type, dtype=tr.config.hidden_states_dtype):
                 _, loss, metrics = tr.model(**batch, **kw)
             (loss * weight).backward()
