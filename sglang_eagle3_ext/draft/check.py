@@ -3,7 +3,7 @@
 Offline, CPU-only: reads config.json, every safetensors header and (scan_values) every weight once for NaN/Inf,
 and applies the rules the strict loader applies, through the draft's layout (draft/arch).
 
-    check_draft(draft, target=None, sglang_version=None, scan_values=True) -> Report
+    check_draft(draft, target=None, sglang_version=None, scan_values=True, captured=None) -> Report
     describe_draft(path, sglang_version=None)  what `bench` wants to know: class, K, HF indices, servable
 """
 
@@ -13,6 +13,7 @@ import dataclasses
 from pathlib import Path
 
 from ..boundary import BadInput, read_json_file
+from ..server.runtime import language_config
 from . import arch as layouts
 from . import errors as E
 from . import keys, rules
@@ -178,10 +179,16 @@ def _check_tensors(rep: Report, tensors: dict, ctx: _Ctx) -> set[str]:
 
 
 def check_draft(
-    draft, target=None, sglang_version: str | None = None, scan_values: bool = True, progress: bool = False
+    draft,
+    target=None,
+    sglang_version: str | None = None,
+    scan_values: bool = True,
+    progress: bool = False,
+    captured: tuple[list[int], str] | None = None,
 ) -> Report:
     """The verdict on `draft` for a release. scan_values: read every weight once for NaN/Inf (False: headers
-    only, and the report says so); progress: a progress line on stderr while a long scan runs."""
+    only, and the report says so); progress: a progress line on stderr while a long scan runs; captured: (the HF
+    indices a dump or export holds, where they were read), which the draft must be fed."""
 
     layout = keys.resolve_layout(sglang_version)
     local, hub_id, note = resolve(str(draft))
@@ -217,6 +224,12 @@ def check_draft(
         rep.problems += rules.missing_problems(present, spec, str(local))
     if tcfg is not None:
         rep.problems += rules.target_problems(spec, tcfg, f"{local} vs {target}", draft_cfg=cfg)
+    if captured is not None:
+        n = language_config(tcfg).get("num_hidden_layers") if tcfg is not None else None
+        where = f"{local} vs {captured[1]}"
+        rep.problems += rules.captured_problems(
+            spec, cfg, captured[0], n if isinstance(n, int) else None, layout, where
+        )
     return rep
 
 

@@ -11,11 +11,9 @@ import types
 
 from . import arch as layouts
 from . import errors as E
-from .config_schema import eagle_config, norm_before_fc, type_problems
+from .config_schema import CONVERT_HINT, eagle_config, norm_before_fc, type_problems
 from .errors import Problem
 from .keys import HF_INDICES_FIELD, Layout
-
-CONVERT_HINT = "convert it: python -m sglang_eagle3_ext.convert SRC DST"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,20 +103,6 @@ def _class_problems(cfg: dict, where: str) -> tuple[types.ModuleType | None, lis
     return arch, []
 
 
-def _aux_ids(cfg: dict, where: str) -> tuple[list | None, list[Problem]]:
-    ids = eagle_config(cfg).get("eagle_aux_hidden_state_layer_ids")
-    if ids is not None:
-        return ids, []
-    return None, [
-        Problem(
-            E.CONFIG_MISSING,
-            f"{where}: `eagle_config.eagle_aux_hidden_state_layer_ids` missing: SGLang "
-            f"would silently capture its default target layers, not the ones the draft "
-            f"was trained on — add them (and `{HF_INDICES_FIELD}`), or {CONVERT_HINT}",
-        )
-    ]
-
-
 def _option_problems(cfg: dict, layout: Layout, arch, k: int, target_hidden: int, where: str) -> list[Problem]:
     """Training options SGLang cannot reproduce, or that this release would ignore."""
     P: list[Problem] = []
@@ -157,8 +141,9 @@ def _option_problems(cfg: dict, layout: Layout, arch, k: int, target_hidden: int
     return P
 
 
-def _config_problems(cfg: dict, layout: Layout, arch, where: str) -> tuple[dict | None, list | None, list[Problem]]:
-    """(the layout's dims or None when a missing field stops the rules, aux ids, problems) of the config's fields."""
+def _config_problems(cfg: dict, layout: Layout, arch, where: str) -> tuple[dict | None, list | None, list | None, list]:
+    """(the layout's dims or None when a missing field stops the rules, its layer ids, the HF indices they record,
+    problems) of the config's fields."""
     P: list[Problem] = []
     missing_ints = [
         f
@@ -175,12 +160,12 @@ def _config_problems(cfg: dict, layout: Layout, arch, where: str) -> tuple[dict 
                 f"without it; null means 'share the target's lm_head')",
             )
         )
-    ids, ip = _aux_ids(cfg, where)
+    ids, hf, ip = arch.layer_ids(cfg, where)
     P += ip
     dims, dp = arch.config_fields(cfg, layout, where)
     P += dp
     stop = missing_ints or any(p.code == E.CONFIG_MISSING for p in dp)
-    return (None if stop else dims), ids, P
+    return (None if stop else dims), ids, hf, P
 
 
 def spec_from_config(cfg: dict, layout: Layout, where: str = "config.json") -> tuple[DraftSpec | None, list[Problem]]:
@@ -188,14 +173,13 @@ def spec_from_config(cfg: dict, layout: Layout, where: str = "config.json") -> t
     arch, stop = _class_problems(cfg, where)
     if stop:
         return None, stop
-    dims, ids, P = _config_problems(cfg, layout, arch, where)
+    dims, ids, hf, P = _config_problems(cfg, layout, arch, where)
     if dims is None:
         return None, P
     hidden, n_heads = cfg["hidden_size"], cfg["num_attention_heads"]
     target_hidden = cfg.get("target_hidden_size") or hidden
     k, kp = arch.aux_count(cfg, ids, layout, where)
     P += kp
-    hf = eagle_config(cfg).get(HF_INDICES_FIELD)
     if hf is not None and len(hf) != k:
         P.append(
             Problem(

@@ -37,6 +37,7 @@ FLAGS = (
 EAGLE_FLAGS = ("use_aux_hidden_state", "norm_before_fc", "norm_before_residual")
 STRINGS = ("torch_dtype", "dtype", "model_type")
 AUX_IDS = "eagle_aux_hidden_state_layer_ids"
+CONVERT_HINT = "convert it: python -m sglang_eagle3_ext.convert SRC DST"
 
 
 def _collect(problems: list[Problem], fn, *args, **kw) -> None:
@@ -63,6 +64,26 @@ def _eagle_config(ec: dict, where: str, problems: list[Problem], hf_field: str) 
 def eagle_config(cfg: dict) -> dict:
     ec = cfg.get("eagle_config")
     return ec if isinstance(ec, dict) else {}
+
+
+def eagle_layer_ids(cfg: dict, where: str) -> tuple[list | None, list | None, list[Problem]]:
+    """An EAGLE-3 layout's layer_ids: (eagle_config's aux layer ids, the HF indices it records, problems)."""
+    ec = eagle_config(cfg)
+    ids, hf = ec.get(AUX_IDS), ec.get(HF_INDICES_FIELD)
+    if ids is not None:
+        return ids, hf, []
+    return (
+        None,
+        hf,
+        [
+            Problem(
+                E.CONFIG_MISSING,
+                f"{where}: `eagle_config.{AUX_IDS}` missing: SGLang would silently capture its default target "
+                f"layers, not the ones the draft was trained on — add them (and `{HF_INDICES_FIELD}`), or "
+                f"{CONVERT_HINT}",
+            )
+        ],
+    )
 
 
 def norm_before_fc(cfg: dict) -> bool:

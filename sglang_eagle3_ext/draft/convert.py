@@ -34,8 +34,9 @@ def detect_format(cfg: dict):
         if fmt is not None:
             return fmt, arch
     names = [n for arch in layouts.modules() for n in arch.SOURCE_NAMES]
+    kind = f"speculators_model_type={cfg['speculators_model_type']!r}, " if cfg.get("speculators_model_type") else ""
     raise E.conversion_refused(
-        f"unrecognised draft config (architectures={cfg.get('architectures') or []}); "
+        f"unrecognised draft config ({kind}architectures={cfg.get('architectures') or []}); "
         f"expected {', '.join(names[:-1])} or {names[-1]}",
         E.CONFIG_INVALID,
     )
@@ -76,18 +77,7 @@ def convert_config(cfg: dict, layout: keys.Layout, hf_override=None) -> tuple[di
     warnings: list[str] = []
     reader = arch.READERS.get(fmt)
     out, hf = reader(cfg, hf_override) if reader else _sglang_shaped(cfg, fmt, arch, hf_override, warnings)
-    ec = out["eagle_config"]
-    ec["use_aux_hidden_state"] = True
-    if hf:
-        ids, warn = keys.release_aux_ids(hf, layout)
-        if warn:
-            warnings.append(warn)
-        ec["eagle_aux_hidden_state_layer_ids"] = ids
-        ec[HF_INDICES_FIELD] = list(hf)
-        if "num_aux_hidden_states" in out:
-            out["num_aux_hidden_states"] = len(hf)
-    if not arch.reads_num_aux(layout):  # K = len(layer ids) there
-        out.pop("num_aux_hidden_states", None)
+    warnings += arch.record_layers(out, hf, layout)
     return out, fmt, warnings
 
 
@@ -188,12 +178,12 @@ def _record_dtype(cfg: dict, shards: dict, warnings: list[str]) -> None:
         cfg["torch_dtype"] = cfg["dtype"] = wdt
 
 
-def _summary(src, dst, fmt: str, layout, r: _Read, cfg: dict, warnings: list[str], log, report) -> None:
-    ec = cfg["eagle_config"]
+def _summary(src, dst, fmt: str, layout, r: _Read, spec, warnings: list[str], log, report) -> None:
+    ids, hf = (list(v) if v else None for v in (spec.aux_ids, spec.hf_indices))
     log(
         f"converted {fmt} draft {src} -> {dst} for SGLang {layout.release}: {len(r.present)} tensors; "
         f"renames: {keys.summarize_renames(r.renames)}; dropped: {', '.join(r.dropped) or 'none'}; "
-        f"aux ids {ec.get('eagle_aux_hidden_state_layer_ids')}, HF indices {ec.get(HF_INDICES_FIELD)}"
+        f"aux ids {ids}, HF indices {hf}"
     )
     for w in warnings:
         log(f"warning: {w}")
@@ -207,8 +197,8 @@ def _summary(src, dst, fmt: str, layout, r: _Read, cfg: dict, warnings: list[str
             renames=dict(r.renames),
             dropped=list(r.dropped),
             warnings=list(warnings),
-            aux_ids=ec.get("eagle_aux_hidden_state_layer_ids"),
-            hf_indices=ec.get(HF_INDICES_FIELD),
+            aux_ids=ids,
+            hf_indices=hf,
         )
 
 
@@ -242,5 +232,5 @@ def convert(
     if fatal:
         raise ConversionRefused(fatal, f"convert: {src} cannot become a faithful SGLang {layout.release} draft:")
     write_draft(src, dst, force, r.shards, out_cfg)
-    _summary(src, dst, fmt, layout, r, out_cfg, warnings, log, report)
+    _summary(src, dst, fmt, layout, r, spec, warnings, log, report)
     return dst

@@ -35,6 +35,8 @@ DRAFT_CLASS = "draft-class-unsupported"  # the draft's class does not exist in t
 HEAD_DISCARDED = "lm-head-discarded"  # a trained lm_head SGLang replaces with the target's (draft_vocab_size null)
 NOT_A_DRAFT = "not-an-eagle3-draft"  # the folder holds another kind of model (a target, ...)
 SWAP_MISMATCH = "swap-mismatch"  # a new draft built otherwise than the served one (swap loads in place)
+BLOCK_SIZE = "block-size"  # DFlash: no trained block size, two of them, or one that drafts nothing
+MASK_TOKEN = "mask-token-id"  # DFlash: no trained mask token id, two of them, or one outside the vocabulary
 
 
 @dataclasses.dataclass(frozen=True)

@@ -163,3 +163,32 @@ def dflash_aux_layers(num_target_layers: int, num_draft_layers: int, caps=None) 
         raise ValueError(why)
     return dflash_default_layers(num_target_layers, num_draft_layers)
 
+
+# ---- what an EAGLE-3 layout (draft/arch) declares through these rules ------------------------------------------
+
+
+def eagle_fed_layers(draft_cfg: dict, spec, n_target: int | None, release) -> tuple[list[int] | None, str]:
+    """An EAGLE-3 layout's fed_layers: fed_hf_indices under `release`'s +1 rule (None: the draft names no layers
+    and the target's layer count is unknown)."""
+    if not (spec.hf_indices or spec.aux_ids) and n_target is None:
+        return None, "no layer ids: SGLang's default depends on the target's layer count"
+    return fed_hf_indices(draft_cfg, n_target or 0, release.capture_always_plus_one)
+
+
+def record_eagle_layers(cfg: dict, hf, release, reads_num_aux: bool) -> list[str]:
+    """convert, for an EAGLE-3 layout: the trained HF indices recorded in `cfg`'s eagle_config beside the ids
+    that make `release` capture them; warnings where no ids do."""
+    warnings: list[str] = []
+    ec = cfg["eagle_config"]
+    ec["use_aux_hidden_state"] = True
+    if hf:
+        ids, warn = release_aux_ids(hf, release)
+        if warn:
+            warnings.append(warn)
+        ec[AUX_IDS_FIELD] = ids
+        ec[HF_INDICES_FIELD] = list(hf)
+        if "num_aux_hidden_states" in cfg:
+            cfg["num_aux_hidden_states"] = len(hf)
+    if not reads_num_aux:  # K = len(layer ids) there
+        cfg.pop("num_aux_hidden_states", None)
+    return warnings

@@ -13,21 +13,17 @@ from . import errors as E
 from .config_rules import CONVERT_HINT, DraftSpec, spec_from_config  # noqa: F401 - part of the rules' interface
 from .errors import Problem
 from .keys import LAYER, ignored_reason
-from .target import declared_dtype, serving_dtype, target_problems  # noqa: F401 - part of the rules' interface
+from .target import captured_problems, declared_dtype, serving_dtype, target_problems  # noqa: F401
 
 
 def expected_shapes(spec: DraftSpec) -> dict[str, tuple[int, ...]]:
     """Canonical key -> shape of every tensor SGLang can take from a checkpoint for this draft."""
     H, Ht = spec.hidden, spec.target_hidden
-    shapes = {
-        "fc.weight": (H, spec.k * Ht),
-        "norm.weight": (H,),
-        "embed_tokens.weight": (spec.vocab, H),
-        "d2t": (spec.lm_head_rows,),
-        "t2d": (spec.vocab,),
-    }
-    if not spec.tie:
-        shapes["lm_head.weight"] = (spec.lm_head_rows, H)
+    shapes = {"fc.weight": (H, spec.k * Ht), "norm.weight": (H,)}
+    if spec.layout_module.HOLDS_VOCAB:
+        shapes.update({"embed_tokens.weight": (spec.vocab, H), "d2t": (spec.lm_head_rows,), "t2d": (spec.vocab,)})
+        if not spec.tie:
+            shapes["lm_head.weight"] = (spec.lm_head_rows, H)
     if spec.fc_bias:
         shapes["fc.bias"] = (H,)
     if spec.fc_norm:
@@ -50,15 +46,13 @@ def partial_fused(spec: DraftSpec, present) -> tuple[str, str] | None:
 
 def required_keys(spec: DraftSpec) -> set[str]:
     """Canonical keys that must come from the checkpoint (trained values)."""
-    req = set(expected_shapes(spec)) - {"t2d", "embed_tokens.weight", "d2t"}
-    req -= {
-        k for k in req if LAYER.match(k) and not k.startswith("layers.0.") and k.endswith(".input_layernorm.weight")
-    }
-    if not spec.embed_from_target:
+    arch = spec.layout_module
+    req = set(expected_shapes(spec)) - {"t2d", "embed_tokens.weight", "d2t"} - arch.optional_keys(spec)
+    if not spec.embed_from_target and arch.HOLDS_VOCAB:
         req.add("embed_tokens.weight")
     if spec.draft_vocab is None:
         req.discard("lm_head.weight")  # SGLang takes it from the target
-    if spec.needs_d2t:
+    if spec.needs_d2t and arch.HOLDS_VOCAB:
         req.add("d2t")
     return req
 
@@ -83,7 +77,8 @@ def tensor_problems(canon: str, shape: tuple, spec: DraftSpec, shapes: dict, whe
         return [arch.prefused_problem(canon, where)]
     if canon not in shapes:
         return [
-            Problem(
+            arch.unexpected_problem(canon, tuple(shape), spec, where)
+            or Problem(
                 E.UNEXPECTED_WEIGHT,
                 f"{where}: unexpected tensor {canon} {list(shape)} — {likely_cause(canon, spec)}",
                 key=canon,
@@ -92,6 +87,8 @@ def tensor_problems(canon: str, shape: tuple, spec: DraftSpec, shapes: dict, whe
     want = shapes[canon]
     if tuple(shape) == want:
         return []
+    if (p := arch.tensor_problem(canon, tuple(shape), want, spec, where)) is not None:
+        return [p]
     Ht, k = spec.target_hidden, spec.k
     if canon == "fc.weight" and len(shape) == 2 and shape[0] == spec.hidden and shape[1] % Ht == 0:
         got_k = shape[1] // Ht
@@ -115,8 +112,6 @@ def tensor_problems(canon: str, shape: tuple, spec: DraftSpec, shapes: dict, whe
                 key=canon,
             )
         ]
-    if (p := arch.tensor_problem(canon, tuple(shape), want, spec, where)) is not None:
-        return [p]
     if canon == "d2t":
         return [
             Problem(
@@ -176,10 +171,10 @@ HEAD = "lm_head.weight"
 
 
 def head_from_target(spec: DraftSpec) -> bool:
-    """SGLang's draft classes (every layout) set load_lm_head_from_target when draft_vocab_size is null and the
-    head is untied; the EAGLE worker's init_lm_head then installs the target's lm_head and embeddings
-    (set_embed_and_head), replacing whatever the checkpoint gave."""
-    return spec.draft_vocab is None and not spec.tie
+    """SGLang's EAGLE-3 draft classes (every layout holding a vocabulary) set load_lm_head_from_target when
+    draft_vocab_size is null and the head is untied; the EAGLE worker's init_lm_head then installs the target's
+    lm_head and embeddings (set_embed_and_head), replacing whatever the checkpoint gave."""
+    return spec.draft_vocab is None and not spec.tie and spec.layout_module.HOLDS_VOCAB
 
 
 def trained_head(

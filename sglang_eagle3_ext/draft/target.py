@@ -44,7 +44,7 @@ def target_problems(spec, target_cfg: dict, where: str, draft_cfg: dict | None =
                 f"weights' dtype), or serve with an explicit --dtype",
             )
         )
-    th, tv, tn = t.get("hidden_size"), t.get("vocab_size"), t.get("num_hidden_layers")
+    th, tv = t.get("hidden_size"), t.get("vocab_size")
     if isinstance(th, int) and th != spec.target_hidden:
         P.append(
             Problem(
@@ -58,17 +58,43 @@ def target_problems(spec, target_cfg: dict, where: str, draft_cfg: dict | None =
         P.append(
             Problem(E.TARGET_MISMATCH, f"{where}: draft vocab_size={spec.vocab} but the target has vocab_size={tv}")
         )
-    if isinstance(tn, int) and spec.hf_indices:
-        bad = [i for i in spec.hf_indices if not 0 <= i < tn]
-        if bad:
-            P.append(
-                Problem(
-                    E.LAYER_INDEX,
-                    f"{where}: {HF_INDICES_FIELD}={list(spec.hf_indices)} but the target has "
-                    f"{tn} layers; SGLang can capture HF hidden_states[0..{tn - 1}]",
-                )
+    return P + spec.layout_module.target_problems(spec, t, where)
+
+
+def hf_range_problems(spec, target: dict, where: str) -> list[Problem]:
+    """An EAGLE-3 layout's target_problems: the recorded HF indices within what the target captures."""
+    tn = target.get("num_hidden_layers")
+    if isinstance(tn, int) and spec.hf_indices and any(not 0 <= i < tn for i in spec.hf_indices):
+        return [
+            Problem(
+                E.LAYER_INDEX,
+                f"{where}: {HF_INDICES_FIELD}={list(spec.hf_indices)} but the target has "
+                f"{tn} layers; SGLang can capture HF hidden_states[0..{tn - 1}]",
             )
-    return P
+        ]
+    return []
+
+
+def captured_problems(spec, draft_cfg: dict, captured, n_target: int | None, release, where: str) -> list[Problem]:
+    """The HF indices a server feeds the draft (its layout's fed_layers) against `captured`, those of the data it
+    was trained on or is judged with (a dump's, an export's)."""
+    fed, why = spec.layout_module.fed_layers(draft_cfg, spec, n_target, release)
+    if fed is None:
+        return [
+            Problem(
+                E.LAYER_INDEX, f"{where}: layers not compared with the data's {list(captured)}: {why}", warning=True
+            )
+        ]
+    if list(fed) == list(captured):
+        return []
+    return [
+        Problem(
+            E.LAYER_INDEX,
+            f"{where}: a server feeds the draft HF hidden_states{list(fed)} ({why}) but the data holds "
+            f"{list(captured)}: it would be served other states than it learnt from; record the data's layers "
+            f"in the draft (convert --hf-indices), or judge it with the data it was trained on",
+        )
+    ]
 
 
 # a multimodal wrapper's own towers: never the language model's embeddings, head or norm

@@ -58,10 +58,11 @@ def _third_layout(name: str, arch: str) -> types.ModuleType:
 
 
 def test_registry_lists_each_layout_and_finds_it_from_a_config():
-    from sglang_eagle3_ext.draft.arch import llama, mla
+    from sglang_eagle3_ext.draft.arch import dflash, llama, mla
 
-    assert layouts.names() == ("llama", "mla")
-    assert layouts.get("llama") is llama and layouts.get("mla") is mla
+    assert layouts.names() == ("llama", "mla", "dflash")
+    assert layouts.get("llama") is llama and layouts.get("mla") is mla and layouts.get("dflash") is dflash
+    assert layouts.layout_of({"architectures": [dflash.ARCH]}) is dflash
     assert layouts.layout_of({"architectures": [mla.ARCH]}) is mla
     assert layouts.layout_of({"architectures": ["Other", llama.ARCH]}) is llama
     assert layouts.find({"architectures": 5}) is None and layouts.find([]) is None
@@ -81,13 +82,13 @@ def test_unknown_layout_is_refused_naming_the_known_ones(cfg):
 
 
 def test_check_refuses_an_unknown_layout_naming_the_known_ones(good, tmp_path):
-    from sglang_eagle3_ext.draft.arch import llama, mla
+    from sglang_eagle3_ext.draft.arch import dflash, llama, mla
     from sglang_eagle3_ext.draft.check import check_draft
 
     d = _with_architectures(good, tmp_path / "unknown", ["PEagleForCausalLMEagle3"])
     rep = check_draft(d, sglang_version=V)
     assert rep.codes == [E.CONFIG_INVALID] and rep.draft_class is None
-    assert f'["{llama.ARCH}"] or ["{mla.ARCH}"] (MLA)' in rep.errors[0].message
+    assert f'["{llama.ARCH}"], ["{mla.ARCH}"] (MLA) or ["{dflash.ARCH}"] (DFlash)' in rep.errors[0].message
 
 
 def test_a_third_layout_is_one_module_and_one_registry_entry(good, tmp_path, monkeypatch):

@@ -25,6 +25,7 @@ from ...boundary import BadInput
 LAYOUTS: dict[str, str | types.ModuleType] = {
     "llama": ".llama",  # SGLang's LlamaForCausalLMEagle3 (speculators, SpecForge, EAGLE drafts)
     "mla": ".mla",  # SGLang's Eagle3DeepseekV2ForCausalLM (Kimi-K2.5's drafts)
+    "dflash": ".dflash",  # SGLang's DFlashDraftModel (z-lab's and speculators' block-diffusion drafts)
 }
 
 # What every layout module declares (documented in llama.py).
@@ -35,17 +36,24 @@ INTERFACE = (
     "SGLANG_CLASS",
     "CONFIG_FIELDS",
     "DRAFT_VOCAB_REQUIRED",
+    "HOLDS_VOCAB",
     "FUSED",
     "SOURCE_NAMES",
     "READERS",
     "CONFIG_DEFAULTS",
     "config_fields",
+    "layer_ids",
     "aux_count",
     "option_problems",
     "layer_shapes",
+    "optional_keys",
     "tensor_problem",
+    "unexpected_problem",
+    "target_problems",
+    "fed_layers",
     "to_release",
     "reads_num_aux",
+    "record_layers",
     "source_format",
     "source_key",
     # what train, eval and swap build for it

@@ -9,10 +9,11 @@ This module is the reference of what a layout declares (draft/arch/__init__.INTE
 from __future__ import annotations
 
 from .. import errors as E
-from ..config_schema import norm_before_fc
+from ..config_schema import eagle_layer_ids, norm_before_fc
 from ..errors import Problem
 from ..keys import LAYER
-from ..layers import default_layers
+from ..layers import default_layers, eagle_fed_layers, record_eagle_layers
+from ..target import hf_range_problems
 
 NAME = "llama"  # registry name (also train's --draft-arch value)
 ARCH = "LlamaForCausalLMEagle3"  # the `architectures` entry SGLang builds this class from
@@ -27,6 +28,7 @@ TRAIN_SHARDS_WEIGHTS = True  # the route shards the weights over the ranks (FSDP
 READS_DRAFT_WINDOW = True  # the class runs --speculative-draft-window-size (sliding-window attention)
 CONFIG_FIELDS: tuple[str, ...] = ()  # this layout's own config fields (positive integers)
 DRAFT_VOCAB_REQUIRED = True  # the class fails without `draft_vocab_size` (null: share the target's head)
+HOLDS_VOCAB = True  # the class has embeddings, an lm_head and d2t of its own (False: it runs on the target's)
 # SGLang parameter (canonical name) -> the checkpoint keys the release's load_weights fuses into it itself.
 # A layout with entries also defines prefused_problem, half_missing_problem and split_fused (see mla.py).
 FUSED: dict[str, tuple[str, ...]] = {}
@@ -43,6 +45,15 @@ _DROP_FROM_LAYER_CFG = {"architectures", "model_type", "transformers_version", "
 def config_fields(cfg: dict, release, where: str) -> tuple[dict, list[Problem]]:
     """(this layout's dims for DraftSpec.dims, config problems); a CONFIG_MISSING among them stops the rules."""
     return {}, []
+
+
+# (the aux layer ids the class reads, the HF indices the draft records, problems); ids None: SGLang's default
+layer_ids = eagle_layer_ids
+# the rules a target's language config (its layer count, vocabulary) puts on the draft beyond hidden/vocab/dtype
+target_problems = hf_range_problems
+# (the HF indices a server feeds the draft, why), from its config, DraftSpec, the target's layer count (or None)
+# and the release; None where they cannot be told: `check --data` compares them with the data's
+fed_layers = eagle_fed_layers
 
 
 def aux_count(cfg: dict, ids, release, where: str) -> tuple[int, list[Problem]]:
@@ -130,8 +141,19 @@ def layer_shapes(spec) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def optional_keys(spec) -> set[str]:
+    """Keys of layer_shapes a checkpoint may lack (the class's initial value is the trained one): layers >= 1
+    have no input_layernorm of their own in speculators' drafts."""
+    return {k for k in layer_shapes(spec) if not k.startswith("layers.0.") and k.endswith(".input_layernorm.weight")}
+
+
 def tensor_problem(canon: str, shape: tuple, want: tuple, spec, where: str) -> Problem | None:
     """A layout-precise problem for a wrong-shaped tensor; None: the rules' generic shape message."""
+    return None
+
+
+def unexpected_problem(canon: str, shape: tuple, spec, where: str) -> Problem | None:
+    """A layout-precise problem for a tensor the class has no parameter for; None: the rules' generic one."""
     return None
 
 
@@ -167,6 +189,12 @@ def to_release(canon: str, release) -> tuple[str | None, Problem | None]:
 def reads_num_aux(release) -> bool:
     """convert: whether the release's class reads `num_aux_hidden_states` (else it is dropped from the config)."""
     return not release.midlayer
+
+
+def record_layers(cfg: dict, hf, release) -> list[str]:
+    """convert: the trained HF indices `hf` written into the SGLang config `cfg` as the release reads them;
+    warnings."""
+    return record_eagle_layers(cfg, hf, release, reads_num_aux(release))
 
 
 def source_format(cfg: dict) -> str | None:

@@ -17,10 +17,11 @@ The names this module declares are those of draft/arch/llama.py (the reference).
 from __future__ import annotations
 
 from .. import errors as E
-from ..config_schema import eagle_config
+from ..config_schema import eagle_config, eagle_layer_ids
 from ..errors import Problem
 from ..keys import LAYER
-from ..layers import default_layers
+from ..layers import default_layers, eagle_fed_layers, record_eagle_layers
+from ..target import hf_range_problems
 
 NAME = "mla"
 ARCH = "Eagle3DeepseekV2ForCausalLM"
@@ -41,6 +42,7 @@ FUSED_KEY = ATTN + "fused_qkv_a_proj_with_mqa.weight"
 DIM_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 CONFIG_FIELDS = DIM_FIELDS
 DRAFT_VOCAB_REQUIRED = False  # the class reads a missing draft_vocab_size as null
+HOLDS_VOCAB = True
 FUSED = {FUSED_KEY: (Q_HALF, KV_HALF)}
 SOURCE_NAMES = (f"{ARCH} (MLA, Kimi-K2.5)", f"{SPECFORGE} (SpecForge MLA)")
 READERS: dict = {}
@@ -92,6 +94,11 @@ def config_fields(cfg: dict, release, where: str) -> tuple[dict, list[Problem]]:
         "nope": fields["qk_nope_head_dim"],
         "v_head": fields["v_head_dim"],
     }, P
+
+
+layer_ids = eagle_layer_ids
+target_problems = hf_range_problems
+fed_layers = eagle_fed_layers
 
 
 def aux_count(cfg: dict, ids, release, where: str) -> tuple[int, list[Problem]]:
@@ -182,6 +189,14 @@ def tensor_problem(canon: str, shape: tuple, want: tuple, spec, where: str) -> P
     return None
 
 
+def optional_keys(spec) -> set[str]:
+    return set()  # one layer: every tensor is trained
+
+
+def unexpected_problem(canon: str, shape: tuple, spec, where: str) -> Problem | None:
+    return None
+
+
 def to_release(canon: str, release) -> tuple[str | None, Problem | None]:
     """The release's load_weights maps `layers.0.*` itself in every release."""
     m = LAYER.match(canon)
@@ -194,6 +209,10 @@ def to_release(canon: str, release) -> tuple[str | None, Problem | None]:
 
 def reads_num_aux(release) -> bool:
     return False  # K = len(eagle_aux_hidden_state_layer_ids)
+
+
+def record_layers(cfg: dict, hf, release) -> list[str]:
+    return record_eagle_layers(cfg, hf, release, False)
 
 
 def source_format(cfg: dict) -> str | None:
