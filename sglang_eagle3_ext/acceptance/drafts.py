@@ -8,7 +8,8 @@
   SGLang's class by tests/sglang_cpu/test_mla_draft_equiv.py and test_acceptance_equiv.py).
 - What the EAGLE worker changes after loading, done here too: the embeddings become the target's when
   target_hidden_size == hidden_size (set_embed), the lm_head the target's when draft_vocab_size is null and
-  untied (set_embed_and_head), a tied head reads the embeddings; d2t becomes hot_token_id = d2t + arange.
+  untied (set_embed_and_head), a tied head reads the embeddings; d2t becomes hot_token_id = d2t + arange. A
+  layout holding no vocabulary (DFlash) drafts with the target's embeddings and lm_head.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from ..boundary import BadInput, Refused, read_json_file
 from ..draft import arch as layouts
-from ..draft import keys, layers, rules
+from ..draft import keys, rules
 from ..draft.check import check_draft
 from ..draft.keys import LAYER
 from ..draft.safetensors_io import FLOAT_DTYPES, INT_DTYPES, read_array, scan_headers
@@ -71,19 +72,12 @@ def _check(draft: Path, target: Path | None) -> None:
         )
 
 
-def served_hf_indices(cfg: dict, spec, n_target_layers: int | None) -> tuple[list | None, str]:
-    """The HF hidden_states indices a server captures for this draft (with this package active): the one rule
-    of draft/layers.py (recorded indices, else the release's +1 rule, else SGLang's default)."""
+def served_hf_indices(cfg: dict, spec, n_target_layers: int | None, release=None) -> tuple[list | None, str]:
+    """The HF hidden_states indices a server captures for this draft (with this package active): its layout's
+    fed_layers rule (draft/arch) under the release's capture rule; None where the target's layer count is needed
+    and unknown."""
 
-    if not (spec.hf_indices or spec.aux_ids) and n_target_layers is None:
-        return None, "the release's default [2, n//2, n-3] (the target's layer count unknown)"
-    try:
-        from ..versions import capabilities
-
-        always = bool(capabilities().CAPTURE_ALWAYS_PLUS_ONE)
-    except Exception:  # noqa: BLE001 - no SGLang here: the newest releases' rule
-        always = False
-    return layers.fed_hf_indices(cfg, n_target_layers or 0, always)
+    return spec.layout_module.fed_layers(cfg, spec, n_target_layers, release or _release())
 
 
 def _tensors(draft: Path) -> dict:
@@ -150,7 +144,7 @@ def _state_dict(spec, tensors: dict, target: Path | None, notes: list, built) ->
             )
         else:
             need += (EMBED,)
-    if rules.head_from_target(spec):
+    if rules.head_from_target(spec) or not spec.layout_module.HOLDS_VOCAB:  # a class without one drafts with it
         need += (HEAD,)
     tt = _target_tensors(target, need, "embeddings" if need == (EMBED,) else "embeddings and lm_head")
     if EMBED in tt:
@@ -171,7 +165,7 @@ def served_spec(draft, target=None):
     draft, target = Path(draft), (Path(target) if target else None)
     cfg = read_config(draft)
     _check(draft, target)
-    spec, _ = rules.spec_from_config(cfg, keys.installed_layout() if _sglang() else keys.resolve_layout(_newest()))
+    spec, _ = rules.spec_from_config(cfg, _release())
     return cfg, spec
 
 
@@ -209,6 +203,11 @@ def _target_config(target: Path | None) -> dict | None:
         return None
 
     return dict(language_config(read_json_file(target / "config.json", "target config")))
+
+
+def _release():
+    """The installed release's rules (draft/keys.Layout), the newest supported one's without SGLang."""
+    return keys.installed_layout() if _sglang() else keys.resolve_layout(_newest())
 
 
 def _sglang() -> bool:

@@ -98,6 +98,19 @@ def _layers_agree(loaded, source) -> str:
     return f"aux layers: HF hidden_states {list(have)} (data and draft agree)"
 
 
+def _block_size_note(model, steps: int) -> list[str]:
+    """A draft proposing a block is served at its config's block size unless the server names another."""
+    from .block import drafts_block
+
+    trained = getattr(model, "block_size", None)
+    if not drafts_block(model) or trained in (None, steps + 1):
+        return []
+    return [
+        f"the draft's config says block size {trained}, which a server without --speculative-num-draft-tokens "
+        f"uses: --steps {trained - 1} predicts that server; --steps {steps} one serving blocks of {steps + 1}"
+    ]
+
+
 def token_batches(source, idx: list[int], loaded, budget: int, max_len: int | None, notes: list):
     """Lists of samples of about `budget` tokens each, read in order."""
     spec, batch, n_tok, cut = loaded.spec, [], 0, 0
@@ -232,7 +245,7 @@ def evaluate(o: Options) -> dict:
     import torch
 
     loaded = drafts.load(o.draft, target, device, torch.bfloat16 if o.dtype == "bf16" else torch.float32)
-    notes = list(loaded.notes) + [_layers_agree(loaded, source)]
+    notes = list(loaded.notes) + [_layers_agree(loaded, source)] + _block_size_note(loaded.model, o.steps)
     if server is not None and server[1].get("speculative_draft_window_size") is not None:
         notes.append(
             f"the server's --speculative-draft-window-size {server[1]['speculative_draft_window_size']} "

@@ -3,9 +3,10 @@ offline.
 
 Runs the draft on held-out samples of a dump (or a training export) exactly as SGLang's EAGLE-3 worker runs it
 with --speculative-eagle-topk 1 -- the first draft step on the target's captured states, later steps on the
-draft's own states and tokens, d2t applied, greedy acceptance against the target's recorded tokens -- and
-reports P(draft token k accepted | tokens < k accepted), the accept length as SGLang reports it, and, with
---url, the figure a running server gives on the same prompts. The accept length is SGLang's own figure
+draft's own states and tokens, d2t applied, greedy acceptance against the target's recorded tokens (a DFlash
+draft as the DFLASH worker runs it: one block of --steps drafts per round from the bonus token) -- and reports
+P(draft token k accepted | tokens < k accepted), the accept length as SGLang reports it, and, with --url, the
+figure a running server gives on the same prompts. The accept length is SGLang's own figure
 (avg_spec_accept_length: accepted drafts + 1 per verify round); the per-request one (meta_info
 spec_accept_length: tokens / rounds, cut at max_new_tokens) stands beside it. The held-out split is the one
 `train` holds out of the same files. Local inputs are checked before any server is asked. Exit 0; 2 on bad
@@ -83,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps",
         type=int_between(1, MAX_STEPS),
         default=DEFAULT_STEPS,
-        help=f"--speculative-num-steps of the server to predict, 1..{MAX_STEPS}",
+        help=f"--speculative-num-steps of the server to predict, 1..{MAX_STEPS} (a DFlash draft: its block size - 1, "
+        "the drafts one verify round judges)",
     )
     p.add_argument(
         "--topk", type=int_between(1, MAX_TOPK), default=1, help="--speculative-eagle-topk (only 1 is simulated)"
