@@ -67,11 +67,11 @@ class _Feed:
             why = keys.ignored_reason(canon, self.spec.embed_from_target)
             if why is not None:
                 self.ignored[canon] = why
-                if canon == "t2d" and tuple(tensor.shape) != self.shapes["t2d"]:
+                if canon == "t2d" and tuple(tensor.shape) != self.shapes.get("t2d"):
                     self.problems += rules.tensor_problems(
                         canon, tuple(tensor.shape), self.spec, self.shapes, self.where
                     )
-                if canon == "embed_tokens.weight" and tuple(tensor.shape) == self.shapes[canon]:
+                if canon == "embed_tokens.weight" and tuple(tensor.shape) == self.shapes.get(canon):
                     # SGLang loads it too, then replaces it with the target's: behave exactly as the release
                     self.current = canon
                     yield self.arch.to_release(canon, self.layout)[0], tensor
@@ -156,23 +156,15 @@ class _Recorder:
         return False
 
 
+_SIZES = ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size")
+_SIZES += ("num_hidden_layers", "draft_vocab_size", "target_hidden_size", "tie_word_embeddings", "head_dim")
+
+
 def _config_dict(config) -> dict:
     # A shallow view, read-only here: to_dict() deep-copies the whole config on every load. Attributes
     # served by the class (not the instance) are read directly for the keys the rules depend on.
     d = dict(vars(config))
-    for k in (
-        "hidden_size",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "intermediate_size",
-        "vocab_size",
-        "num_hidden_layers",
-        "draft_vocab_size",
-        "target_hidden_size",
-        "tie_word_embeddings",
-        "head_dim",
-        *layouts.config_fields(),
-    ):
+    for k in (*_SIZES, *layouts.config_fields()):
         if hasattr(config, k):
             d[k] = getattr(config, k)
     for k in ("torch_dtype", "dtype"):  # transformers holds a torch.dtype where config.json holds its name
@@ -227,12 +219,20 @@ def pre_load_problems(model, layout) -> tuple[rules.DraftSpec | None, list[Probl
     return spec, problems, where, (None if as_model else (ctx.target_dir if tc is not None else None, tc))
 
 
+def draft_kind(model) -> str:
+    """How messages name a draft of `model`'s class: its layout's LABEL (MLA, DFlash), else "EAGLE-3"."""
+    arch = layouts.find({"architectures": [type(model).__name__]})
+    return (arch.LABEL if arch is not None else None) or "EAGLE-3"
+
+
 def strict_load(wrapped, model, weights):
     layout = keys.installed_layout()
     spec, problems, where, target = pre_load_problems(model, layout)
     fatal = [p for p in problems if not p.warning]
     if spec is None or fatal:
-        raise DraftLoadError(problems, f"EAGLE-3 draft {where} cannot be served by SGLang {layout.release}:")
+        raise DraftLoadError(
+            problems, f"{draft_kind(model)} draft {where} cannot be served by SGLang {layout.release}:"
+        )
     return load_accounted(wrapped, model, weights, spec, layout, where, target)
 
 
@@ -245,6 +245,7 @@ def load_accounted(wrapped, model, weights, spec, layout, where, target):
     """Steps 2-4 for a draft whose files and config passed the pre-load rules: `wrapped(feed)` (the release's
     load_weights) fills `model`; DraftLoadError unless every tensor is accounted for and finite."""
     feed = _Feed(weights, layout, spec, where, target)
+    kind = draft_kind(model)
     default_loader = getattr(sys.modules[type(model).__module__], "default_weight_loader", None)
     if default_loader is None:
         from sglang.srt.model_loader.weight_utils import default_weight_loader as default_loader
@@ -257,7 +258,7 @@ def load_accounted(wrapped, model, weights, spec, layout, where, target):
     except Exception as e:  # the release's own loaders assert shapes; say which tensor
         raise DraftLoadError(
             feed.problems + [Problem(E.SHAPE, f"{where}: loading {feed.current}: {e}", key=feed.current)],
-            f"EAGLE-3 draft {where} failed to load in SGLang {layout.release}:",
+            f"{kind} draft {where} failed to load in SGLang {layout.release}:",
         ) from e
     problems = feed.problems + _accounting(model, feed, recorder, spec, layout, where)
     if feed.scan_values:
@@ -265,14 +266,15 @@ def load_accounted(wrapped, model, weights, spec, layout, where, target):
     if problems:
         raise DraftLoadError(
             problems,
-            f"EAGLE-3 draft {where} is not fully accounted for in SGLang {layout.release} "
+            f"{kind} draft {where} is not fully accounted for in SGLang {layout.release} "
             f"(SGLang alone would have loaded it silently):",
         )
     loaded = len(_used(recorder, feed, spec))
-    fc_out, fc_in = model.model.fc.weight.shape
+    fc_out, fc_in = next(p for n, p in model.named_parameters() if keys.canonical(n)[0] == "fc.weight").shape
     log_once(
         f"draft-load-summary:{where}",
-        "EAGLE-3 draft %s (%s): %d tensors loaded, %d ignored (%s), renames: %s; fc %dx%d (K=%d), SGLang %s",
+        "%s draft %s (%s): %d tensors loaded, %d ignored (%s), renames: %s; fc %dx%d (K=%d), SGLang %s",
+        kind,
         where,
         type(model).__name__,
         loaded + (feed.d2t is not None),
@@ -294,15 +296,18 @@ def _non_finite(model, recorder, spec, where) -> list[Problem]:
     import torch
 
     fused = spec.layout_module.FUSED
-    sources = collections.defaultdict(list)
-    for canon, pname, _ in recorder.hits:
+    sources, shards = collections.defaultdict(list), collections.defaultdict(set)
+    for canon, pname, shard in recorder.hits:
+        shards[pname].add(shard)
         if canon and canon not in sources[pname]:
             sources[pname].append(canon)
         parts = fused.get(keys.release_to_canonical_param(pname))
         if parts:  # the release fused these keys into it
             sources[pname] = list(parts)
     params = dict(model.named_parameters())
-    names = [n for n in sources if params[n].is_floating_point()]
+    # a stacked parameter short of a shard holds uninitialised memory there: reported as that missing key instead
+    whole = {n for n in sources if set(keys.expected_shards(keys.release_to_canonical_param(n))) <= shards[n]}
+    names = [n for n in sources if n in whole and params[n].is_floating_point()]
     if not names:
         return []
     ext = torch.stack([torch.stack(torch.aminmax(params[n].detach())).float() for n in names])

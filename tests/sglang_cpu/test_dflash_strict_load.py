@@ -1,0 +1,262 @@
+"""DFlash drafts in SGLang's own `DFlashDraftModel` on CPU: strict loading (every parameter equal to the file), a
+table of malformed drafts that SGLang alone loads silently or refuses in its own words and that the patched class
+refuses in one line naming the tensor or field, the fc width guard at `project_target_hidden`, and the revert."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from helpers import build_draft, checkpoint_tensors, load_draft
+from malformed_drafts import edit_config, edit_tensors
+
+from sglang_eagle3_ext.draft import errors as E
+
+pytestmark = pytest.mark.sglang
+ARCH = "DFlashDraftModel"
+H, VOCAB, N_LAYERS, TARGET_LAYERS, IDS = 64, 128, 2, 8, [1, 3, 5]  # the draft's fc takes K = 3 target layers
+
+
+def make_dflash_draft(out, seed: int = 0):
+    """A tiny DFlash draft in SGLang's layout (z-lab's): Qwen3 layers, fc over K target states, random weights."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True)
+    cfg = {
+        "architectures": [ARCH],
+        "model_type": "qwen3",
+        "hidden_size": H,
+        "intermediate_size": 2 * H,
+        "num_hidden_layers": N_LAYERS,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "vocab_size": VOCAB,
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "num_target_layers": TARGET_LAYERS,
+        "dflash_config": {"block_size": 8, "target_layer_ids": IDS, "mask_token_id": VOCAB - 1},
+    }
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g)
+
+    t = {"fc.weight": r(H, len(IDS) * H), "hidden_norm.weight": r(H), "norm.weight": r(H)}
+    for i in range(N_LAYERS):
+        a, m = f"layers.{i}.self_attn.", f"layers.{i}.mlp."
+        t.update({a + "q_proj.weight": r(64, H), a + "k_proj.weight": r(32, H), a + "v_proj.weight": r(32, H)})
+        t.update({a + "o_proj.weight": r(H, 64), a + "q_norm.weight": r(16), a + "k_norm.weight": r(16)})
+        t.update(
+            {
+                m + "gate_proj.weight": r(2 * H, H),
+                m + "up_proj.weight": r(2 * H, H),
+                m + "down_proj.weight": r(H, 2 * H),
+            }
+        )
+        t.update({f"layers.{i}.input_layernorm.weight": r(H), f"layers.{i}.post_attention_layernorm.weight": r(H)})
+    save_file(t, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+@pytest.fixture(scope="module")
+def has_dflash(ext):
+    if not ext.caps.HAS_DFLASH:
+        pytest.skip(f"SGLang {ext.version} has no {ARCH}")
+    return ext
+
+
+@pytest.fixture(scope="module")
+def target_dir(tmp_path_factory):
+    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
+
+    return write_target_config(tmp_path_factory.mktemp("t") / "target", hidden=H, vocab=VOCAB, layers=TARGET_LAYERS)
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    return make_dflash_draft(tmp_path_factory.mktemp("dflash") / "good")
+
+
+def assert_every_parameter_from_checkpoint(model, ckpt):
+    """Each parameter equals the file's tensor(s): q/k/v and gate/up stacked by the release, the rest one to one."""
+    used = set()
+    for name, p in model.named_parameters():
+        if ".qkv_proj." in name or ".gate_up_proj." in name:
+            parts = ("q_proj", "k_proj", "v_proj") if ".qkv_proj." in name else ("gate_proj", "up_proj")
+            fused = name.split(".")[-2]
+            keys = [name.replace(fused, part) for part in parts]
+            want = torch.cat([ckpt[k] for k in keys])
+        else:
+            keys, want = [name], ckpt[name]
+        used |= set(keys)
+        torch.testing.assert_close(p.data.float(), want.float(), rtol=0, atol=0, msg=name)
+    assert used == set(ckpt)  # every tensor of the file reached a parameter
+
+
+def test_dflash_draft_loads_every_parameter_equal_to_the_file(has_dflash, good, target_dir):
+    model = load_draft(has_dflash, good, target_dir, ARCH)
+    assert type(model).__name__ == ARCH and model.fc.weight.shape == (H, len(IDS) * H)
+    assert_every_parameter_from_checkpoint(model, checkpoint_tensors(good))
+
+
+def test_a_model_prefixed_checkpoint_loads_the_same(has_dflash, good, target_dir, tmp_path):
+    """Names under `model.` (as some exports save them) are SGLang's too: same parameters, nothing refused."""
+    d = tmp_path / "prefixed"
+    shutil.copytree(good, d)
+    edit_tensors(d, lambda t: t.update({f"model.{k}": t.pop(k) for k in list(t)}))
+    assert_every_parameter_from_checkpoint(load_draft(has_dflash, d, target_dir, ARCH), checkpoint_tensors(good))
+
+
+# --- malformed drafts: what SGLang alone does, what the patched class says ---------------------------------
+
+SILENT, RAISES = "loads silently", "raises"
+
+
+def _rename(old, new):
+    return lambda t: t.__setitem__(new, t.pop(old))
+
+
+def _nan(key):
+    def f(t):
+        w = t[key].clone()
+        w[0, 0] = float("nan")
+        t[key] = w
+
+    return f
+
+
+def _set(key, make):
+    return lambda t: t.__setitem__(key, make(t))
+
+
+def _dflash(**kv):
+    return lambda c: c["dflash_config"].update(kv)
+
+
+# name -> (tensor edit, config edit, what SGLang's own load_weights does, the tensor or field named, problem code)
+MALFORMED = {
+    "layer_tensor_renamed": (
+        _rename("layers.0.self_attn.q_proj.weight", "layers.0.attn.q_proj.weight"),
+        None,
+        SILENT,
+        "layers.0.attn.q_proj.weight",
+        E.UNEXPECTED_WEIGHT,
+    ),
+    "missing_norm": (lambda t: t.pop("norm.weight"), None, SILENT, "norm.weight", E.MISSING_WEIGHT),
+    "fc_of_another_k": (
+        _set("fc.weight", lambda t: t["fc.weight"][:, : 2 * H].clone()),
+        None,
+        RAISES,
+        "fc.weight",
+        E.AUX_COUNT,
+    ),
+    "block_size_disagrees": (None, lambda c: c.__setitem__("block_size", 16), SILENT, "block_size", E.BLOCK_SIZE),
+    "mask_token_outside_target_vocab": (None, _dflash(mask_token_id=VOCAB), SILENT, "mask_token_id", E.MASK_TOKEN),
+    "layer_ids_past_the_target": (
+        None,
+        lambda c: (c.__setitem__("num_target_layers", 64), _dflash(target_layer_ids=[1, 30, 60])(c)),
+        SILENT,
+        "target_layer_ids",
+        E.LAYER_INDEX,
+    ),
+    "nan_weight": (_nan("layers.1.mlp.down_proj.weight"), None, SILENT, "layers.1.mlp.down_proj.weight", E.NON_FINITE),
+    "unknown_tensor": (
+        _set("layers.0.self_attn.g_proj.weight", lambda t: torch.ones(4, H)),
+        None,
+        SILENT,
+        "layers.0.self_attn.g_proj.weight",
+        E.UNEXPECTED_WEIGHT,
+    ),
+    "layer_past_the_config": (
+        _set("layers.2.mlp.down_proj.weight", lambda t: torch.ones(H, 2 * H)),
+        None,
+        SILENT,
+        "layers.2.mlp.down_proj.weight",
+        E.UNEXPECTED_WEIGHT,
+    ),
+    "missing_k_proj": (
+        lambda t: t.pop("layers.1.self_attn.k_proj.weight"),
+        None,
+        SILENT,
+        "layers.1.self_attn.k_proj.weight",
+        E.MISSING_WEIGHT,
+    ),
+    "q_norm_of_another_head_dim": (
+        _set("layers.0.self_attn.q_norm.weight", lambda t: torch.ones(8)),
+        None,
+        RAISES,
+        "layers.0.self_attn.q_norm.weight",
+        E.SHAPE,
+    ),
+    "reduced_vocab_head": (
+        _set("lm_head.weight", lambda t: torch.ones(VOCAB // 2, H)),
+        None,
+        SILENT,
+        "lm_head.weight",
+        E.UNSUPPORTED_OPTION,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def variants(good, tmp_path_factory):
+    root = tmp_path_factory.mktemp("dflash_variants")
+    out = {}
+    for name, (tensors, config, *_) in MALFORMED.items():
+        d = root / name
+        shutil.copytree(good, d)
+        if tensors:
+            edit_tensors(d, tensors)
+        if config:
+            edit_config(d, config)
+        out[name] = d
+    return out
+
+
+def _plain_outcome(d) -> tuple[str, str]:
+    """(SILENT or RAISES, SGLang's words) for SGLang's own DFlashDraftModel built and loaded from `d`."""
+    from sglang_eagle3_ext.tiny.llama_draft import sglang_weights_iterator
+
+    model = build_draft(d, ARCH)
+    try:
+        model.load_weights(sglang_weights_iterator(d))
+    except (ValueError, AssertionError) as e:
+        return RAISES, str(e)
+    return SILENT, ""
+
+
+@pytest.fixture
+def unpatched(has_dflash):
+    import sglang_eagle3_ext
+
+    sglang_eagle3_ext.revert()
+    yield has_dflash
+    sglang_eagle3_ext.apply(["draft"])
+
+
+@pytest.mark.parametrize("name", list(MALFORMED))
+def test_sglang_alone_loads_or_raises_as_recorded(unpatched, variants, name):
+    """Why the patch exists: all but two of these load without a word in SGLang's own class."""
+    outcome, said = _plain_outcome(variants[name])
+    assert outcome == MALFORMED[name][2], said
+
+
+@pytest.mark.parametrize("name", list(MALFORMED))
+def test_patched_class_refuses_in_one_line_naming_it(has_dflash, variants, name, target_dir):
+    *_, named, code = MALFORMED[name]
+    with pytest.raises(E.DraftLoadError) as ei:
+        load_draft(has_dflash, variants[name], target_dir, ARCH)
+    hits = [p.message for p in ei.value.problems if p.code == code]
+    assert hits, str(ei.value)
+    assert any(named in m for m in hits) and all("\n" not in m for m in hits), hits
+    assert str(ei.value).startswith("DFlash draft "), str(ei.value)
+
+
+def test_most_malformed_drafts_load_silently_in_sglang_alone():
+    silent = [n for n, row in MALFORMED.items() if row[2] == SILENT]
+    assert len(MALFORMED) >= 8 and len(silent) == len(MALFORMED) - 2
