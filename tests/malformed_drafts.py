@@ -244,3 +244,65 @@ def make_mla_variant(good: Path, name: str, out: Path) -> tuple[str, Path]:
     code, build = MLA_MALFORMED[name]
     build(Path(out))
     return code, Path(out)
+
+
+# --- DFlash layout (SGLang's DFlashDraftModel): name -> (expected code, what to break) ----------------------------
+# The good draft: `convert` of a speculators DFlash draft (tiny/dflash_draft.py), ids [0, 1, 2], HF [1, 2, 3].
+
+
+def _dflash_dc(fn):
+    def f(c):
+        fn(c["dflash_config"])
+
+    return f
+
+
+def _v_dflash_renamed(d):
+    q = "layers.0.self_attn.q_proj.weight"
+    edit_tensors(d, lambda t: t.update({"layers.0.attn.q_proj.weight": t.pop(q)}))
+
+
+def _v_dflash_fc_other_k(d):
+    edit_config(d, _dflash_dc(lambda dc: dc.update(target_layer_ids=[0, 1], hf_hidden_state_indices=[1, 2])))
+
+
+def _v_dflash_reduced_head(d):
+    """What a speculators draft trained over half the vocabulary holds (its lm_head), in SGLang's layout."""
+    import torch
+
+    rows = json.loads((d / "config.json").read_text())["vocab_size"] // 2
+    edit_tensors(d, lambda t: t.update({"lm_head.weight": torch.randn(rows, t["norm.weight"].shape[0])}))
+
+
+def _v_dflash_nan(d):
+    edit_tensors(d, nan_at("layers.0.mlp.down_proj.weight"))
+
+
+DFLASH_MALFORMED = {
+    "layer_renamed": (E.UNEXPECTED_WEIGHT, _v_dflash_renamed),
+    "missing_norm": (E.MISSING_WEIGHT, lambda d: edit_tensors(d, lambda t: t.pop("norm.weight"))),
+    "fc_other_k": (E.AUX_COUNT, _v_dflash_fc_other_k),
+    "block_size_disagrees": (E.BLOCK_SIZE, lambda d: edit_config(d, lambda c: c.update(block_size=4))),
+    "block_size_1": (E.BLOCK_SIZE, lambda d: edit_config(d, _dflash_dc(lambda dc: dc.update(block_size=1)))),
+    "mask_outside_vocab": (
+        E.MASK_TOKEN,
+        lambda d: edit_config(d, lambda c: c["dflash_config"].update(mask_token_id=c["vocab_size"])),
+    ),
+    "mask_missing": (E.MASK_TOKEN, lambda d: edit_config(d, _dflash_dc(lambda dc: dc.pop("mask_token_id")))),
+    "nan_weight": (E.NON_FINITE, _v_dflash_nan),
+    "reduced_vocab_head": (E.UNSUPPORTED_OPTION, _v_dflash_reduced_head),
+    "ids_not_increasing": (
+        E.LAYER_INDEX,
+        lambda d: edit_config(d, _dflash_dc(lambda dc: dc.update(target_layer_ids=[0, 2, 1]))),
+    ),
+}
+
+
+def make_dflash_variant(good: Path, name: str, out: Path) -> tuple[str, Path]:
+    import shutil
+
+    shutil.copytree(good, out)
+    (Path(out) / ".sglang-eagle3-output.json").unlink(missing_ok=True)  # a copy edited by hand, not convert's
+    code, build = DFLASH_MALFORMED[name]
+    build(Path(out))
+    return code, Path(out)

@@ -1,12 +1,12 @@
-"""`python -m sglang_eagle3_ext.check DRAFT [--target DIR] [--sglang X] [--headers-only]`
+"""`python -m sglang_eagle3_ext.check DRAFT [--target DIR] [--data DIR] [--sglang X] [--headers-only]`
 
 Offline, CPU-only: will SGLang serve this draft as trained? (exit 0 yes, 1 no: every problem listed, 2 bad input)
 
 Reads config.json, every safetensors header and every weight once (the NaN/Inf scan the loader refuses on;
 `--headers-only` skips it and the verdict says "values not scanned"), applies the same rules as the strict loader,
-prints which SGLang class builds the draft (LlamaForCausalLMEagle3 or the MLA Eagle3DeepseekV2ForCausalLM), what
-would load and every problem. DRAFT may be a hub id (org/name): read from the local Hugging Face cache only; not
-cached: "NOT checked", exit 2.
+prints which SGLang class builds the draft (LlamaForCausalLMEagle3, the MLA Eagle3DeepseekV2ForCausalLM or
+DFlash's DFlashDraftModel), what would load and every problem. DRAFT may be a hub id (org/name): read from the
+local Hugging Face cache only; not cached: "NOT checked", exit 2.
 """
 
 from __future__ import annotations
@@ -30,6 +30,12 @@ def build_parser():
         type=folder_in("give the target model's folder (its config.json)"),
         help="target model dir (its config.json; its lm_head when the draft shares it): hidden/vocab/layer checks",
     )
+    ap.add_argument(
+        "--data",
+        type=folder_in("give the dump dir or `dump export` output the draft was trained on"),
+        help="the draft's training data (a dump dir or a `dump export` output): the target layers a server feeds "
+        "the draft must be the ones it holds",
+    )
     cli_common.add_sglang_release(ap, "check against this release")
     ap.add_argument(
         "--headers-only",
@@ -46,6 +52,22 @@ def build_parser():
     return cli_common.finish(ap, "check")
 
 
+def _captured(data: str) -> tuple[list[int], str]:
+    """(the HF indices --data holds, the file recording them): the metadata `train` reads them from."""
+    from ..training.data import TrainDraftError, read_layer_ids_from_metadata
+
+    try:
+        ids, src = read_layer_ids_from_metadata(Path(data))
+    except TrainDraftError as e:
+        raise cli_common.CliError(f"--data {data}: {e}") from None
+    if ids is None:
+        raise cli_common.CliError(
+            f"--data {data}: records no target layers (no dump_meta.json or metadata.json naming them); "
+            f"give the dump dir or the `dump export` output the draft was trained on"
+        )
+    return ids, f"--data {data} ({src})"
+
+
 def main(argv=None) -> int:
 
     a = build_parser().parse_args(argv)
@@ -58,8 +80,9 @@ def main(argv=None) -> int:
     if not draft.exists() and not looks_like_hub_id(a.draft):
         raise cli_common.CliError(f"{a.draft}: no such directory (and not a hub id org/name)")
 
+    captured = _captured(a.data) if a.data else None
     with library_output(a.verbose):
-        rep = check_draft(a.draft, a.target, a.sglang_version, a.scan_values, progress=not a.quiet)
+        rep = check_draft(a.draft, a.target, a.sglang_version, a.scan_values, progress=not a.quiet, captured=captured)
     if a.json:
         cli_common.write_json(a.json, report_dict(rep))
     if a.json != "-":

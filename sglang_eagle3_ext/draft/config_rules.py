@@ -88,7 +88,7 @@ def _class_problems(cfg: dict, where: str) -> tuple[types.ModuleType | None, lis
             Problem(
                 E.CONFIG_INVALID,
                 f"{where}: speculators-format config ({archs or 'no architectures'}); "
-                f"SGLang does not read it and would fall back to a wrong model class "
+                f"SGLang does not read it (the layer sizes sit in transformer_layer_config) "
                 f"— {CONVERT_HINT}",
             )
         ]

@@ -129,7 +129,7 @@ def shape_problems(cfg: dict, where: str) -> list[Problem]:
     types = cfg.get("layer_types")
     if types is not None and (not isinstance(types, list) or len(types) != cfg.get("num_hidden_layers")):
         P.append(Problem(E.CONFIG_INVALID, f"{where}: layer_types must list one type per draft layer; got {types!r}"))
-    elif types and not set(types) <= {"full_attention", "sliding_attention"}:
+    elif types and not all(t in ("full_attention", "sliding_attention") for t in types):
         P.append(
             Problem(E.CONFIG_INVALID, f"{where}: layer_types {types}: SGLang's {ARCH} has full and sliding attention")
         )

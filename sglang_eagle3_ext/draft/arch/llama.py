@@ -200,11 +200,9 @@ def record_layers(cfg: dict, hf, release) -> list[str]:
 def source_format(cfg: dict) -> str | None:
     """convert: the name of the source format `cfg` is in when this layout reads it, else None."""
     archs = cfg.get("architectures") or []
+    if cfg.get("speculators_model_type") not in (None, "eagle3"):
+        return None  # another layout's speculators format (or none's: convert lists the formats it reads)
     if cfg.get("speculators_model_type") or "Eagle3Speculator" in archs or "transformer_layer_config" in cfg:
-        if cfg.get("speculators_model_type", "eagle3") != "eagle3":
-            raise E.conversion_refused(
-                f"speculators model type {cfg.get('speculators_model_type')!r} is not EAGLE-3", E.CONFIG_INVALID
-            )
         return "speculators"
     if ARCH in archs:
         return "sglang"  # SGLang / SpecForge

@@ -1,0 +1,195 @@
+"""Tiny DFlash drafts (SGLang's `DFlashDraftModel`), for tests and GPU smoke runs.
+
+Two kinds: one in SGLang's layout, as z-lab publishes theirs (`architectures: ["DFlashDraftModel"]`, Qwen3 fields,
+`dflash_config.{block_size, target_layer_ids, mask_token_id}`, weights `layers.*`, `fc`, `hidden_norm`, `norm`),
+with shapes from the same rules the loader checks; and one written by speculators' own DFlashDraftModel
+(`save_pretrained`), which `convert` turns into the first. Random but finite weights.
+`make_dflash_draft_for_tiny_target` sizes one for the built-in tiny DeepSeek-V3 target (tiny/deepseek_v3.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..draft.arch import dflash
+from ..draft.keys import Layout
+from ..draft.rules import expected_shapes, spec_from_config
+from ..files.outdir import writing
+
+
+def dflash_draft_config(
+    *,
+    hidden=64,
+    vocab=128,
+    n_layers=1,
+    heads=4,
+    kv_heads=2,
+    head_dim=16,
+    intermediate=128,
+    target_layer_ids=(0, 1, 2),
+    block_size=8,
+    mask_token_id=None,
+    max_position_embeddings=8192,
+    dtype="bfloat16",
+    **overrides,
+) -> dict:
+    """A DFlash draft config in SGLang's (z-lab's) layout; mask_token_id None: the vocabulary's last id."""
+    cfg = {
+        "architectures": [dflash.ARCH],
+        "model_type": "qwen3",
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "num_hidden_layers": n_layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "vocab_size": vocab,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": max_position_embeddings,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "torch_dtype": dtype,
+        dflash.DFLASH: {
+            "block_size": block_size,
+            "target_layer_ids": list(target_layer_ids),
+            "mask_token_id": vocab - 1 if mask_token_id is None else mask_token_id,
+        },
+    }
+    cfg.update(overrides)
+    return cfg
+
+
+def dflash_tensors(cfg: dict, seed: int = 0) -> dict:
+    """Checkpoint tensors for `cfg`: every tensor SGLang's DFlashDraftModel loads, shapes from the rules."""
+    import torch
+
+    layout = Layout(
+        release="offline",
+        midlayer=False,
+        fc_norm=False,
+        input_norm=False,
+        norm_output=False,
+        capture_always_plus_one=False,
+        flags=frozenset({dflash.REQUIRES}),
+    )
+    spec, problems = spec_from_config(cfg, layout)
+    assert spec is not None, problems
+    g = torch.Generator().manual_seed(seed)
+    dt = getattr(torch, cfg.get("torch_dtype") or "float32")
+    out = {}
+    for k, shape in expected_shapes(spec).items():
+        t = torch.randn(shape, generator=g) * 0.02 if len(shape) > 1 else 1.0 + 0.01 * torch.randn(shape, generator=g)
+        out[k] = t.to(dt)
+    return out
+
+
+def write_draft(out, cfg: dict, tensors: dict) -> Path:
+    """Write (or rewrite, when `out` is one made here) a draft; a directory of anyone else's is refused."""
+    from safetensors.torch import save_file
+
+    with writing(out, tool="tiny dflash draft", flag="out", replace=True) as tmp:
+        save_file(
+            {k: v.contiguous() for k, v in tensors.items()}, str(tmp / "model.safetensors"), metadata={"format": "pt"}
+        )
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+    return Path(out)
+
+
+def make_dflash_draft(out, seed: int = 0, **config) -> Path:
+    """A well-formed DFlash draft in SGLang's layout (dflash_draft_config's keywords)."""
+    cfg = dflash_draft_config(**config)
+    return write_draft(out, cfg, dflash_tensors(cfg, seed))
+
+
+def make_dflash_draft_for_tiny_target(out, target_dir, target_layer_ids=(0, 1, 2), **overrides) -> Path:
+    """A DFlash draft for the built-in tiny DeepSeek-V3 target: its hidden size, vocabulary and context, fed the
+    outputs of its layers `target_layer_ids` (0..n-2 on a target of n layers)."""
+    t = json.loads((Path(target_dir) / "config.json").read_text())
+    heads = t["num_attention_heads"]
+    kw = dict(
+        hidden=t["hidden_size"],
+        vocab=t["vocab_size"],
+        n_layers=2,
+        heads=heads,
+        kv_heads=max(1, heads // 4),
+        head_dim=t["hidden_size"] // heads,
+        intermediate=t["hidden_size"],
+        target_layer_ids=target_layer_ids,
+        max_position_embeddings=t["max_position_embeddings"],
+        num_target_layers=t["num_hidden_layers"],
+    )
+    kw.update(overrides)
+    return make_dflash_draft(out, **kw)
+
+
+def make_speculators_dflash_draft(
+    out,
+    *,
+    hidden: int = 64,
+    vocab: int = 128,
+    draft_vocab: int | None = None,
+    aux_ids=(1, 2, 3),
+    n_layers: int = 1,
+    heads: int = 4,
+    kv_heads: int = 2,
+    head_dim: int = 16,
+    intermediate: int = 128,
+    block_size: int = 8,
+    mask_token_id: int | None = None,
+    seed: int = 0,
+    dtype=None,
+    **config_overrides,
+) -> Path:
+    """A DFlash draft as speculators saves one (DFlashSpeculatorConfig + DFlashDraftModel.save_pretrained):
+    aux_ids are HF hidden_states indices; draft_vocab (None: the full vocabulary) below vocab adds its d2t/t2d
+    and reduced lm_head; mask_token_id None: the vocabulary's last id."""
+    import torch
+    from speculators.config import SpeculatorsConfig, VerifierConfig
+    from speculators.models.dflash import DFlashDraftModel, DFlashSpeculatorConfig
+    from speculators.proposals.greedy import GreedyTokenProposalConfig
+    from transformers import Qwen3Config
+
+    torch.manual_seed(seed)
+    tl = Qwen3Config(
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=n_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=vocab,
+        max_position_embeddings=8192,
+    )
+    sc = SpeculatorsConfig(
+        algorithm="dflash",
+        proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=block_size - 1)],
+        default_proposal_method="greedy",
+        verifier=VerifierConfig(name_or_path=None, architectures=["DeepseekV3ForCausalLM"]),
+    )
+    cfg = DFlashSpeculatorConfig(
+        transformer_layer_config=tl,
+        draft_vocab_size=draft_vocab or vocab,
+        block_size=block_size,
+        aux_hidden_state_layer_ids=list(aux_ids),
+        mask_token_id=vocab - 1 if mask_token_id is None else mask_token_id,
+        speculators_config=sc,
+        **config_overrides,
+    )
+    model = DFlashDraftModel(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            # speculators leaves the verifier's copies NaN until loaded from the verifier: make all finite
+            p.copy_(torch.randn_like(p) * 0.02 if p.dim() > 1 else 1.0 + 0.01 * torch.randn_like(p))
+        if model.d2t is not None:
+            hot = torch.sort(torch.randperm(vocab)[: model.d2t.shape[0]]).values
+            model.d2t.copy_(hot - torch.arange(hot.shape[0]))
+            model.t2d.zero_()
+            model.t2d[hot] = True
+    if dtype is not None:
+        model = model.to(dtype)
+    with writing(out, tool="tiny speculators dflash draft", flag="out", replace=True) as tmp:
+        model.save_pretrained(tmp)
+    return Path(out)
