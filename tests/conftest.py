@@ -75,6 +75,7 @@ SLOW = (
     "tests/unit/test_environment_faults.py",
     "tests/unit/test_envs.py::test_launcher_refuses_an_illegal_value_in_one_line",
     "tests/unit/test_envs.py::test_start_up_route_with_an_illegal_value_logs_one_line_and_stays_off",
+    "tests/unit/test_eval_dflash.py::test_the_tiny_target_and_a_tiny_dflash_draft_end_to_end",
     "tests/unit/test_eval_figures.py::test_any_server_reply_exits_0_or_2_and_0_only_when_plausible",
     "tests/unit/test_launch_draft_precheck.py",
     "tests/unit/test_launch_dryrun.py",

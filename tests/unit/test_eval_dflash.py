@@ -174,3 +174,36 @@ def test_accept_by_steps_simulates_each_block_size(world):
     r = accept_by_steps(o, 3)
     assert r["by_steps"] == {1: 2.0, 2: 2.0, 3: 2.0}
     assert r["positions"][:2] == [1.0, 0.0]
+
+
+def test_the_tiny_target_and_a_tiny_dflash_draft_end_to_end(tmp_path, capsys):
+    """The built-in tiny DeepSeek-V3 target's own states, dumped as a server dumps them (HF hidden_states 1..3:
+    target_layer_ids 0..2 + 1), and a random two-layer DFlash draft for it (bf16 on disk): eval reads them as they
+    are served and judges rounds of 7 drafts (its block of 8)."""
+    from train_world import SMALL
+
+    from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target
+    from sglang_eagle3_ext.tiny.dflash_draft import make_dflash_draft_for_tiny_target
+    from sglang_eagle3_ext.tiny.sample_dump import write_sample_dump
+
+    target = ensure_tiny_target(tmp_path / "target", **SMALL)
+    assert write_sample_dump(target, tmp_path / "dump", samples=4, new_tokens=12, layers=[1, 2, 3], quiet=True) == 4
+    draft = make_dflash_draft_for_tiny_target(tmp_path / "draft", target, (0, 1, 2))
+    args = [
+        "--draft",
+        draft,
+        "--data",
+        tmp_path / "dump",
+        "--target",
+        target,
+        "--steps",
+        "7",
+        "--heldout-fraction",
+        "1",
+    ]
+    rep = _report(args, capsys)
+    assert rep["draft_class"] == "DFlashDraftModel" and rep["target"] == str(target)
+    assert "aux layers: HF hidden_states [1, 2, 3] (data and draft agree)" in rep["notes"]
+    assert rep["rounds"]["rounds"] > 0 and len(rep["positions"]) == 7
+    assert 1.0 <= rep["predicted_accept_length"] <= 8.0
+    assert not any("block size" in n for n in rep["notes"])  # the draft's block size is 8
