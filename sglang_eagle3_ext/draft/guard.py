@@ -71,9 +71,14 @@ def context_width_message(sent: int, need: int, k: int, hidden: int, layers, lab
     need = K x hidden, while the target sends `sent`-wide states."""
     said = f"target layers {list(layers)}" if layers else f"{k} target layers"
     if sent == hidden:
-        cause = "the target captures no layers for the draft (its model class or --speculative-algorithm)"
+        cause = (
+            f"the target captures no layers for the draft: serve with --speculative-algorithm {label.upper()} "
+            f"and a target model class that captures them"
+        )
     elif sent % hidden == 0:
-        cause = f"the target captures {sent // hidden} layers, not the draft's {k}"
+        cause = (
+            f"the target captures {sent // hidden} layers, not the draft's {k}: name its trained layers in its config"
+        )
     else:
         cause = f"{sent} is not a multiple of the draft's hidden size {hidden}: a draft trained for another target"
     return (

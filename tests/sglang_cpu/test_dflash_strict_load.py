@@ -260,3 +260,89 @@ def test_patched_class_refuses_in_one_line_naming_it(has_dflash, variants, name,
 def test_most_malformed_drafts_load_silently_in_sglang_alone():
     silent = [n for n, row in MALFORMED.items() if row[2] == SILENT]
     assert len(MALFORMED) >= 8 and len(silent) == len(MALFORMED) - 2
+
+
+# --- fc width at project_target_hidden --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def draft_model(has_dflash, good, target_dir):
+    return load_draft(has_dflash, good, target_dir, ARCH)
+
+
+def test_width_guard_names_k_and_the_target_layers(draft_model):
+    for width, cause in (
+        (H, "captures no layers"),
+        (2 * H, "captures 2 layers, not the draft's 3"),
+        (100, "100 is not"),
+    ):
+        with pytest.raises(E.DraftWidthError) as ei:  # through the patched real project_target_hidden
+            draft_model.project_target_hidden(torch.zeros(4, width))
+        (problem,) = ei.value.problems
+        assert problem.code == E.FC_WIDTH and "\n" not in problem.message, problem.message
+        assert f"sends {width}-wide" in problem.message and "192 = K(3) x hidden(64)" in problem.message
+        assert f"target layers {IDS}" in problem.message and cause in problem.message
+
+
+def test_width_guard_passes_the_trained_width_unchanged(draft_model):
+    x = torch.randn(5, len(IDS) * H)
+    want = draft_model.hidden_norm(torch.nn.functional.linear(x, draft_model.fc.weight))
+    torch.testing.assert_close(draft_model.project_target_hidden(x), want, rtol=0, atol=0)
+
+
+# --- the revert, subclasses, releases without DFlash ------------------------------------------------------
+
+
+def test_revert_restores_sglangs_own_methods_and_behaviour(has_dflash, variants, draft_model):
+    import wrapt
+    from sglang.srt.models.dflash import DFlashDraftModel
+
+    import sglang_eagle3_ext
+
+    patched = {m: DFlashDraftModel.__dict__[m] for m in ("load_weights", "project_target_hidden")}
+    assert all(isinstance(f, wrapt.FunctionWrapper) for f in patched.values())
+    sglang_eagle3_ext.revert()
+    try:
+        for m, f in patched.items():
+            assert DFlashDraftModel.__dict__[m] is f.__wrapped__  # SGLang's own function, the very object
+        assert _plain_outcome(variants["unknown_tensor"])[0] == SILENT
+        outcome, said = _plain_outcome(variants["fc_of_another_k"])
+        assert outcome == RAISES and said.startswith("DFLASH fc.weight shape mismatch")
+        with pytest.raises(ValueError, match="DFLASH target_hidden feature dim mismatch"):
+            draft_model.project_target_hidden(torch.zeros(4, H))
+    finally:
+        sglang_eagle3_ext.apply(["draft"])
+    with pytest.raises(E.DraftWidthError):
+        draft_model.project_target_hidden(torch.zeros(4, H))
+
+
+def test_a_subclass_no_layout_describes_loads_as_sglang_loads_it(has_dflash, good, target_dir, tmp_path, caplog):
+    """Laguna's DFlash class inherits load_weights and adds parameters (aux_hidden_norms, g_proj) the DFlash rules
+    do not know: it is loaded by SGLang's code alone, said once, never refused for them."""
+    import logging
+
+    from sglang.srt.models import dflash
+
+    laguna = getattr(dflash, "DFlashLagunaForCausalLM", None)
+    if laguna is None:
+        pytest.skip(f"SGLang {has_dflash.version} has no DFlashLagunaForCausalLM")
+    d = tmp_path / "laguna"
+    shutil.copytree(good, d)
+    edit_config(d, lambda c: c.update(architectures=[laguna.__name__], gating=False))
+    norms = {f"aux_hidden_norms.{i}.weight": torch.full((H,), float(i + 2)) for i in range(len(IDS))}
+    edit_tensors(d, lambda t: t.update(norms))
+    with caplog.at_level(logging.INFO, logger="sglang_eagle3_ext"):
+        model = load_draft(has_dflash, d, target_dir, laguna.__name__)
+    for k, v in norms.items():
+        assert torch.equal(dict(model.named_parameters())[k].data, v)
+    assert any("DFlashLagunaForCausalLM" in r.getMessage() and "no strict" in r.getMessage() for r in caplog.records)
+
+
+def test_rows_are_skipped_on_a_release_without_dflash(monkeypatch):
+    from sglang_eagle3_ext import patching, versions
+
+    dflash_rows = {"draft.dflash_strict_load", "draft.dflash_fc_width_guard"}
+    for release, present in (("0.5.10", False), ("0.5.14", True), ("0.5.23", True)):
+        monkeypatch.setattr(versions, "capabilities", lambda r=release: versions.capabilities_for_version(r))
+        names = {s.name for s in patching.selected({"draft"})}
+        assert (dflash_rows <= names) is present and "draft.strict_load" in names, (release, names)
