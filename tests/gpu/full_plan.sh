@@ -17,6 +17,8 @@
 #                                   width the speedup table (fa3, flashmla, triton) and `tune` (below)
 #   tests/gpu/full_plan.sh tune_tiny  the tiny target's round trip prepared, then `tune --budget-min 5` on it
 #                                   (0.5.16, <= 10 min): tune's whole path to its presets; recorded in the ledger
+#   tests/gpu/full_plan.sh dflash   the tiny round trip prepared, a DFlash draft trained on the same export, both
+#                                   drafts benched against the target alone (0.5.16, <= 12 min); recorded in the ledger
 #   tests/gpu/ledger.py pending     which stages have not yet passed on the current code (run those first)
 #   tests/gpu/bg.sh poll SECONDS    in every later call, back to back (an idle host may be released after ~30 s
 #                                   without a call): states, figures, $OUT/results.tgz
@@ -139,6 +141,19 @@ tune_tiny)
     $T SGE3_TUNE_BUDGET_MIN=${SGE3_TUNE_BUDGET_MIN:-5} SGE3_TUNE_BACKENDS=${SGE3_TUNE_BACKENDS:-triton} $R -s \
       tests/gpu/test_tune_gpu.py::test_tune_within_budget; rc=\$?; \
     python3 tests/gpu/ledger.py record tune_tiny \$rc \$OUT/tune/report.json \$OUT/tune/timings.json; exit \$rc" ;;
+dflash)
+  # the tiny round trip prepared (dump of HF states [1, 2, 3], EAGLE-3 draft), then DFlash trained on the same
+  # export and both benched against the target alone (<= 12 min); the random-draft serve and the renamed-tensor
+  # refusal run while the preparation trains
+  S="PYTHONPATH=/tmp/site TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton_cache}"
+  D=${SGE3_RT_DIR:-/tmp/rt}
+  T="$S SGE3_RT_DIR=$D SGE3_MAX_TOTAL_TOKENS=32768 SGE3_MEM_FRACTION=0.15"
+  $BG start dflash_serve "$T $R -s tests/gpu/test_dflash_gpu.py -k 'greedy_equal or renamed'"
+  $BG start dflash_rt "$T SGE3_RT_SAMPLES=${SGE3_RT_SAMPLES:-600} SGE3_RT_PREPARE_ONLY=1 $R \
+      tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \
+    [ -e $D/draft_sglang/config.json ] || exit 1; \
+    $T $R -s tests/gpu/test_dflash_gpu.py::test_dflash_roundtrip; rc=\$?; \
+    python3 tests/gpu/ledger.py record dflash \$rc \$OUT/dflash_roundtrip.json; exit \$rc" ;;
 session)
   # Started at once: smoke and build are tiny-target jobs (~6 min) that end while the Kimi-width preparation
   # (600 generations, ~9 min) runs; the table and tune then have the GPU to themselves.

@@ -54,6 +54,12 @@ STAGES = (
         "the tiny target's round trip prepared, then `tune --budget-min 5` to its presets",
         (f"{_PKG}/tune", f"{_PKG}/bench", f"{_PKG}/server", "tests/gpu/test_tune_gpu.py"),
     ),
+    Stage(
+        "dflash",
+        12,
+        "a DFlash draft trained on the tiny round trip's export, served beside its EAGLE-3 draft (tiny target)",
+        (_PKG, "tests/gpu/test_dflash_gpu.py"),
+    ),
 )
 BY_NAME = {s.name: s for s in STAGES}
 
