@@ -220,7 +220,7 @@ def pre_load_problems(model, layout) -> tuple[rules.DraftSpec | None, list[Probl
 
 
 def draft_kind(model) -> str:
-    """How messages name a draft of `model`'s class: its layout's LABEL (MLA, DFlash), else "EAGLE-3"."""
+    """How messages name a draft of `model`'s class: its layout's LABEL where it has one, else "EAGLE-3"."""
     arch = layouts.find({"architectures": [type(model).__name__]})
     return (arch.LABEL if arch is not None else None) or "EAGLE-3"
 
