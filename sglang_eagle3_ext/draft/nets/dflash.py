@@ -11,8 +11,8 @@ One verify round at anchor a (x_a the bonus token the target just produced, at p
 - the block's states after `norm` through the target's lm_head; the argmax at block positions 1..B-1 are the B-1
   draft tokens.
 Parameters carry the checkpoint's names (`layers.N.self_attn.q_proj`, ..., `fc`, `hidden_norm`, `norm`) plus
-`embed_tokens` and `lm_head`, which the loader fills from the target. tests/unit/test_dflash_net.py holds this to
-speculators' DFlashDraftModel on the same weights.
+`embed_tokens` and `lm_head`, which the loader fills from the target. tests/sglang_cpu/test_dflash_equiv.py holds
+this to SGLang's own class run on CPU, tests/unit/test_dflash_net.py to speculators' DFlashDraftModel.
 """
 
 from __future__ import annotations
