@@ -96,16 +96,33 @@ def parse_bool(name: str, text: str) -> bool:
     raise EnvError(name, text, "1/true/yes/on or 0/false/no/off")
 
 
-LAYERS_LEGAL = "comma-separated integers, e.g. 2,30,58"
+LAYERS_LEGAL = "comma-separated integers, e.g. 2,30,58, or LAYOUT:N, e.g. dflash:5"
 _LAYER_TOKEN = re.compile(r"[0-9]+", re.ASCII)  # int() also takes "1_0", "١" and whitespace: not layer ids
+_DRAFT_FORM = re.compile(r"([a-z][a-z0-9_-]*):([1-9][0-9]*)", re.ASCII)
 
 
-def parse_layers(text: str, name: str) -> tuple[int, ...] | None:
-    """ "2,30,58" -> (2, 30, 58); None when empty. Only ASCII digits between single commas (spaces around them
-    allowed): "1,,2", "1_0", "1.9", "-1" and non-ASCII digits are an EnvError naming `name`, never a guess."""
+@dataclasses.dataclass(frozen=True)
+class DraftLayers:
+    """`LAYOUT:N`: the aux layers a fresh draft of that layout with N decoder layers reads when none are named,
+    resolved where the target's layer count is known (the layout's name is checked there)."""
+
+    layout: str
+    num_layers: int
+
+    def __str__(self) -> str:
+        return f"{self.layout}:{self.num_layers}"
+
+
+def parse_layers(text: str, name: str) -> tuple[int, ...] | DraftLayers | None:
+    """ "2,30,58" -> (2, 30, 58); "dflash:5" -> DraftLayers("dflash", 5); None when empty. Only ASCII digits
+    between single commas (spaces around them allowed): "1,,2", "1_0", "1.9", "-1" and non-ASCII digits are an
+    EnvError naming `name`, never a guess."""
     text = (text or "").strip()
     if not text:
         return None
+    m = _DRAFT_FORM.fullmatch(text)
+    if m:
+        return DraftLayers(m[1], int(m[2]))
     parts = [x.strip() for x in text.split(",")]
     bad = [x for x in parts if not _LAYER_TOKEN.fullmatch(x)]
     if bad:
@@ -114,6 +131,7 @@ def parse_layers(text: str, name: str) -> tuple[int, ...] | None:
             text,
             LAYERS_LEGAL,
             f"{name}={text!r}: {bad[0]!r} is not a layer index; expected "
-            f"comma-separated non-negative integers (ASCII digits), e.g. 2,30,58",
+            f"comma-separated non-negative integers (ASCII digits), e.g. 2,30,58, or LAYOUT:N (a draft layout and "
+            f"its layer count, e.g. dflash:5)",
         )
     return tuple(int(x) for x in parts)

@@ -17,7 +17,7 @@ import os
 import re
 from typing import Any, Mapping
 
-from .env_rules import FALSE, LAYERS_LEGAL, TRUE, EnvError, Var, parse_bool, parse_layers  # noqa: F401 - re-exported
+from .env_rules import FALSE, LAYERS_LEGAL, TRUE, DraftLayers, EnvError, Var, parse_bool, parse_layers  # noqa: F401 - re-exported
 
 
 def _cache_default() -> str:
@@ -85,7 +85,9 @@ _VARS: tuple[Var, ...] = (
         DUMP_LAYERS,
         "layers",
         None,
-        "HF hidden_states indices (0 = embeddings, i = output of decoder layer i-1)",
+        "HF hidden_states indices (0 = embeddings, i = output of decoder layer i-1); or `LAYOUT:N`, the layers a "
+        "fresh draft of that layout with N layers reads (`dflash:5`: SGLang's DFlash rule, refused on a release "
+        "without DFlash)",
         section="dump",
         preset_key="dump_layers",
         default_doc="`2,n//2,n-3` (n < 7: `1,n//2,n-1`)",

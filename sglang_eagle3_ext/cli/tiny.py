@@ -1,7 +1,7 @@
 """The built-in tiny targets: small random DeepSeek-V3 models that SGLang serves, made on first use.
 
     sglang-eagle3 tiny [OUT] [--predictable] [--seed N] [--kimi]
-    sglang-eagle3 tiny [OUT] --predictable --sample-dump DIR [--samples N] [--prompts FILE]
+    sglang-eagle3 tiny [OUT] --predictable --sample-dump DIR [--samples N] [--prompts FILE] [--dump-layers L]
 
 Writes one (with --kimi the Kimi-K2.5 wrapper around it) and prints its folder. --sample-dump also writes a
 small dump of its hidden states, computed on this machine's CPU, in the format a dumping server writes:
@@ -21,6 +21,18 @@ from .inputs import file_in, folder_out
 from .output import library_output
 
 _PROMPTS = "give a JSONL file of token-id prompts, one per line as `dump run --data` reads them"
+
+
+def _dump_layers(text: str):
+    """--dump-layers: the dump variable's own rule (a layout name is checked here, its layers once the target is
+    known)."""
+    from ..dump.config import DumpConfigError, layers_text, parse_layers
+
+    try:
+        layers_text(text, "--dump-layers")
+        return parse_layers(text)
+    except DumpConfigError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("SGLANG_EAGLE3_EXT_DUMP_LAYERS", "--dump-layers")) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--samples", type=cli_common.positive_int, default=64, help="prompts to dump (about a second each on a CPU)"
     )
     g.add_argument(
+        "--dump-layers",
+        metavar="LAYERS",
+        type=_dump_layers,
+        help="the aux layers to dump, as SGLANG_EAGLE3_EXT_DUMP_LAYERS takes them: HF indices (1,2,3) or LAYOUT:N, "
+        "the layers a fresh draft of that layout with N layers reads (dflash:1) (default: the dump's default)",
+    )
+    g.add_argument(
         "--prompts",
         metavar="FILE",
         type=file_in(_PROMPTS),
@@ -80,6 +99,8 @@ def main(argv=None) -> int:
         from ..tiny.kimi_k25 import ensure_tiny_kimi_target as make
     if a.sample_dump and a.kimi:
         raise cli_common.CliError("--sample-dump reads the DeepSeek-V3 target; drop --kimi")
+    if a.dump_layers and not a.sample_dump:
+        raise cli_common.CliError("--dump-layers: the layers of --sample-dump; add --sample-dump DIR, or drop it")
     if a.prompts and not a.sample_dump:
         raise cli_common.CliError("--prompts: the prompts of --sample-dump; add --sample-dump DIR, or drop --prompts")
     if a.sample_dump:
@@ -96,16 +117,21 @@ def main(argv=None) -> int:
         target = make(a.out, seed=a.seed, **(deepseek_v3.PREDICTABLE if a.predictable else {}))
         print(target, flush=True)
         if a.sample_dump:
+            from ..dump.config import DumpConfigError
             from ..tiny.sample_dump import write_sample_dump
 
-            n = write_sample_dump(
-                Path(target),
-                Path(a.sample_dump),
-                Path(a.prompts) if a.prompts else None,
-                samples=a.samples,
-                new_tokens=a.max_new_tokens,
-                seed=a.seed,
-            )
+            try:
+                n = write_sample_dump(
+                    Path(target),
+                    Path(a.sample_dump),
+                    Path(a.prompts) if a.prompts else None,
+                    samples=a.samples,
+                    new_tokens=a.max_new_tokens,
+                    seed=a.seed,
+                    layers=a.dump_layers,
+                )
+            except DumpConfigError as e:  # the layers this target cannot give
+                raise cli_common.CliError(str(e).replace("SGLANG_EAGLE3_EXT_DUMP_LAYERS", "--dump-layers")) from None
     if a.sample_dump:
         print(
             f"wrote {n} samples into {a.sample_dump}; next: {cli_common.COMMAND} dump export --dump-dir "

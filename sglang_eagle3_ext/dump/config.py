@@ -16,9 +16,11 @@ import hashlib
 import os
 
 from .. import envs
+from ..boundary import BadInput
 from ..draft.layers import default_layers
+from ..env_rules import DraftLayers
 
-ENV_LAYERS = envs.DUMP_LAYERS  # "2,30,58": HF hidden_states indices
+ENV_LAYERS = envs.DUMP_LAYERS  # "2,30,58": HF hidden_states indices; "dflash:5": a draft layout's own
 ENV_FINAL = envs.DUMP_FINAL  # prenorm | postnorm | both
 ENV_MAX_PENDING_MB = envs.DUMP_MAX_PENDING_MB  # host memory for in-flight samples
 ENV_IO_THREADS = envs.DUMP_IO_THREADS
@@ -85,7 +87,7 @@ def _id_hash(sample_id: str) -> int:
 @dataclasses.dataclass(frozen=True)
 class DumpConfig:
     dump_dir: str
-    layers: tuple[int, ...] | None  # None: default_layers(n) once n is known
+    layers: tuple[int, ...] | DraftLayers | None  # None: default_layers(n); LAYOUT:N: the layout's, once n is known
     final: str = "prenorm"
     max_pending_bytes: int = 4 << 30
     io_threads: int = 8
@@ -120,10 +122,14 @@ class DumpConfig:
     def want_postnorm(self) -> bool:
         return self.final in ("postnorm", "both")
 
-    def resolve_layers(self, num_layers: int, layer0_refusal: str | None = None) -> list[int]:
+    def resolve_layers(self, num_layers: int, layer0_refusal: str | None = None, release=None) -> list[int]:
         """Validated HF indices for a model of `num_layers` decoder layers; layer0_refusal: why the release
-        cannot capture index 0 (versions.layer0_refusal), None where it can."""
-        layers = list(self.layers) if self.layers is not None else default_layers(num_layers)
+        cannot capture index 0 (versions.layer0_refusal), None where it can; release: a function returning the
+        release's versions.Capabilities, asked when the layers are a draft layout's (LAYOUT:N)."""
+        if isinstance(self.layers, DraftLayers):
+            layers = draft_layers(self.layers, num_layers, release() if release is not None else None)
+        else:
+            layers = list(self.layers) if self.layers is not None else default_layers(num_layers)
         if layer0_refusal and 0 in layers:
             raise DumpConfigError(f"{ENV_LAYERS}={','.join(map(str, layers))}: {layer0_refusal}")
         for i in layers:
@@ -142,8 +148,32 @@ class DumpConfig:
         return layers
 
 
-def parse_layers(text: str) -> tuple[int, ...] | None:
-    """The variable's text -> HF indices (envs.parse_layers: the one rule), a DumpConfigError naming it."""
+def draft_layers(spec: DraftLayers, num_layers: int, caps=None) -> list[int]:
+    """The HF indices a fresh draft of `spec`'s layout with its layer count reads for a target of `num_layers`
+    (the layout's default_aux_layers); DumpConfigError naming the variable when the layout is unknown or has no
+    such layers (`caps`: the release, which may not serve the layout)."""
+    from ..draft import arch as layouts
+
+    try:
+        mod = layouts.get(spec.layout)
+    except BadInput:
+        raise DumpConfigError(
+            f"{ENV_LAYERS}={spec}: {spec.layout!r} is not a draft layout; expected one of {', '.join(layouts.names())}"
+        ) from None
+    try:
+        return list(mod.default_aux_layers(num_layers, spec.num_layers, caps))
+    except ValueError as e:
+        raise DumpConfigError(f"{ENV_LAYERS}={spec}: {e}") from None
+
+
+def layers_shown(layers) -> str:
+    """The variable's text of a DumpConfig's layers (HF indices or LAYOUT:N)."""
+    return str(layers) if isinstance(layers, DraftLayers) else ",".join(map(str, layers))
+
+
+def parse_layers(text: str) -> tuple[int, ...] | DraftLayers | None:
+    """The variable's text -> HF indices or LAYOUT:N (envs.parse_layers: the one rule), a DumpConfigError naming
+    it."""
     try:
         return envs.parse_layers(text, ENV_LAYERS)
     except envs.EnvError as e:
@@ -169,8 +199,17 @@ def layers_text(value, where: str = "dump_layers") -> str:
             raise DumpConfigError(f"{where}: {e}") from None
         if layers is None:
             raise DumpConfigError(f"{where}: empty")
-        return ",".join(str(x) for x in layers)
-    raise DumpConfigError(f"{where}: {value!r} is not a list of layer indices; expected e.g. [2, 30, 58]")
+        if isinstance(layers, DraftLayers):
+            from ..draft import arch as layouts
+
+            if layers.layout not in layouts.names():
+                raise DumpConfigError(
+                    f"{where}: {layers.layout!r} is not a draft layout; expected one of {', '.join(layouts.names())}"
+                )
+        return layers_shown(layers)
+    raise DumpConfigError(
+        f"{where}: {value!r} is not a list of layer indices; expected e.g. [2, 30, 58], or LAYOUT:N (dflash:5)"
+    )
 
 
 def host_memory_bytes() -> int | None:

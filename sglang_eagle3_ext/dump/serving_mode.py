@@ -20,7 +20,7 @@ from .._log import log_once, logger
 from ..draft import layers as draft_layers
 from ..server.startup import StartupContext
 from . import verify_capture
-from .config import ENV_LAYERS, ENV_SAMPLE_RATE, DumpConfig, DumpConfigError
+from .config import ENV_LAYERS, ENV_SAMPLE_RATE, DumpConfig, DumpConfigError, layers_shown
 from .writer import DumpStartupError
 
 ENV_RESPONSES = envs.DUMP_RESPONSES
@@ -77,9 +77,9 @@ def config_for_target(cfg: DumpConfig, n: int, ctx: StartupContext) -> DumpConfi
     layers, where = draft_hf_indices(ctx, n)
     if layers is None:
         return cfg
-    if cfg.layers is not None and list(cfg.layers) != layers:
+    if cfg.layers is not None and cfg.resolve_layers(n) != layers:
         raise DumpConfigError(
-            f"{ENV_LAYERS}={','.join(map(str, cfg.layers))} but the EAGLE-3 draft is fed HF hidden_states "
+            f"{ENV_LAYERS}={layers_shown(cfg.layers)} but the EAGLE-3 draft is fed HF hidden_states "
             f"{layers} ({where}); while serving EAGLE-3 the dump captures exactly the draft's layers: unset "
             f"{ENV_LAYERS} (or set it to {','.join(map(str, layers))})"
         )

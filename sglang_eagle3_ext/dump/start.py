@@ -12,7 +12,7 @@ from .._log import log_once, logger
 from ..boundary import BadInput
 from ..draft.capture_layers import aux_capture_refusal
 from ..server.startup import StartupContext, startup_context
-from ..versions import layer0_refusal
+from ..versions import capabilities, layer0_refusal
 from . import serving_mode, verify_capture
 from .capture import ATTR, TARGET_CLASSES, DumpTarget
 from .config import CONVENTION, DumpConfig, DumpConfigError, from_env
@@ -115,7 +115,7 @@ def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
     n = int(model.config.num_hidden_layers)
 
     cfg = serving_mode.config_for_target(cfg, n, ctx)
-    layers = cfg.resolve_layers(n, layer0_refusal())
+    layers = cfg.resolve_layers(n, layer0_refusal(), capabilities)  # LAYOUT:N asks whether the release serves it
     ranks = rank_info()
     if ranks["pp_rank"] != ranks["pp_size"] - 1:
         log_once("dump.pp", "dump: pipeline rank %d is not the last: no capture here", ranks["pp_rank"])

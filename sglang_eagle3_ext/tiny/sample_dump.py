@@ -21,6 +21,7 @@ from ..dump.client_files import read_samples
 from ..dump.config import GENERATED_FILE, DumpConfig
 from ..dump.manifest import sanitize_id
 from ..dump.start import build_meta, make_writer
+from ..env_rules import DraftLayers
 from ..server.startup import StartupContext
 
 BATCH = 8  # prompts per forward pass: the MoE's per-expert loop runs once per batch
@@ -108,11 +109,12 @@ def write_sample_dump(
     samples: int = 64,
     new_tokens: int = 32,
     seed: int = 0,
-    layers: list[int] | None = None,
+    layers=None,
     quiet: bool = False,
 ) -> int:
     """Write what the dumping server would for `samples` prompts of `prompts_file` (default: seeded random
-    token ids) into `dump_dir`; the number of samples written. Progress on stderr unless quiet."""
+    token ids) into `dump_dir`; the number of samples written. `layers`: HF indices, or a DraftLayers (LAYOUT:N,
+    as SGLANG_EAGLE3_EXT_DUMP_LAYERS takes it); None: the dump's default. Progress on stderr unless quiet."""
     import torch
     from transformers import DeepseekV3ForCausalLM
 
@@ -121,7 +123,7 @@ def write_sample_dump(
     n_layers, vocab = int(model.config.num_hidden_layers), int(model.config.vocab_size)
     prompts = file_prompts(prompts_file, samples, vocab) if prompts_file else random_prompts(samples, vocab, seed)
     dump_dir.mkdir(parents=True, exist_ok=True)
-    cfg = DumpConfig(str(dump_dir), tuple(layers) if layers else None)
+    cfg = DumpConfig(str(dump_dir), layers if isinstance(layers, DraftLayers) else tuple(layers) if layers else None)
     layers = cfg.resolve_layers(n_layers)
     meta = build_meta(
         model,

@@ -60,6 +60,14 @@ def _layer_ids(a: TrainOptions) -> TrainOptions:
     return a
 
 
+def _default_count(layout, a: TrainOptions, n_layers: int) -> int:
+    """K when neither --layer-ids nor --data's metadata names the aux layers: the layout's own default."""
+    try:
+        return len(layout.default_aux_layers(n_layers, a.num_layers))
+    except ValueError as e:
+        raise TrainDraftError(f"--num-layers {a.num_layers}: {e}; pass --layer-ids") from None
+
+
 def _lengths(a: TrainOptions, K: int, tcfg: dict) -> list[int] | None:
     """The samples' lengths from their headers (None without --data); a header that is not a sample's is refused
     by name, as the run refuses the file (training/samples.py)."""
@@ -95,8 +103,8 @@ def plan_draft(a: TrainOptions) -> dict:
     G, A = sharding.accumulation(a.global_batch, world)
     a = _layer_ids(a)
     ids = parse_layer_ids(a.layer_ids)
-    K = len(ids) if ids else 3
     layout = layouts.get(a.draft_arch)
+    K = len(ids) if ids else _default_count(layout, a, int(tcfg["num_hidden_layers"]))
     lengths = _lengths(a, K, tcfg)
     packed = layout.TRAIN_PADS_TO_TOTAL_SEQ_LEN
     T = a.total_seq_len if packed or not lengths else max(lengths)
