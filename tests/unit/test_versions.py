@@ -110,6 +110,17 @@ def test_dflash_since_matches_each_wheel(release, tmp_path):
     assert probed == versions.capabilities_for_version(release).HAS_DFLASH == (release != "0.5.10")
 
 
+def test_dflash_patch_rows_are_skipped_on_a_release_without_dflash(monkeypatch):
+    """The patch table's DFlash rows require HAS_DFLASH: left out where the release lacks it, never an error."""
+    from sglang_eagle3_ext import patching, versions
+
+    dflash_rows = {"draft.dflash_strict_load", "draft.dflash_fc_width_guard"}
+    for release, present in (("0.5.10", False), ("0.5.14", True), ("0.5.23", True)):
+        monkeypatch.setattr(versions, "capabilities", lambda r=release: versions.capabilities_for_version(r))
+        names = {s.name for s in patching.selected({"draft"})}
+        assert (dflash_rows <= names) is present and "draft.strict_load" in names, (release, names)
+
+
 @pytest.mark.sglang
 def test_offline_table_matches_installed_release():
     """capabilities_for_version (no source) must agree with the probe of the installed SGLang's source."""
