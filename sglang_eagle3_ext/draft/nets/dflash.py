@@ -22,8 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...boundary import BadInput
-from .common import MLP, RMSNorm
-from .llama import _rotate, inv_freq
+from .common import MLP, RMSNorm, inv_freq, rotate
 
 
 def dflash_config(cfg: dict) -> dict:
@@ -83,7 +82,7 @@ class Attention(nn.Module):
     def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         freqs = torch.outer(positions.reshape(-1).float() / self.pos_div, self.inv_freq)
         cos, sin = freqs.cos()[:, None], freqs.sin()[:, None]
-        return _rotate(x.reshape(-1, *x.shape[-2:]), cos, sin).view(x.shape)
+        return rotate(x.reshape(-1, *x.shape[-2:]), cos, sin).view(x.shape)
 
     def _kv(self, x: torch.Tensor, positions: torch.Tensor):
         """x [..., H] -> k (k_norm, RoPE) and v, each [..., kv_heads, d]."""

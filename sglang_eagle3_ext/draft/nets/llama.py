@@ -12,63 +12,11 @@ with `norm_output`). tests/sglang_cpu/test_acceptance_equiv.py holds it to SGLan
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from ...boundary import BadInput
-from .common import MLP, AuxInput, RMSNorm
-
-ROPE_TYPES = ("default", "linear", "llama3")
-
-
-def _rope_scaling(cfg: dict) -> dict | None:
-    """The scaling dict SGLang's LlamaAttention passes to get_rope (rope_parameters first, as SGLang reads it)."""
-    rs = cfg.get("rope_parameters") or cfg.get("rope_scaling")
-    if not rs:
-        return None
-    kind = rs.get("rope_type") or rs.get("type") or "default"
-    if kind not in ROPE_TYPES or "mrope_section" in rs:
-        raise BadInput(
-            "draft config.json: rope scaling",
-            f"{kind!r} is not one eval reproduces (it does {', '.join(ROPE_TYPES)}); evaluate the draft by serving it",
-        )
-    return None if kind == "default" else dict(rs, rope_type=kind)
-
-
-def _theta(cfg: dict) -> float:
-    rp = cfg.get("rope_parameters") or {}
-    return float(rp.get("rope_theta") or cfg.get("rope_theta") or 10000.0)
-
-
-def inv_freq(cfg: dict, dim: int) -> tuple[torch.Tensor, float]:
-    """(inverse frequencies [dim/2], position divisor) as SGLang's RotaryEmbedding / Llama3RotaryEmbedding /
-    LinearScalingRotaryEmbedding build them."""
-    inv = 1.0 / (_theta(cfg) ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
-    rs = _rope_scaling(cfg)
-    if rs is None:
-        return inv, 1.0
-    factor = float(rs.get("factor", 1.0))
-    if rs["rope_type"] == "linear":
-        return inv, factor
-    low, high = float(rs.get("low_freq_factor", 1.0)), float(rs.get("high_freq_factor", 4.0))
-    orig = float(rs.get("original_max_position_embeddings") or cfg.get("max_position_embeddings") or 8192)
-    wave = 2 * math.pi / inv
-    smooth = (orig / wave - low) / (high - low) if low != high else 0
-    scaled = torch.where(
-        wave < orig / high,
-        inv,
-        torch.where(wave > orig / low, inv / factor, (1 - smooth) * inv / factor + smooth * inv),
-    )
-    return scaled, 1.0
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """NeoX rotation (halves), in fp32 like SGLang's fp32 cos/sin cache, cast back."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half].float(), x[..., half:].float()
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).to(x.dtype)
+from .common import MLP, AuxInput, RMSNorm, inv_freq, rotate
 
 
 class Attention(nn.Module):
@@ -94,7 +42,7 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(T, self.kv_heads, self.head_dim)
         freqs = torch.outer(positions.float() / self.pos_div, self.inv_freq)
         cos, sin = freqs.cos()[:, None], freqs.sin()[:, None]
-        return _rotate(q, cos, sin).transpose(0, 1), _rotate(k, cos, sin).transpose(0, 1), v.transpose(0, 1)
+        return rotate(q, cos, sin).transpose(0, 1), rotate(k, cos, sin).transpose(0, 1), v.transpose(0, 1)
 
 
 class DecoderLayer(nn.Module):
