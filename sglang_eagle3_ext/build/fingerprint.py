@@ -62,7 +62,8 @@ def stage_inputs(run, stage: str) -> dict:
         shaping = {"generate": o.generate, "limit": o.limit}
         if o.generate:
             shaping.update(max_new_tokens=o.max_new_tokens, temperature=o.temperature)
-        return {"--data": data_id(o.data), "--target": target_id(o.target), **_flags(shaping)}
+        layers = {"dump layers": o.dump_layers} if o.dump_layers else {}  # train's, when it names them
+        return {"--data": data_id(o.data), "--target": target_id(o.target), **_flags(shaping), **layers}
     if stage == "export":
         return {"dump": dump_id(run), "--data": NOT_GIVEN if o.dump_dir else data_id(o.data)}
     if stage == "train":

@@ -79,6 +79,22 @@ class BuildOptions:
             )
 
     @property
+    def dump_layers(self) -> str | None:
+        """The aux layers the dump captures as train's settings name them (SGLANG_EAGLE3_EXT_DUMP_LAYERS' text):
+        --layer-ids, else the layers a fresh --draft-arch draft of --num-layers layers reads; None when train
+        names neither (the dumping server's own: its preset's, or the dump's default)."""
+        from ..training.data import parse_layer_ids
+        from ..training.options import FRESH_DEFAULTS
+
+        ids = parse_layer_ids(self.train.get("layer_ids"))
+        if ids:
+            return ",".join(map(str, ids))
+        arch = self.train.get("draft_arch")
+        if arch and not self.train.get("init_from"):
+            return f"{arch}:{self.train.get('num_layers') or FRESH_DEFAULTS['num_layers']}"
+        return None
+
+    @property
     def dump_path(self) -> Path:
         return Path(self.dump_dir) if self.dump_dir else Path(self.out) / "dump"
 

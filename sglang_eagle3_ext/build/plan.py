@@ -99,7 +99,7 @@ def build_plan(o: BuildOptions, train_plan) -> dict:
             }
         )
     rep = {"out": str(out), "target": str(o.target), "target_shape": shape, "stages": stages}
-    aux = _aux_layers(o.train.get("layer_ids"))
+    aux = _aux_layers(o, shape["num_hidden_layers"])
     if not o.dump_dir and o.data:
         n, prompt, how = prompt_tokens(o.data, o.limit)
         tokens = prompt + (n * o.max_new_tokens if o.generate else 0)
@@ -118,10 +118,14 @@ def build_plan(o: BuildOptions, train_plan) -> dict:
     return rep
 
 
-def _aux_layers(layer_ids) -> int:
-    if not layer_ids:
-        return 3
-    return len([x for x in str(layer_ids).split(",") if x.strip()])
+def _aux_layers(o: BuildOptions, n_layers: int) -> int:
+    """The aux layers the dump captures: train's (--layer-ids, or --draft-arch's own), else the dump's default."""
+    from ..dump.config import DumpConfig, DumpConfigError, parse_layers
+
+    try:
+        return len(DumpConfig(str(o.out), parse_layers(o.dump_layers or "")).resolve_layers(n_layers))
+    except DumpConfigError as e:
+        raise BadInput("train's layers for the dump", str(e)) from None
 
 
 def _expected(stage: str) -> float | None:

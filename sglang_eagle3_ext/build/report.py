@@ -27,9 +27,27 @@ def serve_preset(o) -> tuple[str | None, str]:
     return None, "no serving preset known (--serve-preset NAME names one)"
 
 
+def serve_args(steps: int, draft: Path) -> list[str]:
+    """SGLang's speculative flags for the draft in `draft`: its layout's algorithm (SPEC_ALGORITHM; layouts that
+    declare none are EAGLE-3 chains of `steps` steps); a block-draft algorithm takes its block from the draft."""
+    import json
+
+    from ..draft import arch as layouts
+
+    try:
+        cfg = json.loads((Path(draft) / "config.json").read_text())
+    except (OSError, ValueError):
+        cfg = None
+    layout = layouts.find(cfg)
+    algorithm = getattr(layout, "SPEC_ALGORITHM", "EAGLE3")
+    if algorithm == "EAGLE3":
+        return eagle3_chain_args(steps, draft)
+    return ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", str(draft)]
+
+
 def serve_commands(o, draft: Path) -> dict:
     steps = o.spec_steps
-    spec = eagle3_chain_args(steps, draft)
+    spec = serve_args(steps, draft)
     preset, why = serve_preset(o)
     ours = ["sglang-eagle3", "launch", *(["--preset", preset] if preset else []), "--model-path", str(o.target), *spec]
     sglang = ["SGLANG_EAGLE3_EXT=1", "python", "-m", "sglang.launch_server", "--model-path", str(o.target), *spec]

@@ -17,8 +17,11 @@ from ..server.started import stop_group
 
 
 @contextlib.contextmanager
-def dumping_server(preset: str, target: str, dump_dir: Path, port: int, wait_s: float, log_path: Path, say):
-    """Yield the URL of a server of `target` under `preset` dumping into `dump_dir`."""
+def dumping_server(
+    preset: str, target: str, dump_dir: Path, port: int, wait_s: float, log_path: Path, say, layers: str | None = None
+):
+    """Yield the URL of a server of `target` under `preset` dumping into `dump_dir`; `layers`: the aux layers it
+    captures (SGLANG_EAGLE3_EXT_DUMP_LAYERS' text, over the preset's), None: the preset's."""
     from ..launch import start
 
     plan = build_plan(
@@ -26,6 +29,10 @@ def dumping_server(preset: str, target: str, dump_dir: Path, port: int, wait_s: 
         ["--model-path", str(target), "--port", str(port), "--host", "127.0.0.1"],
     )
     env = {**envs.environ(), **plan.env_updates}
+    if layers is not None:
+        if env.get(envs.DUMP_LAYERS) not in (None, layers):
+            say(f"dump: capturing {layers} (train's settings), not {envs.DUMP_LAYERS}={env[envs.DUMP_LAYERS]}")
+        env[envs.DUMP_LAYERS] = layers
     start.prepare(plan, env, preflight=False, preflight_timeout=120.0)
     say(f"dump: starting the dumping server ({preset}, port {port}); its log: {log_path}")
     log_path.parent.mkdir(parents=True, exist_ok=True)

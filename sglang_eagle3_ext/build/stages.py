@@ -44,7 +44,14 @@ def dump(run) -> dict:
         if o.url:
             return _dump_into(run, o.url)
         with dumping_server(
-            o.preset, o.target, run.out / "dump", o.port, o.server_wait_s, run.out / "dump_server.log", run.say
+            o.preset,
+            o.target,
+            run.out / "dump",
+            o.port,
+            o.server_wait_s,
+            run.out / "dump_server.log",
+            run.say,
+            o.dump_layers,
         ) as url:
             return _dump_into(run, url)
     except (ClientError, ExportError) as e:  # each names the input or the server and the fix
@@ -84,10 +91,12 @@ def _dump_into(run, url: str) -> dict:
         wait_s=o.wait_s,
         progress=not o.quiet,
     )
+    check_layers(run, url)
     res = driver.run(opts, run.load_tokenizer)
     driver.warn_unfinished(opts, res)
     if res.fatal is not None:
         raise res.fatal
+    check_layers(run, url)
     if not res.ok:
         raise NegativeVerdict(
             f"the dump in {run.out / 'dump'} is incomplete ({res.summary.get('not_written')} "
@@ -95,6 +104,31 @@ def _dump_into(run, url: str) -> dict:
             f"run build again to resume it"
         )
     return {k: v for k, v in res.summary.items() if isinstance(v, (int, float, str))}
+
+
+def check_layers(run, url: str) -> None:
+    """A dump train's settings name layers for (--layer-ids, or --draft-arch's own) holds those, or is refused
+    before a prompt is sent: a server at --url dumps the layers it was started with."""
+    from ..dump.config import META_FILE, DumpConfig, parse_layers
+    from .plan import target_shape
+
+    o, meta = run.o, run.out / "dump" / META_FILE
+    if o.dump_layers is None or not meta.is_file():
+        return
+    import json
+
+    have = json.loads(meta.read_text()).get("layer_indices_hf")
+    n = target_shape(o.target)["num_hidden_layers"]
+    try:
+        want = DumpConfig(str(run.out / "dump"), parse_layers(o.dump_layers)).resolve_layers(n)
+    except ValueError as e:
+        raise Refused(f"train's layers for the dump: {e}") from None
+    if have != want:
+        raise Refused(
+            f"the dump in {run.out / 'dump'} (server {url}) captures HF hidden_states {have}, but train's "
+            f"settings read {want} ({o.dump_layers}): start the dumping server with "
+            f"SGLANG_EAGLE3_EXT_DUMP_LAYERS={o.dump_layers}, or give --preset and let build start it"
+        )
 
 
 def export(run) -> dict:

@@ -314,8 +314,9 @@ def dflash_step(a, tcfg: dict, K: int, T: int, device: str, world: int, lengths=
     notes = [
         f"activations: one micro-batch of {T} tokens and up to {Q} block tokens ({C.max_anchors(a)} anchors x "
         f"block {B}), estimated from its tensors (not fitted to a measured step)",
-        "time: the DFlash route's rate is not measured; the Llama route's effective TFLOP/s is assumed",
-    ] + _notes(a, T, cuda)[1:]
+        *(["time: the DFlash route's rate is not measured; the Llama route's effective TFLOP/s is assumed"] * cuda),
+        *_notes(a, T, cuda)[1:],
+    ]
     return {
         "params": {k: p[k] for k in ("total", "trainable", "frozen")},
         "notes": notes,
