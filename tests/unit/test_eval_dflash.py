@@ -207,3 +207,28 @@ def test_the_tiny_target_and_a_tiny_dflash_draft_end_to_end(tmp_path, capsys):
     assert rep["rounds"]["rounds"] > 0 and len(rep["positions"]) == 7
     assert 1.0 <= rep["predicted_accept_length"] <= 8.0
     assert not any("block size" in n for n in rep["notes"])  # the draft's block size is 8
+
+
+def test_each_steps_count_is_its_own_block(world, monkeypatch):
+    """A block's proposals depend on its size: a draft right only in blocks of 2 accepts its block at one step and
+    nothing at two or three. One 3-step simulation clamped to fewer steps (what holds for a chain) would say 1.0
+    at one step."""
+    from sglang_eagle3_ext.acceptance import by_steps, drafts
+    from sglang_eagle3_ext.acceptance.evaluate import Options
+
+    real = drafts.load
+
+    def load(*a, **k):
+        loaded = real(*a, **k)
+        net, forward = loaded.model, loaded.model.forward
+
+        def only_pairs(bonus, start, kv, visible, size=None):
+            logits = forward(bonus, start, kv, visible, size)
+            return logits if size == 2 else torch.zeros_like(logits)  # argmax 0: a token no sequence holds
+
+        monkeypatch.setattr(net, "forward", only_pairs)
+        return loaded
+
+    monkeypatch.setattr(drafts, "load", load)
+    o = Options(draft=str(world["draft"]), data=str(world["data"]), device="cpu", dtype="fp32", heldout_fraction=1)
+    assert by_steps.accept_by_steps(o, 3)["by_steps"] == {1: 2.0, 2: 1.0, 3: 1.0}
