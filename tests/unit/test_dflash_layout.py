@@ -240,3 +240,20 @@ def test_any_dflash_config_gives_a_spec_or_named_problems(cfg, n_target):
         fed, _ = dflash.fed_layers(cfg, spec, n_target, keys.layout_for_version(version))
         if fed is not None and not any(p.code == E.LAYER_INDEX and not p.warning for p in problems + tp):
             assert all(1 <= i <= n_target - 1 for i in fed), (fed, tp)
+
+
+def test_the_tiny_targets_dflash_draft_passes_against_it(tmp_path):
+    """tiny/dflash_draft.py sizes a draft for the built-in tiny DeepSeek-V3 (4 layers: ids 0..2)."""
+    from sglang_eagle3_ext.tiny.deepseek_v3 import TINY_CONFIG
+    from sglang_eagle3_ext.tiny.dflash_draft import make_dflash_draft_for_tiny_target
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], **TINY_CONFIG}))
+    d = make_dflash_draft_for_tiny_target(tmp_path / "draft", target)
+    rep = check_draft(d, target, sglang_version=V, scan_values=False)
+    assert not rep.errors, rep.render()
+    info = describe_draft(d, V, target=target)
+    assert info["k"] == 3 and info["hidden"] == TINY_CONFIG["hidden_size"] and info["hf_indices"] == [1, 2, 3]
+    bad = make_dflash_draft_for_tiny_target(tmp_path / "bad", target, target_layer_ids=(1, 2, 3))
+    assert check_draft(bad, target, sglang_version=V, scan_values=False).codes == [E.LAYER_INDEX]
