@@ -30,13 +30,13 @@ def test_the_command_line_builds_the_library_defaults(tmp_path, monkeypatch):
 
 def test_draft_arch_choices_are_the_routes():
     action = next(a for a in train_cli.build_parser()._actions if a.dest == "draft_arch")
-    assert tuple(action.choices) == tuple(ROUTES) == ("llama", "mla")
+    assert tuple(action.choices) == tuple(ROUTES) == ("llama", "mla", "dflash")
 
 
 @pytest.mark.parametrize(
     "field, value, words",
     [
-        ("draft_arch", "p-eagle", "--draft-arch 'p-eagle': expected one of llama, mla"),
+        ("draft_arch", "p-eagle", "--draft-arch 'p-eagle': expected one of llama, mla, dflash"),
         ("lr", -1.0, "--lr -1.0: expected a finite number > 0"),
         ("lr", float("inf"), "--lr inf"),
         ("steps", 0, "--steps 0: expected an integer >= 1"),
