@@ -38,6 +38,7 @@ class Report:
     values_scanned: bool = True  # False: headers only, NaN/Inf weights not looked for
     config_unreadable: bool = False  # config.json is no JSON: nothing can be judged (bad input, not a verdict)
     scanned_bytes: int = 0
+    spec: object = None  # the DraftSpec its config implies (None: no readable draft config)
 
     @property
     def errors(self) -> list[Problem]:
@@ -207,6 +208,7 @@ def check_draft(
     cfg = _read_config(cfg_path, rep)
     spec, cp = rules.spec_from_config(cfg, layout, where=str(cfg_path)) if cfg is not None else (None, [])
     rep.draft_class = _draft_class(cfg, spec)
+    rep.spec = spec
     if any(p.code == E.NOT_A_DRAFT for p in cp):
         rep.problems += cp  # one line saying what the folder holds; its weights are no draft's
         return rep

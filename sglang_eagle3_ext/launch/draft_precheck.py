@@ -1,7 +1,9 @@
-"""Before SGLang starts: run `check` on the EAGLE-3 draft the command names.
+"""Before SGLang starts: run `check` on the draft (EAGLE-3 or DFlash) the command names.
 
 Why in the launcher: an unconverted speculators checkpoint, a wrong K, a draft/target dtype mismatch or a NaN
-weight otherwise surfaces minutes later inside a scheduler (or, historically, as accept length 1.00). The check
+weight otherwise surfaces minutes later inside a scheduler (or, historically, as accept length 1.00). The draft's
+layout must be the one the algorithm serves (a DFlash draft under EAGLE3 and the reverse fail deep in start-up),
+and no server flag may override what it was trained with (a DFlash block size: SGLang takes the flag silently). The check
 reads every weight once (the NaN/Inf scan the loader would refuse on), with a progress line when that takes
 long; SGLang then reads the same files, mostly from the page cache. scan_values=False: headers only, and the
 decision says "values not scanned".
@@ -11,12 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..draft import arch as layouts
 from ..draft import errors as E
 from ..draft.check import check_draft
 from ..draft.hub import resolve
 from .nccl import Decision
 
-EAGLE3 = {"EAGLE3"}
 NAME = "draft pre-check"
 
 
@@ -31,11 +33,14 @@ def precheck(
     version: str | None,
     dtype: str | None = "auto",
     scan_values: bool = True,
+    flags: dict | None = None,
 ) -> Decision | None:
     """None when there is nothing to check; a Decision (kind check) when the draft is fine or cannot be
     checked here; raises DraftCheckFailed with the report when it would not serve correctly.
-    dtype: SGLang's --dtype; an explicit one runs draft and target alike, so no dtype mismatch can arise."""
-    if not draft or (algorithm or "").upper() not in EAGLE3:
+    dtype: SGLang's --dtype; an explicit one runs draft and target alike, so no dtype mismatch can arise.
+    flags: SGLang's parsed server flags (dest -> value) the draft's layout checks (launch_problems)."""
+    algorithm = (algorithm or "").upper()
+    if not draft or algorithm not in {m.ALGORITHM for m in layouts.modules()}:
         return None
 
     local, hub_id, note = resolve(draft)
@@ -63,6 +68,7 @@ def precheck(
         rep.problems = [p for p in rep.problems if p.code != E.DTYPE]
     if rep.errors:
         raise DraftCheckFailed(rep.render())
+    _served_as_trained(rep, algorithm, flags or {})
     warn = [p for p in rep.problems if p.warning]
     where = f"{draft} ({note})" if hub_id else draft
     values = (
@@ -79,3 +85,18 @@ def precheck(
         kind="check",
         action="warn" if warn else "ok",
     )
+
+
+def _served_as_trained(rep, algorithm: str, flags: dict) -> None:
+    """The algorithm serves the draft's layout, and no flag overrides what the draft was trained with."""
+    if rep.spec is None:
+        return
+    lay = rep.spec.layout_module
+    if lay.ALGORITHM != algorithm:
+        raise DraftCheckFailed(
+            f"{rep.draft}: a {lay.LABEL or lay.ARCH} draft ({lay.ARCH}) is served by --speculative-algorithm "
+            f"{lay.ALGORITHM}, not {algorithm}: use --speculative-algorithm {lay.ALGORITHM}"
+        )
+    said = lay.launch_problems(rep.spec.dims, flags)
+    if said:
+        raise DraftCheckFailed(f"{rep.draft}: {said[0]}")

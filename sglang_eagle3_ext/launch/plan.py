@@ -295,6 +295,10 @@ def _topology(path: str | None) -> Topology:
         raise LaunchError(f"--topology-file {e}") from None
 
 
+# the server flags a draft's layout may find it served wrongly under (draft/arch launch_problems)
+_DRAFT_FLAGS = ("speculative_num_draft_tokens", "speculative_dflash_block_size")
+
+
 def _draft_precheck(a: _Asked) -> list[nccl.Decision]:
 
     try:
@@ -304,10 +308,11 @@ def _draft_precheck(a: _Asked) -> list[nccl.Decision]:
             a.get("model_path"),
             a.sglang.version,
             dtype=a.get("dtype"),
+            flags={f: a.get(f) for f in _DRAFT_FLAGS},
         )
     except DraftCheckFailed as e:
         raise LaunchError(
-            f"the EAGLE-3 draft would not serve correctly:\n{e}\n(convert a speculators/SpecForge "
+            f"the draft would not serve correctly:\n{e}\n(convert a speculators/SpecForge "
             f"checkpoint with `python -m sglang_eagle3_ext.convert SRC DST`; --skip-draft-check "
             f"starts SGLang anyway)"
         ) from None

@@ -55,7 +55,7 @@ def test_converted_draft_passes_and_the_decision_is_shown(tmp_path, drafts):
 def test_unconverted_speculators_checkpoint_is_refused_naming_the_fix(tmp_path, drafts):
     p = dry_run(tmp_path, *_args(drafts["speculators"]), check=False)
     assert p.returncode != 0
-    assert "the EAGLE-3 draft would not serve correctly" in p.stderr
+    assert "the draft would not serve correctly" in p.stderr
     assert "speculators-format config" in p.stderr and "python -m sglang_eagle3_ext.convert" in p.stderr
 
 
@@ -104,3 +104,43 @@ def test_dtype_judged_only_when_auto_and_declared(tmp_path, drafts):
     assert precheck("EAGLE3", str(bad), str(target), v, dtype="bfloat16").value == "passed"
     (target / "config.json").write_text(json.dumps({"text_config": text}))
     assert precheck("EAGLE3", str(bad), str(target), v).value == "passed"
+
+
+def _dflash_args(draft, *more):
+    return [
+        "--preset",
+        "tiny",
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        str(draft),
+        *more,
+    ]
+
+
+@pytest.fixture(scope="module")
+def dflash_draft(tmp_path_factory):
+    from sglang_eagle3_ext.tiny.dflash_draft import make_dflash_draft
+
+    return make_dflash_draft(tmp_path_factory.mktemp("dflash") / "d", block_size=8)
+
+
+def test_dflash_draft_is_checked_under_dflash(tmp_path, dflash_draft):
+    out = dry_run(tmp_path, *_dflash_args(dflash_draft)).stdout
+    line = next(ln for ln in out.splitlines() if "draft pre-check" in ln)
+    assert "passed" in line and "DFlashDraftModel" in line
+
+
+@pytest.mark.parametrize("flag", ["--speculative-num-draft-tokens", "--speculative-dflash-block-size"])
+def test_a_block_size_flag_other_than_the_drafts_is_refused(tmp_path, dflash_draft, flag):
+    """SGLang serves the flag's block size over the draft's config without a word."""
+    p = dry_run(tmp_path, *_dflash_args(dflash_draft, flag, "4"), check=False)
+    assert p.returncode != 0 and f"{flag} 4, but the draft was trained on blocks of 8" in p.stderr, p.stderr[-2000:]
+    assert dry_run(tmp_path, *_dflash_args(dflash_draft, flag, "8")).returncode == 0
+
+
+def test_a_draft_under_the_other_algorithm_is_refused_naming_its_own(tmp_path, dflash_draft, drafts):
+    p = dry_run(tmp_path, *_args(dflash_draft), check=False)
+    assert p.returncode != 0 and "use --speculative-algorithm DFLASH" in p.stderr, p.stderr[-2000:]
+    p = dry_run(tmp_path, *_dflash_args(drafts["converted"]), check=False)
+    assert p.returncode != 0 and "use --speculative-algorithm EAGLE3" in p.stderr, p.stderr[-2000:]

@@ -34,6 +34,7 @@ INTERFACE = (
     "ARCH",
     "LABEL",
     "SGLANG_CLASS",
+    "ALGORITHM",
     "CONFIG_FIELDS",
     "DRAFT_VOCAB_REQUIRED",
     "HOLDS_VOCAB",
@@ -56,6 +57,7 @@ INTERFACE = (
     "record_layers",
     "source_format",
     "source_key",
+    "launch_problems",
     # what train, eval and swap build for it
     "NET",
     "TRAINING",

@@ -25,6 +25,7 @@ NAME = "dflash"
 ARCH = F.ARCH  # "DFlashDraftModel"
 LABEL = "DFlash"
 SGLANG_CLASS = "sglang.srt.models.dflash:DFlashDraftModel"
+ALGORITHM = "DFLASH"  # the --speculative-algorithm that serves this layout (launch refuses another)
 NET = "sglang_eagle3_ext.draft.nets.dflash:DFlashDraft"
 TRAINING = "sglang_eagle3_ext.training.dflash.train:train_dflash"
 PLAN = "sglang_eagle3_ext.training.plan_models:dflash_step"
@@ -183,6 +184,19 @@ def unexpected_problem(canon: str, shape: tuple, spec, where: str) -> Problem | 
 
 def to_release(canon: str, release) -> tuple[str | None, Problem | None]:
     return canon, None  # the release loads `layers.*`, `fc`, `hidden_norm`, `norm` as they are, `model.` or not
+
+
+def launch_problems(dims: dict, flags: dict) -> list[str]:
+    """launch: SGLang takes the block size from --speculative-num-draft-tokens / --speculative-dflash-block-size
+    over the draft's config without a word; a draft trained on blocks of B drafts blocks of another size there."""
+    block = dims.get("block_size")
+    out = []
+    for flag in ("speculative_dflash_block_size", "speculative_num_draft_tokens"):
+        v = flags.get(flag)
+        if v is not None and block is not None and int(v) != int(block):
+            name = "--" + flag.replace("_", "-")
+            out.append(f"{name} {v}, but the draft was trained on blocks of {block}: drop {name} or set it to {block}")
+    return out[:1]
 
 
 def reads_num_aux(release) -> bool:

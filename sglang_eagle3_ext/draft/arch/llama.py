@@ -19,6 +19,7 @@ NAME = "llama"  # registry name (also train's --draft-arch value)
 ARCH = "LlamaForCausalLMEagle3"  # the `architectures` entry SGLang builds this class from
 LABEL = None  # a word naming the layout in messages (None: the class name says it)
 SGLANG_CLASS = "sglang.srt.models.llama_eagle3:LlamaForCausalLMEagle3"
+ALGORITHM = "EAGLE3"  # the --speculative-algorithm that serves this layout (launch refuses another)
 # What the other features build for this layout, named "module:attr" and imported only when used:
 NET = "sglang_eagle3_ext.draft.nets.llama:LlamaEagle3Draft"  # eval's SGLang-equal module: NET(config) -> nn.Module
 TRAINING = "sglang_eagle3_ext.training.speculators.train:train_llama"  # train's route: (options, out rule) -> summary
@@ -184,6 +185,11 @@ def to_release(canon: str, release) -> tuple[str | None, Problem | None]:
             key=canon,
         )
     return canon, None
+
+
+def launch_problems(dims: dict, flags: dict) -> list[str]:
+    """launch: what in SGLang's parsed server flags (dest -> value) this draft would be served wrongly under."""
+    return []
 
 
 def reads_num_aux(release) -> bool:

@@ -27,6 +27,7 @@ NAME = "mla"
 ARCH = "Eagle3DeepseekV2ForCausalLM"
 LABEL = "MLA"
 SGLANG_CLASS = "sglang.srt.models.kimi_k25_eagle3:Eagle3DeepseekV2ForCausalLM"
+ALGORITHM = "EAGLE3"  # the --speculative-algorithm that serves this layout (launch refuses another)
 NET = "sglang_eagle3_ext.draft.nets.mla:Eagle3MLADraft"
 TRAINING = "sglang_eagle3_ext.training.mla.train:train_from_options"
 PLAN = "sglang_eagle3_ext.training.plan_models:mla_step"
@@ -205,6 +206,11 @@ def to_release(canon: str, release) -> tuple[str | None, Problem | None]:
             E.UNSUPPORTED_BY_RELEASE, f"{canon}: SGLang's MLA EAGLE-3 draft has exactly one layer", key=canon
         )
     return canon, None
+
+
+def launch_problems(dims: dict, flags: dict) -> list[str]:
+    """launch: what in SGLang's parsed server flags (dest -> value) this draft would be served wrongly under."""
+    return []
 
 
 def reads_num_aux(release) -> bool:
