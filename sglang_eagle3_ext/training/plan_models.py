@@ -293,7 +293,7 @@ def _dflash_work(dcfg: dict, K: int, T: int, Q: int, B: int) -> tuple[dict, int]
 
 def dflash_step(a, tcfg: dict, K: int, T: int, device: str, world: int, lengths=None) -> dict:
     """The DFlash route (speculators' model and trainer; FSDP over the ranks when there are several)."""
-    from .dflash import config as C  # the route's own checks and layer config (nothing heavy)
+    from .dflash.train import C  # the route's own checks and layer config (its modules import nothing heavy)
 
     C.check_settings(a, tcfg)
     C.needs_tokenizer(a, a.target)
