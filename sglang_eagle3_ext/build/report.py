@@ -28,8 +28,9 @@ def serve_preset(o) -> tuple[str | None, str]:
 
 
 def serve_args(steps: int, draft: Path) -> list[str]:
-    """SGLang's speculative flags for the draft in `draft`: its layout's algorithm (SPEC_ALGORITHM; layouts that
-    declare none are EAGLE-3 chains of `steps` steps); a block-draft algorithm takes its block from the draft."""
+    """SGLang's speculative flags for the draft in `draft`: its layout's algorithm (an EAGLE-3 chain of `steps`
+    steps, or another algorithm, which takes its shape from the draft: DFlash its block); a draft whose layout is
+    not known here is served as EAGLE-3."""
     import json
 
     from ..draft import arch as layouts
@@ -39,7 +40,7 @@ def serve_args(steps: int, draft: Path) -> list[str]:
     except (OSError, ValueError):
         cfg = None
     layout = layouts.find(cfg)
-    algorithm = getattr(layout, "SPEC_ALGORITHM", "EAGLE3")
+    algorithm = layout.ALGORITHM if layout is not None else "EAGLE3"
     if algorithm == "EAGLE3":
         return eagle3_chain_args(steps, draft)
     return ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", str(draft)]
