@@ -35,9 +35,10 @@ from ..server.http_client import Server, ServerTimeout
 from ..versions import SUPPORTED_MAX, capabilities_for_version, swap_refusal
 from . import errors as E
 from .check import check_draft
+from .errors import Problem
 from .swap import LOAD_FORMAT, STATE_KEY
 from .swap_replies import draft_states, swap_reply
-from .swap_rules import against_served, problems_line
+from .swap_rules import against_served, algorithm_refusal, problems_line
 
 UPDATE_ROUTE = "/update_weights_from_disk"
 LAUNCH_FLAG = "--speculative-draft-model-path"
@@ -73,6 +74,8 @@ def _server_state(srv, where: str) -> tuple[dict, list[dict]]:
     args = server_args(info, where)
     release = args.get("version")
     if release and (why := swap_refusal(capabilities_for_version(release))):
+        raise Refused(f"{srv.url}: {why}")
+    if why := algorithm_refusal(args.get("speculative_algorithm")):
         raise Refused(f"{srv.url}: {why}")
     states = draft_states(info, where)
     if states is None:
@@ -168,6 +171,8 @@ def local_problems(draft: Path, args: dict, served: dict, say=None, scan_values:
     cfg = read_json_file(draft / "config.json", "draft config")
     layout = keys.resolve_layout(release)
     spec, _ = rules.spec_from_config(cfg, layout, where=str(draft / "config.json"))
+    if why := algorithm_refusal(args.get("speculative_algorithm"), spec.layout_module):
+        return [Problem(E.SWAP_MISMATCH, f"{draft}: {why}")]
     has_d2t = any(keys.canonical(n)[0] == "d2t" for n in rep.loads)
     return against_served(cfg, spec, served, layout.capture_always_plus_one, has_d2t, str(draft))
 

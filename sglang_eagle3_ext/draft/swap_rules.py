@@ -166,3 +166,25 @@ def against_served(cfg: dict, spec, served: dict, always_plus_one: bool, has_d2t
 def problems_line(problems) -> str:
     """Problems as one line (a reply message, an error line)."""
     return "; ".join(str(p) for p in problems)
+
+
+# the algorithms whose draft the swap handler replaces (it reaches the EAGLE worker's draft runner only)
+SWAPPABLE = ("EAGLE3",)
+
+
+def algorithm_refusal(served_algorithm: str | None, draft_layout=None) -> str | None:
+    """Why the server's algorithm cannot take a swap (draft_layout None), or cannot serve the draft's layout."""
+    algo = str(served_algorithm or "").upper()
+    if draft_layout is None:
+        if algo and algo not in SWAPPABLE:
+            return (
+                f"the server runs --speculative-algorithm {algo}, whose draft swap replaces only for "
+                f"{', '.join(SWAPPABLE)}: restart it with --speculative-draft-model-path NEW_DRAFT; nothing was sent"
+            )
+        return None
+    if algo and draft_layout.ALGORITHM != algo:
+        return (
+            f"a {draft_layout.LABEL or draft_layout.ARCH} draft is served by --speculative-algorithm "
+            f"{draft_layout.ALGORITHM}, the server runs {algo}: restart it with that algorithm and the draft"
+        )
+    return None

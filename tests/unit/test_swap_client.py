@@ -86,7 +86,7 @@ def server(drafts):
         return {
             "model_path": str(drafts["target"]),
             "version": state["version"],
-            "speculative_algorithm": "EAGLE3",
+            "speculative_algorithm": state.get("algorithm", "EAGLE3"),
             "speculative_draft_model_path": state["record"],
             "internal_states": [{"avg_spec_accept_length": 2.1, STATE_KEY: state["report"]}],
         }
@@ -440,3 +440,21 @@ def test_any_server_info_after_the_swap_is_exit_0_or_2(server, drafts, capfd, af
 def test_waits_are_bounded_up_front(server, drafts, capfd, flag, value):
     rc, _, err = sg(["swap", "--url", server.url, "--draft", drafts["new"], flag, value], capfd)
     assert rc == 2 and flag in err and server.gets == [] and not server.posts, err
+
+
+def test_a_dflash_server_is_refused_naming_the_restart(server, drafts, capfd):
+    """SGLang's DFLASH worker keeps its draft for life: one line, nothing sent."""
+    server.state["algorithm"] = "DFLASH"
+    rc, _, err = sg(["swap", "--url", server.url, "--draft", drafts["new"]], capfd)
+    assert rc == 2 and not server.posts, err
+    (line,) = [ln for ln in err.splitlines() if "error:" in ln]
+    assert "--speculative-algorithm DFLASH" in line and "--speculative-draft-model-path" in line, line
+
+
+def test_a_dflash_draft_sent_to_an_eagle3_server_is_refused_here(server, drafts, capfd, tmp_path):
+    from sglang_eagle3_ext.tiny.dflash_draft import make_dflash_draft
+
+    d = make_dflash_draft(tmp_path / "dflash", hidden=64, vocab=128)
+    rc, _, err = sg(["swap", "--url", server.url, "--draft", d], capfd)
+    assert rc == 2 and not server.posts, err
+    assert "served by --speculative-algorithm DFLASH, the server runs EAGLE3" in err, err
