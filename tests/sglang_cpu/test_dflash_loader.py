@@ -5,11 +5,12 @@ refuses in one line naming the tensor or field, the fc width guard at `project_t
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 
 import pytest
 import torch
-from helpers import build_draft, checkpoint_tensors, load_draft
+from helpers import build_draft, checkpoint_tensors, load_draft, serving
 from malformed_drafts import edit_config, edit_tensors
 
 from sglang_eagle3_ext.draft import errors as E
@@ -98,18 +99,33 @@ def assert_every_parameter_from_checkpoint(model, ckpt):
     assert used == set(ckpt)  # every tensor of the file reached a parameter
 
 
-def test_dflash_draft_loads_every_parameter_equal_to_the_file(has_dflash, good, target_dir):
-    model = load_draft(has_dflash, good, target_dir, ARCH)
+def _summary(caplog) -> str:
+    """The strict loader's one summary line of a load (said once per draft folder)."""
+    said = [r.getMessage() for r in caplog.records if "tensors loaded" in r.getMessage()]
+    assert len(said) == 1, said
+    return said[0]
+
+
+def test_dflash_draft_loads_every_parameter_equal_to_the_file(has_dflash, good, target_dir, tmp_path, caplog):
+    d = shutil.copytree(good, tmp_path / "good")  # a folder of its own: its summary is said here
+    with caplog.at_level(logging.INFO, logger="sglang_eagle3_ext"):
+        model = load_draft(has_dflash, d, target_dir, ARCH)
     assert type(model).__name__ == ARCH and model.fc.weight.shape == (H, len(IDS) * H)
-    assert_every_parameter_from_checkpoint(model, checkpoint_tensors(good))
+    ckpt = checkpoint_tensors(good)
+    assert_every_parameter_from_checkpoint(model, ckpt)
+    line = _summary(caplog)
+    assert line.startswith(f"DFlash draft {d} ({ARCH}): {len(ckpt)} tensors loaded, 0 ignored"), line
+    assert f"fc {H}x{len(IDS) * H} (K={len(IDS)})" in line, line
 
 
-def test_a_model_prefixed_checkpoint_loads_the_same(has_dflash, good, target_dir, tmp_path):
+def test_a_model_prefixed_checkpoint_loads_the_same(has_dflash, good, target_dir, tmp_path, caplog):
     """Names under `model.` (as some exports save them) are SGLang's too: same parameters, nothing refused."""
-    d = tmp_path / "prefixed"
-    shutil.copytree(good, d)
+    d = shutil.copytree(good, tmp_path / "prefixed")
     edit_tensors(d, lambda t: t.update({f"model.{k}": t.pop(k) for k in list(t)}))
-    assert_every_parameter_from_checkpoint(load_draft(has_dflash, d, target_dir, ARCH), checkpoint_tensors(good))
+    with caplog.at_level(logging.INFO, logger="sglang_eagle3_ext"):
+        model = load_draft(has_dflash, d, target_dir, ARCH)
+    assert_every_parameter_from_checkpoint(model, checkpoint_tensors(good))
+    assert f"strip 'model.' ({len(checkpoint_tensors(good))}x)" in _summary(caplog)
 
 
 # --- malformed drafts: what SGLang alone does, what the patched class says ---------------------------------
@@ -262,6 +278,19 @@ def test_most_malformed_drafts_load_silently_in_sglang_alone(has_dflash):
     assert len(MALFORMED) >= 8 and len(silent) == len(MALFORMED) - 2
 
 
+def test_a_shard_never_loaded_is_named_missing_not_nan(has_dflash, variants, target_dir):
+    """q/k/v share one parameter: the shard no tensor reached keeps whatever memory it had (NaN here), which is
+    the missing key's doing, not a NaN in the file."""
+    from sglang_eagle3_ext.tiny.llama_draft import sglang_weights_iterator
+
+    d = variants["missing_k_proj"]
+    model = build_draft(d, ARCH)
+    torch.nn.init.constant_(model.layers[1].self_attn.qkv_proj.weight, float("nan"))
+    with serving(has_dflash, target_dir, d), pytest.raises(E.DraftLoadError) as ei:
+        model.load_weights(sglang_weights_iterator(d))
+    assert ei.value.codes == [E.MISSING_WEIGHT] and "layers.1.self_attn.k_proj.weight" in str(ei.value)
+
+
 # --- fc width at project_target_hidden --------------------------------------------------------------------
 
 
@@ -319,8 +348,6 @@ def test_revert_restores_sglangs_own_methods_and_behaviour(has_dflash, variants,
 def test_a_subclass_no_layout_describes_loads_as_sglang_loads_it(has_dflash, good, target_dir, tmp_path, caplog):
     """Laguna's DFlash class inherits load_weights and adds parameters (aux_hidden_norms, g_proj) the DFlash rules
     do not know: it is loaded by SGLang's code alone, said once, never refused for them."""
-    import logging
-
     from sglang.srt.models import dflash
 
     laguna = getattr(dflash, "DFlashLagunaForCausalLM", None)
