@@ -142,6 +142,14 @@ def preset_layers(preset: str) -> tuple[int, ...]:
     return tuple(int(x) for x in cfg["eagle3_ext"]["dump_layers"])
 
 
+def _cpu_train(sub: list[str]) -> list[str]:
+    """CPU_TRAIN for this train line: a draft of the target's own vocabulary (DFlash) keeps its vocabulary size."""
+    if "--draft-arch" in sub and sub[sub.index("--draft-arch") + 1] == "dflash":
+        i = CPU_TRAIN.index("--draft-vocab-size")
+        return CPU_TRAIN[:i] + CPU_TRAIN[i + 2 :]
+    return CPU_TRAIN
+
+
 def _step(cmd: Command, cwd: Path, home: Path, dump_preset: list[str]) -> str:
     """Run one tutorial command in `cwd`; returns how it ran."""
     env, argv = _env_and_argv(cmd.argv)
@@ -183,7 +191,7 @@ def _step(cmd: Command, cwd: Path, home: Path, dump_preset: list[str]) -> str:
     if sub[0] == "bench" or cmd.gpu:
         parse_only(sub)
         return "parsed (needs GPU servers)"
-    rc = run_cli(sub + (CPU_TRAIN if sub[0] == "train" else []), env)
+    rc = run_cli(sub + (_cpu_train(sub) if sub[0] == "train" else []), env)
     assert rc == 0, f"{cmd.where}: `{cmd.text}` exited {rc}"
     return "ran"
 
