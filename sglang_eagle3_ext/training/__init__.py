@@ -12,6 +12,8 @@
   speculators' own trainer (FSDP over ranks);
 - `mla/` (`train`, `loop`, `step`; the module is draft/nets/mla.py) — SGLang's MLA layout's route (Kimi-K2.x),
   trained by our own loop (DDP);
+- `dflash/` (`train`, `config`) — the DFlash layout's route (block diffusion), speculators' DFlash model run on the
+  Llama route's machinery;
 - `data`, `samples`, `loader`, `target_view` — the hidden-state files, each checked before training and
   streamed by a worker pool, and the target;
 - `plan` (+ `plan_models`) — `--dry-run`: sizes, memory per rank and time, in arithmetic, without training;
