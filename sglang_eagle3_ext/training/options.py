@@ -149,6 +149,19 @@ class TrainOptions:
         )
 
 
+BLOCK_SETTINGS = ("block_size", "mask_token_id", "max_anchors")  # a block draft's (DFlash) own settings
+
+
+def refuse_block_settings(a, arch: str) -> None:
+    """A route that drafts one token a step refuses a block draft's settings, named by their flags."""
+    given = [f for f in BLOCK_SETTINGS if getattr(a, f) is not None]
+    if given:
+        raise TrainDraftError(
+            f"{_flag(given[0])} is a block draft's setting (--draft-arch dflash); --draft-arch {arch} drafts one "
+            f"token a step: leave it out"
+        )
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 

@@ -199,3 +199,12 @@ def test_build_dflash_from_a_dump_of_its_layers_through_every_stage(tmp_path, ca
     sg = json.loads((out / "draft" / "config.json").read_text())
     assert sg["architectures"] == ["DFlashDraftModel"] and sg["dflash_config"]["target_layer_ids"] == [2]
     assert "--speculative-algorithm DFLASH" in rep["serve"]["launch"]
+
+
+@pytest.mark.parametrize("arch", ["llama", "mla"])
+@pytest.mark.parametrize("flag", ["--block-size", "--mask-token-id", "--max-anchors"])
+def test_a_one_token_route_refuses_a_block_drafts_settings(tmp_path, arch, flag):
+    target = ensure_tiny_target(tmp_path / "target", **SMALL)
+    args = train_cli.build_parser().parse_args(["--dry-run", "--target", str(target), "--draft-arch", arch, flag, "4"])
+    with pytest.raises(TrainDraftError, match=f"{flag} is a block draft's setting .*--draft-arch {arch} drafts one"):
+        train_draft(train_cli.options_from_args(args))

@@ -3,6 +3,7 @@ its aux layers, its shape settings, samples too short to train on. Imports nothi
 
 from __future__ import annotations
 
+from ..options import refuse_block_settings
 from ..report import TrainDraftError
 
 
@@ -31,6 +32,7 @@ def check_settings(a, tcfg: dict) -> None:
         raise TrainDraftError("--draft-arch mla: SGLang's MLA EAGLE-3 draft has exactly one layer (--num-layers 1)")
     if a.draft_vocab_size not in (None, int(tcfg["vocab_size"])):
         raise TrainDraftError("--draft-arch mla trains the full target vocabulary (no --draft-vocab-size)")
+    refuse_block_settings(a, a.draft_arch)
 
 
 def check_lengths(lengths: list[int], n_train: int, ttt_steps: int) -> None:

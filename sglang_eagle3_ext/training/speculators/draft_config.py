@@ -11,6 +11,7 @@ EAGLE-3 head every supported release serves.
 
 from __future__ import annotations
 
+from ..options import refuse_block_settings
 from ..report import TrainDraftError
 
 
@@ -31,6 +32,7 @@ def check_settings(a, target_cfg: dict, layer_ids: list[int] | None, src: str) -
     if dvs is not None and (dvs <= 0 or dvs > vocab):
         raise TrainDraftError(f"--draft-vocab-size {dvs} must be in [1, {vocab}]")
     check_ratio(a)
+    refuse_block_settings(a, a.draft_arch)
     if layer_ids is not None and (len(set(layer_ids)) != len(layer_ids) or min(layer_ids) < 0 or max(layer_ids) > n):
         raise TrainDraftError(f"layer ids {layer_ids} ({src}) must be distinct HF hidden_states indices in [0, {n}]")
     return dvs or vocab
