@@ -239,9 +239,12 @@ def evaluate(o: Options) -> dict:
         return _plan(o, spec, source, target, target_from, idx, rule, n_split, device)
     server = None
     if o.url:
+        from ..draft import arch as layouts
+        from .block import drafts_block
         from .served import connect
 
-        server = connect(o.url, o.steps, o.steps + 1, o.timeout, spec.layout_module.READS_DRAFT_WINDOW)
+        block = drafts_block(layouts.resolve(spec.layout_module.NET))  # the network's class says it
+        server = connect(o.url, o.steps, o.steps + 1, o.timeout, spec.layout_module, block)
     import torch
 
     loaded = drafts.load(o.draft, target, device, torch.bfloat16 if o.dtype == "bf16" else torch.float32)

@@ -1,4 +1,4 @@
-"""`eval --url`: the same held-out prompts sent to a running EAGLE-3 server, its accept length read from the
+"""`eval --url`: the same held-out prompts sent to a running EAGLE-3 (or DFLASH) server, its accept length read from the
 replies as `bench` reads them (bench's run_level: greedy, ignore_eos, SGLang's per-request meta_info).
 
 The headline is SGLang's own figure on these requests: 1 + correct drafts / verify rounds, from the replies'
@@ -38,15 +38,19 @@ def _where(srv) -> str:
     return f"{srv.where('GET', '/get_server_info')} reply"
 
 
-def _settings(srv, steps: int, draft_tokens: int, reads_window: bool = True) -> dict:
-    """The server's speculative settings; Refused when they are not the ones evaluated."""
+def _settings(srv, steps: int, draft_tokens: int, reads_window: bool = True, algorithm="EAGLE3", block=False) -> dict:
+    """The server's speculative settings; Refused when they are not the ones evaluated. `algorithm`: the one the
+    draft's layout is served under; `block`: the draft proposes a block a round (SGLang then runs one step)."""
     from ..server.replies import server_args
 
     info = srv.server_info()
     args = server_args(info, srv.where("GET", "/get_server_info")) if info is not None else {}
     algo = str(args.get("speculative_algorithm") or "")
-    if info is not None and algo.upper() != "EAGLE3":
-        raise Refused(f"--url {srv.url}: the server runs speculative algorithm {algo[:40] or 'none'}, not EAGLE3")
+    if info is not None and algo.upper() != algorithm:
+        raise Refused(
+            f"--url {srv.url}: the server runs speculative algorithm {algo[:40] or 'none'}, not {algorithm} "
+            f"(the algorithm that serves this draft)"
+        )
     if info is not None and field(args, "speculative_adaptive", bool, _where(srv), optional=True):
         # its steps count moves with the batch size (its adaptive config), so its accept length mixes steps counts
         raise Refused(
@@ -66,12 +70,13 @@ def _settings(srv, steps: int, draft_tokens: int, reads_window: bool = True) -> 
         args.get("speculative_eagle_topk"),
         args.get("speculative_num_draft_tokens"),
     )
-    want = (steps, 1, draft_tokens)
+    want = (1 if block else steps, 1, draft_tokens)
     if info is not None and None not in have and have != want:
         raise Refused(
             f"--url {srv.url}: the server speculates with steps {have[0]}, topk {have[1]}, draft tokens "
-            f"{have[2]}; eval was asked for --steps {steps} --topk 1 --draft-tokens {draft_tokens}: give "
-            f"eval the server's settings (or serve with these)"
+            f"{have[2]}; eval was asked for --steps {steps} --topk 1 --draft-tokens {draft_tokens}"
+            + (f" (a block of {draft_tokens}, which SGLang runs as one step)" if block else "")
+            + ": give eval the server's settings (or serve with these)"
         )
     return {
         k: args.get(k)
@@ -99,12 +104,15 @@ class _NoBar:
         pass
 
 
-def connect(url: str, steps: int, draft_tokens: int, timeout: float = 300.0, reads_window: bool = True):
-    """(server, its speculative settings), checked before any simulation time is spent; `reads_window`: whether
-    the draft's class runs --speculative-draft-window-size (its layout's READS_DRAFT_WINDOW)."""
+def connect(url: str, steps: int, draft_tokens: int, timeout: float = 300.0, layout=None, block: bool = False):
+    """(server, its speculative settings), checked before any simulation time is spent; `layout`: the draft's
+    (draft/arch: its ALGORITHM, and READS_DRAFT_WINDOW, whether its class runs --speculative-draft-window-size);
+    `block`: its network proposes a block a round."""
 
     srv = Server(url, timeout=timeout)
-    return srv, _settings(srv, steps, draft_tokens, reads_window)
+    if layout is None:
+        return srv, _settings(srv, steps, draft_tokens)
+    return srv, _settings(srv, steps, draft_tokens, layout.READS_DRAFT_WINDOW, layout.ALGORITHM, block)
 
 
 def implausible(st, steps: int, server_avg: float | None) -> list[str]:
@@ -150,7 +158,7 @@ def serve(srv, settings: dict, samples, steps: int, concurrency: int = 8) -> dic
     if not st.verify_ct:
         raise Refused(
             f"--url {url}: the replies carry no speculative statistics (spec_verify_ct): is it serving "
-            f"EAGLE-3 with this draft?"
+            f"this draft speculatively?"
         )
     hist = list(st.histogram)
     headline = histogram_accept_length(hist)

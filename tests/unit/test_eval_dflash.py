@@ -232,3 +232,50 @@ def test_each_steps_count_is_its_own_block(world, monkeypatch):
     monkeypatch.setattr(drafts, "load", load)
     o = Options(draft=str(world["draft"]), data=str(world["data"]), device="cpu", dtype="fp32", heldout_fraction=1)
     assert by_steps.accept_by_steps(o, 3)["by_steps"] == {1: 2.0, 2: 1.0, 3: 1.0}
+
+
+def test_served_figures_beside_a_dflash_server(world, tmp_path, capsys):
+    """--url against a DFLASH server (SGLang runs a block of B as one step of B draft tokens): its figures beside
+    the prediction; a server of the other algorithm, or of another block size, refused in one line before any
+    request."""
+    from trust_client_servers import Replies
+
+    seqs = world["seqs"][:2]
+    masks = [[0] * 4 + [1] * (len(s) - 4) for s in seqs]
+    ex = W.write_export(tmp_path / "ex", seqs, world["target"], masks=masks, aux_fn=_states)
+
+    def reply(body):
+        n = body["sampling_params"]["max_new_tokens"]
+        full = next(s for s in seqs if s[:4] == body["input_ids"])
+        rounds = -(-n // 2)  # one accepted draft + the bonus a round, as this draft does
+        return {
+            "output_ids": full[4 : 4 + n],
+            "meta_info": {"completion_tokens": n, "spec_verify_ct": rounds, "spec_accept_histogram": [0, rounds]},
+        }
+
+    info = {
+        "speculative_algorithm": "DFLASH",
+        "speculative_num_steps": 1,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+    }
+    srv = Replies({"/generate": reply, "/get_server_info": info})
+    base = ["--draft", world["draft"], "--data", ex, "--heldout-fraction", "1", "--url", srv.url, "--steps", "3"]
+    try:
+        rep = _report([*base, "--concurrency", 1], capsys)
+        s = rep["served"]
+        assert s["accept_length"] == 2.0 == rep["predicted_accept_length"] and s["difference"] == 0
+        assert s["implausible"] == [] and s["outputs_equal_recorded"] == 2
+        for change, words in (
+            ({"speculative_algorithm": "EAGLE3"}, "not DFLASH"),
+            ({"speculative_num_draft_tokens": 8}, "a block of 4"),
+        ):
+            srv.routes["/get_server_info"] = {**info, **change}
+            from sglang_eagle3_ext.cli.eval import main
+
+            rc = run_tool("eval", main, [str(a) for a in [*base, "--device", "cpu"]])
+            err = capsys.readouterr().err
+            assert rc == 2 and words in err and len(err.strip().splitlines()) == 1, err
+        assert len(srv.posts) == 2  # the refused runs sent nothing
+    finally:
+        srv.close()
