@@ -95,6 +95,7 @@ SLOW = (
     "tests/unit/test_train_dflash.py::test_a_dflash_run_resumed_after_its_first_epoch_ends_at_the_uninterrupted_weights",
     "tests/unit/test_train_dflash.py::test_build_dflash_from_a_dump_of_its_layers_through_every_stage",
     "tests/unit/test_train_dflash.py::test_dflash_draft_learns_and_converts_to_sglangs_layout",
+    "tests/unit/test_train_dflash.py::test_two_ranks_under_torchrun_train_the_one_process_draft",
     "tests/unit/test_train_distributed.py",
     "tests/unit/test_train_draft.py",
     "tests/unit/test_train_init_from.py",

@@ -93,29 +93,63 @@ def test_dflash_draft_learns_and_converts_to_sglangs_layout(world, tmp_path):
     assert rep.checked and not rep.errors, rep.render()
 
 
-def _opts(root, target, out, **kw) -> TrainOptions:
+def _opts(root, out, **kw) -> TrainOptions:
     run = dict(epochs=2, global_batch=2, total_seq_len=128, num_workers=0, min_val_acc=0, log_every=100)
     run.update(device="cpu", draft_arch="dflash", mask_token_id=5, block_size=4, max_anchors=16)
-    return TrainOptions(data=root / "data", target=target, out=out, **{**run, **kw})
+    return TrainOptions(data=root / "data", target=root / "target", out=out, **{**run, **kw})
 
 
-def test_a_dflash_run_resumed_after_its_first_epoch_ends_at_the_uninterrupted_weights(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """21 random samples of the tiny target and the one-process run every other run is compared with."""
+    root = tmp_path_factory.mktemp("dflash_small")
+    ensure_tiny_target(root / "target", **SMALL)
+    write_samples(root / "data", 21, lambda i: 20 + (i * 7) % 30, seed_each=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each torchrun rank runs (OMP_NUM_THREADS=1)
+    try:
+        train_draft(_opts(root, root / "one"))
+    finally:
+        torch.set_num_threads(threads)
+    return root
+
+
+def _same_weights(a, b) -> None:
+    fa = load_file(str(a / CKPT_DIR / "1" / "model.safetensors"))
+    fb = load_file(str(b / CKPT_DIR / "1" / "model.safetensors"))
+    assert sorted(fa) == sorted(fb) and all(torch.equal(fa[k], fb[k]) for k in fa)
+
+
+def test_a_dflash_run_resumed_after_its_first_epoch_ends_at_the_uninterrupted_weights(small, tmp_path, monkeypatch):
     """The anchors are random draws: seeded by each micro-batch's place in the run, a resumed run draws the
     uninterrupted run's."""
-    target = ensure_tiny_target(tmp_path / "target", **SMALL)
-    write_samples(tmp_path / "data", 21, lambda i: 20 + (i * 7) % 30, seed_each=True)
-    train_draft(_opts(tmp_path, target, tmp_path / "one"))
     monkeypatch.setenv(envs.TRAIN_STOP_AFTER_EPOCHS, "1")
     with pytest.raises(TrainingStopped, match="--resume"):
-        train_draft(_opts(tmp_path, target, tmp_path / "two"))
+        train_draft(_opts(small, tmp_path / "two"))
     monkeypatch.delenv(envs.TRAIN_STOP_AFTER_EPOCHS)
     with pytest.raises(TrainDraftError, match="--block-size is 8 but the checkpoint was trained with 4"):
-        train_draft(_opts(tmp_path, target, tmp_path / "two", resume=True, block_size=8))
-    r = train_draft(_opts(tmp_path, target, tmp_path / "two", resume=True))
+        train_draft(_opts(small, tmp_path / "two", resume=True, block_size=8))
+    r = train_draft(_opts(small, tmp_path / "two", resume=True))
     assert r["steps"] == len(r["history"]) == 6 and r["history"][0]["step"] == 1
-    a = load_file(str(tmp_path / "one" / CKPT_DIR / "1" / "model.safetensors"))
-    b = load_file(str(tmp_path / "two" / CKPT_DIR / "1" / "model.safetensors"))
-    assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
+    _same_weights(small / "one", tmp_path / "two")
+
+
+def test_two_ranks_under_torchrun_train_the_one_process_draft(small, tmp_path):
+    """Each micro-batch draws the same anchors on whichever rank takes it: the FSDP run equals one process."""
+    import os
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m"]
+    argv += ["sglang_eagle3_ext", "train", *train_args(small / "data", small / "target", tmp_path / "out")]
+    argv += ["--device", "cpu", "--epochs", "2", "--global-batch", "2", "--total-seq-len", "128", "--num-workers"]
+    argv += ["0", "--min-val-acc", "0", "--log-every", "100", "--draft-arch", "dflash", "--mask-token-id", "5"]
+    argv += ["--block-size", "4", "--max-anchors", "16"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.count("DONE steps=6") == 1 and "training on 2 processes (torchrun, gloo)" in p.stderr
+    _same_weights(small / "one", tmp_path / "out")
 
 
 def _plan(target, *extra):
