@@ -23,57 +23,16 @@ from __future__ import annotations
 import sys
 
 from ..boundary import BadInput, Refused
-from ..draft.swap_client import Options, render, swap
+from ..draft.swap_client import SwapOptions, render, swap
 from . import common as cli_common
-from .inputs import server_url
 from .output import library_output
-
-MAX_TIMEOUT_S = 86_400.0  # a day: a swap waits for the requests in flight, never longer than that
-MAX_SETTLE_S = 3_600.0
+from .schema import add_options, options_from
 
 
 def build_parser():
 
     p = cli_common.parser("swap", cli_common.doc_description(__doc__, paragraphs=4))
-    p.add_argument(
-        "--url", required=True, type=server_url, help="the running EAGLE-3 server (e.g. http://127.0.0.1:30000)"
-    )
-    p.add_argument(
-        "--draft",
-        required=True,
-        help="the new draft's folder, in the layout SGLang serves; the server "
-        "reads it, so it must be on the server's machine too",
-    )
-    p.add_argument(
-        "--timeout",
-        type=cli_common.number_in(0.0, MAX_TIMEOUT_S),
-        default=600.0,
-        help=f"seconds for the whole swap request (requests in flight finish first), at most {MAX_TIMEOUT_S:g}",
-    )
-    p.add_argument(
-        "--draft-link",
-        metavar="PATH",
-        default=None,
-        help="a symlink your launch command names (--speculative-draft-model-path PATH): pointed at the "
-        "new draft (os.replace, atomic) once the server serves it, so a restart serves it too; "
-        "PATH must be free or a symlink",
-    )
-    p.add_argument(
-        "--settle",
-        type=cli_common.number_in(0.0, MAX_SETTLE_S),
-        default=60.0,
-        metavar="SECONDS",
-        help=f"when --timeout passes without a reply, how long to read the server's state for the "
-        f"swap's outcome (the server may still be swapping), at most {MAX_SETTLE_S:g}",
-    )
-    p.add_argument(
-        "--no-local-check",
-        dest="local_check",
-        action="store_false",
-        default=True,
-        help="the folder exists on the server's machine only (an absolute path there): send it unchecked "
-        "here; the server applies the same rules (default: checked here first)",
-    )
+    add_options(p, SwapOptions)
     cli_common.add_json_out(p, "the report")
     cli_common.add_verbosity(p, quiet="no progress lines")
     return cli_common.finish(p, "swap")
@@ -83,15 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
     a = build_parser().parse_args(argv)
     say = None if a.quiet or a.json == "-" else (lambda m: print(f"swap: {m}", file=sys.stderr, flush=True))
-    opts = Options(
-        url=a.url,
-        draft=a.draft,
-        timeout=a.timeout,
-        local_check=a.local_check,
-        say=say,
-        draft_link=a.draft_link,
-        settle=a.settle,
-    )
+    opts = options_from(a, SwapOptions, say=say)
     try:
         cli_common.check_json_dest(a.json)  # before anything: a report that cannot be written is found now
     except BadInput as e:

@@ -1,6 +1,6 @@
 """A new EAGLE-3 draft into a running SGLang server, checked here first: the library of `sglang-eagle3 swap`.
 
-    report = swap(Options(url=..., draft=...))
+    report = swap(SwapOptions(url=..., draft=...))
 
 0. Local inputs before the network: `--draft-link` (its folder writable, the path free or a symlink) and the
    draft (the folder, its files, every value finite: the release-independent rules of check_draft).
@@ -23,11 +23,9 @@ A refusal (here or by the server) is boundary.Refused (exit 2) naming the proble
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from pathlib import Path
-from typing import Callable
 
 from ..boundary import BadInput, Refused, read_json_file, writable_dir
 from ..server.hf_cache import local_dir
@@ -37,6 +35,7 @@ from . import errors as E
 from .check import check_draft
 from .errors import Problem
 from .swap import LOAD_FORMAT, STATE_KEY
+from .swap_options import SwapOptions
 from .swap_replies import draft_states, swap_reply
 from .swap_rules import against_served, algorithm_refusal, problems_line
 
@@ -51,17 +50,6 @@ class SwapRefused(Refused):
     def __init__(self, msg: str, report: dict, ok: bool = False):
         super().__init__(msg)
         self.report = {**report, "ok": ok, "error": msg}
-
-
-@dataclasses.dataclass
-class Options:
-    url: str
-    draft: str
-    timeout: float = 600.0  # the whole swap request: in-flight requests finish first
-    local_check: bool = True  # False: the folder is on the server's machine only
-    say: Callable[[str], None] | None = None
-    draft_link: str | None = None  # a symlink the launch command names: pointed at the draft once it serves
-    settle: float = 60.0  # after a --timeout: how long the server's state is read for the outcome
 
 
 def _server_state(srv, where: str) -> tuple[dict, list[dict]]:
@@ -185,7 +173,7 @@ def can_swap(url: str, timeout: float = 30.0) -> str:
     return states[0].get("draft")
 
 
-def _local_draft(opts: Options, say) -> Path:
+def _local_draft(opts: SwapOptions, say) -> Path:
     """The draft as sent: checked here first (opts.local_check), else an absolute path on the server's machine."""
     draft = Path(opts.draft).expanduser()
     if not opts.local_check:
@@ -211,7 +199,7 @@ def _refused(url: str, draft, served, message: str, when: str = "") -> str:
     return f"{url} refused draft {draft}{when}, it keeps serving {served}: {message or 'it gave no reason'}"
 
 
-def swap(opts: Options) -> dict:
+def swap(opts: SwapOptions) -> dict:
     """Swap the draft of the server at opts.url for opts.draft; the report (Refused on any refusal)."""
 
     say = opts.say or (lambda m: None)

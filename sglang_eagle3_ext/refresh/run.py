@@ -353,8 +353,7 @@ def _serve_and_record(o: Options, c, sel, rep: dict, say) -> None:
 
 
 def _swap(o: Options, draft: str, say) -> dict:
-    from ..draft.swap_client import Options as SwapOptions
-    from ..draft.swap_client import can_swap, swap
+    from ..draft.swap_client import SwapOptions, can_swap, swap
 
     say(f"swapping {draft} into {o.swap_url}")
     try:

@@ -24,6 +24,7 @@ ROOT_MODULES = {
     "env_rules",
     "versions",
     "boundary",
+    "options_schema",
     "patch_table",
     "patching",
     "static_patch",

@@ -1,0 +1,64 @@
+"""The parser's arguments derived from an options dataclass (`options_schema.flag` fields), and the namespace
+read back into it: each flag of a command is declared once, on the field."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from ..options_schema import FIELD_DEFAULT, MISSING, Parse, flag_fields, flag_of, option_strings
+from . import args as _args
+from . import inputs as _inputs
+
+
+def _type(t):
+    if not isinstance(t, Parse):
+        return t
+    fn = getattr(_inputs, t.name, None) or getattr(_args, t.name)
+    return fn(*t.args) if t.args else fn
+
+
+def _kwargs(field: dataclasses.Field) -> dict:
+    f = flag_of(field)
+    kw: dict = {"help": f.help}
+    names = option_strings(field)
+    if names[0].lstrip("-").replace("-", "_") != field.name:
+        kw["dest"] = field.name
+    default = field.default if f.default == FIELD_DEFAULT else f.default
+    if default is MISSING and field.default_factory is not MISSING:
+        default = field.default_factory()
+    if f.action:
+        kw["action"] = f.action
+    if default is not MISSING:
+        kw["default"] = default
+    for key in ("choices", "metavar", "nargs", "const"):
+        if getattr(f, key) is not None:
+            kw[key] = getattr(f, key)
+    if f.type is not None:
+        kw["type"] = _type(f.type)
+    if f.required:
+        kw["required"] = True
+    return kw
+
+
+def add_options(parser, options_type, only=None, skip=()) -> None:
+    """The flags of `options_type`'s fields on `parser` (or an argument group), in declaration order; `only`
+    names the fields to add here (the rest go elsewhere: a group, after a shared flag), `skip` those left out."""
+    for field in flag_fields(options_type):
+        if (only is not None and field.name not in only) or field.name in skip:
+            continue
+        kw = _kwargs(field)
+        parser.add_argument(*option_strings(field), **kw)
+        for old in flag_of(field).aliases:
+            parser.add_argument(old, **{**kw, "dest": field.name, "help": argparse.SUPPRESS})
+
+
+def options_from(ns: argparse.Namespace, options_type, **extra):
+    """`options_type` from the parsed namespace: every flag field read back by name, plus `extra` (what the
+    command line does not hold: callbacks, values the command worked out)."""
+    got = {f.name: getattr(ns, f.name) for f in flag_fields(options_type) if hasattr(ns, f.name)}
+    return options_type(**{**got, **extra})
+
+
+def derived_dests(options_type) -> set[str]:
+    return {f.name for f in flag_fields(options_type)}
