@@ -18,100 +18,19 @@ from __future__ import annotations
 
 import sys
 
-from ..acceptance.evaluate import DTYPES
 from ..boundary import BadInput, Refused
-from ..refresh.run import Options, refresh
+from ..refresh.run import RefreshOptions, refresh
 from ..training.report import TrainDraftError
 from . import common as c
-from .inputs import folder_in, folder_out, server_url, torch_device
 from .interrupts import interrupted_line, interruptible
 from .output import library_output
-
-
-def _add_folders(p) -> None:
-    """What refresh reads (the dump, the served draft, the target) and the folder it writes."""
-    p.add_argument(
-        "--dump-dir",
-        required=True,
-        type=folder_in("give the folder the server dumps into (its SGLANG_EAGLE3_EXT_DUMP_DIR)"),
-        help="the serving dump (the server's SGLANG_EAGLE3_EXT_DUMP_DIR)",
-    )
-    p.add_argument(
-        "--draft",
-        default=None,
-        type=folder_in("give the served draft's folder (SGLang's layout)"),
-        help="the draft being served (SGLang's layout): training starts from "
-        "its weights and the new one must beat it. Required without --swap; with --swap it must be the "
-        "draft the server serves (default: that one)",
-    )
-    p.add_argument(
-        "--out",
-        required=True,
-        type=folder_out("give a new folder for this refresh"),
-        help="a new folder for this refresh (data/, train/, draft/, refresh.json)",
-    )
-    p.add_argument(
-        "--target",
-        default=None,
-        type=folder_in("give the target model's folder"),
-        help="the target's folder (default: the model path the dump records)",
-    )
+from .schema import add_options, options_from
 
 
 def build_parser():
 
-    d = Options(dump_dir="", draft="", out="")
     p = c.parser("refresh", c.doc_description(__doc__, paragraphs=3))
-    _add_folders(p)
-    p.add_argument(
-        "--margin",
-        type=c.non_negative_float,
-        default=d.margin,
-        help="predicted accept length the new draft must gain to replace the current one",
-    )
-    p.add_argument(
-        "--min-samples",
-        type=c.positive_int,
-        default=d.min_samples,
-        help="fewer new samples than this: nothing is trained",
-    )
-    p.add_argument(
-        "--heldout-fraction",
-        type=c.number_in(0.0, 1.0, include_high=False),
-        default=d.heldout_fraction,
-        help="share of the new samples held out to judge both drafts on",
-    )
-    p.add_argument(
-        "--max-accept-len",
-        type=c.positive_float,
-        default=None,
-        help="use only requests the current draft served with an accept length below this",
-    )
-    p.add_argument("--epochs", type=c.positive_int, default=d.epochs, help="training epochs over the new samples")
-    p.add_argument("--lr", type=c.positive_float, default=d.lr, help="peak learning rate")
-    p.add_argument(
-        "--spec-steps",
-        type=c.positive_int,
-        default=d.spec_steps,
-        help="the server's --speculative-num-steps (topk 1) the prediction is for",
-    )
-    p.add_argument(
-        "--eval-samples",
-        type=c.positive_int,
-        default=None,
-        help="judge on at most this many held-out samples (default: all)",
-    )
-    p.add_argument("--device", default=None, type=torch_device, help="torch device (default: cuda when there is one)")
-    p.add_argument("--dtype", choices=DTYPES, default=d.dtype, help="eval's weights and activations")
-    p.add_argument("--workers", type=c.positive_int, default=d.workers, help="export threads")
-    p.add_argument(
-        "--swap",
-        dest="swap_url",
-        default=None,
-        type=server_url,
-        metavar="URL",
-        help="a running EAGLE-3 server: swap an accepted draft into it (`sglang-eagle3 swap`)",
-    )
+    add_options(p, RefreshOptions)
     p.add_argument("--loss-impl", choices=("fused", "eager"), default=None, help="train's --loss-impl")
     c.add_json_out(p, "the report")
     c.add_verbosity(p, quiet="no progress lines")
@@ -147,23 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = None
     say = None if a.quiet or a.json == "-" else (lambda m: print(f"refresh: {m}", file=sys.stderr, flush=True))
     extra = {"loss_impl": a.loss_impl} if a.loss_impl else {}
-    opts = Options(
-        dump_dir=a.dump_dir,
-        draft=a.draft,
-        out=a.out,
-        target=a.target,
-        margin=a.margin,
-        min_samples=a.min_samples,
-        heldout_fraction=a.heldout_fraction,
-        max_accept_len=a.max_accept_len,
-        epochs=a.epochs,
-        lr=a.lr,
-        spec_steps=a.spec_steps,
-        eval_samples=a.eval_samples,
-        device=a.device,
-        dtype=a.dtype,
-        workers=a.workers,
-        swap_url=a.swap_url,
+    opts = options_from(
+        a,
+        RefreshOptions,
         train_options=extra,
         say=say,
         report=(lambda rep: c.write_json(a.json, rep)) if a.json else None,  # before the cursor records samples
@@ -193,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(interrupted_line("refresh", _STOPPED), file=sys.stderr)
         return c.EXIT_INTERRUPTED
-    if a.json != "-":  # the JSON report went out from refresh itself (Options.report)
+    if a.json != "-":  # the JSON report went out from refresh itself (RefreshOptions.report)
         print(render(rep))
     if rep.get("swap") and not rep["swap"].get("ok"):
         return c.EXIT_BAD_INPUT

@@ -49,8 +49,9 @@ def add_options(parser, options_type, only=None, skip=()) -> None:
             continue
         kw = _kwargs(field)
         parser.add_argument(*option_strings(field), **kw)
-        for old in flag_of(field).aliases:
-            parser.add_argument(old, **{**kw, "dest": field.name, "help": argparse.SUPPRESS})
+        hidden = {k: v for k, v in kw.items() if k not in ("metavar", "default", "required")}
+        for old in flag_of(field).aliases:  # as args.hidden_alias adds one: out of --help, never required
+            parser.add_argument(old, **{**hidden, "dest": field.name, "help": argparse.SUPPRESS})
 
 
 def options_from(ns: argparse.Namespace, options_type, **extra):

@@ -1,7 +1,7 @@
 """`sglang-eagle3 refresh`: a better draft from the traffic it serves, checked and judged before it replaces the
 served one (and, with --swap, swapped into the running server).
 
-- `run` — `refresh(Options(...))`: select, export, predict, train from the current draft, convert, check,
+- `run` — `refresh(RefreshOptions(...))`: select, export, predict, train from the current draft, convert, check,
   predict again, gate, record, swap;
 - `traffic` — which dump samples a refresh uses (new since the last one, optionally weakly-served requests
   only) and the train / held-out split;

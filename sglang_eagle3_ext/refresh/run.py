@@ -1,4 +1,4 @@
-"""`refresh(Options(...))`: a better draft from the traffic it serves.
+"""`refresh(RefreshOptions(...))`: a better draft from the traffic it serves.
 
 1. the dump's samples the cursor does not hold (optionally only weakly-served requests), split train / held-out;
 2. both parts exported for training (the dump's own exporter), the current draft evaluated on the held-out part;
@@ -18,35 +18,10 @@ import dataclasses
 import os
 import time
 from pathlib import Path
-from typing import Callable
 
 from ..boundary import BadInput, Refused, writable_dir
+from .options import RefreshOptions
 from .settle import entry, same_draft, settle
-
-
-@dataclasses.dataclass
-class Options:
-    dump_dir: str
-    draft: str | None  # the draft being served (SGLang's layout); None: ask --swap's server
-    out: str
-    target: str | None = None  # None: the model path the dump records
-    margin: float = 0.05  # accept length the new draft must gain
-    min_samples: int = 32
-    heldout_fraction: float = 0.1
-    max_accept_len: float | None = None  # only requests served with a lower accept length
-    epochs: int = 3
-    lr: float = 3e-4
-    spec_steps: int = 3  # --speculative-num-steps the prediction is for
-    eval_samples: int | None = None
-    device: str | None = None
-    dtype: str = "bf16"
-    workers: int = 4
-    swap_url: str | None = None
-    swap_timeout: float = 600.0
-    train_options: dict = dataclasses.field(default_factory=dict)  # more TrainOptions fields
-    say: Callable[[str], None] | None = None
-    # writes the final report (the command's --json), before the cursor records any sample as used
-    report: Callable[[dict], None] | None = None
 
 
 def _stage(say, what: str):
@@ -55,7 +30,7 @@ def _stage(say, what: str):
     return lambda: round(time.monotonic() - t0, 1)
 
 
-def _check_inputs(o: Options) -> tuple[Path, dict]:
+def _check_inputs(o: RefreshOptions) -> tuple[Path, dict]:
     from ..draft.check import describe_draft
     from ..dump.export import ExportError, require_dump_dir
 
@@ -77,7 +52,7 @@ def _check_inputs(o: Options) -> tuple[Path, dict]:
     return dump, desc
 
 
-def _target(o: Options, dump: Path) -> str:
+def _target(o: RefreshOptions, dump: Path) -> str:
     from ..acceptance.data import recorded_model_path
 
     if o.target:
@@ -98,7 +73,7 @@ def _export(dump: Path, ids: list, out: Path, workers: int) -> None:
         raise Refused(f"--dump-dir {dump}: {e}") from None
 
 
-def _predict(o: Options, draft, data: Path, target: str) -> dict:
+def _predict(o: RefreshOptions, draft, data: Path, target: str) -> dict:
     from ..acceptance.evaluate import Options as EvalOptions
     from ..acceptance.evaluate import evaluate
 
@@ -122,7 +97,7 @@ def _predict(o: Options, draft, data: Path, target: str) -> dict:
     }
 
 
-def _train(o: Options, data: Path, target: str, out: Path) -> dict:
+def _train(o: RefreshOptions, data: Path, target: str, out: Path) -> dict:
     """Training continued from the served draft (its layout, shape and vocabulary: train --init-from)."""
     from ..training import TrainOptions, train_draft
 
@@ -154,7 +129,7 @@ def _servable(trained: Path, dst: Path, target: str) -> list[str]:
     return [str(p) for p in rep.errors]
 
 
-def _gate(o: Options, before: dict, after: dict | None, problems: list) -> tuple[bool, str]:
+def _gate(o: RefreshOptions, before: dict, after: dict | None, problems: list) -> tuple[bool, str]:
     if problems:
         return False, f"the new draft fails check: {'; '.join(problems)}"
     a, b = after["predicted_accept_length"], before["predicted_accept_length"]
@@ -167,7 +142,7 @@ def _gate(o: Options, before: dict, after: dict | None, problems: list) -> tuple
     )
 
 
-def _build(o: Options, dump: Path, sel, target: str, tmp: Path, say) -> dict:
+def _build(o: RefreshOptions, dump: Path, sel, target: str, tmp: Path, say) -> dict:
     """Steps 2-4 into `tmp`; the report's figures."""
     rep: dict = {}
     done = _stage(say, f"exporting {len(sel.train)} training + {len(sel.heldout)} held-out samples")
@@ -193,7 +168,7 @@ def _build(o: Options, dump: Path, sel, target: str, tmp: Path, say) -> dict:
     return rep
 
 
-def _served_draft(o: Options, say) -> Options:
+def _served_draft(o: RefreshOptions, say) -> RefreshOptions:
     """With --swap: the draft the server serves, which --draft must be (the gate judges against it, the swap
     replaces it); --draft left out means that one. Before anything long: a server that cannot take a draft is
     said now."""
@@ -212,7 +187,7 @@ def _served_draft(o: Options, say) -> Options:
     return o
 
 
-def _check_out(o: Options, dump: Path, target: str) -> dict:
+def _check_out(o: RefreshOptions, dump: Path, target: str) -> dict:
     """How --out is written; refused before anything is read or recorded."""
     from ..files import outdir
 
@@ -231,7 +206,7 @@ def _check_out(o: Options, dump: Path, target: str) -> dict:
     return rule
 
 
-def refresh(o: Options) -> dict:
+def refresh(o: RefreshOptions) -> dict:
     """Run one refresh; the report (`accepted`, `reason`, figures). Refused on bad input."""
     import secrets
 
@@ -292,7 +267,7 @@ def refresh(o: Options) -> dict:
     return rep
 
 
-def _selection_report(o: Options, dump: Path, target: str, desc: dict, sel, used_before: int, say, bad) -> dict:
+def _selection_report(o: RefreshOptions, dump: Path, target: str, desc: dict, sel, used_before: int, say, bad) -> dict:
     """The report's figures known once the samples are selected and read (said in one line each)."""
     base = {
         "dump_dir": str(dump),
@@ -322,7 +297,7 @@ def _selection_report(o: Options, dump: Path, target: str, desc: dict, sel, used
     return base
 
 
-def _serve_and_record(o: Options, c, sel, rep: dict, say) -> None:
+def _serve_and_record(o: RefreshOptions, c, sel, rep: dict, say) -> None:
     """Once --out is written: an accepted draft swapped in (with --swap), then the cursor settled: the samples
     are used only when the new draft serves."""
     if rep["accepted"] and o.swap_url:
@@ -352,7 +327,7 @@ def _serve_and_record(o: Options, c, sel, rep: dict, say) -> None:
     )
 
 
-def _swap(o: Options, draft: str, say) -> dict:
+def _swap(o: RefreshOptions, draft: str, say) -> dict:
     from ..draft.swap_client import SwapOptions, can_swap, swap
 
     say(f"swapping {draft} into {o.swap_url}")
@@ -369,7 +344,7 @@ def _swap(o: Options, draft: str, say) -> dict:
     return rep
 
 
-def _write_report_out(o: Options, rep: dict) -> None:
+def _write_report_out(o: RefreshOptions, rep: dict) -> None:
     """The caller's report (--json), written once the refresh has its verdict."""
     if o.report is None:
         return

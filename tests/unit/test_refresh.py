@@ -175,10 +175,10 @@ def test_a_bad_draft_is_refused_before_anything_is_read(world, capsys):
 
 # ---- one refresh end to end ------------------------------------------------------------------------------
 def _refresh(world, out: str, margin: float):
-    from sglang_eagle3_ext.refresh.run import Options, refresh
+    from sglang_eagle3_ext.refresh.run import RefreshOptions, refresh
 
     return refresh(
-        Options(
+        RefreshOptions(
             dump_dir=str(world["dump"]),
             draft=str(world["draft"]),
             out=str(world["tmp"] / out),
@@ -271,12 +271,12 @@ def test_a_swap_whose_server_answers_badly_is_reported_not_raised(world, info):
     the swap with something unreadable makes the swap's report say so, it does not lose the refresh's report."""
     from loopback_server import FakeServer
 
-    from sglang_eagle3_ext.refresh.run import Options, _swap
+    from sglang_eagle3_ext.refresh.run import RefreshOptions, _swap
 
     srv = FakeServer(lambda: info, lambda body: (200, {"success": True}))
     try:
         rep = _swap(
-            Options(
+            RefreshOptions(
                 dump_dir=str(world["dump"]),
                 draft=str(world["draft"]),
                 out=str(world["tmp"] / "o"),

@@ -21,7 +21,7 @@ from sglang_eagle3_ext.boundary import Refused
 from sglang_eagle3_ext.dump.manifest import sample_relpath
 from sglang_eagle3_ext.dump.sample_file import T_AUX
 from sglang_eagle3_ext.refresh import cursor as C
-from sglang_eagle3_ext.refresh.run import Options, refresh
+from sglang_eagle3_ext.refresh.run import RefreshOptions, refresh
 from sglang_eagle3_ext.refresh.traffic import BAD_SAMPLE, check_samples, select
 
 N = 40
@@ -169,7 +169,7 @@ def test_the_cursor_records_nothing_when_the_report_cannot_be_written(world):
 
     with pytest.raises(Refused, match="report could not be written.*No space left"):
         refresh(
-            Options(
+            RefreshOptions(
                 dump_dir=str(world["dump"]),
                 draft=str(world["draft"]),
                 out=str(world["tmp"] / "out"),

@@ -22,7 +22,7 @@ TESTS = Path(__file__).resolve().parents[1]
 
 
 def _options(world, out: str, **kw):
-    from sglang_eagle3_ext.refresh.run import Options
+    from sglang_eagle3_ext.refresh.run import RefreshOptions
 
     base = dict(
         dump_dir=str(world["dump"]),
@@ -40,7 +40,7 @@ def _options(world, out: str, **kw):
         swap_timeout=10,
         train_options={"num_workers": 0, "total_seq_len": 256},
     )
-    return Options(**{**base, **kw})
+    return RefreshOptions(**{**base, **kw})
 
 
 def _refresh(world, out: str, **kw) -> dict:
