@@ -18,8 +18,8 @@ FIELD_DEFAULT = "<the field's default>"  # Flag.default when the parser's defaul
 
 @dataclasses.dataclass(frozen=True)
 class Parse:
-    """An argparse type of `cli/inputs.py` or `cli/args.py` by name: `NAME` itself, or `NAME(*args)` when
-    args are given (a factory such as `number_in(0.0, 60.0)`)."""
+    """An argparse type of `cli/inputs.py` or `cli/args.py` by name (`COMMAND:NAME`: one of `cli/COMMAND.py`):
+    `NAME` itself, or `NAME(*args)` when args are given (a factory such as `number_in(0.0, 60.0)`)."""
 
     name: str
     args: tuple = ()

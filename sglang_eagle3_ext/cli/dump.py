@@ -24,37 +24,19 @@ from ..boundary import BadInput
 from ..dump import driver, exporters
 from ..dump.client_files import ClientError
 from ..dump.export import ExportError
+from ..dump.run_options import DUMP_DIR, PROMPTS
 from . import common as cli_common
-from .inputs import file_in, folder_in, folder_out, server_url
+from .inputs import folder_out
 from .interrupts import interrupted_exits
 from .output import library_output
+from .schema import add_options, argparse_type, options_from
 
-_DUMP_DIR = folder_in(
-    "give the folder the server dumps into (its SGLANG_EAGLE3_EXT_DUMP_DIR)",
-    if_file="--dump-dir takes the dump folder; pass a JSONL prompts file to `dump run --data`",
-)
-_PROMPTS = file_in(
-    "give a JSONL file of samples (input lines: see `dump --help`)",
-    if_folder="--data takes the JSONL file of samples; pass a dump folder as --dump-dir",
-)
+_DUMP_DIR = argparse_type(DUMP_DIR)
+_PROMPTS = argparse_type(PROMPTS)
 
 
 def _run(args) -> int:
-    opts = driver.RunOptions(
-        data=args.data,
-        dump_dir=args.dump_dir,
-        url=args.url,
-        concurrency=args.concurrency,
-        target=args.tokenizer,
-        trust_remote_code=args.trust_remote_code,
-        generate=args.generate,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        limit=args.limit,
-        timeout=args.timeout,
-        wait_s=args.wait_s,
-        progress=not args.quiet,
-    )
+    opts = options_from(args, driver.RunOptions, progress=not args.quiet)
     with interrupted_exits("dump run", "the samples written so far stay in the manifest; run the same command again"):
         res = driver.run(opts, cli_common.load_tokenizer)
     _report(args, res.summary, _run_text(res.summary))
@@ -122,39 +104,7 @@ def _run_text(sm: dict) -> str:
 def _add_run(sub) -> None:
     c = cli_common
     r = sub.add_parser("run", help="send a JSONL dataset to a dumping server")
-    r.add_argument("--url", type=server_url, default="http://127.0.0.1:30000", help="the dumping SGLang server")
-    r.add_argument(
-        "--data", required=True, metavar="PATH", type=_PROMPTS, help="JSONL dataset (input lines: see above)"
-    )
-    r.add_argument(
-        "--dump-dir", required=True, type=_DUMP_DIR, help="the server's SGLANG_EAGLE3_EXT_DUMP_DIR, as seen from here"
-    )
-    r.add_argument("--concurrency", type=c.positive_int, default=8, help="requests in flight")
-    r.add_argument(
-        "--target",
-        dest="tokenizer",
-        metavar="DIR",
-        help="target model dir or HF id whose tokenizer turns text/messages into token ids (needed for "
-        "them: a tokenizer is never loaded from a path the server names)",
-    )
-    c.hidden_alias(r, "--tokenizer", dest="tokenizer")
-    r.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="let --target's tokenizer run the code it ships (only for a model you trust)",
-    )
-    r.add_argument("--generate", action="store_true", help="target writes a response first; dump prompt+response")
-    r.add_argument("--max-new-tokens", type=c.positive_int, default=512, help="response length with --generate")
-    r.add_argument("--temperature", type=c.non_negative_float, default=0.0, help="sampling temperature with --generate")
-    r.add_argument("--limit", type=c.positive_int, help="send only the first N samples")
-    r.add_argument(
-        "--timeout",
-        type=c.positive_float,
-        default=600.0,
-        metavar="S",
-        help="seconds for one request, all of its reply included",
-    )
-    r.add_argument("--wait-s", type=c.non_negative_float, default=300.0, help="how long to wait for the last writes")
+    add_options(r, driver.RunOptions)
     c.add_json_out(r, "the summary")
     c.add_verbosity(r, quiet="no progress bar")
 

@@ -38,27 +38,9 @@ from .client_files import (
 from .config import GENERATED_FILE, NODUMP_RID_PREFIX
 from .export import require_dump_dir
 from .manifest import read_manifest
+from .run_options import RunOptions
 
 log = logging.getLogger("sglang_eagle3_ext.dump.driver")
-
-
-@dataclasses.dataclass
-class RunOptions:
-    """What `run` sends, where, and how."""
-
-    data: str  # the JSONL dataset
-    dump_dir: str  # the server's dump dir, as seen from here
-    url: str = "http://127.0.0.1:30000"
-    concurrency: int = 8  # requests in flight
-    target: str | None = None  # the model whose tokenizer turns text/messages into token ids
-    trust_remote_code: bool = False  # let that tokenizer run the code it ships
-    generate: bool = False  # the target writes a response first; prompt+response is dumped
-    max_new_tokens: int = 512
-    temperature: float = 0.0
-    limit: int | None = None  # send only the first N samples
-    timeout: float = 600.0  # seconds for one request, all of its reply included
-    wait_s: float = 300.0  # how long to wait for the last writes
-    progress: bool = True  # a progress bar
 
 
 @dataclasses.dataclass
