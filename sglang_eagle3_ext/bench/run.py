@@ -7,11 +7,9 @@ steps' costs read from the servers' logs, and the verdict (bench/verdict.py)."""
 from __future__ import annotations
 
 import concurrent.futures as cf
-import dataclasses
 import random
 import sys
 import time
-from typing import Callable
 
 from .. import __version__
 from ..boundary import BadInput, regular_file
@@ -19,6 +17,7 @@ from ..server.http_client import Server, ServerError
 from ..server.replies import avg_accept_length as read
 from ..server.replies import generate_reply
 from . import prompts as bench_prompts
+from .options import BenchOptions
 from .stats import RunStats
 from .steps import step_summary
 from .verdict import verdict
@@ -35,30 +34,6 @@ SERVER_KEYS = (
     "tp_size",
     "version",
 )
-
-
-@dataclasses.dataclass
-class BenchOptions:
-    """One benchmark run; field names are the `bench` flags' (`--baseline-url` -> `baseline_url`)."""
-
-    url: str  # the server with speculative decoding
-    baseline_url: str | None = None  # the same target without: speedup and the greedy check
-    prompts: str | None = None  # a prompt file (bench/prompts.py); None: the built-in set
-    builtin: str = "random-ids"
-    tokenizer: Callable[[], object] | None = None  # gives the target's tokenizer (text/chat prompts)
-    num_prompts: int | None = None
-    seed: int = 0
-    vocab_size: int = 4096
-    max_new_tokens: tuple[int, int] = (64, 64)  # each request's greedy tokens drawn from LO..HI
-    concurrency: tuple[int, ...] = (1, 8)
-    warmup: int = 2
-    timeout: float = 300.0
-    wait_for_server: float = 60.0
-    fail_on_slower: bool = False
-    quiet: bool = False  # no progress bar
-    spec_log: str | None = None  # the servers' logs (--decode-log-interval log_interval)
-    baseline_log: str | None = None
-    log_interval: int = 1
 
 
 def server_info(srv):
