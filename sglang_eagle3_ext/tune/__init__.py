@@ -12,7 +12,8 @@
     projection.py  the speedup projected to 61 layers at TP 8 from the measured parts
     plot.py        tokens/s vs concurrency (matplotlib, else a hand-written SVG)
     outputs.py     from the fitted models and the best per band: the adaptive config, presets, projection, plot
-    run.py         Options -> the report (the dry-run plan, the budget, every step in order); render()
+    options.py     TuneOptions: what tune takes, each flag declared once
+    run.py         TuneOptions -> the report (the dry-run plan, the budget, every step in order); render()
 
 Nothing heavy is imported here.
 """

@@ -1,5 +1,5 @@
 """What tune gives the user from the fitted cost models and the best settings per band: SGLang's adaptive config,
-the launch presets, the projection to a large target, the plot. `o` below is the run's tune.run.Options."""
+the launch presets, the projection to a large target, the plot. `o` below is the run's tune.options.TuneOptions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`tune(Options(...))`: the accept side offline, the timing pass per backend, the cost model, the best
+"""`tune(TuneOptions(...))`: the accept side offline, the timing pass per backend, the cost model, the best
 candidates measured, presets, the adaptive config, the plot and the projection; `render` prints the report.
 Every refusal comes before anything starts (Refused: one line naming the input and the fix)."""
 
@@ -17,45 +17,20 @@ from . import backends as B
 from . import costmodel, search
 from . import timings as T
 from .accept import accept_lengths
+from .options import TuneOptions
 from .outputs import project_best, write_adaptive, write_plot, write_presets
 from .search import best_per_band
 from .servers import TIMING_STEPS, Budget, check_servers, min_budget_min
 from .timing import TimingPlan, time_backend
 
 log = logging.getLogger("sglang_eagle3_ext.tune")
-DEFAULT_BACKENDS = ("fa3", "flashmla", "flashinfer", "triton")
 
 
-@dataclasses.dataclass
-class Options:
-    target: str
-    draft: str
-    data: str
-    concurrency: list[int]
-    prompts: str | None = None
-    budget_min: float | None = None
-    backends: tuple = DEFAULT_BACKENDS
-    out: str = "tune_out"
-    dry_run: bool = False
-    timings: str | None = None  # a recorded timing pass (skips it)
-    measure: bool = True  # start the top candidates' servers and bench them
-    per_band: int = 2  # measured candidates per band
-    new_tokens: tuple = (64, 1024)  # the measurements' request lengths
-    num_prompts: int | None = None
-    heldout_fraction: float = 0.05
-    samples: int | None = 64
-    device: str | None = None
-    server_args: str = ""  # extra SGLang arguments for every server (shell words)
-    tokenizer: object = None  # gives the target's tokenizer (text prompts)
-    command: str = ""  # the command line, for the presets' headers
-    say: object = None
-
-
-def _say(o: Options):
+def _say(o: TuneOptions):
     return o.say or (lambda m: None)
 
 
-def _check_inputs(o: Options) -> dict:
+def _check_inputs(o: TuneOptions) -> dict:
     """Cheap refusals first: the folders, the dump, the backends against the release, the server commands against
     its parser, the budget."""
     for flag, d in (("--target", o.target), ("--draft", o.draft)):
@@ -107,7 +82,7 @@ def _has_adaptive() -> bool:
         return False
 
 
-def plan(o: Options) -> dict:
+def plan(o: TuneOptions) -> dict:
     env = _check_inputs(o)
     shape = _target_shape(o.target)
 
@@ -153,7 +128,7 @@ def plan(o: Options) -> dict:
     }
 
 
-def tune(o: Options) -> dict:
+def tune(o: TuneOptions) -> dict:
     if o.dry_run:
         return plan(o)
     say = _say(o)
@@ -248,7 +223,7 @@ def _fit(tm: dict, accept: dict, budget_min, gpus: int = 1) -> tuple[dict, dict]
     return models, errs
 
 
-def _timing_pass(o: Options, env: dict, shape: dict, budget: Budget, out: Path, say) -> dict:
+def _timing_pass(o: TuneOptions, env: dict, shape: dict, budget: Budget, out: Path, say) -> dict:
 
     decisions = B.decide(list(o.backends), B.gpu_capability(), shape["mla"])
     if not any(d.chosen for d in decisions):

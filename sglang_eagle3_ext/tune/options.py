@@ -1,0 +1,100 @@
+"""What `tune` takes; each field with a command line is declared here once (`options_schema.flag`), in the
+order `tune --help` lists them, and `cli/tune.py` derives its parser from it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..options_schema import Parse, flag
+
+DEFAULT_BACKENDS = ("fa3", "flashmla", "flashinfer", "triton")
+
+
+@dataclasses.dataclass(kw_only=True)
+class TuneOptions:
+    target: str = flag(
+        required=True, type=Parse("folder_in", "give the target model's folder"), help="the target model's folder"
+    )
+    draft: str = flag(
+        required=True,
+        type=Parse("folder_in", "give the draft's folder, in the layout SGLang serves"),
+        help="the EAGLE-3 draft's folder, in the layout SGLang serves",
+    )
+    data: str = flag(
+        required=True,
+        type=Parse(
+            "folder_in",
+            "give the dump folder `sglang-eagle3 dump` wrote (or a training export)",
+            "tune reads hidden states, not prompts: give a dump folder or a training export (prompts: --prompts)",
+        ),
+        help="your dump (or a training export): the accept side is simulated on its held-out samples",
+    )
+    prompts: str | None = flag(
+        None,
+        type=Parse("file_in", "give a JSONL / ShareGPT / MT-bench prompts file"),
+        help="your prompts (JSONL / ShareGPT / MT-bench) for the timed candidates (default: built-in random token ids)",
+    )
+    concurrency: list[int] = flag(
+        parser_default="1,4,16,32", type=Parse("tune:_levels"), help="the concurrency bands to tune, e.g. 1,4,16,32"
+    )
+    budget_min: float | None = flag(
+        None,
+        type=Parse("number_in", 0.0, 1e6),
+        help="GPU minutes the run may spend (servers up x GPUs); it stops starting servers there",
+    )
+    backends: tuple = flag(
+        DEFAULT_BACKENDS,
+        parser_default=",".join(DEFAULT_BACKENDS),
+        type=Parse("tune:_names"),
+        help="attention backends to consider (those the release or GPU lack are left out, each with its reason)",
+    )
+    out: str = flag(
+        "tune_out",
+        type=Parse("folder_out", "give a new folder, or an earlier run's"),
+        help="folder for the presets, timings.json, tune.json, the plot",
+    )
+    # a recorded timing pass (skips it)
+    timings: str | None = flag(
+        None,
+        type=Parse("file_in", "give the timings.json an earlier tune run wrote"),
+        help="a timings.json of an earlier run: no timing pass",
+    )
+    # start the top candidates' servers and bench them
+    measure: bool = flag(
+        True,
+        names="--no-measure",
+        action="store_false",
+        help="no measurement of the top candidates: the model's predictions only",
+    )
+    # measured candidates per band
+    per_band: int = flag(2, type=int, choices=range(1, 5), metavar="{1..4}", help="candidates measured per band")
+    # the measurements' request lengths
+    new_tokens: tuple = flag(
+        (64, 1024),
+        parser_default="64:1024",
+        type=Parse("new_tokens"),
+        help="the measurements' output lengths, N or LO:HI",
+    )
+    num_prompts: int | None = flag(None, type=Parse("positive_int"), help="prompts per measurement")
+    samples: int | None = flag(64, type=Parse("positive_int"), help="held-out samples simulated")
+    heldout_fraction: float = flag(
+        0.05, type=Parse("number_in", 0.0, 1.0), help="the share `train` held out of --data (1: every sample)"
+    )
+    device: str | None = flag(
+        None, type=Parse("torch_device"), help="torch device of the simulation (default: cuda when there is one)"
+    )
+    # extra SGLang arguments for every server (shell words)
+    server_args: str = flag(
+        "",
+        help="more SGLang arguments for every server, one quoted string "
+        '(e.g. "--mem-fraction-static 0.5 --max-total-tokens 65536"; default: none)',
+    )
+    dry_run: bool = flag(
+        False,
+        action="store_true",
+        help="check every input and print the plan: backends and "
+        "why, the servers a run starts, the budget; nothing loaded or started",
+    )
+    tokenizer: object = None  # gives the target's tokenizer (text prompts)
+    command: str = ""  # the command line, for the presets' headers
+    say: object = None
