@@ -26,6 +26,12 @@ _TABLE = (
         "/tmp/sge3_gpu_start.lock",
         "lock file letting one test server start at a time (SGLang sizes its KV cache from the memory free then)",
     ),
+    Knob(
+        "SGE3_WRITE_FLAGS_SNAPSHOT",
+        None,
+        "CPU suite, `test_cli_flags_snapshot.py`: 1 writes every command's flags as the parsers declare them into the "
+        "snapshot (a deliberate flag change)",
+    ),
     Knob("SGE3_LEDGER_COMMIT", None, "`ledger.py record`: the commit the stage ran (the host has no git history)"),
     Knob("SGE3_BG_ROOT", "/tmp/sge3_bg", "`bg.sh`: where the background jobs keep their state and logs"),
     Knob("SGE3_TINY_DIR", None, "keep the tiny target here between runs (default: a fresh temporary folder)"),
@@ -96,6 +102,13 @@ _TABLE = (
     Knob("SGE3_RT_SAMPLES", None, "dumped generations to train on (default 2000; 1000 for `kimi`)"),
     Knob("SGE3_RT_EPOCHS", None, "draft training epochs (default 12; 8 for `kimi` in the round trip)"),
     Knob("SGE3_RT_LR", None, "draft learning rate (default 3e-3; 1e-3 for `kimi` in the round trip)"),
+    Knob(
+        "SGE3_DFLASH_EPOCHS",
+        "12",
+        "`test_dflash_gpu.py`: the DFlash draft's training epochs on the round trip's export",
+    ),
+    Knob("SGE3_DFLASH_LR", "3e-3", "`test_dflash_gpu.py`: the DFlash draft's learning rate"),
+    Knob("SGE3_DFLASH_LEVELS", "1,4", "`test_dflash_gpu.py`: the concurrency levels both drafts are benched at"),
     Knob(
         "SGE3_REFRESH_REQUESTS",
         None,

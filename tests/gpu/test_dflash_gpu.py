@@ -186,7 +186,7 @@ def test_dflash_roundtrip():
     vocab = json.loads((target / "config.json").read_text())["vocab_size"]
     spec_out, draft = work / "dflash_trained", work / "dflash_sglang"
     if not (spec_out / "config.json").exists():
-        epochs = knobs.get("SGE3_DFLASH_EPOCHS", "12")
+        epochs = knobs.get("SGE3_DFLASH_EPOCHS")
         _rt_run(
             [
                 "sglang_eagle3_ext.train_draft",
@@ -207,7 +207,7 @@ def test_dflash_roundtrip():
                 "--epochs",
                 epochs,
                 "--lr",
-                knobs.get("SGE3_DFLASH_LR", "3e-3"),
+                knobs.get("SGE3_DFLASH_LR"),
                 "--loss-impl",
                 "eager",
             ],
@@ -237,7 +237,8 @@ def test_dflash_roundtrip():
             ("eagle3", ["--speculative-draft-model-path", str(eagle), *eagle3_chain_args(3)]),
         ):
             with sglang_server([*common, *args], name=f"dflash_rt_{algo}", port=_port(), env=env) as (url, _, _):
-                fig[algo] = {f"c{c}": _bench(url, base, held, f"{algo}_c{c}", c, 64) for c in (1, 4)}
+                levels = [int(c) for c in knobs.get("SGE3_DFLASH_LEVELS").split(",")]
+                fig[algo] = {f"c{c}": _bench(url, base, held, f"{algo}_c{c}", c, 64) for c in levels}
     (LOG_DIR / "dflash_roundtrip.json").write_text(json.dumps(fig, indent=2))
     for algo in ("dflash", "eagle3"):
         for lv, res in fig[algo].items():

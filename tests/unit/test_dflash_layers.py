@@ -6,7 +6,6 @@ variable resolves to them and is recorded as HF indices, and a release without D
 from __future__ import annotations
 
 import ast
-import os
 import types
 import zipfile
 from typing import List, Optional  # the names SGLang's sources annotate with
@@ -28,7 +27,8 @@ DFLASH_MODEL = "sglang/srt/models/dflash.py"
 
 
 def _wheel(release: str):
-    dirs = [d for d in os.environ.get("SGE3_TEST_WHEEL_DIRS", "/work/wheels").split(os.pathsep) if d]
+    from test_compat import WHEEL_DIRS as dirs  # SGE3_TEST_WHEEL_DIRS, read in one place
+
     wheel = compat.find_wheel(release, [*dirs, compat.cache_dir() / "wheels"])
     if wheel is None:
         pytest.skip(f"no SGLang {release} wheel here (compat --sglang {release} --download fetches it)")

@@ -94,12 +94,12 @@ def test_dflash_needs_the_draft_class_and_the_targets_capture(tmp_path):
 @pytest.mark.parametrize("release", sorted(versions.TESTED_RELEASES))
 def test_dflash_since_matches_each_wheel(release, tmp_path):
     """HAS_DFLASH's first release in the offline table is what each release's own sources say."""
-    import os
     import zipfile
+
+    from test_compat import WHEEL_DIRS as dirs  # SGE3_TEST_WHEEL_DIRS, read in one place
 
     from sglang_eagle3_ext.compat import release as compat
 
-    dirs = [d for d in os.environ.get("SGE3_TEST_WHEEL_DIRS", "/work/wheels").split(os.pathsep) if d]
     wheel = compat.find_wheel(release, [*dirs, compat.cache_dir() / "wheels"])
     if wheel is None:
         pytest.skip(f"no SGLang {release} wheel here (compat --sglang {release} --download fetches it)")
