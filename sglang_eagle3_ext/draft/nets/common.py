@@ -109,3 +109,11 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half].float(), x[..., half:].float()
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).to(x.dtype)
+
+
+def reproduced(cfg: dict, why: str | None) -> tuple[int, float]:
+    """(hidden size, RMSNorm eps) of a draft config eval reproduces; `why`: what of it eval does not reproduce
+    (None: nothing), refused as BadInput."""
+    if why:
+        raise BadInput("draft config.json", f"{why}: eval does not reproduce it; evaluate the draft by serving it")
+    return int(cfg["hidden_size"]), float(cfg.get("rms_norm_eps", 1e-6))

@@ -21,8 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...boundary import BadInput
-from .common import MLP, RMSNorm, inv_freq, rotate
+from .common import MLP, RMSNorm, inv_freq, reproduced, rotate
 
 
 def dflash_config(cfg: dict) -> dict:
@@ -129,12 +128,9 @@ class DFlashDraft(nn.Module):
 
     def __init__(self, cfg: dict):
         super().__init__()
-        why = _unsupported(cfg)
-        if why:
-            raise BadInput("draft config.json", f"{why}: eval does not reproduce it; evaluate the draft by serving it")
+        h, eps = reproduced(cfg, _unsupported(cfg))
         self.cfg = cfg
         self.max_positions = None  # RoPE computed for any position
-        h, eps = int(cfg["hidden_size"]), float(cfg.get("rms_norm_eps", 1e-6))
         self.n_aux = context_count(cfg)
         self.mask_token_id = int(dflash_config(cfg)["mask_token_id"])
         block = dflash_config(cfg).get("block_size", cfg.get("block_size"))

@@ -15,8 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...boundary import BadInput
-from .common import MLP, AuxInput, RMSNorm, inv_freq, rotate
+from .common import MLP, AuxInput, RMSNorm, inv_freq, reproduced, rotate
 
 
 class Attention(nn.Module):
@@ -76,12 +75,9 @@ class LlamaEagle3Draft(AuxInput, nn.Module):
 
     def __init__(self, cfg: dict):
         super().__init__()
-        why = _unsupported(cfg)
-        if why:
-            raise BadInput("draft config.json", f"{why}: eval does not reproduce it; evaluate the draft by serving it")
+        h, eps = reproduced(cfg, _unsupported(cfg))
         self.cfg = cfg
         self.max_positions = None  # RoPE computed for any position
-        h, eps = int(cfg["hidden_size"]), float(cfg.get("rms_norm_eps", 1e-6))
         target_h = int(cfg.get("target_hidden_size") or h)
         ids = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
         self.n_aux = int(cfg.get("num_aux_hidden_states") or (len(ids) if ids else 3))
