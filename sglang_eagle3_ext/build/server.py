@@ -11,7 +11,8 @@ from pathlib import Path
 
 from .. import envs
 from ..boundary import Refused
-from ..launch.plan import Options, build_plan
+from ..launch.options import LaunchOptions
+from ..launch.plan import build_plan
 from ..server.http_client import Server, ServerError
 from ..server.started import stop_group
 
@@ -25,7 +26,7 @@ def dumping_server(
     from ..launch import start
 
     plan = build_plan(
-        Options(preset=preset, dump_dir=str(dump_dir)),
+        LaunchOptions(preset=preset, dump_dir=str(dump_dir)),
         ["--model-path", str(target), "--port", str(port), "--host", "127.0.0.1"],
     )
     env = {**envs.environ(), **plan.env_updates}

@@ -16,11 +16,12 @@ import os
 import sys
 
 from .. import envs
-from ..launch import nccl, start
+from ..launch import start
+from ..launch.options import LaunchOptions
 from ..launch.plan import Plan, build_plan
 from . import common as cli_common
 from . import launch_flags
-from .inputs import file_in, folder_out, preset
+from .schema import add_options
 
 
 def our_parser() -> argparse.ArgumentParser:
@@ -34,64 +35,8 @@ def our_parser() -> argparse.ArgumentParser:
         "SGLang's); flags are spelled out in full, as SGLang's documentation writes them (--tp 8 too): a "
         "typo or an abbreviation is refused before anything starts.",
     )
-    src = p.add_mutually_exclusive_group()
-    src.add_argument(
-        "--preset", metavar="NAME", type=preset, help="a server_configs/NAME.yaml preset (see --list-presets)"
-    )
-    src.add_argument(
-        "--config",
-        metavar="FILE",
-        type=file_in("give a preset-format YAML file"),
-        help="a preset-format YAML file (SGLang --config files work too)",
-    )
-    p.add_argument("--list-presets", action="store_true", help="print the shipped presets and exit")
-    p.add_argument(
-        "--nccl-profile",
-        choices=nccl.PROFILES,
-        default=None,
-        help="auto (default): from the detected topology; pcie/nvlink: force; off: set nothing",
-    )
-    p.add_argument(
-        "--preflight", action="store_true", help="all-reduce check across the TP group's GPUs before starting SGLang"
-    )
-    p.add_argument(
-        "--loopback-only",
-        action="store_true",
-        help="single node: NCCL/gloo bootstrap on lo and IB off (breaks cross-node groups such as RLHF "
-        "weight sync; preset key loopback_only)",
-    )
-    p.add_argument(
-        "--preflight-timeout",
-        type=cli_common.positive_float,
-        default=120.0,
-        metavar="S",
-        help="seconds per preflight attempt (default 120; a hang is retried once with NCCL_P2P_DISABLE=1)",
-    )
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print topology, decisions and the SGLang command; start nothing (works without GPUs)",
-    )
-    p.add_argument(
-        "--dump-dir",
-        metavar="DIR",
-        # permissions are the plan's to weigh: a warning in a dry run, a refusal before a launch writes anything
-        type=folder_out("give a folder to dump into (new, or a dump with the same settings)", access=False),
-        help="dump prefill hidden states into DIR (made if missing; replaces a preset's dump_dir; "
-        "passed to SGLang's processes as SGLANG_EAGLE3_EXT_DUMP_DIR)",
-    )
-    p.add_argument(
-        "--topology-file",
-        metavar="F",
-        type=file_in("give a topology JSON file (`launch --dump-topology` writes one)"),
-        help="read the topology from JSON instead of NVML",
-    )
-    p.add_argument("--dump-topology", action="store_true", help="print the detected topology as JSON and exit")
-    p.add_argument(
-        "--skip-draft-check",
-        action="store_true",
-        help="do not run `check` on --speculative-draft-model-path before starting SGLang",
-    )
+    add_options(p.add_mutually_exclusive_group(), LaunchOptions, only=("preset", "config"))
+    add_options(p, LaunchOptions, skip=("preset", "config"))
     p.add_argument("-h", "--help", action="store_true", help="this help (launch's own flags)")
     p.add_argument("--help-sglang", action="store_true", help="SGLang's own flags, passed through unchanged")
     cli_common.add_json_out(p, "the plan (--dry-run; a real launch writes it to PATH first)")

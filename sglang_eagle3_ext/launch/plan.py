@@ -28,20 +28,6 @@ LAUNCH_MODULE = "sglang.launch_server"
 
 
 @dataclasses.dataclass
-class Options:
-    """The launcher's own choices (the command line's namespace has the same attributes)."""
-
-    preset: str | None = None  # a shipped preset's name
-    config: str | None = None  # or a preset-format YAML file
-    nccl_profile: str | None = None  # auto | pcie | nvlink | off; None: the preset's, else auto
-    loopback_only: bool = False
-    dry_run: bool = False  # plan only: what this machine would refuse is a warning where it can be
-    dump_dir: str | None = None
-    topology_file: str | None = None  # a topology JSON instead of NVML
-    skip_draft_check: bool = False
-
-
-@dataclasses.dataclass
 class Plan:
     sglang_args: list[str]
     env_updates: dict[str, str]  # what we add to the environment of SGLang and its children
@@ -120,7 +106,7 @@ class _Asked:
 
 
 def build_plan(ours, rest: list[str], env: Mapping[str, str] | None = None) -> Plan:
-    """The plan for SGLang's arguments `rest` under the launcher's `ours` (Options, or the command line's
+    """The plan for SGLang's arguments `rest` under the launcher's `ours` (LaunchOptions, or the command line's
     namespace); `env`: the environment SGLang would start in (default: this process's). Raises LaunchError (or
     the refusal of the step that failed: dump folder, NCCL profile) when the launch cannot go ahead."""
     env = envs.environ() if env is None else env

@@ -71,10 +71,11 @@ def test_server_args_fields_dump_presets_plan_eager_prefills_on_the_installed_re
     """The dump presets ask for eager prefills; the plan passes this release's own switch, and every preset value
     either has a flag here or is the release's default (nothing to pass)."""
     from sglang_eagle3_ext.launch import eager_prefill
-    from sglang_eagle3_ext.launch.plan import Options, build_plan
+    from sglang_eagle3_ext.launch.options import LaunchOptions
+    from sglang_eagle3_ext.launch.plan import build_plan
 
     monkeypatch.chdir(tmp_path)
-    plan = build_plan(Options(preset=preset, dry_run=True), [])
+    plan = build_plan(LaunchOptions(preset=preset, dry_run=True), [])
     fields = server_args.installed_field_names()
     switch = next(f for f, _ in eager_prefill.SWITCHES if f in fields)
     assert "--" + switch.replace("_", "-") in plan.command

@@ -18,7 +18,8 @@ from test_launch_hardware import command, decision_rows, launch
 from sglang_eagle3_ext import boundary
 from sglang_eagle3_ext.cli import launch as launch_server
 from sglang_eagle3_ext.launch import dump_dir
-from sglang_eagle3_ext.launch.plan import Options, build_plan
+from sglang_eagle3_ext.launch.options import LaunchOptions
+from sglang_eagle3_ext.launch.plan import build_plan
 
 pytestmark = pytest.mark.sglang
 VAR = "SGLANG_EAGLE3_EXT_DUMP_DIR"
@@ -83,7 +84,7 @@ def test_a_launch_plans_the_folder_then_makes_it_first(tmp_path):
     """Without --dry-run: the plan (what the launcher hands to SGLang's processes) names the folder, and making
     it is the launch's first step (nothing is made for a plan that fails a later check)."""
     target = tmp_path / "a" / "b" / "dump"
-    ours = Options(preset="tiny", dump_dir=str(target), skip_draft_check=True)
+    ours = LaunchOptions(preset="tiny", dump_dir=str(target), skip_draft_check=True)
     plan = build_plan(ours, [], env={"SGLANG_EAGLE3_EXT_CACHE": str(tmp_path / "cache")})
     assert plan.env_updates[VAR] == str(target) and plan.dump_dir == str(target)
     assert "made at launch" in decision_rows(plan.render(), VAR)[0] and not (tmp_path / "a").exists()
