@@ -13,9 +13,7 @@ import json
 from pathlib import Path
 
 from ..draft.arch import dflash
-from ..draft.keys import Layout
-from ..draft.rules import expected_shapes, spec_from_config
-from ..files.outdir import writing
+from .random_drafts import random_tensors, save_random, speculators_config, write_files
 
 
 def dflash_draft_config(
@@ -64,38 +62,12 @@ def dflash_draft_config(
 
 def dflash_tensors(cfg: dict, seed: int = 0) -> dict:
     """Checkpoint tensors for `cfg`: every tensor SGLang's DFlashDraftModel loads, shapes from the rules."""
-    import torch
-
-    layout = Layout(
-        release="offline",
-        midlayer=False,
-        fc_norm=False,
-        input_norm=False,
-        norm_output=False,
-        capture_always_plus_one=False,
-        flags=frozenset({dflash.REQUIRES}),
-    )
-    spec, problems = spec_from_config(cfg, layout)
-    assert spec is not None, problems
-    g = torch.Generator().manual_seed(seed)
-    dt = getattr(torch, cfg.get("torch_dtype") or "float32")
-    out = {}
-    for k, shape in expected_shapes(spec).items():
-        t = torch.randn(shape, generator=g) * 0.02 if len(shape) > 1 else 1.0 + 0.01 * torch.randn(shape, generator=g)
-        out[k] = t.to(dt)
-    return out
+    return random_tensors(cfg, dflash.REQUIRES, seed)[0]
 
 
 def write_draft(out, cfg: dict, tensors: dict) -> Path:
     """Write (or rewrite, when `out` is one made here) a draft; a directory of anyone else's is refused."""
-    from safetensors.torch import save_file
-
-    with writing(out, tool="tiny dflash draft", flag="out", replace=True) as tmp:
-        save_file(
-            {k: v.contiguous() for k, v in tensors.items()}, str(tmp / "model.safetensors"), metadata={"format": "pt"}
-        )
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
-    return Path(out)
+    return write_files(out, cfg, tensors, "tiny dflash draft")
 
 
 def make_dflash_draft(out, seed: int = 0, **config) -> Path:
@@ -147,9 +119,7 @@ def make_speculators_dflash_draft(
     aux_ids are HF hidden_states indices; draft_vocab (None: the full vocabulary) below vocab adds its d2t/t2d
     and reduced lm_head; mask_token_id None: the vocabulary's last id."""
     import torch
-    from speculators.config import SpeculatorsConfig, VerifierConfig
     from speculators.models.dflash import DFlashDraftModel, DFlashSpeculatorConfig
-    from speculators.proposals.greedy import GreedyTokenProposalConfig
     from transformers import Qwen3Config
 
     torch.manual_seed(seed)
@@ -163,33 +133,13 @@ def make_speculators_dflash_draft(
         vocab_size=vocab,
         max_position_embeddings=8192,
     )
-    sc = SpeculatorsConfig(
-        algorithm="dflash",
-        proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=block_size - 1)],
-        default_proposal_method="greedy",
-        verifier=VerifierConfig(name_or_path=None, architectures=["DeepseekV3ForCausalLM"]),
-    )
     cfg = DFlashSpeculatorConfig(
         transformer_layer_config=tl,
         draft_vocab_size=draft_vocab or vocab,
         block_size=block_size,
         aux_hidden_state_layer_ids=list(aux_ids),
         mask_token_id=vocab - 1 if mask_token_id is None else mask_token_id,
-        speculators_config=sc,
+        speculators_config=speculators_config("dflash", block_size - 1),
         **config_overrides,
     )
-    model = DFlashDraftModel(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            # speculators leaves the verifier's copies NaN until loaded from the verifier: make all finite
-            p.copy_(torch.randn_like(p) * 0.02 if p.dim() > 1 else 1.0 + 0.01 * torch.randn_like(p))
-        if model.d2t is not None:
-            hot = torch.sort(torch.randperm(vocab)[: model.d2t.shape[0]]).values
-            model.d2t.copy_(hot - torch.arange(hot.shape[0]))
-            model.t2d.zero_()
-            model.t2d[hot] = True
-    if dtype is not None:
-        model = model.to(dtype)
-    with writing(out, tool="tiny speculators dflash draft", flag="out", replace=True) as tmp:
-        model.save_pretrained(tmp)
-    return Path(out)
+    return save_random(DFlashDraftModel(cfg), out, vocab, "tiny speculators dflash draft", dtype)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..files.outdir import writing
+from .random_drafts import save_random, speculators_config
 
 
 def make_speculators_draft(
@@ -30,9 +31,7 @@ def make_speculators_draft(
     **config_overrides,
 ) -> Path:
     import torch
-    from speculators.config import SpeculatorsConfig, VerifierConfig
     from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
-    from speculators.proposals.greedy import GreedyTokenProposalConfig
     from transformers import LlamaConfig
 
     torch.manual_seed(seed)
@@ -46,36 +45,15 @@ def make_speculators_draft(
         head_dim=hidden // heads,
         max_position_embeddings=max_position_embeddings,
     )
-    sc = SpeculatorsConfig(
-        algorithm="eagle3",
-        proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
-        default_proposal_method="greedy",
-        verifier=VerifierConfig(name_or_path=None, architectures=["DeepseekV3ForCausalLM"]),
-    )
     cfg = Eagle3SpeculatorConfig(
         transformer_layer_config=tl,
         draft_vocab_size=draft_vocab,
         target_hidden_size=target_hidden,
         eagle_aux_hidden_state_layer_ids=list(aux_ids),
-        speculators_config=sc,
+        speculators_config=speculators_config("eagle3", 3),
         **config_overrides,
     )
-    model = Eagle3DraftModel(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            # speculators leaves lm_head/embeddings NaN until verifier weights are loaded: make all finite
-            p.copy_(torch.randn_like(p) * 0.02 if p.dim() > 1 else 1.0 + 0.01 * torch.randn_like(p))
-        if model.d2t is not None:
-            hot = torch.sort(torch.randperm(vocab)[:draft_vocab]).values
-            model.d2t.copy_(hot - torch.arange(draft_vocab))
-            model.t2d.zero_()
-            model.t2d[hot] = True
-    if dtype is not None:
-        model = model.to(dtype)
-
-    with writing(out, tool="tiny speculators draft", flag="out", replace=True) as tmp:  # never over a user's dir
-        model.save_pretrained(tmp)
-    return Path(out)
+    return save_random(Eagle3DraftModel(cfg), out, vocab, "tiny speculators draft", dtype)
 
 
 def sglang_weights_iterator(draft_dir):

@@ -14,9 +14,7 @@ import json
 from pathlib import Path
 
 from ..draft.arch import mla
-from ..draft.keys import Layout
-from ..draft.rules import expected_shapes, spec_from_config
-from ..files.outdir import writing
+from .random_drafts import random_tensors, write_files
 
 
 # Kimi-K2's rope_scaling type (SGLang's MLA runs it as deepseek_yarn; on CPU it needs one); factor 1: plain RoPE.
@@ -89,25 +87,8 @@ def mla_tensors(cfg: dict, seed: int = 0) -> dict:
     """Checkpoint tensors (published layout) for `cfg`, shapes from the same rules the loader checks."""
     import torch
 
-    layout = Layout(
-        release="offline",
-        midlayer=False,
-        fc_norm=True,
-        input_norm=False,
-        norm_output=True,
-        capture_always_plus_one=False,
-        flags=frozenset({mla.REQUIRES}),
-    )
-    spec, problems = spec_from_config(cfg, layout)
-    assert spec is not None, problems
-    g = torch.Generator().manual_seed(seed)
-    dt = getattr(torch, cfg.get("torch_dtype") or "float32")
-    out = {}
-    for k, shape in expected_shapes(spec).items():
-        if k in ("t2d", "d2t", "embed_tokens.weight"):
-            continue
-        t = torch.randn(shape, generator=g) * 0.02 if len(shape) > 1 else 1.0 + 0.01 * torch.randn(shape, generator=g)
-        out[k] = t.to(dt)
+    skip = ("t2d", "d2t", "embed_tokens.weight")
+    out, spec, g = random_tensors(cfg, mla.REQUIRES, seed, skip=skip, fc_norm=True, norm_output=True)
     if spec.draft_vocab is not None:
         hot = torch.sort(torch.randperm(spec.vocab, generator=g)[: spec.draft_vocab]).values
         out["d2t"] = hot - torch.arange(spec.draft_vocab)
@@ -117,22 +98,10 @@ def mla_tensors(cfg: dict, seed: int = 0) -> dict:
     return out
 
 
-def write_draft(out, cfg: dict, tensors: dict) -> Path:
-    """Write (or rewrite, when `out` is one made here) a draft; a directory of anyone else's is refused."""
-    from safetensors.torch import save_file
-
-    with writing(out, tool="tiny mla draft", flag="out", replace=True) as tmp:
-        save_file(
-            {k: v.contiguous() for k, v in tensors.items()}, str(tmp / "model.safetensors"), metadata={"format": "pt"}
-        )
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
-    return Path(out)
-
-
 def make_mla_draft(out, seed: int = 0, **config) -> Path:
     """A well-formed MLA EAGLE-3 draft in SGLang's published layout (EAGLE-3.1: fc_norm=True, norm_output=True)."""
     cfg = mla_config(**config)
-    return write_draft(out, cfg, mla_tensors(cfg, seed))
+    return write_files(out, cfg, mla_tensors(cfg, seed), "tiny mla draft")
 
 
 def make_mla_draft_for_tiny_target(out, target_dir, aux_ids=(1, 2, 3), **overrides) -> Path:
