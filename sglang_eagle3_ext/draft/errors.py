@@ -84,3 +84,17 @@ def conversion_refused(msg: str, code: str = UNSUPPORTED_OPTION) -> ConversionRe
     return ConversionRefused(
         [Problem(code, msg)], "convert: refusing to write a draft SGLang would not run as trained:"
     )
+
+
+def class_missing(where: str, arch: str, draft: str, release, requires: str, since: str, lacks: str) -> list[Problem]:
+    """[] when `release` has the capability `requires`; else why it would not build the draft its config names
+    (`arch`, `draft`: what that is; `lacks`: what the release has none of, added in `since`)."""
+    if release.has(requires):
+        return []
+    return [
+        Problem(
+            DRAFT_CLASS,
+            f'{where}: architectures ["{arch}"] ({draft}) but SGLang {release.release} has no {lacks} (added in '
+            f"{since}): it would not build this draft. Use SGLang >= {since}",
+        )
+    ]

@@ -46,15 +46,7 @@ _DROP = {"architectures", "auto_map", "transformers_version", "_name_or_path"}  
 
 def config_fields(cfg: dict, release, where: str) -> tuple[dict, list[Problem]]:
     """The block size, mask token id and attention bias (DraftSpec.dims), and the config's problems."""
-    P: list[Problem] = []
-    if not release.has(REQUIRES):
-        P.append(
-            Problem(
-                E.DRAFT_CLASS,
-                f'{where}: architectures ["{ARCH}"] (a DFlash draft) but SGLang {release.release} has no DFlash '
-                f"(added in {SINCE}): it would not build this draft. Use SGLang >= {SINCE}",
-            )
-        )
+    P = E.class_missing(where, ARCH, "a DFlash draft", release, REQUIRES, SINCE, "DFlash")
     if cfg.get(DFLASH) is not None and not isinstance(cfg.get(DFLASH), dict):
         P.append(Problem(E.CONFIG_INVALID, f"{where}: `{DFLASH}` is {cfg[DFLASH]!r}; expected an object"))
     block = F.block_size(cfg, where, P)

@@ -52,16 +52,7 @@ CONFIG_DEFAULTS = {"model_type": "deepseek_v3"}  # SGLang reads the config throu
 
 def config_fields(cfg: dict, release, where: str) -> tuple[dict, list[Problem]]:
     """MLA dims for DraftSpec.dims, and config problems."""
-    P: list[Problem] = []
-    if not release.has(REQUIRES):
-        P.append(
-            Problem(
-                E.DRAFT_CLASS,
-                f'{where}: architectures ["{ARCH}"] (an MLA EAGLE-3 draft, e.g. Kimi-K2.5\'s) '
-                f"but SGLang {release.release} has no such class (added in {SINCE}): it would "
-                f"not build this draft. Use SGLang >= {SINCE}",
-            )
-        )
+    P = E.class_missing(where, ARCH, "an MLA EAGLE-3 draft, e.g. Kimi-K2.5's", release, REQUIRES, SINCE, "such class")
     bad = [f for f in DIM_FIELDS if not isinstance(cfg.get(f), int) or cfg.get(f) <= 0]
     for f in bad:
         P.append(
