@@ -54,10 +54,11 @@ def add_options(parser, options_type, only=None, skip=()) -> None:
         if (only is not None and field.name not in only) or field.name in skip:
             continue
         kw = _kwargs(field)
-        parser.add_argument(*option_strings(field), **kw)
+        parser.add_argument(*option_strings(field), **kw).schema_field = f"{options_type.__name__}.{field.name}"
         hidden = {k: v for k, v in kw.items() if k not in ("metavar", "default", "required")}
         for old in flag_of(field).aliases:  # as args.hidden_alias adds one: out of --help, never required
-            parser.add_argument(old, **{**hidden, "dest": field.name, "help": argparse.SUPPRESS})
+            alias = parser.add_argument(old, **{**hidden, "dest": field.name, "help": argparse.SUPPRESS})
+            alias.schema_field = f"{options_type.__name__}.{field.name}"
 
 
 def options_from(ns: argparse.Namespace, options_type, **extra):
@@ -67,5 +68,16 @@ def options_from(ns: argparse.Namespace, options_type, **extra):
     return options_type(**{**got, **extra})
 
 
-def derived_dests(options_type) -> set[str]:
-    return {f.name for f in flag_fields(options_type)}
+def hand_added_duplicates(parser: argparse.ArgumentParser) -> list[str]:
+    """One line per flag added by hand (add_argument) for a field the schema derives on the same parser: the
+    same value declared twice, which the schema exists to prevent. Sub-parsers are walked too."""
+    out, todo = [], [parser]
+    while todo:
+        p = todo.pop()
+        derived = {a.dest: a.schema_field for a in p._actions if getattr(a, "schema_field", None)}
+        for a in p._actions:
+            if a.dest in derived and not getattr(a, "schema_field", None):
+                out.append(f"{p.prog}: {'/'.join(a.option_strings) or a.dest} declares {derived[a.dest]} again")
+            if isinstance(a, argparse._SubParsersAction):
+                todo += list(a.choices.values())
+    return out
