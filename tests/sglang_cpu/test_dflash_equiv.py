@@ -84,19 +84,11 @@ def pair(ext, tmp_path_factory):
     return ours, theirs, embed, head
 
 
-def _sglang_round(theirs, embed, head, ids, states, a: int, attention) -> list[int]:
-    """One round at anchor a of one request, as the DFLASH worker runs SGLang's class."""
+def _block_batch(theirs, ids, a: int, attention):
+    """(block, positions, ForwardBatch) of the verify forward at anchor a: [ids[a], mask ...] at a..a+B-1 over a
+    context of a rows, as the DFLASH worker builds it."""
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
 
-    fwd = type(theirs).project_target_hidden
-    ctx = getattr(fwd, "__wrapped__", fwd)(theirs, states[:a])
-    pos = torch.arange(a)
-    attention.context = {}
-    for layer in theirs.layers:
-        attn = layer.self_attn
-        k, v = attn.kv_proj_only(ctx)
-        k = attn.apply_k_rope(pos, attn.apply_k_norm(k))
-        attention.context[attn.attn.layer_id] = (k.view(a, -1, attn.head_dim), v.view(a, -1, attn.head_dim))
     block = torch.full((B,), int(theirs.config.dflash_config["mask_token_id"]))
     block[0] = ids[a]
     positions = a + torch.arange(B)
@@ -112,6 +104,21 @@ def _sglang_round(theirs, embed, head, ids, states, a: int, attention) -> list[i
         capture_hidden_mode=CaptureHiddenMode.NULL,
     )
     fb.attn_backend = attention
+    return block, positions, fb
+
+
+def _sglang_round(theirs, embed, head, ids, states, a: int, attention) -> list[int]:
+    """One round at anchor a of one request, as the DFLASH worker runs SGLang's class."""
+    fwd = type(theirs).project_target_hidden
+    ctx = getattr(fwd, "__wrapped__", fwd)(theirs, states[:a])
+    pos = torch.arange(a)
+    attention.context = {}
+    for layer in theirs.layers:
+        attn = layer.self_attn
+        k, v = attn.kv_proj_only(ctx)
+        k = attn.apply_k_rope(pos, attn.apply_k_norm(k))
+        attention.context[attn.attn.layer_id] = (k.view(a, -1, attn.head_dim), v.view(a, -1, attn.head_dim))
+    block, positions, fb = _block_batch(theirs, ids, a, attention)
     with torch.no_grad():
         hidden = theirs.forward(block, positions, fb, input_embeds=embed[block]).hidden_states
     return (hidden[1:] @ head.T).argmax(-1).tolist()
@@ -144,22 +151,7 @@ def test_the_states_equal_sglangs_class(pair, attention):
     torch.manual_seed(3)
     ids, st, a = torch.randint(0, V - 1, (12,)), torch.randn(12, len(IDS) * H), 8
     _sglang_round(theirs, embed, head, ids, st, a, attention)  # fills the context of the layers
-    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
-
-    block = torch.full((B,), V - 1)
-    block[0] = ids[a]
-    positions = a + torch.arange(B)
-    fb = ForwardBatch(
-        forward_mode=ForwardMode.TARGET_VERIFY,
-        batch_size=1,
-        input_ids=block,
-        req_pool_indices=torch.zeros(1, dtype=torch.long),
-        seq_lens=torch.tensor([a]),
-        out_cache_loc=torch.arange(B),
-        seq_lens_sum=a,
-        positions=positions,
-    )
-    fb.attn_backend = attention
+    block, positions, fb = _block_batch(theirs, ids, a, attention)
     m = ours.model
     with torch.no_grad():
         want = theirs.forward(block, positions, fb, input_embeds=embed[block]).hidden_states
