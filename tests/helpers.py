@@ -71,6 +71,32 @@ def load_draft(h, draft_dir, target, arch):
     return model
 
 
+def release_with(flag: str, what: str):
+    """A module fixture (`has_x = release_with("HAS_X", ARCH)` in the test module): the sglang_cpu handle `ext`
+    when its release has the capability `flag`, else the test skipped naming `what`, the class it lacks."""
+
+    @pytest.fixture(scope="module")
+    def fixture(ext):
+        if not getattr(ext.caps, flag):
+            pytest.skip(f"SGLang {ext.version} has no {what}")
+        return ext
+
+    return fixture
+
+
+def target_config(**config):
+    """A module fixture (`target_dir = target_config(...)` in the test module): a target's config.json only,
+    tiny.llama_draft.write_target_config's of `config`."""
+
+    @pytest.fixture(scope="module")
+    def fixture(tmp_path_factory):
+        from sglang_eagle3_ext.tiny.llama_draft import write_target_config
+
+        return write_target_config(tmp_path_factory.mktemp("t") / "target", **config)
+
+    return fixture
+
+
 def checkpoint_tensors(d):
     """The tensors of `d`/model.safetensors."""
     from safetensors.torch import load_file

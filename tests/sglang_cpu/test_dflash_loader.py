@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 import torch
-from helpers import build_draft, checkpoint_tensors, load_draft, serving
+from helpers import build_draft, checkpoint_tensors, load_draft, release_with, serving, target_config
 from malformed_drafts import edit_config, edit_tensors
 
 from sglang_eagle3_ext.draft import errors as E
@@ -64,18 +64,8 @@ def make_dflash_draft(out, seed: int = 0):
     return out
 
 
-@pytest.fixture(scope="module")
-def has_dflash(ext):
-    if not ext.caps.HAS_DFLASH:
-        pytest.skip(f"SGLang {ext.version} has no {ARCH}")
-    return ext
-
-
-@pytest.fixture(scope="module")
-def target_dir(tmp_path_factory):
-    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
-
-    return write_target_config(tmp_path_factory.mktemp("t") / "target", hidden=H, vocab=VOCAB, layers=TARGET_LAYERS)
+has_dflash = release_with("HAS_DFLASH", ARCH)
+target_dir = target_config(hidden=H, vocab=VOCAB, layers=TARGET_LAYERS)
 
 
 @pytest.fixture(scope="module")

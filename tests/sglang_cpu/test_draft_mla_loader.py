@@ -11,7 +11,7 @@ import types
 
 import pytest
 import torch
-from helpers import LLAMA, build_draft, checkpoint_tensors, load_draft
+from helpers import LLAMA, build_draft, checkpoint_tensors, load_draft, release_with, target_config
 
 from sglang_eagle3_ext.draft import errors as E
 from sglang_eagle3_ext.draft.arch import mla
@@ -31,18 +31,8 @@ MLA_NAMES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def has_mla(ext):
-    if not ext.caps.HAS_MLA_DRAFT:
-        pytest.skip(f"SGLang {ext.version} has no {mla.ARCH}")
-    return ext
-
-
-@pytest.fixture(scope="module")
-def target_dir(tmp_path_factory):
-    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
-
-    return write_target_config(tmp_path_factory.mktemp("t") / "target")
+has_mla = release_with("HAS_MLA_DRAFT", mla.ARCH)
+target_dir = target_config()
 
 
 @pytest.fixture(scope="module")
