@@ -59,12 +59,9 @@ class TuneOptions:
         type=Parse("file_in", "give the timings.json an earlier tune run wrote"),
         help="a timings.json of an earlier run: no timing pass",
     )
-    # start the top candidates' servers and bench them
-    measure: bool = flag(
-        True,
-        names="--no-measure",
-        action="store_false",
-        help="no measurement of the top candidates: the model's predictions only",
+    # True: the cost model's predictions only, no candidate's server started and benched
+    no_measure: bool = flag(
+        False, action="store_true", help="no measurement of the top candidates: the model's predictions only"
     )
     # measured candidates per band
     per_band: int = flag(2, type=int, choices=range(1, 5), metavar="{1..4}", help="candidates measured per band")

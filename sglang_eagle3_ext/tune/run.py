@@ -154,7 +154,7 @@ def tune(o: TuneOptions) -> dict:
 
     cands = search.top_candidates(grid, o.concurrency, o.per_band)
     measured = []
-    if o.measure:
+    if not o.no_measure:
         measured = search.measure(
             cands,
             o.target,
