@@ -141,6 +141,11 @@ tune_tiny)
     $T SGE3_TUNE_BUDGET_MIN=${SGE3_TUNE_BUDGET_MIN:-5} SGE3_TUNE_BACKENDS=${SGE3_TUNE_BACKENDS:-triton} $R -s \
       tests/gpu/test_tune_gpu.py::test_tune_within_budget; rc=\$?; \
     python3 tests/gpu/ledger.py record tune_tiny \$rc \$OUT/tune/report.json \$OUT/tune/timings.json; exit \$rc" ;;
+dflash_serve)
+  # the random-draft serve and the renamed-tensor refusal alone (~5 min)
+  S="PYTHONPATH=/tmp/site TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton_cache}"
+  $BG start dflash_serve "$S SGE3_MEM_FRACTION=0.3 $R -s tests/gpu/test_dflash_gpu.py -k 'greedy_equal or renamed'; \
+    rc=\$?; python3 tests/gpu/ledger.py record dflash_serve \$rc \$OUT/dflash_serve.json; exit \$rc" ;;
 dflash)
   # the tiny round trip prepared (dump of HF states [1, 2, 3], EAGLE-3 draft), then DFlash trained on the same
   # export and both benched against the target alone (<= 12 min); the random-draft serve and the renamed-tensor
@@ -148,7 +153,8 @@ dflash)
   S="PYTHONPATH=/tmp/site TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton_cache}"
   D=${SGE3_RT_DIR:-/tmp/rt}
   T="$S SGE3_RT_DIR=$D SGE3_MAX_TOTAL_TOKENS=32768 SGE3_MEM_FRACTION=0.15"
-  $BG start dflash_serve "$T $R -s tests/gpu/test_dflash_gpu.py -k 'greedy_equal or renamed'"
+  $BG start dflash_serve "$T $R -s tests/gpu/test_dflash_gpu.py -k 'greedy_equal or renamed'; rc=\$?; \
+    python3 tests/gpu/ledger.py record dflash_serve \$rc \$OUT/dflash_serve.json; exit \$rc"
   $BG start dflash_rt "$T SGE3_RT_SAMPLES=${SGE3_RT_SAMPLES:-600} SGE3_RT_PREPARE_ONLY=1 $R \
       tests/gpu/test_roundtrip_gpu.py::test_roundtrip; \
     [ -e $D/draft_sglang/config.json ] || exit 1; \

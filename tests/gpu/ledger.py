@@ -55,6 +55,13 @@ STAGES = (
         (f"{_PKG}/tune", f"{_PKG}/bench", f"{_PKG}/server", "tests/gpu/test_tune_gpu.py"),
     ),
     Stage(
+        "dflash_serve",
+        6,
+        "a random DFlash draft served by SGLang's DFLASH worker through the strict loader; a renamed tensor served "
+        "by plain SGLang, refused by ours",
+        (f"{_PKG}/targets", f"{_PKG}/draft", "tests/gpu/test_dflash_gpu.py"),
+    ),
+    Stage(
         "dflash",
         12,
         "a DFlash draft trained on the tiny round trip's export, served beside its EAGLE-3 draft (tiny target)",

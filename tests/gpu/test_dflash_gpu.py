@@ -122,12 +122,15 @@ def test_dflash_serves_greedy_equal(tiny_target, tmp_path):
     ) as (base, log, _):
         served = _outputs(base)
         accept = _accept(base)
+    strict = [ln for ln in log.read_text().splitlines() if "DFlash draft" in ln and "tensors loaded" in ln]
     fig = {"accept_length": accept, "greedy_equal": served == alone, "block_size": BLOCK, "draft": "random"}
+    fig["strict_load"] = strict[0][-300:] if strict else None
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     (LOG_DIR / "dflash_serve.json").write_text(json.dumps(fig, indent=2))
     print("DFLASH", fig)
     assert served == alone
     assert accept is not None and accept >= 1.0
+    assert strict, "the strict loader did not run on the DFlash draft"
 
 
 def test_dflash_renamed_tensor_silent_in_sglang_refused_by_ours(tiny_target, tmp_path):
