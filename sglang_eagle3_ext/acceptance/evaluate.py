@@ -1,5 +1,5 @@
 """`sglang-eagle3 eval`'s library: the served accept length of a draft, predicted offline on held-out samples
-(and, with a server URL, measured beside it). `evaluate(Options(...))` returns the report; `render` prints it."""
+(and, with a server URL, measured beside it). `evaluate(EvalOptions(...))` returns the report; `render` prints it."""
 
 from __future__ import annotations
 
@@ -11,30 +11,13 @@ from pathlib import Path
 from ..boundary import Refused
 from . import drafts
 from .data import heldout, open_source
+from .options import DTYPES, EvalOptions
 from .stats import Tally, Walk
 
 log = logging.getLogger("sglang_eagle3_ext.acceptance")
-DTYPES = ("bf16", "fp32")
 
 
-@dataclasses.dataclass
-class Options:
-    draft: str
-    data: str
-    target: str | None = None
-    steps: int = 3
-    topk: int = 1
-    draft_tokens: int | None = None  # None: steps + 1
-    heldout_fraction: float = 0.05
-    samples: int | None = None  # at most this many of the held-out samples (the first ones)
-    device: str | None = None  # None: cuda when there is one
-    dtype: str = "bf16"
-    url: str | None = None
-    concurrency: int = 8
-    timeout: float = 300.0
-    batch_tokens: int = 8192  # rows simulated at once
-    say: object = None  # progress lines (None: silent)
-    dry_run: bool = False  # check the inputs and report the plan; load, simulate, send nothing
+Options = EvalOptions  # the plain name, for importers not yet moved to EvalOptions
 
 
 SGLANG_DEFINITION = (
@@ -69,7 +52,7 @@ def resolve_device(name: str | None) -> str:
     return name
 
 
-def _target(o: Options, source) -> tuple[Path | None, str]:
+def _target(o: EvalOptions, source) -> tuple[Path | None, str]:
     if o.target:
         t = Path(o.target)
         if not (t / "config.json").is_file():
@@ -151,7 +134,7 @@ def simulate_batch(loaded, batch, steps: int, device: str, dtype, every, walk) -
         start += L
 
 
-def _run(o: Options, loaded, source, idx: list[int], device: str, notes: list) -> dict:
+def _run(o: EvalOptions, loaded, source, idx: list[int], device: str, notes: list) -> dict:
     import torch
 
     dtype = torch.bfloat16 if o.dtype == "bf16" else torch.float32
@@ -168,7 +151,7 @@ def _run(o: Options, loaded, source, idx: list[int], device: str, notes: list) -
     return {"every": every, "walk": walk, "seconds": secs, "samples": samples}
 
 
-def local_inputs(o: Options):
+def local_inputs(o: EvalOptions):
     """Every local input checked, cheapest first, before any server is asked or any weight read:
     (draft spec, data source, target folder, where the target came from, held-out indices, the split's rule)."""
 
@@ -201,7 +184,7 @@ def _heldout_report(idx: list, rule: str, n: int, n_split: int) -> dict:
     }
 
 
-def _evaluated(o: Options, draft_class: str, source, target, target_from, idx, rule, n_split, device: str) -> dict:
+def _evaluated(o: EvalOptions, draft_class: str, source, target, target_from, idx, rule, n_split, device: str) -> dict:
     """What the plan and the report both say: the draft, the data, the target, the held-out split, the settings."""
     return {
         "draft": str(o.draft),
@@ -219,7 +202,7 @@ def _evaluated(o: Options, draft_class: str, source, target, target_from, idx, r
     }
 
 
-def _plan(o: Options, spec, source, target, target_from, idx, rule, n_split, device: str) -> dict:
+def _plan(o: EvalOptions, spec, source, target, target_from, idx, rule, n_split, device: str) -> dict:
     return {
         "dry_run": True,
         **_evaluated(o, spec.arch, source, target, target_from, idx, rule, n_split, device),
@@ -231,7 +214,7 @@ def _plan(o: Options, spec, source, target, target_from, idx, rule, n_split, dev
     }
 
 
-def evaluate(o: Options) -> dict:
+def evaluate(o: EvalOptions) -> dict:
 
     spec, source, target, target_from, idx, rule, n_split = local_inputs(o)
     device = resolve_device(o.device)

@@ -17,7 +17,7 @@ from ..boundary import BadInput, Refused, read_json_file
 from ..draft.convert import convert
 from ..draft.errors import DraftError
 from ..training.report import TrainDraftError
-from .evaluate import Options, evaluate, settings_problem
+from .evaluate import EvalOptions, evaluate, settings_problem
 
 DEFAULT_STEPS = 3  # --speculative-num-steps the prediction is for (eval's default)
 
@@ -54,7 +54,7 @@ class PredictedAccept:
             with tempfile.TemporaryDirectory(prefix=".served-", dir=draft.parent) as tmp:
                 served = _served_layout(draft, Path(tmp) / "sglang")
                 rep = evaluate(
-                    Options(
+                    EvalOptions(
                         draft=str(served),
                         data=str(self.data),
                         target=str(self.target),

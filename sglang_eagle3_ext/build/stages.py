@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..acceptance.evaluate import Options
+from ..acceptance.evaluate import EvalOptions
 from ..acceptance.evaluate import evaluate as predict
 from ..boundary import Refused
 from ..draft.check import check_draft, report_dict
@@ -284,7 +284,7 @@ def evaluate(run) -> dict:
 
     ratio = run.o.train.get("train_ratio") or 0.95
     rep = predict(
-        Options(
+        EvalOptions(
             draft=str(run.out / "draft"),
             data=str(run.out / "export"),
             target=str(run.o.target),

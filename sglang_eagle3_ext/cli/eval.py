@@ -19,22 +19,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..acceptance.evaluate import DTYPES, Options, evaluate, render
+from ..acceptance.evaluate import evaluate, render
+from ..acceptance.options import EvalOptions
 from ..boundary import BadInput, Refused
 from . import common as cli_common
 from .common import CliError
-from .inputs import folder_in, server_url, torch_device
 from .interrupts import interrupted_exits
 from .output import library_output
-
-DEFAULT_STEPS = 3
-# Bounds on the flags that size the work: refused up front rather than computing for hours or exhausting memory
-MAX_STEPS = 16  # draft steps simulated per anchor (each one a forward over every row)
-MAX_TOPK = 64
-MAX_SAMPLES = 10_000_000
-MAX_BATCH_TOKENS = 1 << 20  # rows of one simulated batch
-MAX_CONCURRENCY = 1024
-MAX_TIMEOUT_S = 86_400.0
+from .schema import add_options, options_from
 
 
 def int_between(low: int, high: int):
@@ -56,101 +48,10 @@ def int_between(low: int, high: int):
 def build_parser() -> argparse.ArgumentParser:
 
     p = cli_common.parser("eval", cli_common.doc_description(__doc__, paragraphs=2))
-    p.add_argument(
-        "--draft",
-        required=True,
-        type=folder_in("give the draft's folder, in the layout SGLang serves"),
-        help="the draft's folder, in the layout SGLang serves (a speculators "
-        "checkpoint: `sglang-eagle3 convert` it first)",
-    )
-    p.add_argument(
-        "--data",
-        required=True,
-        type=folder_in(
-            "give a dump folder or a training export (`dump export --to speculators`)",
-            if_file="eval reads hidden states, not prompts: give a dump folder or a training export",
-        ),
-        help="a dump dir (dump_meta.json + manifests) or a training export "
-        "(hs_{i}.safetensors, `dump export --to speculators`)",
-    )
-    p.add_argument(
-        "--target",
-        default=None,
-        type=folder_in("give the target model's folder"),
-        help="the target model's folder: its embeddings (and lm_head when the "
-        "draft shares it), as a server installs them (default: the model path the data records)",
-    )
-    p.add_argument(
-        "--steps",
-        type=int_between(1, MAX_STEPS),
-        default=DEFAULT_STEPS,
-        help=f"--speculative-num-steps of the server to predict, 1..{MAX_STEPS} (a DFlash draft: its block size - 1, "
-        "the drafts one verify round judges)",
-    )
-    p.add_argument(
-        "--topk", type=int_between(1, MAX_TOPK), default=1, help="--speculative-eagle-topk (only 1 is simulated)"
-    )
-    p.add_argument(
-        "--draft-tokens",
-        type=int_between(1, MAX_STEPS + 1),
-        default=None,
-        help="--speculative-num-draft-tokens (with topk 1: steps + 1, the default)",
-    )
-    p.add_argument(
-        "--heldout-fraction",
-        type=cli_common.number_in(0.0, 1.0),
-        default=0.05,
-        help="the share `train` holds out (1 - train's --train-ratio); 1: every sample",
-    )
-    p.add_argument(
-        "--samples",
-        type=int_between(1, MAX_SAMPLES),
-        default=None,
-        help=f"evaluate at most this many held-out samples (the first ones), 1..{MAX_SAMPLES:_}; default: all",
-    )
-    p.add_argument(
-        "--device", default=None, type=torch_device, help="torch device (default: cuda when there is one, else cpu)"
-    )
-    p.add_argument("--dtype", choices=DTYPES, default="bf16", help="weights and activations (bf16: as served)")
-    p.add_argument(
-        "--batch-tokens",
-        type=int_between(1, MAX_BATCH_TOKENS),
-        default=8192,
-        help=f"tokens simulated at once, 1..{MAX_BATCH_TOKENS}",
-    )
-    _add_server_args(p)
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="check every local input and print the plan (held-out "
-        "samples, settings) in seconds; no weight is loaded, no sample simulated, no request sent",
-    )
+    add_options(p, EvalOptions)
     cli_common.add_json_out(p, "the report")
     cli_common.add_verbosity(p, quiet="no progress lines")
     return p
-
-
-def _add_server_args(p: argparse.ArgumentParser) -> None:
-    """--url and the flags of its requests: the served accept length measured beside the prediction."""
-    p.add_argument(
-        "--url",
-        default=None,
-        type=server_url,
-        help="a running EAGLE-3 server of this draft: send it the same held-out "
-        "prompts and report its accept length beside the prediction",
-    )
-    p.add_argument(
-        "--concurrency",
-        type=int_between(1, MAX_CONCURRENCY),
-        default=8,
-        help=f"requests in flight with --url, 1..{MAX_CONCURRENCY}",
-    )
-    p.add_argument(
-        "--timeout",
-        type=cli_common.number_in(0.0, MAX_TIMEOUT_S),
-        default=300.0,
-        help=f"seconds for each request with --url, at most {MAX_TIMEOUT_S:g}",
-    )
 
 
 def _check_json(dest: str | None) -> None:
@@ -169,24 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
     a = cli_common.finish(build_parser(), "eval").parse_args(argv)
     say = None if a.quiet or a.json == "-" else (lambda m: print(f"eval: {m}", file=sys.stderr, flush=True))
-    opts = Options(
-        draft=a.draft,
-        data=a.data,
-        target=a.target,
-        steps=a.steps,
-        topk=a.topk,
-        draft_tokens=a.draft_tokens,
-        heldout_fraction=a.heldout_fraction,
-        samples=a.samples,
-        device=a.device,
-        dtype=a.dtype,
-        url=a.url,
-        concurrency=a.concurrency,
-        timeout=a.timeout,
-        batch_tokens=a.batch_tokens,
-        say=say,
-        dry_run=a.dry_run,
-    )
+    opts = options_from(a, EvalOptions, say=say)
     try:
         _check_json(a.json)
         with interrupted_exits("eval", "no report was written; run the same command again"), library_output(a.verbose):

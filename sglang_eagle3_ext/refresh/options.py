@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from ..acceptance.evaluate import DTYPES
+from ..acceptance.options import DTYPES
 from ..options_schema import Parse, flag
 
 

@@ -74,8 +74,7 @@ def _export(dump: Path, ids: list, out: Path, workers: int) -> None:
 
 
 def _predict(o: RefreshOptions, draft, data: Path, target: str) -> dict:
-    from ..acceptance.evaluate import Options as EvalOptions
-    from ..acceptance.evaluate import evaluate
+    from ..acceptance.evaluate import EvalOptions, evaluate
 
     rep = evaluate(
         EvalOptions(

@@ -3,7 +3,7 @@ steps count 1..8 (acceptance/by_steps.py); topk 1 only."""
 
 from __future__ import annotations
 
-from ..acceptance.evaluate import Options, evaluate
+from ..acceptance.evaluate import EvalOptions, evaluate
 
 MAX_STEPS = 8
 
@@ -19,7 +19,7 @@ def accept_lengths(
     dry_run: bool = False,
 ) -> dict:
 
-    o = Options(
+    o = EvalOptions(
         draft=draft,
         data=data,
         target=target,

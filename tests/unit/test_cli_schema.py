@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 from cli_fixtures import _all, parsers  # noqa: F401  (fixture)
 
+from sglang_eagle3_ext.acceptance.options import EvalOptions
 from sglang_eagle3_ext.bench.options import BenchOptions
 from sglang_eagle3_ext.cli import swap as cli_swap
 from sglang_eagle3_ext.cli.schema import add_options, hand_added_duplicates, options_from
@@ -28,6 +29,7 @@ DERIVED = {
     "bench": BenchOptions,
     "tune": TuneOptions,
     "launch": LaunchOptions,
+    "eval": EvalOptions,
 }
 
 

@@ -168,9 +168,9 @@ def test_accept_by_steps_simulates_each_block_size(world):
     (2.0) and one draft per round after (2.0), which clamping one 3-step simulation would also give; the
     per-position figure at 3 steps is the 3-step block's."""
     from sglang_eagle3_ext.acceptance.by_steps import accept_by_steps
-    from sglang_eagle3_ext.acceptance.evaluate import Options
+    from sglang_eagle3_ext.acceptance.evaluate import EvalOptions
 
-    o = Options(draft=str(world["draft"]), data=str(world["data"]), device="cpu", dtype="fp32", heldout_fraction=1)
+    o = EvalOptions(draft=str(world["draft"]), data=str(world["data"]), device="cpu", dtype="fp32", heldout_fraction=1)
     r = accept_by_steps(o, 3)
     assert r["by_steps"] == {1: 2.0, 2: 2.0, 3: 2.0}
     assert r["positions"][:2] == [1.0, 0.0]
@@ -214,7 +214,7 @@ def test_each_steps_count_is_its_own_block(world, monkeypatch):
     nothing at two or three. One 3-step simulation clamped to fewer steps (what holds for a chain) would say 1.0
     at one step."""
     from sglang_eagle3_ext.acceptance import by_steps, drafts
-    from sglang_eagle3_ext.acceptance.evaluate import Options
+    from sglang_eagle3_ext.acceptance.evaluate import EvalOptions
 
     real = drafts.load
 
@@ -230,7 +230,7 @@ def test_each_steps_count_is_its_own_block(world, monkeypatch):
         return loaded
 
     monkeypatch.setattr(drafts, "load", load)
-    o = Options(draft=str(world["draft"]), data=str(world["data"]), device="cpu", dtype="fp32", heldout_fraction=1)
+    o = EvalOptions(draft=str(world["draft"]), data=str(world["data"]), device="cpu", dtype="fp32", heldout_fraction=1)
     assert by_steps.accept_by_steps(o, 3)["by_steps"] == {1: 2.0, 2: 1.0, 3: 1.0}
 
 

@@ -96,7 +96,7 @@ def _relabelled(src: Path, dst: Path) -> Path:
 
 
 def test_a_third_layout_goes_through_train_convert_check_eval_and_swap(world):
-    from sglang_eagle3_ext.acceptance.evaluate import Options, evaluate
+    from sglang_eagle3_ext.acceptance.evaluate import EvalOptions, evaluate
     from sglang_eagle3_ext.draft.check import check_draft
     from sglang_eagle3_ext.draft.convert import convert
     from sglang_eagle3_ext.draft.swap_keys import build_keys
@@ -115,7 +115,7 @@ def test_a_third_layout_goes_through_train_convert_check_eval_and_swap(world):
     assert not rep.errors and rep.draft_class == ARCH, rep.render()
 
     rep = evaluate(
-        Options(
+        EvalOptions(
             draft=str(draft),
             data=str(world["data"]),
             target=str(world["target"]),

@@ -55,11 +55,11 @@ def _base(world):
 def test_accept_by_steps_equals_eval_at_each_steps_count(world):
     """One simulation at 8 steps, clamped per steps count, gives exactly what eval reports at that count."""
     from sglang_eagle3_ext.acceptance.by_steps import accept_by_steps
-    from sglang_eagle3_ext.acceptance.evaluate import Options, evaluate
+    from sglang_eagle3_ext.acceptance.evaluate import EvalOptions, evaluate
 
     cfg = W.draft_config()
     draft = W.write_draft(world["root"] / "draft_random", cfg, W.draft_tensors(seed=7, copy=False, scale=1.0))
-    o = Options(
+    o = EvalOptions(
         draft=str(draft),
         data=str(world["export"]),
         target=str(world["target"]),
@@ -69,7 +69,7 @@ def test_accept_by_steps_equals_eval_at_each_steps_count(world):
     )
     got = accept_by_steps(o, 4)
     for n in range(1, 5):
-        rep = evaluate(Options(**{**o.__dict__, "steps": n}))
+        rep = evaluate(EvalOptions(**{**o.__dict__, "steps": n}))
         assert got["by_steps"][n] == pytest.approx(rep["predicted_accept_length"], abs=1e-12), n
         assert got["per_request"][n] == pytest.approx(rep["predicted_accept_length_per_request"], abs=1e-12), n
     assert "topk > 1" in got["trees"]
