@@ -201,16 +201,10 @@ def _llama_flops(dcfg: dict, shapes: dict, T: int, S: int, dv: int) -> int:
 def llama_settings(a, tcfg: dict) -> tuple[dict, int]:
     """(the draft's layer config, its vocabulary) after the checks the route applies before training."""
     from .data import parse_layer_ids
-    from .speculators.train import check_settings, draft_layer_config  # the route's own
+    from .speculators.train import check_settings, layer_config_of  # the route's own
 
     dv = check_settings(a, tcfg, parse_layer_ids(a.layer_ids), "--layer-ids or --data's metadata")
-    dcfg = draft_layer_config(
-        tcfg,
-        num_layers=a.num_layers,
-        intermediate_size=a.intermediate_size,
-        head_dim=a.head_dim,
-        max_position_embeddings=a.max_position_embeddings,
-    )
+    dcfg = layer_config_of(tcfg, a)
     return dcfg, dv
 
 
@@ -340,7 +334,7 @@ def _mla_ref_flops(T: int) -> float:
 
 
 def _llama_ref_flops(T: int) -> float:
-    from .speculators.train import draft_layer_config
+    from .speculators.draft_config import draft_layer_config
 
     V = _REF["vocab_size"]
     dcfg = draft_layer_config(_REF)

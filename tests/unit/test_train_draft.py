@@ -27,7 +27,7 @@ from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
 from sglang_eagle3_ext.training import TrainDraftError, train_draft  # noqa: E402
 from sglang_eagle3_ext.training import data as training_data  # noqa: E402
 from sglang_eagle3_ext.training.options import RUN_DIR  # noqa: E402
-from sglang_eagle3_ext.training.speculators.train import draft_layer_config  # noqa: E402
+from sglang_eagle3_ext.training.speculators.draft_config import draft_layer_config  # noqa: E402
 
 N_SAMPLES = 40
 

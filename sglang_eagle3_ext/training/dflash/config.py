@@ -78,15 +78,9 @@ def draft_layer_config(tcfg: dict, a) -> dict:
     """The draft's decoder config: Qwen3 layers (q/k norms, as SGLang's DFlashDraftModel builds them) of the
     Llama route's sizes (training/speculators/draft_config.py: hidden = the target's, head_dim 128 or 64, plain
     RoPE of the target's theta), every layer full attention."""
-    from ..speculators.draft_config import draft_layer_config as sizes
+    from ..speculators.draft_config import layer_config_of
 
-    dcfg = sizes(
-        tcfg,
-        num_layers=a.num_layers,
-        intermediate_size=a.intermediate_size,
-        head_dim=a.head_dim,
-        max_position_embeddings=a.max_position_embeddings,
-    )
+    dcfg = layer_config_of(tcfg, a)
     for k in ("mlp_bias", "pad_token_id"):
         dcfg.pop(k, None)
     return dict(dcfg, model_type="qwen3", architectures=["Qwen3ForCausalLM"])
@@ -102,22 +96,10 @@ def max_anchors(a) -> int:
 
 def identity(a, G: int, n_files: int, layer_ids: list[int], dcfg: dict, vocab: int, mask_token_id: int) -> dict:
     """What a resumed run must share with the checkpoint's (training/checkpoint.IDENTITY)."""
-    return {
-        "arch": a.draft_arch,
-        "seed": a.seed,
-        "global_batch": G,
-        "n_train": int(n_files * a.train_ratio),
-        "total_seq_len": a.total_seq_len,
-        "layer_ids": layer_ids,
-        "optimizer": a.optimizer,
-        "train_ratio": a.train_ratio,
-        "num_layers": dcfg["num_hidden_layers"],
-        "intermediate_size": dcfg["intermediate_size"],
-        "head_dim": dcfg["head_dim"],
-        "draft_vocab_size": vocab,
-        "block_size": block_size(a),
-        "mask_token_id": mask_token_id,
-    }
+    from ..speculators.run import run_identity
+
+    settings = {"block_size": block_size(a), "mask_token_id": mask_token_id}
+    return run_identity(a.draft_arch, a, G, n_files, layer_ids, dcfg, vocab) | settings
 
 
 def meta_model(dcfg: dict, tcfg: dict, layer_ids: list[int], a, mask_token_id: int, target):

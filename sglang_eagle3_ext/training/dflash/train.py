@@ -26,21 +26,21 @@ import json
 import shutil
 from pathlib import Path
 
-from ...files.outdir import link_tree
 from .. import sharding
-from ..checkpoint import CKPT_DIR, STATE, Publisher, check_identity, read_resume_point
+from ..checkpoint import check_identity, read_resume_point
 from ..data import find_hs_dir, list_hs_files
 from ..distributed import current, on_main
-from ..report import TrainDraftError, require_learned, say
-from ..resume import check_history, check_model_file, check_optimizer, check_scheduler, check_training_state
-from ..selection import Keeper
+from ..report import TrainDraftError, say
 from ..speculators.progress import TrainingProgress
 from ..speculators.run import (
-    RunContext,
+    check_checkpoint_files,
     data_flags,
+    finish,
     history_rows,
+    link_resumed,
     prepare,
     recipe_flags,
+    run_context,
     run_speculators,
     speculators_modules,
     summarize,
@@ -121,10 +121,7 @@ def _prepare_on_main(a, world) -> dict:
         prepare(data, hs_files, work / "data", layer_ids, src, tcfg, result)
         (work / "draft_config.json").write_text(json.dumps(dcfg, indent=2))
         verifier = verifier_view(target, work / "verifier")
-        if state is not None:
-            e = state["epochs_done"] - 1
-            link_tree(out / CKPT_DIR / str(e), work / CKPT_DIR / str(e))
-            say(f"--resume: continuing after epoch {e + 1} (optimizer step {state['global_step']}) from {out}")
+        link_resumed(out, work, state)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -142,18 +139,7 @@ def _prepare_on_main(a, world) -> dict:
 
 def check_checkpoint(out: Path, state: dict, a, tcfg: dict, dcfg: dict, layer_ids, mask: int) -> None:
     """--resume: the files of the checkpoint's last epoch against the draft this run builds (training/resume.py)."""
-    gs, d = state["global_step"], out / CKPT_DIR / str(state["epochs_done"] - 1)
-    check_history(state, str(out / CKPT_DIR / STATE), ("step",))
-    model = C.meta_model(dcfg, tcfg, layer_ids, a, mask, a.target)
-    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
-    params = [(n, tuple(p.shape)) for n, p in model.named_parameters() if p.requires_grad]
-    check_model_file(
-        d / "model.safetensors", {k: tuple(v.shape) for k, v in model.state_dict().items() if k not in frozen}
-    )
-    check_optimizer(d / "optimizer_state_dict.pt", params, gs, by_name=True)
-    if (d / "scheduler_state_dict.pt").exists():
-        check_scheduler(d / "scheduler_state_dict.pt", gs)
-    check_training_state(d / "training_state.json", state["epochs_done"], gs)
+    check_checkpoint_files(out, state, lambda: C.meta_model(dcfg, tcfg, layer_ids, a, mask, a.target))
 
 
 def build_argv(a, got: dict, device: str, world) -> list[str]:
@@ -179,43 +165,18 @@ def train_dflash(a, rule: dict) -> dict:
     spec_cli, TrainConfig = speculators_modules()
     world, out = current(), Path(a.out)
     got = on_main(lambda: _prepare_on_main(a, world), world)
-    work, state = got["work"], got["state"]
+    work = got["work"]
     positions = C.block_size(a) - 1
     shown = dataclasses.replace(a, ttt_steps=positions)  # the summary's accuracies: one per drafted position
     try:
-        G, A = sharding.accumulation(a.global_batch, world.size)
         progress = BlockProgress(a.log_every, min(positions, 4), None)
-        if state is not None:
-            progress.history = list(state.get("history") or [])
-            progress.val = list(state.get("val") or [])
         record = {"arch": a.draft_arch, "target": str(a.target), "data": str(a.data)}
-        keep = Keeper.for_run(a, state)  # which epoch's draft --out holds (--select-by)
-        ctx = RunContext(
-            opts=shown,
-            world=world,
-            device=world.device,
-            G=G,
-            A=A,
-            work=work,
-            publisher=Publisher(out, rule, record, world, keep),
-            identity=got["identity"],
-            progress=progress,
-            result=got["result"],
-        )
+        ctx, keep = run_context(a, world, got, rule, record, progress, opts=shown)
         run_speculators(spec_cli, TrainConfig, ctx, build_argv(a, got, world.device, world))
     finally:
         if world.main:
             shutil.rmtree(work, ignore_errors=True)
     summary = summarize(shown, ctx.result, progress)
     summary.update(saved=str(out), history=history_rows(progress), selection=keep.summary())
-    va = summary["val"] or {}
-    first = summary["first_loss"]
-    say(
-        f"DONE steps={summary['steps']} train_acc={summary['train_acc']:.4f} (first drafted token; positions "
-        f"{' '.join(f'{x:.3f}' for x in summary['train_acc_by_step'][:4])}, mean of last {summary['tail_steps']} "
-        f"steps) loss {float('nan') if first is None else first:.4f}->{summary['final_loss']:.4f} "
-        f"val_acc={va.get('full_acc_0_epoch', float('nan')):.4f} tok/s/process={summary['tokens_per_s']:.0f} "
-        f"out={out}"
-    )
-    on_main(lambda: require_learned(va.get("full_acc_0_epoch"), a.min_val_acc, out), world)
-    return summary
+    accs = " ".join(f"{x:.3f}" for x in summary["train_acc_by_step"][:4])
+    return finish(a, summary, world, out, f"first drafted token; positions {accs}")

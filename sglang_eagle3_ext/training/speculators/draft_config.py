@@ -92,6 +92,17 @@ def draft_layer_config(
     }
 
 
+def layer_config_of(target_cfg: dict, a) -> dict:
+    """draft_layer_config of a run's --num-layers, --intermediate-size, --head-dim and --max-position-embeddings."""
+    return draft_layer_config(
+        target_cfg,
+        num_layers=a.num_layers,
+        intermediate_size=a.intermediate_size,
+        head_dim=a.head_dim,
+        max_position_embeddings=a.max_position_embeddings,
+    )
+
+
 def meta_model(dcfg: dict, target_cfg: dict, layer_ids: list[int], draft_vocab_size: int, ttt_steps: int, target):
     """speculators' draft for the layer config `dcfg`, built on the meta device (shapes, no storage): what the
     route's trainer builds, for --resume to compare a checkpoint with before loading it."""

@@ -1,6 +1,7 @@
 """The Llama route around speculators' own trainer: its command line (built from ours), the run on every rank,
 the output written after each epoch, and the summary of its metric records (see training/speculators/train.py
-for what and why)."""
+for what and why). The DFlash route (training/dflash/) is run by the same pieces: the run's context, the identity
+a resume is held to, the checkpoint's files checked before it, the DONE line."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ import time
 from pathlib import Path
 
 from ...files.outdir import link_tree
-from ..checkpoint import CKPT_DIR, maybe_stop, write_state
+from .. import sharding
+from ..checkpoint import CKPT_DIR, STATE, Publisher, maybe_stop, write_state
 from ..data import prepare_data
 from ..distributed import World, on_main
 from ..options import DEFAULT_EPOCHS, RUN_DIR
-from ..report import TrainDraftError, non_finite, say
+from ..report import TrainDraftError, non_finite, require_learned, say
+from ..resume import check_history, check_model_file, check_optimizer, check_scheduler, check_training_state
+from ..selection import Keeper
 from . import patches
 from .progress import TrainingProgress
 
@@ -256,6 +260,75 @@ class RunContext:
         on_main(lambda: maybe_stop(epoch + 1, trainer.config.num_epochs), self.world)
 
 
+def run_context(a, world: World, got: dict, rule: dict, record: dict, progress: TrainingProgress, **fields):
+    """(this rank's RunContext, the Keeper of --select-by): a resumed run's progress restored, --out written by
+    epoch under `rule` with `record`; `got`: what rank 0 prepared (work, state, identity, result); `fields`: the
+    context's other fields (opts: `a` unless given)."""
+    G, A = sharding.accumulation(a.global_batch, world.size)
+    state = got["state"]
+    if state is not None:
+        progress.history = list(state.get("history") or [])
+        progress.val = list(state.get("val") or [])
+    keep = Keeper.for_run(a, state)  # which epoch's draft --out holds (--select-by)
+    ctx = RunContext(
+        **{"opts": a, **fields},
+        world=world,
+        device=world.device,
+        G=G,
+        A=A,
+        work=got["work"],
+        publisher=Publisher(Path(a.out), rule, record, world, keep),
+        identity=got["identity"],
+        progress=progress,
+        result=got["result"],
+    )
+    return ctx, keep
+
+
+def run_identity(arch: str, a, G: int, n_files: int, layer_ids: list[int], dcfg: dict, vocab: int) -> dict:
+    """What a resumed run must share with the checkpoint's (training/checkpoint.IDENTITY), as every route through
+    speculators' trainer records it; a route adds its own settings."""
+    return {
+        "arch": arch,
+        "seed": a.seed,
+        "global_batch": G,
+        "n_train": int(n_files * a.train_ratio),
+        "total_seq_len": a.total_seq_len,
+        "layer_ids": layer_ids,
+        "optimizer": a.optimizer,
+        "train_ratio": a.train_ratio,
+        "num_layers": dcfg["num_hidden_layers"],
+        "intermediate_size": dcfg["intermediate_size"],
+        "head_dim": dcfg["head_dim"],
+        "draft_vocab_size": vocab,
+    }
+
+
+def check_checkpoint_files(out: Path, state: dict, build_model) -> None:
+    """--resume: the files of the checkpoint's last epoch against the draft this run builds (`build_model()`: on
+    the meta device), as speculators' checkpointer writes them (training/resume.py)."""
+    gs, d = state["global_step"], out / CKPT_DIR / str(state["epochs_done"] - 1)
+    check_history(state, str(out / CKPT_DIR / STATE), ("step",))
+    model = build_model()
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    params = [(n, tuple(p.shape)) for n, p in model.named_parameters() if p.requires_grad]
+    check_model_file(
+        d / "model.safetensors", {k: tuple(v.shape) for k, v in model.state_dict().items() if k not in frozen}
+    )
+    check_optimizer(d / "optimizer_state_dict.pt", params, gs, by_name=True)
+    if (d / "scheduler_state_dict.pt").exists():
+        check_scheduler(d / "scheduler_state_dict.pt", gs)
+    check_training_state(d / "training_state.json", state["epochs_done"], gs)
+
+
+def link_resumed(out: Path, work: Path, state: dict | None) -> None:
+    """--resume: the checkpoint's last epoch linked into the working folder, where speculators' trainer goes on."""
+    if state is not None:
+        e = state["epochs_done"] - 1
+        link_tree(out / CKPT_DIR / str(e), work / CKPT_DIR / str(e))
+        say(f"--resume: continuing after epoch {e + 1} (optimizer step {state['global_step']}) from {out}")
+
+
 def run_speculators(spec_cli, TrainConfig, ctx: RunContext, argv: list[str]) -> None:
     """speculators' `train` main on this rank, with our trainer swapped in (training/speculators/patches.py)."""
     cfg = TrainConfig.resolve(argv)
@@ -289,6 +362,21 @@ def summarize(a, result: dict, progress: TrainingProgress) -> dict:
         "tokens_per_s": sum(r.get("tokens", 0) for r in timed) / secs if hist else 0.0,
         "loader_share": sum(r.get("fetch_s", 0.0) for r in timed) / secs if hist else 0.0,
     }
+
+
+def finish(a, summary: dict, world: World, out: Path, accs: str, more: str = "") -> dict:
+    """The run's DONE line (`accs`: its accuracies by step, with what they are; `more`: figures said before out=),
+    then --min-val-acc held on rank 0. Returns `summary`."""
+    va = summary["val"] or {}
+    first = summary["first_loss"]
+    say(
+        f"DONE steps={summary['steps']} train_acc={summary['train_acc']:.4f} ({accs}, mean of last "
+        f"{summary['tail_steps']} steps) loss {float('nan') if first is None else first:.4f}->"
+        f"{summary['final_loss']:.4f} val_acc={va.get('full_acc_0_epoch', float('nan')):.4f} "
+        f"tok/s/process={summary['tokens_per_s']:.0f} {more}out={out}"
+    )
+    on_main(lambda: require_learned(va.get("full_acc_0_epoch"), a.min_val_acc, out), world)
+    return summary
 
 
 def history_rows(progress: TrainingProgress) -> list[dict]:

@@ -81,9 +81,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ...files.outdir import link_tree
 from .. import sharding
-from ..checkpoint import CKPT_DIR, STATE, Publisher, check_identity, read_resume_point
+from ..checkpoint import check_identity, read_resume_point
 from ..data import find_hs_dir, list_hs_files, parse_layer_ids, read_layer_ids_from_metadata
 from ..distributed import current, on_main
 from ..init_from import (
@@ -95,17 +94,19 @@ from ..init_from import (
     speculators_state_dict,
 )
 from ..options import TrainOptions
-from ..report import TrainDraftError, require_learned, say
-from ..resume import check_history, check_model_file, check_optimizer, check_scheduler, check_training_state
-from ..selection import Keeper
+from ..report import TrainDraftError, say
 from ..target_view import is_wrapper, read_tensors, text_config, verifier_view
-from .draft_config import check_ratio, check_settings, draft_layer_config, meta_model
+from .draft_config import check_ratio, check_settings, layer_config_of, meta_model
 from .progress import TrainingProgress
 from .run import (
-    RunContext,
     build_argv,
+    check_checkpoint_files,
+    finish,
     history_rows,
+    link_resumed,
     prepare,
+    run_context,
+    run_identity,
     run_speculators,
     speculators_modules,
     summarize,
@@ -132,14 +133,8 @@ def _prepare_on_main(a: TrainOptions, world) -> dict:
     except ValueError as e:
         raise TrainDraftError(str(e)) from e
     G, _ = sharding.accumulation(a.global_batch, world.size)
-    dcfg = draft_layer_config(
-        target_cfg,
-        num_layers=a.num_layers,
-        intermediate_size=a.intermediate_size,
-        head_dim=a.head_dim,
-        max_position_embeddings=a.max_position_embeddings,
-    )
-    identity = _identity(a, G, len(hs_files), layer_ids, dcfg, dvs or vocab)
+    dcfg = layer_config_of(target_cfg, a)
+    identity = run_identity("llama", a, G, len(hs_files), layer_ids, dcfg, dvs or vocab) | {"ttt_steps": a.ttt_steps}
     state = read_resume_point(out, a.resume)
     check_identity(state, identity, out)
     result: dict = {
@@ -160,10 +155,7 @@ def _prepare_on_main(a: TrainOptions, world) -> dict:
             _mapping_note(init, work, vocab)
         (work / "draft_config.json").write_text(json.dumps(dcfg, indent=2))
         verifier = verifier_view(target, work / "verifier")  # speculators reads a top-level text config
-        if state is not None:
-            e = state["epochs_done"] - 1
-            link_tree(out / CKPT_DIR / str(e), work / CKPT_DIR / str(e))
-            say(f"--resume: continuing after epoch {e + 1} (optimizer step {state['global_step']}) from {out}")
+        link_resumed(out, work, state)
     except BaseException:
         import shutil
 
@@ -180,25 +172,6 @@ def _prepare_on_main(a: TrainOptions, world) -> dict:
         "state": state,
         "init_weights": work / INIT_WEIGHTS if (work / INIT_WEIGHTS).exists() else None,
         "mapping": (work / "d2t.npy", work / "t2d.npy") if (work / "d2t.npy").exists() else None,
-    }
-
-
-def _identity(a: TrainOptions, G: int, n_files: int, layer_ids: list[int], dcfg: dict, dvs: int) -> dict:
-    """What a resumed run must share with the checkpoint's (training/checkpoint.IDENTITY)."""
-    return {
-        "arch": "llama",
-        "seed": a.seed,
-        "global_batch": G,
-        "n_train": int(n_files * a.train_ratio),
-        "total_seq_len": a.total_seq_len,
-        "layer_ids": layer_ids,
-        "optimizer": a.optimizer,
-        "train_ratio": a.train_ratio,
-        "num_layers": dcfg["num_hidden_layers"],
-        "intermediate_size": dcfg["intermediate_size"],
-        "head_dim": dcfg["head_dim"],
-        "draft_vocab_size": dvs,
-        "ttt_steps": a.ttt_steps,
     }
 
 
@@ -239,18 +212,7 @@ def _mapping_note(init, work: Path, vocab: int) -> None:
 
 def check_checkpoint(out: Path, state: dict, a: TrainOptions, tcfg: dict, dcfg: dict, layer_ids, dvs: int) -> None:
     """--resume: the files of the checkpoint's last epoch against the draft this run builds (training/resume.py)."""
-    gs, d = state["global_step"], out / CKPT_DIR / str(state["epochs_done"] - 1)
-    check_history(state, str(out / CKPT_DIR / STATE), ("step",))
-    model = meta_model(dcfg, tcfg, layer_ids, dvs, a.ttt_steps, a.target)
-    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
-    params = [(n, tuple(p.shape)) for n, p in model.named_parameters() if p.requires_grad]
-    check_model_file(
-        d / "model.safetensors", {k: tuple(v.shape) for k, v in model.state_dict().items() if k not in frozen}
-    )
-    check_optimizer(d / "optimizer_state_dict.pt", params, gs, by_name=True)
-    if (d / "scheduler_state_dict.pt").exists():
-        check_scheduler(d / "scheduler_state_dict.pt", gs)
-    check_training_state(d / "training_state.json", state["epochs_done"], gs)
+    check_checkpoint_files(out, state, lambda: meta_model(dcfg, tcfg, layer_ids, dvs, a.ttt_steps, a.target))
 
 
 def train_llama(a: TrainOptions, rule: dict) -> dict:
@@ -269,26 +231,9 @@ def train_llama(a: TrainOptions, rule: dict) -> dict:
     got = on_main(lambda: _prepare_on_main(a, world), world)
     work = got["work"]
     try:
-        G, A = sharding.accumulation(a.global_batch, world.size)
         progress = TrainingProgress(a.log_every, a.ttt_steps, None)
-        if got["state"] is not None:
-            progress.history = list(got["state"].get("history") or [])
-            progress.val = list(got["state"].get("val") or [])
         record = {"arch": "llama", "target": str(a.target), "data": str(a.data)}
-        keep = Keeper.for_run(a, got["state"])  # which epoch's draft --out holds (--select-by)
-        ctx = RunContext(
-            opts=a,
-            world=world,
-            device=world.device,
-            G=G,
-            A=A,
-            work=work,
-            publisher=Publisher(out, rule, record, world, keep),
-            identity=got["identity"],
-            progress=progress,
-            result=got["result"],
-            init_weights=got["init_weights"],
-        )
+        ctx, keep = run_context(a, world, got, rule, record, progress, init_weights=got["init_weights"])
         argv = build_argv(
             a,
             verifier=got["verifier"],
@@ -309,20 +254,9 @@ def train_llama(a: TrainOptions, rule: dict) -> dict:
     result = summarize(a, ctx.result, progress)
     result.update(saved=str(out), history=history_rows(progress))
     result["selection"] = keep.summary()
-    va = result["val"] or {}
-    say(
-        f"DONE steps={result['steps']} train_acc={result['train_acc']:.4f} "
-        f"(ttt accs {' '.join(f'{x:.3f}' for x in result['train_acc_by_step'])}, mean of last "
-        f"{result['tail_steps']} steps) loss {_num(result['first_loss']):.4f}->{result['final_loss']:.4f} "
-        f"val_acc={va.get('full_acc_0_epoch', float('nan')):.4f} tok/s/process={result['tokens_per_s']:.0f} "
-        f"loader={result['loader_share']:.1%} time={result.get('train_seconds', 0):.1f}s out={out}"
-    )
-    on_main(lambda: require_learned(va.get("full_acc_0_epoch"), a.min_val_acc, out), world)
-    return result
-
-
-def _num(x) -> float:
-    return float("nan") if x is None else x
+    accs = " ".join(f"{x:.3f}" for x in result["train_acc_by_step"])
+    more = f"loader={result['loader_share']:.1%} time={result.get('train_seconds', 0):.1f}s "
+    return finish(a, result, world, out, f"ttt accs {accs}", more)
 
 
 def _resolve_layer_ids(
