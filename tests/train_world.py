@@ -91,3 +91,19 @@ def write_samples(
 def train_args(data, target, out) -> list[str]:
     """train's --data, --target and --out, as its command line takes them."""
     return ["--data", str(data), "--target", str(target), "--out", str(out)]
+
+
+def cpu_run(log_every: int | None = None) -> list[str]:
+    """train's flags of the CPU test runs: 512-token rows, no loader workers, no --min-val-acc bar (and --log-every
+    N when given)."""
+    flags = ["--device", "cpu", "--total-seq-len", "512", "--num-workers", "0"]
+    return flags + (["--log-every", str(log_every)] if log_every else []) + ["--min-val-acc", "0"]
+
+
+def train_on_cpu(data, target, out, *extra: str, log_every: int = 20) -> dict:
+    """train_draft's result for train's command line: --data/--target/--out, the CPU run's flags, then `extra`."""
+    from sglang_eagle3_ext.cli import train as train_cli
+    from sglang_eagle3_ext.training import train_draft
+
+    args = train_cli.build_parser().parse_args([*train_args(data, target, out), *cpu_run(log_every), *extra])
+    return train_draft(train_cli.options_from_args(args))

@@ -18,7 +18,7 @@ if not hasattr(transformers, "DeepseekV3ForCausalLM"):
 
 from safetensors.torch import load_file  # noqa: E402
 from test_train_draft import world  # noqa: E402,F401 - the shared module fixture
-from train_world import AUX, SMALL, train_args, write_samples  # noqa: E402
+from train_world import AUX, SMALL, train_args, train_on_cpu, write_samples  # noqa: E402
 
 from sglang_eagle3_ext import envs  # noqa: E402
 from sglang_eagle3_ext.cli import train as train_cli  # noqa: E402
@@ -47,24 +47,7 @@ FLAGS = ["--draft-arch", "dflash", "--mask-token-id", "0", "--block-size", "4", 
 
 
 def _train(data, target, out, *extra):
-    args = train_cli.build_parser().parse_args(
-        [
-            *train_args(data, target, out),
-            "--device",
-            "cpu",
-            "--total-seq-len",
-            "512",
-            "--num-workers",
-            "0",
-            "--log-every",
-            "20",
-            "--min-val-acc",
-            "0",
-            *FLAGS,
-            *extra,
-        ]
-    )
-    return train_draft(train_cli.options_from_args(args))
+    return train_on_cpu(data, target, out, *FLAGS, *extra)
 
 
 def test_dflash_draft_learns_and_converts_to_sglangs_layout(world, tmp_path):

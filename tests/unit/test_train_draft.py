@@ -20,11 +20,10 @@ if not hasattr(transformers, "DeepseekV3ForCausalLM"):
 
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
-from train_world import AUX, SMALL, train_args  # noqa: E402
+from train_world import AUX, SMALL, train_on_cpu  # noqa: E402
 
-from sglang_eagle3_ext.cli import train as train_cli  # noqa: E402
 from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
-from sglang_eagle3_ext.training import TrainDraftError, train_draft  # noqa: E402
+from sglang_eagle3_ext.training import TrainDraftError  # noqa: E402
 from sglang_eagle3_ext.training import data as training_data  # noqa: E402
 from sglang_eagle3_ext.training.options import RUN_DIR  # noqa: E402
 from sglang_eagle3_ext.training.speculators.draft_config import draft_layer_config  # noqa: E402
@@ -68,23 +67,7 @@ def world(tmp_path_factory):
 
 
 def _train(world, out, *extra):
-    args = train_cli.build_parser().parse_args(
-        [
-            *train_args(world["data"], world["target"], out),
-            "--device",
-            "cpu",
-            "--total-seq-len",
-            "512",
-            "--num-workers",
-            "0",
-            "--log-every",
-            "10",
-            "--min-val-acc",
-            "0",
-            *extra,
-        ]
-    )
-    return train_draft(train_cli.options_from_args(args))
+    return train_on_cpu(world["data"], world["target"], out, *extra, log_every=10)
 
 
 def _reload_matches(out):

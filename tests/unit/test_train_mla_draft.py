@@ -15,10 +15,10 @@ if not hasattr(transformers, "DeepseekV3ForCausalLM"):
 
 from safetensors.torch import load_file  # noqa: E402
 from test_train_draft import world  # noqa: E402,F401 - the shared module fixture
-from train_world import AUX, SMALL, train_args  # noqa: E402
+from train_world import AUX, SMALL, train_args, train_on_cpu  # noqa: E402
 
 from sglang_eagle3_ext.cli import train as train_cli  # noqa: E402
-from sglang_eagle3_ext.training import TrainDraftError, train_draft  # noqa: E402
+from sglang_eagle3_ext.training import TrainDraftError  # noqa: E402
 from sglang_eagle3_ext.training.mla.train import load_checkpoint  # noqa: E402
 
 SGLANG_LAYOUT = {
@@ -43,23 +43,7 @@ SGLANG_LAYOUT = {
 
 
 def _train(world, out, target=None, *extra):
-    args = train_cli.build_parser().parse_args(
-        [
-            *train_args(world["data"], target or world["target"], out),
-            "--device",
-            "cpu",
-            "--total-seq-len",
-            "512",
-            "--num-workers",
-            "0",
-            "--log-every",
-            "20",
-            "--min-val-acc",
-            "0",
-            *extra,
-        ]
-    )
-    return train_draft(train_cli.options_from_args(args))
+    return train_on_cpu(world["data"], target or world["target"], out, *extra)
 
 
 def test_train_mla_draft_learns_and_writes_sglangs_layout(world):

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from test_train_draft import _run_target, world  # noqa: E402,F401 - the shared module fixture
-from train_world import AUX, SMALL, train_args  # noqa: E402
+from train_world import AUX, SMALL, cpu_run, train_args  # noqa: E402
 
 from sglang_eagle3_ext import envs  # noqa: E402
 from sglang_eagle3_ext.cli import train as train_cli  # noqa: E402
@@ -31,20 +31,7 @@ from sglang_eagle3_ext.training import TrainDraftError, TrainOptions, train_draf
 from sglang_eagle3_ext.training.checkpoint import CKPT_DIR, STATE, TrainingStopped  # noqa: E402
 
 RUN = dict(device="cpu", total_seq_len=512, num_workers=0, log_every=100, min_val_acc=0, lr=3e-3)
-FLAGS = [
-    "--device",
-    "cpu",
-    "--total-seq-len",
-    "512",
-    "--num-workers",
-    "0",
-    "--log-every",
-    "100",
-    "--min-val-acc",
-    "0",
-    "--lr",
-    "3e-3",
-]
+FLAGS = [*cpu_run(100), "--lr", "3e-3"]
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from train_world import SMALL, train_args, write_samples
+from train_world import SMALL, cpu_run, train_args, write_samples
 
 from sglang_eagle3_ext.cli import train as train_cli
 from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target
@@ -20,22 +20,7 @@ def target(tmp_path_factory):
 
 
 def train(capsys, target, data, out, *extra) -> tuple[int, str]:
-    rc = train_cli.main(
-        [
-            *train_args(data, target, out),
-            "--device",
-            "cpu",
-            "--total-seq-len",
-            "512",
-            "--num-workers",
-            "0",
-            "--min-val-acc",
-            "0",
-            "--epochs",
-            "1",
-            *extra,
-        ]
-    )
+    rc = train_cli.main([*train_args(data, target, out), *cpu_run(), "--epochs", "1", *extra])
     return rc, capsys.readouterr().err
 
 
