@@ -1,6 +1,7 @@
 """The served accept length of an EAGLE-3 or DFlash draft, predicted offline (`sglang-eagle3 eval`).
 
-    evaluate.py    Options -> the report (held-out split, draft, simulation, tallies, --url); render()
+    options.py     EvalOptions: what eval takes, each flag declared once
+    evaluate.py    EvalOptions -> the report (held-out split, draft, simulation, tallies, --url); render()
     data.py        the samples: a dump dir or a training export, read with the dump's / training's readers;
                    the held-out split `train` keeps out
     drafts.py      the draft as a server runs it (check's verdict, the package's safetensors reader, the

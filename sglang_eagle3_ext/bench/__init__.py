@@ -1,7 +1,8 @@
 """The acceptance benchmark's library: `run.benchmark(run.BenchOptions(url=...))` drives a server with
 speculative decoding (and a baseline) and returns per-level figures and a verdict.
 
-- `run` — the benchmark (`BenchOptions`, `benchmark`), the servers' logs, the request lengths;
+- `options` — `BenchOptions`: one run's options, each flag declared once;
+- `run` — the benchmark (`benchmark`), the servers' logs, the request lengths;
 - `stats` — what one server did at one level (`RunStats`: accept length, per-position acceptance, tokens/s);
 - `prompts` — prompt sets: the user's JSONL / ShareGPT / MT-bench files, or built-in token ids;
 - `steps` — one iteration's and one admission's cost, read from a SGLang server's log;

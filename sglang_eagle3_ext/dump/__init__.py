@@ -21,7 +21,7 @@ Modules, in the order a sample travels (server side first):
     ranks.py           which rank writes;  prefill_graphs.py: start-up refusal where prefill runs in a graph
     serving_mode.py, verify_capture.py, serving_assembler.py   dump while serving EAGLE-3 (responses too)
     driver.py          what `sglang-eagle3 dump run|status|export` does (over server/http_client.py; client_files.py:
-                       the files it reads)
+                       the files it reads); run_options.py: RunOptions, `dump run`'s flags declared once
 
 Nothing heavy is imported here.
 """

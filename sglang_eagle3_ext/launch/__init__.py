@@ -3,6 +3,7 @@
 plan:     build_plan(options, SGLang's arguments) -> Plan: the SGLang command, the environment its processes
           get, every decision with its reason; Plan.render() / as_dict() (settings: SGLang's settings as the
           launch reads them; errors: LaunchError, the launcher's refusal).
+options:  LaunchOptions, the launcher's own flags, each declared once.
 start:    what a plan starts: the dump folder, the preflight and the tiny model first, then SGLang in this process.
 topology: what the GPUs can do to each other (NVML, no CUDA context), JSON round-trip
           (topology_schema: what a topology file must hold, checked field by field).
