@@ -9,36 +9,125 @@ from pathlib import Path
 from typing import Callable
 
 from ..boundary import BadInput, Refused, regular_file
+from ..options_schema import Parse, flag
 from . import STAGES
 
 DEFAULT_SERVER_WAIT_S = 1800.0
 
 
-@dataclasses.dataclass
+TARGET = Parse("folder_in", "give the target model's local folder")
+CONFIG = Parse("file_in", "give a YAML file of build's and train's flags")
+# the argument group of `build --help` each field's flag is listed under (the rest: at the top)
+GROUPS = {
+    "dump": (
+        "data",
+        "dump_dir",
+        "url",
+        "preset",
+        "port",
+        "server_wait_s",
+        "generate",
+        "max_new_tokens",
+        "temperature",
+        "concurrency",
+        "limit",
+        "trust_remote_code",
+        "timeout",
+        "wait_s",
+        "export_workers",
+    ),
+    "eval and serving": ("spec_steps", "eval_samples", "eval_dtype", "serve_preset"),
+    "running": ("gpus", "from_stage"),
+}
+
+
+@dataclasses.dataclass(kw_only=True)
 class BuildOptions:
-    out: str  # every stage's output folder lives here
-    target: str | None = None  # the target's local folder (served, tokenizer, train, check, eval)
-    data: str | None = None  # the prompts (JSONL), for the dump stage
-    dump_dir: str | None = None  # an existing dump: the dump stage is skipped
-    url: str | None = None  # a running dumping server
-    preset: str | None = None  # or a server build starts (launch preset) and stops after
-    port: int = 30000
-    server_wait_s: float = DEFAULT_SERVER_WAIT_S
-    generate: bool = False
-    max_new_tokens: int = 512
-    temperature: float = 0.0
-    concurrency: int = 8
-    limit: int | None = None
-    trust_remote_code: bool = False
-    timeout: float = 600.0
-    wait_s: float = 300.0
-    export_workers: int = 8
-    gpus: int = 1  # >1: train under torchrun, one process per GPU
-    spec_steps: int = 3  # --speculative-num-steps the prediction and the serve command use
-    eval_samples: int | None = None
-    eval_dtype: str = "bf16"
-    serve_preset: str | None = None  # the preset of the serve command (default: the dump preset's twin)
-    from_stage: str | None = None
+    """One build; each field with a command line is declared here once (`options_schema.flag`), and
+    `cli/build.py` derives its parser from it (train's flags: TrainOptions', passed through in `train`)."""
+
+    # every stage's output folder lives here
+    out: str = flag(
+        type=Parse("folder_out", "give a new or empty folder, or an earlier build's"),
+        help="where every stage's output goes (new, empty, or an earlier build's)",
+    )
+    # the target's local folder (served, tokenizer, train, check, eval)
+    target: str | None = flag(
+        None,
+        type=TARGET,
+        aliases="--model-path",
+        help="the target model's local folder (served for the dump, its tokenizer, train, check, eval)",
+    )
+    # the prompts (JSONL), for the dump stage
+    data: str | None = flag(
+        None,
+        metavar="PROMPTS",
+        type=Parse(
+            "file_in",
+            "give the JSONL prompts file to dump",
+            "--data takes the JSONL prompts file; to start from an existing dump, pass it as --dump-dir",
+        ),
+        help='JSONL prompts ({"id", "input_ids" | "text" | "messages"}) to dump',
+    )
+    # an existing dump: the dump stage is skipped
+    dump_dir: str | None = flag(
+        None,
+        metavar="DIR",
+        type=Parse(
+            "folder_in",
+            "give the folder a dumping server wrote (its SGLANG_EAGLE3_EXT_DUMP_DIR)",
+            "--dump-dir takes a dump folder; pass a prompts file as --data",
+        ),
+        help="start from this existing dump (the dump stage is skipped)",
+    )
+    url: str | None = flag(
+        None, type=Parse("server_url"), help="a running dumping server (its dump folder must be OUT/dump)"
+    )
+    # or a server build starts (launch preset) and stops after
+    preset: str | None = flag(
+        None,
+        metavar="NAME",
+        type=Parse("preset"),
+        help="start a dumping server with this launch preset and --target, stopped when the dump is done",
+    )
+    port: int = flag(30000, type=Parse("port"), help="the port of the server --preset starts")
+    server_wait_s: float = flag(
+        DEFAULT_SERVER_WAIT_S,
+        type=Parse("positive_float"),
+        help="how long the server --preset starts may take to become healthy",
+    )
+    generate: bool = flag(
+        False, action="store_true", help="the target answers each prompt first; prompt + answer is dumped"
+    )
+    max_new_tokens: int = flag(512, type=Parse("positive_int"), help="answer length with --generate")
+    temperature: float = flag(0.0, type=Parse("non_negative_float"), help="sampling temperature with --generate")
+    concurrency: int = flag(8, type=Parse("positive_int"), help="dump requests in flight")
+    limit: int | None = flag(None, type=Parse("positive_int"), help="dump only the first N prompts")
+    trust_remote_code: bool = flag(
+        False,
+        action="store_true",
+        help="let --target's tokenizer run the code it ships (text prompts; only a model you trust)",
+    )
+    timeout: float = flag(600.0, type=Parse("positive_float"), help="seconds for one dump request")
+    wait_s: float = flag(300.0, type=Parse("non_negative_float"), help="how long to wait for the last writes")
+    export_workers: int = flag(8, type=Parse("positive_int"), help="samples exported in parallel")
+    # --speculative-num-steps the prediction and the serve command use
+    spec_steps: int = flag(
+        3, type=Parse("positive_int"), help="--speculative-num-steps of the prediction and of the serve command"
+    )
+    eval_samples: int | None = flag(
+        None, type=Parse("positive_int"), help="predict on at most this many held-out samples"
+    )
+    eval_dtype: str = flag("bf16", choices=("bf16", "fp32"), help="eval's weights and activations")
+    # the preset of the serve command (default: the dump preset's twin)
+    serve_preset: str | None = flag(
+        None,
+        metavar="NAME",
+        help="the preset of the serve command (default: the dump preset's serving twin, NAME-dump -> NAME)",
+    )
+    # >1: train under torchrun, one process per GPU
+    gpus: int = flag(1, type=Parse("positive_int"), help="train on this many GPUs (torchrun) when > 1")
+    from_stage: str | None = flag(None, names="--from", choices=STAGES, help="redo this stage and the ones after it")
     train: dict = dataclasses.field(default_factory=dict)  # TrainOptions fields (data/target/out: build's)
     say: Callable[[str], None] = print
     quiet: bool = False

@@ -19,52 +19,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..build import STAGES
 from ..build.config import BOOL, dump_config
-from ..build.options import BuildOptions
+from ..build.options import CONFIG, GROUPS, BuildOptions
 from ..build.report import render_text
 from ..training.options import TrainOptions
 from ..training.report import TrainDraftError
 from . import common as cli_common
 from . import train as train_cli
-from .inputs import file_in, folder_in, folder_out, port, preset, server_url
 from .interrupts import interrupted_line, interruptible
 from .output import library_output
+from .schema import add_options, argparse_type, options_from
 
-_CONFIG = file_in("give a YAML file of build's and train's flags")
-_TARGET = folder_in("give the target model's local folder")
+_CONFIG = argparse_type(CONFIG)
 # train's flags that build sets itself (its folders, resuming, planning, output)
 _TRAIN_OWN = {"data", "target", "out", "force", "resume", "dry_run", "json", "quiet", "verbose", "help", "debug"}
-
-
-def _add_sources(g) -> None:
-    """Where the dump comes from: prompts to dump (a server --preset starts, or --url), or an existing dump."""
-    g.add_argument(
-        "--data",
-        metavar="PROMPTS",
-        type=file_in(
-            "give the JSONL prompts file to dump",
-            if_folder="--data takes the JSONL prompts file; to start from an existing dump, pass it as --dump-dir",
-        ),
-        help='JSONL prompts ({"id", "input_ids" | "text" | "messages"}) to dump',
-    )
-    g.add_argument(
-        "--dump-dir",
-        metavar="DIR",
-        type=folder_in(
-            "give the folder a dumping server wrote (its SGLANG_EAGLE3_EXT_DUMP_DIR)",
-            if_file="--dump-dir takes a dump folder; pass a prompts file as --data",
-        ),
-        help="start from this existing dump (the dump stage is skipped)",
-    )
-    g.add_argument("--url", type=server_url, help="a running dumping server (its dump folder must be OUT/dump)")
-    g.add_argument(
-        "--preset",
-        metavar="NAME",
-        type=preset,
-        help="start a dumping server with this launch preset and --target, stopped when the dump is done",
-    )
-    g.add_argument("--port", type=port, default=30000, help="the port of the server --preset starts")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,58 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_CONFIG,
         help="YAML mapping of build's and train's flags (the command line overrides it)",
     )
-    p.add_argument(
-        "--out",
-        type=folder_out("give a new or empty folder, or an earlier build's"),
-        help="where every stage's output goes (new, empty, or an earlier build's)",
+    grouped = [name for names in GROUPS.values() for name in names]
+    add_options(p, BuildOptions, skip=grouped)
+    groups = {title: p.add_argument_group(title) for title in GROUPS}
+    for title, names in GROUPS.items():
+        add_options(groups[title], BuildOptions, only=names)
+    groups["running"].add_argument(
+        "--dry-run", action="store_true", help="print the plan; start, train and write nothing"
     )
-    p.add_argument(
-        "--target",
-        type=_TARGET,
-        help="the target model's local folder (served for the dump, its tokenizer, train, check, eval)",
-    )
-    c.hidden_alias(p, "--model-path", dest="target", type=_TARGET)
-    g = p.add_argument_group("dump")
-    _add_sources(g)
-    g.add_argument(
-        "--server-wait-s",
-        type=c.positive_float,
-        default=1800.0,
-        help="how long the server --preset starts may take to become healthy",
-    )
-    g.add_argument(
-        "--generate", action="store_true", help="the target answers each prompt first; prompt + answer is dumped"
-    )
-    g.add_argument("--max-new-tokens", type=c.positive_int, default=512, help="answer length with --generate")
-    g.add_argument("--temperature", type=c.non_negative_float, default=0.0, help="sampling temperature with --generate")
-    g.add_argument("--concurrency", type=c.positive_int, default=8, help="dump requests in flight")
-    g.add_argument("--limit", type=c.positive_int, help="dump only the first N prompts")
-    g.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="let --target's tokenizer run the code it ships (text prompts; only a model you trust)",
-    )
-    g.add_argument("--timeout", type=c.positive_float, default=600.0, help="seconds for one dump request")
-    g.add_argument("--wait-s", type=c.non_negative_float, default=300.0, help="how long to wait for the last writes")
-    g.add_argument("--export-workers", type=c.positive_int, default=8, help="samples exported in parallel")
-    s = p.add_argument_group("eval and serving")
-    s.add_argument(
-        "--spec-steps",
-        type=c.positive_int,
-        default=3,
-        help="--speculative-num-steps of the prediction and of the serve command",
-    )
-    s.add_argument("--eval-samples", type=c.positive_int, help="predict on at most this many held-out samples")
-    s.add_argument("--eval-dtype", choices=("bf16", "fp32"), default="bf16", help="eval's weights and activations")
-    s.add_argument(
-        "--serve-preset",
-        metavar="NAME",
-        help="the preset of the serve command (default: the dump preset's serving twin, NAME-dump -> NAME)",
-    )
-    r = p.add_argument_group("running")
-    r.add_argument("--gpus", type=c.positive_int, default=1, help="train on this many GPUs (torchrun) when > 1")
-    r.add_argument("--from", dest="from_stage", choices=STAGES, help="redo this stage and the ones after it")
-    r.add_argument("--dry-run", action="store_true", help="print the plan; start, train and write nothing")
     c.add_json_out(p, "the report (with --dry-run: the plan)")
     c.add_verbosity(p, quiet="no progress bars")
     t = p.add_argument_group("train (the same flags as `sglang-eagle3 train`)")
@@ -179,37 +103,12 @@ def parse(argv) -> tuple[argparse.Namespace, dict]:
 
 def options(a: argparse.Namespace):
 
-    fields = {
-        k: getattr(a, k)
-        for k in (
-            "out",
-            "target",
-            "data",
-            "dump_dir",
-            "url",
-            "preset",
-            "port",
-            "server_wait_s",
-            "generate",
-            "max_new_tokens",
-            "temperature",
-            "concurrency",
-            "limit",
-            "trust_remote_code",
-            "timeout",
-            "wait_s",
-            "export_workers",
-            "gpus",
-            "spec_steps",
-            "eval_samples",
-            "eval_dtype",
-            "serve_preset",
-            "from_stage",
-            "quiet",
-        )
-    }
     train = {k: getattr(a, k) for k in train_dests() if k in _train_fields()}
-    return BuildOptions(**fields, train=train, say=lambda m: print(f"build: {m}", file=sys.stderr, flush=True))
+
+    def say(m: str) -> None:
+        print(f"build: {m}", file=sys.stderr, flush=True)
+
+    return options_from(a, BuildOptions, train=train, say=say, quiet=a.quiet)
 
 
 def _train_fields() -> set:

@@ -12,6 +12,7 @@ from cli_fixtures import _all, parsers  # noqa: F401  (fixture)
 
 from sglang_eagle3_ext.acceptance.options import EvalOptions
 from sglang_eagle3_ext.bench.options import BenchOptions
+from sglang_eagle3_ext.build.options import BuildOptions
 from sglang_eagle3_ext.cli import swap as cli_swap
 from sglang_eagle3_ext.cli.schema import add_options, hand_added_duplicates, options_from
 from sglang_eagle3_ext.draft.swap_options import SwapOptions
@@ -30,6 +31,7 @@ DERIVED = {
     "tune": TuneOptions,
     "launch": LaunchOptions,
     "eval": EvalOptions,
+    "build": BuildOptions,
 }
 
 
