@@ -17,9 +17,6 @@ from .stats import Tally, Walk
 log = logging.getLogger("sglang_eagle3_ext.acceptance")
 
 
-Options = EvalOptions  # the plain name, for importers not yet moved to EvalOptions
-
-
 SGLANG_DEFINITION = (
     "accepted drafts + 1 per verify round over the rounds (SGLang's avg_spec_accept_length, its "
     "log's accept len, the sglang:spec_accept_length metric)"

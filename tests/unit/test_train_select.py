@@ -141,10 +141,10 @@ def test_select_by_last_without_a_scorer_keeps_the_last_epoch(few, tmp_path):
 
 
 def _evaluate(draft, world, steps=3) -> float:
-    from sglang_eagle3_ext.acceptance.evaluate import Options, evaluate
+    from sglang_eagle3_ext.acceptance.evaluate import EvalOptions, evaluate
 
     return evaluate(
-        Options(
+        EvalOptions(
             draft=str(draft), data=str(world["data"]), target=str(world["target"]), steps=steps, heldout_fraction=0.05
         )
     )["predicted_accept_length"]
@@ -215,9 +215,9 @@ def test_predicted_accept_through_the_command_mla(walk, tmp_path):
     assert [s["epoch"] for s in sel["scores"]] == [1, 2] and all(s["samples"] == 1 for s in sel["scores"])
     assert scores[0] != scores[1] and sel["kept_score"] == max(scores)
     assert sel["kept_epoch"] == scores.index(max(scores)) + 1
-    from sglang_eagle3_ext.acceptance.evaluate import Options, evaluate
+    from sglang_eagle3_ext.acceptance.evaluate import EvalOptions, evaluate
 
-    rep = evaluate(Options(draft=str(out), data=str(walk["data"]), target=str(walk["target"]), samples=1))
+    rep = evaluate(EvalOptions(draft=str(out), data=str(walk["data"]), target=str(walk["target"]), samples=1))
     assert rep["predicted_accept_length"] == max(scores)
 
 
