@@ -205,3 +205,15 @@ def test_any_dflash_source_config_converts_or_is_refused_by_name(kind, fields, d
         assert (
             fmt in dflash.READERS and out["architectures"] == [dflash.ARCH] and isinstance(out["dflash_config"], dict)
         )
+
+
+@pytest.mark.parametrize("ids", [True, 3, "1,2", [1, "2"]])
+def test_speculators_layer_ids_of_another_type_are_refused_by_name(ids):
+    cfg = {
+        "speculators_model_type": "dflash",
+        "architectures": [dflash.ARCH],
+        "transformer_layer_config": {"hidden_size": 64, "vocab_size": 128, "model_type": "qwen3"},
+        "aux_hidden_state_layer_ids": ids,
+    }
+    with pytest.raises(E.ConversionRefused, match="aux_hidden_state_layer_ids"):
+        convert_config(cfg, keys.layout_for_version(V), None)

@@ -294,6 +294,12 @@ def from_speculators(cfg: dict, hf_override) -> tuple[dict, list[int]]:
             "hidden_states indices used in training",
             E.CONFIG_MISSING,
         )
+    if not (isinstance(hf, (list, tuple)) and all(is_int(i) for i in hf)):
+        _refuse(
+            f"aux_hidden_state_layer_ids={hf!r} is no list of HF hidden_states indices; pass --hf-indices with "
+            f"those used in training",
+            E.CONFIG_INVALID,
+        )
     out = {k: v for k, v in tl.items() if k not in _DROP}
     out.update(architectures=[ARCH], model_type=tl.get("model_type") or "qwen3", tie_word_embeddings=False)
     th = cfg.get("target_hidden_size")
