@@ -128,3 +128,25 @@ def assert_names_its_input(err, *inputs) -> None:
     """A refusal names what it refused (the file, flag, URL or key): one of `inputs` is in its line."""
     line = refusal_line(err)
     assert any(str(x) in line for x in inputs if str(x)), f"names none of {inputs}: {line!r}"
+
+
+def refresh_options(world, out: str, **kw):
+    """RefreshOptions of a one-epoch CPU refresh of the refresh world's draft on its dump into world["tmp"] / out."""
+    from sglang_eagle3_ext.refresh.run import RefreshOptions
+
+    base = dict(
+        dump_dir=str(world["dump"]),
+        draft=str(world["draft"]),
+        out=str(world["tmp"] / out),
+        target=str(world["target"]),
+        margin=-1e9,  # accepted whatever it predicts
+        min_samples=8,
+        heldout_fraction=0.25,
+        epochs=1,
+        lr=1e-4,
+        device="cpu",
+        dtype="fp32",
+        workers=1,
+        train_options={"num_workers": 0, "total_seq_len": 256},
+    )
+    return RefreshOptions(**{**base, **kw})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import acceptance_world as W
 import pytest
-from helpers import assert_names_its_input
+from helpers import assert_names_its_input, refresh_options
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -175,25 +175,9 @@ def test_a_bad_draft_is_refused_before_anything_is_read(world, capsys):
 
 # ---- one refresh end to end ------------------------------------------------------------------------------
 def _refresh(world, out: str, margin: float):
-    from sglang_eagle3_ext.refresh.run import RefreshOptions, refresh
+    from sglang_eagle3_ext.refresh.run import refresh
 
-    return refresh(
-        RefreshOptions(
-            dump_dir=str(world["dump"]),
-            draft=str(world["draft"]),
-            out=str(world["tmp"] / out),
-            target=str(world["target"]),
-            margin=margin,
-            min_samples=8,
-            heldout_fraction=0.25,
-            epochs=1,
-            lr=1e-4,
-            device="cpu",
-            dtype="fp32",
-            workers=1,
-            train_options={"num_workers": 0, "total_seq_len": 256},
-        )
-    )
+    return refresh(refresh_options(world, out, margin=margin))
 
 
 def test_refresh_end_to_end_and_the_cursor_resumes(world):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import acceptance_world as W
 import pytest
+from helpers import refresh_options
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
@@ -21,7 +22,7 @@ from sglang_eagle3_ext.boundary import Refused
 from sglang_eagle3_ext.dump.manifest import sample_relpath
 from sglang_eagle3_ext.dump.sample_file import T_AUX
 from sglang_eagle3_ext.refresh import cursor as C
-from sglang_eagle3_ext.refresh.run import RefreshOptions, refresh
+from sglang_eagle3_ext.refresh.run import refresh
 from sglang_eagle3_ext.refresh.traffic import BAD_SAMPLE, check_samples, select
 
 N = 40
@@ -168,25 +169,7 @@ def test_the_cursor_records_nothing_when_the_report_cannot_be_written(world):
         raise OSError(28, "No space left on device")
 
     with pytest.raises(Refused, match="report could not be written.*No space left"):
-        refresh(
-            RefreshOptions(
-                dump_dir=str(world["dump"]),
-                draft=str(world["draft"]),
-                out=str(world["tmp"] / "out"),
-                target=str(world["target"]),
-                margin=-1e9,  # accepted whatever it predicts
-                min_samples=8,
-                heldout_fraction=0.25,
-                epochs=1,
-                lr=1e-4,
-                device="cpu",
-                dtype="fp32",
-                workers=1,
-                train_options={"num_workers": 0, "total_seq_len": 256},
-                say=said.append,
-                report=report,
-            )
-        )
+        refresh(refresh_options(world, "out", say=said.append, report=report))
     assert any(BAD in x and "NaN/Inf" in x for x in said), said
     cur = C.read_cursor(world["dump"])
     assert cur.consumed == set() and cur.pending is None

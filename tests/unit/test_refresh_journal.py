@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import refresh_options
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_refresh import world  # noqa: F401 - the fixture: a target, a 40-sample serving dump, a draft
@@ -22,25 +23,7 @@ TESTS = Path(__file__).resolve().parents[1]
 
 
 def _options(world, out: str, **kw):
-    from sglang_eagle3_ext.refresh.run import RefreshOptions
-
-    base = dict(
-        dump_dir=str(world["dump"]),
-        draft=str(world["draft"]),
-        out=str(world["tmp"] / out),
-        target=str(world["target"]),
-        margin=-1e9,
-        min_samples=8,
-        heldout_fraction=0.25,
-        epochs=1,
-        lr=1e-4,
-        device="cpu",
-        dtype="fp32",
-        workers=1,
-        swap_timeout=10,
-        train_options={"num_workers": 0, "total_seq_len": 256},
-    )
-    return RefreshOptions(**{**base, **kw})
+    return refresh_options(world, out, **{"swap_timeout": 10, **kw})
 
 
 def _refresh(world, out: str, **kw) -> dict:
