@@ -25,8 +25,8 @@ def _plain(v):
         return [_plain(x) for x in v]
     if isinstance(v, dict):
         return {str(k): _plain(x) for k, x in v.items()}
-    if callable(v):
-        return f"<{getattr(v, '__module__', '')}.{getattr(v, '__qualname__', type(v).__qualname__)}>"
+    if callable(v):  # by name: where the function lives is no part of the command line
+        return f"<{getattr(v, '__qualname__', type(v).__qualname__)}>"
     return repr(v)
 
 
