@@ -38,7 +38,7 @@ _FB = "sglang.srt.model_executor.forward_batch_info"
 _WU = "sglang.srt.managers.scheduler_components.weight_updater"
 _TM = "sglang.srt.managers.tokenizer_manager"
 _SCH = "sglang.srt.managers.scheduler"
-_T = "sglang_eagle3_ext.targets"
+_T = "sglang_eagle3_ext.in_server.hooks"
 
 PATCHES: tuple[PatchSpec, ...] = (
     PatchSpec(

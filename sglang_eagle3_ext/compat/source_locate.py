@@ -177,7 +177,7 @@ def locate(root: Path, spec: PatchSpec) -> Location:
     a = node.args
     named = {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs}
     gone = [p for p in spec.params if p not in named]
-    if gone:  # the wrapper reads these by name (targets/_bind.py)
+    if gone:  # the wrapper reads these by name (in_server/hooks/_bind.py)
         return Location(
             "moved",
             f"param {', '.join(gone)} gone from {fcls.name}.{attr} ({_rel(root, fpath)}:{node.lineno})",

@@ -3,7 +3,7 @@
 The request rides SGLang's own weight update route: POST /update_weights_from_disk with `model_path` = the new
 draft's folder and `load_format` = LOAD_FORMAT. The tokenizer manager lets the requests in flight finish and
 holds new ones back (its model-update lock), then the scheduler of every TP rank handles the request between
-batches; there targets/weight_updater.py hands it to `handle` instead of SGLang's reload of the target.
+batches; there in_server/hooks/weight_updater.py hands it to `handle` instead of SGLang's reload of the target.
 
 `handle`, on every TP rank:
 1. judges the new draft before anything changes: the start-up rules (`check_draft`: files, config, every
@@ -16,7 +16,7 @@ batches; there targets/weight_updater.py hands it to `handle` instead of SGLang'
 3. agrees with every TP rank: one failure anywhere puts the copy back everywhere. Until then, and after any
    failure, the old draft serves; the reply says why (success false).
 On success the prefix cache is flushed (the draft's KV of cached prefixes was computed by the old draft), and the
-tokenizer manager records the new draft as SGLang's speculative_draft_model_path (targets/tokenizer_manager.py).
+tokenizer manager records the new draft as SGLang's speculative_draft_model_path (in_server/hooks/tokenizer_manager.py).
 Each scheduler reports its last attempt (path, outcome) in /get_server_info, so a client whose reply was lost
 (its timeout) reads what happened.
 """

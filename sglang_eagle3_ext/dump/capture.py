@@ -176,7 +176,7 @@ _MULTIMODAL_RIDS_MAX = 65536
 
 
 def note_multimodal(rids, mm_inputs) -> None:
-    """Called when a ForwardBatch is built (targets/forward_batch_info.py): remember its multimodal requests
+    """Called when a ForwardBatch is built (in_server/hooks/forward_batch_info.py): remember its multimodal requests
     by id, which survives the copies SGLang makes of the batch before the model runs."""
     if rids is None or len(rids) != len(mm_inputs):
         return
@@ -221,7 +221,7 @@ def carries_multimodal(mm_inputs) -> bool:
 
 
 def dump_prefill_hook(instance, wrapped, args, kwargs) -> None:
-    """Called by targets/logits_processor.py before the original forward; never raises."""
+    """Called by in_server/hooks/logits_processor.py before the original forward; never raises."""
     target = getattr(instance, ATTR, None)
     if target is None:
         return

@@ -154,7 +154,7 @@ def attach(model, cfg: DumpConfig | None = None) -> "DumpTarget | None":
 
 
 def install_from_init(instance) -> None:
-    """Called by targets/deepseek_v2.py after DeepseekV2ForCausalLM.__init__.
+    """Called by in_server/hooks/deepseek_v2.py after DeepseekV2ForCausalLM.__init__.
 
     The user asked for a dump: a bad configuration (missing/unwritable dir, layer out of range, a
     dump dir made with other settings) stops the server at start-up with the fix in the message,

@@ -276,7 +276,7 @@ def _graphs_possible(t) -> bool:
 
 
 def verify_hook(wrapped, args, kwargs):
-    """Body of targets/eagle_worker_v2.dump_verify; never raises for the dump's sake."""
+    """Body of in_server/hooks/eagle_worker_v2.dump_verify; never raises for the dump's sake."""
     vc = _active
     plan = None
     if vc is not None and not vc.disabled:

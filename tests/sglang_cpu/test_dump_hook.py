@@ -16,7 +16,7 @@ from sglang_eagle3_ext.dump import start
 from sglang_eagle3_ext.dump.export import rms_norm
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
-from sglang_eagle3_ext.targets.logits_processor import dump_prefill
+from sglang_eagle3_ext.in_server.hooks.logits_processor import dump_prefill
 
 # HF index 0 (the embeddings) where the installed release can capture it, else the first layer's output
 HOOK_LAYERS = [0, 2, 5] if versions.capabilities().CAPTURE_LAYER0 else [1, 2, 5]

@@ -20,9 +20,9 @@ from sglang_eagle3_ext.dump.loss_mask import default_loss_mask
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
 from sglang_eagle3_ext.server.startup import startup_context
-from sglang_eagle3_ext.targets.eagle_worker_v2 import dump_verify
-from sglang_eagle3_ext.targets.logits_processor import dump_prefill
-from sglang_eagle3_ext.targets.output_streamer import dump_request_end
+from sglang_eagle3_ext.in_server.hooks.eagle_worker_v2 import dump_verify
+from sglang_eagle3_ext.in_server.hooks.logits_processor import dump_prefill
+from sglang_eagle3_ext.in_server.hooks.output_streamer import dump_request_end
 
 pytestmark = pytest.mark.sglang
 H, N = 16, 6

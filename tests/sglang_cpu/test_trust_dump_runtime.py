@@ -138,7 +138,7 @@ def test_multimodal_requests_are_told_apart_after_the_embedding_step(sglang_cpu,
     from sglang.srt.managers import mm_utils
     from sglang.srt.model_executor.runner import eager_runner
 
-    from sglang_eagle3_ext.targets.forward_batch_info import record_multimodal
+    from sglang_eagle3_ext.in_server.hooks.forward_batch_info import record_multimodal
 
     src = inspect.getsource(mm_utils)
     assert "forward_batch.mm_inputs = None" in src and "input_ids.clamp_(" in src  # what this test replays

@@ -80,7 +80,7 @@ def test_a_layout_touches_what_the_table_says(name):
     m = arch.get(name)
     net, route, plan = (ref.split(":")[0] for ref in (m.NET, m.TRAINING, m.PLAN))
     sglang_module = m.SGLANG_CLASS.split(":")[0]
-    patches = f"targets/{sglang_module.rpartition('.')[2]}.py"  # what patch_table's rows for its class name
+    patches = f"in_server/hooks/{sglang_module.rpartition('.')[2]}.py"  # what patch_table's rows for its class name
     touched = {_file(m.__name__), _file(net), _file(route)} | files_naming(
         m.__name__, net, route, m.NET, m.TRAINING, m.PLAN, sglang_module, m.SGLANG_CLASS
     )

@@ -4,7 +4,7 @@ dump's capture switch; each is a thin entry that imports its implementation on f
 
 def explicit_capture_layers(wrapped, instance, args, kwargs):
     """set_eagle3_layers_to_capture: capture exactly the HF indices the draft records (see draft/capture_layers.py)."""
-    from ..draft.capture_layers import set_capture_layers
+    from ...draft.capture_layers import set_capture_layers
 
     return set_capture_layers(wrapped, instance, args, kwargs)
 
@@ -15,7 +15,7 @@ def enable_dump_capture(wrapped, instance, args, kwargs):
     writer. Subclasses that are drafts (NextN/MTP) are skipped by exact class name; errors are logged."""
     result = wrapped(*args, **kwargs)
     if instance is not None:
-        from ..dump.start import install_from_init
+        from ...dump.start import install_from_init
 
         install_from_init(instance)
     return result

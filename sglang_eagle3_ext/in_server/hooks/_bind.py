@@ -3,6 +3,6 @@
 
 from __future__ import annotations
 
-from ..patching import arg, bind
+from ...patching import arg, bind
 
 __all__ = ["arg", "bind"]

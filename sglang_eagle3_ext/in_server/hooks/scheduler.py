@@ -10,7 +10,7 @@ def report_draft(wrapped, instance, args, kwargs):
     """Scheduler.get_internal_state(recv_req): SGLang's reply, with the draft's entry added."""
     out = wrapped(*args, **kwargs)
     if instance is not None:
-        from ..draft.swap import add_state_report
+        from ...draft.swap import add_state_report
 
         add_state_report(instance, out)
     return out

@@ -11,11 +11,11 @@ from ._bind import arg
 
 def keep_model_path(wrapped, instance, args, kwargs):
     """TokenizerManager._update_model_path_info(model_path, load_format)."""
-    from ..draft.swap import LOAD_FORMAT
+    from ...draft.swap import LOAD_FORMAT
 
     if arg(wrapped, args, kwargs, "load_format") != LOAD_FORMAT:
         return wrapped(*args, **kwargs)
-    from .._log import log_once
+    from ..._log import log_once
 
     path = arg(wrapped, args, kwargs, "model_path")
     log_once("swap-keeps-model-path", "EAGLE-3 draft swapped in (%s): the served model keeps its name and path", path)
@@ -26,7 +26,7 @@ def keep_model_path(wrapped, instance, args, kwargs):
 def record_draft(server_args, path: str) -> None:
     """server_args.speculative_draft_model_path = path, through ServerArgs.override where the release has it
     (0.5.16+: the one audited mutation point; a bare assignment raises under its strict mode)."""
-    from .._log import logger
+    from ..._log import logger
 
     if server_args is None:
         return

@@ -15,11 +15,11 @@ from ._bind import arg
 
 def swap_draft(wrapped, instance, args, kwargs):
     """SchedulerWeightUpdaterManager.update_weights_from_disk(recv_req)."""
-    from ..draft.swap import LOAD_FORMAT
+    from ...draft.swap import LOAD_FORMAT
 
     req = arg(wrapped, args, kwargs, "recv_req")
     if instance is None or getattr(req, "load_format", None) != LOAD_FORMAT:
         return wrapped(*args, **kwargs)
-    from ..draft.swap import handle
+    from ...draft.swap import handle
 
     return handle(instance, req)
