@@ -1,11 +1,12 @@
-"""What `eval` takes; each field with a command line is declared here once (`options_schema.flag`), in the order
+"""What `eval` takes; each field with a command line is declared here once (`options.schema.flag`), in the order
 `eval --help` lists them, and `cli/eval.py` derives its parser from it."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from ..options_schema import Parse, flag
+from ..options import values
+from ..options.schema import flag
 
 DTYPES = ("bf16", "fp32")
 DEFAULT_STEPS = 3
@@ -18,22 +19,21 @@ MAX_CONCURRENCY = 1024
 MAX_TIMEOUT_S = 86_400.0
 
 
-def _between(low: int, high: int) -> Parse:
-    return Parse("eval:int_between", low, high)
+def _between(low: int, high: int):
+    return values.int_between(low, high)
 
 
 @dataclasses.dataclass(kw_only=True)
 class EvalOptions:
     draft: str = flag(
         required=True,
-        type=Parse("folder_in", "give the draft's folder, in the layout SGLang serves"),
+        type=values.folder_in("give the draft's folder, in the layout SGLang serves"),
         help="the draft's folder, in the layout SGLang serves (a speculators "
         "checkpoint: `sglang-eagle3 convert` it first)",
     )
     data: str = flag(
         required=True,
-        type=Parse(
-            "folder_in",
+        type=values.folder_in(
             "give a dump folder or a training export (`dump export --to speculators`)",
             "eval reads hidden states, not prompts: give a dump folder or a training export",
         ),
@@ -42,7 +42,7 @@ class EvalOptions:
     )
     target: str | None = flag(
         None,
-        type=Parse("folder_in", "give the target model's folder"),
+        type=values.folder_in("give the target model's folder"),
         help="the target model's folder: its embeddings (and lm_head when the "
         "draft shares it), as a server installs them (default: the model path the data records)",
     )
@@ -61,7 +61,7 @@ class EvalOptions:
     )
     heldout_fraction: float = flag(
         0.05,
-        type=Parse("number_in", 0.0, 1.0),
+        type=values.number_in(0.0, 1.0),
         help="the share `train` holds out (1 - train's --train-ratio); 1: every sample",
     )
     # at most this many of the held-out samples (the first ones)
@@ -72,7 +72,7 @@ class EvalOptions:
     )
     # None: cuda when there is one
     device: str | None = flag(
-        None, type=Parse("torch_device"), help="torch device (default: cuda when there is one, else cpu)"
+        None, type=values.torch_device, help="torch device (default: cuda when there is one, else cpu)"
     )
     dtype: str = flag("bf16", choices=DTYPES, help="weights and activations (bf16: as served)")
     # rows simulated at once
@@ -82,7 +82,7 @@ class EvalOptions:
     # --url and the flags of its requests: the served accept length measured beside the prediction
     url: str | None = flag(
         None,
-        type=Parse("server_url"),
+        type=values.server_url,
         help="a running EAGLE-3 server of this draft: send it the same held-out "
         "prompts and report its accept length beside the prediction",
     )
@@ -91,7 +91,7 @@ class EvalOptions:
     )
     timeout: float = flag(
         300.0,
-        type=Parse("number_in", 0.0, MAX_TIMEOUT_S),
+        type=values.number_in(0.0, MAX_TIMEOUT_S),
         help=f"seconds for each request with --url, at most {MAX_TIMEOUT_S:g}",
     )
     # check the inputs and report the plan; load, simulate, send nothing

@@ -1,15 +1,32 @@
-"""One benchmark run's options; each field with a command line is declared here once (`options_schema.flag`), in
+"""One benchmark run's options; each field with a command line is declared here once (`options.schema.flag`), in
 the order `bench --help` lists them, and `cli/bench.py` derives its parser from it."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from typing import Callable
 
-from ..options_schema import Parse, flag
+from ..options import values
+from ..options.schema import flag
 from .prompts import BUILTIN
 
-LOG_FILE = Parse("file_in", "give the server's log file (run with --decode-log-interval 1)")
+MAX_CONCURRENCY = 4096  # requests in flight (one client thread each)
+LOG_FILE = values.file_in("give the server's log file (run with --decode-log-interval 1)")
+
+
+def _levels(s: str) -> list[int]:
+    try:
+        out = [int(x) for x in s.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers 1..{MAX_CONCURRENCY}, e.g. 1,8,32, got {s!r}"
+        ) from None
+    if not out or min(out) < 1 or max(out) > MAX_CONCURRENCY:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers 1..{MAX_CONCURRENCY}, e.g. 1,8,32, got {s!r}"
+        )
+    return out
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -17,16 +34,16 @@ class BenchOptions:
     """One benchmark run; field names are the `bench` flags' (`--baseline-url` -> `baseline_url`)."""
 
     # the server with speculative decoding
-    url: str = flag(required=True, type=Parse("server_url"), help="server with speculative decoding")
+    url: str = flag(required=True, type=values.server_url, help="server with speculative decoding")
     # the same target without: speedup and the greedy check
     baseline_url: str | None = flag(
-        None, type=Parse("server_url"), help="the same target without speculative decoding (speedup, greedy check)"
+        None, type=values.server_url, help="the same target without speculative decoding (speedup, greedy check)"
     )
     # a prompt file (bench/prompts.py); None: the built-in set
     prompts: str | None = flag(
         None,
         metavar="PATH",
-        type=Parse("file_in", "give a JSONL, ShareGPT JSON or MT-bench question.jsonl file"),
+        type=values.file_in("give a JSONL, ShareGPT JSON or MT-bench question.jsonl file"),
         help="JSONL, ShareGPT JSON or MT-bench question.jsonl "
         "(records: input_ids | text | prompt | messages | conversations | turns)",
     )
@@ -34,16 +51,16 @@ class BenchOptions:
     tokenizer: Callable[[], object] | None = None  # gives the target's tokenizer (text/chat prompts)
     num_prompts: int | None = flag(
         None,
-        type=Parse("positive_int"),
+        type=values.positive_int,
         help="prompts per run (default: every record of --prompts; built-in: max(16, 2 x concurrency))",
     )
     seed: int = flag(0, type=int, help="seed of the built-in prompt set")
-    vocab_size: int = flag(4096, type=Parse("positive_int"), help="token-id range of the built-in prompt set")
+    vocab_size: int = flag(4096, type=values.positive_int, help="token-id range of the built-in prompt set")
     # each request's greedy tokens drawn from LO..HI
     max_new_tokens: tuple[int, int] = flag(
         (64, 64),
         parser_default="64",
-        type=Parse("new_tokens"),
+        type=values.new_tokens,
         metavar="N|LO:HI",
         help="greedy tokens per request (ignore_eos); LO:HI draws each request's count from that range "
         "(seeded by --seed, the same for both servers). Fixed lengths let a server without speculation "
@@ -53,17 +70,17 @@ class BenchOptions:
     concurrency: tuple[int, ...] = flag(
         (1, 8),
         parser_default="1,8",
-        type=Parse("bench:_levels"),
+        type=_levels,
         metavar="N[,N..]",
         help="requests in flight; several levels run one after another, e.g. 1,8,32",
     )
-    warmup: int = flag(2, type=Parse("non_negative_int"), help="unmeasured requests per server before the first level")
+    warmup: int = flag(2, type=values.non_negative_int, help="unmeasured requests per server before the first level")
     timeout: float = flag(
-        300.0, type=Parse("positive_float"), metavar="S", help="seconds for one request, all of its reply included"
+        300.0, type=values.positive_float, metavar="S", help="seconds for one request, all of its reply included"
     )
     wait_for_server: float = flag(
         60.0,
-        type=Parse("non_negative_float"),
+        type=values.non_negative_float,
         metavar="S",
         help="seconds to wait, in all, for GET /health to answer before starting (0: do not wait)",
     )
@@ -79,4 +96,4 @@ class BenchOptions:
         "from it",
     )
     baseline_log: str | None = flag(None, metavar="PATH", type=LOG_FILE, help="the baseline server's log, likewise")
-    log_interval: int = flag(1, type=Parse("positive_int"), metavar="N", help="the servers' --decode-log-interval")
+    log_interval: int = flag(1, type=values.positive_int, metavar="N", help="the servers' --decode-log-interval")

@@ -22,7 +22,6 @@ from .stats import RunStats
 from .steps import step_summary
 from .verdict import verdict
 
-MAX_CONCURRENCY = 4096  # requests in flight (one client thread each)
 SERVER_KEYS = (
     "model_path",
     "speculative_algorithm",

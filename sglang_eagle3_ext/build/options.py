@@ -9,14 +9,16 @@ from pathlib import Path
 from typing import Callable
 
 from ..boundary import BadInput, Refused, regular_file
-from ..options_schema import Parse, flag
+from ..launch.presets import preset as preset_arg
+from ..options import values
+from ..options.schema import flag
 from . import STAGES
 
 DEFAULT_SERVER_WAIT_S = 1800.0
 
 
-TARGET = Parse("folder_in", "give the target model's local folder")
-CONFIG = Parse("file_in", "give a YAML file of build's and train's flags")
+TARGET = values.folder_in("give the target model's local folder")
+CONFIG = values.file_in("give a YAML file of build's and train's flags")
 # the argument group of `build --help` each field's flag is listed under (the rest: at the top)
 GROUPS = {
     "dump": (
@@ -43,12 +45,12 @@ GROUPS = {
 
 @dataclasses.dataclass(kw_only=True)
 class BuildOptions:
-    """One build; each field with a command line is declared here once (`options_schema.flag`), and
+    """One build; each field with a command line is declared here once (`options.schema.flag`), and
     `cli/build.py` derives its parser from it (train's flags: TrainOptions', passed through in `train`)."""
 
     # every stage's output folder lives here
     out: str = flag(
-        type=Parse("folder_out", "give a new or empty folder, or an earlier build's"),
+        type=values.folder_out("give a new or empty folder, or an earlier build's"),
         help="where every stage's output goes (new, empty, or an earlier build's)",
     )
     # the target's local folder (served, tokenizer, train, check, eval)
@@ -62,8 +64,7 @@ class BuildOptions:
     data: str | None = flag(
         None,
         metavar="PROMPTS",
-        type=Parse(
-            "file_in",
+        type=values.file_in(
             "give the JSONL prompts file to dump",
             "--data takes the JSONL prompts file; to start from an existing dump, pass it as --dump-dir",
         ),
@@ -73,50 +74,49 @@ class BuildOptions:
     dump_dir: str | None = flag(
         None,
         metavar="DIR",
-        type=Parse(
-            "folder_in",
+        type=values.folder_in(
             "give the folder a dumping server wrote (its SGLANG_EAGLE3_EXT_DUMP_DIR)",
             "--dump-dir takes a dump folder; pass a prompts file as --data",
         ),
         help="start from this existing dump (the dump stage is skipped)",
     )
     url: str | None = flag(
-        None, type=Parse("server_url"), help="a running dumping server (its dump folder must be OUT/dump)"
+        None, type=values.server_url, help="a running dumping server (its dump folder must be OUT/dump)"
     )
     # or a server build starts (launch preset) and stops after
     preset: str | None = flag(
         None,
         metavar="NAME",
-        type=Parse("preset"),
+        type=preset_arg,
         help="start a dumping server with this launch preset and --target, stopped when the dump is done",
     )
-    port: int = flag(30000, type=Parse("port"), help="the port of the server --preset starts")
+    port: int = flag(30000, type=values.port, help="the port of the server --preset starts")
     server_wait_s: float = flag(
         DEFAULT_SERVER_WAIT_S,
-        type=Parse("positive_float"),
+        type=values.positive_float,
         help="how long the server --preset starts may take to become healthy",
     )
     generate: bool = flag(
         False, action="store_true", help="the target answers each prompt first; prompt + answer is dumped"
     )
-    max_new_tokens: int = flag(512, type=Parse("positive_int"), help="answer length with --generate")
-    temperature: float = flag(0.0, type=Parse("non_negative_float"), help="sampling temperature with --generate")
-    concurrency: int = flag(8, type=Parse("positive_int"), help="dump requests in flight")
-    limit: int | None = flag(None, type=Parse("positive_int"), help="dump only the first N prompts")
+    max_new_tokens: int = flag(512, type=values.positive_int, help="answer length with --generate")
+    temperature: float = flag(0.0, type=values.non_negative_float, help="sampling temperature with --generate")
+    concurrency: int = flag(8, type=values.positive_int, help="dump requests in flight")
+    limit: int | None = flag(None, type=values.positive_int, help="dump only the first N prompts")
     trust_remote_code: bool = flag(
         False,
         action="store_true",
         help="let --target's tokenizer run the code it ships (text prompts; only a model you trust)",
     )
-    timeout: float = flag(600.0, type=Parse("positive_float"), help="seconds for one dump request")
-    wait_s: float = flag(300.0, type=Parse("non_negative_float"), help="how long to wait for the last writes")
-    export_workers: int = flag(8, type=Parse("positive_int"), help="samples exported in parallel")
+    timeout: float = flag(600.0, type=values.positive_float, help="seconds for one dump request")
+    wait_s: float = flag(300.0, type=values.non_negative_float, help="how long to wait for the last writes")
+    export_workers: int = flag(8, type=values.positive_int, help="samples exported in parallel")
     # --speculative-num-steps the prediction and the serve command use
     spec_steps: int = flag(
-        3, type=Parse("positive_int"), help="--speculative-num-steps of the prediction and of the serve command"
+        3, type=values.positive_int, help="--speculative-num-steps of the prediction and of the serve command"
     )
     eval_samples: int | None = flag(
-        None, type=Parse("positive_int"), help="predict on at most this many held-out samples"
+        None, type=values.positive_int, help="predict on at most this many held-out samples"
     )
     eval_dtype: str = flag("bf16", choices=("bf16", "fp32"), help="eval's weights and activations")
     # the preset of the serve command (default: the dump preset's twin)
@@ -126,7 +126,7 @@ class BuildOptions:
         help="the preset of the serve command (default: the dump preset's serving twin, NAME-dump -> NAME)",
     )
     # >1: train under torchrun, one process per GPU
-    gpus: int = flag(1, type=Parse("positive_int"), help="train on this many GPUs (torchrun) when > 1")
+    gpus: int = flag(1, type=values.positive_int, help="train on this many GPUs (torchrun) when > 1")
     from_stage: str | None = flag(None, names="--from", choices=STAGES, help="redo this stage and the ones after it")
     train: dict = dataclasses.field(default_factory=dict)  # TrainOptions fields (data/target/out: build's)
     say: Callable[[str], None] = print

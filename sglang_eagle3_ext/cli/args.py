@@ -12,8 +12,16 @@ import os
 import sys
 
 from .. import envs, versions
-from ..boundary import BadInput, at_least
-from .inputs import json_dest
+from ..boundary import BadInput
+from ..options.values import (  # noqa: F401 (the shared types, one import for the commands)
+    json_dest,
+    new_tokens,
+    non_negative_float,
+    non_negative_int,
+    number_in,
+    positive_float,
+    positive_int,
+)
 from .naming import prog
 
 _EXIT_USAGE = 2  # cli_common.EXIT_BAD_INPUT: a usage error is bad input
@@ -230,42 +238,3 @@ def write_json(dest: str, obj) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
     with open(dest, "w") as f:
         f.write(text + "\n")
-
-
-def number_in(low: float, high: float, include_high: bool = True, include_low: bool = False):
-    """An argparse `type`: a finite number in (low, high] (or (low, high) without include_high; [low, ...
-    with include_low); argparse names the flag."""
-    import math
-
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            v = float("nan")
-        above = low <= v if include_low else low < v
-        inside = above and (v <= high if include_high else v < high)
-        if not (inside and math.isfinite(v)):
-            close, open_ = "]" if include_high else ")", "[" if include_low else "("
-            what = f"in {open_}{low:g}, {high:g}{close}" if math.isfinite(high) else f"> {low:g}"
-            raise argparse.ArgumentTypeError(f"expected a finite number {what}, got {text!r}")
-        return v
-
-    return parse
-
-
-# shared argparse types: a count of 0 or -1 must not silently mean "all" or slice from the end
-positive_int = at_least(int, 1, "a positive integer")
-non_negative_int = at_least(int, 0, "an integer >= 0")
-positive_float = at_least(float, 1e-9, "a positive number of seconds")
-non_negative_float = at_least(float, 0.0, "a number >= 0")
-
-
-def new_tokens(s: str) -> tuple[int, int]:
-    """'N' -> (N, N); 'LO:HI' -> (LO, HI): each request's length drawn from LO..HI."""
-    try:
-        lo, hi = (int(x) for x in s.split(":")) if ":" in s else (int(s),) * 2
-    except ValueError:
-        lo = hi = 0
-    if not 1 <= lo <= hi:
-        raise argparse.ArgumentTypeError(f"{s!r}: a positive integer N or a range LO:HI (1 <= LO <= HI), e.g. 128:896")
-    return lo, hi

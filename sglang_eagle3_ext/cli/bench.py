@@ -18,26 +18,12 @@ import sys
 from pathlib import Path
 
 from ..bench.report import render
-from ..bench.run import MAX_CONCURRENCY, BenchOptions, benchmark
+from ..bench.run import BenchOptions, benchmark
+from ..options.parser import add_options, options_from
+from ..options.values import file_out
 from . import common as cli_common
 from .common import CliError
-from .inputs import file_out
 from .output import library_output
-from .schema import add_options, options_from
-
-
-def _levels(s: str) -> list[int]:
-    try:
-        out = [int(x) for x in s.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers 1..{MAX_CONCURRENCY}, e.g. 1,8,32, got {s!r}"
-        ) from None
-    if not out or min(out) < 1 or max(out) > MAX_CONCURRENCY:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers 1..{MAX_CONCURRENCY}, e.g. 1,8,32, got {s!r}"
-        )
-    return out
 
 
 def _add_prompt_flags(ap: argparse.ArgumentParser) -> None:

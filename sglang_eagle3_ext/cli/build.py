@@ -22,15 +22,15 @@ import sys
 from ..build.config import BOOL, dump_config
 from ..build.options import CONFIG, GROUPS, BuildOptions
 from ..build.report import render_text
+from ..options.parser import add_options, options_from
 from ..training.options import TrainOptions
 from ..training.report import TrainDraftError
 from . import common as cli_common
 from . import train as train_cli
 from .interrupts import interrupted_line, interruptible
 from .output import library_output
-from .schema import add_options, argparse_type, options_from
 
-_CONFIG = argparse_type(CONFIG)
+_CONFIG = CONFIG
 # train's flags that build sets itself (its folders, resuming, planning, output)
 _TRAIN_OWN = {"data", "target", "out", "force", "resume", "dry_run", "json", "quiet", "verbose", "help", "debug"}
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from ..draft.check import check_draft, report_dict
 from ..draft.hub import looks_like_hub_id
+from ..options.values import folder_in
 from . import common as cli_common
-from .inputs import folder_in
 from .output import library_output
 
 

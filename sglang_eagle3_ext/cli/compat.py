@@ -15,9 +15,9 @@ from pathlib import Path
 
 from ..boundary import BadInput, regular_file
 from ..compat.release import CACHE_ENV, ReleaseUnavailable, check_source, format_report, release_root
+from ..options.values import file_in, folder_in
 from ..versions import parse
 from . import common as cli_common
-from .inputs import file_in, folder_in
 
 
 def build_parser():

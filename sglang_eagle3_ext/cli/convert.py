@@ -17,8 +17,8 @@ import sys
 
 from ..draft.convert import convert
 from ..draft.errors import DraftError
+from ..options.values import folder_in, folder_out
 from . import common as cli_common
-from .inputs import folder_in, folder_out
 from .output import library_output
 
 

@@ -25,14 +25,14 @@ from ..dump import driver, exporters
 from ..dump.client_files import ClientError
 from ..dump.export import ExportError
 from ..dump.run_options import DUMP_DIR, PROMPTS
+from ..options.parser import add_options, options_from
+from ..options.values import folder_out
 from . import common as cli_common
-from .inputs import folder_out
 from .interrupts import interrupted_exits
 from .output import library_output
-from .schema import add_options, argparse_type, options_from
 
-_DUMP_DIR = argparse_type(DUMP_DIR)
-_PROMPTS = argparse_type(PROMPTS)
+_DUMP_DIR = DUMP_DIR
+_PROMPTS = PROMPTS
 
 
 def _run(args) -> int:

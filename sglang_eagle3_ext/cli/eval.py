@@ -22,27 +22,11 @@ import sys
 from ..acceptance.evaluate import evaluate, render
 from ..acceptance.options import EvalOptions
 from ..boundary import BadInput, Refused
+from ..options.parser import add_options, options_from
 from . import common as cli_common
 from .common import CliError
 from .interrupts import interrupted_exits
 from .output import library_output
-from .schema import add_options, options_from
-
-
-def int_between(low: int, high: int):
-    """An argparse `type`: an integer in [low, high]; argparse names the flag."""
-
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            v = None
-        if v is None or not low <= v <= high:
-            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {text!r}")
-        return v
-
-    parse.__name__ = f"integer in [{low}, {high}]"
-    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,9 +19,9 @@ from .. import envs
 from ..launch import start
 from ..launch.options import LaunchOptions
 from ..launch.plan import Plan, build_plan
+from ..options.parser import add_options
 from . import common as cli_common
 from . import launch_flags
-from .schema import add_options
 
 
 def our_parser() -> argparse.ArgumentParser:

@@ -13,9 +13,9 @@ import difflib
 
 from ..compat import server_flags
 from ..launch import presets
+from ..options.values import port
 from ..versions import installed_version
 from .common import CliError, did_you_mean, write_json
-from .inputs import port
 
 # abbreviations SGLang's documentation uses in its own launch commands: taken as SGLang takes them
 SGLANG_SHORT_FORMS = {"--tp": "--tp-size", "--dp": "--dp-size"}

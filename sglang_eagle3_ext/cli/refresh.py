@@ -19,12 +19,12 @@ from __future__ import annotations
 import sys
 
 from ..boundary import BadInput, Refused
+from ..options.parser import add_options, options_from
 from ..refresh.run import RefreshOptions, refresh
 from ..training.report import TrainDraftError
 from . import common as c
 from .interrupts import interrupted_line, interruptible
 from .output import library_output
-from .schema import add_options, options_from
 
 
 def build_parser():

@@ -24,9 +24,9 @@ import sys
 
 from ..boundary import BadInput, Refused
 from ..draft.swap_client import SwapOptions, render, swap
+from ..options.parser import add_options, options_from
 from . import common as cli_common
 from .output import library_output
-from .schema import add_options, options_from
 
 
 def build_parser():

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 from ..boundary import BadInput
+from ..options.values import file_in, folder_out
 from ..tiny import deepseek_v3
 from . import common as cli_common
-from .inputs import file_in, folder_out
 from .output import library_output
 
 _PROMPTS = "give a JSONL file of token-id prompts, one per line as `dump run --data` reads them"

@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import sys
 
+from ..options.values import folder_in, folder_out
 from ..training.distributed import torchrun_env
 from ..training.options import ATTN_IMPLS, DEFAULT_EPOCHS, DEVICES, LOSS_IMPLS, OPTIMIZERS, SCHEDULERS, TrainOptions
 from ..training.report import TrainDraftError
@@ -31,7 +32,6 @@ from ..training.selection import SELECT_BY
 from ..training.train import ROUTES, train_draft
 from . import common as cli_common
 from .common import non_negative_int, number_in, positive_int
-from .inputs import folder_in, folder_out
 from .interrupts import interrupted_line, interruptible
 from .output import library_output
 

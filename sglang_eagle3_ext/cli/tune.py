@@ -20,28 +20,11 @@ import shlex
 import sys
 
 from ..boundary import BadInput, Refused, writable_dir
+from ..options.parser import add_options, options_from
 from ..tune.options import TuneOptions
 from . import common as cli_common
 from .interrupts import interrupted_exits
 from .output import library_output
-from .schema import add_options, options_from
-
-
-def _levels(s: str) -> list[int]:
-    try:
-        out = sorted({int(x) for x in s.replace(" ", "").split(",") if x})
-    except ValueError:
-        out = []
-    if not out or min(out) < 1 or max(out) > 4096:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers 1..4096, e.g. 1,4,16,32, got {s!r}")
-    return out
-
-
-def _names(s: str) -> tuple:
-    out = tuple(x for x in s.replace(" ", "").split(",") if x)
-    if not out:
-        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated backend names, e.g. fa3,flashmla,triton")
-    return out
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,12 +1,13 @@
 """What `swap` takes: the new draft, the server, and how long to wait; each field with a command line is
-declared here once (`options_schema.flag`), and `cli/swap.py` derives its parser from it."""
+declared here once (`options.schema.flag`), and `cli/swap.py` derives its parser from it."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Callable
 
-from ..options_schema import Parse, flag
+from ..options import values
+from ..options.schema import flag
 
 MAX_TIMEOUT_S = 86_400.0  # a day: a swap waits for the requests in flight, never longer than that
 MAX_SETTLE_S = 3_600.0
@@ -17,7 +18,7 @@ class SwapOptions:
     """What `swap` takes; its fields are the command's flags (cli/schema.py derives the parser)."""
 
     url: str = flag(
-        required=True, type=Parse("server_url"), help="the running EAGLE-3 server (e.g. http://127.0.0.1:30000)"
+        required=True, type=values.server_url, help="the running EAGLE-3 server (e.g. http://127.0.0.1:30000)"
     )
     draft: str = flag(
         required=True,
@@ -27,7 +28,7 @@ class SwapOptions:
     # the whole swap request: in-flight requests finish first
     timeout: float = flag(
         600.0,
-        type=Parse("number_in", 0.0, MAX_TIMEOUT_S),
+        type=values.number_in(0.0, MAX_TIMEOUT_S),
         help=f"seconds for the whole swap request (requests in flight finish first), at most {MAX_TIMEOUT_S:g}",
     )
     draft_link: str | None = flag(
@@ -40,7 +41,7 @@ class SwapOptions:
     # after a --timeout: how long the server's state is read for the outcome
     settle: float = flag(
         60.0,
-        type=Parse("number_in", 0.0, MAX_SETTLE_S),
+        type=values.number_in(0.0, MAX_SETTLE_S),
         metavar="SECONDS",
         help=f"when --timeout passes without a reply, how long to read the server's state for the "
         f"swap's outcome (the server may still be swapping), at most {MAX_SETTLE_S:g}",

@@ -1,12 +1,14 @@
-"""The launcher's own options; each is declared here once (`options_schema.flag`), in the order `launch --help`
+"""The launcher's own options; each is declared here once (`options.schema.flag`), in the order `launch --help`
 lists them, and `cli/launch.py` derives its parser from it. Every other argument goes to SGLang unchanged."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from ..options_schema import Parse, flag
+from ..options import values
+from ..options.schema import flag
 from .nccl import PROFILES
+from .presets import preset as preset_arg
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -15,13 +17,13 @@ class LaunchOptions:
 
     # a shipped preset's name (--preset and --config exclude each other)
     preset: str | None = flag(
-        None, metavar="NAME", type=Parse("preset"), help="a server_configs/NAME.yaml preset (see --list-presets)"
+        None, metavar="NAME", type=preset_arg, help="a server_configs/NAME.yaml preset (see --list-presets)"
     )
     # or a preset-format YAML file
     config: str | None = flag(
         None,
         metavar="FILE",
-        type=Parse("file_in", "give a preset-format YAML file"),
+        type=values.file_in("give a preset-format YAML file"),
         help="a preset-format YAML file (SGLang --config files work too)",
     )
     list_presets: bool = flag(False, action="store_true", help="print the shipped presets and exit")
@@ -40,7 +42,7 @@ class LaunchOptions:
     )
     preflight_timeout: float = flag(
         120.0,
-        type=Parse("positive_float"),
+        type=values.positive_float,
         metavar="S",
         help="seconds per preflight attempt (default 120; a hang is retried once with NCCL_P2P_DISABLE=1)",
     )
@@ -54,7 +56,7 @@ class LaunchOptions:
         None,
         metavar="DIR",
         # permissions are the plan's to weigh: a warning in a dry run, a refusal before a launch writes anything
-        type=Parse("folder_out", "give a folder to dump into (new, or a dump with the same settings)", False),
+        type=values.folder_out("give a folder to dump into (new, or a dump with the same settings)", False),
         help="dump prefill hidden states into DIR (made if missing; replaces a preset's dump_dir; "
         "passed to SGLang's processes as SGLANG_EAGLE3_EXT_DUMP_DIR)",
     )
@@ -62,7 +64,7 @@ class LaunchOptions:
     topology_file: str | None = flag(
         None,
         metavar="F",
-        type=Parse("file_in", "give a topology JSON file (`launch --dump-topology` writes one)"),
+        type=values.file_in("give a topology JSON file (`launch --dump-topology` writes one)"),
         help="read the topology from JSON instead of NVML",
     )
     dump_topology: bool = flag(False, action="store_true", help="print the detected topology as JSON and exit")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .. import envs
 from ..boundary import BadInput, read_text_file
+from ..options import values
 from .preset_schema import (
     EXT_KEYS,
     EXT_SECTION,
@@ -302,3 +303,17 @@ def builtin_model_name(model_path: str | None) -> str | None:
             )
         return name
     return None
+
+
+def preset(text: str) -> str:
+    """A launch preset: a shipped preset's name or a preset file (its content is checked where it is loaded,
+    against the installed SGLang)."""
+    if names_a_file(text):
+        return values.file_in(
+            "give a preset YAML file, or a shipped preset's name (`sglang-eagle3 launch --list-presets`)"
+        )(text)
+    try:
+        find_preset(text)
+    except PresetError as e:
+        raise argparse.ArgumentTypeError(f"{e}; give a shipped preset's name or a preset file") from None
+    return text

@@ -1,4 +1,4 @@
-"""Each flag of a converted command is declared once, on its options dataclass (`options_schema.flag`): the live
+"""Each flag of a converted command is declared once, on its options dataclass (`options.schema.flag`): the live
 parser holds every such field as a derived flag, nothing adds a second flag by hand for a field the schema
 derives, and the namespace reads back into the dataclass."""
 
@@ -14,11 +14,12 @@ from sglang_eagle3_ext.acceptance.options import EvalOptions
 from sglang_eagle3_ext.bench.options import BenchOptions
 from sglang_eagle3_ext.build.options import BuildOptions
 from sglang_eagle3_ext.cli import swap as cli_swap
-from sglang_eagle3_ext.cli.schema import add_options, hand_added_duplicates, options_from
 from sglang_eagle3_ext.draft.swap_options import SwapOptions
 from sglang_eagle3_ext.dump.run_options import RunOptions
 from sglang_eagle3_ext.launch.options import LaunchOptions
-from sglang_eagle3_ext.options_schema import Parse, flag, flag_fields, option_strings
+from sglang_eagle3_ext.options import values
+from sglang_eagle3_ext.options.parser import add_options, hand_added_duplicates, options_from
+from sglang_eagle3_ext.options.schema import flag, flag_fields, option_strings
 from sglang_eagle3_ext.refresh.options import RefreshOptions
 from sglang_eagle3_ext.tune.options import TuneOptions
 
@@ -92,7 +93,7 @@ def test_the_namespace_reads_back_into_the_options():
 def test_a_parser_default_apart_from_the_fields_and_a_hidden_alias():
     @dataclasses.dataclass(kw_only=True)
     class Opts:
-        levels: tuple = flag((1, 2), parser_default="1:2", type=Parse("new_tokens"), help="levels")
+        levels: tuple = flag((1, 2), parser_default="1:2", type=values.new_tokens, help="levels")
         name: str | None = flag(None, names="--label", aliases="--old-label", metavar="N", help="a label")
 
     p = argparse.ArgumentParser()

@@ -24,7 +24,6 @@ ROOT_MODULES = {
     "env_rules",
     "versions",
     "boundary",
-    "options_schema",
     "patch_table",
     "patching",
     "static_patch",

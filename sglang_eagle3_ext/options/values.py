@@ -18,7 +18,7 @@ import re
 import stat
 from urllib.parse import urlsplit
 
-from ..launch import presets
+from ..boundary import at_least
 
 
 def _kind(mode: int) -> str:
@@ -205,15 +205,56 @@ def torch_device(text: str) -> str:
     return text
 
 
-def preset(text: str) -> str:
-    """A launch preset: a shipped preset's name or a preset file (its content is checked where it is loaded,
-    against the installed SGLang)."""
-    if presets.names_a_file(text):
-        return file_in("give a preset YAML file, or a shipped preset's name (`sglang-eagle3 launch --list-presets`)")(
-            text
-        )
+def number_in(low: float, high: float, include_high: bool = True, include_low: bool = False):
+    """An argparse `type`: a finite number in (low, high] (or (low, high) without include_high; [low, ...
+    with include_low); argparse names the flag."""
+    import math
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = float("nan")
+        above = low <= v if include_low else low < v
+        inside = above and (v <= high if include_high else v < high)
+        if not (inside and math.isfinite(v)):
+            close, open_ = "]" if include_high else ")", "[" if include_low else "("
+            what = f"in {open_}{low:g}, {high:g}{close}" if math.isfinite(high) else f"> {low:g}"
+            raise argparse.ArgumentTypeError(f"expected a finite number {what}, got {text!r}")
+        return v
+
+    return parse
+
+
+# shared argparse types: a count of 0 or -1 must not silently mean "all" or slice from the end
+positive_int = at_least(int, 1, "a positive integer")
+non_negative_int = at_least(int, 0, "an integer >= 0")
+positive_float = at_least(float, 1e-9, "a positive number of seconds")
+non_negative_float = at_least(float, 0.0, "a number >= 0")
+
+
+def new_tokens(s: str) -> tuple[int, int]:
+    """'N' -> (N, N); 'LO:HI' -> (LO, HI): each request's length drawn from LO..HI."""
     try:
-        presets.find_preset(text)
-    except presets.PresetError as e:
-        raise argparse.ArgumentTypeError(f"{e}; give a shipped preset's name or a preset file") from None
-    return text
+        lo, hi = (int(x) for x in s.split(":")) if ":" in s else (int(s),) * 2
+    except ValueError:
+        lo = hi = 0
+    if not 1 <= lo <= hi:
+        raise argparse.ArgumentTypeError(f"{s!r}: a positive integer N or a range LO:HI (1 <= LO <= HI), e.g. 128:896")
+    return lo, hi
+
+
+def int_between(low: int, high: int):
+    """An argparse `type`: an integer in [low, high]; argparse names the flag."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            v = None
+        if v is None or not low <= v <= high:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {text!r}")
+        return v
+
+    parse.__name__ = f"integer in [{low}, {high}]"
+    return parse

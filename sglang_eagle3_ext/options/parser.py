@@ -1,27 +1,12 @@
-"""The parser's arguments derived from an options dataclass (`options_schema.flag` fields), and the namespace
+"""The parser's arguments derived from an options dataclass (`schema.flag` fields), and the namespace
 read back into it: each flag of a command is declared once, on the field."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 
-from ..options_schema import FIELD_DEFAULT, MISSING, Parse, flag_fields, flag_of, option_strings
-from . import args as _args
-from . import inputs as _inputs
-
-
-def argparse_type(t):
-    """The argparse `type` a field declares (a `Parse` resolved in cli/inputs.py or cli/args.py)."""
-    if not isinstance(t, Parse):
-        return t
-    if ":" in t.name:  # a command's own type, "COMMAND:NAME" in cli/COMMAND.py
-        mod, name = t.name.split(":")
-        fn = getattr(importlib.import_module(f"{__package__}.{mod}"), name)
-    else:
-        fn = getattr(_inputs, t.name, None) or getattr(_args, t.name)
-    return fn(*t.args) if t.args else fn
+from .schema import FIELD_DEFAULT, MISSING, flag_fields, flag_of, option_strings
 
 
 def _kwargs(field: dataclasses.Field) -> dict:
@@ -41,7 +26,7 @@ def _kwargs(field: dataclasses.Field) -> dict:
         if getattr(f, key) is not None:
             kw[key] = getattr(f, key)
     if f.type is not None:
-        kw["type"] = argparse_type(f.type)
+        kw["type"] = f.type
     if f.required:
         kw["required"] = True
     return kw
