@@ -11,7 +11,7 @@ target has states for rows 0..a-1), as eagle_worker_v2 does it:
   the target-fed rows 0..a-1 plus the draft's own rows of this round at positions a..a-1+k;
 - the target accepts draft token k when it equals its own next token and every earlier one was accepted.
 Here the target's next tokens are the recorded ones. Row p of step k is the chain of anchor a = p-k+1, so
-step k is one batched forward over every row (the TTT layout of draft/nets/mla.forward_steps, with the
+step k is one batched forward over every row (the TTT layout of draft/arch/mla/net.forward_steps, with the
 draft's own sampled tokens in place of the recorded ones).
 """
 

@@ -10,7 +10,7 @@
 - `selection` — which epoch's draft --out keeps (`--select-by`: the last, or the best by a per-epoch score);
 - `speculators/` (`train`, `run`, `trainer`, `patches`, `progress`) — the Llama layout's route, trained by
   speculators' own trainer (FSDP over ranks);
-- `mla/` (`train`, `loop`, `step`; the module is draft/nets/mla.py) — SGLang's MLA layout's route (Kimi-K2.x),
+- `mla/` (`train`, `loop`, `step`; the module is draft/arch/mla/net.py) — SGLang's MLA layout's route (Kimi-K2.x),
   trained by our own loop (DDP);
 - `dflash/` (`train`, `config`) — the DFlash layout's route (block diffusion), speculators' DFlash model run on the
   Llama route's machinery;

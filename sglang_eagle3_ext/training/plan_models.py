@@ -50,7 +50,7 @@ def _acts(table: dict, features: dict) -> int:
 
 # ---- the MLA route ---------------------------------------------------------------------------------------------
 def mla_shapes(cfg: dict, K: int) -> dict:
-    """Parameter counts of the MLA draft `cfg` describes (draft/nets/mla.Eagle3MLADraft): total, trainable (all
+    """Parameter counts of the MLA draft `cfg` describes (draft/arch/mla/net.Eagle3MLADraft): total, trainable (all
     but the embedding), the linear layers' weights per TTT step, and its buffers in bytes (the RoPE tables)."""
     H, V = int(cfg["hidden_size"]), int(cfg["vocab_size"])
     Ht, dv = int(cfg.get("target_hidden_size") or H), int(cfg.get("draft_vocab_size") or V)

@@ -57,7 +57,7 @@ def write_mla_target_config(folder: Path) -> Path:
 def random_mla_draft(target_cfg: dict, out: Path) -> Path:
     """Our MLA draft for `target_cfg` and MLA_AUX, saved as train saves it, its weights drawn from seed 0: norms
     away from 1, projections at a scale where attention is not flat."""
-    from sglang_eagle3_ext.draft.nets.mla import Eagle3MLADraft
+    from sglang_eagle3_ext.draft.arch.mla.net import Eagle3MLADraft
     from sglang_eagle3_ext.training.mla.train import mla_draft_config, save_checkpoint
 
     cfg = mla_draft_config(target_cfg, MLA_AUX)

@@ -1,4 +1,4 @@
-"""Our trainable MLA draft (draft/nets/mla.py) against SGLang's own Eagle3DeepseekV2ForCausalLM on CPU:
+"""Our trainable MLA draft (draft/arch/mla/net.py) against SGLang's own Eagle3DeepseekV2ForCausalLM on CPU:
 the checkpoint we write goes through SGLang's load_weights -- wrapped by our strict loader (the `draft`
 patches applied, as when serving) -- and both run the same tokens and target states (only SGLang's
 attention kernel is replaced by an exact torch one, see mla_cpu.py)."""

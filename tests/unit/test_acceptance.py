@@ -128,7 +128,7 @@ def test_mla_draft_through_the_command(world, tmp_path, capsys):
     cut to the draft's RoPE table."""
     from safetensors.torch import save_file
 
-    from sglang_eagle3_ext.draft.nets.mla import Eagle3MLADraft
+    from sglang_eagle3_ext.draft.arch.mla.net import Eagle3MLADraft
     from sglang_eagle3_ext.training.mla.train import mla_draft_config, save_checkpoint
 
     yarn = {

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from sglang_eagle3_ext.acceptance import block  # noqa: E402
 from sglang_eagle3_ext.acceptance.simulate import pack, run_lengths  # noqa: E402
 from sglang_eagle3_ext.acceptance.stats import Tally, Walk  # noqa: E402
-from sglang_eagle3_ext.draft.nets.dflash import DFlashDraft  # noqa: E402
+from sglang_eagle3_ext.draft.arch.dflash.net import DFlashDraft  # noqa: E402
 
 V, WRONG = 40, 39  # the sequences use ids 0..37; WRONG is never one of them
 LOOK = 8  # the oracle's states hold this many tokens
@@ -162,7 +162,7 @@ def test_batched_blocks_equal_one_forward_per_anchor(layers, steps, monkeypatch)
 
 
 def test_a_block_draft_is_told_from_a_chain_draft_by_its_network():
-    from sglang_eagle3_ext.draft.nets.llama import LlamaEagle3Draft
+    from sglang_eagle3_ext.draft.arch.llama.net import LlamaEagle3Draft
 
     llama = {**_cfg(), "draft_vocab_size": V, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}}
     assert block.drafts_block(DFlashDraft(_cfg())) and not block.drafts_block(LlamaEagle3Draft(llama))

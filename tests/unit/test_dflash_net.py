@@ -1,4 +1,4 @@
-"""eval's DFlash network (draft/nets/dflash.py) against a real peer: speculators' DFlashDraftModel on the same
+"""eval's DFlash network (draft/arch/dflash/net.py) against a real peer: speculators' DFlashDraftModel on the same
 weights, at the block positions SGLang drafts from (1..B-1).
 
 speculators' training forward is SGLang's serving math for full-attention layers: the anchor's block is
@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("speculators.models.dflash")
 
 from sglang_eagle3_ext.boundary import BadInput  # noqa: E402
-from sglang_eagle3_ext.draft.nets.dflash import DFlashDraft  # noqa: E402
+from sglang_eagle3_ext.draft.arch.dflash.net import DFlashDraft  # noqa: E402
 
 H, V, K, MASK = 32, 64, 3, 63
 

@@ -86,7 +86,7 @@ def test_a_layout_touches_what_the_table_says(name):
     )
     touched |= {patches} if (ROOT / patches).is_file() else set()
     table = {
-        f"draft/arch/{name}.py",
+        f"draft/arch/{name}/__init__.py",
         _file(net),
         _file(route),
         "draft/arch/__init__.py",
@@ -96,8 +96,8 @@ def test_a_layout_touches_what_the_table_says(name):
     }
     # a route is a folder (training/<route>/): its other modules (its config checks, its loop) belong to it
     route_folder = _file(route).rpartition("/")[0] + "/"
-    optional = {f"tiny/{name}_draft.py"} | {f for f in touched if f.startswith(route_folder)}
-    assert _file(net) == f"draft/nets/{name}.py" and route.startswith(f"{PKG}.training.")
+    optional = {f"tiny/{name}_draft.py", f"draft/arch/{name}/fields.py"} | {f for f in touched if f.startswith(route_folder)}
+    assert _file(net) == f"draft/arch/{name}/net.py" and route.startswith(f"{PKG}.training.")
     assert _file(plan) == "training/plan_models.py"
     assert table <= touched, table - touched
     assert touched - table <= optional, touched - table
@@ -134,8 +134,8 @@ def test_a_command_touches_what_the_table_says(command):
 def test_the_counter_sees_a_stray_import():
     """The count is able to fail: a module that imports a layout's network is counted as touched by it."""
     saved = _NAMES.get("refresh/run.py")
-    _NAMES["refresh/run.py"] = {f"{PKG}.draft.nets.llama"}
+    _NAMES["refresh/run.py"] = {f"{PKG}.draft.arch.llama.net"}
     try:
-        assert "refresh/run.py" in files_naming(f"{PKG}.draft.nets.llama")
+        assert "refresh/run.py" in files_naming(f"{PKG}.draft.arch.llama.net")
     finally:
         _NAMES["refresh/run.py"] = saved

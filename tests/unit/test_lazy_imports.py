@@ -15,9 +15,9 @@ HEAVY = ("torch", "sglang", "transformers", "speculators", "safetensors", "numpy
 # torch networks and the loops that run them: imported only by the functions that train or simulate
 TORCH_BY_NATURE = {
     "sglang_eagle3_ext.draft.nets.common",
-    "sglang_eagle3_ext.draft.nets.llama",
-    "sglang_eagle3_ext.draft.nets.mla",
-    "sglang_eagle3_ext.draft.nets.dflash",
+    "sglang_eagle3_ext.draft.arch.llama.net",
+    "sglang_eagle3_ext.draft.arch.mla.net",
+    "sglang_eagle3_ext.draft.arch.dflash.net",
     "sglang_eagle3_ext.acceptance.simulate",
     "sglang_eagle3_ext.acceptance.block",
     "sglang_eagle3_ext.acceptance.by_steps",

@@ -175,7 +175,7 @@ _shape = st.fixed_dictionaries(
 def test_the_counted_parameters_are_the_built_drafts(tcfg, K, layers, head_dim, dvs):
     from types import SimpleNamespace
 
-    from sglang_eagle3_ext.draft.nets.mla import Eagle3MLADraft
+    from sglang_eagle3_ext.draft.arch.mla.net import Eagle3MLADraft
     from sglang_eagle3_ext.training.plan_models import _mla_config, llama_shapes, mla_shapes
     from sglang_eagle3_ext.training.speculators.draft_config import draft_layer_config, meta_model
 

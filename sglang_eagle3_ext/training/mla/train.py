@@ -3,7 +3,7 @@ same hidden-state files the Llama path reads (`hs_{i}.safetensors`: token_ids [L
 = K aux states + the final pre-norm state).
 
 The loss is speculators' kind: KL from the target's distribution (its lm_head over its final norm of the
-final state) to the draft's, summed over `--ttt-steps` unrolled steps (see draft/nets/mla.forward_steps), the
+final state) to the draft's, summed over `--ttt-steps` unrolled steps (see draft/arch/mla/net.forward_steps), the
 embedding frozen (SGLang replaces it with the target's at load time), lm_head starting from the target's.
 For the first SELF_BIAS_FRACTION of the steps each query's score for its own key gets a fading bonus (see
 self_bias_at; without it the draft can stay at accuracy 0).
@@ -18,8 +18,8 @@ import json
 from pathlib import Path
 
 from ...draft.arch import mla
+from ...draft.arch.mla.net import MLA_KEYS, Eagle3MLADraft, rope_scaling_of
 from ...draft.keys import HF_INDICES_FIELD
-from ...draft.nets.mla import MLA_KEYS, Eagle3MLADraft, rope_scaling_of
 from ..checkpoint import CKPT_DIR, STATE, Publisher, check_identity, read_resume_point
 from ..data import find_hs_dir, list_hs_files
 from ..distributed import current, on_main
@@ -126,7 +126,7 @@ def _check_and_measure(a: TrainOptions, got: dict, world) -> list[int]:
 
 
 def _split(a: TrainOptions, lengths: list[int]) -> tuple[list[int], list[int]]:
-    """(train, val) file indices: the layout's held-out files validate (draft/arch/mla.heldout); a training sample needs
+    """(train, val) file indices: the layout's held-out files validate (draft/arch/mla: heldout); a training sample needs
     --ttt-steps + 2 tokens (fewer: skipped, said once)."""
 
     n = len(lengths)

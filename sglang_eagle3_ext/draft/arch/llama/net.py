@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .common import MLP, AuxInput, RMSNorm, inv_freq, reproduced, rotate
+from ...nets.common import MLP, AuxInput, RMSNorm, inv_freq, reproduced, rotate
 
 
 class Attention(nn.Module):

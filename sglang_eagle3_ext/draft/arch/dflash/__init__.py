@@ -9,24 +9,24 @@ What the release does, and where it fails silently:
     dflash_config (0.5.14/0.5.16 there only); without one the tokenizer's "<|MASK|>" is used, or added;
   - K = len(target_layer_ids), else one per draft layer (layers.dflash_default_ids); the target captures
     HF hidden_states[id + 1] for every id (layers.dflash_capture), once each, in layer order.
-The names this module declares are those of draft/arch/llama.py (the reference).
+The names this module declares are those of draft/arch/llama/ (the reference).
 """
 
 from __future__ import annotations
 
-from .. import errors as E
-from ..errors import Problem
-from ..keys import LAYER
-from ..layers import HF_INDICES_FIELD, dflash_aux_layers, dflash_capture, dflash_default_ids, dflash_ids
-from . import dflash_fields as F
-from .dflash_fields import DFLASH, dflash_config, is_int
+from ... import errors as E
+from ...errors import Problem
+from ...keys import LAYER
+from ...layers import HF_INDICES_FIELD, dflash_aux_layers, dflash_capture, dflash_default_ids, dflash_ids
+from . import fields as F
+from .fields import DFLASH, dflash_config, is_int
 
 NAME = "dflash"
 ARCH = F.ARCH  # "DFlashDraftModel"
 LABEL = "DFlash"
 SGLANG_CLASS = "sglang.srt.models.dflash:DFlashDraftModel"
 ALGORITHM = "DFLASH"  # the --speculative-algorithm that serves this layout (launch refuses another)
-NET = "sglang_eagle3_ext.draft.nets.dflash:DFlashDraft"
+NET = "sglang_eagle3_ext.draft.arch.dflash.net:DFlashDraft"
 TRAINING = "sglang_eagle3_ext.training.dflash.train:train_dflash"
 PLAN = "sglang_eagle3_ext.training.plan_models:dflash_step"
 TRAIN_PADS_TO_TOTAL_SEQ_LEN = True  # speculators' trainer packs samples into --total-seq-len rows

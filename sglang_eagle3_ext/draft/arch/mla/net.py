@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import MLP, AuxInput, RMSNorm
+from ...nets.common import MLP, AuxInput, RMSNorm
 
 # config keys copied from the target's (text) config into the draft config
 MLA_KEYS = (

@@ -1,12 +1,12 @@
-"""What a DFlash draft's config.json says (draft/arch/dflash.py's config rules): the block size, the mask token id,
+"""What a DFlash draft's config.json says (draft/arch/dflash/'s config rules): the block size, the mask token id,
 the target layer ids, and the sizes SGLang's DFlashDraftModel cannot honour. Where SGLang reads each key:
 speculative/dflash_utils.parse_dflash_draft_config (dflash_config's value first, the top level's second)."""
 
 from __future__ import annotations
 
-from .. import errors as E
-from ..errors import Problem
-from ..layers import HF_INDICES_FIELD, dflash_capture
+from ... import errors as E
+from ...errors import Problem
+from ...layers import HF_INDICES_FIELD, dflash_capture
 
 ARCH = "DFlashDraftModel"
 

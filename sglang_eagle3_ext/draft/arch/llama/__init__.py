@@ -8,12 +8,12 @@ This module is the reference of what a layout declares (draft/arch/__init__.INTE
 
 from __future__ import annotations
 
-from .. import errors as E
-from ..config_schema import eagle_layer_ids, norm_before_fc
-from ..errors import Problem
-from ..keys import LAYER
-from ..layers import default_layers, eagle_fed_layers, record_eagle_layers
-from ..target import hf_range_problems
+from ... import errors as E
+from ...config_schema import eagle_layer_ids, norm_before_fc
+from ...errors import Problem
+from ...keys import LAYER
+from ...layers import default_layers, eagle_fed_layers, record_eagle_layers
+from ...target import hf_range_problems
 
 NAME = "llama"  # registry name (also train's --draft-arch value)
 ARCH = "LlamaForCausalLMEagle3"  # the `architectures` entry SGLang builds this class from
@@ -21,7 +21,7 @@ LABEL = None  # a word naming the layout in messages (None: the class name says 
 SGLANG_CLASS = "sglang.srt.models.llama_eagle3:LlamaForCausalLMEagle3"
 ALGORITHM = "EAGLE3"  # the --speculative-algorithm that serves this layout (launch refuses another)
 # What the other features build for this layout, named "module:attr" and imported only when used:
-NET = "sglang_eagle3_ext.draft.nets.llama:LlamaEagle3Draft"  # eval's SGLang-equal module: NET(config) -> nn.Module
+NET = "sglang_eagle3_ext.draft.arch.llama.net:LlamaEagle3Draft"  # eval's SGLang-equal module: NET(config) -> nn.Module
 TRAINING = "sglang_eagle3_ext.training.speculators.train:train_llama"  # train's route: (options, out rule) -> summary
 PLAN = "sglang_eagle3_ext.training.plan_models:llama_step"  # train --dry-run: (opts, target cfg, K, T, device, world)
 TRAIN_PADS_TO_TOTAL_SEQ_LEN = True  # the route packs samples into --total-seq-len rows (else one sample a step)

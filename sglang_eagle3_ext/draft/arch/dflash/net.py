@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import MLP, RMSNorm, inv_freq, reproduced, rotate
+from ...nets.common import MLP, RMSNorm, inv_freq, reproduced, rotate
 
 
 def dflash_config(cfg: dict) -> dict:

@@ -11,24 +11,24 @@ What the release's own load_weights does, and where it fails silently:
   - `num_aux_hidden_states` is not read: K = len(eagle_aux_hidden_state_layer_ids), default 3;
   - `draft_vocab_size` missing means "take the target's lm_head" (no error, unlike the Llama class);
   - `post_load_weights` splits `kv_b_proj` into w_kc / w_vc.
-The names this module declares are those of draft/arch/llama.py (the reference).
+The names this module declares are those of draft/arch/llama/ (the reference).
 """
 
 from __future__ import annotations
 
-from .. import errors as E
-from ..config_schema import eagle_config, eagle_layer_ids
-from ..errors import Problem
-from ..keys import LAYER
-from ..layers import default_layers, eagle_fed_layers, record_eagle_layers
-from ..target import hf_range_problems
+from ... import errors as E
+from ...config_schema import eagle_config, eagle_layer_ids
+from ...errors import Problem
+from ...keys import LAYER
+from ...layers import default_layers, eagle_fed_layers, record_eagle_layers
+from ...target import hf_range_problems
 
 NAME = "mla"
 ARCH = "Eagle3DeepseekV2ForCausalLM"
 LABEL = "MLA"
 SGLANG_CLASS = "sglang.srt.models.kimi_k25_eagle3:Eagle3DeepseekV2ForCausalLM"
 ALGORITHM = "EAGLE3"  # the --speculative-algorithm that serves this layout (launch refuses another)
-NET = "sglang_eagle3_ext.draft.nets.mla:Eagle3MLADraft"
+NET = "sglang_eagle3_ext.draft.arch.mla.net:Eagle3MLADraft"
 TRAINING = "sglang_eagle3_ext.training.mla.train:train_from_options"
 PLAN = "sglang_eagle3_ext.training.plan_models:mla_step"
 TRAIN_PADS_TO_TOTAL_SEQ_LEN = False  # one sample per micro-batch: the plan sizes the longest
