@@ -109,10 +109,10 @@ def real_states(tmp: Path, tokens: int, hidden: int, seqs: int):
 
 def dump_bytes(root: Path, encoding: str, samples, layers, cfg) -> tuple[int, int]:
     """Writes `samples` with the real DumpWriter; returns (bytes, tokens) from the manifest."""
-    from sglang_eagle3_ext.dump.assemble import ChunkBatch
     from sglang_eagle3_ext.dump.config import DumpConfig
     from sglang_eagle3_ext.dump.manifest import read_manifest
-    from sglang_eagle3_ext.dump.writer import DumpWriter
+    from sglang_eagle3_ext.in_server.dump.assemble import ChunkBatch
+    from sglang_eagle3_ext.in_server.dump.writer.thread import DumpWriter
 
     root.mkdir(parents=True)
     meta = {

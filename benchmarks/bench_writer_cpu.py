@@ -59,11 +59,11 @@ def run_writer(a, root: Path, use_save_file: bool, process: bool = False) -> dic
     import sglang_eagle3_ext.dump.sample_file as F
     from sglang_eagle3_ext import envs
     from sglang_eagle3_ext.dump import config as C
-    from sglang_eagle3_ext.dump.assemble import ChunkBatch
-    from sglang_eagle3_ext.dump.copy import rows_finite as _rows_finite
     from sglang_eagle3_ext.dump.manifest import read_manifest
-    from sglang_eagle3_ext.dump.staging import region_size
-    from sglang_eagle3_ext.dump.start import make_writer
+    from sglang_eagle3_ext.in_server.dump.assemble import ChunkBatch
+    from sglang_eagle3_ext.in_server.dump.copy import rows_finite as _rows_finite
+    from sglang_eagle3_ext.in_server.dump.staging import region_size
+    from sglang_eagle3_ext.in_server.dump.start import make_writer
 
     real = F.save_safetensors
     if use_save_file:

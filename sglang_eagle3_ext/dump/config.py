@@ -98,7 +98,7 @@ class DumpConfig:
     copy_stream: bool = True
     # benchmarks/bench_dump.py: the forward pass's share of the dump cost, without the writer's file io
     discard: bool = False
-    # process: the writer runs in a child process, off the scheduler's GIL (writer_process.py)
+    # process: the writer runs in a child process, off the scheduler's GIL (in_server/dump/writer/process.py)
     writer: str = "thread"
     # fraction of requests dumped: part of the config (not of one writer object) so that the capture, the
     # thread writer and the writer process's child all take the same decision (wanted)

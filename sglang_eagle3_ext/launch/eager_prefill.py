@@ -1,5 +1,5 @@
 """`eagle3_ext: eager_prefill: true`: prefills run outside CUDA graphs (the dump reads eager prefills; see
-dump/prefill_graphs.py), through the switch the installed release has. Read from its ServerArgs fields, not its
+in_server/dump/prefill_graphs.py), through the switch the installed release has. Read from its ServerArgs fields, not its
 version: 0.5.14+ turns prefill graphs off and keeps decode graphs; 0.5.10's only prefill graph is the torch.compile
 piecewise one."""
 

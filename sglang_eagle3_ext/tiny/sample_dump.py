@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 
 from ..boundary import BadInput
-from ..dump.assemble import ChunkBatch
 from ..dump.client_files import read_samples
 from ..dump.config import GENERATED_FILE, DumpConfig
 from ..dump.manifest import sanitize_id
-from ..dump.start import build_meta, make_writer
 from ..env_rules import DraftLayers
+from ..in_server.dump.assemble import ChunkBatch
+from ..in_server.dump.start import build_meta, make_writer
 from ..server.startup import StartupContext
 
 BATCH = 8  # prompts per forward pass: the MoE's per-expert loop runs once per batch

@@ -70,7 +70,7 @@ def defaults_refused(model, backend: str = "triton") -> str | None:
     0.5.16 switches its breakable default off for MLA targets (None: the dump runs under the defaults)."""
     from sglang.srt.server_args import ServerArgs
 
-    from sglang_eagle3_ext.dump.prefill_graphs import refusal
+    from sglang_eagle3_ext.in_server.dump.prefill_graphs import refusal
 
     return refusal(ServerArgs(model_path=str(model), skip_tokenizer_init=True, attention_backend=backend))
 

@@ -141,7 +141,7 @@ def test_aborted_requests_leak_nothing_and_cost_no_rate(tiny_target, tmp_path):
     try:  # the dump refuses prefill CUDA graphs where a release would capture them
         from sglang.srt.server_args import ServerArgs
 
-        from sglang_eagle3_ext.dump.prefill_graphs import refusal
+        from sglang_eagle3_ext.in_server.dump.prefill_graphs import refusal
 
         if refusal(ServerArgs(model_path=str(tiny_target), skip_tokenizer_init=True, attention_backend="triton")):
             args.append("--disable-prefill-cuda-graph")

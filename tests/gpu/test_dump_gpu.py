@@ -331,7 +331,7 @@ def test_prefill_graph_refusal(how, tiny_target, tmp_path):
     """Where SGLang would prefill inside a CUDA graph, the dumping server stops at start-up naming the flag
     (never serves while dumping garbage or nothing). explicit: --cuda-graph-backend-prefill tc_piecewise on
     any release; defaults: the release's own defaults, on releases that resolve a prefill graph for MLA."""
-    from sglang_eagle3_ext.dump.prefill_graphs import FIX_NEW
+    from sglang_eagle3_ext.in_server.dump.prefill_graphs import FIX_NEW
 
     extra = ["--cuda-graph-backend-prefill", "tc_piecewise"]
     if how == "defaults":

@@ -12,10 +12,10 @@ from helpers import _short_samples_allowed  # noqa: F401 (autouse fixture)
 from sglang_eagle3_ext import envs, versions
 from sglang_eagle3_ext.draft.layers import default_layers
 from sglang_eagle3_ext.dump import config as C
-from sglang_eagle3_ext.dump import start
 from sglang_eagle3_ext.dump.export import rms_norm
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
+from sglang_eagle3_ext.in_server.dump import start
 from sglang_eagle3_ext.in_server.hooks.logits_processor import dump_prefill
 
 # HF index 0 (the embeddings) where the installed release can capture it, else the first layer's output
@@ -122,7 +122,7 @@ def _p1_stitched(w, tmp_path, r1, r2):
 def test_hook_dumps_pure_extend_and_stitches_chunks(sglang_cpu, tmp_path, monkeypatch, packed, staging):
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    from sglang_eagle3_ext.dump.staging import PinnedRing
+    from sglang_eagle3_ext.in_server.dump.staging import PinnedRing
 
     start.reset()
     cfg = C.from_env(
@@ -206,7 +206,7 @@ def test_hook_refuses_prefix_cache_hit_and_changed_layers(sglang_cpu, tmp_path, 
 
 
 def test_bad_config_stops_start_up_with_the_fix(sglang_cpu, tmp_path, monkeypatch):
-    from sglang_eagle3_ext.dump.writer import DumpStartupError
+    from sglang_eagle3_ext.in_server.dump.writer.thread import DumpStartupError
 
     start.reset()
     monkeypatch.setenv(envs.DUMP_DIR, str(tmp_path))
@@ -250,8 +250,8 @@ def test_request_aborted_mid_chunked_prefill_frees_the_ring(sglang_cpu, tmp_path
     so later batches keep fitting the ring (the old code pinned the ring's tail for ever)."""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    from sglang_eagle3_ext.dump.assemble import STALE_BATCHES
-    from sglang_eagle3_ext.dump.staging import PinnedRing
+    from sglang_eagle3_ext.in_server.dump.assemble import STALE_BATCHES
+    from sglang_eagle3_ext.in_server.dump.staging import PinnedRing
 
     start.reset()
     cfg = C.from_env({envs.DUMP_DIR: str(tmp_path), C.ENV_LAYERS: HOOK_LAYERS_ENV, C.ENV_MIN_TOKENS: "1"})

@@ -9,8 +9,8 @@ import torch
 
 from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.dump import config as C
-from sglang_eagle3_ext.dump import start
-from sglang_eagle3_ext.dump.prefill_graphs import FIX_NEW, prefill_graph_backend, refusal
+from sglang_eagle3_ext.in_server.dump import start
+from sglang_eagle3_ext.in_server.dump.prefill_graphs import FIX_NEW, prefill_graph_backend, refusal
 from sglang_eagle3_ext.server import runtime as sglang_runtime
 
 pytestmark = pytest.mark.sglang
@@ -96,7 +96,7 @@ def _target():
 
 def test_server_start_stops_with_the_flag(sglang_cpu, deepseek_dir, tmp_path, monkeypatch):
     """Through the start-up path the patched DeepseekV2ForCausalLM.__init__ takes: no writer, no capture."""
-    from sglang_eagle3_ext.dump.writer import DumpStartupError
+    from sglang_eagle3_ext.in_server.dump.writer.thread import DumpStartupError
 
     before = sglang_runtime.server_args()
     start.reset()
@@ -123,7 +123,7 @@ def test_releases_before_cuda_graph_config():
     its --disable-cuda-graph leaves piecewise prefill on (the model runner reads only that field)."""
     from types import SimpleNamespace
 
-    from sglang_eagle3_ext.dump.prefill_graphs import FIX_OLD
+    from sglang_eagle3_ext.in_server.dump.prefill_graphs import FIX_OLD
 
     on = SimpleNamespace(device="cuda", disable_cuda_graph=True, disable_piecewise_cuda_graph=False)
     assert prefill_graph_backend(on) == "piecewise" and FIX_OLD in refusal(on)

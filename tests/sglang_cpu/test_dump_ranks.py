@@ -33,7 +33,7 @@ def worker(rank, port, d, q, extra):
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.layers.dp_attention import initialize_dp_attention
     initialize_dp_attention(sa, ModelConfig.from_server_args(sa))
-    from sglang_eagle3_ext.dump.ranks import rank_info, is_writer
+    from sglang_eagle3_ext.in_server.dump.ranks import rank_info, is_writer
     r = rank_info()
     q.put({"rank": rank, "ranks": r, "writes": is_writer(r)})
 
@@ -99,7 +99,7 @@ def test_rank_probe_failure_fails_closed_in_a_multi_rank_world(sglang_cpu, tmp_p
 
     from sglang_eagle3_ext import envs
     from sglang_eagle3_ext.dump import config as C
-    from sglang_eagle3_ext.dump import start
+    from sglang_eagle3_ext.in_server.dump import start
 
     _break_attn_tp_probe(monkeypatch)
     monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: 2)  # one rank of a world of two
@@ -115,7 +115,7 @@ def test_rank_probe_failure_fails_closed_in_a_multi_rank_world(sglang_cpu, tmp_p
 
 def test_rank_probe_failure_in_a_world_of_one_still_writes(sglang_cpu, monkeypatch):
     """A single process is rank 0 of everything: a broken probe there must not turn the dump off."""
-    from sglang_eagle3_ext.dump import start
+    from sglang_eagle3_ext.in_server.dump import start
 
     _break_attn_tp_probe(monkeypatch)
     r = start.rank_info()

@@ -15,14 +15,14 @@ from test_dump_hook import _original_forward
 
 from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.dump import config as C
-from sglang_eagle3_ext.dump import serving_mode, start, verify_capture
 from sglang_eagle3_ext.dump.loss_mask import default_loss_mask
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
-from sglang_eagle3_ext.server.startup import startup_context
+from sglang_eagle3_ext.in_server.dump import serving_mode, start, verify_capture
 from sglang_eagle3_ext.in_server.hooks.eagle_worker_v2 import dump_verify
 from sglang_eagle3_ext.in_server.hooks.logits_processor import dump_prefill
 from sglang_eagle3_ext.in_server.hooks.output_streamer import dump_request_end
+from sglang_eagle3_ext.server.startup import startup_context
 
 pytestmark = pytest.mark.sglang
 H, N = 16, 6
@@ -58,7 +58,7 @@ def serving(sglang_cpu, tmp_path, monkeypatch):
         dtype="float32",
     )
     monkeypatch.setattr("sglang_eagle3_ext.server.runtime.server_args", lambda: sa)
-    monkeypatch.setattr("sglang_eagle3_ext.dump.prefill_graphs.check", lambda sa: None)
+    monkeypatch.setattr("sglang_eagle3_ext.in_server.dump.prefill_graphs.check", lambda sa: None)
     start.reset()
     dump = tmp_path / "dump"
     dump.mkdir()
@@ -302,7 +302,7 @@ def test_wrong_token_or_gap_refuses_the_request(serving):
     st = sv.writer.stats
     assert st["refused_token_mismatch"] == 1 and st["refused_verify_gap"] == 1 and st["held_requests"] == 0
     # refusals made after the end (the stitch's) do not outlive the request: a re-sent rid is dumped again
-    from sglang_eagle3_ext.dump.verify_capture import get_active
+    from sglang_eagle3_ext.in_server.dump.verify_capture import get_active
 
     assert not ({"a", "b"} & get_active().refused)
 
@@ -379,7 +379,7 @@ def test_sample_rate_and_accept_length_threshold(serving):
 
 
 def test_layers_are_the_drafts_or_a_start_up_error(serving, monkeypatch):
-    from sglang_eagle3_ext.dump.writer import DumpStartupError
+    from sglang_eagle3_ext.in_server.dump.writer.thread import DumpStartupError
 
     with pytest.raises(C.DumpConfigError, match=r"DUMP_LAYERS=1,2,3 .*\[1, 3, 5\]"):
         serving(SGLANG_EAGLE3_EXT_DUMP_LAYERS="1,2,3")

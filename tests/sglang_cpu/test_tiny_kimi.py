@@ -157,7 +157,7 @@ def test_capture_layers_reach_the_language_model_through_the_wrapper(sglang_cpu,
 
 def test_dump_attaches_to_the_language_model_inside_the_wrapper(sglang_cpu, cpu_dir, tmp_path, monkeypatch):
     import sglang_eagle3_ext
-    from sglang_eagle3_ext.dump import capture, start
+    from sglang_eagle3_ext.in_server.dump import capture, start
 
     start.reset()
     monkeypatch.setenv("SGLANG_EAGLE3_EXT_DUMP_DIR", str(tmp_path))

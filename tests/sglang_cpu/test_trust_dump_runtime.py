@@ -18,10 +18,10 @@ from test_dump_hook import _fb, _forward, _model
 
 from sglang_eagle3_ext import envs, versions
 from sglang_eagle3_ext.dump import config as C
-from sglang_eagle3_ext.dump import copy as dump_copy
-from sglang_eagle3_ext.dump import start
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.dump.sample_file import T_IDS, read_sample
+from sglang_eagle3_ext.in_server.dump import copy as dump_copy
+from sglang_eagle3_ext.in_server.dump import start
 from sglang_eagle3_ext.server import runtime as sglang_runtime
 
 pytestmark = pytest.mark.sglang
@@ -184,8 +184,8 @@ def _tbo_args(sglang_cpu, model_dir, **kw):
 
 
 def test_two_batch_overlap_refuses_the_dump_at_start_up(sglang_cpu, deepseek_dir, tmp_path, monkeypatch):
-    from sglang_eagle3_ext.dump.capture import ATTR
-    from sglang_eagle3_ext.dump.writer import DumpStartupError
+    from sglang_eagle3_ext.in_server.dump.capture import ATTR
+    from sglang_eagle3_ext.in_server.dump.writer.thread import DumpStartupError
 
     sa = _tbo_args(sglang_cpu, deepseek_dir)
     monkeypatch.setattr(sglang_runtime, "server_args", lambda: sa)
@@ -335,7 +335,7 @@ def test_side_stream_copy_of_ids_survives_the_in_place_rewrite(sglang_cpu, tmp_p
 def test_a_corrupt_manifest_stops_the_dumping_server_with_the_file_named(sglang_cpu, tmp_path, monkeypatch):
     """A manifest line of the wrong shape in the dump dir the user named: the server stops at start-up naming
     file:line (it would otherwise serve for hours with the dump disabled)."""
-    from sglang_eagle3_ext.dump.writer import DumpStartupError
+    from sglang_eagle3_ext.in_server.dump.writer.thread import DumpStartupError
 
     _serve_env(monkeypatch, tmp_path)
     (tmp_path / C.MANIFEST_DIR).mkdir()

@@ -16,7 +16,6 @@ from helpers import _short_samples_allowed, cosine  # noqa: F401 (autouse fixtur
 
 from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.dump import config as C
-from sglang_eagle3_ext.dump.assemble import ChunkBatch
 from sglang_eagle3_ext.dump.encoding import (
     FP8_ROWWISE,
     NATIVE,
@@ -30,7 +29,8 @@ from sglang_eagle3_ext.dump.exporters.specforge import export_specforge
 from sglang_eagle3_ext.dump.exporters.speculators import export_speculators
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
-from sglang_eagle3_ext.dump.writer import DumpStartupError, DumpWriter
+from sglang_eagle3_ext.in_server.dump.assemble import ChunkBatch
+from sglang_eagle3_ext.in_server.dump.writer.thread import DumpStartupError, DumpWriter
 
 REPO = Path(__file__).resolve().parents[2]
 H, K = 256, 3
@@ -192,7 +192,7 @@ def test_fp8_files_half_size_metadata_and_decoding(tmp_path):
 
 
 def test_encoding_runs_on_io_threads_not_the_caller(tmp_path, monkeypatch):
-    import sglang_eagle3_ext.dump.writer as W
+    import sglang_eagle3_ext.in_server.dump.writer.thread as W
 
     seen = []
     real = W.encode_sample

@@ -8,11 +8,11 @@ import torch
 from helpers import _short_samples_allowed  # noqa: F401 (autouse fixture)
 
 from sglang_eagle3_ext.dump import config as C
-from sglang_eagle3_ext.dump.assemble import ChunkBatch
 from sglang_eagle3_ext.dump.export import ExportError, rms_norm
 from sglang_eagle3_ext.dump.exporters.specforge import export_specforge
 from sglang_eagle3_ext.dump.exporters.speculators import export_speculators
-from sglang_eagle3_ext.dump.writer import DumpWriter
+from sglang_eagle3_ext.in_server.dump.assemble import ChunkBatch
+from sglang_eagle3_ext.in_server.dump.writer.thread import DumpWriter
 
 H, K = 8, 3
 

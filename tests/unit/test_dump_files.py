@@ -12,10 +12,10 @@ from helpers import _short_samples_allowed  # noqa: F401 (autouse fixture)
 
 from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.dump import config as C
-from sglang_eagle3_ext.dump.assemble import ChunkBatch
 from sglang_eagle3_ext.dump.manifest import ManifestWriter, read_manifest, sample_path, sanitize_id
 from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample, write_sample
-from sglang_eagle3_ext.dump.writer import DumpStartupError, DumpWriter
+from sglang_eagle3_ext.in_server.dump.assemble import ChunkBatch
+from sglang_eagle3_ext.in_server.dump.writer.thread import DumpStartupError, DumpWriter
 
 H, K = 8, 3
 
@@ -244,7 +244,7 @@ def test_writer_refuses_prefix_cache_and_nan(tmp_path):
 
 
 def test_writer_disk_full_stops_and_keeps_manifest_consistent(tmp_path, monkeypatch):
-    import sglang_eagle3_ext.dump.writer as W
+    import sglang_eagle3_ext.in_server.dump.writer.thread as W
 
     w = _writer(tmp_path)
     _submit(w, _batch(["ok"], [0], [3], [3]))
@@ -273,7 +273,7 @@ def test_budget_backpressure_blocks_not_drops(tmp_path, monkeypatch):
     import threading
     import time
 
-    import sglang_eagle3_ext.dump.writer as W
+    import sglang_eagle3_ext.in_server.dump.writer.thread as W
 
     gate = threading.Event()
     real = W.write_sample
@@ -315,7 +315,7 @@ def test_status_file_follows_the_counters_during_a_run(tmp_path, monkeypatch):
     """`dump status` during a long run must show skips as they happen, not only after close()."""
     import time
 
-    import sglang_eagle3_ext.dump.writer as W
+    import sglang_eagle3_ext.in_server.dump.writer.thread as W
 
     monkeypatch.setattr(W, "STATUS_EVERY_S", 0.05)
     w = _writer(tmp_path)

@@ -18,14 +18,14 @@ from dump_writer_fixtures import H, K, _meta, _short_samples_allowed  # noqa: F4
 from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.cli.dump import main as dump_cli
 from sglang_eagle3_ext.dump import config as C
-from sglang_eagle3_ext.dump.assemble import STALE_BATCHES, ChunkBatch
 from sglang_eagle3_ext.dump.export import ExportError
 from sglang_eagle3_ext.dump.exporters.specforge import export_specforge
 from sglang_eagle3_ext.dump.exporters.speculators import export_speculators
 from sglang_eagle3_ext.dump.manifest import read_manifest, sanitize_id
 from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, write_sample
-from sglang_eagle3_ext.dump.staging import PinnedRing, region_size
-from sglang_eagle3_ext.dump.writer import DumpWriter
+from sglang_eagle3_ext.in_server.dump.assemble import STALE_BATCHES, ChunkBatch
+from sglang_eagle3_ext.in_server.dump.staging import PinnedRing, region_size
+from sglang_eagle3_ext.in_server.dump.writer.thread import DumpWriter
 
 
 def _writer(root, **kw):
@@ -110,7 +110,7 @@ def test_chunked_request_that_continues_is_kept(tmp_path):
 
 def test_partials_released_when_no_batch_comes(tmp_path, monkeypatch):
     """The aborted request was the last traffic: after IDLE_RELEASE_S without a batch its memory comes back."""
-    import sglang_eagle3_ext.dump.writer as W
+    import sglang_eagle3_ext.in_server.dump.writer.thread as W
 
     monkeypatch.setattr(W, "STATUS_EVERY_S", 0.05)
     monkeypatch.setattr(W, "IDLE_RELEASE_S", 0.2)
@@ -134,7 +134,7 @@ def test_partials_released_when_no_batch_comes(tmp_path, monkeypatch):
 def test_reserve_never_waits_forever_on_a_stuck_writer(tmp_path, monkeypatch):
     """Storage that never answers: the forward thread gives up after the stall limit, dumping stops loudly,
     serving goes on (the old code waited in a loop for ever: the server hung)."""
-    import sglang_eagle3_ext.dump.writer as W
+    import sglang_eagle3_ext.in_server.dump.writer.thread as W
 
     gate = threading.Event()
     real = W.write_sample
@@ -183,7 +183,7 @@ def test_a_chunked_duplicate_is_refused_once_and_the_first_completes(tmp_path):
 
 
 def test_one_samples_write_error_does_not_stop_the_writer(tmp_path, monkeypatch):
-    import sglang_eagle3_ext.dump.writer as W
+    import sglang_eagle3_ext.in_server.dump.writer.thread as W
 
     real = W.write_sample
 
@@ -203,7 +203,7 @@ def test_one_samples_write_error_does_not_stop_the_writer(tmp_path, monkeypatch)
 
 
 def test_a_sample_error_on_every_sample_still_stops(tmp_path, monkeypatch):
-    import sglang_eagle3_ext.dump.writer as W
+    import sglang_eagle3_ext.in_server.dump.writer.thread as W
 
     monkeypatch.setattr(W, "write_sample", lambda *a, **k: (_ for _ in ()).throw(ValueError("bad tensor")))
     w = _writer(tmp_path, io_threads=1)
@@ -216,7 +216,7 @@ def test_a_sample_error_on_every_sample_still_stops(tmp_path, monkeypatch):
 
 # ---- 12. the dump dir removed or replaced while serving ------------------------------------------
 def test_dump_dir_replaced_while_serving_stops_dumping(tmp_path, monkeypatch):
-    import sglang_eagle3_ext.dump.writer as W
+    import sglang_eagle3_ext.in_server.dump.writer.thread as W
 
     monkeypatch.setattr(W, "STATUS_EVERY_S", 0.05)
     root = tmp_path / "dump"

@@ -13,7 +13,7 @@ import torch
 
 from sglang_eagle3_ext.dump.manifest import ManifestWriter, read_manifest
 from sglang_eagle3_ext.dump.sample_file import read_sample, save_safetensors, write_sample
-from sglang_eagle3_ext.dump.staging import ALIGN, PinnedRing, region_size
+from sglang_eagle3_ext.in_server.dump.staging import ALIGN, PinnedRing, region_size
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -146,7 +146,7 @@ def test_group_commit_failure_reaches_every_waiter_of_that_commit(tmp_path, monk
 
 
 def test_rows_finite_flags_mark_exactly_the_bad_rows():
-    from sglang_eagle3_ext.dump.copy import rows_finite as _rows_finite
+    from sglang_eagle3_ext.in_server.dump.copy import rows_finite as _rows_finite
 
     a, b = torch.randn(6, 8).bfloat16(), torch.randn(6, 4)
     a[1, 3], b[4, 0], b[5, 2] = float("nan"), float("inf"), -float("inf")
@@ -158,8 +158,8 @@ def test_writer_uses_the_capture_flags_per_sample(tmp_path):
     """Two requests in one batch: the capture's flags mark a row of the second as non-finite; only it is
     skipped (and counted), with no pass over the bytes on the io thread."""
     from sglang_eagle3_ext.dump import config as C
-    from sglang_eagle3_ext.dump.assemble import ChunkBatch
-    from sglang_eagle3_ext.dump.writer import DumpWriter
+    from sglang_eagle3_ext.in_server.dump.assemble import ChunkBatch
+    from sglang_eagle3_ext.in_server.dump.writer.thread import DumpWriter
 
     meta = {
         "layer_indices_hf": [1, 2, 3],

@@ -15,12 +15,12 @@ import torch
 from dump_writer_fixtures import H, K, _meta, _short_samples_allowed  # noqa: F401 (autouse fixture)
 
 from sglang_eagle3_ext.dump import config as C
-from sglang_eagle3_ext.dump.assemble import ChunkBatch
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read_sample
-from sglang_eagle3_ext.dump.staging import region_size
-from sglang_eagle3_ext.dump.writer import DumpStartupError
-from sglang_eagle3_ext.dump.writer_process import ProcessDumpWriter
+from sglang_eagle3_ext.in_server.dump.assemble import ChunkBatch
+from sglang_eagle3_ext.in_server.dump.staging import region_size
+from sglang_eagle3_ext.in_server.dump.writer.process import ProcessDumpWriter
+from sglang_eagle3_ext.in_server.dump.writer.thread import DumpStartupError
 
 
 def _writer(tmp_path, pending=1 << 20):
@@ -182,7 +182,7 @@ def test_when_the_server_dies_the_child_starts_nothing_new_and_exits(tmp_path):
 def test_an_aborted_request_gives_its_shared_memory_back(tmp_path):
     """A request aborted mid-prefill, stitched in the child, is released there once the next
     batches no longer carry it; its ring region and budget come back in the server."""
-    from sglang_eagle3_ext.dump.assemble import STALE_BATCHES
+    from sglang_eagle3_ext.in_server.dump.assemble import STALE_BATCHES
 
     w = _writer(tmp_path)
     _stage(w, ["dead", "a"], [0, 0], [4, 3], [100, 3], seed=1)

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from sglang_eagle3_ext import envs, versions
 from sglang_eagle3_ext.dump import config as C
-from sglang_eagle3_ext.dump.assemble import ChunkBatch
 from sglang_eagle3_ext.dump.manifest import read_manifest
 from sglang_eagle3_ext.dump.status import meta_mismatch
-from sglang_eagle3_ext.dump.writer import DumpStartupError, DumpWriter
+from sglang_eagle3_ext.in_server.dump.assemble import ChunkBatch
+from sglang_eagle3_ext.in_server.dump.writer.thread import DumpStartupError, DumpWriter
 
 
 def _cfg(root, **kw):

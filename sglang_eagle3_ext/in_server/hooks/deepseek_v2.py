@@ -15,7 +15,7 @@ def enable_dump_capture(wrapped, instance, args, kwargs):
     writer. Subclasses that are drafts (NextN/MTP) are skipped by exact class name; errors are logged."""
     result = wrapped(*args, **kwargs)
     if instance is not None:
-        from ...dump.start import install_from_init
+        from ..dump.start import install_from_init
 
         install_from_init(instance)
     return result

@@ -6,7 +6,7 @@ def check_serving_dump(wrapped, instance, args, kwargs):
     captured), a dumping target must capture exactly the dump's layers: else a start-up error naming both."""
     result = wrapped(*args, **kwargs)
     if instance is not None:
-        from ...dump.serving_mode import check_worker
+        from ..dump.serving_mode import check_worker
 
         check_worker(instance)
     return result
@@ -15,7 +15,7 @@ def check_serving_dump(wrapped, instance, args, kwargs):
 def dump_verify(wrapped, instance, args, kwargs):
     """EAGLEWorkerV2.verify(batch, ...): after the target's verify forward and sampling, copy the states of
     the rows that ended up in the output (accepted drafts + bonus) of the dumped requests to the writer."""
-    from ...dump.verify_capture import get_active, verify_hook
+    from ..dump.verify_capture import get_active, verify_hook
 
     if get_active() is None:
         return wrapped(*args, **kwargs)

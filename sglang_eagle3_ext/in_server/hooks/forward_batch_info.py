@@ -9,7 +9,7 @@ def record_multimodal(wrapped, instance, args, kwargs):
     fb = wrapped(*args, **kwargs)
     mm = getattr(fb, "mm_inputs", None)
     if mm:
-        from ...dump.capture import note_multimodal
+        from ..dump.capture import note_multimodal
 
         note_multimodal(getattr(fb, "rids", None), mm)
     return fb

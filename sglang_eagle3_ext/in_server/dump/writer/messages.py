@@ -1,4 +1,4 @@
-"""The messages between the server's ProcessDumpWriter (writer_process.py) and its child (writer_child.py),
+"""The messages between the server's ProcessDumpWriter (process.py) and its child (child.py),
 sent pickled over one socket. Plain data only: a batch travels as its layout (where each host tensor lives
 in the shared memory), never as tensors; a batch's own segments follow its message as file descriptors.
 """

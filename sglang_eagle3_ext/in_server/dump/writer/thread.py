@@ -23,16 +23,16 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from .._log import log_once, logger
-from .assemble import Assembler, ChunkBatch, Sample
+from ...._log import log_once, logger
+from ....dump.config import ENV_DISCARD, MANIFEST_DIR, NORM_FILE, SAMPLES_DIR, DumpConfig
+from ....dump.encoding import BY_ENV, NATIVE, describe, encode_sample
+from ....dump.manifest import ManifestWriter, read_manifest, sample_path, sample_relpath
+from ....dump.sample_file import T_AUX, T_IDS, atomic_write, dir_known, write_sample
+from ....dump.status import STATUS_DIR, DumpStartupError, StatusFile, dir_identity, meta_mismatch, validate_dump_root
+from ..assemble import Assembler, ChunkBatch, Sample
+from ..staging import PinnedRing
 from .backpressure import Budget, ForwardThreadApi
-from .config import ENV_DISCARD, MANIFEST_DIR, NORM_FILE, SAMPLES_DIR, DumpConfig
-from .encoding import BY_ENV, NATIVE, describe, encode_sample
-from .manifest import ManifestWriter, read_manifest, sample_path, sample_relpath
-from .sample_file import T_AUX, T_IDS, atomic_write, dir_known, write_sample
-from .staging import PinnedRing
-from .status import STATUS_DIR, DumpStartupError, StatusFile, dir_identity, meta_mismatch, validate_dump_root
-from .writer_hygiene import remove_own_tmp, unfit
+from .hygiene import remove_own_tmp, unfit
 
 STATUS_EVERY_S = 5.0  # status file refresh (and dump dir check) while dumping
 IDLE_RELEASE_S = 30.0  # no batch for this long: no request can be mid-prefill, partials are dead requests
@@ -96,7 +96,7 @@ class DumpWriter(ForwardThreadApi):
         self._io = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix="sge3-dump-io")
         self._norm_written = (self.root / NORM_FILE).exists()
         self.staging = staging
-        # the writer process (writer_process.py) reports these to the server: callables(sample_id), (reason), ()
+        # the writer process (process.py) reports these to the server: callables(sample_id), (reason), ()
         self.on_written = self.on_stop = self.on_progress = None
         self._status = StatusFile(self.root, name)
         self._last_batch_at = self._root_checked_at = time.monotonic()

@@ -1,7 +1,7 @@
-"""The writer process's side (see writer_process.py): map the server's staging memory, rebuild each batch
+"""The writer process's side (see process.py): map the server's staging memory, rebuild each batch
 from its layout message, and hand it to an ordinary DumpWriter.
 
-    python -m sglang_eagle3_ext.dump.writer_child SOCKET_FD RING_FD RING_BYTES NAME   (started by the server)
+    python -m sglang_eagle3_ext.in_server.dump.writer.child SOCKET_FD RING_FD RING_BYTES NAME   (started by the server)
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import threading
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recvfds
 
-from . import writer_messages as m
-from .assemble import ChunkBatch
-from .config import DumpConfig
-from .staging import PinnedRing, map_shared, tensor_at
-from .writer import DumpStartupError, DumpWriter
+from ....dump.config import DumpConfig
+from ..assemble import ChunkBatch
+from ..staging import PinnedRing, map_shared, tensor_at
+from . import messages as m
+from .thread import DumpStartupError, DumpWriter
 
 
 def _dtype(name: str):

@@ -21,9 +21,9 @@ import dataclasses
 import logging
 import time
 
-from .._log import log_once
+from ..._log import log_once
+from ...dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE
 from .assemble import Assembler, Sample
-from .sample_file import T_AUX, T_IDS, T_POST, T_PRE
 from .verify_capture import RequestEnd, VerifyBatch
 
 HELD_IDLE_S = 900.0  # a held request that saw no verify and no end for this long is dropped (lost hook)

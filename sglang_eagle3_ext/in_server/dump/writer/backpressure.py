@@ -13,12 +13,12 @@ import time
 from abc import abstractmethod
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from .._log import log_once
+from ...._log import log_once
 
 if TYPE_CHECKING:
-    from .assemble import ChunkBatch
-    from .config import DumpConfig
-    from .staging import PinnedRing
+    from ....dump.config import DumpConfig
+    from ..assemble import ChunkBatch
+    from ..staging import PinnedRing
 
 STALL_S = 120.0  # the forward thread waited this long and no host memory came back: the writer is stuck
 
@@ -85,7 +85,7 @@ class Budget:
 
 class ForwardThreadApi(Protocol):
     """What the capture (capture.py, verify_capture.py) calls on the forward thread. Both writers subclass it
-    explicitly (writer.DumpWriter in this process, writer_process.ProcessDumpWriter for a child process) and
+    explicitly (thread.DumpWriter in this process, process.ProcessDumpWriter for a child process) and
     inherit the budget handling below; each implements the abstract methods."""
 
     cfg: DumpConfig  # the dump's settings (its sample rate decides which requests are dumped)

@@ -7,19 +7,19 @@ from __future__ import annotations
 import logging
 import os
 
-from .. import __version__
-from .._log import log_once, logger
-from ..boundary import BadInput
-from ..draft.capture_layers import aux_capture_refusal
-from ..server.startup import StartupContext, startup_context
-from ..versions import capabilities, layer0_refusal
+from ... import __version__
+from ..._log import log_once, logger
+from ...boundary import BadInput
+from ...draft.capture_layers import aux_capture_refusal
+from ...dump.config import CONVENTION, DumpConfig, DumpConfigError, from_env
+from ...server.startup import StartupContext, startup_context
+from ...versions import capabilities, layer0_refusal
 from . import serving_mode, verify_capture
 from .capture import ATTR, TARGET_CLASSES, DumpTarget
-from .config import CONVENTION, DumpConfig, DumpConfigError, from_env
 from .prefill_graphs import check as refuse_prefill_graphs
 from .ranks import is_writer, rank_info
 from .staging import ring_for
-from .writer import DumpStartupError, DumpWriter
+from .writer.thread import DumpStartupError, DumpWriter
 
 _writer = None  # one per process (one DP group's attention-TP rank 0)
 
@@ -35,7 +35,7 @@ def reset() -> None:
 
 
 def build_meta(model, cfg: DumpConfig, layers: list[int], ranks: dict, ctx: StartupContext) -> dict:
-    from ..versions import installed_version
+    from ...versions import installed_version
 
     config = model.config
     sa = ctx.server_args
@@ -79,7 +79,7 @@ def make_writer(cfg: DumpConfig, meta: dict, name: str, cuda: bool = False):
     """In this process (io threads) or in a child process (SGLANG_EAGLE3_EXT_DUMP_WRITER=process), with the
     staging ring the capture copies into (writer.staging); cuda: the model runs on a GPU (pinned memory)."""
     if cfg.writer == "process":
-        from .writer_process import ProcessDumpWriter
+        from .writer.process import ProcessDumpWriter
 
         return ProcessDumpWriter(cfg, meta, name=name, pin=cuda)
 

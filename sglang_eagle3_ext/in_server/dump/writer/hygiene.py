@@ -7,9 +7,9 @@ import contextlib
 import logging
 import os
 
-from .._log import log_once
-from .assemble import Sample
-from .sample_file import T_IDS
+from ...._log import log_once
+from ....dump.sample_file import T_IDS
+from ..assemble import Sample
 
 
 def remove_own_tmp(samples_dir: str, writer_name: str) -> None:

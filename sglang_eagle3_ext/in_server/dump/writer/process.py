@@ -6,7 +6,7 @@ that is prefill time lost. With this writer the scheduler process keeps only
   forward thread:   reserve + asynchronous copies into a shared staging ring + submit (as before)
   forwarder thread: wait for a batch's copy event, send its layout (offsets, shapes, rids; ~1 KB)
   reader thread:    the child's replies (batch memory free, sample written, stopped)
-while the child (writer_child.py) maps the same memory and runs the ordinary DumpWriter there:
+while the child (child.py) maps the same memory and runs the ordinary DumpWriter there:
 stitching, checks, atomic files, manifest, status file.
 
 Host memory: one memfd of SGLANG_EAGLE3_EXT_DUMP_MAX_PENDING_MB, page-locked (cudaHostRegister) on a
@@ -28,14 +28,14 @@ import threading
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import sendfds
 
-from .. import envs
-from .._log import log_once, logger
-from ..patch_table import ENV_ENABLE
-from . import writer_messages as m
+from .... import envs
+from ...._log import log_once, logger
+from ....dump.manifest import read_manifest
+from ....patch_table import ENV_ENABLE
+from ..staging import PinnedRing, SharedMemory, region_size
+from . import messages as m
 from .backpressure import Budget, ForwardThreadApi
-from .manifest import read_manifest
-from .staging import PinnedRing, SharedMemory, region_size
-from .writer import validate_dump_root
+from .thread import validate_dump_root
 
 START_TIMEOUT_S = 300
 
@@ -75,7 +75,7 @@ class ProcessDumpWriter(ForwardThreadApi):
             [
                 sys.executable,
                 "-m",
-                "sglang_eagle3_ext.dump.writer_child",
+                "sglang_eagle3_ext.in_server.dump.writer.child",
                 str(theirs.fileno()),
                 str(self._mem.fd),
                 str(self._mem.nbytes),
@@ -95,7 +95,7 @@ class ProcessDumpWriter(ForwardThreadApi):
             else m.StartFailed(f"no answer in {START_TIMEOUT_S} s")
         )
         if not isinstance(reply, m.Ready):
-            from .writer import DumpStartupError
+            from .thread import DumpStartupError
 
             self._proc.kill()
             raise DumpStartupError(f"the dump writer process did not start: {reply.error}")

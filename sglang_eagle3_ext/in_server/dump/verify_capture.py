@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import logging
 
-from .._log import log_once, logger
+from ..._log import log_once, logger
+from ...dump.config import NODUMP_RID_PREFIX
+from ...dump.manifest import sanitize_id
 from .assemble import ChunkBatch
 from .capture import carries_multimodal
-from .config import NODUMP_RID_PREFIX
-from .manifest import sanitize_id
 
 _active = None  # the VerifyCapture of this process's writer rank
 
@@ -280,7 +280,7 @@ def verify_hook(wrapped, args, kwargs):
     vc = _active
     plan = None
     if vc is not None and not vc.disabled:
-        from ..patching import arg
+        from ...patching import arg
 
         batch = arg(wrapped, args, kwargs, "batch")
         try:

@@ -20,10 +20,10 @@ import collections
 import dataclasses
 import threading
 
-from .._log import log_once
-from .config import NODUMP_RID_PREFIX
-from .manifest import sanitize_id
-from .sample_file import T_AUX, T_IDS, T_POST, T_PRE
+from ..._log import log_once
+from ...dump.config import NODUMP_RID_PREFIX
+from ...dump.manifest import sanitize_id
+from ...dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE
 
 # A partial absent from this many consecutive batches has ended. SGLang's chunked request is in the very next
 # prefill batch; one batch of margin costs nothing (the memory of one dead request, one batch longer).

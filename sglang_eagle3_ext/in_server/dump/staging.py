@@ -16,7 +16,7 @@ import math
 import os
 import threading
 
-from .._log import log_once
+from ..._log import log_once
 
 ALIGN = 512  # keeps every sub-tensor aligned for any dtype view and for DMA
 
@@ -177,7 +177,7 @@ def tensor_at(buf, offset: int, shape, dtype):
 def ring_for(cfg):
     """The pinned staging ring of a CUDA model's thread writer, allocated at model init, before any CUDA graph
     capture and before serving. None when pinning fails (per-batch pinned allocations then). The writer
-    process brings its own, shared with it (writer_process.py)."""
+    process brings its own, shared with it (writer/process.py)."""
     import logging
     import time
 

@@ -21,12 +21,12 @@ import collections
 import logging
 import weakref
 
-from .._log import log_once, logger
-from ..patching import arg
+from ..._log import log_once, logger
+from ...dump.config import NODUMP_RID_PREFIX, DumpConfig, DumpConfigError
+from ...dump.manifest import sanitize_id
+from ...patching import arg
 from .assemble import ChunkBatch
-from .config import NODUMP_RID_PREFIX, DumpConfig, DumpConfigError
 from .copy import CopyRequest, HostCopier, copy_prefill
-from .manifest import sanitize_id
 
 ATTR = "_sge3_dump_target"  # on the target's LogitsProcessor instance
 TARGET_CLASSES = frozenset({"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM"})

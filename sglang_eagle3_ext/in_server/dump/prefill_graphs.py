@@ -75,6 +75,6 @@ def check(sa) -> None:
     """Raise DumpConfigError (the server stops at start-up with the message) where `refusal` says so."""
     msg = refusal(sa)
     if msg:
-        from .config import DumpConfigError
+        from ...dump.config import DumpConfigError
 
         raise DumpConfigError(msg)

@@ -15,13 +15,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from .. import envs
-from .._log import log_once, logger
-from ..draft import layers as draft_layers
-from ..server.startup import StartupContext
+from ... import envs
+from ..._log import log_once, logger
+from ...draft import layers as draft_layers
+from ...dump.config import ENV_LAYERS, ENV_SAMPLE_RATE, DumpConfig, DumpConfigError, layers_shown
+from ...server.startup import StartupContext
 from . import verify_capture
-from .config import ENV_LAYERS, ENV_SAMPLE_RATE, DumpConfig, DumpConfigError, layers_shown
-from .writer import DumpStartupError
+from .writer.thread import DumpStartupError
 
 ENV_RESPONSES = envs.DUMP_RESPONSES
 ENV_MAX_ACCEPT_LEN = envs.DUMP_MAX_ACCEPT_LEN
@@ -56,7 +56,7 @@ def draft_hf_indices(ctx: StartupContext, n: int) -> tuple[list[int] | None, str
     config cannot be read here (a hub id): the worker's start-up check then compares what SGLang set."""
     if ctx.draft_config is None:
         return None, f"draft {ctx.draft_path} (config not readable here)"
-    from ..versions import capabilities
+    from ...versions import capabilities
 
     layers, why = draft_layers.fed_hf_indices(
         ctx.draft_config, n, capabilities().CAPTURE_ALWAYS_PLUS_ONE, where=f"draft {ctx.draft_path}/config.json"
@@ -95,7 +95,7 @@ def config_for_target(cfg: DumpConfig, n: int, ctx: StartupContext) -> DumpConfi
 
 def _responses_supported() -> str | None:
     """Why this release cannot capture responses (None: it can)."""
-    from ..versions import capabilities
+    from ...versions import capabilities
 
     caps = capabilities()
     if not (caps.SPEC_V2_VERIFY_SCHEDULE_BATCH and caps.HAS_OUTPUT_STREAMER):
