@@ -12,7 +12,9 @@ interrupt, not every child with a traceback of its own (data-loader workers igno
 An interrupt is never lost. Python runs a signal's handler at the next safe point of the main thread, which
 may be inside a weakref callback, a `__del__`, a gc callback or a generator's close; a KeyboardInterrupt
 raised there is swallowed ("Exception ignored in ..."). While `interruptible()` is active, such a swallowed
-interrupt is delivered again (no "Exception ignored" lines), until it reaches the command's own code.
+interrupt is delivered again (no "Exception ignored" lines), until it reaches the command's own code; one
+still on its way when the block ends is raised as the block ends (never later, where no handler of the
+command would catch it and Python would die by the signal).
 
 The rule for repeats:
 - a second signal (SIGINT or SIGTERM) within COALESCE_S of the first one's handling is the same request and
@@ -56,10 +58,13 @@ def interruptible(tool: str | None = None):
     owner = os.getpid()
     raised: list[BaseException | None] = [None]  # the KeyboardInterrupt the handler raised last
     again = [False]  # that one was swallowed: the next call is its delivery, not a repeat
+    delivery = _Delivery()
 
     def handler(signum, frame):
         if os.getpid() != owner:
             os._exit(128 + signum)
+        if delivery.closed:  # the block is ending: what is owed is raised there, once
+            return
         if again[0]:  # the first request, delivered again: its time stays that of its first handling
             again[0] = False
         elif stop.received is None:
@@ -80,37 +85,67 @@ def interruptible(tool: str | None = None):
                 if e is not raised[0]:
                     raise
         raised[0], again[0] = None, True
-        _deliver_later(stop.received or signal.SIGINT, unraisable.__code__)
+        delivery.later(stop.received or signal.SIGINT, unraisable.__code__)
 
     old = {s: signal.signal(s, handler) for s in _SIGNALS}
     old_hook, sys.unraisablehook = sys.unraisablehook, unraisable
+    ended_by_error = True
     try:
         yield stop
+        ended_by_error = False
     finally:
+        owed = delivery.close() or again[0]
+        _safe_point()  # a signal already simulated runs the quiet handler here, not the one restored below
         if sys.unraisablehook is unraisable:
             sys.unraisablehook = old_hook
         for s, h in old.items():
             signal.signal(s, h)
+        if owed and not ended_by_error:
+            raise KeyboardInterrupt  # the swallowed interrupt, delivered as the block ends
 
 
-def _deliver_later(signum: int, hook) -> None:
-    """The handler runs again at the main thread's next safe point once the main thread has left `hook`: run
-    there, it would raise into the hook, which Python swallows too. A thread waits for that, since any call the
-    hook itself made after the signal is set would run the handler at once."""
-    main = threading.main_thread().ident
+def _safe_point() -> None:
+    """A Python call: the interpreter runs pending signal handlers at its start."""
 
-    def in_hook() -> bool:
-        f = sys._current_frames().get(main)
-        while f is not None and f.f_code is not hook:
-            f = f.f_back
-        return f is not None
 
-    def deliver() -> None:
-        while in_hook():
-            time.sleep(0.0005)
-        _thread.interrupt_main(signum)
+class _Delivery:
+    """A swallowed interrupt raised again: the handler runs again at the main thread's next safe point once the
+    main thread has left the hook that swallowed it (run there, it would raise into the hook, which Python
+    swallows too). A thread waits for that, since any call the hook itself made after the signal is set would
+    run the handler at once. Once the block ends (`close`), no thread simulates a signal any more: one that had
+    not yet done so is owed, and the block raises it."""
 
-    _thread.start_new_thread(deliver, ())
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.closed = False
+        self.waiting = 0  # threads that have not yet simulated their signal
+
+    def later(self, signum: int, hook) -> None:
+        main = threading.main_thread().ident
+
+        def in_hook() -> bool:
+            f = sys._current_frames().get(main)
+            while f is not None and f.f_code is not hook:
+                f = f.f_back
+            return f is not None
+
+        def deliver() -> None:
+            while in_hook() and not self.closed:
+                time.sleep(0.0005)
+            with self.lock:
+                if not self.closed:
+                    self.waiting -= 1
+                    _thread.interrupt_main(signum)
+
+        with self.lock:
+            self.waiting += 1
+        _thread.start_new_thread(deliver, ())
+
+    def close(self) -> bool:
+        """True when an interrupt is still owed (a thread had not yet simulated it)."""
+        with self.lock:
+            self.closed = True
+            return self.waiting > 0
 
 
 def _end_now(tool: str | None) -> None:

@@ -148,6 +148,43 @@ def test_an_interrupt_raised_where_python_ignores_exceptions_still_stops_the_com
     assert "Exception ignored" not in out and "Traceback" not in out, out
 
 
+ENDS_AT_ONCE = r"""
+import os, signal, sys, time, weakref
+from sglang_eagle3_ext.cli.interrupts import interruptible
+
+def interrupt_self(*_):
+    os.kill(os.getpid(), signal.SIGINT)
+
+class T:
+    pass
+
+try:
+    with interruptible("train") as stop:
+        t = T()
+        r = weakref.ref(t, interrupt_self)
+        del t  # swallowed in the callback; the block ends before the interrupt is raised again
+except KeyboardInterrupt:
+    print(f"train: interrupted; by signal {stop.received}", flush=True)
+    sys.exit(130)
+time.sleep(2)  # outside every handler of the command: an interrupt raised here would kill the process
+print("finished", flush=True)
+"""
+
+
+@pytest.mark.parametrize("load", [False, True])
+def test_an_interrupt_swallowed_just_before_the_block_ends_is_raised_as_it_ends_never_after(tmp_path, load, request):
+    """The command's handler sees it; nothing reaches the code after the block, where Python would die by the
+    signal (exit -2) after the command had said its line."""
+    if load:
+        request.getfixturevalue("cpu_hog")
+    script = tmp_path / "child.py"
+    script.write_text(ENDS_AT_ONCE)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 130, (p.returncode, p.stdout, p.stderr)
+    assert p.stdout.count("interrupted") == 1 and "finished" not in p.stdout, p.stdout
+    assert "Exception ignored" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
 @pytest.fixture
 def cpu_hog():
     """Busy processes for the test's duration: four per core, the load a shared CI machine may have."""
