@@ -12,14 +12,18 @@ from typing import Callable
 
 from .report import TrainDraftError
 from .selection import check_options
+from .train_flags import (  # noqa: F401 - DEFAULT_EPOCHS re-exported: the routes read it here
+    ATTN_IMPLS,
+    DEFAULT_EPOCHS,
+    DEVICES,
+    LOSS_IMPLS,
+    OPTIMIZERS,
+    SCHEDULERS,
+    ScoreOptions,
+    TrainFlags,
+)
 
-DEFAULT_EPOCHS = 10
 RUN_DIR = "_speculators_run"
-OPTIMIZERS = ("muon", "adamw")
-SCHEDULERS = ("linear", "cosine", "none")
-DEVICES = ("cuda", "cpu")
-LOSS_IMPLS = ("fused", "eager")
-ATTN_IMPLS = ("simple_flex_attention", "sdpa", "eager")
 # (fields, minimum, None allowed): the integer settings
 _INTEGERS = (
     (("ttt_steps", "total_seq_len", "log_every"), 1, False),
@@ -57,51 +61,12 @@ _LEGACY_OUTPUT = {"config.json", "model.safetensors", RUN_DIR, "train_summary.js
 
 
 @dataclasses.dataclass
-class TrainOptions:
-    """One training run: the inputs, the output folder, the draft layout and the trainer's settings."""
+class TrainOptions(TrainFlags):
+    """One training run: the inputs, the output folder, the draft layout and the trainer's settings (each a
+    flag of `train`, declared once in train_flags.py), and the command's epoch scorer."""
 
-    data: str | Path  # hs_{i}.safetensors (or DATA/hidden_states/ with them)
-    target: str | Path  # the target's local HF directory (config + safetensors)
-    out: str | Path  # a new or empty folder, or an earlier output of train with force
-    force: bool = False
-    draft_arch: str | None = None  # a key of training.train.ROUTES; None: --init-from's layout, else llama
-    epochs: int | None = None  # None: DEFAULT_EPOCHS, or as many as steps needs
-    steps: int | None = None
-    lr: float = 1e-3
-    optimizer: str = "adamw"
-    scheduler: str = "cosine"
-    warmup_steps: int | None = None  # None: speculators' own
-    device: str | None = None  # None: cuda when available
-    layer_ids: str | list[int] | None = None  # "1,2,3" or [1, 2, 3]; None: the data's metadata, else default
-    draft_vocab_size: int | None = None  # None: the target's full vocabulary
-    num_layers: int | None = None  # None: --init-from's, else 1
-    intermediate_size: int | None = None
-    head_dim: int | None = None
-    max_position_embeddings: int | None = None
-    ttt_steps: int = 3
-    block_size: int | None = None  # dflash: tokens per drafted block, the anchor included; None: 16
-    mask_token_id: int | None = None  # dflash: the blocks' noise token; None: the target tokenizer's
-    max_anchors: int | None = None  # dflash: blocks drawn per packed sequence; None: speculators' 512
-    total_seq_len: int = 8192
-    train_ratio: float = 0.95
-    loss_fn: str | None = None
-    loss_impl: str = "fused"
-    attn_impl: str = "simple_flex_attention"
-    num_workers: int = 4
-    seed: int = 0
-    log_every: int = 10
-    min_val_acc: float = 0.05  # <= this validation accuracy fails the run (0: never)
-    keep_checkpoints: bool = False
-    global_batch: int | None = None  # micro-batches per optimizer step over all ranks; None: one per rank
-    resume: bool = False  # continue from the checkpoint in `out` (nothing there: start afresh)
-    dry_run: bool = False  # return the plan (sizes, memory per rank) without training
-    device_memory_gib: float | None = None  # the plan's memory budget per rank; None: the device's own
-    world_size: int | None = None  # the plan's ranks; None: torchrun's WORLD_SIZE, else 1
-    init_from: str | Path | None = None  # a draft (either layout) whose weights this run continues from
-    select_by: str = "last"  # the epoch whose draft `out` keeps: "last", or "predicted-accept": the
-    # best by epoch_scorer (training/selection.py)
     epoch_scorer: Callable[[Path], tuple] | None = dataclasses.field(  # draft folder -> (score, details);
-        default=None, compare=False, repr=False, metadata={"cli": False}
+        default=None, compare=False, repr=False
     )  # the command's: acceptance/select.py
 
     def check(self) -> None:
@@ -148,6 +113,9 @@ class TrainOptions:
             + ([("draft (--init-from)", self.init_from)] if self.init_from is not None else []),
         )
 
+
+# the options types that declare train's flags, in the order of `train --help`
+FLAG_TYPES = (TrainOptions, ScoreOptions)
 
 BLOCK_SETTINGS = ("block_size", "mask_token_id", "max_anchors")  # a block draft's (DFlash) own settings
 
