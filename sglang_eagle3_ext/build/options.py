@@ -41,6 +41,8 @@ GROUPS = {
     "eval and serving": ("spec_steps", "eval_samples", "eval_dtype", "serve_preset"),
     "running": ("gpus", "from_stage"),
 }
+# train's flags that build sets itself (its folders, resuming, planning): left out of its train group and --config
+TRAIN_SET_BY_BUILD = ("data", "target", "out", "force", "resume", "dry_run")
 
 
 @dataclasses.dataclass(kw_only=True)

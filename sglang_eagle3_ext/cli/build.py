@@ -19,10 +19,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..build.config import BOOL, dump_config
-from ..build.options import CONFIG, GROUPS, BuildOptions
+from ..build.config import config_rules, dump_config, read_config
+from ..build.options import CONFIG, GROUPS, TRAIN_SET_BY_BUILD, BuildOptions
 from ..build.report import render_text
 from ..options.parser import add_options, options_from
+from ..options.schema import flag_fields
 from ..training.options import TrainOptions
 from ..training.report import TrainDraftError
 from . import common as cli_common
@@ -31,8 +32,6 @@ from .interrupts import interrupted_line, interruptible
 from .output import library_output
 
 _CONFIG = CONFIG
-# train's flags that build sets itself (its folders, resuming, planning, output)
-_TRAIN_OWN = {"data", "target", "out", "force", "resume", "dry_run", "json", "quiet", "verbose", "help", "debug"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,46 +54,19 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_json_out(p, "the report (with --dry-run: the plan)")
     c.add_verbosity(p, quiet="no progress bars")
     t = p.add_argument_group("train (the same flags as `sglang-eagle3 train`)")
-    for action in train_cli.build_parser()._actions:
-        if action.dest not in _TRAIN_OWN:
-            t._add_action(action)
+    train_cli.add_train_flags(t, skip=TRAIN_SET_BY_BUILD)
     return c.finish(p, "build")
 
 
-def train_dests() -> list[str]:
-    return [a.dest for a in train_cli.build_parser()._actions if a.dest not in _TRAIN_OWN]
-
-
-def _rules(p: argparse.ArgumentParser) -> dict:
-
-    skip = {"help", "config", "debug", "json", "dry_run"}
-    return {
-        a.dest: (BOOL if isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction)) else a.type)
-        for a in p._actions
-        if a.dest not in skip and a.option_strings
-    }
-
-
 def parse(argv) -> tuple[argparse.Namespace, dict]:
-    """The flags, the config file's values under them; (namespace, the resolved settings)."""
-    from ..build.config import read_config
-
+    """The flags over the config file's values over the defaults; (namespace, the resolved settings)."""
     p = build_parser()
     pre = cli_common.parser("build", add_help=False)
     pre.add_argument("--config", type=_CONFIG)
     known, _ = pre.parse_known_args(argv)
-    rules = _rules(p)
+    rules = config_rules()
     if known.config:
-        values = read_config(known.config, rules)
-        for a in p._actions:
-            if a.dest in values and a.choices is not None and values[a.dest] not in a.choices:
-                from ..boundary import BadInput
-
-                raise BadInput(
-                    f"--config {known.config}",
-                    f"{a.dest.replace('_', '-')}: {values[a.dest]!r} is not one of {', '.join(map(str, a.choices))}",
-                )
-        p.set_defaults(**values)
+        p.set_defaults(**read_config(known.config, rules))
     a = p.parse_args(argv)
     # the settings; --from says what to redo, not how anything is built
     resolved = {k: getattr(a, k) for k in rules if k != "from_stage" and getattr(a, k, None) not in (None, False)}
@@ -103,18 +75,12 @@ def parse(argv) -> tuple[argparse.Namespace, dict]:
 
 def options(a: argparse.Namespace):
 
-    train = {k: getattr(a, k) for k in train_dests() if k in _train_fields()}
+    train = {f.name: getattr(a, f.name) for f in flag_fields(TrainOptions) if f.name not in TRAIN_SET_BY_BUILD}
 
     def say(m: str) -> None:
         print(f"build: {m}", file=sys.stderr, flush=True)
 
     return options_from(a, BuildOptions, train=train, say=say, quiet=a.quiet)
-
-
-def _train_fields() -> set:
-    import dataclasses
-
-    return {f.name for f in dataclasses.fields(TrainOptions) if f.metadata.get("cli", True)}
 
 
 def _train_plan(o, a):
