@@ -142,7 +142,7 @@ def main() -> int:
         dev = ("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device
         with torch.device(dev):
             model = ModelRegistry.resolve_model_cls(["LlamaForCausalLMEagle3"])[0](AutoConfig.from_pretrained(draft))
-        from sglang_eagle3_ext.draft.loader import VALUE_SCAN_ENV
+        from sglang_eagle3_ext.in_server.draft.loader import VALUE_SCAN_ENV
 
         times = {"plain": [], "strict": [], "strict_noscan": []}
         for i in range(a.repeats + 1):  # first round warms the page cache, not counted

@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 
 from ..boundary import BadInput, Refused
-from ..draft.swap_client import SwapOptions, render, swap
+from ..draft.swap.client import SwapOptions, render, swap
 from ..options.parser import add_options, options_from
 from . import common as cli_common
 from .output import library_output

@@ -13,12 +13,13 @@
     convert.py         any accepted format -> the draft SGLang loads as trained (`convert`); its files: convert_io.py
     hub.py             hub-id drafts: the local Hugging Face cache only, never the network
     errors.py          Problem codes and the exceptions people see
-    loader.py          strict accounting around SGLang's own load_weights
-    guard.py           fc input-width check at forward time
+    swap/              a new draft into a running server: the client (`sglang-eagle3 swap`), the rules it shares
+                       with the server's handler
     progress.py        a progress line for long reads of weights (value scans, convert)
     layers.py          the default aux layers and the release's +1 rule (HF index vs SGLang's layer ids)
     capture_layers.py  SGLang made to capture exactly the hidden states the draft was trained on
-    (the command lines are ../cli/check.py and ../cli/convert.py; tiny drafts for tests: ../tiny/)
+    (what runs inside SGLang, the loader, the forward guard and the swap's handler: ../in_server/draft/;
+    the command lines are ../cli/check.py and ../cli/convert.py; tiny drafts for tests: ../tiny/)
 
 Nothing heavy is imported here.
 """

@@ -119,7 +119,7 @@ def _option_problems(cfg: dict, layout: Layout, arch, k: int, target_hidden: int
             )
     P += arch.option_problems(cfg, layout, where)
     if not ec.get("use_aux_hidden_state", True) and k != 1:
-        from .guard import width_message
+        from .errors import width_message
 
         P.append(
             Problem(

@@ -98,3 +98,27 @@ def class_missing(where: str, arch: str, draft: str, release, requires: str, sin
             f"{since}): it would not build this draft. Use SGLang >= {since}",
         )
     ]
+
+
+def width_message(sent: int, need: int, k: int, target_hidden: int, where: str) -> str:
+    if sent == target_hidden:
+        cause = (
+            "the target is not capturing aux hidden states: check --speculative-algorithm EAGLE3 (not EAGLE), "
+            "the draft's eagle_config.use_aux_hidden_state (must be true), and that the target model class "
+            "supports EAGLE-3 capture"
+        )
+    elif sent % target_hidden == 0:
+        cause = (
+            f"the target captures {sent // target_hidden} layers but the draft was trained on K={k}: "
+            f"eagle_config.eagle_aux_hidden_state_layer_ids must list the {k} layers the draft was trained on"
+        )
+    else:
+        cause = (
+            f"{sent} is not a multiple of the draft's target_hidden_size={target_hidden}: the draft was "
+            f"trained for a target of another hidden size"
+        )
+    return (
+        f"EAGLE-3 draft ({where}): the target sends {sent}-wide hidden states but the draft's fc needs "
+        f"{need} = K({k}) x target hidden({target_hidden}); SGLang would skip the fc and serve at accept "
+        f"length ~1.00. Probable cause: {cause}."
+    )

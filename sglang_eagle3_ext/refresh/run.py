@@ -171,7 +171,7 @@ def _served_draft(o: RefreshOptions, say) -> RefreshOptions:
     """With --swap: the draft the server serves, which --draft must be (the gate judges against it, the swap
     replaces it); --draft left out means that one. Before anything long: a server that cannot take a draft is
     said now."""
-    from ..draft.swap_client import can_swap
+    from ..draft.swap.client import can_swap
 
     served = can_swap(o.swap_url)
     if o.draft is None:
@@ -327,7 +327,7 @@ def _serve_and_record(o: RefreshOptions, c, sel, rep: dict, say) -> None:
 
 
 def _swap(o: RefreshOptions, draft: str, say) -> dict:
-    from ..draft.swap_client import SwapOptions, can_swap, swap
+    from ..draft.swap.client import SwapOptions, can_swap, swap
 
     say(f"swapping {draft} into {o.swap_url}")
     try:

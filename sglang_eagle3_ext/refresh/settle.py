@@ -41,7 +41,7 @@ def settle(c, say) -> None:
     elif not p.get("swap_url"):
         used, why = True, f"its draft {p['draft']} was accepted"
     else:
-        from ..draft.swap_client import can_swap
+        from ..draft.swap.client import can_swap
 
         try:
             served = can_swap(p["swap_url"])

@@ -150,7 +150,7 @@ def _run_expect_width_failure(tiny_target, draft_dir, tmp_path, name, **env):
 def assert_width_refused(tiny_target, bad_draft, tmp_path, name, *, at_forward: bool) -> None:
     """A target sending 1 x hidden to `bad_draft` (its fc wants 3 x): refused at start-up, or with the
     start-up check deferred, by the forward guard at the first target-fed batch; never accept len 1.00."""
-    from sglang_eagle3_ext.draft.loader import DEFER_WIDTH_ENV
+    from sglang_eagle3_ext.in_server.draft.loader import DEFER_WIDTH_ENV
 
     env = {DEFER_WIDTH_ENV: "1"} if at_forward else {}
     text = _run_expect_width_failure(tiny_target, bad_draft, tmp_path, name, **env)

@@ -197,7 +197,7 @@ def _bad_drafts(good: Path, root: Path, captured: list[int], n_layers: int):
 
 
 def _served_state(url: str) -> dict:
-    from sglang_eagle3_ext.draft.swap_client import draft_states
+    from sglang_eagle3_ext.draft.swap.client import draft_states
 
     return draft_states(http_json(url + "/get_server_info", timeout=30), "GET /get_server_info")[0]
 

@@ -227,7 +227,7 @@ def test_guard_refuses_unfused_target_states(draft_model):
 
 
 def test_guard_passes_draft_decode_and_correct_width(draft_model):
-    from sglang_eagle3_ext.draft.guard import check_width
+    from sglang_eagle3_ext.in_server.draft.guard import check_width
 
     assert check_width(draft_model.model, _batch("DECODE", 64)) is None  # draft's own H-wide states
     assert check_width(draft_model.model, _batch("IDLE", 64, rows=0)) is None
@@ -239,7 +239,7 @@ def test_startup_width_check_when_target_will_not_capture(ext, converted, target
 
     from malformed_drafts import edit_config
 
-    from sglang_eagle3_ext.draft.loader import DEFER_WIDTH_ENV
+    from sglang_eagle3_ext.in_server.draft.loader import DEFER_WIDTH_ENV
 
     d = tmp_path / "noaux"
     shutil.copytree(converted, d)

@@ -181,7 +181,7 @@ def _batch(mode, width, rows=4):
 
 
 def test_mla_guard_refuses_unfused_target_states(has_mla, good, target_dir):
-    from sglang_eagle3_ext.draft.guard import check_width
+    from sglang_eagle3_ext.in_server.draft.guard import check_width
 
     model = load_draft(has_mla, good, target_dir, mla.ARCH)
     with pytest.raises(E.DraftWidthError) as ei:  # through the patched real Eagle3MLAModel.forward

@@ -15,7 +15,7 @@ import torch
 from helpers import LLAMA, checkpoint_tensors, edited_draft, load_draft, serving, stub_deepseek_target
 
 from sglang_eagle3_ext.draft import errors as E
-from sglang_eagle3_ext.draft import swap
+from sglang_eagle3_ext.in_server.draft import swap
 
 pytestmark = pytest.mark.sglang
 pytest.importorskip("speculators")
@@ -177,7 +177,7 @@ def test_relative_path_refused(server, drafts):
 
 def test_failure_after_writing_puts_the_old_draft_back(server, drafts, monkeypatch):
     """The load wrote the new weights, then a tensor did not fit: every value and the token map go back."""
-    from sglang_eagle3_ext.draft import swap_tensors
+    from sglang_eagle3_ext.in_server.draft import swap_tensors
 
     snap = _snapshot(server)
     monkeypatch.setattr(
@@ -191,7 +191,7 @@ def test_failure_after_writing_puts_the_old_draft_back(server, drafts, monkeypat
 
 
 def test_another_rank_refusing_undoes_this_ranks_swap(server, drafts, monkeypatch):
-    from sglang_eagle3_ext.draft import swap_tensors
+    from sglang_eagle3_ext.in_server.draft import swap_tensors
 
     snap = _snapshot(server)
     monkeypatch.setattr(swap_tensors, "agree", lambda group, ok, msg: (False, "TP rank 1: draft refused: [x] bad"))
@@ -213,7 +213,7 @@ def test_other_updates_stay_sglangs(server, drafts):
 def test_state_report_is_what_the_client_reads(server, drafts):
     from sglang.srt.managers.io_struct import GetInternalStateReqOutput
 
-    from sglang_eagle3_ext.draft.swap_client import draft_states
+    from sglang_eagle3_ext.draft.swap.client import draft_states
 
     reply = GetInternalStateReqOutput(internal_state={"avg_spec_accept_length": 2.0})
     swap.add_state_report(types.SimpleNamespace(weight_updater=server.manager), reply)
@@ -436,7 +436,7 @@ def test_the_compared_keys_come_from_the_release_source(ext):
     """The keys are read off the installed release's draft classes (not only a fixed list): those the issue's
     review found, and the server reports the list the client compares."""
     from sglang_eagle3_ext.draft.arch import llama, mla
-    from sglang_eagle3_ext.draft.swap_keys import build_keys, config_reads, sglang_root
+    from sglang_eagle3_ext.draft.swap.keys import build_keys, config_reads, sglang_root
 
     found = config_reads(sglang_root(), llama.SGLANG_CLASS)
     assert {
@@ -459,7 +459,7 @@ def test_the_compared_keys_come_from_the_release_source(ext):
 def test_the_state_report_names_the_compared_keys(server, drafts):
     from sglang.srt.managers.io_struct import GetInternalStateReqOutput
 
-    from sglang_eagle3_ext.draft.swap_client import draft_states
+    from sglang_eagle3_ext.draft.swap.client import draft_states
 
     reply = GetInternalStateReqOutput(internal_state={})
     swap.add_state_report(types.SimpleNamespace(weight_updater=server.manager), reply)

@@ -69,7 +69,7 @@ def test_one_context_per_process_for_every_consumer(ext, deepseek_dir, tmp_path,
     context is built once and the draft's config read once."""
     from transformers import LlamaConfig
 
-    from sglang_eagle3_ext.draft import loader
+    from sglang_eagle3_ext.in_server.draft import loader
     from sglang_eagle3_ext.draft.keys import installed_layout
     from sglang_eagle3_ext.server import startup
 

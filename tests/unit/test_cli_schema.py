@@ -12,15 +12,20 @@ from cli_fixtures import _all, parsers  # noqa: F401  (fixture)
 
 from sglang_eagle3_ext.acceptance.options import EvalOptions
 from sglang_eagle3_ext.bench.options import BenchOptions
-from sglang_eagle3_ext.build.options import BuildOptions
+from sglang_eagle3_ext.boundary import BadInput
+from sglang_eagle3_ext.build.config import config_rules
+from sglang_eagle3_ext.build.options import TRAIN_SET_BY_BUILD, BuildOptions
+from sglang_eagle3_ext.cli import build as build_cli
 from sglang_eagle3_ext.cli import swap as cli_swap
-from sglang_eagle3_ext.draft.swap_options import SwapOptions
+from sglang_eagle3_ext.draft.swap.options import SwapOptions
 from sglang_eagle3_ext.dump.run_options import RunOptions
 from sglang_eagle3_ext.launch.options import LaunchOptions
 from sglang_eagle3_ext.options import values
 from sglang_eagle3_ext.options.parser import add_options, hand_added_duplicates, options_from
 from sglang_eagle3_ext.options.schema import flag, flag_fields, option_strings
 from sglang_eagle3_ext.refresh.options import RefreshOptions
+from sglang_eagle3_ext.training.options import TrainOptions
+from sglang_eagle3_ext.training.train_flags import ScoreOptions
 from sglang_eagle3_ext.tune.options import TuneOptions
 
 # the commands whose flags the schema derives, and where
@@ -32,8 +37,14 @@ DERIVED = {
     "tune": TuneOptions,
     "launch": LaunchOptions,
     "eval": EvalOptions,
-    "build": BuildOptions,
+    "build": (BuildOptions, TrainOptions, ScoreOptions),  # train's flags too, less those build sets itself
+    "train": (TrainOptions, ScoreOptions),
 }
+# the fields whose flags a command sets itself: no flag of that command derives them
+SET_BY_COMMAND = {("build", TrainOptions): TRAIN_SET_BY_BUILD}
+# the flags a command adds by hand: the shared ones (cli/args.py) and those of no options type
+HAND_ADDED = {"-h", "--help", "--json", "--quiet", "--verbose", "--debug"}
+OWN_HAND_ADDED = {"train": set(), "build": {"--config", "--dry-run"}}
 
 
 def _parser_of(parsers, command: str) -> argparse.ArgumentParser:
@@ -52,11 +63,22 @@ def test_no_command_declares_a_derived_field_twice(parsers):
 @pytest.mark.parametrize("command", sorted(DERIVED))
 def test_every_flag_field_is_derived_on_its_command(parsers, command):
     p = _parser_of(parsers, command)
-    for field in flag_fields(DERIVED[command]):
-        for opt in option_strings(field):
-            action = p._option_string_actions[opt]
-            assert getattr(action, "schema_field", None) == f"{DERIVED[command].__name__}.{field.name}", opt
-            assert action.dest == field.name, opt
+    types = DERIVED[command] if isinstance(DERIVED[command], tuple) else (DERIVED[command],)
+    for options_type in types:
+        for field in flag_fields(options_type):
+            if field.name in SET_BY_COMMAND.get((command, options_type), ()):
+                continue
+            for opt in option_strings(field):
+                action = p._option_string_actions[opt]
+                assert getattr(action, "schema_field", None) == f"{options_type.__name__}.{field.name}", opt
+                assert action.dest == field.name, opt
+
+
+@pytest.mark.parametrize("command", sorted(OWN_HAND_ADDED))
+def test_every_flag_but_the_shared_ones_is_derived(parsers, command):
+    p = _parser_of(parsers, command)
+    by_hand = [o for o, a in p._option_string_actions.items() if not getattr(a, "schema_field", None)]
+    assert set(by_hand) == HAND_ADDED | OWN_HAND_ADDED[command]
 
 
 def test_a_hand_added_duplicate_is_named():
@@ -103,3 +125,44 @@ def test_a_parser_default_apart_from_the_fields_and_a_hidden_alias():
     assert options_from(p.parse_args(["--old-label", "x"]), Opts).name == "x"
     assert "--old-label" not in p.format_help()
     assert p._option_string_actions["--old-label"].metavar is None
+
+
+def test_build_config_takes_a_key_per_flag_of_build_checked_by_its_declaration(parsers):
+    p = parsers["build"]
+    rules = config_rules()
+    not_set_by_a_file = {"help", "config", "debug", "json", "dry_run"}
+    dests = [a.dest for a in p._actions if a.option_strings and a.dest not in not_set_by_a_file]
+    assert list(rules) == list(dict.fromkeys(dests))  # in the order of --help, so build_config.yaml's
+    for a in p._actions:
+        if a.dest in rules:
+            assert rules[a.dest].type is a.type and rules[a.dest].choices == a.choices, a.dest
+            assert (rules[a.dest].action == "store_true") == isinstance(a, argparse._StoreTrueAction), a.dest
+
+
+# a train key in build's config file, refused by its flag's declaration in one line naming the key
+TRAIN_KEYS_REFUSED = [
+    ("optimizer: sgd\n", "optimizer: 'sgd' is not one of muon, adamw"),
+    ("draft-arch: gpt\n", "draft-arch: 'gpt' is not one of llama, mla, dflash"),
+    ("keep-checkpoints: 1\n", "keep-checkpoints: expected true or false, got 1"),
+    ("select-steps: 0\n", "select-steps: "),
+    ("train-ratio: 1.5\n", "train-ratio: expected a finite number in (0, 1]"),
+    ("force: true\n", "unknown key 'force'"),  # build sets it itself
+]
+
+
+@pytest.mark.parametrize("text,words", TRAIN_KEYS_REFUSED, ids=[t.split(":")[0] for t, _ in TRAIN_KEYS_REFUSED])
+def test_a_train_key_of_build_config_is_checked_by_its_flag(tmp_path, text, words):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    with pytest.raises(BadInput) as e:
+        build_cli.parse(["--config", str(cfg), "--out", "o"])
+    assert words in str(e.value) and str(cfg) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_build_config_flag_over_file_over_default(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("select-samples: 5\nkeep-checkpoints: true\nlr: 0.003\n")
+    a, resolved = build_cli.parse(["--config", str(cfg), "--lr", "0.002", "--out", "o"])
+    assert (a.select_samples, a.keep_checkpoints, a.lr, a.ttt_steps) == (5, True, 0.002, 3)
+    assert resolved["lr"] == 0.002 and resolved["select_samples"] == 5
+    assert build_cli.options(a).train["keep_checkpoints"] is True

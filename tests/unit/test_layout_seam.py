@@ -99,7 +99,7 @@ def test_a_third_layout_goes_through_train_convert_check_eval_and_swap(world):
     from sglang_eagle3_ext.acceptance.evaluate import EvalOptions, evaluate
     from sglang_eagle3_ext.draft.check import check_draft
     from sglang_eagle3_ext.draft.convert import convert
-    from sglang_eagle3_ext.draft.swap_keys import build_keys
+    from sglang_eagle3_ext.draft.swap.keys import build_keys
     from sglang_eagle3_ext.training import ROUTES, train_draft
 
     assert NAME in ROUTES and ROUTES[NAME] == "p_eagle_built:train"
@@ -143,7 +143,13 @@ def test_a_layouts_held_out_rule_is_evals_and_its_routes():
 # The features that dispatch through the layout: a layout is named in draft/arch only.
 DISPATCHING = sorted(
     str(p.relative_to(PKG)) for pkg in ("acceptance", "training", "refresh") for p in (PKG / pkg).rglob("*.py")
-) + ["draft/swap.py", "draft/swap_keys.py", "draft/swap_rules.py", "draft/swap_tensors.py", "draft/swap_client.py"]
+) + [
+    "in_server/draft/swap.py",
+    "in_server/draft/swap_tensors.py",
+    "draft/swap/keys.py",
+    "draft/swap/rules.py",
+    "draft/swap/client.py",
+]
 
 
 @pytest.mark.parametrize("path", DISPATCHING)

@@ -38,7 +38,7 @@ class _Server:
     def __init__(self, draft, accept: bool):
         from loopback_server import FakeServer
 
-        from sglang_eagle3_ext.draft.swap import PROTOCOL, STATE_KEY
+        from sglang_eagle3_ext.draft.swap.protocol import PROTOCOL, STATE_KEY
 
         self.serving, self.accept = str(draft), accept
 
@@ -64,7 +64,7 @@ class _Server:
 @pytest.fixture
 def no_local_check(monkeypatch):
     """The swap client's own judging of the draft is the swap's business (its tests); here the server decides."""
-    from sglang_eagle3_ext.draft import swap_client
+    from sglang_eagle3_ext.draft.swap import client as swap_client
 
     monkeypatch.setattr(swap_client, "local_problems", lambda *a, **k: [])
 

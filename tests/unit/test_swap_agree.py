@@ -1,4 +1,4 @@
-"""The TP ranks' verdict on a draft swap (draft/swap_tensors.agree) over a real gloo group of two processes:
+"""The TP ranks' verdict on a draft swap (in_server/draft/swap_tensors.agree) over a real gloo group of two processes:
 every rank swaps, or every rank keeps the served draft and reports the first failing rank's reason."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ mp = pytest.importorskip("torch.multiprocessing")
 def _rank(rank: int, port: int, verdicts, out: str) -> None:
     import torch.distributed as dist
 
-    from sglang_eagle3_ext.draft.swap_tensors import agree
+    from sglang_eagle3_ext.in_server.draft.swap_tensors import agree
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from loopback_server import FakeServer
 
-from sglang_eagle3_ext.draft.swap import LOAD_FORMAT, PROTOCOL, STATE_KEY
-from sglang_eagle3_ext.draft.swap_client import draft_states, swap_reply
+from sglang_eagle3_ext.draft.swap.client import draft_states, swap_reply
+from sglang_eagle3_ext.draft.swap.protocol import LOAD_FORMAT, PROTOCOL, STATE_KEY
 
 pytest.importorskip("speculators")
 AUX = (2, 4, 6)
@@ -54,9 +54,9 @@ def drafts(tmp_path_factory):
 
 
 def _report(served) -> dict:
-    """The draft report a scheduler serving `served` sends (draft/swap.state_report), for the 8-layer target."""
+    """The draft report a scheduler serving `served` sends (in_server/draft/swap.state_report), for the 8-layer target."""
     from sglang_eagle3_ext.draft import keys, rules
-    from sglang_eagle3_ext.draft.swap_rules import summary
+    from sglang_eagle3_ext.draft.swap.rules import summary
 
     cfg = json.loads((served / "config.json").read_text())
     spec, _ = rules.spec_from_config(cfg, keys.layout_for_version(RELEASE))

@@ -1,4 +1,4 @@
-"""Which config keys a swap compares: read off the release's draft class statically (draft/swap_keys.py). On a
+"""Which config keys a swap compares: read off the release's draft class statically (draft/swap/keys.py). On a
 source tree of the shapes SGLang's draft classes take (a class named as its base, super().__init__, a config
 passed by keyword, aliased by deepcopy, stored on self and read by a later method, handed to a helper function),
 every read is found and nothing that is not a read of the config is taken for one."""
@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from sglang_eagle3_ext.draft import swap_keys
+from sglang_eagle3_ext.draft.swap import keys as swap_keys
 
 BASE = """
     def make_rope(cfg, dim):

@@ -36,7 +36,7 @@ def strict_load_weights(wrapped, instance, args, kwargs):
     """DFlashDraftModel.load_weights(weights): normalise, load, account for every tensor and parameter."""
     if not _own_class(instance):
         return wrapped(*args, **kwargs)
-    from ...draft.loader import strict_load
+    from ..draft.loader import strict_load
 
     return strict_load(wrapped, instance, bind(wrapped, args, kwargs)["weights"])
 
@@ -54,7 +54,7 @@ def _trained_layers(instance) -> list[int] | None:
 
 def fc_width_guard(wrapped, instance, args, kwargs):
     """DFlashDraftModel.project_target_hidden(target_hidden): refuse states of another width than fc takes."""
-    from ...draft.guard import check_context_width
+    from ..draft.guard import check_context_width
 
     hs = arg(wrapped, args, kwargs, "target_hidden")
     if hs is not None and getattr(hs, "ndim", 0) == 2:

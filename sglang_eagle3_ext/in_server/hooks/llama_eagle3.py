@@ -14,14 +14,14 @@ from ._bind import arg, bind
 
 def strict_load_weights(wrapped, instance, args, kwargs):
     """LlamaForCausalLMEagle3.load_weights(weights): normalise, load, account for every tensor."""
-    from ...draft.loader import strict_load
+    from ..draft.loader import strict_load
 
     return strict_load(wrapped, instance, bind(wrapped, args, kwargs)["weights"])
 
 
 def fc_width_guard(wrapped, instance, args, kwargs):
     """llama_eagle3.LlamaModel.forward(input_ids, positions, forward_batch, ...): refuse un-fused target states."""
-    from ...draft.guard import check_width
+    from ..draft.guard import check_width
 
     fb = arg(wrapped, args, kwargs, "forward_batch")
     if fb is not None:

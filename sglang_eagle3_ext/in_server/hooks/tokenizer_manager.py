@@ -1,6 +1,6 @@
 """Wrapper for sglang.srt.managers.tokenizer_manager (capability DRAFT_SWAP): after a successful update from disk
 SGLang names the served model after the path it loaded (`served_model_name`, `model_path`, the recorded load
-format). A draft swap (draft/swap.py) loads a draft, not the model: the served model keeps its name and path, and
+format). A draft swap (in_server/draft/swap.py) loads a draft, not the model: the served model keeps its name and path, and
 SGLang's record of the draft (`server_args.speculative_draft_model_path`: what /get_server_info shows, what
 `eval --url` and a relaunch from the reported arguments read) names the new draft."""
 
@@ -11,7 +11,7 @@ from ._bind import arg
 
 def keep_model_path(wrapped, instance, args, kwargs):
     """TokenizerManager._update_model_path_info(model_path, load_format)."""
-    from ...draft.swap import LOAD_FORMAT
+    from ...draft.swap.protocol import LOAD_FORMAT
 
     if arg(wrapped, args, kwargs, "load_format") != LOAD_FORMAT:
         return wrapped(*args, **kwargs)

@@ -1,11 +1,11 @@
-"""The replies of a server running the draft swap, validated: its schedulers' draft reports (swap.STATE_KEY in
+"""The replies of a server running the draft swap, validated: its schedulers' draft reports (protocol.STATE_KEY in
 /get_server_info) and SGLang's /update_weights_from_disk answer. Outside input: a wrong type or range is BadInput
 naming the key, never a crash later in the client."""
 
 from __future__ import annotations
 
-from ..boundary import BadInput, check_type, field, list_of
-from .swap import PROTOCOL, STATE_KEY
+from ...boundary import BadInput, check_type, field, list_of
+from .protocol import PROTOCOL, STATE_KEY
 
 MAX_KEYS = 4096  # build keys a report may name (a draft class reads a few dozen)
 MAX_TEXT = 4000  # characters of a server's message kept

@@ -5,13 +5,13 @@
 0. Local inputs before the network: `--draft-link` (its folder writable, the path free or a symlink) and the
    draft (the folder, its files, every value finite: the release-independent rules of check_draft).
 1. GET /get_server_info: the server's release must have the mechanism (versions.swap_refusal), and each scheduler
-   must carry this package's draft report (swap.STATE_KEY). A server without it would take the request as a
+   must carry this package's draft report (protocol.STATE_KEY). A server without it would take the request as a
    reload of its target, so then nothing is sent.
 2. The draft is judged here by the rules the server applies (check_draft for the server's release, against its
-   target when its folder is readable here; built as the served draft: swap_rules; fed the HF indices the
+   target when its folder is readable here; built as the served draft: rules.py; fed the HF indices the
    target captures).
 3. POST /update_weights_from_disk with model_path = the draft's absolute folder and load_format =
-   swap.LOAD_FORMAT; the reply validated; the pause measured: the request's wall time (the server lets the
+   protocol.LOAD_FORMAT; the reply validated; the pause measured: the request's wall time (the server lets the
    requests in flight finish, holds new ones back, checks and loads the draft, then admits them again). When
    the client's --timeout passes first the server may still swap: its state is read (for up to `settle` s)
    before anything is reported: swapped, refused (its reason), or not finished yet (said so, exit 2).
@@ -27,17 +27,17 @@ import os
 import time
 from pathlib import Path
 
-from ..boundary import BadInput, Refused, read_json_file, writable_dir
-from ..server.hf_cache import local_dir
-from ..server.http_client import Server, ServerTimeout
-from ..versions import SUPPORTED_MAX, capabilities_for_version, swap_refusal
-from . import errors as E
-from .check import check_draft
-from .errors import Problem
-from .swap import LOAD_FORMAT, STATE_KEY
-from .swap_options import SwapOptions
-from .swap_replies import draft_states, swap_reply
-from .swap_rules import against_served, algorithm_refusal, problems_line
+from ...boundary import BadInput, Refused, read_json_file, writable_dir
+from ...server.hf_cache import local_dir
+from ...server.http_client import Server, ServerTimeout
+from ...versions import SUPPORTED_MAX, capabilities_for_version, swap_refusal
+from .. import errors as E
+from ..check import check_draft
+from ..errors import Problem
+from .options import SwapOptions
+from .protocol import LOAD_FORMAT, STATE_KEY
+from .replies import draft_states, swap_reply
+from .rules import against_served, algorithm_refusal, problems_line
 
 UPDATE_ROUTE = "/update_weights_from_disk"
 LAUNCH_FLAG = "--speculative-draft-model-path"
@@ -54,7 +54,7 @@ class SwapRefused(Refused):
 
 def _server_state(srv, where: str) -> tuple[dict, list[dict]]:
     """(the server's arguments, its schedulers' draft reports); Refused when it cannot take a swap."""
-    from ..server.replies import server_args
+    from ...server.replies import server_args
 
     info = srv.server_info()
     if info is None:
@@ -140,9 +140,9 @@ def precheck(draft: Path) -> None:
 
 
 def local_problems(draft: Path, args: dict, served: dict, say=None, scan_values: bool = True) -> list:
-    """The server's rules applied here (check_draft + swap_rules.against_served) for the server's release
+    """The server's rules applied here (check_draft + rules.against_served) for the server's release
     (scan_values False: the values were read already, by precheck)."""
-    from . import keys, rules
+    from .. import keys, rules
 
     release = args.get("version") or SUPPORTED_MAX
     target = local_dir(args.get("model_path"))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from ..options import values
-from ..options.schema import flag
+from ...options import values
+from ...options.schema import flag
 
 MAX_TIMEOUT_S = 86_400.0  # a day: a swap waits for the requests in flight, never longer than that
 MAX_SETTLE_S = 3_600.0

@@ -5,7 +5,7 @@ class (and what it constructs: decoder layers, attention, rotary, logits process
 stays the served draft's: the rotary table (rope_theta, rope_scaling, rope_is_neox_style, partial_rotary_factor,
 a top-level original_max_position_embeddings, an MLA draft's rope_interleave), the norms' eps, the activation.
 Methods that read the model's config later (forward, load_weights) read the served draft's config object too.
-So a new draft must agree with the served one on every such key (swap_rules.structure_problems).
+So a new draft must agree with the served one on every such key (rules.structure_problems).
 
 `build_keys(layout)` lists them for the installed release: the draft class is found in SGLang's source (ast, no
 import, as `compat` finds patch targets) and walked: every method of the class and its SGLang bases, every
@@ -21,7 +21,7 @@ import ast
 import functools
 from pathlib import Path
 
-from .._log import logger
+from ..._log import logger
 
 # read by the supported releases' draft classes (llama.py / llama_eagle3.py, deepseek_v2.py / kimi_k25_eagle3.py)
 BASELINE = (
@@ -40,7 +40,7 @@ BASELINE = (
     "norm_output",
     "model_type",
 )
-# judged with their own rule and message: the spec's fields (swap_rules.SPEC_FIELDS, rules.spec_from_config), the
+# judged with their own rule and message: the spec's fields (rules.SPEC_FIELDS, rules.spec_from_config), the
 # aux layers and HF indices (index_problems), the token map (token_map_problems); the dtype is the server's
 # (--dtype: the loader casts into it); the names of the checkpoint are no build option
 JUDGED_ELSEWHERE = frozenset(

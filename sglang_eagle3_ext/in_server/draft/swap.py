@@ -7,9 +7,9 @@ batches; there in_server/hooks/weight_updater.py hands it to `handle` instead of
 
 `handle`, on every TP rank:
 1. judges the new draft before anything changes: the start-up rules (`check_draft`: files, config, every
-   tensor's shape, d2t, every value finite; against the target), and what a swap adds (swap_rules.py: built as
+   tensor's shape, d2t, every value finite; against the target), and what a swap adds (draft/swap/rules.py: built as
    the served draft, fed the HF indices the target captures now; every config key SGLang's draft class reads,
-   swap_keys.py: the rotary's, the norms', set as the served draft's, since the modules built from them at
+   draft/swap/keys.py: the rotary's, the norms', set as the served draft's, since the modules built from them at
    start-up stay and a swap loads weights only);
 2. keeps a host copy of the draft's tensors, loads the new draft into them through the strict loader (the
    release's own weight loaders: each rank its TP shard), in place (swap_tensors.py says why in place);
@@ -27,24 +27,22 @@ import dataclasses
 import time
 from pathlib import Path
 
-from .._log import logger
-from ..boundary import read_json_file
-from ..patching import PATCH_MARK
-from ..server.startup import startup_context
-from . import arch as layouts
-from . import errors as E
-from . import keys, rules
-from .check import check_draft
-from .errors import DraftLoadError, Problem
+from ..._log import logger
+from ...boundary import read_json_file
+from ...draft import arch as layouts
+from ...draft import errors as E
+from ...draft import keys, rules
+from ...draft.check import check_draft
+from ...draft.errors import DraftLoadError, Problem
+from ...draft.safetensors_io import weight_files
+from ...draft.swap.keys import build_keys
+from ...draft.swap.protocol import LOAD_FORMAT, PROTOCOL, STATE_KEY
+from ...draft.swap.rules import against_served, problems_line, summary
+from ...patching import PATCH_MARK
+from ...server.startup import startup_context
 from .loader import load_accounted, served_config
-from .safetensors_io import weight_files
-from .swap_keys import build_keys
-from .swap_rules import against_served, problems_line, summary
 from .swap_tensors import TensorState, captured_layers, find_draft, sync
 
-LOAD_FORMAT = "sglang_eagle3_ext.draft"  # the marker our patch recognises in /update_weights_from_disk
-STATE_KEY = "sglang_eagle3_ext_draft"  # what the scheduler adds to /get_server_info's internal states
-PROTOCOL = 1
 _served: dict = {}  # this process's served draft: path, raw config, swaps done, attempts
 
 
@@ -63,7 +61,7 @@ class Plan:
 def served_draft() -> dict:
     """The draft this process serves: the start-up one until a swap replaced it."""
     if not _served:
-        from ..server.startup import startup_context
+        from ...server.startup import startup_context
 
         ctx = startup_context()
         _served.update(path=ctx.draft_path, config=ctx.draft_config, swaps=0, last=None, attempts=0, attempt=None)
@@ -311,7 +309,7 @@ def add_state_report(scheduler, reply) -> None:
     try:
         state[STATE_KEY] = state_report(scheduler)
     except Exception as e:  # noqa: BLE001
-        from .._log import log_once
+        from ..._log import log_once
 
         log_once(
             "swap-state-report", "EAGLE-3 draft swap: no draft report in /get_server_info (%s: %s)", type(e).__name__, e

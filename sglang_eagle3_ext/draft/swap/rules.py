@@ -1,10 +1,10 @@
 """What a new EAGLE-3 draft must share with the draft a server already serves to be swapped in without a restart.
 
-A swap writes the new draft into the parameters the server built at start-up (see swap_tensors.py for why in
+A swap writes the new draft into the parameters the server built at start-up (see in_server/draft/swap_tensors.py for why in
 place), and the target keeps capturing the hidden states it captures now. So on top of the start-up rules (`check`)
 the new draft must be built exactly as the served one (`summary`: every shape, and every config key SGLang's
-draft class reads when it builds or runs the draft, swap_keys.py) and be fed the HF indices the target captures.
-Plain data in, Problems out: the server (swap.py) and the client (swap_client.py) judge with the same functions,
+draft class reads when it builds or runs the draft, keys.py) and be fed the HF indices the target captures.
+Plain data in, Problems out: the server (in_server/draft/swap.py) and the client (client.py) judge with the same functions,
 the client from the summary the server reports (with the keys the server's release reads).
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import errors as E
-from .errors import Problem
-from .layers import HF_INDICES_FIELD, fed_hf_indices
-from .swap_keys import BASELINE
+from .. import errors as E
+from ..errors import Problem
+from ..layers import HF_INDICES_FIELD, fed_hf_indices
+from .keys import BASELINE
 
 # DraftSpec fields that shape the built module (aux ids and HF indices are judged by index_problems instead)
 SPEC_FIELDS = (
@@ -43,7 +43,7 @@ RESTART = "restart the server with it to serve a draft built otherwise"
 
 def summary(spec, cfg: dict | None, keys=None) -> dict:
     """The parts of a draft that a swap cannot change: its spec's build fields, and the build keys its config sets
-    (`keys`: those SGLang's draft class reads, swap_keys.build_keys; `build` holds only the keys the config sets,
+    (`keys`: those SGLang's draft class reads, keys.build_keys; `build` holds only the keys the config sets,
     `build_keys` says which were looked at; `build` None: the config is not known, those keys are not judged)."""
 
     d = dataclasses.asdict(spec)

@@ -17,16 +17,16 @@ import os
 import sys
 from pathlib import Path
 
-from .. import envs
-from .._log import log_once
-from ..patching import bind
-from ..server.startup import startup_context
-from . import arch as layouts
-from . import errors as E
-from . import keys, rules
-from .errors import DraftLoadError, Problem
-from .safetensors_io import scan_headers
-from .target import same_as_target_head
+from ... import envs
+from ..._log import log_once
+from ...draft import arch as layouts
+from ...draft import errors as E
+from ...draft import keys, rules
+from ...draft.errors import DraftLoadError, Problem
+from ...draft.safetensors_io import scan_headers
+from ...draft.target import same_as_target_head
+from ...patching import bind
+from ...server.startup import startup_context
 
 DEFER_WIDTH_ENV = envs.DEFER_WIDTH_CHECK  # 1: leave fc-width problems to the forward guard
 VALUE_SCAN_ENV = envs.VALUE_SCAN  # 0: skip the NaN/Inf scan (one read pass per weight)

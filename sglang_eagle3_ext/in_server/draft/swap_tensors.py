@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from .._log import logger
-from ..server.startup import startup_context
-from . import arch as layouts
+from ..._log import logger
+from ...draft import arch as layouts
+from ...server.startup import startup_context
 
 
 @dataclasses.dataclass
