@@ -1,5 +1,5 @@
 """One verify round of SGLang's DFLASH worker (speculative/dflash_worker_v2), simulated for every anchor of a batch
-of recorded sequences at once, for a draft whose network proposes a block (its NET's `drafts_block`).
+of recorded sequences at once, for a draft whose network proposes a block (its network class's `drafts_block`).
 
 Serving, for a request whose accepted context is x_0..x_a (x_a the bonus token the target just produced; the
 draft's KV cache holds one context row per position p < a, written from the target's states of row p after the
@@ -25,7 +25,7 @@ from .simulate import ATTN_BYTES, Packed
 
 
 def drafts_block(model) -> bool:
-    """Whether the draft's network proposes a block per round (draft/nets: a NET's `drafts_block`)."""
+    """Whether the draft's network proposes a block per round (draft/arch/<layout>/net.py: its `Net.drafts_block`)."""
     return bool(getattr(model, "drafts_block", False))
 
 

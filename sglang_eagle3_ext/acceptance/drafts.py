@@ -4,7 +4,7 @@
   would refuse or mis-load is refused here, naming `sglang-eagle3 check`. A speculators-format draft is refused
   naming `sglang-eagle3 convert`.
 - Weights through the package's safetensors reader (draft/safetensors_io.py) under their canonical names
-  (draft/keys.py); the module is the one the layout names (NET: its SGLang-equal twin in draft/nets, held to
+  (draft/keys.py); the module is the layout's network (draft/arch/<layout>/net.py: its SGLang-equal twin, held to
   SGLang's class by tests/sglang_cpu/test_mla_draft_equiv.py and test_acceptance_equiv.py).
 - What the EAGLE worker changes after loading, done here too: the embeddings become the target's when
   target_hidden_size == hidden_size (set_embed), the lm_head the target's when draft_vocab_size is null and
@@ -34,7 +34,7 @@ SPECULATORS_HINT = "sglang-eagle3 convert DRAFT OUT, then eval --draft OUT"
 
 @dataclasses.dataclass
 class LoadedDraft:
-    model: object  # torch module: the layout's NET
+    model: object  # torch module: the layout's network (its net.py)
     hot: object  # torch [draft_vocab] target ids of the draft vocab, or None (same vocab)
     spec: object  # draft.rules.DraftSpec
     cfg: dict
@@ -113,9 +113,9 @@ def _target_tensors(target: Path | None, need: tuple, why: str) -> dict:
 
 
 def _module(spec, cfg: dict):
-    """The layout's SGLang-equal module (its NET, draft/nets)."""
+    """The layout's SGLang-equal module (its net role, draft/arch/<layout>/net.py)."""
 
-    return layouts.resolve(spec.layout_module.NET)(cfg)
+    return layouts.net(spec.layout_module)(cfg)
 
 
 def _unused(canon: str, built) -> bool:

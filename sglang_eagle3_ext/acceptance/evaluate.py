@@ -223,7 +223,7 @@ def evaluate(o: EvalOptions) -> dict:
         from .block import drafts_block
         from .served import connect
 
-        block = drafts_block(layouts.resolve(spec.layout_module.NET))  # the network's class says it
+        block = drafts_block(layouts.net(spec.layout_module))  # the network's class says it
         server = connect(o.url, o.steps, o.steps + 1, o.timeout, spec.layout_module, block)
     import torch
 

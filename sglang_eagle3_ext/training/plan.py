@@ -1,6 +1,6 @@
 """`train --dry-run`: what a run would take, per rank, before anything is trained. Reads the target's config.json
 only (no weights) and --data's sample headers when given; builds and runs nothing, so it answers at once for any
-size (training/plan_models.py: the arithmetic per route).
+size (training/<route>/plan.py: the arithmetic of each route, training/plan_models.py: what they share).
 
 It refuses what the run would refuse before its first step: the settings each route checks (the same functions),
 the global batch over the ranks, and, with --data, samples whose headers do not hold the token ids and the
@@ -26,6 +26,7 @@ from .data import find_hs_dir, list_hs_files, parse_layer_ids, read_layer_ids_fr
 from .distributed import torchrun_env
 from .options import DEFAULT_EPOCHS, TrainOptions
 from .report import TrainDraftError
+from .routes import plan_step
 from .samples import SampleSpec, header_length
 from .target_view import text_config
 
@@ -110,7 +111,7 @@ def plan_draft(a: TrainOptions) -> dict:
     T = a.total_seq_len if packed or not lengths else max(lengths)
     device = _device(a)
     try:
-        sizes = layouts.resolve(layout.PLAN)(a, tcfg, K, T, device, world, lengths=lengths)
+        sizes = plan_step(layout)(a, tcfg, K, T, device, world, lengths=lengths)
     except TrainDraftError:
         raise
     except _CONFIG_ERRORS as e:  # the config's sizes do not make a draft (a head size that does not divide...)

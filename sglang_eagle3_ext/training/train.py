@@ -1,12 +1,12 @@
 """Train an EAGLE-3 draft from hidden-state files: `train_draft(TrainOptions(...))`, the one entry of the
 library (the `train` command line calls it).
 
-Each draft layout names the route that trains it (draft/arch: TRAINING): the Llama layout is trained by
-speculators' own trainer (training/speculators/train.py), SGLang's MLA layout by ours (training/mla/train.py)."""
+Each draft layout names the route that trains it (draft/arch: ROUTE, training/routes.py): the Llama layout is
+trained by speculators' own trainer (training/speculators/train.py), SGLang's MLA layout by ours
+(training/mla/train.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Callable
 
 from .._log import log_once
@@ -15,32 +15,13 @@ from ..files import outdir
 from . import distributed
 from .options import TrainOptions
 from .report import TrainDraftError
-
-
-class _Routes(Mapping):
-    """draft layout (--draft-arch) -> "module:function" of its route, read live from the layout registry (a route
-    is imported when chosen: a route may import torch at import time); a route is called with (options, output
-    rule) and returns the run's summary."""
-
-    def __getitem__(self, name: str) -> str:
-        if name not in layouts.LAYOUTS:
-            raise KeyError(name)
-        return layouts.get(name).TRAINING
-
-    def __iter__(self):
-        return iter(layouts.names())
-
-    def __len__(self) -> int:
-        return len(layouts.LAYOUTS)
-
-
-ROUTES = _Routes()
+from .routes import ROUTES, train_entry
 
 
 def route(draft_arch: str) -> Callable[[TrainOptions, dict], dict]:
     if draft_arch not in ROUTES:
         raise TrainDraftError(f"--draft-arch {draft_arch!r}: expected one of {', '.join(ROUTES)}")
-    return layouts.resolve(ROUTES[draft_arch])
+    return train_entry(layouts.get(draft_arch))
 
 
 def resolve_device(device: str | None) -> str:

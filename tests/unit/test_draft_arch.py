@@ -1,7 +1,7 @@
-"""Draft layouts are modules listed in one registry (`draft/arch`): a config naming a layout the registry does not
-know is refused naming the known ones; a new layout is one module plus one registry entry, and `check` and
-`convert` go through it; the layout-neutral modules name no layout. No SGLang import for the rules: every call
-names the release."""
+"""Draft layouts are packages listed in one registry (`draft/arch`): a config naming a layout the registry does not
+know is refused naming the known ones; a new layout is one folder plus one registry line, refused when it registers
+unless it conforms (every member of `Layout`, of its kind, and its roles), and `check` and `convert` go through it;
+the layout-neutral modules name no layout. No SGLang import for the rules: every call names the release."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import importlib
 import json
 import re
 import shutil
+import sys
 import types
 from pathlib import Path
 
@@ -43,11 +44,14 @@ def _with_architectures(src: Path, dst: Path, archs: list[str]) -> Path:
     return dst
 
 
-def _third_layout(name: str, arch: str) -> types.ModuleType:
-    """A Llama-shaped layout under another class name (an EAGLE-3.1 variant, P-EAGLE): the module a new layout is."""
+def _third_layout(name: str, arch: str, monkeypatch) -> types.ModuleType:
+    """A Llama-shaped layout under another class name (an EAGLE-3.1 variant, P-EAGLE): the package a new layout is,
+    its network role Llama's."""
     from sglang_eagle3_ext.draft.arch import llama
+    from sglang_eagle3_ext.draft.arch.llama import net
 
     mod = types.ModuleType(f"third_layout_{name}")
+    monkeypatch.setitem(sys.modules, f"{mod.__name__}.net", net)
     mod.__dict__.update({k: v for k, v in vars(llama).items() if not k.startswith("__")})
     mod.NAME, mod.ARCH, mod.LABEL = name, arch, "P-EAGLE"
     mod.SGLANG_CLASS = f"sglang.srt.models.p_eagle:{arch}"
@@ -91,15 +95,16 @@ def test_check_refuses_an_unknown_layout_naming_the_known_ones(good, tmp_path):
     assert f'["{llama.ARCH}"], ["{mla.ARCH}"] (MLA) or ["{dflash.ARCH}"] (DFlash)' in rep.errors[0].message
 
 
-def test_a_third_layout_is_one_module_and_one_registry_entry(good, tmp_path, monkeypatch):
+def test_a_third_layout_is_one_package_and_one_registry_line(good, tmp_path, monkeypatch):
     from sglang_eagle3_ext.draft.check import check_draft, describe_draft
     from sglang_eagle3_ext.draft.convert import convert
 
-    third = _third_layout("p-eagle", "PEagleForCausalLMEagle3")
+    third = _third_layout("p-eagle", "PEagleForCausalLMEagle3", monkeypatch)
     d = _with_architectures(good, tmp_path / "third", [third.ARCH])
     before = check_draft(d, sglang_version=V)
     assert before.codes == [E.CONFIG_INVALID]
-    monkeypatch.setitem(layouts.LAYOUTS, third.NAME, third)
+    monkeypatch.setattr(layouts, "LAYOUTS", dict(layouts.LAYOUTS))
+    layouts.register(third)
     rep = check_draft(d, sglang_version=V)
     assert not rep.errors, rep.render()
     assert rep.draft_class == third.ARCH and rep.loads == check_draft(good, sglang_version=V).loads
@@ -114,25 +119,63 @@ def test_a_third_layout_is_one_module_and_one_registry_entry(good, tmp_path, mon
     assert not check_draft(out, sglang_version=V).errors
 
 
-def test_each_layout_declares_the_whole_interface():
-    for name in layouts.names():
-        mod = layouts.get(name)
-        missing = [a for a in layouts.INTERFACE if not hasattr(mod, a)]
-        assert not missing, f"{name}: {missing}"
-        assert mod.NAME == name and mod.SGLANG_CLASS.endswith(":" + mod.ARCH)
-        assert re.fullmatch(r"[\w.]+:\w+", mod.TRAINING), mod.TRAINING
-
-
-def test_what_a_layout_builds_is_named_not_imported():
-    import sys
+def test_each_registered_layout_conforms_and_its_roles_resolve():
+    from sglang_eagle3_ext.training.routes import plan_step, train_entry
 
     for name in layouts.names():
         mod = layouts.get(name)
-        for ref in (mod.NET, mod.TRAINING, mod.PLAN):
-            assert re.fullmatch(r"sglang_eagle3_ext(\.\w+)+:\w+", ref), ref
-            assert ref.split(":")[0] in sys.modules or importlib.util.find_spec(ref.split(":")[0]) is not None
-    src = "\n".join(p.read_text() for p in (PKG / "draft" / "arch").glob("*.py"))
-    assert "import torch" not in src and "from ...training" not in src and "import speculators" not in src
+        assert layouts.problems(mod) == [] and mod.NAME == name and mod.SGLANG_CLASS.endswith(f":{mod.ARCH}")
+        assert isinstance(layouts.net(mod), type)  # eval's network class (its net.py)
+        assert callable(train_entry(mod)) and callable(plan_step(mod))  # training/<ROUTE>/{train,plan}.py
+
+
+def _missing(member):
+    def without(mod):
+        delattr(mod, member)
+
+    return without
+
+
+def _set(member, value):
+    return lambda mod: setattr(mod, member, value)
+
+
+NONCONFORMING = {
+    "no heldout": _missing("heldout"),
+    "no ROUTE": _missing("ROUTE"),
+    "HOLDS_VOCAB is str, not bool": _set("HOLDS_VOCAB", "yes"),
+    "LABEL is int, not str | None": _set("LABEL", 3),
+    "layer_shapes is dict, not Callable": _set("layer_shapes", {}),
+    "no split_fused (it has FUSED entries)": _set("FUSED", {"fused.weight": ("a.weight", "b.weight")}),
+    "ROUTE 'nowhere': no training/nowhere/train.py": _set("ROUTE", "nowhere"),
+}
+
+
+@pytest.mark.parametrize("why", list(NONCONFORMING))
+def test_registration_refuses_a_layout_that_does_not_conform_naming_what_it_lacks(why, monkeypatch):
+    monkeypatch.setattr(layouts, "LAYOUTS", dict(layouts.LAYOUTS))
+    third = _third_layout("p-eagle", "PEagleForCausalLMEagle3", monkeypatch)
+    NONCONFORMING[why](third)
+    with pytest.raises(layouts.LayoutRefused) as ei:
+        layouts.register(third)
+    msg = str(ei.value)
+    head, _, lacks = msg.partition(" does not conform: ")
+    assert "\n" not in msg and head == "draft layout 'p-eagle' (third_layout_p-eagle)" and why in lacks.split("; "), msg
+    assert "p-eagle" not in layouts.names()
+
+
+def test_registration_refuses_a_layout_folder_without_its_network(monkeypatch):
+    monkeypatch.setattr(layouts, "LAYOUTS", dict(layouts.LAYOUTS))
+    third = _third_layout("p-eagle", "PEagleForCausalLMEagle3", monkeypatch)
+    monkeypatch.delitem(sys.modules, f"{third.__name__}.net")
+    with pytest.raises(layouts.LayoutRefused, match=r"no third_layout_p-eagle\.net module"):
+        layouts.register(third)
+    assert layouts.register(_third_layout("p-eagle", "PEagleForCausalLMEagle3", monkeypatch)).NAME in layouts.names()
+
+
+def test_a_declaration_imports_nothing_heavy_nor_above_the_draft():
+    src = "\n".join(p.read_text() for p in (PKG / "draft" / "arch").rglob("*.py") if p.name != "net.py")
+    assert "import torch" not in src and "...training" not in src and "import speculators" not in src
 
 
 def test_layout_classes_exist_where_they_are_named():
@@ -142,8 +185,6 @@ def test_layout_classes_exist_where_they_are_named():
         module, cls = mod.SGLANG_CLASS.split(":")
         spec = importlib.util.find_spec(module)
         assert spec is not None and f"class {cls}" in Path(spec.origin).read_text(), mod.SGLANG_CLASS
-        for ref in (mod.NET, mod.TRAINING, mod.PLAN):  # what train, eval and the plan call
-            assert callable(layouts.resolve(ref)), ref
 
 
 # The modules every layout goes through: a layout is named in its own module and the registry only.

@@ -1,6 +1,7 @@
 """ARCHITECTURE.md's "One module plus one registry line" counted from the source: for every draft layout, export
 format and command that exists, the package files naming it specifically (importing its modules, or naming them
-or their "module:attr" strings) are exactly the files the table says a new one touches."""
+or their "module:attr" strings) are exactly the files the table says a new one touches; a layout's route and
+network are found by their fixed roles, which the layout's registration holds."""
 
 from __future__ import annotations
 
@@ -75,30 +76,21 @@ def files_naming(*targets: str) -> set[str]:
 
 @pytest.mark.parametrize("name", list(arch.LAYOUTS))
 def test_a_layout_touches_what_the_table_says(name):
-    """A layout: its arch module, its network, its route in training/ and its plan step; one LAYOUTS line; the
-    patch rows and the patch module of its SGLang class; optionally a tiny builder in tiny/<layout>_draft.py."""
+    """A layout: its folder draft/arch/<layout>/ (the declaration, its network; its config rules optionally) and
+    one registry line; the patch rows and the patch module of its SGLang class; optionally a tiny builder in
+    tiny/<layout>_draft.py and a route of its own, training/<ROUTE>/ (its run and its plan step, by role)."""
     m = arch.get(name)
-    net, route, plan = (ref.split(":")[0] for ref in (m.NET, m.TRAINING, m.PLAN))
+    folder = f"draft/arch/{name}/"
     sglang_module = m.SGLANG_CLASS.split(":")[0]
     patches = f"in_server/hooks/{sglang_module.rpartition('.')[2]}.py"  # what patch_table's rows for its class name
-    touched = {_file(m.__name__), _file(net), _file(route)} | files_naming(
-        m.__name__, net, route, m.NET, m.TRAINING, m.PLAN, sglang_module, m.SGLANG_CLASS
-    )
+    touched = {_file(m.__name__), f"{folder}net.py"} | files_naming(m.__name__, sglang_module, m.SGLANG_CLASS)
     touched |= {patches} if (ROOT / patches).is_file() else set()
-    table = {
-        f"draft/arch/{name}/__init__.py",
-        _file(net),
-        _file(route),
-        "draft/arch/__init__.py",
-        _file(plan),
-        "patch_table.py",
-        patches,
-    }
-    # a route is a folder (training/<route>/): its other modules (its config checks, its loop) belong to it
-    route_folder = _file(route).rpartition("/")[0] + "/"
-    optional = {f"tiny/{name}_draft.py", f"draft/arch/{name}/fields.py"} | {f for f in touched if f.startswith(route_folder)}
-    assert _file(net) == f"draft/arch/{name}/net.py" and route.startswith(f"{PKG}.training.")
-    assert _file(plan) == "training/plan_models.py"
+    table = {f"{folder}__init__.py", f"{folder}net.py", "draft/arch/__init__.py", "patch_table.py", patches}
+    # the route is a folder (training/<ROUTE>/) another layout may share: what of it names the layout belongs to it
+    route = f"training/{m.ROUTE}/"
+    optional = {f"tiny/{name}_draft.py", f"{folder}fields.py"} | {f for f in touched if f.startswith(route)}
+    assert m.__name__ == f"{PKG}.draft.arch.{name}" and (ROOT / folder / "net.py").is_file()
+    assert all((ROOT / route / f"{role}.py").is_file() for role in arch.ROUTE_ROLES), route
     assert table <= touched, table - touched
     assert touched - table <= optional, touched - table
 

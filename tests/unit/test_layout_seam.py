@@ -6,6 +6,7 @@ features that dispatch through the layout name none; the target's tensors are fo
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 import sys
@@ -28,37 +29,40 @@ V = "0.5.16"
 NAME, ARCH = "p-eagle", "PEagleForCausalLMEagle3"
 
 
-def _third_layout(calls: list) -> tuple[types.ModuleType, types.ModuleType]:
-    """(the layout module, the module its NET / TRAINING / PLAN strings name): Llama's, each call recorded."""
+def _third_layout(calls: list, monkeypatch) -> types.ModuleType:
+    """The layout package (its network role beside it): Llama's, under another class name, on Llama's route; its
+    network and its route's run and plan step each record their call."""
     from sglang_eagle3_ext.draft.arch import llama
+    from sglang_eagle3_ext.draft.arch.llama import net as llama_net
+    from sglang_eagle3_ext.training.speculators import plan as route_plan
+    from sglang_eagle3_ext.training.speculators import train as route_train
 
-    built = types.ModuleType("p_eagle_built")
-
-    def recorded(what, ref):
+    def recorded(what, fn):
         def call(*a, **k):
             calls.append(what)
-            return layouts.resolve(ref)(*a, **k)
+            return fn(*a, **k)
 
         return call
 
-    built.Net = recorded("net", llama.NET)
-    built.train = recorded("train", llama.TRAINING)
-    built.plan = recorded("plan", llama.PLAN)
     mod = types.ModuleType("p_eagle_layout")
     mod.__dict__.update({k: v for k, v in vars(llama).items() if not k.startswith("__")})
     mod.NAME, mod.ARCH, mod.LABEL = NAME, ARCH, "P-EAGLE"
     mod.SOURCE_NAMES, mod.READERS = (f"{ARCH} (P-EAGLE)",), {}
     mod.source_format = lambda cfg: "sglang" if ARCH in (cfg.get("architectures") or []) else None
-    mod.NET, mod.TRAINING, mod.PLAN = "p_eagle_built:Net", "p_eagle_built:train", "p_eagle_built:plan"
-    return mod, built
+    net = types.ModuleType("p_eagle_layout.net")
+    net.Net = recorded("net", llama_net.Net)
+    monkeypatch.setitem(sys.modules, net.__name__, net)
+    monkeypatch.setattr(route_train, "train", recorded("train", route_train.train))
+    monkeypatch.setattr(route_plan, "step", recorded("plan", route_plan.step))
+    return mod
 
 
 @pytest.fixture
 def world(tmp_path, monkeypatch):
     calls: list = []
-    mod, built = _third_layout(calls)
-    monkeypatch.setitem(sys.modules, "p_eagle_built", built)
-    monkeypatch.setitem(layouts.LAYOUTS, NAME, mod)
+    mod = _third_layout(calls, monkeypatch)
+    monkeypatch.setattr(layouts, "LAYOUTS", dict(layouts.LAYOUTS))
+    layouts.register(mod)
     target = ensure_tiny_target(tmp_path / "target", **SMALL)
     data = write_samples(tmp_path / "data", 8, lambda i: 24 + i)
     return {"root": tmp_path, "target": target, "data": data, "calls": calls, "layout": mod}
@@ -72,8 +76,6 @@ def _options(world, out, *extra):
             *train_args(world["data"], world["target"], out),
             "--device",
             "cpu",
-            "--draft-arch",
-            NAME,
             "--total-seq-len",
             "128",
             "--num-workers",
@@ -83,7 +85,9 @@ def _options(world, out, *extra):
             *extra,
         ]
     )
-    return train_cli.options_from_args(args)
+    # the command line's --draft-arch choices are the layouts registered when it is imported: the third layout,
+    # registered by this test, is given to the library
+    return dataclasses.replace(train_cli.options_from_args(args), draft_arch=NAME)
 
 
 def _relabelled(src: Path, dst: Path) -> Path:
@@ -102,7 +106,7 @@ def test_a_third_layout_goes_through_train_convert_check_eval_and_swap(world):
     from sglang_eagle3_ext.draft.swap.keys import build_keys
     from sglang_eagle3_ext.training import ROUTES, train_draft
 
-    assert NAME in ROUTES and ROUTES[NAME] == "p_eagle_built:train"
+    assert NAME in ROUTES and ROUTES[NAME] == "speculators"
     plan = train_draft(_options(world, world["root"] / "plan", "--dry-run"))
     assert plan["arch"] == NAME and world["calls"] == ["plan"]
 

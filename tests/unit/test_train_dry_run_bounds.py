@@ -176,8 +176,9 @@ def test_the_counted_parameters_are_the_built_drafts(tcfg, K, layers, head_dim, 
     from types import SimpleNamespace
 
     from sglang_eagle3_ext.draft.arch.mla.net import Eagle3MLADraft
-    from sglang_eagle3_ext.training.plan_models import _mla_config, llama_shapes, mla_shapes
+    from sglang_eagle3_ext.training.mla.plan import _mla_config, mla_shapes
     from sglang_eagle3_ext.training.speculators.draft_config import draft_layer_config, meta_model
+    from sglang_eagle3_ext.training.speculators.plan import llama_shapes
 
     def count(model, skip=()):
         total = sum(p.numel() for p in model.parameters())

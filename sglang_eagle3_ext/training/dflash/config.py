@@ -1,5 +1,5 @@
 """What the DFlash route refuses before it builds anything and the draft it builds, shared with `train --dry-run`
-(training/plan_models.py): its aux layers, its settings, its Qwen3 layer config. Imports nothing heavy.
+(training/dflash/plan.py): its aux layers, its settings, its Qwen3 layer config. Imports nothing heavy.
 
 The draft SGLang serves has no embedding and no head of its own (it uses the target's), so it trains the full
 target vocabulary; its aux layers are HF hidden_states indices 1..n-1 (SGLang captures `target_layer_ids` + 1:

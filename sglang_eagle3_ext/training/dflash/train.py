@@ -159,7 +159,7 @@ def build_argv(a, got: dict, device: str, world) -> list[str]:
     ]
 
 
-def train_dflash(a, rule: dict) -> dict:
+def train(a, rule: dict) -> dict:
     """The DFlash route of training.train_draft on this rank; `rule`: how --out is written (already checked)."""
     C.check_settings(a, text_config(Path(a.target)))  # on every rank, before speculators is imported
     spec_cli, TrainConfig = speculators_modules()

@@ -1,4 +1,4 @@
-"""What the MLA route refuses before it builds anything, shared with `train --dry-run` (training/plan_models.py):
+"""What the MLA route refuses before it builds anything, shared with `train --dry-run` (training/mla/plan.py):
 its aux layers, its shape settings, samples too short to train on. Imports nothing heavy."""
 
 from __future__ import annotations

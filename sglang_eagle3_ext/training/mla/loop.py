@@ -46,7 +46,7 @@ def schedule(n_train: int, G: int, A: int, epochs: int | None, steps: int | None
 
 @dataclasses.dataclass
 class Job:
-    """Everything the loop needs (built by train.train_from_options)."""
+    """Everything the loop needs (built by train.train)."""
 
     files: list[Path]
     lengths: list[int]

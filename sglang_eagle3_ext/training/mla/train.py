@@ -189,7 +189,7 @@ def summarize(hist: list, val, seconds: float, *, ttt: int, layer_ids, out, worl
     }
 
 
-def train_from_options(a: TrainOptions, rule: dict) -> dict:
+def train(a: TrainOptions, rule: dict) -> dict:
     """The MLA route of training.train_draft (`train --draft-arch mla`): same data, target and layer-id
     resolution as the Llama route; `rule`: how --out is written (TrainOptions.output_rule, already checked)."""
     import functools

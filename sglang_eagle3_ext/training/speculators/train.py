@@ -215,7 +215,7 @@ def check_checkpoint(out: Path, state: dict, a: TrainOptions, tcfg: dict, dcfg: 
     check_checkpoint_files(out, state, lambda: meta_model(dcfg, tcfg, layer_ids, dvs, a.ttt_steps, a.target))
 
 
-def train_llama(a: TrainOptions, rule: dict) -> dict:
+def train(a: TrainOptions, rule: dict) -> dict:
     """The Llama route of training.train_draft on this rank; `rule`: how --out is written
     (TrainOptions.output_rule, already checked)."""
     import shutil

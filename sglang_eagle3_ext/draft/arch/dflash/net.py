@@ -173,3 +173,6 @@ class DFlashDraft(nn.Module):
         """The draft's logits at block positions 1..size-1, [N, size-1, V] (size: the config's block_size)."""
         states = self.block_states(bonus, start, kv, visible, size or self.block_size)
         return F.linear(states[:, 1:], self.lm_head.weight)
+
+
+Net = DFlashDraft  # the net role: eval builds Net(config) (draft/arch.net)

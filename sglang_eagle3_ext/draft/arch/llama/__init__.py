@@ -3,7 +3,8 @@ SpecForge and the EAGLE repo train. N decoder layers (exactly one, `midlayer`, b
 cat(embeds, hidden) = 2 x hidden; fc over K aux states; per-release options fc_norm (0.5.14+), input_norm
 (norm_before_fc, 0.5.18+), norm_output (0.5.14+).
 
-This module is the reference of what a layout declares (draft/arch/__init__.INTERFACE); each name says its job.
+This package is the reference of what a layout declares (draft/arch/__init__.Layout, checked when it registers);
+each name says its job. Its roles beside it: net.py, eval's SGLang-equal network (`Net(config) -> nn.Module`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ ARCH = "LlamaForCausalLMEagle3"  # the `architectures` entry SGLang builds this 
 LABEL = None  # a word naming the layout in messages (None: the class name says it)
 SGLANG_CLASS = "sglang.srt.models.llama_eagle3:LlamaForCausalLMEagle3"
 ALGORITHM = "EAGLE3"  # the --speculative-algorithm that serves this layout (launch refuses another)
-# What the other features build for this layout, named "module:attr" and imported only when used:
-NET = "sglang_eagle3_ext.draft.arch.llama.net:LlamaEagle3Draft"  # eval's SGLang-equal module: NET(config) -> nn.Module
-TRAINING = "sglang_eagle3_ext.training.speculators.train:train_llama"  # train's route: (options, out rule) -> summary
-PLAN = "sglang_eagle3_ext.training.plan_models:llama_step"  # train --dry-run: (opts, target cfg, K, T, device, world)
+# the folder training/<ROUTE>/ that trains it (train.py: `train(options, out rule) -> summary`) and sizes it for
+# train --dry-run (plan.py: `step(opts, target cfg, K, T, device, world, lengths)`); training imports it when used
+ROUTE = "speculators"
 TRAIN_PADS_TO_TOTAL_SEQ_LEN = True  # the route packs samples into --total-seq-len rows (else one sample a step)
 TRAIN_SHARDS_WEIGHTS = True  # the route shards the weights over the ranks (FSDP; else DDP replicas)
 READS_DRAFT_WINDOW = True  # the class runs --speculative-draft-window-size (sliding-window attention)

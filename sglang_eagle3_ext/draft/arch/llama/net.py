@@ -88,3 +88,6 @@ class LlamaEagle3Draft(AuxInput, nn.Module):
         self.norm_output = bool(cfg.get("norm_output", False))
         rows = int(cfg.get("draft_vocab_size") or cfg["vocab_size"])
         self.lm_head = nn.Linear(h, rows, bias=False)
+
+
+Net = LlamaEagle3Draft  # the net role: eval builds Net(config) (draft/arch.net)

@@ -233,3 +233,6 @@ class Eagle3MLADraft(AuxInput, nn.Module):
             # step k+1 at position p continues the chain of position p-1
             hidden = torch.cat([hidden[:1], state[:-1]], 0)
         return out
+
+
+Net = Eagle3MLADraft  # the net role: eval builds Net(config) (draft/arch.net)
