@@ -17,7 +17,7 @@ from ..draft.convert import convert as convert_draft
 from ..dump import driver
 from ..dump.client_files import ClientError
 from ..dump.export import ExportError
-from ..files.outdir import read_marker
+from ..outdir import read_marker
 from ..training import TrainOptions
 from ..training.report import TrainDraftError
 from . import state

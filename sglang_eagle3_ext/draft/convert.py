@@ -214,7 +214,7 @@ def convert(
     report: dict | None = None,
 ) -> Path:
     """Write DST; `report` (when given) receives what was done, for --json. Refusals: ConversionRefused (the
-    draft), BadInput (a file, the release, or DST: files/outdir.OutputDirRefused)."""
+    draft), BadInput (a file, the release, or DST: outdir.OutputDirRefused)."""
     src, dst = Path(src), Path(dst)
     destination_rule(src, dst, force)
     layout = keys.resolve_layout(sglang_version)

@@ -1,5 +1,5 @@
 """`convert`'s files: reading a source draft's weights (safetensors, or .bin/.pt through torch.load
-weights_only=True), the rule for its destination (files/outdir.py: only a previous output of convert is replaced,
+weights_only=True), the rule for its destination (outdir.py: only a previous output of convert is replaced,
 never a directory holding the source), and writing the converted draft beside DST, renamed into place."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .. import outdir
 from ..boundary import BadInput, regular_file
-from ..files import outdir
 from . import errors as E
 from .errors import ConversionRefused
 from .safetensors_io import DTYPE_BYTES, PICKLE_SUFFIXES, scan_headers, weight_files

@@ -20,9 +20,9 @@ import json
 import re
 from pathlib import Path
 
+from .. import outdir
 from .._log import log_once
 from ..boundary import BadInput, check_type, field, list_of, read_json_file
-from ..files import outdir
 from ..server.runtime import language_config
 from .config import FINAL_MODES, META_FILE, NORM_FILE
 from .loss_mask import default_loss_mask

@@ -188,7 +188,7 @@ def _served_draft(o: RefreshOptions, say) -> RefreshOptions:
 
 def _check_out(o: RefreshOptions, dump: Path, target: str) -> dict:
     """How --out is written; refused before anything is read or recorded."""
-    from ..files import outdir
+    from .. import outdir
 
     real = Path(os.path.abspath(o.out))
     if real.is_dir() and any(real.iterdir()) and (outdir.read_marker(real) or {}).get("tool") == "refresh":
@@ -209,7 +209,7 @@ def refresh(o: RefreshOptions) -> dict:
     """Run one refresh; the report (`accepted`, `reason`, figures). Refused on bad input."""
     import secrets
 
-    from ..files import outdir
+    from .. import outdir
     from . import cursor as cur
     from .traffic import check_samples, select
 

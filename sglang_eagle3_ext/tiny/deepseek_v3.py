@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .. import envs
 from .._log import log_once
-from ..files.outdir import OutputDirRefused, read_marker, writing
+from ..outdir import OutputDirRefused, read_marker, writing
 
 # Keys SGLang's deepseek_v2 reads that transformers does not write.
 SGLANG_EXTRA_KEYS = {

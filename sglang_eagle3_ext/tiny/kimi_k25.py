@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from .._log import log_once
-from ..files.outdir import OutputDirRefused, writing
+from ..outdir import OutputDirRefused, writing
 from .deepseek_v3 import PREDICTABLE, ensure_tiny_target, reuse_existing
 from .deepseek_v3 import default_dir as _target_dir
 

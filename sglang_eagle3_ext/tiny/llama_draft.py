@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..files.outdir import writing
+from ..outdir import writing
 from .random_drafts import save_random, speculators_config
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..draft.keys import Layout
 from ..draft.rules import expected_shapes, spec_from_config
-from ..files.outdir import writing
+from ..outdir import writing
 
 
 def random_tensors(cfg: dict, requires: str, seed: int = 0, *, skip=(), fc_norm: bool = False, norm_output=False):

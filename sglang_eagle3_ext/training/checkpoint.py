@@ -1,4 +1,4 @@
-"""The output folder of a run as it goes: after every epoch rank 0 writes --out whole through files/outdir.py
+"""The output folder of a run as it goes: after every epoch rank 0 writes --out whole through outdir.py
 (built beside it, swapped in), holding the draft as of that epoch (or the best-scored one so far with
 --select-by: training/selection.py) and, in `checkpoint/`, what the run resumes from (the model in float32,
 the optimizer, the scheduler, the epoch and step, how the data was ordered).
@@ -12,10 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from .. import envs
+from .. import envs, outdir
 from ..boundary import BadInput, field, read_json_file
-from ..files import outdir
-from ..files.outdir import read_marker
+from ..outdir import read_marker
 from .distributed import World, barrier, on_main
 from .report import TrainDraftError, say
 

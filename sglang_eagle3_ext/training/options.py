@@ -102,7 +102,7 @@ class TrainOptions(TrainFlags):
         return dataclasses.replace(self, **{k: v for k, v in FRESH_DEFAULTS.items() if getattr(self, k) is None})
 
     def output_rule(self) -> dict:
-        """How train writes --out (files/outdir.py): never into or around its inputs; an earlier output only
+        """How train writes --out (outdir.py): never into or around its inputs; an earlier output only
         with --force."""
         return dict(
             tool="train",

@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 from ..boundary import BadInput, field
-from ..files.outdir import link_or_copy
+from ..outdir import link_or_copy
 from .data import find_hs_dir, list_hs_files
 from .report import TrainDraftError, say
 

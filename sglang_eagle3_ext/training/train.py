@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .. import outdir
 from .._log import log_once
 from ..draft import arch as layouts
-from ..files import outdir
 from . import distributed
 from .options import TrainOptions
 from .report import TrainDraftError
@@ -45,7 +45,7 @@ def train_draft(options: TrainOptions) -> dict:
     """Train the draft `options` describes into `options.out`; returns the run's summary (steps, losses,
     accuracies, where the draft went), or with `options.dry_run` the plan (training/plan.py) without training.
     Under torchrun every rank calls this (training/distributed.py): rank 0 writes `out` and prints progress.
-    Refusals are TrainDraftError (or files/outdir's OutputDirRefused for `out`), each naming the input and the
+    Refusals are TrainDraftError (or outdir's OutputDirRefused for `out`), each naming the input and the
     fix; a draft whose validation accuracy is <= options.min_val_acc is kept in `out` and reported as a
     TrainDraftError."""
 

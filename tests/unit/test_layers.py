@@ -1,6 +1,7 @@
 """The floor plan holds: import-linter's contracts (.importlinter: the layer order of ARCHITECTURE.md, no import
 cycle between sibling packages or modules), no module over 400 lines, no function over 80, and a package root
-that holds only bootstrap, configuration, the patch table, the `cli/` wing and the `python -m` shims."""
+that holds only bootstrap, configuration, the patch table, the output-folder rule, the `cli/` wing and the
+`python -m` shims."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ ROOT_MODULES = {
     "patch_table",
     "patching",
     "static_patch",
+    "outdir",  # the one rule for output folders, below every feature that writes one
     "check",
     "convert",
     "launch_server",

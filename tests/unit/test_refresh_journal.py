@@ -124,7 +124,7 @@ def test_a_draft_other_than_the_served_one_is_refused_naming_both(world, capsys)
 
 _KILLED = """
 import json, os, signal, sys
-from sglang_eagle3_ext.files import outdir
+from sglang_eagle3_ext import outdir
 from sglang_eagle3_ext.refresh import run
 from test_refresh_journal import _options
 

@@ -210,7 +210,7 @@ _state = st.fixed_dictionaries(
 def test_any_checkpoint_state_resumes_or_is_refused_by_name(tmp_path_factory, state, raw):
     """--resume reads OUT/checkpoint/state.json, written by an earlier run or by anyone: it resumes from it or
     refuses it with a TrainDraftError naming the file and the fix, nothing else."""
-    from sglang_eagle3_ext.files import outdir
+    from sglang_eagle3_ext import outdir
     from sglang_eagle3_ext.training.checkpoint import read_resume_point
 
     out = tmp_path_factory.mktemp("resume") / "out"

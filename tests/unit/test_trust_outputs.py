@@ -21,11 +21,11 @@ from test_trust_training import make_data, target, train_cli  # noqa: E402,F401 
 from train_world import SMALL  # noqa: E402
 from trust_tree import snapshot, user_folder  # noqa: E402
 
+from sglang_eagle3_ext import outdir  # noqa: E402
 from sglang_eagle3_ext.cli import convert as conv  # noqa: E402
 from sglang_eagle3_ext.cli import tiny as tiny_cli  # noqa: E402
 from sglang_eagle3_ext.cli.common import run_tool  # noqa: E402
 from sglang_eagle3_ext.cli.dump import main as dump_main  # noqa: E402
-from sglang_eagle3_ext.files import outdir  # noqa: E402
 from sglang_eagle3_ext.tiny import deepseek_v3 as tiny  # noqa: E402
 
 # ---- tiny ---------------------------------------------------------------------------------------------------

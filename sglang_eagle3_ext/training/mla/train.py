@@ -253,7 +253,7 @@ def train(a: TrainOptions, rule: dict) -> dict:
     except ValueError as e:
         from ...boundary import BadInput
 
-        if isinstance(e, BadInput):  # files/outdir's refusals: already one line naming the fix
+        if isinstance(e, BadInput):  # outdir's refusals: already one line naming the fix
             raise
         raise TrainDraftError(str(e)) from e
     va = r["val_acc_by_step"] or [float("nan")]

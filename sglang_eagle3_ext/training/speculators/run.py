@@ -11,7 +11,7 @@ import shutil
 import time
 from pathlib import Path
 
-from ...files.outdir import link_tree
+from ...outdir import link_tree
 from .. import sharding
 from ..checkpoint import CKPT_DIR, STATE, Publisher, maybe_stop, write_state
 from ..data import prepare_data

@@ -64,7 +64,7 @@ gets a verifier view of it (training/target_view.py).
 
 What is refused before training, by name: an ``--out`` that is a symlink, is or holds or lies inside
 ``--target``/``--data``, or holds anything but an earlier output of train (that one only with ``--force``;
-files/outdir.py: the output is built beside OUT and renamed into place); a sample file that is not finite,
+outdir.py: the output is built beside OUT and renamed into place); a sample file that is not finite,
 integer token ids in the target's vocab and states ``[L, K+1, H]`` (training/samples.py, every file is read
 once first); a target whose embed / lm_head / norm are not finite; with ``--resume``, a checkpoint in ``--out``
 that does not fit the run (training/resume.py: other shapes, corrupt or foreign files, checked before anything

@@ -28,7 +28,7 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterable
 
-from ..boundary import BadInput, Refused, field, list_of, read_json_file
+from .boundary import BadInput, Refused, field, list_of, read_json_file
 
 MARKER = ".sglang-eagle3-output.json"
 
@@ -186,7 +186,7 @@ def _swap(tmp: Path, real: Path, recheck: Callable[[], Path]) -> None:
     if os.path.lexists(real):
         recheck()
         if os.listdir(real):
-            from .._log import log_once
+            from ._log import log_once
 
             log_once(f"outdir-replace-{real}", "replacing the earlier output in %s (the new one is complete)", real)
             old = _sibling(real, "old")

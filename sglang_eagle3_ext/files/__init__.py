@@ -1,1 +1,0 @@
-"""Files this package writes: `outdir` is the one rule for output directories."""
