@@ -11,7 +11,7 @@ import pytest
 import tomllib
 
 from sglang_eagle3_ext import cli
-from sglang_eagle3_ext.cli.commands import COMMANDS
+from sglang_eagle3_ext.cli.commands import COMMANDS, Command, CommandRefused, register
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,6 +25,30 @@ def test_every_row_resolves(command):
     if spec.submodule_search_locations:  # a package runs as `python -m` through its __main__
         assert importlib.util.find_spec(f"sglang_eagle3_ext.{command.module}.__main__") is not None
     assert command.summary and "\n" not in command.summary
+
+
+ROW = Command("swap", "cli.swap", "load a new draft into a running server")
+REFUSED = {
+    "no cli/p-eagle.py (its main)": Command("p-eagle", "cli.swap", "a command without its module"),
+    "`python -m` entry 'cli.nowhere' is no module or package with a __main__": Command("swap", "cli.nowhere", "x"),
+    "the summary is not one line": Command("swap", "cli.swap", "two\nlines"),
+    "name 'Swap' is no lower-case command word": Command("Swap", "cli.swap", "x"),
+}
+
+
+@pytest.mark.parametrize("why", list(REFUSED))
+def test_a_row_that_does_not_conform_is_refused_naming_the_command_and_what_it_lacks(why):
+    row = REFUSED[why]
+    with pytest.raises(CommandRefused) as ei:
+        register(row)
+    msg = str(ei.value)
+    assert msg == f"command {row.name!r} does not conform: {why}", msg
+    assert register(ROW) == (ROW,)
+
+
+def test_a_name_taken_twice_is_refused():
+    with pytest.raises(CommandRefused, match="^command 'swap' does not conform: the name is taken$"):
+        register(ROW, ROW)
 
 
 def test_help_lists_every_command_once():
