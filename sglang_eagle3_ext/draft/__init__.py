@@ -1,8 +1,9 @@
 """EAGLE-3 draft checkpoints: one set of rules shared by the loader, `check` and `convert`.
 
-    arch/              draft layouts, one module each (llama.py, mla.py), and the registry naming them: a layout's
-                       config fields, shapes, release key names, fused parameters, source formats, SGLang and
-                       training classes; everything below asks the draft's layout module, never names a layout
+    arch/              draft layouts, one folder each (llama/, mla/, dflash/: the declaration, its network), and
+                       the registry that checks each when it registers: a layout's config fields, shapes, release
+                       key names, fused parameters, source formats, SGLang class and training route; everything
+                       below asks the draft's layout, never names a layout
     keys.py            key names per SGLang release (renames, what each release can hold)
     safetensors_io.py  header-only reading of .safetensors files (no SGLang, no torch needed)
     config_schema.py   the types a draft config.json must hold (outside input), checked before any rule reads it

@@ -31,7 +31,7 @@ CONFIG_FIELDS: tuple[str, ...] = ()  # this layout's own config fields (positive
 DRAFT_VOCAB_REQUIRED = True  # the class fails without `draft_vocab_size` (null: share the target's head)
 HOLDS_VOCAB = True  # the class has embeddings, an lm_head and d2t of its own (False: it runs on the target's)
 # SGLang parameter (canonical name) -> the checkpoint keys the release's load_weights fuses into it itself.
-# A layout with entries also defines prefused_problem, half_missing_problem and split_fused (see mla.py).
+# A layout with entries also defines prefused_problem, half_missing_problem and split_fused (see mla/).
 FUSED: dict[str, tuple[str, ...]] = {}
 # convert: the source formats this layout reads, as its refusal of an unknown config lists them
 SOURCE_NAMES = (

@@ -235,7 +235,7 @@ def heldout(n: int, train_ratio: float) -> tuple[int, str]:
 
 
 def default_aux_layers(num_target_layers: int, num_draft_layers: int, caps=None) -> list[int]:
-    """See llama.py: the dump's default, as for every EAGLE-3 draft."""
+    """See llama/: the dump's default, as for every EAGLE-3 draft."""
     return default_layers(num_target_layers)
 
 
