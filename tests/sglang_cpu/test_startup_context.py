@@ -14,7 +14,7 @@ from test_dump_hook import _model
 
 from sglang_eagle3_ext import envs
 from sglang_eagle3_ext.draft import layers as L
-from sglang_eagle3_ext.dump import start
+from sglang_eagle3_ext.in_server.dump import start
 from sglang_eagle3_ext.server import runtime
 
 pytestmark = pytest.mark.sglang
@@ -69,8 +69,8 @@ def test_one_context_per_process_for_every_consumer(ext, deepseek_dir, tmp_path,
     context is built once and the draft's config read once."""
     from transformers import LlamaConfig
 
-    from sglang_eagle3_ext.in_server.draft import loader
     from sglang_eagle3_ext.draft.keys import installed_layout
+    from sglang_eagle3_ext.in_server.draft import loader
     from sglang_eagle3_ext.server import startup
 
     draft = _draft(tmp_path, [1, 2, 3])
