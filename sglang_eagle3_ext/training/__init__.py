@@ -3,6 +3,7 @@
 - `train` — the entry; `routes` — the route of each draft layout (`ROUTES`: the folder its ROUTE names; each
   route folder's `train.py` runs it, its `plan.py` sizes it);
 - `options` — `TrainOptions` (what one run is asked to do) and how it writes its output folder;
+- `train_flags` — the fields `TrainOptions` inherits, each a flag of `train` declared once (`build`'s too);
 - `distributed`, `sharding`, `checkpoint` — one process or one per rank under torchrun; which samples each rank
   trains on per step; --out written after every epoch and `--resume`;
 - `resume` — the checkpoint in --out compared with the run before `--resume` loads anything (its headers, states,
