@@ -18,8 +18,8 @@
                        with the server's handler
     progress.py        a progress line for long reads of weights (value scans, convert)
     layers.py          the default aux layers and the release's +1 rule (HF index vs SGLang's layer ids)
-    capture_layers.py  SGLang made to capture exactly the hidden states the draft was trained on
-    (what runs inside SGLang, the loader, the forward guard and the swap's handler: ../in_server/draft/;
+    (what runs inside SGLang, the loader, the forward guard, the capture layers and the swap's handler:
+    ../in_server/draft/;
     the command lines are ../cli/check.py and ../cli/convert.py; tiny drafts for tests: ../tiny/)
 
 Nothing heavy is imported here.

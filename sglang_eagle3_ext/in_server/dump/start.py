@@ -10,10 +10,10 @@ import os
 from ... import __version__
 from ..._log import log_once, logger
 from ...boundary import BadInput
-from ...draft.capture_layers import aux_capture_refusal
 from ...dump.config import CONVENTION, DumpConfig, DumpConfigError, from_env
 from ...server.startup import StartupContext, startup_context
 from ...versions import capabilities, layer0_refusal
+from ..draft.capture_layers import aux_capture_refusal
 from . import serving_mode, verify_capture
 from .capture import ATTR, TARGET_CLASSES, DumpTarget
 from .prefill_graphs import check as refuse_prefill_graphs

@@ -3,8 +3,8 @@ dump's capture switch; each is a thin entry that imports its implementation on f
 
 
 def explicit_capture_layers(wrapped, instance, args, kwargs):
-    """set_eagle3_layers_to_capture: capture exactly the HF indices the draft records (see draft/capture_layers.py)."""
-    from ...draft.capture_layers import set_capture_layers
+    """set_eagle3_layers_to_capture: capture exactly the HF indices the draft records (see in_server/draft/capture_layers.py)."""
+    from ..draft.capture_layers import set_capture_layers
 
     return set_capture_layers(wrapped, instance, args, kwargs)
 

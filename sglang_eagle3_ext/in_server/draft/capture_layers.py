@@ -6,13 +6,13 @@ Convention (layers.py): HF index i = input of decoder layer i = DeepseekV2Model'
 
 from __future__ import annotations
 
-from .._log import log_once
-from ..patching import bind
-from ..server.startup import startup_context
-from ..versions import layer0_refusal
-from . import errors as E
-from .errors import DraftLoadError, Problem
-from .layers import AUX_IDS_FIELD, HF_INDICES_FIELD, recorded_hf_indices
+from ..._log import log_once
+from ...draft import errors as E
+from ...draft.errors import DraftLoadError, Problem
+from ...draft.layers import AUX_IDS_FIELD, HF_INDICES_FIELD, recorded_hf_indices
+from ...patching import bind
+from ...server.startup import startup_context
+from ...versions import layer0_refusal
 
 TBO_FLAG = "--enable-two-batch-overlap"
 
