@@ -214,14 +214,18 @@ def _finite(obj):
     return obj
 
 
-def check_json_dest(dest: str | None) -> None:
+def check_json_dest(dest: str | None, made: bool = True) -> None:
     """`--json PATH` checked before a command acts (a report that cannot be written must not be found only after
-    the irreversible step): PATH is no folder, and its folder is writable here or can be made."""
+    the irreversible step): PATH is no folder, and its folder is writable here or can be made (made=False: is
+    there already)."""
     if not dest or dest == "-":
         return
     p = os.path.abspath(os.path.expanduser(dest))
     if os.path.isdir(p):
         raise BadInput(f"--json {dest}", "is a folder; give a file path")
+    parent = os.path.dirname(dest) or "."
+    if not made and not os.path.isdir(parent):
+        raise BadInput(f"--json {dest}", f"no folder {parent}; create it or give another path")
     try:
         json_dest(dest)  # its folder exists and is writable, or can be made (write_json makes it)
     except argparse.ArgumentTypeError as e:

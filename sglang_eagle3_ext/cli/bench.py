@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..bench.report import render
 from ..bench.run import BenchOptions, benchmark
 from ..options.parser import add_options, options_from
 from ..options.values import file_out
 from . import common as cli_common
-from .common import CliError
-from .output import library_output
+from .run import json_in_existing_folder, run_command
 
 
 def _add_prompt_flags(ap: argparse.ArgumentParser) -> None:
@@ -62,18 +60,6 @@ def build_parser() -> argparse.ArgumentParser:
     return cli_common.finish(ap, "bench")
 
 
-def _check_outputs(a) -> None:
-    """--json / --report must be writable files-to-be, known before any server time is spent."""
-    for flag, dest in (("--json", a.json if a.json != "-" else None), ("--report", a.report)):
-        if not dest:
-            continue
-        p = Path(dest)
-        if p.is_dir():
-            raise CliError(f"{flag} {dest}: is a folder; give a file path")
-        if flag == "--json" and not p.parent.is_dir():
-            raise CliError(f"{flag} {dest}: no folder {p.parent}; create it or give another path")
-
-
 def options_from_args(a: argparse.Namespace) -> BenchOptions:
     """The library's options from the parsed flags; the tokenizer is the one --target names, loaded (with its
     own code only under --trust-remote-code) when a prompt needs it."""
@@ -89,18 +75,25 @@ def options_from_args(a: argparse.Namespace) -> BenchOptions:
 def main(argv=None) -> int:
 
     a = build_parser().parse_args(argv)
-    _check_outputs(a)
-    with library_output(a.verbose):
-        res = benchmark(options_from_args(a))
-    print(render(res), file=sys.stderr if a.json == "-" else sys.stdout)
-    if a.json:
-        cli_common.write_json(a.json, res)
-    if a.report:
-        from ..bench.report import write_report
 
-        for p in write_report(a.report, res):
-            print(f"report: {p}")
-    return cli_common.EXIT_FAILED if res["status"] == "FAIL" else cli_common.EXIT_OK
+    def verdict(res: dict) -> int:
+        if a.report:
+            from ..bench.report import write_report
+
+            for p in write_report(a.report, res):
+                print(f"report: {p}")
+        return cli_common.EXIT_FAILED if res["status"] == "FAIL" else cli_common.EXIT_OK
+
+    return run_command(
+        "bench",
+        lambda: benchmark(options_from_args(a)),
+        render,
+        json=a.json,
+        json_check=json_in_existing_folder,  # --report's kind is checked by its type
+        verbose=a.verbose,
+        text_beside_json=True,
+        verdict=verdict,
+    )
 
 
 if __name__ == "__main__":

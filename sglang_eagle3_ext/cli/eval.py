@@ -21,12 +21,9 @@ import sys
 
 from ..acceptance.evaluate import evaluate, render
 from ..acceptance.options import EvalOptions
-from ..boundary import BadInput, Refused
 from ..options.parser import add_options, options_from
 from . import common as cli_common
-from .common import CliError
-from .interrupts import interrupted_exits
-from .output import library_output
+from .run import json_in_existing_folder, run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,43 +35,32 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check_json(dest: str | None) -> None:
-    from pathlib import Path
-
-    if not dest or dest == "-":
-        return
-    p = Path(dest)
-    if p.is_dir():
-        raise CliError(f"--json {dest}: is a folder; give a file path")
-    if not p.parent.is_dir():
-        raise CliError(f"--json {dest}: no folder {p.parent}; create it or give another path")
-
-
 def main(argv: list[str] | None = None) -> int:
 
     a = cli_common.finish(build_parser(), "eval").parse_args(argv)
     say = None if a.quiet or a.json == "-" else (lambda m: print(f"eval: {m}", file=sys.stderr, flush=True))
     opts = options_from(a, EvalOptions, say=say)
-    try:
-        _check_json(a.json)
-        with interrupted_exits("eval", "no report was written; run the same command again"), library_output(a.verbose):
-            rep = evaluate(opts)
-    except (Refused, BadInput) as e:  # names the input and the fix
-        print(cli_common.error_line("eval", str(e).replace("\n", " ")), file=sys.stderr)
-        return getattr(e, "code", cli_common.EXIT_BAD_INPUT)
-    code = cli_common.report(a.json, rep, render(rep))
-    odd = (rep.get("served") or {}).get("implausible")
-    if odd:  # a reply taken on trust would make the comparison meaningless: the report says which figure
-        print(
-            cli_common.error_line(
-                "eval",
-                f"--url {a.url}: a served figure no server at --steps {a.steps} can "
-                f"report: {odd[0]}" + (f" (+{len(odd) - 1} more)" if len(odd) > 1 else "") + "; see served.implausible",
-            ),
-            file=sys.stderr,
-        )
-        return cli_common.EXIT_BAD_INPUT
-    return code
+
+    def implausible(rep: dict) -> None:
+        """A reply taken on trust would make the comparison meaningless: the report says which figure."""
+        odd = (rep.get("served") or {}).get("implausible")
+        if odd:
+            more = f" (+{len(odd) - 1} more)" if len(odd) > 1 else ""
+            raise cli_common.CliError(
+                f"--url {a.url}: a served figure no server at --steps {a.steps} can report: {odd[0]}{more}; "
+                "see served.implausible"
+            )
+
+    return run_command(
+        "eval",
+        lambda: evaluate(opts),
+        render,
+        json=a.json,
+        json_check=json_in_existing_folder,
+        stopped="no report was written; run the same command again",
+        verbose=a.verbose,
+        verdict=implausible,
+    )
 
 
 if __name__ == "__main__":

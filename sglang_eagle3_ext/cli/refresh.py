@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import sys
 
-from ..boundary import BadInput, Refused
 from ..options.parser import add_options, options_from
 from ..refresh.run import RefreshOptions, refresh
 from ..training.report import TrainDraftError
 from . import common as c
-from .interrupts import interrupted_line, interruptible
-from .output import library_output
+from .run import run_command
 
 
 def build_parser():
@@ -63,7 +61,6 @@ def render(rep: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
 
     a = build_parser().parse_args(argv)
-    stop = None
     say = None if a.quiet or a.json == "-" else (lambda m: print(f"refresh: {m}", file=sys.stderr, flush=True))
     extra = {"loss_impl": a.loss_impl} if a.loss_impl else {}
     opts = options_from(
@@ -73,36 +70,29 @@ def main(argv: list[str] | None = None) -> int:
         say=say,
         report=(lambda rep: c.write_json(a.json, rep)) if a.json else None,  # before the cursor records samples
     )
-    if a.draft is None and a.swap_url is None:
-        print(
-            c.error_line("refresh", "--draft is required without --swap (with --swap it defaults to the served draft)"),
-            file=sys.stderr,
-        )
-        return c.EXIT_BAD_INPUT
-    try:
-        c.check_json_dest(a.json)  # before anything: a report that cannot be written is found now
-    except BadInput as e:
-        print(c.error_line("refresh", str(e)), file=sys.stderr)
-        return c.EXIT_BAD_INPUT
-    try:
-        with interruptible("refresh") as stop, library_output(a.verbose, bars=True):
-            rep = refresh(opts)
-    except Exception as e:
-        if not (stop and stop.received):
-            if not isinstance(e, (Refused, BadInput, TrainDraftError)):
-                raise
-            print(c.error_line("refresh", str(e).replace("\n", " ")), file=sys.stderr)
-            return getattr(e, "code", c.EXIT_BAD_INPUT)
-        print(interrupted_line("refresh", _STOPPED), file=sys.stderr)  # whatever the training made of it
-        return c.EXIT_INTERRUPTED
-    except KeyboardInterrupt:
-        print(interrupted_line("refresh", _STOPPED), file=sys.stderr)
-        return c.EXIT_INTERRUPTED
-    if a.json != "-":  # the JSON report went out from refresh itself (RefreshOptions.report)
-        print(render(rep))
-    if rep.get("swap") and not rep["swap"].get("ok"):
-        return c.EXIT_BAD_INPUT
-    return c.EXIT_OK if rep["accepted"] else c.EXIT_FAILED
+
+    def call() -> dict:
+        if a.draft is None and a.swap_url is None:
+            raise c.CliError("--draft is required without --swap (with --swap it defaults to the served draft)")
+        return refresh(opts)
+
+    def verdict(rep: dict) -> int:
+        if rep.get("swap") and not rep["swap"].get("ok"):
+            return c.EXIT_BAD_INPUT
+        return c.EXIT_OK if rep["accepted"] else c.EXIT_FAILED
+
+    return run_command(
+        "refresh",
+        call,
+        render,
+        json=a.json,
+        as_json=None,  # refresh writes it itself (RefreshOptions.report)
+        stopped=_STOPPED,
+        verbose=a.verbose,
+        bars=True,
+        errors=(TrainDraftError,),
+        verdict=verdict,
+    )
 
 
 if __name__ == "__main__":

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import sys
 
-from ..boundary import BadInput, Refused
 from ..draft.swap.client import SwapOptions, render, swap
 from ..options.parser import add_options, options_from
 from . import common as cli_common
-from .output import library_output
+from .run import one_line, run_command
 
 
 def build_parser():
@@ -43,22 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     say = None if a.quiet or a.json == "-" else (lambda m: print(f"swap: {m}", file=sys.stderr, flush=True))
     opts = options_from(a, SwapOptions, say=say)
-    try:
-        cli_common.check_json_dest(a.json)  # before anything: a report that cannot be written is found now
-    except BadInput as e:
-        print(cli_common.error_line("swap", str(e)), file=sys.stderr)
-        return cli_common.EXIT_BAD_INPUT
-    try:
-        with library_output(a.verbose):
-            rep = swap(opts)
-    except (Refused, BadInput) as e:  # names the draft or the server and the problem
+
+    def refused(e: BaseException) -> str:  # names the draft or the server and the problem; --json says it too
         if a.json:
-            cli_common.write_json(
-                a.json, getattr(e, "report", None) or {"url": a.url, "draft": a.draft, "ok": False, "error": str(e)}
-            )
-        print(cli_common.error_line("swap", str(e).replace("\n", " ")), file=sys.stderr)
-        return getattr(e, "code", cli_common.EXIT_BAD_INPUT)
-    return cli_common.report(a.json, rep, render(rep))
+            fallback = {"url": a.url, "draft": a.draft, "ok": False, "error": str(e)}
+            cli_common.write_json(a.json, getattr(e, "report", None) or fallback)
+        return one_line(e)
+
+    return run_command("swap", lambda: swap(opts), render, json=a.json, verbose=a.verbose, refused=refused)
 
 
 if __name__ == "__main__":

@@ -19,12 +19,11 @@ import os
 import shlex
 import sys
 
-from ..boundary import BadInput, Refused, writable_dir
+from ..boundary import writable_dir
 from ..options.parser import add_options, options_from
 from ..tune.options import TuneOptions
 from . import common as cli_common
-from .interrupts import interrupted_exits
-from .output import library_output
+from .run import run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,17 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     opts = options_from(
         a, TuneOptions, tokenizer=tok, say=say, command="sglang-eagle3 tune " + " ".join(shlex.quote(x) for x in raw)
     )
-    try:
+
+    def call() -> dict:
         in_out = _json_in_out(a.json, a.out)
-        with interrupted_exits("tune", "the servers it started are stopped; run the same command again"):
-            with library_output(a.verbose):
-                rep = tune(opts)
+        rep = tune(opts)
         if in_out:  # a dry run makes no --out of its own
             writable_dir(a.out, "--out", make=True)
-    except (Refused, BadInput) as e:
-        print(cli_common.error_line("tune", str(e).replace("\n", " ")), file=sys.stderr)
-        return getattr(e, "code", cli_common.EXIT_BAD_INPUT)
-    return cli_common.report(a.json, rep, render(rep))
+        return rep
+
+    stopped = "the servers it started are stopped; run the same command again"
+    return run_command("tune", call, render, json=a.json, json_check=None, stopped=stopped, verbose=a.verbose)
 
 
 def _json_in_out(dest: str | None, out: str) -> bool:
