@@ -16,37 +16,18 @@ from pathlib import Path
 
 from ..draft.check import check_draft, report_dict
 from ..draft.hub import looks_like_hub_id
-from ..options.values import folder_in
+from ..draft.options import CheckOptions
+from ..options.parser import add_options, options_from
 from . import common as cli_common
-from .output import library_output
+from .run import run_command
 
 
 def build_parser():
 
     ap = cli_common.parser("check", cli_common.doc_description(__doc__, paragraphs=2))
-    ap.add_argument("draft", help="the draft checkpoint folder (config.json + *.safetensors)")
-    ap.add_argument(
-        "--target",
-        type=folder_in("give the target model's folder (its config.json)"),
-        help="target model dir (its config.json; its lm_head when the draft shares it): hidden/vocab/layer checks",
-    )
-    ap.add_argument(
-        "--data",
-        type=folder_in("give the dump dir or `dump export` output the draft was trained on"),
-        help="the draft's training data (a dump dir or a `dump export` output): the target layers a server feeds "
-        "the draft must be the ones it holds",
-    )
+    add_options(ap, CheckOptions, skip=("scan_values",))
     cli_common.add_sglang_release(ap, "check against this release")
-    ap.add_argument(
-        "--headers-only",
-        dest="scan_values",
-        action="store_false",
-        default=True,
-        help="fast: read headers only, no NaN/Inf scan of the weights (the verdict says 'values not "
-        "scanned'); default: every weight is read once",
-    )
-    cli_common.hidden_alias(ap, "--no-scan-values", dest="scan_values", action="store_false", default=True)
-    cli_common.hidden_alias(ap, "--scan-values", dest="scan_values", action="store_true", default=True)  # the default
+    add_options(ap, CheckOptions, only=("scan_values",))
     cli_common.add_json_out(ap, "the report")
     cli_common.add_verbosity(ap, quiet="no progress line while the weights are scanned")
     return cli_common.finish(ap, "check")
@@ -68,28 +49,35 @@ def _captured(data: str) -> tuple[list[int], str]:
     return ids, f"--data {data} ({src})"
 
 
-def main(argv=None) -> int:
-
-    a = build_parser().parse_args(argv)
-
-    draft = Path(a.draft)
-    if draft.exists() and not draft.is_dir():  # a bad path, not a verdict on a draft
-        raise cli_common.CliError(
-            f"{a.draft}: is a file, not a draft folder (config.json + *.safetensors); name its folder"
-        )
-    if not draft.exists() and not looks_like_hub_id(a.draft):
-        raise cli_common.CliError(f"{a.draft}: no such directory (and not a hub id org/name)")
-
-    captured = _captured(a.data) if a.data else None
-    with library_output(a.verbose):
-        rep = check_draft(a.draft, a.target, a.sglang_version, a.scan_values, progress=not a.quiet, captured=captured)
-    if a.json:
-        cli_common.write_json(a.json, report_dict(rep))
-    if a.json != "-":
-        print(rep.render())
+def _verdict(rep) -> int:
     if not rep.checked or rep.config_unreadable:
         return 2  # nothing could be read, or judged without its config: bad input, not a verdict
     return 1 if rep.errors else 0
+
+
+def main(argv=None) -> int:
+
+    a = build_parser().parse_args(argv)
+    o = options_from(a, CheckOptions)
+    draft = Path(o.draft)
+    if draft.exists() and not draft.is_dir():  # a bad path, not a verdict on a draft
+        raise cli_common.CliError(
+            f"{o.draft}: is a file, not a draft folder (config.json + *.safetensors); name its folder"
+        )
+    if not draft.exists() and not looks_like_hub_id(o.draft):
+        raise cli_common.CliError(f"{o.draft}: no such directory (and not a hub id org/name)")
+    captured = _captured(o.data) if o.data else None
+    return run_command(
+        "check",
+        lambda: check_draft(
+            o.draft, o.target, a.sglang_version, o.scan_values, progress=not a.quiet, captured=captured
+        ),
+        lambda rep: rep.render(),
+        json=a.json,
+        as_json=report_dict,
+        verbose=a.verbose,
+        verdict=_verdict,
+    )
 
 
 if __name__ == "__main__":

@@ -17,39 +17,18 @@ import sys
 
 from ..draft.convert import convert
 from ..draft.errors import DraftError
-from ..options.values import folder_in, folder_out
+from ..draft.options import ConvertOptions
+from ..options.parser import add_options, options_from
 from . import common as cli_common
-from .output import library_output
-
-
-def _int_list(s: str) -> list[int]:
-    import argparse
-
-    try:
-        return [int(x) for x in s.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 3,31,59, got {s!r}") from None
+from .run import one_line, run_command
 
 
 def build_parser():
 
     ap = cli_common.parser("convert", cli_common.doc_description(__doc__))
-    ap.add_argument(
-        "src",
-        type=folder_in("give the draft's checkpoint folder (config.json + weights)"),
-        help="the draft to convert (speculators / SpecForge / EAGLE checkpoint folder)",
-    )
-    ap.add_argument(
-        "dst",
-        type=folder_out("give a new or empty folder (--force replaces an earlier output of convert)"),
-        help="output folder (must be empty or absent, or --force)",
-    )
+    add_options(ap, ConvertOptions, only=("src", "dst"))
     cli_common.add_sglang_release(ap, "target SGLang release")
-    ap.add_argument(
-        "--hf-indices", type=_int_list, help="HF hidden_states indices the draft was trained on, e.g. 3,31,59"
-    )
-    ap.add_argument("--force", action="store_true", help="replace a non-empty DST")
-    ap.add_argument("--allow-pickle", action="store_true", help="read .bin/.pt sources (torch.load weights_only=True)")
+    add_options(ap, ConvertOptions, skip=("src", "dst"))
     cli_common.add_json_out(ap, "what was converted (or the problems refusing it)")
     cli_common.add_verbosity(ap, quiet="no progress bar")
     return cli_common.finish(ap, "convert")
@@ -58,42 +37,45 @@ def build_parser():
 def main(argv=None) -> int:
 
     a = build_parser().parse_args(argv)
+    o = options_from(a, ConvertOptions)
     report: dict = {}
     say = (lambda msg: print(msg, file=sys.stderr)) if a.json == "-" else print  # stdout: the JSON only
 
-    try:
-        with library_output(a.verbose):
-            convert(
-                a.src,
-                a.dst,
-                a.sglang_version,
-                a.hf_indices,
-                a.force,
-                a.allow_pickle,
-                progress=not a.quiet,
-                log=say,
-                report=report,
-            )
-    except DraftError as e:
+    def call() -> dict:
+        convert(
+            o.src,
+            o.dst,
+            a.sglang_version,
+            o.hf_indices,
+            o.force,
+            o.allow_pickle,
+            progress=not a.quiet,
+            log=say,
+            report=report,
+        )
+        return report
+
+    def refused(e: BaseException) -> str:  # a draft's refusal: its problems a line each, and in --json
+        if not isinstance(e, DraftError):
+            return one_line(e)
         head, *problems = str(e).splitlines()
         said = head.removeprefix("convert: ")
-        said = said if str(a.src) in said else f"{a.src}: {said}"  # the refusal names the draft it refused
-        print(cli_common.error_line("convert", said), *problems, sep="\n", file=sys.stderr)
+        said = said if str(o.src) in said else f"{o.src}: {said}"  # the refusal names the draft it refused
         if a.json:
-            cli_common.write_json(
-                a.json,
-                {
-                    "ok": False,
-                    "src": a.src,
-                    "dst": a.dst,
-                    "refused": head,
-                    "problems": [dataclasses.asdict(p) for p in e.problems],
-                },
-            )
-        return cli_common.EXIT_BAD_INPUT
-    if a.json:
-        cli_common.write_json(a.json, {"ok": True, **report})
-    return cli_common.EXIT_OK
+            problems_json = [dataclasses.asdict(p) for p in e.problems]
+            refusal = {"ok": False, "src": o.src, "dst": o.dst, "refused": head, "problems": problems_json}
+            cli_common.write_json(a.json, refusal)
+        return "\n".join([said, *problems])
+
+    return run_command(
+        "convert",
+        call,
+        json=a.json,
+        as_json=lambda rep: {"ok": True, **rep},
+        verbose=a.verbose,
+        errors=(DraftError,),
+        refused=refused,
+    )
 
 
 if __name__ == "__main__":

@@ -20,58 +20,55 @@ import argparse
 import logging
 import sys
 
-from ..boundary import BadInput
 from ..dump import driver, exporters
 from ..dump.client_files import ClientError
 from ..dump.export import ExportError
-from ..dump.run_options import DUMP_DIR, PROMPTS
+from ..dump.run_options import ExportOptions, RunOptions, StatusOptions
 from ..options.parser import add_options, options_from
-from ..options.values import folder_out
 from . import common as cli_common
-from .interrupts import interrupted_exits
-from .output import library_output
+from .run import run_command
 
-_DUMP_DIR = DUMP_DIR
-_PROMPTS = PROMPTS
+_ERRORS = (ClientError, ExportError)  # each names the input and the fix
 
 
 def _run(args) -> int:
-    opts = options_from(args, driver.RunOptions, progress=not args.quiet)
-    with interrupted_exits("dump run", "the samples written so far stay in the manifest; run the same command again"):
-        res = driver.run(opts, cli_common.load_tokenizer)
-    _report(args, res.summary, _run_text(res.summary))
-    driver.warn_unfinished(opts, res)
-    if res.fatal is not None:
-        raise res.fatal
-    return 0 if res.ok else 1
+    opts = options_from(args, RunOptions, progress=not args.quiet)
+
+    def verdict(res) -> int:
+        driver.warn_unfinished(opts, res)
+        if res.fatal is not None:
+            raise res.fatal
+        return 0 if res.ok else 1
+
+    return run_command(
+        "dump run",
+        lambda: driver.run(opts, cli_common.load_tokenizer),
+        lambda res: _run_text(res.summary),
+        json=args.json,
+        as_json=lambda res: res.summary,
+        stopped="the samples written so far stay in the manifest; run the same command again",
+        errors=_ERRORS,
+        verdict=verdict,
+    )
 
 
 def _export(args) -> int:
-
-    with library_output(getattr(args, "verbose", False), bars=True):  # our bar, not the datasets' save bar
-        n = driver.export(
-            args.dump_dir, args.to, args.out, data=args.data, workers=args.workers, progress=not args.quiet
-        )
-    _report(
-        args,
-        {"exported": n, "to": args.to, "out": str(args.out)},
-        f"exported {n} samples for {args.to} into {args.out}",
+    o = options_from(args, ExportOptions, progress=not args.quiet)
+    return run_command(
+        "dump export",
+        lambda: driver.export(o.dump_dir, o.to, o.out, data=o.data, workers=o.workers, progress=o.progress),
+        lambda n: f"exported {n} samples for {o.to} into {o.out}",
+        json=args.json,
+        as_json=lambda n: {"exported": n, "to": o.to, "out": str(o.out)},
+        verbose=args.verbose,
+        bars=True,  # our bar, not the datasets' save bar
+        errors=_ERRORS,
     )
-    return 0
 
 
 def _status(args) -> int:
-    out = driver.status(args.dump_dir)
-    _report(args, out, _status_text(out))
-    return 0
-
-
-def _report(args, obj: dict, text: str) -> None:
-    """Text by default; --json [PATH] writes the same as JSON (only JSON on stdout with no PATH)."""
-    if args.json:
-        cli_common.write_json(args.json, obj)
-    if args.json != "-":
-        print(text)
+    o = options_from(args, StatusOptions)
+    return run_command("dump status", lambda: driver.status(o.dump_dir), _status_text, json=args.json, errors=_ERRORS)
 
 
 def _counters(d: dict) -> str:
@@ -101,38 +98,20 @@ def _run_text(sm: dict) -> str:
     )
 
 
-def _add_run(sub) -> None:
-    c = cli_common
-    r = sub.add_parser("run", help="send a JSONL dataset to a dumping server")
-    add_options(r, driver.RunOptions)
-    c.add_json_out(r, "the summary")
-    c.add_verbosity(r, quiet="no progress bar")
-
-
 def build_parser() -> argparse.ArgumentParser:
     c = cli_common
     p = c.parser("dump", __doc__)
     sub = p.add_subparsers(dest="cmd", metavar="{run,export,status}")
-    _add_run(sub)
+    r = sub.add_parser("run", help="send a JSONL dataset to a dumping server")
+    add_options(r, RunOptions)
+    c.add_json_out(r, "the summary")
+    c.add_verbosity(r, quiet="no progress bar")
     e = sub.add_parser("export", help=f"convert a dump for a training tool: {', '.join(exporters.names())}")
-    e.add_argument(
-        "--dump-dir", required=True, type=_DUMP_DIR, help="the dump directory (the server's SGLANG_EAGLE3_EXT_DUMP_DIR)"
-    )
-    e.add_argument("--to", choices=exporters.names(), required=True, help="output format")
-    e.add_argument(
-        "--out", required=True, type=folder_out("give a new or empty folder for the export"), help="output directory"
-    )
-    e.add_argument("--data", type=_PROMPTS, help="the JSONL used for the dump: sample order and loss_mask fields")
-    e.add_argument(
-        "--workers",
-        type=c.positive_int,
-        default=8,
-        help="samples converted in parallel (threads: file io and tensor copies release the GIL)",
-    )
+    add_options(e, ExportOptions)
     c.add_json_out(e, "what was exported")
     c.add_verbosity(e, quiet="no progress bar")
     s = sub.add_parser("status", help="manifest and writer status")
-    s.add_argument("--dump-dir", required=True, type=_DUMP_DIR, help="the dump directory")
+    add_options(s, StatusOptions)
     c.add_json_out(s, "the manifest totals and every writer's status")
     return c.finish(p, "dump")
 
@@ -142,11 +121,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     if not getattr(args, "verbose", False):
         logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries: the final error says it once
-    try:
-        return {"run": _run, "export": _export, "status": _status}[args.cmd](args)
-    except (ClientError, cli_common.CliError, BadInput, ExportError) as e:  # each names the input and the fix
-        print(cli_common.error_line(f"dump {args.cmd}", str(e)), file=sys.stderr)
-        return 2
+    return {"run": _run, "export": _export, "status": _status}[args.cmd](args)
 
 
 if __name__ == "__main__":

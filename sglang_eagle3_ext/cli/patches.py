@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..compat.options import PatchesOptions
+from ..options.parser import add_options, options_from
 from . import common as cli_common
 
 PATCH_FILE = "sglang-eagle3-ext.patch"
@@ -53,15 +55,12 @@ def find(release: str, flag: str = "--print") -> Path:
 
 def main(argv=None) -> int:
     ap = cli_common.parser("patches", __doc__)
-    g = ap.add_mutually_exclusive_group()
-    g.add_argument("--list", action="store_true", help="list the releases that have a patch (the default action)")
-    g.add_argument("--print", metavar="RELEASE", dest="print_release", help="print that release's patch to stdout")
-    g.add_argument("--path", metavar="RELEASE", help="print the file path of that release's patch")
-    a = cli_common.finish(ap, "patches").parse_args(argv)
-    if a.print_release:
-        sys.stdout.write(find(a.print_release).read_text())
-    elif a.path:
-        print(find(a.path, "--path"))
+    add_options(ap.add_mutually_exclusive_group(), PatchesOptions)
+    o = options_from(cli_common.finish(ap, "patches").parse_args(argv), PatchesOptions)
+    if o.print_release:
+        sys.stdout.write(find(o.print_release).read_text())
+    elif o.path:
+        print(find(o.path, "--path"))
     else:
         for rel, f in sorted(releases().items(), key=lambda kv: _sort_key(kv[0])):
             print(f"{rel:10} {f}")

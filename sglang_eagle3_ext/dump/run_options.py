@@ -1,5 +1,5 @@
-"""What `dump run` sends, where, and how; each field with a command line is declared here once
-(`options.schema.flag`), and `cli/dump.py` derives the `dump run` parser from it."""
+"""What `dump run` sends, where, and how, what `dump export` and `dump status` read; each field with a command
+line is declared here once (`options.schema.flag`), and `cli/dump.py` derives the sub-commands' parsers from it."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import dataclasses
 
 from ..options import values
 from ..options.schema import flag
+from . import exporters
 
 # the argparse types of the dump folder and the samples file, shared by `dump export` and `dump status`
 DUMP_DIR = values.folder_in(
@@ -52,3 +53,30 @@ class RunOptions:
     )
     wait_s: float = flag(300.0, type=values.non_negative_float, help="how long to wait for the last writes")
     progress: bool = True  # a progress bar
+
+
+@dataclasses.dataclass(kw_only=True)
+class ExportOptions:
+    """What `dump export` reads and writes."""
+
+    dump_dir: str = flag(
+        required=True, type=DUMP_DIR, help="the dump directory (the server's SGLANG_EAGLE3_EXT_DUMP_DIR)"
+    )
+    to: str = flag(required=True, choices=exporters.names(), help="output format")
+    out: str = flag(
+        required=True, type=values.folder_out("give a new or empty folder for the export"), help="output directory"
+    )
+    data: str | None = flag(None, type=PROMPTS, help="the JSONL used for the dump: sample order and loss_mask fields")
+    workers: int = flag(
+        8,
+        type=values.positive_int,
+        help="samples converted in parallel (threads: file io and tensor copies release the GIL)",
+    )
+    progress: bool = True  # a progress bar
+
+
+@dataclasses.dataclass(kw_only=True)
+class StatusOptions:
+    """What `dump status` reads."""
+
+    dump_dir: str = flag(required=True, type=DUMP_DIR, help="the dump directory")

@@ -29,7 +29,8 @@ class Flag:
     nargs: Any = None
     const: Any = None
     required: bool = False
-    aliases: tuple[str, ...] = ()  # old spellings, kept working and left out of --help
+    # old spellings, kept working and left out of --help; (spelling, action): one with an action of its own
+    aliases: tuple[str | tuple[str, str], ...] = ()
     default: Any = FIELD_DEFAULT  # the parser's default when it differs from the field's
 
 

@@ -17,13 +17,16 @@ from sglang_eagle3_ext.build.config import config_rules
 from sglang_eagle3_ext.build.options import TRAIN_SET_BY_BUILD, BuildOptions
 from sglang_eagle3_ext.cli import build as build_cli
 from sglang_eagle3_ext.cli import swap as cli_swap
+from sglang_eagle3_ext.compat.options import CompatOptions, PatchesOptions
+from sglang_eagle3_ext.draft.options import CheckOptions, ConvertOptions
 from sglang_eagle3_ext.draft.swap.options import SwapOptions
-from sglang_eagle3_ext.dump.run_options import RunOptions
+from sglang_eagle3_ext.dump.run_options import ExportOptions, RunOptions, StatusOptions
 from sglang_eagle3_ext.launch.options import LaunchOptions
 from sglang_eagle3_ext.options import values
 from sglang_eagle3_ext.options.parser import add_options, hand_added_duplicates, options_from
 from sglang_eagle3_ext.options.schema import flag, flag_fields, option_strings
 from sglang_eagle3_ext.refresh.options import RefreshOptions
+from sglang_eagle3_ext.tiny.options import TinyOptions
 from sglang_eagle3_ext.training.options import TrainOptions
 from sglang_eagle3_ext.training.train_flags import ScoreOptions
 from sglang_eagle3_ext.tune.options import TuneOptions
@@ -37,6 +40,13 @@ DERIVED = {
     "tune": TuneOptions,
     "launch": LaunchOptions,
     "eval": EvalOptions,
+    "check": CheckOptions,
+    "convert": ConvertOptions,
+    "compat": CompatOptions,
+    "patches": PatchesOptions,
+    "tiny": TinyOptions,
+    "dump export": ExportOptions,
+    "dump status": StatusOptions,
     "build": (BuildOptions, TrainOptions, ScoreOptions),  # train's flags too, less those build sets itself
     "train": (TrainOptions, ScoreOptions),
 }
@@ -69,7 +79,7 @@ def test_every_flag_field_is_derived_on_its_command(parsers, command):
             if field.name in SET_BY_COMMAND.get((command, options_type), ()):
                 continue
             for opt in option_strings(field):
-                action = p._option_string_actions[opt]
+                action = p._option_string_actions.get(opt) or next(a for a in p._actions if a.dest == opt)
                 assert getattr(action, "schema_field", None) == f"{options_type.__name__}.{field.name}", opt
                 assert action.dest == field.name, opt
 
