@@ -86,7 +86,7 @@ def test_missing_target_names_target_and_version(clean):
     bogus = PatchSpec(
         "test.bogus",
         "sglang.srt.models.llama_eagle3:LlamaForCausalLMEagle3.no_such_method",
-        "sglang_eagle3_ext.in_server.hooks.llama_eagle3:strict_load_weights",
+        "strict_load_weights",
         "test",
         feature="draft",
     )
@@ -97,7 +97,7 @@ def test_missing_target_names_target_and_version(clean):
     missing_mod = PatchSpec(
         "test.mod",
         "sglang.srt.models.no_such_module:X.y",
-        "sglang_eagle3_ext.in_server.hooks.llama_eagle3:strict_load_weights",
+        "strict_load_weights",
         "test",
         feature="draft",
     )

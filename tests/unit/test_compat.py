@@ -287,7 +287,7 @@ def test_runtime_apply_sees_baked_patch_as_applied(monkeypatch):
     spec = PatchSpec(
         "draft.strict_load",
         "sge3_fake_target:LlamaForCausalLMEagle3.load_weights",
-        PATCHES[0].wrapper,
+        PATCHES[0].hook,
         "test",
         feature="draft",
     )
