@@ -124,7 +124,7 @@ def test_batched_rounds_equal_an_explicit_unroll(world, tmp_path, layers, monkey
 
 
 def test_mla_draft_through_the_command(world, tmp_path, capsys):
-    """The MLA layout end to end: draft/nets/mla's module, `train --draft-arch mla`'s held-out files, samples
+    """The MLA layout end to end: draft/arch/mla/net.py, `train --draft-arch mla`'s held-out files, samples
     cut to the draft's RoPE table."""
     from safetensors.torch import save_file
 

@@ -1,7 +1,7 @@
 """Patches of sglang.srt.models.kimi_k25_eagle3 (0.5.14+, capability HAS_MLA_DRAFT): the MLA EAGLE-3 draft
 class `Eagle3DeepseekV2ForCausalLM` that serves Kimi-K2.5/K2.6's published drafts. Same strict loading and
 fc width guard as the Llama draft class (see llama_eagle3.py for why the built-in class is patched in place);
-the MLA-specific rules live in draft/arch/mla.py.
+the MLA-specific rules live in draft/arch/mla/.
 """
 
 from __future__ import annotations
