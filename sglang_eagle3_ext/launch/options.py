@@ -8,7 +8,11 @@ import dataclasses
 from ..options import values
 from ..options.schema import flag
 from .nccl import PROFILES
-from .presets import preset as preset_arg
+from .preset_files import preset as preset_arg
+
+# the launcher's settings a preset's eagle3_ext section may give too: checked as the flag checks its value
+# (preset_schema.launcher_text); the flag given wins, then the preset, then the default
+PRESET_KEYS = ("nccl_profile", "loopback_only")
 
 
 @dataclasses.dataclass(kw_only=True)

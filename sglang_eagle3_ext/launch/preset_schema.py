@@ -1,5 +1,6 @@
 """What a preset file must hold: YAML without duplicate keys, string keys, values of the shape their key needs
-(checked against SGLang's own argument parser for ServerArgs fields, against envs.py for our section).
+(checked against SGLang's own argument parser for ServerArgs fields; in our section, against envs.py, and the
+launcher's own settings against their flags in LaunchOptions).
 
 Every refusal is a PresetError naming the file and the key; nothing later sees an unchecked value.
 """
@@ -12,16 +13,14 @@ import math
 from datetime import date, datetime
 
 from .. import envs
-from .nccl import PROFILES as NCCL_PROFILES
+from ..options.schema import flag_fields, flag_of
+from .options import PRESET_KEYS, LaunchOptions
+from .preset_files import PresetError
 
 EXT_SECTION = "eagle3_ext"
 # eagle3_ext key -> env var ("" = consumed by the launcher itself); declared once, in envs.py
-EXT_KEYS = {**envs.preset_keys(), "nccl_profile": "", "loopback_only": "", "eager_prefill": ""}
+EXT_KEYS = {**envs.preset_keys(), **dict.fromkeys(PRESET_KEYS, ""), "eager_prefill": ""}
 _SCALARS = (bool, int, float, str)
-
-
-class PresetError(ValueError):
-    pass
 
 
 @functools.lru_cache(maxsize=None)
@@ -110,11 +109,9 @@ def check_keys(mapping: dict, at: str) -> None:
 
 def ext_text(key: str, value, at: str) -> str:
     """Our section's value -> the text its variable takes, by the variable's own rule (envs.py)."""
-    if key == "nccl_profile":
-        if not isinstance(value, str) or value not in NCCL_PROFILES:
-            raise PresetError(f"{at}: expected one of {', '.join(NCCL_PROFILES)}, got {value!r}")
-        return value
-    if key in ("loopback_only", "eager_prefill"):
+    if key in PRESET_KEYS:
+        return launcher_text(key, value, at)
+    if key == "eager_prefill":
         if not isinstance(value, bool):
             raise PresetError(f"{at}: expected true or false, got {value!r}")
         return "1" if value else "0"
@@ -141,6 +138,26 @@ def ext_text(key: str, value, at: str) -> str:
     except ValueError:
         raise PresetError(f"{at}: expected {var.legal}, got {value!r:.60}") from None
     return text
+
+
+def launcher_text(key: str, value, at: str) -> str:
+    """A launcher setting of our section (a LaunchOptions field) checked as its flag checks the command line's:
+    a switch takes true/false, any other a scalar its type converts and that is one of its choices."""
+    f = flag_of(next(x for x in flag_fields(LaunchOptions) if x.name == key))
+    if f.action in ("store_true", "store_false"):
+        if not isinstance(value, bool):
+            raise PresetError(f"{at}: expected true or false, got {value!r}")
+        return "1" if value else "0"
+    ok = isinstance(value, (str, int, float)) and not isinstance(value, bool)
+    if ok and f.type is not None:
+        try:
+            f.type(str(value))
+        except argparse.ArgumentTypeError as e:
+            raise PresetError(f"{at}: {e}") from None
+    if not ok or (f.choices is not None and value not in f.choices):
+        want = f"one of {', '.join(f.choices)}" if f.choices is not None else "a single value"
+        raise PresetError(f"{at}: expected {want}, got {value!r}")
+    return str(value)
 
 
 # ------------------------------------------------------------------ ServerArgs values vs SGLang's parser

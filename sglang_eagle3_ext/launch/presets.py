@@ -24,7 +24,8 @@ from pathlib import Path
 
 from .. import envs
 from ..boundary import BadInput, read_text_file
-from ..options import values
+from . import preset_files
+from .preset_files import available_presets, find_preset, names_a_file, preset_dirs  # noqa: F401 (their old home)
 from .preset_schema import (
     EXT_KEYS,
     EXT_SECTION,
@@ -38,6 +39,7 @@ from .preset_schema import (
 )
 from .server_args import installed_field_names
 
+preset = preset_files.preset  # the argparse type of --preset, also under its old name here
 BUILTIN_PREFIX = "builtin:"
 BUILTIN_MODELS = ("tiny-deepseek-v3", "tiny-kimi-k25")  # made by tiny/builtin.ensure_builtin
 MAX_PRESET_BYTES = 1 << 20
@@ -56,35 +58,6 @@ class Preset:
     def where(self) -> str:
         """How the user named it, for messages."""
         return f"--preset {self.name} ({self.path})" if self.by_name else f"{self.flag} {self.path}"
-
-
-def names_a_file(name: str) -> bool:
-    """`--preset` takes a shipped preset's name or a preset file (one `tune` wrote, say)."""
-    return os.sep in name or name.endswith((".yaml", ".yml"))
-
-
-def preset_dirs() -> list[Path]:
-    """Installed wheel: sglang_eagle3_ext/server_configs (hatch force-include); checkout: <repo>/server_configs."""
-    pkg = Path(__file__).resolve().parent.parent
-    return [d for d in (pkg / "server_configs", pkg.parent / "server_configs") if d.is_dir()]
-
-
-def available_presets() -> list[str]:
-    return sorted({p.stem for d in preset_dirs() for p in d.glob("*.yaml")})
-
-
-def find_preset(name: str) -> Path:
-    for d in preset_dirs():
-        p = d / f"{name}.yaml"
-        if p.is_file():
-            return p
-    names = available_presets()
-    near = difflib.get_close_matches(name, names, n=1)
-    hint = f"; did you mean {near[0]!r}?" if near else ""
-    raise PresetError(
-        f"no preset {name!r}{hint} (available: {', '.join(names) or 'none'}; "
-        f"looked in {', '.join(map(str, preset_dirs())) or 'no server_configs folder'})"
-    )
 
 
 def load(name: str | None = None, path: str | os.PathLike | None = None) -> Preset:
@@ -303,17 +276,3 @@ def builtin_model_name(model_path: str | None) -> str | None:
             )
         return name
     return None
-
-
-def preset(text: str) -> str:
-    """A launch preset: a shipped preset's name or a preset file (its content is checked where it is loaded,
-    against the installed SGLang)."""
-    if names_a_file(text):
-        return values.file_in(
-            "give a preset YAML file, or a shipped preset's name (`sglang-eagle3 launch --list-presets`)"
-        )(text)
-    try:
-        find_preset(text)
-    except PresetError as e:
-        raise argparse.ArgumentTypeError(f"{e}; give a shipped preset's name or a preset file") from None
-    return text

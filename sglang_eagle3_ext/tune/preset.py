@@ -41,9 +41,21 @@ def render(fields: dict, header: list[str]) -> str:
 
 
 def write(path, fields: dict, header: list[str]) -> Path:
+    """The preset at `path`, once launch's own reader (`launch.presets.load`, what `launch --preset FILE` reads)
+    takes it back as these fields: a preset launch would refuse is never left behind."""
+    from ..launch.presets import PresetError, load
+
     p = Path(path)
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_text(render(fields, header))
+    try:
+        back = load(path=tmp).server_args
+    except PresetError as e:
+        tmp.unlink()
+        raise RuntimeError(f"tune made a preset launch refuses ({e}): a bug") from None
+    if back != fields:
+        tmp.unlink()
+        raise RuntimeError(f"tune's preset {p.name} reads back otherwise in launch: {back} for {fields}: a bug")
     tmp.replace(p)
     return p
 
