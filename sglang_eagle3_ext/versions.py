@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.metadata
 import importlib.util
 import re
 from pathlib import Path
@@ -63,6 +62,8 @@ def parse(v: str) -> tuple[int, ...]:
 
 
 def installed_version() -> str | None:
+    import importlib.metadata  # ~20 ms: not paid by a process that imports the patch table and patches nothing
+
     try:
         return importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
