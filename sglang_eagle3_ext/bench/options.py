@@ -49,6 +49,17 @@ class BenchOptions:
     )
     builtin: str = flag("random-ids", choices=BUILTIN, help="built-in prompt set when no --prompts")
     tokenizer: Callable[[], object] | None = None  # gives the target's tokenizer (text/chat prompts)
+    target: str | None = flag(  # the command loads its tokenizer (tokenizer above)
+        None,
+        metavar="DIR",
+        aliases="--tokenizer",
+        help="target model dir or HF id: its tokenizer and chat template "
+        "turn text/chat prompts into token ids (chat prompts need it; without it text is sent as text; "
+        "a tokenizer is never loaded from a path the server names)",
+    )
+    trust_remote_code: bool = flag(
+        False, action="store_true", help="let --target's tokenizer run the code it ships (only for a model you trust)"
+    )
     num_prompts: int | None = flag(
         None,
         type=values.positive_int,
@@ -83,6 +94,12 @@ class BenchOptions:
         type=values.non_negative_float,
         metavar="S",
         help="seconds to wait, in all, for GET /health to answer before starting (0: do not wait)",
+    )
+    report: str | None = flag(  # written by the command, after the run
+        None,
+        metavar="PATH",
+        type=values.file_out("give the path of the HTML file to write", new_folder=True),
+        help="write a self-contained HTML report with plots here (PNGs beside it; needs matplotlib for the plots)",
     )
     fail_on_slower: bool = flag(False, action="store_true", help="exit 1 (not only warn) when slower than baseline")
     quiet: bool = False  # no progress bar

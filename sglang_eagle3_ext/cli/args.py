@@ -6,13 +6,13 @@ argparse types."""
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import sys
 
 from .. import envs, versions
 from ..boundary import BadInput
+from ..options.parser import did_you_mean
 from ..options.values import (  # noqa: F401 (the shared types, one import for the commands)
     json_dest,
     new_tokens,
@@ -80,14 +80,6 @@ def _long_flags(parser: argparse.ArgumentParser) -> list[str]:
         out += [s for s in p._option_string_actions if s.startswith("--")]
         todo += [c for a in p._actions if isinstance(a, argparse._SubParsersAction) for c in a.choices.values()]
     return sorted(set(out))
-
-
-def did_you_mean(flag: str, candidates) -> str:
-    """'; did you mean --x?' for a mistyped or abbreviated flag ('' when nothing is close)."""
-    name = flag.split("=", 1)[0]
-    cands = list(candidates)
-    near = [c for c in cands if c.startswith(name) and c != name][:3] or difflib.get_close_matches(name, cands, n=1)
-    return f"; did you mean {' or '.join(near)}?" if near else ""
 
 
 def _near_miss(parser, message: str) -> str:

@@ -19,42 +19,19 @@ import sys
 from ..bench.report import render
 from ..bench.run import BenchOptions, benchmark
 from ..options.parser import add_options, options_from
-from ..options.values import file_out
 from . import common as cli_common
 from .run import json_in_existing_folder, run_command
-
-
-def _add_prompt_flags(ap: argparse.ArgumentParser) -> None:
-    add_options(ap.add_mutually_exclusive_group(), BenchOptions, only=("prompts", "builtin"))
-    ap.add_argument(
-        "--target",
-        metavar="DIR",
-        help="target model dir or HF id: its tokenizer and chat template "
-        "turn text/chat prompts into token ids (chat prompts need it; without it text is sent as text; "
-        "a tokenizer is never loaded from a path the server names)",
-    )
-    cli_common.hidden_alias(ap, "--tokenizer", dest="target")
-    ap.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="let --target's tokenizer run the code it ships (only for a model you trust)",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = cli_common.parser("bench", cli_common.doc_description(__doc__.split("\n\n", 1)[1]))
     add_options(ap, BenchOptions, only=("url", "baseline_url"))
-    _add_prompt_flags(ap)
+    add_options(ap.add_mutually_exclusive_group(), BenchOptions, only=("prompts", "builtin"))
+    add_options(ap, BenchOptions, only=("target", "trust_remote_code"))
     flags = ("num_prompts", "seed", "vocab_size", "max_new_tokens", "concurrency", "warmup", "timeout")
     add_options(ap, BenchOptions, only=(*flags, "wait_for_server"))
     cli_common.add_json_out(ap)
-    ap.add_argument(
-        "--report",
-        metavar="PATH",
-        type=file_out("give the path of the HTML file to write", new_folder=True),
-        help="write a self-contained HTML report with plots here (PNGs beside it; needs matplotlib for the plots)",
-    )
-    add_options(ap, BenchOptions, only=("fail_on_slower",))
+    add_options(ap, BenchOptions, only=("report", "fail_on_slower"))
     cli_common.add_verbosity(ap, quiet="no progress bar")
     add_options(ap, BenchOptions, only=("spec_log", "baseline_log", "log_interval"))
     return cli_common.finish(ap, "bench")

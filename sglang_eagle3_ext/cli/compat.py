@@ -11,13 +11,10 @@ not be obtained.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from ..boundary import BadInput, regular_file
 from ..compat.options import CompatOptions
 from ..compat.release import ReleaseUnavailable, check_source, format_report, release_root
 from ..options.parser import add_options, options_from
-from ..versions import parse
 from . import common as cli_common
 from .run import run_command
 
@@ -37,7 +34,7 @@ def main(argv=None) -> int:
     o = options_from(a, CompatOptions)
 
     def call():
-        _check_local_inputs(a.sglang, o, a.json)  # before any download: a typo must not cost a network wait
+        o.check_local(a.sglang, a.json)
         root, version = release_root(
             source=o.source, wheel=o.wheel, version=a.sglang, download=o.download, wheel_dirs=o.wheel_dir
         )
@@ -52,24 +49,6 @@ def main(argv=None) -> int:
         errors=(ReleaseUnavailable,),
         verdict=lambda rep: 0 if rep.supported else 1,
     )
-
-
-def _check_local_inputs(release: str | None, o: CompatOptions, json: str | None) -> None:
-
-    if release is not None and (not parse(release) or "/" in release or release != release.strip()):
-        raise ReleaseUnavailable(f"--sglang {release!r}: not a release number (e.g. 0.5.16)")
-    for d in o.wheel_dir:
-        if not Path(d).is_dir():
-            raise ReleaseUnavailable(f"--wheel-dir {d}: no such folder")
-    if o.source is not None and not Path(o.source).is_dir():
-        raise ReleaseUnavailable(f"--source {o.source}: no such folder")
-    if o.wheel is not None:
-        try:
-            regular_file(o.wheel, "wheel")
-        except BadInput as e:
-            raise ReleaseUnavailable(f"--wheel {e}") from None
-    if json not in (None, "-") and not Path(json).resolve().parent.is_dir():
-        raise ReleaseUnavailable(f"--json {json}: its folder does not exist")
 
 
 if __name__ == "__main__":

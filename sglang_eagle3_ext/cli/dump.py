@@ -43,7 +43,7 @@ def _run(args) -> int:
     return run_command(
         "dump run",
         lambda: driver.run(opts, cli_common.load_tokenizer),
-        lambda res: _run_text(res.summary),
+        lambda res: driver.render_run(res.summary),
         json=args.json,
         as_json=lambda res: res.summary,
         stopped="the samples written so far stay in the manifest; run the same command again",
@@ -68,33 +68,8 @@ def _export(args) -> int:
 
 def _status(args) -> int:
     o = options_from(args, StatusOptions)
-    return run_command("dump status", lambda: driver.status(o.dump_dir), _status_text, json=args.json, errors=_ERRORS)
-
-
-def _counters(d: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
-
-
-def _status_text(st: dict) -> str:
-    skips = {k: v for k, v in st.items() if k.startswith("skipped")}
-    lines = [
-        f"dump {st['dump_dir']}: {st['complete_samples']} complete samples, {st['tokens']} tokens, "
-        f"{st['bytes'] / 1e9:.3f} GB"
-    ] + ([f"  not dumped: {_counters(skips)}"] if skips else [])
-    for name, w in st["writers"].items():
-        err = f" ({w['error']})" if w.get("error") else ""
-        stats = w.get("stats") if isinstance(w.get("stats"), dict) else {}
-        lines.append(f"  writer {name}: {w.get('state', '?')}{err}" + (f" ({_counters(stats)})" if stats else ""))
-    return "\n".join(lines)
-
-
-def _run_text(sm: dict) -> str:
-    return (
-        f"dump run: {sm['written']} of {sm['sent']} sent samples written ({sm['already_done']} of "
-        f"{sm['samples']} already in the manifest), {sm['tokens_written']} tokens, {sm['gb_written']} GB in "
-        f"{sm['seconds']} s; failed requests {sm['failed_requests']}, not written {sm['not_written']}, "
-        f"malformed lines {sm['malformed_lines']}, duplicate ids {sm['duplicate_ids']}"
-        + "".join(f", {k} {v}" for k, v in sm.items() if k.startswith("skipped"))
+    return run_command(
+        "dump status", lambda: driver.status(o.dump_dir), driver.render_status, json=args.json, errors=_ERRORS
     )
 
 

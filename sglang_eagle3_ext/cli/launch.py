@@ -16,12 +16,11 @@ import os
 import sys
 
 from .. import envs
-from ..launch import start
+from ..launch import command_line, presets, start
 from ..launch.options import LaunchOptions
 from ..launch.plan import Plan, build_plan
 from ..options.parser import add_options
 from . import common as cli_common
-from . import launch_flags
 
 
 def our_parser() -> argparse.ArgumentParser:
@@ -60,12 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         print("\nEvery other flag goes to SGLang unchanged: `--help-sglang` lists them.")
         return 0
     if ours.help_sglang:
-        launch_flags.print_sglang_help()
+        command_line.print_sglang_help()
         return 0
-    launch_flags.check_flags(parser, ours, rest)  # neither ours nor SGLang's (`--dry-runn`): refused, nothing starts
+    command_line.check_flags(parser, ours, rest)  # neither ours nor SGLang's (`--dry-runn`): refused, nothing starts
     if ours.list_presets:
-        launch_flags.list_presets(ours)
-        return 0
+        names = presets.available_presets()
+        return cli_common.report(ours.json, names, "\n".join(names))
     if ours.dump_topology:
         from ..launch import topology
 
@@ -74,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     plan = build_plan(ours, rest)
     if not ours.dry_run:
         start.require_accelerator(plan)  # no GPU: one line naming --dry-run, before the plan or anything is written
-    text = launch_flags.write_plan(plan, ours)  # --json [PATH]
+    if ours.json:  # --json [PATH]: the plan as JSON (alone on stdout with no PATH)
+        cli_common.write_json(ours.json, plan.as_dict())
+    text = ours.json != "-"
     if ours.dry_run:
         if text:
             print(plan.render())

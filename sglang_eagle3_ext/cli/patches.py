@@ -10,47 +10,11 @@ package, so wheel users get them too:
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from ..compat.options import PatchesOptions
+from ..compat.static_patches import PATCH_FILE, find, releases, sort_key  # noqa: F401 (PATCH_FILE: tests)
 from ..options.parser import add_options, options_from
 from . import common as cli_common
-
-PATCH_FILE = "sglang-eagle3-ext.patch"
-
-
-def patch_dirs() -> list[Path]:
-    """Installed wheel: sglang_eagle3_ext/patches (hatch force-include); checkout: <repo>/patches."""
-    pkg = Path(__file__).resolve().parent.parent  # the package (wheel) or the checkout (patches/ beside it)
-    return [d for d in (pkg / "patches", pkg.parent / "patches") if d.is_dir()]
-
-
-def releases() -> dict[str, Path]:
-    found: dict[str, Path] = {}
-    for d in patch_dirs():
-        for f in sorted(d.glob(f"*/{PATCH_FILE}")):
-            found.setdefault(f.parent.name, f)
-    return found
-
-
-def _sort_key(v: str):
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return (0, Version(v))
-    except InvalidVersion:
-        return (1, v)
-
-
-def find(release: str, flag: str = "--print") -> Path:
-    have = releases()
-    if release not in have:
-        raise cli_common.CliError(
-            f"{flag} {release}: no static patch for this SGLang release; give one of "
-            f"{', '.join(sorted(have, key=_sort_key)) or 'none'} "
-            f"(other releases: the runtime route, SGLANG_EAGLE3_EXT=1, needs no patch)"
-        )
-    return have[release]
 
 
 def main(argv=None) -> int:
@@ -62,7 +26,7 @@ def main(argv=None) -> int:
     elif o.path:
         print(find(o.path, "--path"))
     else:
-        for rel, f in sorted(releases().items(), key=lambda kv: _sort_key(kv[0])):
+        for rel, f in sorted(releases().items(), key=lambda kv: sort_key(kv[0])):
             print(f"{rel:10} {f}")
     return cli_common.EXIT_OK
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 
 from ..options.parser import add_options, options_from
-from ..refresh.run import RefreshOptions, refresh
+from ..refresh.run import RefreshOptions, refresh, render
 from ..training.report import TrainDraftError
 from . import common as c
 from .run import run_command
@@ -38,24 +38,6 @@ def build_parser():
 _STOPPED = (
     "a refresh stopped half-way records none of its samples as used (the next refresh settles it): run refresh again"
 )
-
-
-def render(rep: dict) -> str:
-    verdict = "accepted" if rep["accepted"] else "not accepted"
-    lines = [
-        f"refresh: {verdict}: {rep['reason']}",
-        f"  samples: {rep['selected']} selected of {rep['new_samples']} new "
-        f"({rep['train_samples']} trained on, {rep['heldout_samples']} held out)",
-    ]
-    if rep.get("bad_samples"):
-        lines.append(f"  skipped: {len(rep['bad_samples'])} bad sample(s), named in the report")
-    if rep.get("out"):
-        lines.append(f"  new draft: {rep['draft_after']} (report: {rep['out']}/refresh.json)")
-    sw = rep.get("swap")
-    if sw:
-        said = f"done, pause {sw.get('pause_s')} s" if sw.get("ok") else f"refused: {sw['error']}"
-        lines.append(f"  swap: {said}")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

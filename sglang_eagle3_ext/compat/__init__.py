@@ -6,7 +6,9 @@ importing SGLang:
   `format_report`;
 - `source_locate` — where one patch target is defined in a source tree (`locate`);
 - `server_flags` — SGLang's server flags read from its `server_args.py` (`launch` checks flags without importing
-  SGLang).
+  SGLang);
+- `static_patches` — the static patch shipped per release (`sglang-eagle3 patches`); `options` — the flags of
+  `compat` and `patches`.
 
 `sglang-eagle3 compat` (cli/compat.py) is its command line; patches/make_patches.py and
 patches/compat_matrix.py use `release` too.

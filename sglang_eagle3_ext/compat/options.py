@@ -5,10 +5,13 @@ check (`--sglang`) is the flag every tool shares (cli/args.py)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
+from ..boundary import BadInput, regular_file
 from ..options import values
 from ..options.schema import flag
-from .release import CACHE_ENV
+from ..versions import parse
+from .release import CACHE_ENV, ReleaseUnavailable
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -35,6 +38,23 @@ class CompatOptions:
         metavar="DIR",
         help=f"also look for sglang-VERSION-*.whl here (cache: ${CACHE_ENV} or ~/.cache/sglang_eagle3_ext)",
     )
+
+    def check_local(self, release: str | None, json: str | None) -> None:
+        """What names a local thing, checked before any download: a typo must not cost a network wait."""
+        if release is not None and (not parse(release) or "/" in release or release != release.strip()):
+            raise ReleaseUnavailable(f"--sglang {release!r}: not a release number (e.g. 0.5.16)")
+        for d in self.wheel_dir:
+            if not Path(d).is_dir():
+                raise ReleaseUnavailable(f"--wheel-dir {d}: no such folder")
+        if self.source is not None and not Path(self.source).is_dir():
+            raise ReleaseUnavailable(f"--source {self.source}: no such folder")
+        if self.wheel is not None:
+            try:
+                regular_file(self.wheel, "wheel")
+            except BadInput as e:
+                raise ReleaseUnavailable(f"--wheel {e}") from None
+        if json not in (None, "-") and not Path(json).resolve().parent.is_dir():
+            raise ReleaseUnavailable(f"--json {json}: its folder does not exist")
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -318,3 +318,32 @@ def status(dump_dir) -> dict:
         **skip_counters(st),
         "writers": st,
     }
+
+
+def _counters(d: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def render_status(st: dict) -> str:
+    """`dump status`'s text."""
+    skips = {k: v for k, v in st.items() if k.startswith("skipped")}
+    lines = [
+        f"dump {st['dump_dir']}: {st['complete_samples']} complete samples, {st['tokens']} tokens, "
+        f"{st['bytes'] / 1e9:.3f} GB"
+    ] + ([f"  not dumped: {_counters(skips)}"] if skips else [])
+    for name, w in st["writers"].items():
+        err = f" ({w['error']})" if w.get("error") else ""
+        stats = w.get("stats") if isinstance(w.get("stats"), dict) else {}
+        lines.append(f"  writer {name}: {w.get('state', '?')}{err}" + (f" ({_counters(stats)})" if stats else ""))
+    return "\n".join(lines)
+
+
+def render_run(sm: dict) -> str:
+    """`dump run`'s summary line."""
+    return (
+        f"dump run: {sm['written']} of {sm['sent']} sent samples written ({sm['already_done']} of "
+        f"{sm['samples']} already in the manifest), {sm['tokens_written']} tokens, {sm['gb_written']} GB in "
+        f"{sm['seconds']} s; failed requests {sm['failed_requests']}, not written {sm['not_written']}, "
+        f"malformed lines {sm['malformed_lines']}, duplicate ids {sm['duplicate_ids']}"
+        + "".join(f", {k} {v}" for k, v in sm.items() if k.startswith("skipped"))
+    )

@@ -62,7 +62,7 @@ class ExportOptions:
     dump_dir: str = flag(
         required=True, type=DUMP_DIR, help="the dump directory (the server's SGLANG_EAGLE3_EXT_DUMP_DIR)"
     )
-    to: str = flag(required=True, choices=exporters.names(), help="output format")
+    to: str = flag(required=True, choices=exporters.names, help="output format")
     out: str = flag(
         required=True, type=values.folder_out("give a new or empty folder for the export"), help="output directory"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 
 from .schema import FIELD_DEFAULT, MISSING, flag_fields, flag_of, option_strings
 
@@ -25,6 +26,8 @@ def _kwargs(field: dataclasses.Field) -> dict:
     for key in ("choices", "metavar", "nargs", "const"):
         if getattr(f, key) is not None:
             kw[key] = getattr(f, key)
+    if callable(kw.get("choices")):  # a registry's names, read when the parser is built
+        kw["choices"] = kw["choices"]()
     if f.type is not None:
         kw["type"] = f.type
     if f.required:
@@ -69,3 +72,11 @@ def hand_added_duplicates(parser: argparse.ArgumentParser) -> list[str]:
             if isinstance(a, argparse._SubParsersAction):
                 todo += list(a.choices.values())
     return out
+
+
+def did_you_mean(flag: str, candidates) -> str:
+    """'; did you mean --x?' for a mistyped or abbreviated flag ('' when nothing is close)."""
+    name = flag.split("=", 1)[0]
+    cands = list(candidates)
+    near = [c for c in cands if c.startswith(name) and c != name][:3] or difflib.get_close_matches(name, cands, n=1)
+    return f"; did you mean {' or '.join(near)}?" if near else ""

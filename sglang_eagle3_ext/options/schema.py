@@ -23,7 +23,7 @@ class Flag:
     help: str
     names: tuple[str, ...] = ()  # option strings; empty: --FIELD-NAME
     type: Callable | None = None  # an argparse type; the checking ones are in options/values.py
-    choices: Any = None
+    choices: Any = None  # or a function giving them when the parser is built (a registry that grows)
     metavar: str | None = None
     action: str | None = None  # store_true / store_false / append ...
     nargs: Any = None

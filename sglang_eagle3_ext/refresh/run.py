@@ -357,3 +357,22 @@ def _write_report(path: Path, rep: dict) -> None:
     import json
 
     path.write_text(json.dumps(rep, indent=2, default=str) + "\n")
+
+
+def render(rep: dict) -> str:
+    """`refresh`'s report as text."""
+    verdict = "accepted" if rep["accepted"] else "not accepted"
+    lines = [
+        f"refresh: {verdict}: {rep['reason']}",
+        f"  samples: {rep['selected']} selected of {rep['new_samples']} new "
+        f"({rep['train_samples']} trained on, {rep['heldout_samples']} held out)",
+    ]
+    if rep.get("bad_samples"):
+        lines.append(f"  skipped: {len(rep['bad_samples'])} bad sample(s), named in the report")
+    if rep.get("out"):
+        lines.append(f"  new draft: {rep['draft_after']} (report: {rep['out']}/refresh.json)")
+    sw = rep.get("swap")
+    if sw:
+        said = f"done, pause {sw.get('pause_s')} s" if sw.get("ok") else f"refused: {sw['error']}"
+        lines.append(f"  swap: {said}")
+    return "\n".join(lines)

@@ -99,7 +99,7 @@ def test_dump_status_is_text_by_default_and_json_on_request(tmp_path, capfd):
 
 
 def test_dump_run_summary_as_text():
-    from sglang_eagle3_ext.cli.dump import _run_text
+    from sglang_eagle3_ext.dump.driver import render_run
 
     sm = {
         "samples": 10,
@@ -116,7 +116,7 @@ def test_dump_run_summary_as_text():
         "dump_dir": "d",
         "skipped_multimodal": 3,
     }
-    text = _run_text(sm)
+    text = render_run(sm)
     assert text.startswith("dump run: 7 of 8 sent samples written (2 of 10 already in the manifest)"), text
     assert "failed requests 1" in text and "skipped_multimodal 3" in text and "\n" not in text
 

@@ -263,7 +263,7 @@ def test_launch_refuses_what_is_neither_ours_nor_sglangs(argv, words, no_launch,
 @pytest.fixture(scope="module")
 def launch_parts():
     from sglang_eagle3_ext.cli import launch as launch_server
-    from sglang_eagle3_ext.cli import launch_flags as launch_cli
+    from sglang_eagle3_ext.launch import command_line as launch_cli
 
     p = launch_server.our_parser()
     theirs, version = launch_cli._sglang_flags()

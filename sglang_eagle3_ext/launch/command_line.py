@@ -1,4 +1,4 @@
-"""`launch`'s command line beside SGLang's: every flag is ours or SGLang's, and the plan as JSON.
+"""`launch`'s command line beside SGLang's: every flag is ours or SGLang's.
 
 launch_server passes what its own parser does not take to SGLang. A flag that is neither (a typo such as
 `--dry-runn`) or that is abbreviated (`--dry-ru` of ours, `--mem-frac` of SGLang's `--mem-fraction-static`,
@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import difflib
 
+from ..boundary import Refused
 from ..compat import server_flags
-from ..launch import presets
+from ..options.parser import did_you_mean
 from ..options.values import port
 from ..versions import installed_version
-from .common import CliError, did_you_mean, write_json
+from . import presets
 
 # abbreviations SGLang's documentation uses in its own launch commands: taken as SGLang takes them
 SGLANG_SHORT_FORMS = {"--tp": "--tp-size", "--dp": "--dp-size"}
@@ -28,11 +29,9 @@ def _ours(parser) -> list[str]:
 def print_sglang_help() -> None:
     """--help-sglang: SGLang's own flags, which launch passes on unchanged."""
     try:
-        from ..launch import presets
-
         presets.sglang_parser().print_help()
     except Exception as e:  # noqa: BLE001 - said in one line: the flags cannot be listed without SGLang
-        raise CliError(
+        raise Refused(
             f"--help-sglang: SGLang is not importable here ({type(e).__name__}: {e}); install it with "
             f"pip install 'sglang-eagle3-ext[sglang]'"
         ) from None
@@ -47,8 +46,6 @@ def _sglang_flags() -> tuple[set | dict | None, str]:
     if static is not None:
         return static, installed_version() or "?"
     try:
-        from ..launch import presets
-
         with warnings.catch_warnings():  # what importing SGLang says on a machine without its kernels
             warnings.simplefilter("ignore")
             _, version = presets.server_args_fields()
@@ -58,10 +55,10 @@ def _sglang_flags() -> tuple[set | dict | None, str]:
 
 
 def check_flags(parser, ours, rest: list[str]) -> None:
-    """CliError for a flag in `rest` that is neither ours nor SGLang's, or a port out of range; `--json` on
+    """Refused for a flag in `rest` that is neither ours nor SGLang's, or a port out of range; `--json` on
     stdout only with --dry-run."""
     if ours.json == "-" and not ours.dry_run and not ours.list_presets:
-        raise CliError(
+        raise Refused(
             "--json without PATH prints the plan of --dry-run: add --dry-run, or give --json PATH to "
             "keep the plan of a real launch"
         )
@@ -75,7 +72,7 @@ def check_flags(parser, ours, rest: list[str]) -> None:
         if theirs is not None and opt in theirs:
             continue
         if any(f.startswith(opt) for f in (*mine, "--help")) or difflib.get_close_matches(opt, mine, n=1, cutoff=0.8):
-            raise CliError(
+            raise Refused(
                 f"{opt}: not a flag of launch nor of SGLang{did_you_mean(opt, mine)} (flags are spelled "
                 f"out in full; nothing was started)"
             )
@@ -85,11 +82,11 @@ def check_flags(parser, ours, rest: list[str]) -> None:
         if matches == [SGLANG_SHORT_FORMS.get(opt)]:
             continue
         if matches:
-            raise CliError(
+            raise Refused(
                 f"{opt}: an abbreviation of SGLang's {' or '.join(matches[:3])}; flags are spelled out "
                 f"in full{did_you_mean(opt, matches)} (nothing was started)"
             )
-        raise CliError(
+        raise Refused(
             f"{opt}: neither a flag of launch nor of SGLang {version}{did_you_mean(opt, [*mine, *theirs])}"
             f" (`launch --help` lists ours, `launch --help-sglang` SGLang's; nothing was started)"
         )
@@ -109,24 +106,8 @@ def _check_ports(rest: list[str]) -> None:
         try:
             port(text)
         except argparse.ArgumentTypeError as e:
-            raise CliError(f"{opt} {text}: {e}; give a free port such as 30000 (nothing was started)") from None
+            raise Refused(f"{opt} {text}: {e}; give a free port such as 30000 (nothing was started)") from None
 
 
 def _until_double_dash(rest: list[str]) -> list[str]:
     return rest[: rest.index("--")] if "--" in rest else rest
-
-
-def write_plan(plan, ours) -> bool:
-    """--json: the plan as JSON (to PATH, or alone on stdout). True when the text plan is still to be printed."""
-    if ours.json:
-        write_json(ours.json, plan.as_dict())
-    return ours.json != "-"
-
-
-def list_presets(ours) -> None:
-
-    names = list(presets.available_presets())
-    if ours.json:
-        write_json(ours.json, names)
-    if ours.json != "-":
-        print("\n".join(names))
