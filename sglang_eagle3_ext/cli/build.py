@@ -19,9 +19,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..build.config import config_rules, dump_config, read_config
-from ..build.options import CONFIG, GROUPS, TRAIN_SET_BY_BUILD, BuildOptions
-from ..build.report import render_text
+from ..recipe.config import config_rules, dump_config, read_config
+from ..recipe.options import CONFIG, GROUPS, TRAIN_SET_BY_BUILD, BuildOptions
+from ..recipe.report import render_text
 from ..options.parser import add_options, options_from
 from ..options.schema import flag_fields
 from ..training.options import TrainOptions
@@ -105,7 +105,7 @@ def _train_plan(o, a):
 
 
 def main(argv=None) -> int:
-    from ..build.run import Run, build
+    from ..recipe.run import Run, build
 
     a, resolved = parse(argv)
     if not a.out and not a.dry_run:
@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     cli_common.check_json_dest(a.json)
     o = options(a)
     if a.dry_run:
-        from ..build.plan import build_plan, plan_lines
+        from ..recipe.plan import build_plan, plan_lines
 
         (o if o.out else _with_out(o)).check()  # the inputs a run would refuse, refused by the plan too
         try:

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_eagle3_ext.build import STAGES, state
-from sglang_eagle3_ext.build import run as run_mod
-from sglang_eagle3_ext.build import stages as stages_mod
+from sglang_eagle3_ext.recipe import STAGES, state
+from sglang_eagle3_ext.recipe import run as run_mod
+from sglang_eagle3_ext.recipe import stages as stages_mod
 from sglang_eagle3_ext.cli import build as build_cli
 from sglang_eagle3_ext.cli.common import run_tool
 
@@ -263,7 +263,7 @@ def test_any_marker_content_leaves_a_build_a_rerun_finishes(world, fake, capsys,
 
 
 def _lock_of(pid: int, host: str | None = None) -> dict:
-    from sglang_eagle3_ext.build import lock
+    from sglang_eagle3_ext.recipe import lock
 
     return {"pid": pid, "host": host or socket.gethostname(), "started": "2026-01-01T00:00:00", "command": "build X",
             "proc_start": lock._proc_start(pid), "token": "t"}  # fmt: skip

@@ -13,8 +13,8 @@ from cli_fixtures import _all, parsers  # noqa: F401  (fixture)
 from sglang_eagle3_ext.acceptance.options import EvalOptions
 from sglang_eagle3_ext.bench.options import BenchOptions
 from sglang_eagle3_ext.boundary import BadInput
-from sglang_eagle3_ext.build.config import config_rules
-from sglang_eagle3_ext.build.options import TRAIN_SET_BY_BUILD, BuildOptions
+from sglang_eagle3_ext.recipe.config import config_rules
+from sglang_eagle3_ext.recipe.options import TRAIN_SET_BY_BUILD, BuildOptions
 from sglang_eagle3_ext.cli import build as build_cli
 from sglang_eagle3_ext.cli import swap as cli_swap
 from sglang_eagle3_ext.compat.options import CompatOptions, PatchesOptions

@@ -89,7 +89,8 @@ def _value(where: str, name, value, rule: Flag):
     try:
         return rule.type(str(value))
     except Exception as e:  # noqa: BLE001 - argparse types raise ArgumentTypeError/ValueError: said as one line
-        raise BadInput(where, f"{name}: {e}") from None
+        said = str(e).replace("\r", "\\r").replace("\n", "\\n")  # a value's line break would split the one line
+        raise BadInput(where, f"{name}: {said}") from None
 
 
 def dump_config(values: dict) -> str:
