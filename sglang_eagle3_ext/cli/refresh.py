@@ -29,7 +29,6 @@ def build_parser():
 
     p = c.parser("refresh", c.doc_description(__doc__, paragraphs=3))
     add_options(p, RefreshOptions)
-    p.add_argument("--loss-impl", choices=("fused", "eager"), default=None, help="train's --loss-impl")
     c.add_json_out(p, "the report")
     c.add_verbosity(p, quiet="no progress lines")
     return c.finish(p, "refresh")
@@ -44,11 +43,9 @@ def main(argv: list[str] | None = None) -> int:
 
     a = build_parser().parse_args(argv)
     say = None if a.quiet or a.json == "-" else (lambda m: print(f"refresh: {m}", file=sys.stderr, flush=True))
-    extra = {"loss_impl": a.loss_impl} if a.loss_impl else {}
     opts = options_from(
         a,
         RefreshOptions,
-        train_options=extra,
         say=say,
         report=(lambda rep: c.write_json(a.json, rep)) if a.json else None,  # before the cursor records samples
     )

@@ -29,9 +29,7 @@ from .run import run_command
 def build_parser() -> argparse.ArgumentParser:
 
     p = cli_common.parser("tune", cli_common.doc_description(__doc__, paragraphs=2))
-    add_options(p, TuneOptions, skip=("dry_run",))
-    p.add_argument("--trust-remote-code", action="store_true", help="let --target's tokenizer run its own code")
-    add_options(p, TuneOptions, only=("dry_run",))
+    add_options(p, TuneOptions)
     cli_common.add_json_out(p, "the report")
     cli_common.add_verbosity(p, quiet="no progress lines")
     return p

@@ -9,6 +9,7 @@ from typing import Callable
 from ..acceptance.options import DTYPES
 from ..options import values
 from ..options.schema import flag
+from ..training.train_flags import LOSS_IMPLS
 
 
 @dataclasses.dataclass
@@ -69,6 +70,7 @@ class RefreshOptions:
         metavar="URL",
         help="a running EAGLE-3 server: swap an accepted draft into it (`sglang-eagle3 swap`)",
     )
+    loss_impl: str | None = flag(None, choices=LOSS_IMPLS, help="train's --loss-impl")  # None: train's default
     swap_timeout: float = 600.0
     train_options: dict = dataclasses.field(default_factory=dict)  # more TrainOptions fields
     say: Callable[[str], None] | None = None

@@ -109,6 +109,7 @@ def _train(o: RefreshOptions, data: Path, target: str, out: Path) -> dict:
         lr=o.lr,
         device=o.device,
         min_val_acc=0.0,
+        **({"loss_impl": o.loss_impl} if o.loss_impl else {}),
     )
     fields.update(o.train_options)
     return train_draft(TrainOptions(**fields))

@@ -104,6 +104,7 @@ class TuneOptions:
         help="more SGLang arguments for every server, one quoted string "
         '(e.g. "--mem-fraction-static 0.5 --max-total-tokens 65536"; default: none)',
     )
+    trust_remote_code: bool = flag(False, action="store_true", help="let --target's tokenizer run its own code")
     dry_run: bool = flag(
         False,
         action="store_true",
