@@ -13,8 +13,6 @@ from cli_fixtures import _all, parsers  # noqa: F401  (fixture)
 from sglang_eagle3_ext.acceptance.options import EvalOptions
 from sglang_eagle3_ext.bench.options import BenchOptions
 from sglang_eagle3_ext.boundary import BadInput
-from sglang_eagle3_ext.recipe.config import config_rules
-from sglang_eagle3_ext.recipe.options import TRAIN_SET_BY_BUILD, BuildOptions
 from sglang_eagle3_ext.cli import build as build_cli
 from sglang_eagle3_ext.cli import swap as cli_swap
 from sglang_eagle3_ext.compat.options import CompatOptions, PatchesOptions
@@ -25,6 +23,8 @@ from sglang_eagle3_ext.launch.options import LaunchOptions
 from sglang_eagle3_ext.options import values
 from sglang_eagle3_ext.options.parser import add_options, hand_added_duplicates, options_from
 from sglang_eagle3_ext.options.schema import flag, flag_fields, option_strings
+from sglang_eagle3_ext.recipe.config import config_rules
+from sglang_eagle3_ext.recipe.options import TRAIN_SET_BY_BUILD, BuildOptions
 from sglang_eagle3_ext.refresh.options import RefreshOptions
 from sglang_eagle3_ext.tiny.options import TinyOptions
 from sglang_eagle3_ext.training.options import TrainOptions
@@ -54,7 +54,12 @@ DERIVED = {
 SET_BY_COMMAND = {("build", TrainOptions): TRAIN_SET_BY_BUILD}
 # the flags a command adds by hand: the shared ones (cli/args.py) and those of no options type
 HAND_ADDED = {"-h", "--help", "--json", "--quiet", "--verbose", "--debug"}
-OWN_HAND_ADDED = {"train": set(), "build": {"--config", "--dry-run"}}
+OWN_HAND_ADDED = {
+    "train": set(),
+    "build": {"--config", "--dry-run"},
+    **dict.fromkeys(("eval", "swap", "refresh", "tune", "bench", "dump run", "dump export"), set()),
+    **dict.fromkeys(("check", "convert"), {"--sglang", "--sglang-version"}),  # the shared release flag
+}
 
 
 def _parser_of(parsers, command: str) -> argparse.ArgumentParser:
