@@ -21,25 +21,20 @@ import sys
 
 from ..acceptance.evaluate import evaluate, render
 from ..acceptance.options import EvalOptions
-from ..options.parser import add_options, options_from
+from ..options.parser import options_from
 from . import common as cli_common
-from .run import json_in_existing_folder, run_command
+from .run import json_in_existing_folder, options_parser, progress_lines, run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
 
-    p = cli_common.parser("eval", cli_common.doc_description(__doc__, paragraphs=2))
-    add_options(p, EvalOptions)
-    cli_common.add_json_out(p, "the report")
-    cli_common.add_verbosity(p, quiet="no progress lines")
-    return p
+    return options_parser("eval", __doc__, EvalOptions, paragraphs=2)
 
 
 def main(argv: list[str] | None = None) -> int:
 
     a = cli_common.finish(build_parser(), "eval").parse_args(argv)
-    say = None if a.quiet or a.json == "-" else (lambda m: print(f"eval: {m}", file=sys.stderr, flush=True))
-    opts = options_from(a, EvalOptions, say=say)
+    opts = options_from(a, EvalOptions, say=progress_lines("eval", a))
 
     def implausible(rep: dict) -> None:
         """A reply taken on trust would make the comparison meaningless: the report says which figure."""

@@ -18,20 +18,16 @@ from __future__ import annotations
 
 import sys
 
-from ..options.parser import add_options, options_from
+from ..options.parser import options_from
 from ..refresh.run import RefreshOptions, refresh, render
 from ..training.report import TrainDraftError
 from . import common as c
-from .run import run_command
+from .run import options_parser, progress_lines, run_command
 
 
 def build_parser():
 
-    p = c.parser("refresh", c.doc_description(__doc__, paragraphs=3))
-    add_options(p, RefreshOptions)
-    c.add_json_out(p, "the report")
-    c.add_verbosity(p, quiet="no progress lines")
-    return c.finish(p, "refresh")
+    return c.finish(options_parser("refresh", __doc__, RefreshOptions, paragraphs=3), "refresh")
 
 
 _STOPPED = (
@@ -42,11 +38,10 @@ _STOPPED = (
 def main(argv: list[str] | None = None) -> int:
 
     a = build_parser().parse_args(argv)
-    say = None if a.quiet or a.json == "-" else (lambda m: print(f"refresh: {m}", file=sys.stderr, flush=True))
     opts = options_from(
         a,
         RefreshOptions,
-        say=say,
+        say=progress_lines("refresh", a),
         report=(lambda rep: c.write_json(a.json, rep)) if a.json else None,  # before the cursor records samples
     )
 

@@ -16,7 +16,8 @@ import sys
 from typing import Any, Callable
 
 from ..boundary import BadInput, Refused
-from .args import check_json_dest, write_json
+from ..options.parser import add_options
+from .args import add_json_out, add_verbosity, check_json_dest, doc_description, parser, write_json
 from .common import EXIT_BAD_INPUT, EXIT_OK, error_line
 from .interrupts import interrupted_exits
 from .output import library_output
@@ -29,6 +30,21 @@ def one_line(e: BaseException) -> str:
 def json_in_existing_folder(dest: str | None) -> None:
     """`--json PATH` whose folder must exist already (the command makes no folder of its own)."""
     check_json_dest(dest, made=False)
+
+
+def options_parser(tool: str, doc: str, options_type, paragraphs: int = 1):
+    """A report command's parser: `doc`'s first paragraphs, every flag of `options_type`, then --json (the report)
+    and --quiet/--verbose; `finish` gives it --debug and the shared rules."""
+    p = parser(tool, doc_description(doc, paragraphs=paragraphs))
+    add_options(p, options_type)
+    add_json_out(p, "the report")
+    add_verbosity(p, quiet="no progress lines")
+    return p
+
+
+def progress_lines(tool: str, a) -> Callable[[str], None] | None:
+    """The command's progress lines (`TOOL: ...` on stderr), none with --quiet or when JSON takes stdout."""
+    return None if a.quiet or a.json == "-" else (lambda m: print(f"{tool}: {m}", file=sys.stderr, flush=True))
 
 
 def run_command(

@@ -23,25 +23,20 @@ from __future__ import annotations
 import sys
 
 from ..draft.swap.client import SwapOptions, render, swap
-from ..options.parser import add_options, options_from
+from ..options.parser import options_from
 from . import common as cli_common
-from .run import one_line, run_command
+from .run import one_line, options_parser, progress_lines, run_command
 
 
 def build_parser():
 
-    p = cli_common.parser("swap", cli_common.doc_description(__doc__, paragraphs=4))
-    add_options(p, SwapOptions)
-    cli_common.add_json_out(p, "the report")
-    cli_common.add_verbosity(p, quiet="no progress lines")
-    return cli_common.finish(p, "swap")
+    return cli_common.finish(options_parser("swap", __doc__, SwapOptions, paragraphs=4), "swap")
 
 
 def main(argv: list[str] | None = None) -> int:
 
     a = build_parser().parse_args(argv)
-    say = None if a.quiet or a.json == "-" else (lambda m: print(f"swap: {m}", file=sys.stderr, flush=True))
-    opts = options_from(a, SwapOptions, say=say)
+    opts = options_from(a, SwapOptions, say=progress_lines("swap", a))
 
     def refused(e: BaseException) -> str:  # names the draft or the server and the problem; --json says it too
         if a.json:

@@ -20,19 +20,15 @@ import shlex
 import sys
 
 from ..boundary import writable_dir
-from ..options.parser import add_options, options_from
+from ..options.parser import options_from
 from ..tune.options import TuneOptions
 from . import common as cli_common
-from .run import run_command
+from .run import options_parser, progress_lines, run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
 
-    p = cli_common.parser("tune", cli_common.doc_description(__doc__, paragraphs=2))
-    add_options(p, TuneOptions)
-    cli_common.add_json_out(p, "the report")
-    cli_common.add_verbosity(p, quiet="no progress lines")
-    return p
+    return options_parser("tune", __doc__, TuneOptions, paragraphs=2)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,10 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     p._option_string_actions["--json"].type = None  # checked below once --out is known: a report may go inside it
     a = cli_common.finish(p, "tune").parse_args(argv)
-    say = None if a.quiet or a.json == "-" else (lambda m: print(f"tune: {m}", file=sys.stderr, flush=True))
     tok = (lambda: cli_common.load_tokenizer(a.target, a.trust_remote_code)) if a.prompts else None
     opts = options_from(
-        a, TuneOptions, tokenizer=tok, say=say, command="sglang-eagle3 tune " + " ".join(shlex.quote(x) for x in raw)
+        a,
+        TuneOptions,
+        tokenizer=tok,
+        say=progress_lines("tune", a),
+        command="sglang-eagle3 tune " + " ".join(shlex.quote(x) for x in raw),
     )
 
     def call() -> dict:
