@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..options.parser import add_options, options_from
+from ..options.schema import flag_fields
 from ..recipe.config import config_rules, dump_config, read_config
 from ..recipe.options import CONFIG, GROUPS, TRAIN_SET_BY_BUILD, BuildOptions
 from ..recipe.report import render_text
-from ..options.parser import add_options, options_from
-from ..options.schema import flag_fields
 from ..training.options import TrainOptions
 from ..training.report import TrainDraftError
 from . import common as cli_common

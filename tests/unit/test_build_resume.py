@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sglang_eagle3_ext.cli import build as build_cli
+from sglang_eagle3_ext.cli.common import run_tool
 from sglang_eagle3_ext.recipe import STAGES, state
 from sglang_eagle3_ext.recipe import run as run_mod
 from sglang_eagle3_ext.recipe import stages as stages_mod
-from sglang_eagle3_ext.cli import build as build_cli
-from sglang_eagle3_ext.cli.common import run_tool
 
 TARGET_CONFIG = {"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 4}
 
