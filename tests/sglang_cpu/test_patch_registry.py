@@ -95,11 +95,7 @@ def test_missing_target_names_target_and_version(clean):
     msg = str(ei.value)
     assert "LlamaForCausalLMEagle3.no_such_method" in msg and installed_version() in msg
     missing_mod = PatchSpec(
-        "test.mod",
-        "sglang.srt.models.no_such_module:X.y",
-        "strict_load_weights",
-        "test",
-        feature="draft",
+        "test.mod", "sglang.srt.models.no_such_module:X.y", "strict_load_weights", "test", feature="draft"
     )
     with pytest.raises(patching.PatchTargetMissing, match="no_such_module"):
         patching.apply_spec(missing_mod)
