@@ -66,7 +66,7 @@ SLOW = (
     "tests/unit/test_cli.py::test_entry_points_as_processes",
     "tests/unit/test_cli_contract.py::test_ctrl_c_in_train_stops_quietly_within_seconds_with_a_true_sentence",
     "tests/unit/test_cli_contract.py::test_train_counts_epochs_from_one_in_its_lines_and_bars",
-    "tests/unit/test_compat.py",
+    "tests/unit/compat/test_compat.py",
     "tests/unit/test_docs.py::test_tutorial_runs_on_cpu",
     "tests/unit/test_draft_check.py::test_convert_cli",
     "tests/unit/test_dump_compact.py::test_cli_export_on_fp8_dump",
@@ -89,9 +89,9 @@ SLOW = (
     "tests/unit/test_swap_agree.py",
     "tests/unit/test_swap_client.py::test_any_draft_report_is_read_or_refused",
     "tests/unit/test_swap_client.py::test_any_server_info_is_read_or_refused",
-    "tests/unit/test_tiny_kimi_width.py",
-    "tests/unit/test_tiny_sample_dump.py",
-    "tests/unit/test_tiny_target.py",
+    "tests/unit/tiny/test_tiny_kimi_width.py",
+    "tests/unit/tiny/test_tiny_sample_dump.py",
+    "tests/unit/tiny/test_tiny_target.py",
     "tests/unit/test_train_dflash.py::test_a_dflash_run_resumed_after_its_first_epoch_ends_at_the_uninterrupted_weights",
     "tests/unit/test_train_dflash.py::test_build_dflash_from_a_dump_of_its_layers_through_every_stage",
     "tests/unit/test_train_dflash.py::test_dflash_draft_learns_and_converts_to_sglangs_layout",
@@ -110,7 +110,7 @@ SLOW = (
     "tests/unit/test_trust_outputs.py::test_train_replaces_its_own_output_only_with_force",
     "tests/unit/test_trust_training.py::test_a_diverged_draft_is_not_saved",
     "tests/unit/test_trust_training.py::test_a_python_caller_trains_without_the_command_line",
-    "tests/unit/test_tune.py",
+    "tests/unit/tune/test_tune.py",
 )
 
 

@@ -79,7 +79,7 @@ KIMI_WIDTH = dict(
 # the batch-1 speedup near 1.7x at this expert count. The walk's top logit stands out by ~sqrt(hidden) *
 # std(embed) / rms(state) standard deviations of the other logits, and the branches grow with the width:
 # PREDICTABLE's 0.1 keeps the walk on 12 % of tokens here; 0.02 keeps it on all, the worst top-1 margin
-# 190 logits (3.7 std of the others; bf16 noise is ~1) -- tests/unit/test_tiny_kimi_width.py.
+# 190 logits (3.7 std of the others; bf16 noise is ~1) -- tests/unit/tiny/test_tiny_kimi_width.py.
 KIMI_PREDICTABLE = dict(KIMI_WIDTH, num_hidden_layers=10, branch_scale=0.02, successor_weight=30.0, route_bias=1.0)
 # Named built-in targets: name -> ensure_tiny_target arguments; each is cached in its own folder.
 TARGETS = {

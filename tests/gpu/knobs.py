@@ -1,7 +1,7 @@
 """Every `SGE3_*` environment setting of the GPU tests, the benchmarks and the test scripts, in one table.
 
 Python code reads them through `get` (an undeclared name is a KeyError, so a typo cannot silently read
-nothing); shell scripts and the CPU suite's `tests/unit/test_compat.py` read the environment directly, but
+nothing); shell scripts and the CPU suite's `tests/unit/compat/test_compat.py` read the environment directly, but
 their names are declared here too. `python tests/gpu/knobs.py` prints the table that tests/gpu/README.md
 holds; tests/unit/test_gpu_knobs.py keeps the table, the README and the code in step.
 """

@@ -18,7 +18,7 @@ DIRECT_READ = re.compile(
     r"|[\"']SGE3_\w+[\"']\s+(?:not\s+)?in\s+os\.environ"
 )
 # Read from the environment directly: shell has no knobs.get, and the CPU suite does not import tests/gpu/.
-DIRECT_OK = {"tests/unit/test_compat.py"}
+DIRECT_OK = {"tests/unit/compat/test_compat.py"}
 THIS = Path(__file__).resolve()
 
 

@@ -18,7 +18,7 @@ from sglang_eagle3_ext.cli import compat as compat_cli
 from sglang_eagle3_ext.compat import release as compat
 from sglang_eagle3_ext.patch_table import PATCHES
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "patches"))
 import compat_matrix  # noqa: E402
 import make_patches  # noqa: E402
