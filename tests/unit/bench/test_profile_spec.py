@@ -8,7 +8,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _summary():

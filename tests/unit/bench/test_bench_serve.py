@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("speculators")
 pytest.importorskip("sglang")
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _bench_serve():
