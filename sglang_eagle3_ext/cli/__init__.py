@@ -13,6 +13,7 @@ import sys
 from . import common as cli_common
 from . import naming
 from .commands import BY_NAME, COMMANDS
+from .naming import COMMAND
 
 
 def version_line() -> str:
@@ -28,22 +29,16 @@ def version_line() -> str:
         sgl = f"sglang {metadata.version('sglang')}"
     except metadata.PackageNotFoundError:
         sgl = "sglang not installed (pip install sglang, or pip install '.[sglang]' from a checkout)"
-    return f"{cli_common.COMMAND} {ours} ({sgl}; python {sys.version.split()[0]})"
+    return f"{COMMAND} {ours} ({sgl}; python {sys.version.split()[0]})"
 
 
 def usage() -> str:
     width = max(len(c.name) for c in COMMANDS)
-    lines = [
-        f"usage: {cli_common.COMMAND} [-h] [--version] COMMAND [options]",
-        "",
-        __doc__.split("\n")[0],
-        "",
-        "commands:",
-    ]
+    lines = [f"usage: {COMMAND} [-h] [--version] COMMAND [options]", "", __doc__.split("\n")[0], "", "commands:"]
     lines += [f"  {c.name:{width}}  {c.summary}" for c in COMMANDS]
     lines += [
         "",
-        f"`{cli_common.COMMAND} COMMAND --help` for a command's options; --debug on any command shows "
+        f"`{COMMAND} COMMAND --help` for a command's options; --debug on any command shows "
         f"tracebacks (or {cli_common.ENV_DEBUG}=1).",
     ]
     return "\n".join(lines)
@@ -61,10 +56,7 @@ def main(argv=None) -> int:
     if cmd not in BY_NAME:
         near = difflib.get_close_matches(cmd, list(BY_NAME), n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
-        print(
-            f"{cli_common.COMMAND}: error: unknown command {cmd!r}{hint} (choose from {', '.join(BY_NAME)})",
-            file=sys.stderr,
-        )
+        print(f"{COMMAND}: error: unknown command {cmd!r}{hint} (choose from {', '.join(BY_NAME)})", file=sys.stderr)
         return cli_common.EXIT_BAD_INPUT
     return _as_command(cmd, rest)
 

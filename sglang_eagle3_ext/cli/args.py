@@ -1,4 +1,4 @@
-"""The argument parsers of every tool (re-exported by cli_common): the shared prog name and help formatter,
+"""The argument parsers of every tool: the shared prog name and help formatter,
 no abbreviated flags, a group's help when its subcommand is missing, one-line usage errors with `did you mean`,
 and the flags every tool spells alike (`--sglang VERSION`, `--json [PATH]`, `--quiet`/`--verbose`) with their
 argparse types."""
@@ -24,7 +24,7 @@ from ..options.values import (  # noqa: F401 (the shared types, one import for t
 )
 from .naming import prog
 
-_EXIT_USAGE = 2  # cli_common.EXIT_BAD_INPUT: a usage error is bad input
+_EXIT_USAGE = 2  # common.EXIT_BAD_INPUT: a usage error is bad input
 
 
 def _prog(tool: str) -> str:

@@ -19,22 +19,23 @@ import sys
 from ..bench.report import render
 from ..bench.run import BenchOptions, benchmark
 from ..options.parser import add_options, options_from
+from . import args as cli_args
 from . import common as cli_common
 from .run import json_in_existing_folder, run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = cli_common.parser("bench", cli_common.doc_description(__doc__.split("\n\n", 1)[1]))
+    ap = cli_args.parser("bench", cli_args.doc_description(__doc__.split("\n\n", 1)[1]))
     add_options(ap, BenchOptions, only=("url", "baseline_url"))
     add_options(ap.add_mutually_exclusive_group(), BenchOptions, only=("prompts", "builtin"))
     add_options(ap, BenchOptions, only=("target", "trust_remote_code"))
     flags = ("num_prompts", "seed", "vocab_size", "max_new_tokens", "concurrency", "warmup", "timeout")
     add_options(ap, BenchOptions, only=(*flags, "wait_for_server"))
-    cli_common.add_json_out(ap)
+    cli_args.add_json_out(ap)
     add_options(ap, BenchOptions, only=("report", "fail_on_slower"))
-    cli_common.add_verbosity(ap, quiet="no progress bar")
+    cli_args.add_verbosity(ap, quiet="no progress bar")
     add_options(ap, BenchOptions, only=("spec_log", "baseline_log", "log_interval"))
-    return cli_common.finish(ap, "bench")
+    return cli_args.finish(ap, "bench")
 
 
 def options_from_args(a: argparse.Namespace) -> BenchOptions:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..boundary import Refused
 from ..options.parser import add_options, options_from
 from ..options.schema import flag_fields
 from ..recipe.config import config_rules, dump_config, read_config
@@ -26,6 +27,7 @@ from ..recipe.options import CONFIG, GROUPS, TRAIN_SET_BY_BUILD, BuildOptions
 from ..recipe.report import render_text
 from ..training.options import TrainOptions
 from ..training.report import TrainDraftError
+from . import args as cli_args
 from . import common as cli_common
 from . import train as train_cli
 from .interrupts import interrupted_line, interruptible
@@ -35,8 +37,7 @@ _CONFIG = CONFIG
 
 
 def build_parser() -> argparse.ArgumentParser:
-    c = cli_common
-    p = c.parser("build", c.doc_description(__doc__, paragraphs=3))
+    p = cli_args.parser("build", cli_args.doc_description(__doc__, paragraphs=3))
     p.add_argument(
         "--config",
         metavar="FILE",
@@ -51,17 +52,17 @@ def build_parser() -> argparse.ArgumentParser:
     groups["running"].add_argument(
         "--dry-run", action="store_true", help="print the plan; start, train and write nothing"
     )
-    c.add_json_out(p, "the report (with --dry-run: the plan)")
-    c.add_verbosity(p, quiet="no progress bars")
+    cli_args.add_json_out(p, "the report (with --dry-run: the plan)")
+    cli_args.add_verbosity(p, quiet="no progress bars")
     t = p.add_argument_group("train (the same flags as `sglang-eagle3 train`)")
     train_cli.add_train_flags(t, skip=TRAIN_SET_BY_BUILD)
-    return c.finish(p, "build")
+    return cli_args.finish(p, "build")
 
 
 def parse(argv) -> tuple[argparse.Namespace, dict]:
     """The flags over the config file's values over the defaults; (namespace, the resolved settings)."""
     p = build_parser()
-    pre = cli_common.parser("build", add_help=False)
+    pre = cli_args.parser("build", add_help=False)
     pre.add_argument("--config", type=_CONFIG)
     known, _ = pre.parse_known_args(argv)
     rules = config_rules()
@@ -109,8 +110,8 @@ def main(argv=None) -> int:
 
     a, resolved = parse(argv)
     if not a.out and not a.dry_run:
-        raise cli_common.CliError("--out is required: the folder every stage writes into")
-    cli_common.check_json_dest(a.json)
+        raise Refused("--out is required: the folder every stage writes into")
+    cli_args.check_json_dest(a.json)
     o = options(a)
     if a.dry_run:
         from ..recipe.plan import build_plan, plan_lines
@@ -119,7 +120,7 @@ def main(argv=None) -> int:
         try:
             rep = build_plan(o if o.out else _with_out(o), _train_plan(o, a))
         except TrainDraftError as e:
-            raise cli_common.CliError(str(e)) from None
+            raise Refused(str(e)) from None
         return cli_common.report(a.json, rep, "\n".join(plan_lines(rep)))
     run = Run(o=o, out=None, redo=set(), say=o.say, load_tokenizer=cli_common.load_tokenizer)
     stop = None

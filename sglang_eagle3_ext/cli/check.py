@@ -14,23 +14,24 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..boundary import Refused
 from ..draft.check import check_draft, report_dict
 from ..draft.hub import looks_like_hub_id
 from ..draft.options import CheckOptions
 from ..options.parser import add_options, options_from
-from . import common as cli_common
+from . import args as cli_args
 from .run import run_command
 
 
 def build_parser():
 
-    ap = cli_common.parser("check", cli_common.doc_description(__doc__, paragraphs=2))
+    ap = cli_args.parser("check", cli_args.doc_description(__doc__, paragraphs=2))
     add_options(ap, CheckOptions, skip=("scan_values",))
-    cli_common.add_sglang_release(ap, "check against this release")
+    cli_args.add_sglang_release(ap, "check against this release")
     add_options(ap, CheckOptions, only=("scan_values",))
-    cli_common.add_json_out(ap, "the report")
-    cli_common.add_verbosity(ap, quiet="no progress line while the weights are scanned")
-    return cli_common.finish(ap, "check")
+    cli_args.add_json_out(ap, "the report")
+    cli_args.add_verbosity(ap, quiet="no progress line while the weights are scanned")
+    return cli_args.finish(ap, "check")
 
 
 def _captured(data: str) -> tuple[list[int], str]:
@@ -40,9 +41,9 @@ def _captured(data: str) -> tuple[list[int], str]:
     try:
         ids, src = read_layer_ids_from_metadata(Path(data))
     except TrainDraftError as e:
-        raise cli_common.CliError(f"--data {data}: {e}") from None
+        raise Refused(f"--data {data}: {e}") from None
     if ids is None:
-        raise cli_common.CliError(
+        raise Refused(
             f"--data {data}: records no target layers (no dump_meta.json or metadata.json naming them); "
             f"give the dump dir or the `dump export` output the draft was trained on"
         )
@@ -61,11 +62,9 @@ def main(argv=None) -> int:
     o = options_from(a, CheckOptions)
     draft = Path(o.draft)
     if draft.exists() and not draft.is_dir():  # a bad path, not a verdict on a draft
-        raise cli_common.CliError(
-            f"{o.draft}: is a file, not a draft folder (config.json + *.safetensors); name its folder"
-        )
+        raise Refused(f"{o.draft}: is a file, not a draft folder (config.json + *.safetensors); name its folder")
     if not draft.exists() and not looks_like_hub_id(o.draft):
-        raise cli_common.CliError(f"{o.draft}: no such directory (and not a hub id org/name)")
+        raise Refused(f"{o.draft}: no such directory (and not a hub id org/name)")
     captured = _captured(o.data) if o.data else None
     return run_command(
         "check",

@@ -1,5 +1,5 @@
-"""What every command line of the package shares: exit codes, help that shows defaults, `--debug`,
-hidden aliases for old flag spellings, and one-line errors instead of tracebacks.
+"""What every command of the package shares as it runs: exit codes, `--debug`, and one-line errors instead of
+tracebacks (the parsers and the flags every command spells alike: cli/args.py).
 
 Exit codes (the same in every tool, also under `sglang-eagle3 COMMAND`):
 
@@ -20,67 +20,9 @@ import traceback
 
 from .. import envs
 from ..boundary import BadInput, Refused
-
-# the parsers and the flags every tool shares (cli/args.py), under the names the tools use
-from .args import (
-    CliParser,
-    HelpFormatter,
-    add_json_out,
-    add_sglang_release,
-    add_verbosity,
-    check_json_dest,
-    did_you_mean,
-    doc_description,
-    finish,
-    hidden_alias,
-    non_negative_float,
-    non_negative_int,
-    number_in,
-    parser,
-    positive_float,
-    positive_int,
-    write_json,
-)
+from .args import write_json
 from .commands import BY_NAME
-from .naming import COMMAND, prog  # the name each tool goes by
-
-# what the tools take from here (cli/args.py's parsers and flag types re-exported under one name)
-__all__ = [
-    "CliParser",
-    "HelpFormatter",
-    "add_json_out",
-    "add_sglang_release",
-    "add_verbosity",
-    "check_json_dest",
-    "did_you_mean",
-    "doc_description",
-    "finish",
-    "hidden_alias",
-    "non_negative_float",
-    "non_negative_int",
-    "number_in",
-    "parser",
-    "positive_float",
-    "positive_int",
-    "write_json",
-    "COMMAND",
-    "prog",
-    "BY_NAME",
-    "EXIT_OK",
-    "EXIT_FAILED",
-    "EXIT_BAD_INPUT",
-    "EXIT_INTERNAL",
-    "EXIT_INTERRUPTED",
-    "ENV_DEBUG",
-    "CliError",
-    "BadInput",
-    "Refused",
-    "debug_requested",
-    "load_tokenizer",
-    "entry",
-    "optional",
-    "run_tool",
-]
+from .naming import prog
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 ENV_DEBUG = envs.DEBUG
@@ -108,17 +50,14 @@ def load_tokenizer(name: str, trust_remote_code: bool = False, flag: str = "--ta
     except Exception as e:  # noqa: BLE001 - any loader failure: say which model and why
         text = str(e)
         if not trust_remote_code and "trust_remote_code" in text:
-            raise CliError(
+            raise Refused(
                 f"{flag} {name}: its tokenizer ships its own code, which runs only with "
                 f"--trust-remote-code: add that flag if you trust the code in {name}"
             ) from None
-        raise CliError(
+        raise Refused(
             f"{flag} {name}: cannot load its tokenizer ({type(e).__name__}: "
             f"{text.splitlines()[0][:200] if text else ''})"
         ) from None
-
-
-CliError = Refused  # the refusal features raise (boundary.Refused), under the name the commands use
 
 
 def _file_being_read(e: BaseException) -> str | None:
@@ -149,7 +88,7 @@ def _file_being_read(e: BaseException) -> str | None:
 def describe(e: BaseException) -> tuple[int, str]:
     """(exit code, one line) for an exception that reached a tool's top level."""
     mod = type(e).__module__ or ""
-    if isinstance(e, CliError):
+    if isinstance(e, Refused):
         return e.code, str(e)
     if isinstance(e, BadInput):  # its message already names the input and what it must be
         return EXIT_BAD_INPUT, str(e).replace("\n", " ")
@@ -290,7 +229,7 @@ def run_tool(tool: str, main, argv=None) -> int:
         if debug:
             traceback.print_exc()
         code, line = describe(e)
-        said = isinstance(e, (CliError, BadInput))  # the message is the whole story
+        said = isinstance(e, (Refused, BadInput))  # the message is the whole story
         hint = "" if debug or code == EXIT_INTERNAL or said else f"  [--debug or {ENV_DEBUG}=1: traceback]"
         print(error_line(tool, f"{line}{hint}"), file=sys.stderr)
         return code
@@ -309,13 +248,13 @@ def entry(tool: str):
 
 
 def optional(module: str, purpose: str, pip_name: str | None = None):
-    """Import an optional dependency or raise a CliError naming what to install."""
+    """Import an optional dependency or raise a refusal naming what to install."""
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise CliError(
+        raise Refused(
             f"{purpose} needs {module}: pip install {pip_name or PIP_NAMES.get(module, module)} "
             f"({type(e).__name__}: {e})"
         ) from None

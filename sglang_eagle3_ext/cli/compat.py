@@ -15,18 +15,19 @@ import sys
 from ..compat.options import CompatOptions
 from ..compat.release import ReleaseUnavailable, check_source, format_report, release_root
 from ..options.parser import add_options, options_from
+from . import args as cli_args
 from . import common as cli_common
 from .run import run_command
 
 
 def build_parser():
-    ap = cli_common.parser("compat", cli_common.doc_description(__doc__))
-    cli_common.add_sglang_release(ap, "check this release", dest="sglang")
+    ap = cli_args.parser("compat", cli_args.doc_description(__doc__))
+    cli_args.add_sglang_release(ap, "check this release", dest="sglang")
     add_options(ap, CompatOptions, only=("download",))
     add_options(ap.add_mutually_exclusive_group(), CompatOptions, only=("source", "wheel"))
     add_options(ap, CompatOptions, only=("wheel_dir",))
-    cli_common.add_json_out(ap, "the report")
-    return cli_common.finish(ap, "compat")
+    cli_args.add_json_out(ap, "the report")
+    return cli_args.finish(ap, "compat")
 
 
 def main(argv=None) -> int:

@@ -19,19 +19,19 @@ from ..draft.convert import convert
 from ..draft.errors import DraftError
 from ..draft.options import ConvertOptions
 from ..options.parser import add_options, options_from
-from . import common as cli_common
+from . import args as cli_args
 from .run import one_line, run_command
 
 
 def build_parser():
 
-    ap = cli_common.parser("convert", cli_common.doc_description(__doc__))
+    ap = cli_args.parser("convert", cli_args.doc_description(__doc__))
     add_options(ap, ConvertOptions, only=("src", "dst"))
-    cli_common.add_sglang_release(ap, "target SGLang release")
+    cli_args.add_sglang_release(ap, "target SGLang release")
     add_options(ap, ConvertOptions, skip=("src", "dst"))
-    cli_common.add_json_out(ap, "what was converted (or the problems refusing it)")
-    cli_common.add_verbosity(ap, quiet="no progress bar")
-    return cli_common.finish(ap, "convert")
+    cli_args.add_json_out(ap, "what was converted (or the problems refusing it)")
+    cli_args.add_verbosity(ap, quiet="no progress bar")
+    return cli_args.finish(ap, "convert")
 
 
 def main(argv=None) -> int:
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
         if a.json:
             problems_json = [dataclasses.asdict(p) for p in e.problems]
             refusal = {"ok": False, "src": o.src, "dst": o.dst, "refused": head, "problems": problems_json}
-            cli_common.write_json(a.json, refusal)
+            cli_args.write_json(a.json, refusal)
         return "\n".join([said, *problems])
 
     return run_command(

@@ -25,6 +25,7 @@ from ..dump.client_files import ClientError
 from ..dump.export import ExportError
 from ..dump.run_options import ExportOptions, RunOptions, StatusOptions
 from ..options.parser import add_options, options_from
+from . import args as cli_args
 from . import common as cli_common
 from .run import run_command
 
@@ -74,21 +75,20 @@ def _status(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    c = cli_common
-    p = c.parser("dump", __doc__)
+    p = cli_args.parser("dump", __doc__)
     sub = p.add_subparsers(dest="cmd", metavar="{run,export,status}")
     r = sub.add_parser("run", help="send a JSONL dataset to a dumping server")
     add_options(r, RunOptions)
-    c.add_json_out(r, "the summary")
-    c.add_verbosity(r, quiet="no progress bar")
+    cli_args.add_json_out(r, "the summary")
+    cli_args.add_verbosity(r, quiet="no progress bar")
     e = sub.add_parser("export", help=f"convert a dump for a training tool: {', '.join(exporters.names())}")
     add_options(e, ExportOptions)
-    c.add_json_out(e, "what was exported")
-    c.add_verbosity(e, quiet="no progress bar")
+    cli_args.add_json_out(e, "what was exported")
+    cli_args.add_verbosity(e, quiet="no progress bar")
     s = sub.add_parser("status", help="manifest and writer status")
     add_options(s, StatusOptions)
-    c.add_json_out(s, "the manifest totals and every writer's status")
-    return c.finish(p, "dump")
+    cli_args.add_json_out(s, "the manifest totals and every writer's status")
+    return cli_args.finish(p, "dump")
 
 
 def main(argv=None) -> int:

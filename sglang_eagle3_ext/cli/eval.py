@@ -21,8 +21,9 @@ import sys
 
 from ..acceptance.evaluate import evaluate, render
 from ..acceptance.options import EvalOptions
+from ..boundary import Refused
 from ..options.parser import options_from
-from . import common as cli_common
+from . import args as cli_args
 from .run import json_in_existing_folder, options_parser, progress_lines, run_command
 
 
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
 
-    a = cli_common.finish(build_parser(), "eval").parse_args(argv)
+    a = cli_args.finish(build_parser(), "eval").parse_args(argv)
     opts = options_from(a, EvalOptions, say=progress_lines("eval", a))
 
     def implausible(rep: dict) -> None:
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         odd = (rep.get("served") or {}).get("implausible")
         if odd:
             more = f" (+{len(odd) - 1} more)" if len(odd) > 1 else ""
-            raise cli_common.CliError(
+            raise Refused(
                 f"--url {a.url}: a served figure no server at --steps {a.steps} can report: {odd[0]}{more}; "
                 "see served.implausible"
             )

@@ -20,6 +20,7 @@ from ..launch import command_line, presets, start
 from ..launch.options import LaunchOptions
 from ..launch.plan import Plan, build_plan
 from ..options.parser import add_options
+from . import args as cli_args
 from . import common as cli_common
 
 
@@ -38,8 +39,8 @@ def our_parser() -> argparse.ArgumentParser:
     add_options(p, LaunchOptions, skip=("preset", "config"))
     p.add_argument("-h", "--help", action="store_true", help="this help (launch's own flags)")
     p.add_argument("--help-sglang", action="store_true", help="SGLang's own flags, passed through unchanged")
-    cli_common.add_json_out(p, "the plan (--dry-run; a real launch writes it to PATH first)")
-    return cli_common.finish(p, "launch")
+    cli_args.add_json_out(p, "the plan (--dry-run; a real launch writes it to PATH first)")
+    return cli_args.finish(p, "launch")
 
 
 def launch(plan: Plan, ours) -> None:
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ours.dry_run:
         start.require_accelerator(plan)  # no GPU: one line naming --dry-run, before the plan or anything is written
     if ours.json:  # --json [PATH]: the plan as JSON (alone on stdout with no PATH)
-        cli_common.write_json(ours.json, plan.as_dict())
+        cli_args.write_json(ours.json, plan.as_dict())
     text = ours.json != "-"
     if ours.dry_run:
         if text:

@@ -14,13 +14,14 @@ import sys
 from ..compat.options import PatchesOptions
 from ..compat.static_patches import PATCH_FILE, find, releases, sort_key  # noqa: F401 (PATCH_FILE: tests)
 from ..options.parser import add_options, options_from
+from . import args as cli_args
 from . import common as cli_common
 
 
 def main(argv=None) -> int:
-    ap = cli_common.parser("patches", __doc__)
+    ap = cli_args.parser("patches", __doc__)
     add_options(ap.add_mutually_exclusive_group(), PatchesOptions)
-    o = options_from(cli_common.finish(ap, "patches").parse_args(argv), PatchesOptions)
+    o = options_from(cli_args.finish(ap, "patches").parse_args(argv), PatchesOptions)
     if o.print_release:
         sys.stdout.write(find(o.print_release).read_text())
     elif o.path:

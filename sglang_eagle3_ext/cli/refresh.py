@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import sys
 
+from ..boundary import Refused
 from ..options.parser import options_from
 from ..refresh.run import RefreshOptions, refresh, render
 from ..training.report import TrainDraftError
-from . import common as c
+from . import args as cli_args
+from .common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from .run import options_parser, progress_lines, run_command
 
 
 def build_parser():
 
-    return c.finish(options_parser("refresh", __doc__, RefreshOptions, paragraphs=3), "refresh")
+    return cli_args.finish(options_parser("refresh", __doc__, RefreshOptions, paragraphs=3), "refresh")
 
 
 _STOPPED = (
@@ -42,18 +44,18 @@ def main(argv: list[str] | None = None) -> int:
         a,
         RefreshOptions,
         say=progress_lines("refresh", a),
-        report=(lambda rep: c.write_json(a.json, rep)) if a.json else None,  # before the cursor records samples
+        report=(lambda rep: cli_args.write_json(a.json, rep)) if a.json else None,  # before the cursor records samples
     )
 
     def call() -> dict:
         if a.draft is None and a.swap_url is None:
-            raise c.CliError("--draft is required without --swap (with --swap it defaults to the served draft)")
+            raise Refused("--draft is required without --swap (with --swap it defaults to the served draft)")
         return refresh(opts)
 
     def verdict(rep: dict) -> int:
         if rep.get("swap") and not rep["swap"].get("ok"):
-            return c.EXIT_BAD_INPUT
-        return c.EXIT_OK if rep["accepted"] else c.EXIT_FAILED
+            return EXIT_BAD_INPUT
+        return EXIT_OK if rep["accepted"] else EXIT_FAILED
 
     return run_command(
         "refresh",

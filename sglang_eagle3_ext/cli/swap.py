@@ -24,13 +24,13 @@ import sys
 
 from ..draft.swap.client import SwapOptions, render, swap
 from ..options.parser import options_from
-from . import common as cli_common
+from . import args as cli_args
 from .run import one_line, options_parser, progress_lines, run_command
 
 
 def build_parser():
 
-    return cli_common.finish(options_parser("swap", __doc__, SwapOptions, paragraphs=4), "swap")
+    return cli_args.finish(options_parser("swap", __doc__, SwapOptions, paragraphs=4), "swap")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     def refused(e: BaseException) -> str:  # names the draft or the server and the problem; --json says it too
         if a.json:
             fallback = {"url": a.url, "draft": a.draft, "ok": False, "error": str(e)}
-            cli_common.write_json(a.json, getattr(e, "report", None) or fallback)
+            cli_args.write_json(a.json, getattr(e, "report", None) or fallback)
         return one_line(e)
 
     return run_command("swap", lambda: swap(opts), render, json=a.json, verbose=a.verbose, refused=refused)

@@ -15,15 +15,17 @@ import sys
 
 from ..options.parser import add_options, options_from
 from ..tiny.options import SAMPLE_DUMP, SAMPLE_DUMP_TITLE, TinyOptions, make, refuse_mixups
+from . import args as cli_args
 from . import common as cli_common
+from .naming import COMMAND
 from .output import library_output
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = cli_common.parser("tiny", cli_common.doc_description(__doc__))
+    ap = cli_args.parser("tiny", cli_args.doc_description(__doc__))
     add_options(ap, TinyOptions, skip=SAMPLE_DUMP)
     add_options(ap.add_argument_group(SAMPLE_DUMP_TITLE), TinyOptions, only=SAMPLE_DUMP)
-    return cli_common.finish(ap, "tiny")
+    return cli_args.finish(ap, "tiny")
 
 
 def main(argv=None) -> int:
@@ -33,7 +35,7 @@ def main(argv=None) -> int:
         n = make(o, lambda target: print(target, flush=True))
     if o.sample_dump:
         print(
-            f"wrote {n} samples into {o.sample_dump}; next: {cli_common.COMMAND} dump export --dump-dir "
+            f"wrote {n} samples into {o.sample_dump}; next: {COMMAND} dump export --dump-dir "
             f"{o.sample_dump} --to speculators --out DIR",
             file=sys.stderr,
         )

@@ -23,12 +23,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..boundary import Refused
 from ..options.parser import add_options, options_from
 from ..training.distributed import torchrun_env
 from ..training.options import FLAG_TYPES, TrainOptions
 from ..training.report import TrainDraftError
 from ..training.train import train_draft
 from ..training.train_flags import EXPORT
+from . import args as cli_args
 from . import common as cli_common
 from .interrupts import interrupted_line, interruptible
 from .output import library_output
@@ -43,12 +45,12 @@ def add_train_flags(p, skip=()) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
 
-    p = cli_common.parser("train", cli_common.doc_description(__doc__))
+    p = cli_args.parser("train", cli_args.doc_description(__doc__))
     add_train_flags(p)
-    cli_common.add_json_out(
+    cli_args.add_json_out(
         p, "the run's summary (steps, losses, accuracies, where the draft went, each epoch's score and the kept epoch)"
     )
-    cli_common.add_verbosity(
+    cli_args.add_verbosity(
         p,
         quiet="of the per-step lines only the first and the last one (the trainer's epoch bar stays)",
         verbose="also show speculators', transformers' and torch's logs, warnings and bars",
@@ -71,7 +73,7 @@ def options_from_args(a: argparse.Namespace) -> TrainOptions:
 def main(argv: list[str] | None = None) -> int:
     import contextlib
 
-    parser = cli_common.finish(build_parser(), "train")
+    parser = cli_args.finish(build_parser(), "train")
     a = parser.parse_args(argv)
     missing = [] if a.dry_run else [f for f in ("data", "out") if getattr(a, f) is None]
     if missing:
@@ -108,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.json != "-":
             print("\n".join(plan_lines(result)))
     if a.json and _rank() == 0:
-        cli_common.write_json(a.json, result)
+        cli_args.write_json(a.json, result)
     return 0
 
 
@@ -124,11 +126,11 @@ def check_data(data: str) -> None:
         find_hs_dir(Path(data))
     except TrainDraftError:
         if (Path(data) / META_FILE).is_file():
-            raise cli_common.CliError(
+            raise Refused(
                 f"--data {data}: a dump, not yet exported: run `sglang-eagle3 dump export --dump-dir {data} "
                 f"--to speculators --out DIR`, then pass --data DIR"
             ) from None
-        raise cli_common.CliError(
+        raise Refused(
             f"--data {data}: no hs_{{i}}.safetensors files here or in its hidden_states/; give the folder "
             f"`{EXPORT}` wrote"
         ) from None

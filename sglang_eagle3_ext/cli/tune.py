@@ -22,6 +22,7 @@ import sys
 from ..boundary import writable_dir
 from ..options.parser import options_from
 from ..tune.options import TuneOptions
+from . import args as cli_args
 from . import common as cli_common
 from .run import options_parser, progress_lines, run_command
 
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     p = build_parser()
     p._option_string_actions["--json"].type = None  # checked below once --out is known: a report may go inside it
-    a = cli_common.finish(p, "tune").parse_args(argv)
+    a = cli_args.finish(p, "tune").parse_args(argv)
     tok = (lambda: cli_common.load_tokenizer(a.target, a.trust_remote_code)) if a.prompts else None
     opts = options_from(
         a,
@@ -66,7 +67,7 @@ def _json_in_out(dest: str | None, out: str) -> bool:
         if os.path.dirname(p) == os.path.abspath(os.path.expanduser(out)) and not os.path.isdir(p):
             writable_dir(out, "--out")
             return True
-    cli_common.check_json_dest(dest)
+    cli_args.check_json_dest(dest)
     return False
 
 

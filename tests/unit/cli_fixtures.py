@@ -1,4 +1,4 @@
-"""What the command-line tests share: every tool's finished parser (captured at cli_common.finish, the tool
+"""What the command-line tests share: every tool's finished parser (captured at cli_args.finish, the tool
 does not run), a walk over a parser and its sub-parsers, and `sglang-eagle3 ARGV` run in this process."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import importlib
 import pytest
 
 from sglang_eagle3_ext import cli
-from sglang_eagle3_ext.cli import common as cli_common
+from sglang_eagle3_ext.cli import args as cli_args
 from sglang_eagle3_ext.cli import naming as cli_naming
 from sglang_eagle3_ext.cli.commands import BY_NAME
 
@@ -22,21 +22,21 @@ class _Built(Exception):
 
 @pytest.fixture(scope="module")
 def parsers():
-    """Every tool's finished parser, captured at cli_common.finish (the tool does not run)."""
-    got, real = {}, cli_common.finish
+    """Every tool's finished parser, captured at cli_args.finish (the tool does not run)."""
+    got, real = {}, cli_args.finish
 
     def capture(parser, tool):
         got[tool] = real(parser, tool)
         raise _Built
 
-    cli_common.finish = capture
+    cli_args.finish = capture
     try:
         for tool in TOOLS:
             mod, fn = BY_NAME[tool].main.split(":")
             with pytest.raises(_Built):
                 getattr(importlib.import_module(f"sglang_eagle3_ext.{mod}"), fn)(["--help"])
     finally:
-        cli_common.finish = real
+        cli_args.finish = real
     return got
 
 

@@ -17,6 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sglang_eagle3_ext import versions
+from sglang_eagle3_ext.boundary import Refused
+from sglang_eagle3_ext.cli import args as cli_args
 from sglang_eagle3_ext.cli import common as cli_common
 from sglang_eagle3_ext.cli.commands import BY_NAME
 from sglang_eagle3_ext.cli.common import EXIT_BAD_INPUT, run_tool
@@ -35,7 +37,7 @@ def error_lines(err: str) -> list[str]:
 def test_every_parser_refuses_abbreviations(parsers):
     for tool, parser in parsers.items():
         for p in _all(parser):
-            assert p.allow_abbrev is False and isinstance(p, cli_common.CliParser), (tool, p.prog)
+            assert p.allow_abbrev is False and isinstance(p, cli_args.CliParser), (tool, p.prog)
 
 
 # a valid command line of each parser that takes no flags without a value, to append a probe to
@@ -277,7 +279,7 @@ def launch_parts():
 @settings(max_examples=150, deadline=None)
 @given(name=st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz-"), min_size=1, max_size=24))
 def test_launch_takes_only_flags_sglang_resolves(launch_parts, name):
-    """Whatever flag follows our own: refused (CliError), or SGLang's exact flag or one of the short forms its
+    """Whatever flag follows our own: refused (boundary.Refused), or SGLang's exact flag or one of the short forms its
     documentation writes (`--tp`), never an abbreviation of ours."""
     p, launch_cli, theirs = launch_parts
     flag = "--" + name
@@ -288,7 +290,7 @@ def test_launch_takes_only_flags_sglang_resolves(launch_parts, name):
     mine = [f for f in p._option_string_actions if f.startswith("--")]
     try:
         launch_cli.check_flags(p, ours, rest)
-    except cli_common.CliError as e:
+    except Refused as e:
         assert str(e).startswith(f"{flag}: "), e
         return
     if flag in mine:

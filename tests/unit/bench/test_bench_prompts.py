@@ -8,8 +8,8 @@ import json
 import pytest
 
 from sglang_eagle3_ext.bench import prompts as bench_prompts
-from sglang_eagle3_ext.boundary import BadInput
-from sglang_eagle3_ext.cli.common import CliError, load_tokenizer
+from sglang_eagle3_ext.boundary import BadInput, Refused
+from sglang_eagle3_ext.cli.common import load_tokenizer
 
 TEMPLATE = (
     "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}"
@@ -128,7 +128,7 @@ def test_missing_file_and_bad_tokenizer(tmp_path):
     with pytest.raises(BadInput, match="--prompts .*nope.jsonl: prompt file not found"):
         bench_prompts.from_file(str(tmp_path / "nope.jsonl"), None, None)
     p = _write(tmp_path / "t.jsonl", [{"text": "x"}])
-    with pytest.raises(CliError, match="--target .*: cannot load its tokenizer"):
+    with pytest.raises(Refused, match="--target .*: cannot load its tokenizer"):
         bench_prompts.from_file(p, None, _tokenizer(str(tmp_path / "no_model")))
 
 
