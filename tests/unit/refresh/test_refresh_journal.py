@@ -19,7 +19,7 @@ from test_refresh import world  # noqa: F401 - the fixture: a target, a 40-sampl
 from sglang_eagle3_ext.boundary import Refused
 from sglang_eagle3_ext.refresh import cursor as C
 
-TESTS = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parents[2]
 
 
 def _options(world, out: str, **kw):
@@ -142,7 +142,7 @@ run.refresh(_options(world, "r1"))
 
 @pytest.mark.parametrize("where, used", [("after --out", 40), ("while training", 0)])
 def test_a_refresh_killed_between_steps_uses_its_samples_exactly_once(world, where, used):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS / "unit"), str(TESTS)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), str(TESTS)])}
     arg = json.dumps({k: str(v) for k, v in world.items()})
     p = subprocess.run(
         [sys.executable, "-c", _KILLED, where, arg], env=env, capture_output=True, text=True, timeout=600
