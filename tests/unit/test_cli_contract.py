@@ -204,10 +204,10 @@ def test_train_counts_epochs_from_one_in_its_lines_and_bars(cpu_training_data, t
 @pytest.fixture
 def no_launch(monkeypatch, tmp_path):
     """launch's start replaced: a call records that SGLang would have been started."""
-    from sglang_eagle3_ext.cli import launch as launch_cli
+    from sglang_eagle3_ext.launch import start
 
     started = []
-    monkeypatch.setattr(launch_cli, "launch", lambda plan, ours: started.append(plan))
+    monkeypatch.setattr(start, "launch", lambda plan, *checks: started.append(plan))
     monkeypatch.setenv("SGLANG_EAGLE3_EXT_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     return started

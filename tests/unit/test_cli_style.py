@@ -223,11 +223,11 @@ def test_error_line_replaces_a_foreign_prefix():
 # ---------------------------------------------------------------------------------------------- launch
 @pytest.fixture
 def no_launch(monkeypatch, tmp_path):
-    """launch_server.launch replaced: a call records that SGLang would have been started."""
-    from sglang_eagle3_ext.cli import launch as launch_server
+    """launch's start replaced: a call records that SGLang would have been started."""
+    from sglang_eagle3_ext.launch import start
 
     started = []
-    monkeypatch.setattr(launch_server, "launch", lambda plan, ours: started.append(plan))
+    monkeypatch.setattr(start, "launch", lambda plan, *checks: started.append(plan))
     monkeypatch.setenv("SGLANG_EAGLE3_EXT_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     return started

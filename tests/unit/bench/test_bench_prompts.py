@@ -9,7 +9,7 @@ import pytest
 
 from sglang_eagle3_ext.bench import prompts as bench_prompts
 from sglang_eagle3_ext.boundary import BadInput, Refused
-from sglang_eagle3_ext.cli.common import load_tokenizer
+from sglang_eagle3_ext.server.tokenizer import load_tokenizer
 
 TEMPLATE = (
     "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}"

@@ -21,7 +21,7 @@ from sglang_eagle3_ext.cli import launch as launch_server
 from sglang_eagle3_ext.launch import presets
 
 pytestmark = pytest.mark.sglang
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def launch(work: Path, *argv: str, env: dict | None = None, dry_run: bool = True) -> tuple[int, str, str]:

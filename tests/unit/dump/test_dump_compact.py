@@ -32,7 +32,7 @@ from sglang_eagle3_ext.dump.sample_file import T_AUX, T_IDS, T_POST, T_PRE, read
 from sglang_eagle3_ext.in_server.dump.assemble import ChunkBatch
 from sglang_eagle3_ext.in_server.dump.writer.thread import DumpStartupError, DumpWriter
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 H, K = 256, 3
 
 

@@ -16,8 +16,7 @@ from hypothesis import strategies as st
 from test_launch_hardware import command, decision_rows, launch
 
 from sglang_eagle3_ext import boundary
-from sglang_eagle3_ext.cli import launch as launch_server
-from sglang_eagle3_ext.launch import dump_dir
+from sglang_eagle3_ext.launch import dump_dir, start
 from sglang_eagle3_ext.launch.options import LaunchOptions
 from sglang_eagle3_ext.launch.plan import build_plan
 
@@ -61,10 +60,10 @@ def test_dump_dir_beats_the_environment_and_says_so(tmp_path):
 def no_server(monkeypatch):
     """A tripwire: a launch that got past its checks fails the test instead of starting SGLang here."""
 
-    def started(plan, ours):
+    def started(plan, *checks):
         raise AssertionError(f"the launch went ahead: {plan.command}")
 
-    monkeypatch.setattr(launch_server, "launch", started)
+    monkeypatch.setattr(start, "launch", started)
 
 
 @pytest.mark.parametrize("how", ["file", "under a file", "empty"])

@@ -17,7 +17,7 @@ from sglang_eagle3_ext.launch.plan import Plan
 from sglang_eagle3_ext.launch.topology import GPU, Topology
 
 pytestmark = pytest.mark.sglang
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def sglang_sees_an_accelerator() -> bool:
