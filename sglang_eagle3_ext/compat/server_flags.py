@@ -5,7 +5,7 @@ CPU): `launch` tells a mistyped flag from one of SGLang's before anything is imp
 What `ServerArgs.add_cli_args` registers: every `A[T, ...]` / `Annotated[T, ...]` field of `ServerArgs`
 (`--field-name`, or `Arg(cli_name=...)`, plus `Arg(aliases=[...])`; `Arg(no_cli=True)` registers none;
 `action=BooleanOptionalAction` adds `--no-...`), and every `add_argument("--...")` in the file (the manual
-entries, and every flag of releases before the annotated fields). `tests/unit/test_cli_bad_input.py` holds
+entries, and every flag of releases before the annotated fields). `tests/unit/cli/test_cli_bad_input.py` holds
 the result equal to the installed SGLang's own parser.
 """
 

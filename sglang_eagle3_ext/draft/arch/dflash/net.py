@@ -12,7 +12,7 @@ One verify round at anchor a (x_a the bonus token the target just produced, at p
   draft tokens.
 Parameters carry the checkpoint's names (`layers.N.self_attn.q_proj`, ..., `fc`, `hidden_norm`, `norm`) plus
 `embed_tokens` and `lm_head`, which the loader fills from the target. tests/sglang_cpu/test_dflash_equiv.py holds
-this to SGLang's own class run on CPU, tests/unit/test_dflash_net.py to speculators' DFlashDraftModel.
+this to SGLang's own class run on CPU, tests/unit/draft/test_dflash_net.py to speculators' DFlashDraftModel.
 """
 
 from __future__ import annotations

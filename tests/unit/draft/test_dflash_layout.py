@@ -19,7 +19,7 @@ from sglang_eagle3_ext.draft.convert import convert
 pytest.importorskip("speculators")
 torch = pytest.importorskip("torch")
 V = "0.5.16"
-PKG = Path(__file__).resolve().parents[2] / "sglang_eagle3_ext"
+PKG = Path(__file__).resolve().parents[3] / "sglang_eagle3_ext"
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 import sglang_eagle3_ext
 from sglang_eagle3_ext.cli.common import EXIT_BAD_INPUT, EXIT_INTERNAL, run_tool
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 NMS = "operator torchvision::nms does not exist"
 
 

@@ -13,7 +13,7 @@ import tomllib
 from sglang_eagle3_ext import cli
 from sglang_eagle3_ext.cli.commands import COMMANDS, Command, CommandRefused, register
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.name)

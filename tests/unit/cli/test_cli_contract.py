@@ -309,7 +309,7 @@ def test_refresh_names_its_dump_dir_once_in_one_line(what, tmp_path, capsys):
 def test_readme_first_screen_says_who_it_is_for_and_the_two_commands():
     from pathlib import Path
 
-    first = "\n".join((Path(__file__).resolve().parents[2] / "README.md").read_text().splitlines()[:25])
+    first = "\n".join((Path(__file__).resolve().parents[3] / "README.md").read_text().splitlines()[:25])
     assert re.search(r"\bFor teams serving DeepSeek-V3-class MoE models\b", first), first
     assert all(w in first for w in ("Kimi-K2.5", "SGLang", "EAGLE-3")), first
     assert "pip install '.[sglang]' && sglang-eagle3 launch --preset tiny-dump" in first, first

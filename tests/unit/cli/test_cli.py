@@ -18,7 +18,7 @@ from sglang_eagle3_ext.cli import common as cli_common
 from sglang_eagle3_ext.cli.commands import BY_NAME, COMMANDS
 from sglang_eagle3_ext.cli.common import EXIT_BAD_INPUT, EXIT_INTERNAL, run_tool
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TOOLS = list(BY_NAME)
 SUBCOMMAND_ARGS = {"dump": ["run"]}  # tools whose options live on a sub-parser
 

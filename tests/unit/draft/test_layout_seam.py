@@ -24,7 +24,7 @@ from train_world import SMALL, train_args, write_samples  # noqa: E402
 from sglang_eagle3_ext.draft import arch as layouts  # noqa: E402
 from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
 
-PKG = Path(__file__).resolve().parents[2] / "sglang_eagle3_ext"
+PKG = Path(__file__).resolve().parents[3] / "sglang_eagle3_ext"
 V = "0.5.16"
 NAME, ARCH = "p-eagle", "PEagleForCausalLMEagle3"
 

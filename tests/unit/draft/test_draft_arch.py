@@ -21,7 +21,7 @@ from sglang_eagle3_ext.draft import errors as E
 
 pytest.importorskip("speculators")
 V = "0.5.16"
-PKG = Path(__file__).resolve().parents[2] / "sglang_eagle3_ext"
+PKG = Path(__file__).resolve().parents[3] / "sglang_eagle3_ext"
 
 
 @pytest.fixture(scope="module")
