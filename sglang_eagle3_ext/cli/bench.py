@@ -19,6 +19,7 @@ import sys
 from ..bench.report import render
 from ..bench.run import BenchOptions, benchmark
 from ..options.parser import add_options, options_from
+from ..server.tokenizer import load_tokenizer
 from . import args as cli_args
 from . import common as cli_common
 from .run import json_in_existing_folder, run_command
@@ -45,7 +46,7 @@ def options_from_args(a: argparse.Namespace) -> BenchOptions:
     if a.target:
 
         def tokenizer():
-            return cli_common.load_tokenizer(a.target, a.trust_remote_code, "--target")
+            return load_tokenizer(a.target, a.trust_remote_code, "--target")
 
     return options_from(a, BenchOptions, tokenizer=tokenizer, concurrency=tuple(a.concurrency), quiet=a.quiet)
 

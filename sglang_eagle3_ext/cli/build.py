@@ -25,15 +25,13 @@ from ..options.schema import flag_fields
 from ..recipe.config import config_rules, dump_config, read_config
 from ..recipe.options import CONFIG, GROUPS, TRAIN_SET_BY_BUILD, BuildOptions
 from ..recipe.report import render_text
+from ..server.tokenizer import load_tokenizer
 from ..training.options import TrainOptions
-from ..training.report import TrainDraftError
 from . import args as cli_args
 from . import common as cli_common
 from . import train as train_cli
 from .interrupts import interrupted_line, interruptible
 from .output import library_output
-
-_CONFIG = CONFIG
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--config",
         metavar="FILE",
-        type=_CONFIG,
+        type=CONFIG,
         help="YAML mapping of build's and train's flags (the command line overrides it)",
     )
     grouped = [name for names in GROUPS.values() for name in names]
@@ -63,7 +61,7 @@ def parse(argv) -> tuple[argparse.Namespace, dict]:
     """The flags over the config file's values over the defaults; (namespace, the resolved settings)."""
     p = build_parser()
     pre = cli_args.parser("build", add_help=False)
-    pre.add_argument("--config", type=_CONFIG)
+    pre.add_argument("--config", type=CONFIG)
     known, _ = pre.parse_known_args(argv)
     rules = config_rules()
     if known.config:
@@ -84,27 +82,6 @@ def options(a: argparse.Namespace):
     return options_from(a, BuildOptions, train=train, say=say, quiet=a.quiet)
 
 
-def _train_plan(o, a):
-    """train's dry-run plan for this build's training (on --gpus ranks)."""
-
-    def plan(fields: dict) -> dict:
-        from ..training import TrainOptions, train_draft
-
-        opts = TrainOptions(
-            **{
-                **fields,
-                "data": None,
-                "target": o.target,
-                "out": None,
-                "dry_run": True,
-                "world_size": fields.get("world_size") or o.gpus,
-            }
-        )
-        return train_draft(opts)
-
-    return plan
-
-
 def main(argv=None) -> int:
     from ..recipe.run import Run, build
 
@@ -114,15 +91,11 @@ def main(argv=None) -> int:
     cli_args.check_json_dest(a.json)
     o = options(a)
     if a.dry_run:
-        from ..recipe.plan import build_plan, plan_lines
+        from ..recipe.plan import dry_run, plan_lines
 
-        (o if o.out else _with_out(o)).check()  # the inputs a run would refuse, refused by the plan too
-        try:
-            rep = build_plan(o if o.out else _with_out(o), _train_plan(o, a))
-        except TrainDraftError as e:
-            raise Refused(str(e)) from None
+        rep = dry_run(o)
         return cli_common.report(a.json, rep, "\n".join(plan_lines(rep)))
-    run = Run(o=o, out=None, redo=set(), say=o.say, load_tokenizer=cli_common.load_tokenizer)
+    run = Run(o=o, out=None, redo=set(), say=o.say, load_tokenizer=load_tokenizer)
     stop = None
     try:
         with interruptible("build") as stop, library_output(a.verbose, bars=True):
@@ -141,12 +114,6 @@ def main(argv=None) -> int:
         raise
 
     return cli_common.report(a.json, rep, render_text(rep))
-
-
-def _with_out(o):
-    import dataclasses
-
-    return dataclasses.replace(o, out="(--out)")
 
 
 if __name__ == "__main__":

@@ -12,13 +12,11 @@ local Hugging Face cache only; not cached: "NOT checked", exit 2.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from ..boundary import Refused
 from ..draft.check import check_draft, report_dict
-from ..draft.hub import looks_like_hub_id
 from ..draft.options import CheckOptions
 from ..options.parser import add_options, options_from
+from ..training.data import captured_layers
 from . import args as cli_args
 from .run import run_command
 
@@ -34,22 +32,6 @@ def build_parser():
     return cli_args.finish(ap, "check")
 
 
-def _captured(data: str) -> tuple[list[int], str]:
-    """(the HF indices --data holds, the file recording them): the metadata `train` reads them from."""
-    from ..training.data import TrainDraftError, read_layer_ids_from_metadata
-
-    try:
-        ids, src = read_layer_ids_from_metadata(Path(data))
-    except TrainDraftError as e:
-        raise Refused(f"--data {data}: {e}") from None
-    if ids is None:
-        raise Refused(
-            f"--data {data}: records no target layers (no dump_meta.json or metadata.json naming them); "
-            f"give the dump dir or the `dump export` output the draft was trained on"
-        )
-    return ids, f"--data {data} ({src})"
-
-
 def _verdict(rep) -> int:
     if not rep.checked or rep.config_unreadable:
         return 2  # nothing could be read, or judged without its config: bad input, not a verdict
@@ -60,12 +42,8 @@ def main(argv=None) -> int:
 
     a = build_parser().parse_args(argv)
     o = options_from(a, CheckOptions)
-    draft = Path(o.draft)
-    if draft.exists() and not draft.is_dir():  # a bad path, not a verdict on a draft
-        raise Refused(f"{o.draft}: is a file, not a draft folder (config.json + *.safetensors); name its folder")
-    if not draft.exists() and not looks_like_hub_id(o.draft):
-        raise Refused(f"{o.draft}: no such directory (and not a hub id org/name)")
-    captured = _captured(o.data) if o.data else None
+    o.check_local()  # a bad path, not a verdict on a draft
+    captured = captured_layers(o.data) if o.data else None
     return run_command(
         "check",
         lambda: check_draft(

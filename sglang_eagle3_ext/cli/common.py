@@ -40,26 +40,6 @@ def debug_requested(argv=None) -> bool:
         return False
 
 
-def load_tokenizer(name: str, trust_remote_code: bool = False, flag: str = "--target"):
-    """The tokenizer of `name`, a model the user named with `flag`. Code shipped with it runs only with
-    trust_remote_code (the user's explicit --trust-remote-code); never load one from a path a server or a
-    file named: that would run code nobody chose to run."""
-    tf = optional("transformers", f"tokenizing with the tokenizer of {flag} {name}")
-    try:
-        return tf.AutoTokenizer.from_pretrained(name, trust_remote_code=bool(trust_remote_code))
-    except Exception as e:  # noqa: BLE001 - any loader failure: say which model and why
-        text = str(e)
-        if not trust_remote_code and "trust_remote_code" in text:
-            raise Refused(
-                f"{flag} {name}: its tokenizer ships its own code, which runs only with "
-                f"--trust-remote-code: add that flag if you trust the code in {name}"
-            ) from None
-        raise Refused(
-            f"{flag} {name}: cannot load its tokenizer ({type(e).__name__}: "
-            f"{text.splitlines()[0][:200] if text else ''})"
-        ) from None
-
-
 def _file_being_read(e: BaseException) -> str | None:
     """The file a parse error came from, when the error itself does not say (json, yaml, safetensors errors
     carry no path): the innermost frame outside the parser with a local naming an existing file."""
@@ -245,19 +225,6 @@ def entry(tool: str):
         return run_tool(tool, getattr(importlib.import_module(f"sglang_eagle3_ext.{mod}"), fn), argv)
 
     return _main
-
-
-def optional(module: str, purpose: str, pip_name: str | None = None):
-    """Import an optional dependency or raise a refusal naming what to install."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise Refused(
-            f"{purpose} needs {module}: pip install {pip_name or PIP_NAMES.get(module, module)} "
-            f"({type(e).__name__}: {e})"
-        ) from None
 
 
 def report(json_dest, rep: dict, text: str) -> int:

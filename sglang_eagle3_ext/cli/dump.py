@@ -25,6 +25,7 @@ from ..dump.client_files import ClientError
 from ..dump.export import ExportError
 from ..dump.run_options import ExportOptions, RunOptions, StatusOptions
 from ..options.parser import add_options, options_from
+from ..server.tokenizer import load_tokenizer
 from . import args as cli_args
 from . import common as cli_common
 from .run import run_command
@@ -43,7 +44,7 @@ def _run(args) -> int:
 
     return run_command(
         "dump run",
-        lambda: driver.run(opts, cli_common.load_tokenizer),
+        lambda: driver.run(opts, load_tokenizer),
         lambda res: driver.render_run(res.summary),
         json=args.json,
         as_json=lambda res: res.summary,

@@ -12,13 +12,11 @@ SGLang arguments the user set are never overridden (each automatic choice is pri
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from .. import envs
 from ..launch import command_line, presets, start
 from ..launch.options import LaunchOptions
-from ..launch.plan import Plan, build_plan
+from ..launch.plan import build_plan
 from ..options.parser import add_options
 from . import args as cli_args
 from . import common as cli_common
@@ -41,14 +39,6 @@ def our_parser() -> argparse.ArgumentParser:
     p.add_argument("--help-sglang", action="store_true", help="SGLang's own flags, passed through unchanged")
     cli_args.add_json_out(p, "the plan (--dry-run; a real launch writes it to PATH first)")
     return cli_args.finish(p, "launch")
-
-
-def launch(plan: Plan, ours) -> None:
-    """Start what the plan says: its checks first (dump folder, --preflight, the tiny model), then SGLang's own
-    launcher in this process, whose processes inherit the plan's environment."""
-    start.prepare(plan, {**envs.environ(), **plan.env_updates}, ours.preflight, ours.preflight_timeout)
-    os.environ.update(plan.env_updates)
-    start.run_sglang(plan)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             print(dry_run_line(plan.tp_size, ours.preflight_timeout))
         return 0
     print(plan.render(), file=sys.stderr)  # the decisions, said once, before SGLang's own log starts
-    launch(plan, ours)
+    start.launch(plan, ours.preflight, ours.preflight_timeout)
     return 0
 
 

@@ -23,13 +23,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..boundary import Refused
 from ..options.parser import add_options, options_from
-from ..training.distributed import torchrun_env
-from ..training.options import FLAG_TYPES, TrainOptions
-from ..training.report import TrainDraftError
+from ..training.distributed import launched_rank
+from ..training.options import FLAG_TYPES, TrainOptions, check_data
+from ..training.report import TrainDraftError, what_out_holds
 from ..training.train import train_draft
-from ..training.train_flags import EXPORT
 from . import args as cli_args
 from . import common as cli_common
 from .interrupts import interrupted_line, interruptible
@@ -101,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(e, "echo", True):  # a refusal every rank shares is printed by rank 0 only
                 print(cli_common.error_line("train", str(e)), file=sys.stderr)
             return getattr(e, "exit_code", cli_common.EXIT_BAD_INPUT)
-        if _rank() == 0:  # whatever the training made of it
+        if launched_rank() == 0:  # whatever the training made of it
             print(interrupted_line("train", what_out_holds(a.out)), file=sys.stderr)
         return cli_common.EXIT_INTERRUPTED
     if a.dry_run:
@@ -109,50 +107,9 @@ def main(argv: list[str] | None = None) -> int:
 
         if a.json != "-":
             print("\n".join(plan_lines(result)))
-    if a.json and _rank() == 0:
+    if a.json and launched_rank() == 0:
         cli_args.write_json(a.json, result)
     return 0
-
-
-def check_data(data: str) -> None:
-    """--data holds hidden-state files (named, not read): a dump not yet exported, or a folder of something
-    else, is said now rather than once torch and the trainer are loaded."""
-    from pathlib import Path
-
-    from ..dump.config import META_FILE
-    from ..training.data import find_hs_dir
-
-    try:
-        find_hs_dir(Path(data))
-    except TrainDraftError:
-        if (Path(data) / META_FILE).is_file():
-            raise Refused(
-                f"--data {data}: a dump, not yet exported: run `sglang-eagle3 dump export --dump-dir {data} "
-                f"--to speculators --out DIR`, then pass --data DIR"
-            ) from None
-        raise Refused(
-            f"--data {data}: no hs_{{i}}.safetensors files here or in its hidden_states/; give the folder "
-            f"`{EXPORT}` wrote"
-        ) from None
-
-
-def what_out_holds(out: str | None) -> str:
-    """A true sentence on --out after an interrupted run: a draft is published there once an epoch completes."""
-    from pathlib import Path
-
-    if out and (Path(out) / "config.json").is_file():
-        return f"--out {out} holds the draft of the last complete epoch; continue with --resume"
-    return f"--out {out} was not written (no epoch completed); run the command again to start over"
-
-
-def _rank() -> int:
-    """This process's rank under torchrun (0 outside it): rank 0 alone writes --json."""
-
-    try:
-        env = torchrun_env()
-    except TrainDraftError:
-        return 0
-    return env[0] if env else 0
 
 
 if __name__ == "__main__":

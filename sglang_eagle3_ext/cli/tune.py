@@ -21,9 +21,9 @@ import sys
 
 from ..boundary import writable_dir
 from ..options.parser import options_from
+from ..server.tokenizer import load_tokenizer
 from ..tune.options import TuneOptions
 from . import args as cli_args
-from . import common as cli_common
 from .run import options_parser, progress_lines, run_command
 
 
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     p._option_string_actions["--json"].type = None  # checked below once --out is known: a report may go inside it
     a = cli_args.finish(p, "tune").parse_args(argv)
-    tok = (lambda: cli_common.load_tokenizer(a.target, a.trust_remote_code)) if a.prompts else None
+    tok = (lambda: load_tokenizer(a.target, a.trust_remote_code)) if a.prompts else None
     opts = options_from(
         a,
         TuneOptions,

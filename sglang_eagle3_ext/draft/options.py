@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
+from ..boundary import Refused
 from ..options import values
 from ..options.schema import flag
+from .hub import looks_like_hub_id
 
 
 def _int_list(s: str) -> list[int]:
@@ -42,6 +45,14 @@ class CheckOptions:
         help="fast: read headers only, no NaN/Inf scan of the weights (the verdict says 'values not "
         "scanned'); default: every weight is read once",
     )
+
+    def check_local(self) -> None:
+        """DRAFT names a folder here or a hub id (org/name): a bad path is bad input, not a verdict on a draft."""
+        draft = Path(self.draft)
+        if draft.exists() and not draft.is_dir():
+            raise Refused(f"{self.draft}: is a file, not a draft folder (config.json + *.safetensors); name its folder")
+        if not draft.exists() and not looks_like_hub_id(self.draft):
+            raise Refused(f"{self.draft}: no such directory (and not a hub id org/name)")
 
 
 @dataclasses.dataclass(kw_only=True)

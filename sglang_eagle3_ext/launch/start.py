@@ -3,8 +3,10 @@ preflight, the built-in tiny model), then SGLang's own launcher in this process.
 
 from __future__ import annotations
 
+import os
 import sys
 
+from .. import envs
 from .._activate import apply
 from . import nccl
 from .dump_dir import make
@@ -25,6 +27,14 @@ def prepare(plan: Plan, child_env: dict, preflight: bool, preflight_timeout: flo
         from ..tiny.builtin import ensure_builtin
 
         ensure_builtin(plan.tiny_dir)
+
+
+def launch(plan: Plan, preflight: bool, preflight_timeout: float) -> None:
+    """Start what the plan says: its checks first (dump folder, --preflight, the tiny model), then SGLang's own
+    launcher in this process, whose processes inherit the plan's environment."""
+    prepare(plan, {**envs.environ(), **plan.env_updates}, preflight, preflight_timeout)
+    os.environ.update(plan.env_updates)
+    run_sglang(plan)
 
 
 def require_accelerator(plan: Plan) -> None:

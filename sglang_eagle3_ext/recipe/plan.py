@@ -4,11 +4,13 @@ config.json and the prompts file; loads no weights and starts nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
-from ..boundary import BadInput, regular_file
+from ..boundary import BadInput, Refused, regular_file
 from ..training.plan import plan_lines as train_lines
+from ..training.report import TrainDraftError
 from ..training.target_view import text_config
 from . import STAGES
 from .options import BuildOptions
@@ -116,6 +118,31 @@ def build_plan(o: BuildOptions, train_plan) -> dict:
         rep["export_bytes"] = rep["dump"]["bytes"]  # the export holds the same states again
     rep["train"] = train_plan(o.train)
     return rep
+
+
+def dry_run(o: BuildOptions) -> dict:
+    """`--dry-run`'s plan: the inputs a run would refuse are refused by the plan too; --out may be left out."""
+    o = o if o.out else dataclasses.replace(o, out="(--out)")
+    o.check()
+    try:
+        return build_plan(o, _train_plan(o))
+    except TrainDraftError as e:
+        raise Refused(str(e)) from None
+
+
+def _train_plan(o: BuildOptions):
+    """train's dry-run plan for this build's training (on --gpus ranks)."""
+
+    def plan(fields: dict) -> dict:
+        from ..training import TrainOptions, train_draft
+
+        world = fields.get("world_size") or o.gpus
+        opts = TrainOptions(
+            **{**fields, "data": None, "target": o.target, "out": None, "dry_run": True, "world_size": world}
+        )
+        return train_draft(opts)
+
+    return plan
 
 
 def _aux_layers(o: BuildOptions, n_layers: int) -> int:

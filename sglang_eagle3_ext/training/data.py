@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from ..boundary import BadInput, list_of, read_json_file
+from ..boundary import BadInput, Refused, list_of, read_json_file
 from .report import TrainDraftError, say
 from .samples import SampleSpec, load_sample
 
@@ -175,3 +175,20 @@ def _write_prepared(prep: Path, rows: dict, freq) -> None:
     ds.save_to_disk(str(prep))
     token_freq = {int(t): int(c) for t, c in enumerate(freq.tolist()) if c}
     torch.save(token_freq, prep / "token_freq.pt")
+
+
+# ----------------------------------------------------------------------------- the target layers --data holds
+
+
+def captured_layers(data: str) -> tuple[list[int], str]:
+    """(the HF indices --data holds, the file recording them): the metadata `train` reads them from."""
+    try:
+        ids, src = read_layer_ids_from_metadata(Path(data))
+    except TrainDraftError as e:
+        raise Refused(f"--data {data}: {e}") from None
+    if ids is None:
+        raise Refused(
+            f"--data {data}: records no target layers (no dump_meta.json or metadata.json naming them); "
+            f"give the dump dir or the `dump export` output the draft was trained on"
+        )
+    return ids, f"--data {data} ({src})"

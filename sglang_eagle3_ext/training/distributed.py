@@ -71,6 +71,16 @@ def torchrun_env() -> tuple[int, int, int] | None:
     return rank, size, local
 
 
+def launched_rank() -> int:
+    """This process's rank under torchrun (0 outside it, or where torchrun's variables are unusable): rank 0 alone
+    writes a report."""
+    try:
+        env = torchrun_env()
+    except TrainDraftError:
+        return 0
+    return env[0] if env else 0
+
+
 def _join(device: str, rank: int, size: int, local: int) -> World:
     import torch
     import torch.distributed as dist

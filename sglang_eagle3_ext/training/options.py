@@ -10,12 +10,16 @@ import math
 from pathlib import Path
 from typing import Callable
 
+from ..boundary import Refused
+from ..dump.config import META_FILE
+from .data import find_hs_dir
 from .report import TrainDraftError
 from .selection import check_options
 from .train_flags import (  # noqa: F401 - DEFAULT_EPOCHS re-exported: the routes read it here
     ATTN_IMPLS,
     DEFAULT_EPOCHS,
     DEVICES,
+    EXPORT,
     LOSS_IMPLS,
     OPTIMIZERS,
     SCHEDULERS,
@@ -153,3 +157,20 @@ def _legacy_output(d: Path) -> bool:
         and bool(names & {RUN_DIR, "train_summary.json"})
         and names <= _LEGACY_OUTPUT
     )
+
+
+def check_data(data: str) -> None:
+    """--data holds hidden-state files (named, not read): a dump not yet exported, or a folder of something
+    else, is said now rather than once torch and the trainer are loaded."""
+    try:
+        find_hs_dir(Path(data))
+    except TrainDraftError:
+        if (Path(data) / META_FILE).is_file():
+            raise Refused(
+                f"--data {data}: a dump, not yet exported: run `sglang-eagle3 dump export --dump-dir {data} "
+                f"--to speculators --out DIR`, then pass --data DIR"
+            ) from None
+        raise Refused(
+            f"--data {data}: no hs_{{i}}.safetensors files here or in its hidden_states/; give the folder "
+            f"`{EXPORT}` wrote"
+        ) from None

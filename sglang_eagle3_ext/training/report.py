@@ -50,3 +50,10 @@ def non_finite(state_dict: dict) -> list[str]:
     import torch
 
     return [k for k, v in state_dict.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+
+
+def what_out_holds(out: str | None) -> str:
+    """A true sentence on --out after an interrupted run: a draft is published there once an epoch completes."""
+    if out and (Path(out) / "config.json").is_file():
+        return f"--out {out} holds the draft of the last complete epoch; continue with --resume"
+    return f"--out {out} was not written (no epoch completed); run the command again to start over"
