@@ -13,23 +13,10 @@ import sys
 from .. import envs, versions
 from ..boundary import BadInput
 from ..options.parser import did_you_mean
-from ..options.values import (  # noqa: F401 (the shared types, one import for the commands)
-    json_dest,
-    new_tokens,
-    non_negative_float,
-    non_negative_int,
-    number_in,
-    positive_float,
-    positive_int,
-)
+from ..options.values import json_dest
 from .naming import prog
 
 _EXIT_USAGE = 2  # common.EXIT_BAD_INPUT: a usage error is bad input
-
-
-def _prog(tool: str) -> str:
-
-    return prog(tool)
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -96,7 +83,7 @@ def _near_miss(parser, message: str) -> str:
 
 def parser(tool: str, description: str | None = None, **kw) -> CliParser:
     """A tool's parser: its prog name, no abbreviations, help that shows defaults (finish() adds --debug)."""
-    return CliParser(prog=_prog(tool), description=description, formatter_class=HelpFormatter, allow_abbrev=False, **kw)
+    return CliParser(prog=prog(tool), description=description, formatter_class=HelpFormatter, allow_abbrev=False, **kw)
 
 
 def doc_description(doc: str, paragraphs: int = 1) -> str:
@@ -111,7 +98,7 @@ def doc_description(doc: str, paragraphs: int = 1) -> str:
 def finish(parser: argparse.ArgumentParser, tool: str) -> argparse.ArgumentParser:
     """Give a tool's parser (and its sub-parsers) the shared prog name, help formatter, --debug flag and rules
     (CliParser: no abbreviations, group help, one-line usage errors)."""
-    old, new = parser.prog, _prog(tool)
+    old, new = parser.prog, prog(tool)
     todo = [parser]
     while todo:
         p = todo.pop()
@@ -129,11 +116,6 @@ def finish(parser: argparse.ArgumentParser, tool: str) -> argparse.ArgumentParse
                 a.required = False  # CliParser prints the group's help instead of "required: cmd"
                 todo += list(a.choices.values())
     return parser
-
-
-def hidden_alias(parser, old: str, dest: str, **kw) -> None:
-    """Keep an old flag spelling working without showing it in --help."""
-    parser.add_argument(old, dest=dest, help=argparse.SUPPRESS, **kw)
 
 
 class _SglangRelease(argparse.Action):
@@ -167,7 +149,7 @@ def add_sglang_release(parser, what: str, dest: str = "sglang_version") -> None:
     parser.add_argument(
         "--sglang", dest=dest, metavar="VERSION", action=_SglangRelease, help=f"{what} (default: the installed one)"
     )
-    hidden_alias(parser, "--sglang-version", dest=dest, action=_SglangRelease)
+    parser.add_argument("--sglang-version", dest=dest, action=_SglangRelease, help=argparse.SUPPRESS)
 
 
 def add_json_out(parser, what: str = "the results") -> None:

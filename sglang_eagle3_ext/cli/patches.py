@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from ..compat.options import PatchesOptions
-from ..compat.static_patches import PATCH_FILE, find, releases, sort_key  # noqa: F401 (PATCH_FILE: tests)
+from ..compat.static_patches import find, releases, sort_key
 from ..options.parser import add_options, options_from
 from . import args as cli_args
 from . import common as cli_common

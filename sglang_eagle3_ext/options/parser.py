@@ -44,7 +44,7 @@ def add_options(parser, options_type, only=None, skip=()) -> None:
         kw = _kwargs(field)
         parser.add_argument(*option_strings(field), **kw).schema_field = f"{options_type.__name__}.{field.name}"
         hidden = {k: v for k, v in kw.items() if k not in ("metavar", "default", "required")}
-        for old in flag_of(field).aliases:  # as args.hidden_alias adds one: out of --help, never required
+        for old in flag_of(field).aliases:  # an old spelling: out of --help, never required
             extra = {}
             if not isinstance(old, str):  # (spelling, action): the opposite switch, at the flag's default
                 old, extra = old[0], {"action": old[1], "default": kw.get("default")}
