@@ -176,9 +176,10 @@ def test_entry_points_as_processes(tmp_path):
 
 def test_patches_ship_every_release(capsys):
     from sglang_eagle3_ext.cli import patches as patches_cli
+    from sglang_eagle3_ext.compat.static_patches import PATCH_FILE, releases
 
-    rels = patches_cli.releases()
-    assert set(rels) == {d.name for d in (REPO / "patches").iterdir() if (d / patches_cli.PATCH_FILE).exists()}
+    rels = releases()
+    assert set(rels) == {d.name for d in (REPO / "patches").iterdir() if (d / PATCH_FILE).exists()}
     assert patches_cli.main(["--print", "0.5.16"]) == 0
     assert capsys.readouterr().out == rels["0.5.16"].read_text()
 
