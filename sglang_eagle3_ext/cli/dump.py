@@ -58,10 +58,11 @@ def _export(args) -> int:
     o = options_from(args, ExportOptions, progress=not args.quiet)
     return run_command(
         "dump export",
-        lambda: driver.export(o.dump_dir, o.to, o.out, data=o.data, workers=o.workers, progress=o.progress),
-        lambda n: f"exported {n} samples for {o.to} into {o.out}",
+        lambda: driver.export_report(
+            driver.export(o.dump_dir, o.to, o.out, data=o.data, workers=o.workers, progress=o.progress), o.to, o.out
+        ),
+        driver.render_export,
         json=args.json,
-        as_json=lambda n: {"exported": n, "to": o.to, "out": str(o.out)},
         verbose=args.verbose,
         bars=True,  # our bar, not the datasets' save bar
         errors=_ERRORS,

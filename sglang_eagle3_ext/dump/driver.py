@@ -304,6 +304,15 @@ def export(dump_dir, to: str, out, data=None, workers: int = 8, progress: bool =
     return fn(dump_dir, out, order=order, loss_masks=masks, workers=workers, progress=progress)
 
 
+def export_report(n: int, to: str, out) -> dict:
+    """`dump export`'s report: how many samples were exported, in which format, where."""
+    return {"exported": n, "to": to, "out": str(out)}
+
+
+def render_export(rep: dict) -> str:
+    return f"exported {rep['exported']} samples for {rep['to']} into {rep['out']}"
+
+
 def status(dump_dir) -> dict:
     """The manifest's totals, the writers' skip counters summed, and every writer's status."""
 
