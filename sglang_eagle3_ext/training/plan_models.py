@@ -2,13 +2,13 @@
 nothing is built or run, so any size answers at once. Each route's plan step (training/<route>/plan.py: `step`)
 first applies the settings checks its training run applies (the same functions), then counts:
 
-- the draft's parameters from its shapes (tests/unit/test_train_plan.py holds them to the drafts the routes
+- the draft's parameters from its shapes (tests/unit/training/test_train_plan.py holds them to the drafts the routes
   build);
 - the activation peak of one micro-batch's forward, loss and backward, as bytes per element of each family of
   tensors the step keeps alive (the logits and their log-softmaxes per TTT step, the attention masks growing with
   the steps, the layers' inputs and outputs), for float32 on a CPU and bf16 autocast on CUDA. The figures are a
   least-squares fit to the step run on torch's meta device with every storage followed from creation to release,
-  over random shapes (within 13 % of it from 64 tokens up); tests/unit/test_train_plan.py holds the plan within
+  over random shapes (within 13 % of it from 64 tokens up); tests/unit/training/test_train_plan.py holds the plan within
   15 % of a measured run's peak, so a change to a step that moves its peak shows there. On CUDA the Llama route
   compiles its forward and fuses its loss, which keep less: an upper bound there (measured at Kimi-K2.5's width,
   8192 tokens, one H200: 60 GiB peak for 94 GiB planned; the MLA route: 50 GiB for 56 GiB planned);
