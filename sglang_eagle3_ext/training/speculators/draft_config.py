@@ -93,14 +93,19 @@ def draft_layer_config(
 
 
 def layer_config_of(target_cfg: dict, a) -> dict:
-    """draft_layer_config of a run's --num-layers, --intermediate-size, --head-dim and --max-position-embeddings."""
-    return draft_layer_config(
-        target_cfg,
-        num_layers=a.num_layers,
-        intermediate_size=a.intermediate_size,
-        head_dim=a.head_dim,
-        max_position_embeddings=a.max_position_embeddings,
-    )
+    """draft_layer_config of a run's --num-layers, --intermediate-size, --head-dim and --max-position-embeddings;
+    a size that does not fit the target's is refused naming the target (its config.json holds the hidden size)."""
+    try:
+        return draft_layer_config(
+            target_cfg,
+            num_layers=a.num_layers,
+            intermediate_size=a.intermediate_size,
+            head_dim=a.head_dim,
+            max_position_embeddings=a.max_position_embeddings,
+        )
+    except TrainDraftError as e:
+        fix = "give --head-dim that divides it" if a.head_dim is None else "give another --head-dim"
+        raise TrainDraftError(f"--target {a.target}: its config.json: {e}; {fix}") from None
 
 
 def meta_model(dcfg: dict, target_cfg: dict, layer_ids: list[int], draft_vocab_size: int, ttt_steps: int, target):

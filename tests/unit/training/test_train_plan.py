@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("speculators.train.cli")
 from helpers import assert_names_its_input  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from test_train_distributed import world  # noqa: E402,F401 - the shared module fixture
 
@@ -180,6 +180,7 @@ _fields = st.sampled_from(
 @pytest.mark.parametrize("arch", ["mla", "llama"])
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(changes=st.dictionaries(_fields, _value, min_size=1, max_size=3))
+@example(changes={"hidden_size": 9, "num_attention_heads": 4})  # a head size of 2 that does not divide 9
 def test_any_target_config_gives_a_plan_or_a_one_line_refusal(world, tmp_path_factory, capsys, arch, changes):
     d = tmp_path_factory.mktemp("cfg")
     cfg = json.loads((world["target"] / "config.json").read_text())
