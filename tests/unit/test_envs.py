@@ -112,7 +112,7 @@ def test_every_variable_name_in_the_package_is_declared():
 
 
 # Modules that may touch os.environ / os.getenv: the registry, the .pth bootstrap, the launcher's child env.
-ENV_READERS = {"envs.py", "_startup/sglang_eagle3_ext.pth", "cli/launch.py"}
+ENV_READERS = {"envs.py", "_startup/sglang_eagle3_ext.pth", "launch/start.py"}
 
 
 def test_environment_is_read_in_few_modules():
