@@ -129,15 +129,32 @@ def session(device: str):
     try:
         yield world
         ok = True
+    except BaseException as e:
+        ok = _every_rank(e)  # an error all ranks raise together: they all reach the barrier below
+        raise
     finally:
         _current = previous
         set_quiet(False)
         if made:
             dist = importlib.import_module("torch.distributed")
             if dist.is_initialized():
-                if ok:  # a rank that leaves while rank 0 still writes tears gloo's pairs down under it
+                if ok:  # a rank that leaves while another still reads or writes tears gloo's pairs down under it
                     dist.barrier()
                 dist.destroy_process_group()
+
+
+def _every_rank(e: BaseException) -> bool:
+    """Whether `e` (or an error it was raised from) is one that every rank raised at the same point."""
+    while e is not None:
+        if getattr(e, "every_rank", False):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _on_every_rank(e: BaseException) -> BaseException:
+    e.every_rank = True
+    return e
 
 
 def barrier(world: World | None = None) -> None:
@@ -174,9 +191,9 @@ def on_main(fn, world: World | None = None):
             error = e
     shared = broadcast((result, None if error is None else str(error)), world)
     if error is not None:
-        raise error
+        raise _on_every_rank(error)
     if shared[1] is not None:
-        raise RelayedError(f"rank 0: {shared[1]}")
+        raise _on_every_rank(RelayedError(f"rank 0: {shared[1]}"))
     return shared[0]
 
 
@@ -196,10 +213,10 @@ def agree(fn, world: World | None = None):
     said: list = [None] * world.size
     dist.all_gather_object(said, None if error is None else str(error))
     if error is not None:
-        raise error
+        raise _on_every_rank(error)
     bad = next(((r, m) for r, m in enumerate(said) if m is not None), None)
     if bad is not None:
-        raise RelayedError(f"rank {bad[0]}: {bad[1]}")
+        raise _on_every_rank(RelayedError(f"rank {bad[0]}: {bad[1]}"))
     return result
 
 
