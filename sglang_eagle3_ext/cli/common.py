@@ -185,6 +185,26 @@ def _raised_in_launched_module(e: BaseException) -> bool:
 
 def run_tool(tool: str, main, argv=None) -> int:
     """Call a tool's `main(argv)`; turn any escaping error into one line on stderr and a documented exit code."""
+    rc = _run_tool(tool, main, argv)
+    if rc == EXIT_INTERRUPTED and argv is None:  # the process's own command line: it exits next
+        _exit_at_once_on_interrupt()
+    return rc
+
+
+def _exit_at_once_on_interrupt() -> None:
+    """The command has said its interrupted line and leaves with 130: an interrupt from now on (one still on its
+    way, or the user's next Ctrl-C while Python shuts down) ends the process at once with the same code, never
+    as a death by the signal after the line."""
+    import os
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, lambda signum, frame: os._exit(EXIT_INTERRUPTED))
+
+
+def _run_tool(tool: str, main, argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested(argv)
     try:
