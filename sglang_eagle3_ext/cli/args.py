@@ -6,12 +6,9 @@ argparse types."""
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 
 from .. import envs, versions
-from ..boundary import BadInput
 from ..options.parser import did_you_mean
 from ..options.values import json_dest
 from .naming import prog
@@ -173,46 +170,3 @@ def add_verbosity(parser, quiet: str = "no progress output", verbose: str | None
     g.add_argument(
         "--verbose", action="store_true", help=verbose or "also show the logs and warnings of the libraries underneath"
     )
-
-
-def _finite(obj):
-    """NaN/Infinity are not JSON: written as null."""
-    import math
-
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def check_json_dest(dest: str | None, made: bool = True) -> None:
-    """`--json PATH` checked before a command acts (a report that cannot be written must not be found only after
-    the irreversible step): PATH is no folder, and its folder is writable here or can be made (made=False: is
-    there already)."""
-    if not dest or dest == "-":
-        return
-    p = os.path.abspath(os.path.expanduser(dest))
-    if os.path.isdir(p):
-        raise BadInput(f"--json {dest}", "is a folder; give a file path")
-    parent = os.path.dirname(dest) or "."
-    if not made and not os.path.isdir(parent):
-        raise BadInput(f"--json {dest}", f"no folder {parent}; create it or give another path")
-    try:
-        json_dest(dest)  # its folder exists and is writable, or can be made (write_json makes it)
-    except argparse.ArgumentTypeError as e:
-        raise BadInput(
-            f"--json {dest}", str(e).split("; ")[0].removeprefix(f"{dest}: ") + "; give another path"
-        ) from None
-
-
-def write_json(dest: str, obj) -> None:
-    text = json.dumps(_finite(obj), indent=2, default=str, allow_nan=False)
-    if dest == "-":
-        print(text)
-        return
-    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
-    with open(dest, "w") as f:
-        f.write(text + "\n")

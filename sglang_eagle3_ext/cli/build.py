@@ -20,6 +20,7 @@ import argparse
 import sys
 
 from ..boundary import Refused
+from ..json_file import check_json_dest
 from ..options.parser import add_options, options_from
 from ..options.schema import flag_fields
 from ..recipe.config import config_rules, dump_config, read_config
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
     a, resolved = parse(argv)
     if not a.out and not a.dry_run:
         raise Refused("--out is required: the folder every stage writes into")
-    cli_args.check_json_dest(a.json)
+    check_json_dest(a.json)
     o = options(a)
     if a.dry_run:
         from ..recipe.plan import dry_run, plan_lines

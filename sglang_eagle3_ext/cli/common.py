@@ -20,7 +20,7 @@ import traceback
 
 from .. import envs
 from ..boundary import BadInput, Refused
-from .args import write_json
+from ..json_file import write_json
 from .commands import BY_NAME
 from .naming import prog
 

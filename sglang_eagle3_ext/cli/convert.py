@@ -18,6 +18,7 @@ import sys
 from ..draft.convert import convert
 from ..draft.errors import DraftError
 from ..draft.options import ConvertOptions
+from ..json_file import write_json
 from ..options.parser import add_options, options_from
 from . import args as cli_args
 from .run import one_line, run_command
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
         if a.json:
             problems_json = [dataclasses.asdict(p) for p in e.problems]
             refusal = {"ok": False, "src": o.src, "dst": o.dst, "refused": head, "problems": problems_json}
-            cli_args.write_json(a.json, refusal)
+            write_json(a.json, refusal)
         return "\n".join([said, *problems])
 
     return run_command(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..json_file import write_json
 from ..launch import command_line, presets, start
 from ..launch.options import LaunchOptions
 from ..launch.plan import build_plan
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ours.dry_run:
         start.require_accelerator(plan)  # no GPU: one line naming --dry-run, before the plan or anything is written
     if ours.json:  # --json [PATH]: the plan as JSON (alone on stdout with no PATH)
-        cli_args.write_json(ours.json, plan.as_dict())
+        write_json(ours.json, plan.as_dict())
     text = ours.json != "-"
     if ours.dry_run:
         if text:

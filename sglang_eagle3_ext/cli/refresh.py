@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 
 from ..boundary import Refused
+from ..json_file import write_json
 from ..options.parser import options_from
 from ..refresh.run import RefreshOptions, refresh, render
 from ..training.report import TrainDraftError
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         a,
         RefreshOptions,
         say=progress_lines("refresh", a),
-        report=(lambda rep: cli_args.write_json(a.json, rep)) if a.json else None,  # before the cursor records samples
+        report=(lambda rep: write_json(a.json, rep)) if a.json else None,  # before the cursor records samples
     )
 
     def call() -> dict:

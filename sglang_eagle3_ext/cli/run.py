@@ -16,8 +16,9 @@ import sys
 from typing import Any, Callable
 
 from ..boundary import BadInput, Refused
+from ..json_file import check_json_dest, write_json
 from ..options.parser import add_options
-from .args import add_json_out, add_verbosity, check_json_dest, doc_description, parser, write_json
+from .args import add_json_out, add_verbosity, doc_description, parser
 from .common import EXIT_BAD_INPUT, EXIT_OK, error_line
 from .interrupts import interrupted_exits
 from .output import library_output

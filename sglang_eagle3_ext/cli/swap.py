@@ -23,6 +23,7 @@ from __future__ import annotations
 import sys
 
 from ..draft.swap.client import SwapOptions, render, swap
+from ..json_file import write_json
 from ..options.parser import options_from
 from . import args as cli_args
 from .run import one_line, options_parser, progress_lines, run_command
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     def refused(e: BaseException) -> str:  # names the draft or the server and the problem; --json says it too
         if a.json:
             fallback = {"url": a.url, "draft": a.draft, "ok": False, "error": str(e)}
-            cli_args.write_json(a.json, getattr(e, "report", None) or fallback)
+            write_json(a.json, getattr(e, "report", None) or fallback)
         return one_line(e)
 
     return run_command("swap", lambda: swap(opts), render, json=a.json, verbose=a.verbose, refused=refused)

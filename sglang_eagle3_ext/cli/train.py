@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..json_file import write_json
 from ..options.parser import add_options, options_from
 from ..training.distributed import launched_rank
 from ..training.options import FLAG_TYPES, TrainOptions, check_data
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.json != "-":
             print("\n".join(plan_lines(result)))
     if a.json and launched_rank() == 0:
-        cli_args.write_json(a.json, result)
+        write_json(a.json, result)
     return 0
 
 

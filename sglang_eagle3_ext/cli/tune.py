@@ -20,6 +20,7 @@ import shlex
 import sys
 
 from ..boundary import writable_dir
+from ..json_file import check_json_dest
 from ..options.parser import options_from
 from ..server.tokenizer import load_tokenizer
 from ..tune.options import TuneOptions
@@ -67,7 +68,7 @@ def _json_in_out(dest: str | None, out: str) -> bool:
         if os.path.dirname(p) == os.path.abspath(os.path.expanduser(out)) and not os.path.isdir(p):
             writable_dir(out, "--out")
             return True
-    cli_args.check_json_dest(dest)
+    check_json_dest(dest)
     return False
 
 

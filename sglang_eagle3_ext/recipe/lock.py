@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from ..boundary import Refused
+from ..json_file import write_json
 from . import state
 
 LOCK_FILE = "lock.json"
@@ -121,7 +122,7 @@ def acquire(out: Path, say, command: str | None = None) -> dict:
                     f"--out {out}: in use by the build of {holder_text(held)}; wait for it or give another --out"
                 )
             say(f"--out {out}: taking over the lock of the build that is gone ({holder_text(held)})")
-        state.write_json_atomic(path, mine)
+        write_json(path, mine)
     return mine
 
 

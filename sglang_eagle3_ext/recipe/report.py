@@ -8,6 +8,7 @@ import html
 import shlex
 from pathlib import Path
 
+from ..json_file import write_atomic, write_json
 from ..server.started import eagle3_chain_args
 from . import STAGES, state
 from .digest import folder_id
@@ -104,8 +105,8 @@ def _what(d) -> str:
 
 def write_report(run) -> dict:
     rep = collect(run)
-    state.write_json_atomic(run.out / "report.json", rep)
-    state.write_atomic(run.out / "report.html", render_html(rep))
+    write_json(run.out / "report.json", rep)
+    write_atomic(run.out / "report.html", render_html(rep))
     return rep
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..boundary import Refused
+from ..json_file import write_atomic, write_json
 from . import STAGES, fingerprint, lock, state
 from .options import BuildOptions
 from .report import certification, render_html
@@ -86,7 +87,7 @@ def _stages(run: Run, config_text: str | None) -> dict | None:
         skipped.clear()
         result = _run_stage(run, s, inputs, fp, rec)
         if config_text is not None:
-            state.write_atomic(run.out / CONFIG_FILE, config_text)  # these settings built something
+            write_atomic(run.out / CONFIG_FILE, config_text)  # these settings built something
         before = fp
     for line in skipped:
         run.say(line)
@@ -147,6 +148,6 @@ def certify(run: Run, result: dict | None) -> dict | None:
     state.forget(run.out, STAGES[STAGES.index("check") :])
     if isinstance(result, dict) and "serve" in result:
         rep = {**result, **cert}
-        state.write_json_atomic(run.out / "report.json", rep)
-        state.write_atomic(run.out / "report.html", render_html(rep))
+        write_json(run.out / "report.json", rep)
+        write_atomic(run.out / "report.html", render_html(rep))
     raise NegativeVerdict(f"{cert['not_certified']}: not certified; run build again to check the draft as it is now")

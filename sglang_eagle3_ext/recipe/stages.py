@@ -17,6 +17,7 @@ from ..draft.convert import convert as convert_draft
 from ..dump import driver
 from ..dump.client_files import ClientError
 from ..dump.export import ExportError
+from ..json_file import write_json
 from ..outdir import read_marker
 from ..training import TrainOptions
 from ..training.report import TrainDraftError
@@ -24,7 +25,6 @@ from . import state
 from .digest import folder_id
 from .report import write_report
 from .server import dumping_server
-from .state import write_json_atomic
 
 EXPORT_FORMAT = "speculators"
 
@@ -146,7 +146,7 @@ def export(run) -> dict:
         raise Refused(str(e)) from None
     if n == 0:
         raise Refused(f"the dump {run.o.dump_path} holds no complete sample to train on; dump first")
-    return {"exported": n, "to": EXPORT_FORMAT, "out": str(run.out / "export"), **state.dump_size(run.o.dump_path)}
+    return {**driver.export_report(n, EXPORT_FORMAT, run.out / "export"), **state.dump_size(run.o.dump_path)}
 
 
 def train_fields(run, *, resume: bool) -> dict:
@@ -267,7 +267,7 @@ def check(run) -> dict:
     """check_draft on the draft; the files checked are those hashed into the stage's marker before it ran."""
     draft = run.out / "draft"
     rep = check_draft(draft, run.o.target, progress=not run.o.quiet)
-    write_json_atomic(run.out / "check.json", report_dict(rep))
+    write_json(run.out / "check.json", report_dict(rep))
     run.say(rep.render())
     if not rep.checked or rep.errors:
         raise NegativeVerdict(
@@ -296,7 +296,7 @@ def evaluate(run) -> dict:
             say=None if run.o.quiet else (lambda m: run.say(f"eval: {m}")),
         )
     )
-    write_json_atomic(run.out / "eval.json", rep)
+    write_json(run.out / "eval.json", rep)
     return {
         "predicted_accept_length": rep.get("predicted_accept_length"),
         "positions": [p.get("p") for p in rep["rounds"]["positions"]],

@@ -12,6 +12,7 @@ import stat
 from pathlib import Path
 
 from ..dump import driver
+from ..json_file import write_json
 
 STATE_DIR = ".build"
 STARTED, DONE = "started", "done"
@@ -22,33 +23,6 @@ def marker_path(out: Path, stage: str) -> Path:
     return Path(out) / STATE_DIR / f"{stage}.json"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def write_json_atomic(path: Path, obj) -> None:
-    write_atomic(path, json.dumps(finite(obj), indent=2, default=str, allow_nan=False) + "\n")
-
-
-def finite(obj):
-    """NaN/Infinity are not JSON: null."""
-    import math
-
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
-    return obj
-
-
 def mark(out: Path, stage: str, fingerprint: str, inputs: dict, result: dict | None = None) -> None:
     """The marker of `stage`: started (result None) or done."""
     rec = {"stage": stage, "state": DONE if result is not None else STARTED, "fingerprint": fingerprint}
@@ -57,7 +31,7 @@ def mark(out: Path, stage: str, fingerprint: str, inputs: dict, result: dict | N
         rec["result"] = result
     path = marker_path(out, stage)
     remove(path)  # a folder or FIFO in its place would make the rename fail on every run
-    write_json_atomic(path, rec)
+    write_json(path, rec)
 
 
 def problem(rec, stage: str) -> str | None:

@@ -14,6 +14,7 @@ from typing import Callable
 
 from .. import envs, outdir
 from ..boundary import BadInput, field, read_json_file
+from ..json_file import write_json
 from ..outdir import read_marker
 from .distributed import World, barrier, on_main
 from .report import TrainDraftError, say
@@ -73,24 +74,7 @@ class Publisher:
 
 
 def write_state(ckpt: Path, state: dict) -> None:
-    import json
-
-    ckpt.mkdir(parents=True, exist_ok=True)
-    doc = _finite({"version": STATE_VERSION, **state})
-    (ckpt / STATE).write_text(json.dumps(doc, indent=2, default=str) + "\n")
-
-
-def _finite(v):
-    """`v` with its non-finite numbers (an accuracy that measured nothing) as null: JSON has no NaN."""
-    import math
-
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
-    return v
+    write_json(ckpt / STATE, {"version": STATE_VERSION, **state})
 
 
 def read_resume_point(out, resume: bool) -> dict | None:

@@ -25,6 +25,7 @@ ROOT_MODULES = {
     "env_rules",
     "versions",
     "boundary",
+    "json_file",  # the JSON files the package writes, --json PATH
     "patch_table",
     "patching",
     "static_patch",

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from sglang_eagle3_ext.cli import build as build_cli
 from sglang_eagle3_ext.cli.common import run_tool
+from sglang_eagle3_ext.json_file import write_json
 from sglang_eagle3_ext.recipe import STAGES, state
 from sglang_eagle3_ext.recipe import run as run_mod
 from sglang_eagle3_ext.recipe import stages as stages_mod
@@ -279,7 +280,7 @@ def test_a_second_build_on_the_same_out_is_refused_naming_the_holder(world, fake
     capsys.readouterr()
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        state.write_json_atomic(_lock_path(world), _lock_of(holder.pid))
+        write_json(_lock_path(world), _lock_of(holder.pid))
         fake.ran.clear()
         assert build(world, "--from", "eval") == 2
         err = lines(capsys)
@@ -308,7 +309,7 @@ def test_an_unreadable_lock_is_taken_over_once(world, fake, capsys, kind):
 
 def test_a_lock_of_another_host_is_never_taken_over(world, fake, capsys):
     (world / "out" / state.STATE_DIR).mkdir(parents=True)
-    state.write_json_atomic(_lock_path(world), _lock_of(1, host="elsewhere"))
+    write_json(_lock_path(world), _lock_of(1, host="elsewhere"))
     assert build(world) == 2
     err = lines(capsys)[-1]
     assert "elsewhere" in err and "delete" in err and fake.ran == []
