@@ -1,14 +1,14 @@
 """The argument parsers of every tool: the shared prog name and help formatter,
 no abbreviated flags, a group's help when its subcommand is missing, one-line usage errors with `did you mean`,
-and the flags every tool spells alike (`--sglang VERSION`, `--json [PATH]`, `--quiet`/`--verbose`) with their
-argparse types."""
+and the flags every tool spells alike (`--json [PATH]`, `--quiet`/`--verbose`; `--sglang VERSION`: options/values.py)
+with their argparse types."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from .. import envs, versions
+from .. import envs
 from ..options.parser import did_you_mean
 from ..options.values import json_dest
 from .naming import prog
@@ -113,40 +113,6 @@ def finish(parser: argparse.ArgumentParser, tool: str) -> argparse.ArgumentParse
                 a.required = False  # CliParser prints the group's help instead of "required: cmd"
                 todo += list(a.choices.values())
     return parser
-
-
-class _SglangRelease(argparse.Action):
-    """`--sglang VERSION`: a PEP 440 release number (else a usage error naming the flag); one outside the
-    supported range is taken with a warning naming the range (the tools judge it with the nearest rules)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        from packaging.version import InvalidVersion, Version
-
-        text = str(values)
-        try:
-            ok = bool(Version(text).release) and text == text.strip() and "/" not in text
-        except InvalidVersion:
-            ok = False
-        if not ok:
-            raise argparse.ArgumentError(
-                self, f"expected a SGLang release number such as {versions.SUPPORTED_MAX}, got {text!r}"
-            )
-        if not versions.in_range(text):
-            print(
-                f"{parser.prog}: warning: {option_string} {text} is outside the supported range "
-                f"{versions.SUPPORTED_MIN}..{versions.SUPPORTED_MAX}: judged with the rules of the nearest "
-                f"supported release",
-                file=sys.stderr,
-            )
-        setattr(namespace, self.dest, text)
-
-
-def add_sglang_release(parser, what: str, dest: str = "sglang_version") -> None:
-    """`--sglang VERSION` (older spelling --sglang-version) -> args.<dest>: the release `what` is for."""
-    parser.add_argument(
-        "--sglang", dest=dest, metavar="VERSION", action=_SglangRelease, help=f"{what} (default: the installed one)"
-    )
-    parser.add_argument("--sglang-version", dest=dest, action=_SglangRelease, help=argparse.SUPPRESS)
 
 
 def add_json_out(parser, what: str = "the results") -> None:

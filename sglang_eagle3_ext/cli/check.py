@@ -16,6 +16,7 @@ import sys
 from ..draft.check import check_draft, report_dict
 from ..draft.options import CheckOptions
 from ..options.parser import add_options, options_from
+from ..options.values import add_sglang_release
 from ..training.data import captured_layers
 from . import args as cli_args
 from .run import run_command
@@ -25,7 +26,7 @@ def build_parser():
 
     ap = cli_args.parser("check", cli_args.doc_description(__doc__, paragraphs=2))
     add_options(ap, CheckOptions, skip=("scan_values",))
-    cli_args.add_sglang_release(ap, "check against this release")
+    add_sglang_release(ap, "check against this release")
     add_options(ap, CheckOptions, only=("scan_values",))
     cli_args.add_json_out(ap, "the report")
     cli_args.add_verbosity(ap, quiet="no progress line while the weights are scanned")

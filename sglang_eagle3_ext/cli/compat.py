@@ -15,6 +15,7 @@ import sys
 from ..compat.options import CompatOptions
 from ..compat.release import ReleaseUnavailable, check_source, format_report, release_root
 from ..options.parser import add_options, options_from
+from ..options.values import add_sglang_release
 from . import args as cli_args
 from . import common as cli_common
 from .run import run_command
@@ -22,7 +23,7 @@ from .run import run_command
 
 def build_parser():
     ap = cli_args.parser("compat", cli_args.doc_description(__doc__))
-    cli_args.add_sglang_release(ap, "check this release", dest="sglang")
+    add_sglang_release(ap, "check this release", dest="sglang")
     add_options(ap, CompatOptions, only=("download",))
     add_options(ap.add_mutually_exclusive_group(), CompatOptions, only=("source", "wheel"))
     add_options(ap, CompatOptions, only=("wheel_dir",))

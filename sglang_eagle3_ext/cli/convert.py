@@ -20,6 +20,7 @@ from ..draft.errors import DraftError
 from ..draft.options import ConvertOptions
 from ..json_file import write_json
 from ..options.parser import add_options, options_from
+from ..options.values import add_sglang_release
 from . import args as cli_args
 from .run import one_line, run_command
 
@@ -28,7 +29,7 @@ def build_parser():
 
     ap = cli_args.parser("convert", cli_args.doc_description(__doc__))
     add_options(ap, ConvertOptions, only=("src", "dst"))
-    cli_args.add_sglang_release(ap, "target SGLang release")
+    add_sglang_release(ap, "target SGLang release")
     add_options(ap, ConvertOptions, skip=("src", "dst"))
     cli_args.add_json_out(ap, "what was converted (or the problems refusing it)")
     cli_args.add_verbosity(ap, quiet="no progress bar")

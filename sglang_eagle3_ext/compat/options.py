@@ -1,6 +1,6 @@
 """What `compat` and `patches` take; each field with a command line is declared here once
 (`options.schema.flag`), and `cli/compat.py`, `cli/patches.py` derive their parsers from it. The release to
-check (`--sglang`) is the flag every tool shares (cli/args.py)."""
+check (`--sglang`) is the flag every tool shares (options/values.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What `check` and `convert` take; each field with a command line is declared here once
 (`options.schema.flag`), and `cli/check.py`, `cli/convert.py` derive their parsers from it. The SGLang release
-(`--sglang`) is the flag every tool shares (cli/args.py)."""
+(`--sglang`) is the flag every tool shares (options/values.py)."""
 
 from __future__ import annotations
 

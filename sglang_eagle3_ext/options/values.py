@@ -5,6 +5,7 @@ error: exit 2, one line naming the flag as typed, the path as typed and what to 
     p.add_argument("--data", type=file_in("give the JSONL prompts file"))
     p.add_argument("--out", type=folder_out("give a new or empty folder"))
     p.add_argument("--port", type=port)
+    add_sglang_release(p, "check against this release")   # --sglang VERSION, the flag every tool spells alike
 
 Each returns the text unchanged (a path stays the string the user typed); a path type has `local_path` set (a
 documentation test parses commands whose example paths exist on the user's machine only); imports nothing heavy.
@@ -16,8 +17,10 @@ import argparse
 import os
 import re
 import stat
+import sys
 from urllib.parse import urlsplit
 
+from .. import versions
 from ..boundary import at_least
 
 
@@ -258,3 +261,37 @@ def int_between(low: int, high: int):
 
     parse.__name__ = f"integer in [{low}, {high}]"
     return parse
+
+
+class _SglangRelease(argparse.Action):
+    """`--sglang VERSION`: a PEP 440 release number (else a usage error naming the flag); one outside the
+    supported range is taken with a warning naming the range (the tools judge it with the nearest rules)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from packaging.version import InvalidVersion, Version
+
+        text = str(values)
+        try:
+            ok = bool(Version(text).release) and text == text.strip() and "/" not in text
+        except InvalidVersion:
+            ok = False
+        if not ok:
+            raise argparse.ArgumentError(
+                self, f"expected a SGLang release number such as {versions.SUPPORTED_MAX}, got {text!r}"
+            )
+        if not versions.in_range(text):
+            print(
+                f"{parser.prog}: warning: {option_string} {text} is outside the supported range "
+                f"{versions.SUPPORTED_MIN}..{versions.SUPPORTED_MAX}: judged with the rules of the nearest "
+                f"supported release",
+                file=sys.stderr,
+            )
+        setattr(namespace, self.dest, text)
+
+
+def add_sglang_release(parser, what: str, dest: str = "sglang_version") -> None:
+    """`--sglang VERSION` (older spelling --sglang-version) -> args.<dest>: the release `what` is for."""
+    parser.add_argument(
+        "--sglang", dest=dest, metavar="VERSION", action=_SglangRelease, help=f"{what} (default: the installed one)"
+    )
+    parser.add_argument("--sglang-version", dest=dest, action=_SglangRelease, help=argparse.SUPPRESS)
