@@ -34,7 +34,7 @@ def _disable(route: str, exc: BaseException) -> None:
 
     from ._log import log_once
 
-    _disabled_reason = f"{type(exc).__name__}: {exc}"
+    _disabled_reason = _reason(exc)
     log_once(
         "disabled",
         "sglang_eagle3_ext disabled in this process (%s route): %s",
@@ -42,6 +42,17 @@ def _disable(route: str, exc: BaseException) -> None:
         _disabled_reason,
         level=logging.ERROR,
     )
+
+
+def _reason(exc: BaseException) -> str:
+    """The error in one line; an installed package that fails to import is named with its fix."""
+    try:  # imported here, guarded: a start-up route never raises
+        from .diagnosis import environment_fault
+
+        fault = environment_fault(exc)
+    except Exception:  # noqa: BLE001
+        fault = None
+    return fault or f"{type(exc).__name__}: {exc}"
 
 
 def _apply_module_safely(module) -> None:

@@ -20,4 +20,10 @@ try:
 except Exception as e:  # noqa: BLE001 - never raise at interpreter start-up
     import sys
 
-    print(f"[sglang_eagle3_ext] disabled at start-up: {type(e).__name__}: {e}", file=sys.stderr)
+    try:  # an installed package that fails to import: named with its fix
+        from sglang_eagle3_ext.diagnosis import environment_fault
+
+        why = environment_fault(e)
+    except Exception:  # noqa: BLE001
+        why = None
+    print(f"[sglang_eagle3_ext] disabled at start-up: {why or f'{type(e).__name__}: {e}'}", file=sys.stderr)

@@ -7,27 +7,25 @@ Exit codes (the same in every tool, also under `sglang-eagle3 COMMAND`):
     1  the tool ran and its verdict is negative (check found problems, bench FAIL, release unsupported)
     2  bad input or environment: a bad path, file, JSON, YAML, safetensors header, URL, an unreachable or
        silent server, a bad server reply, a missing optional package, an installed package that fails to
-       import (the environment is broken: environment_fault), or a usage error (argparse's code)
+       import (the environment is broken: diagnosis.py), or a usage error (argparse's code)
     3  unexpected error: a bug; rerun with --debug (or SGLANG_EAGLE3_EXT_DEBUG=1) for the traceback
   130  interrupted (Ctrl-C)
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import traceback
 
 from .. import envs
 from ..boundary import BadInput, Refused
+from ..diagnosis import EXIT_BAD_INPUT, EXIT_INTERNAL, describe
 from ..json_file import write_json
 from .commands import BY_NAME
 from .naming import prog
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130  # 2 and 3: diagnosis.describe tells them apart
 ENV_DEBUG = envs.DEBUG
-# import name -> what to pip install (messages name installable things only)
-PIP_NAMES = {"yaml": "pyyaml", "pynvml": "nvidia-ml-py", "sklearn": "scikit-learn", "PIL": "pillow"}
 
 
 def debug_requested(argv=None) -> bool:
@@ -38,129 +36,6 @@ def debug_requested(argv=None) -> bool:
     except envs.EnvError as e:  # said once, then the tool runs without tracebacks
         print(f"warning: {e}", file=sys.stderr)
         return False
-
-
-def _file_being_read(e: BaseException) -> str | None:
-    """The file a parse error came from, when the error itself does not say (json, yaml, safetensors errors
-    carry no path): the innermost frame outside the parser with a local naming an existing file."""
-    import os
-    from pathlib import PurePath
-
-    frames = []
-    tb = e.__traceback__
-    while tb is not None:
-        frames.append(tb.tb_frame)
-        tb = tb.tb_next
-    for f in reversed(frames):
-        mod = f.f_globals.get("__name__", "")
-        if mod.startswith(("json", "yaml", "safetensors", "codecs")):
-            continue
-        paths = [str(v) for v in f.f_locals.values() if isinstance(v, (str, PurePath)) and 0 < len(str(v)) < 4096]
-        for p in paths:
-            if os.path.isfile(p):
-                return p
-        for p in paths:  # e.g. json.loads((src / "config.json").read_text()): only the folder is a local
-            if os.path.isdir(p) and p not in (".", "/"):
-                return f"a file in {p}"
-    return None
-
-
-def describe(e: BaseException) -> tuple[int, str]:
-    """(exit code, one line) for an exception that reached a tool's top level."""
-    mod = type(e).__module__ or ""
-    if isinstance(e, Refused):
-        return e.code, str(e)
-    if isinstance(e, BadInput):  # its message already names the input and what it must be
-        return EXIT_BAD_INPUT, str(e).replace("\n", " ")
-    if isinstance(e, ModuleNotFoundError) and e.name:
-        top = e.name.split(".")[0]
-        return EXIT_BAD_INPUT, f"{top} is not installed here: pip install {PIP_NAMES.get(top, top)}"
-    fault = environment_fault(e)
-    if fault:
-        return EXIT_BAD_INPUT, fault
-    if isinstance(e, OSError) and getattr(e, "filename", None):
-        return EXIT_BAD_INPUT, f"{e.filename}: {e.strerror or e}"
-    if mod.startswith(("requests", "urllib3", "httpx")):
-        return EXIT_BAD_INPUT, f"HTTP: {e}"
-    what = (
-        "not valid JSON"
-        if isinstance(e, json.JSONDecodeError)
-        else "not UTF-8 text"
-        if isinstance(e, UnicodeDecodeError)
-        else type(e).__name__
-    )
-    line = f"{what}: {e}".replace("\n", " ")
-    if isinstance(e, (OSError, ValueError)) or mod.startswith(("yaml", "safetensors")):
-        where = _file_being_read(e)
-        return EXIT_BAD_INPUT, f"{where}: {line}" if where else line
-    return EXIT_INTERNAL, f"unexpected {line} (a bug: rerun with --debug and report it)"
-
-
-def _ours(module: str) -> bool:
-    return module == "__main__" or module.split(".")[0] == "sglang_eagle3_ext"
-
-
-def _importing(e: BaseException) -> str | None:
-    """The third-party module whose import raised `e`: the innermost module-level frame of the traceback, when
-    it is not ours and nothing of ours ran below it (our code called back from inside an import is ours)."""
-    frames, tb = [], e.__traceback__
-    while tb is not None:
-        frames.append(tb.tb_frame)
-        tb = tb.tb_next
-    at = [i for i, f in enumerate(frames) if f.f_code.co_name == "<module>"]
-    if not at:
-        return None
-    names = [str(f.f_globals.get("__name__", "")) for f in frames[at[-1] :]]
-    return names[0] if names[0] and not any(_ours(n) for n in names) else None
-
-
-def _chain(e: BaseException) -> list[BaseException]:
-    out = []
-    while e is not None and e not in out and len(out) < 16:
-        out.append(e)
-        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
-    return out
-
-
-def environment_fault(e: BaseException) -> str | None:
-    """One line naming the installed package that failed to import, and the fix, when `e` (or what caused it)
-    was raised while a third-party module was being imported: a package built for other versions of those it
-    imports (PyPI's CUDA torchvision beside a CPU torch: `operator torchvision::nms does not exist`), a shared
-    library missing, a name that release lacks. The environment is at fault, not this tool; None otherwise."""
-    for err in _chain(e):
-        mod = _importing(err)
-        if not mod and isinstance(err, ImportError) and err.name and not _ours(err.name):
-            mod = err.name  # `from X import Y` where the installed X lacks Y
-        if mod:
-            return _fault_line(mod, err)
-    return None
-
-
-def _fault_line(module: str, err: BaseException) -> str:
-    import importlib.metadata as md
-    import re
-
-    def version(dist: str) -> str:
-        try:
-            return md.version(dist)
-        except md.PackageNotFoundError:
-            return ""
-
-    dist = (md.packages_distributions().get(module.split(".")[0]) or [module.split(".")[0]])[0]
-    ver = version(dist)
-    needs = (md.requires(dist) or []) if ver else []
-    named = f"{dist} {ver}".strip() + ("" if module == dist else f" ({module})")
-    first = (str(err).splitlines() or [""])[0][:200]
-    fix = f"reinstall {dist} to fit the packages it imports"
-    if dist != "torch" and any(re.match(r"torch\s*([<>=!~;\[(]|$)", r) for r in needs):
-        fix = (
-            f"install the {dist} built for the installed torch {version('torch') or '(none)'} (a CPU torch's: "
-            "from https://download.pytorch.org/whl/cpu)"
-        )
-    return (
-        f"the environment is broken, not this tool: importing {named} fails with {type(err).__name__}: {first}; "
-        f"{fix}, or uninstall it where nothing needs it: pip uninstall {dist}"
-    )
 
 
 def error_line(tool: str, msg: str) -> str:

@@ -26,6 +26,7 @@ ROOT_MODULES = {
     "versions",
     "boundary",
     "json_file",  # the JSON files the package writes, --json PATH
+    "diagnosis",  # what an error means: bad input, a broken environment, a bug
     "patch_table",
     "patching",
     "static_patch",
