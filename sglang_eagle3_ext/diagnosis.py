@@ -135,3 +135,14 @@ def _fault_line(module: str, err: BaseException) -> str:
         f"the environment is broken, not this tool: importing {named} fails with {type(err).__name__}: {first}; "
         f"{fix}, or uninstall it where nothing needs it: pip uninstall {dist}"
     )
+
+
+def raised_in_launched_module(e: BaseException) -> bool:
+    """`e` came from a module run as a program in this process (runpy: SGLang's own server, which launch runs
+    in-process): its error, to be reported its own way."""
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__") == "runpy":
+            return True
+        tb = tb.tb_next
+    return False

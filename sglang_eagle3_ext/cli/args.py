@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from .. import envs
-from ..options.parser import did_you_mean
+from ..options.parser import near_miss
 from ..options.values import json_dest
 from .naming import prog
 
@@ -51,31 +51,8 @@ class CliParser(argparse.ArgumentParser):
         return ns, extras
 
     def error(self, message):
-        self.exit(
-            _EXIT_USAGE,
-            f"{self.prog}: error: {message}{_near_miss(self, message)} (`{self.prog} --help` lists the options)\n",
-        )
-
-
-def _long_flags(parser: argparse.ArgumentParser) -> list[str]:
-    out, todo = [], [parser]
-    while todo:
-        p = todo.pop()
-        out += [s for s in p._option_string_actions if s.startswith("--")]
-        todo += [c for a in p._actions if isinstance(a, argparse._SubParsersAction) for c in a.choices.values()]
-    return sorted(set(out))
-
-
-def _near_miss(parser, message: str) -> str:
-    """`did you mean` for the first flag of the command line the parser does not know (a mistyped flag may
-    be why an argument is missing, or left unrecognized)."""
-    known = _long_flags(parser)
-    typed = [t.split("=", 1)[0] for t in getattr(parser, "_argv", []) if isinstance(t, str) and t.startswith("--")]
-    unknown = [t for t in typed if t not in known]
-    if not unknown or "did you mean" in message:
-        return ""
-    hint = did_you_mean(unknown[0], known)
-    return hint if unknown[0] in message else f"; {unknown[0]}: {hint[2:]}" if hint else ""
+        hint = near_miss(self, getattr(self, "_argv", []), message)
+        self.exit(_EXIT_USAGE, f"{self.prog}: error: {message}{hint} (`{self.prog} --help` lists the options)\n")
 
 
 def parser(tool: str, description: str | None = None, **kw) -> CliParser:

@@ -19,7 +19,7 @@ import traceback
 
 from .. import envs
 from ..boundary import BadInput, Refused
-from ..diagnosis import EXIT_BAD_INPUT, EXIT_INTERNAL, describe
+from ..diagnosis import EXIT_BAD_INPUT, EXIT_INTERNAL, describe, raised_in_launched_module
 from ..json_file import write_json
 from .commands import BY_NAME
 from .naming import prog
@@ -47,15 +47,6 @@ def error_line(tool: str, msg: str) -> str:
     if sep and re.fullmatch(r"(python -m )?sglang_eagle3_ext[\w.]*|sglang-eagle3[\w -]*|[a-z_]+", head):
         msg = rest
     return f"{prog(tool)}: error: {msg}"
-
-
-def _raised_in_launched_module(e: BaseException) -> bool:
-    tb = e.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_globals.get("__name__") == "runpy":
-            return True
-        tb = tb.tb_next
-    return False
 
 
 def run_tool(tool: str, main, argv=None) -> int:
@@ -98,7 +89,7 @@ def _run_tool(tool: str, main, argv=None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         return EXIT_OK
     except Exception as e:  # noqa: BLE001 - the one place every tool's errors become one line
-        if _raised_in_launched_module(e):  # SGLang's own server (launch runs it in-process): its error, its way
+        if raised_in_launched_module(e):  # SGLang's own server (launch runs it in-process): its error, its way
             traceback.print_exc()
             return 1
         if debug:

@@ -1,5 +1,5 @@
 """The parser's arguments derived from an options dataclass (`schema.flag` fields), and the namespace
-read back into it: each flag of a command is declared once, on the field."""
+read back into it: each flag of a command is declared once, on the field; `did you mean` for a mistyped flag."""
 
 from __future__ import annotations
 
@@ -80,3 +80,25 @@ def did_you_mean(flag: str, candidates) -> str:
     cands = list(candidates)
     near = [c for c in cands if c.startswith(name) and c != name][:3] or difflib.get_close_matches(name, cands, n=1)
     return f"; did you mean {' or '.join(near)}?" if near else ""
+
+
+def _long_flags(parser: argparse.ArgumentParser) -> list[str]:
+    out, todo = [], [parser]
+    while todo:
+        p = todo.pop()
+        out += [s for s in p._option_string_actions if s.startswith("--")]
+        todo += [c for a in p._actions if isinstance(a, argparse._SubParsersAction) for c in a.choices.values()]
+    return sorted(set(out))
+
+
+def near_miss(parser: argparse.ArgumentParser, argv, message: str) -> str:
+    """`did you mean` for the first flag of the command line `argv` that `parser` (or a sub-parser) does not know:
+    a mistyped flag may be why an argument is missing, or left unrecognized ('' when the usage error `message`
+    already says it)."""
+    known = _long_flags(parser)
+    typed = [t.split("=", 1)[0] for t in argv if isinstance(t, str) and t.startswith("--")]
+    unknown = [t for t in typed if t not in known]
+    if not unknown or "did you mean" in message:
+        return ""
+    hint = did_you_mean(unknown[0], known)
+    return hint if unknown[0] in message else f"; {unknown[0]}: {hint[2:]}" if hint else ""
