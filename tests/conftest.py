@@ -62,6 +62,7 @@ SLOW = (
     "tests/unit/bench/test_bench_serve.py::test_random_draft_is_made_once_beside_the_target",
     "tests/unit/recipe/test_build.py::test_a_real_interrupt_during_train_exits_130_naming_the_stage_and_a_rerun_resumes",
     "tests/unit/recipe/test_build.py::test_build_from_a_dump_through_every_stage_then_resumes_and_redoes_from_train",
+    "tests/unit/recipe/test_build.py::test_select_by_predicted_accept_keeps_the_epoch_its_scores_rank_best",
     "tests/unit/recipe/test_build_inputs.py::test_a_bad_config_file_is_one_line_exit_2_for_a_run_and_a_plan",
     "tests/unit/cli/test_cli.py::test_entry_points_as_processes",
     "tests/unit/cli/test_cli_contract.py::test_ctrl_c_in_train_stops_quietly_within_seconds_with_a_true_sentence",

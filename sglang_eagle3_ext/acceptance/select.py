@@ -16,6 +16,7 @@ from pathlib import Path
 from ..boundary import BadInput, Refused, read_json_file
 from ..draft.convert import convert
 from ..draft.errors import DraftError
+from ..training.options import ScoreOptions, TrainOptions
 from ..training.report import TrainDraftError
 from .evaluate import EvalOptions, evaluate, settings_problem
 
@@ -114,3 +115,21 @@ def epoch_scorer(options, steps: int | None = None, samples: int | None = None) 
         samples=samples,
         device=options.device,
     )
+
+
+SCORE_FIELDS = tuple(f.name for f in dataclasses.fields(ScoreOptions))  # train's flags that shape the score only
+
+
+def scored(options: TrainOptions, steps: int | None = None, samples: int | None = None) -> TrainOptions:
+    """`options` with the epoch scorer its --select-by names (predicted-accept: `epoch_scorer`), as the train and
+    build commands run it; with --select-by last, as they are."""
+    if options.select_by == "predicted-accept":
+        options.epoch_scorer = epoch_scorer(options, steps, samples)
+    return options
+
+
+def train_options(fields: dict) -> TrainOptions:
+    """The TrainOptions of train's settings by field name (TrainOptions' and ScoreOptions'), scored as `scored`."""
+    score = {k: fields[k] for k in SCORE_FIELDS if k in fields}
+    opts = TrainOptions(**{k: v for k, v in fields.items() if k not in score})
+    return scored(opts, score.get("select_steps"), score.get("select_samples"))

@@ -20,19 +20,17 @@ import argparse
 import sys
 
 from ..boundary import Refused
-from ..json_file import check_json_dest
 from ..options.parser import add_options, options_from
 from ..options.schema import flag_fields
 from ..recipe.config import config_rules, dump_config, read_config
 from ..recipe.options import CONFIG, GROUPS, TRAIN_SET_BY_BUILD, BuildOptions
 from ..recipe.report import render_text
 from ..server.tokenizer import load_tokenizer
-from ..training.options import TrainOptions
+from ..training.options import ScoreOptions, TrainOptions
 from . import args as cli_args
 from . import common as cli_common
 from . import train as train_cli
-from .interrupts import interrupted_line, interruptible
-from .output import library_output
+from .run import run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,6 +66,7 @@ def parse(argv) -> tuple[argparse.Namespace, dict]:
     if known.config:
         p.set_defaults(**read_config(known.config, rules))
     a = p.parse_args(argv)
+    train_cli.check_score_flags(p, a)
     # the settings; --from says what to redo, not how anything is built
     resolved = {k: getattr(a, k) for k in rules if k != "from_stage" and getattr(a, k, None) not in (None, False)}
     return a, resolved
@@ -76,6 +75,8 @@ def parse(argv) -> tuple[argparse.Namespace, dict]:
 def options(a: argparse.Namespace):
 
     train = {f.name: getattr(a, f.name) for f in flag_fields(TrainOptions) if f.name not in TRAIN_SET_BY_BUILD}
+    # the epoch score's settings when given (a build without them keeps its train stage's fingerprint)
+    train.update({f.name: getattr(a, f.name) for f in flag_fields(ScoreOptions) if getattr(a, f.name) is not None})
 
     def say(m: str) -> None:
         print(f"build: {m}", file=sys.stderr, flush=True)
@@ -84,37 +85,28 @@ def options(a: argparse.Namespace):
 
 
 def main(argv=None) -> int:
+    from ..recipe.plan import dry_run, plan_lines
     from ..recipe.run import Run, build
 
     a, resolved = parse(argv)
     if not a.out and not a.dry_run:
         raise Refused("--out is required: the folder every stage writes into")
-    check_json_dest(a.json)
     o = options(a)
     if a.dry_run:
-        from ..recipe.plan import dry_run, plan_lines
-
-        rep = dry_run(o)
-        return cli_common.report(a.json, rep, "\n".join(plan_lines(rep)))
+        return run_command("build", lambda: dry_run(o), lambda rep: "\n".join(plan_lines(rep)), json=a.json)
     run = Run(o=o, out=None, redo=set(), say=o.say, load_tokenizer=load_tokenizer)
-    stop = None
-    try:
-        with interruptible("build") as stop, library_output(a.verbose, bars=True):
-            rep = build(o, run, config_text=dump_config(resolved))
-    except (Exception, KeyboardInterrupt) as e:
-        if (stop and stop.received) or isinstance(e, KeyboardInterrupt):
-            print(
-                interrupted_line(
-                    "build",
-                    f"during stage {run.current or '(between stages)'}; run the same "
-                    f"command again to resume (finished stages are kept)",
-                ),
-                file=sys.stderr,
-            )
-            return cli_common.EXIT_INTERRUPTED
-        raise
-
-    return cli_common.report(a.json, rep, render_text(rep))
+    return run_command(
+        "build",
+        lambda: build(o, run, config_text=dump_config(resolved)),
+        render_text,
+        json=a.json,
+        stopped=lambda: (
+            f"during stage {run.current or '(between stages)'}; run the same command again to resume "
+            "(finished stages are kept)"
+        ),
+        verbose=a.verbose,
+        bars=True,
+    )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ import traceback
 from .. import envs
 from ..boundary import BadInput, Refused
 from ..diagnosis import EXIT_BAD_INPUT, EXIT_INTERNAL, describe, raised_in_launched_module
-from ..json_file import write_json
 from .commands import BY_NAME
 from .naming import prog
 
@@ -111,12 +110,3 @@ def entry(tool: str):
         return run_tool(tool, getattr(importlib.import_module(f"sglang_eagle3_ext.{mod}"), fn), argv)
 
     return _main
-
-
-def report(json_dest, rep: dict, text: str) -> int:
-    """A command's report: JSON to --json's PATH (or alone on stdout with '-'), the text unless JSON took stdout."""
-    if json_dest:
-        write_json(json_dest, rep)
-    if json_dest != "-":
-        print(text)
-    return EXIT_OK

@@ -157,9 +157,10 @@ def _end_now(tool: str | None) -> None:
 
 
 @contextlib.contextmanager
-def interrupted_exits(tool: str, what: str):
+def interrupted_exits(tool: str, what):
     """`interruptible(tool)` for a command with nothing of its own to say: an interrupt, whatever the library made
-    of it, prints `interrupted_line(tool, what)` and exits 130."""
+    of it, prints `interrupted_line(tool, what)` and exits 130; `what` may be a function giving the text then
+    (None: no line, another process says it)."""
     stop = None
     try:
         with interruptible(tool) as stop:
@@ -167,7 +168,9 @@ def interrupted_exits(tool: str, what: str):
     except (Exception, KeyboardInterrupt) as e:
         if not (isinstance(e, KeyboardInterrupt) or (stop and stop.received)):
             raise
-        print(interrupted_line(tool, what), file=sys.stderr)
+        said = what() if callable(what) else what
+        if said is not None:
+            print(interrupted_line(tool, said), file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED) from None
 
 

@@ -21,6 +21,7 @@ from ..launch.plan import build_plan
 from ..options.parser import add_options
 from . import args as cli_args
 from . import common as cli_common
+from .run import run_command
 
 
 def our_parser() -> argparse.ArgumentParser:
@@ -55,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command_line.check_flags(parser, ours, rest)  # neither ours nor SGLang's (`--dry-runn`): refused, nothing starts
     if ours.list_presets:
-        names = presets.available_presets()
-        return cli_common.report(ours.json, names, "\n".join(names))
+        return run_command("launch", presets.available_presets, "\n".join, json=ours.json, json_check=None)
     if ours.dump_topology:
         from ..launch import topology
 

@@ -5,7 +5,8 @@
 `--json PATH` is checked before the call (a report that cannot be written is found before the work); the call
 runs under the command's output rules (cli/output.py) and, with `stopped`, under `interrupted_exits`; a
 refusal (`boundary.Refused`/`BadInput`, or one of `errors`, the feature's own) is one line `PROG: error: ...`
-and its code (2 unless it carries another); the report is JSON (--json) and the text, unless JSON took stdout;
+(none when it says `echo = False`: another process says it) and its code (2 unless it carries another, as
+`code` or `exit_code`); the report is JSON (--json) and the text, unless JSON took stdout;
 `verdict(rep)` gives the exit code (0 without one) and may refuse in turn, after the report.
 """
 
@@ -54,7 +55,7 @@ def run_command(
     render: Callable[[Any], str] | None = None,
     *,
     json: str | None = None,
-    stopped: str | None = None,
+    stopped: str | Callable[[], str | None] | None = None,
     verbose: bool | None = None,
     bars: bool = False,
     errors: tuple[type[BaseException], ...] = (),
@@ -66,11 +67,12 @@ def run_command(
 ) -> int:
     """Run `call()` as command `tool` and report its result; the exit code.
 
-    stopped: what an interrupt leaves (its line: `PROG: interrupted; STOPPED`, exit 130); None: no interrupt
-    handling of its own. verbose: None leaves the output as the command set it, else cli/output.py's rules.
-    refused(e): the message of a refusal of the call (e.g. a JSON report of it written
-    too). as_json: the JSON of the result (None: the library wrote it). json_check: None where the command
-    checks --json itself. text_beside_json: the text goes to stderr when JSON takes stdout."""
+    stopped: what an interrupt leaves (its line: `PROG: interrupted; STOPPED`, exit 130), or a function giving it
+    then (None: no line, another process says it); None: no interrupt handling of its own. verbose: None leaves
+    the output as the command set it, else cli/output.py's rules. refused(e): the message of a refusal of the
+    call (e.g. a JSON report of it written too). as_json: the JSON of the result (None: the library wrote it).
+    json_check: None where the command checks --json itself. text_beside_json: the text goes to stderr when JSON
+    takes stdout."""
     said = one_line  # a refusal of --json itself is never the call's
     try:
         if json_check is not None:
@@ -85,6 +87,7 @@ def run_command(
             print(render(rep), file=sys.stderr if json == "-" else sys.stdout)
         code = verdict(rep) if verdict else None
     except (Refused, BadInput, *errors) as e:
-        print(error_line(tool, said(e)), file=sys.stderr)
-        return getattr(e, "code", EXIT_BAD_INPUT)
+        if getattr(e, "echo", True):
+            print(error_line(tool, said(e)), file=sys.stderr)
+        return getattr(e, "code", getattr(e, "exit_code", EXIT_BAD_INPUT))
     return EXIT_OK if code is None else code

@@ -21,18 +21,18 @@ loop, a PyTorch twin of the layer SGLang serves; DFlash drafts (block diffusion)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
-from ..json_file import write_json
 from ..options.parser import add_options, options_from
+from ..options.schema import flag_fields
 from ..training.distributed import launched_rank
-from ..training.options import FLAG_TYPES, TrainOptions, check_data
+from ..training.options import FLAG_TYPES, ScoreOptions, TrainOptions, check_data
+from ..training.plan import plan_lines
 from ..training.report import TrainDraftError, what_out_holds
 from ..training.train import train_draft
 from . import args as cli_args
-from . import common as cli_common
-from .interrupts import interrupted_line, interruptible
-from .output import library_output
+from .run import run_command
 
 
 def add_train_flags(p, skip=()) -> None:
@@ -58,20 +58,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options_from_args(a: argparse.Namespace) -> TrainOptions:
-    """The library's options from the parsed flags (--quiet: only the first and the last step's line)."""
+    """The library's options from the parsed flags (--quiet: only the first and the last step's line), with the
+    epoch scorer --select-by names (acceptance/select.py, as build's)."""
+    from ..acceptance.select import scored
+
     opts = options_from(a, TrainOptions)
     if getattr(a, "quiet", False):
         opts.log_every = 10**9  # progress prints the first and the last step whatever the interval
-    if opts.select_by == "predicted-accept":
-        from ..acceptance.select import epoch_scorer
+    return scored(opts, a.select_steps, a.select_samples)
 
-        opts.epoch_scorer = epoch_scorer(opts, a.select_steps, a.select_samples)
-    return opts
+
+def check_score_flags(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """The epoch score's flags without --select-by predicted-accept: a usage error (train's and build's)."""
+    for f in flag_fields(ScoreOptions):
+        if getattr(a, f.name) is not None and a.select_by != "predicted-accept":
+            flag = "--" + f.name.replace("_", "-")
+            parser.error(f"{flag} applies to --select-by predicted-accept only; add it, or leave the flag out")
+
+
+def _train(a: argparse.Namespace) -> dict:
+    with contextlib.redirect_stdout(sys.stderr if a.json == "-" else sys.stdout):  # --json on stdout: lines to stderr
+        return train_draft(options_from_args(a))
 
 
 def main(argv: list[str] | None = None) -> int:
-    import contextlib
-
     parser = cli_args.finish(build_parser(), "train")
     a = parser.parse_args(argv)
     missing = [] if a.dry_run else [f for f in ("data", "out") if getattr(a, f) is None]
@@ -79,38 +89,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"the following arguments are required: {', '.join('--' + f for f in missing)}")
     if a.data is not None:
         check_data(a.data)
-    for flag in ("select_steps", "select_samples"):
-        if getattr(a, flag) is not None and a.select_by != "predicted-accept":
-            parser.error(
-                f"--{flag.replace('_', '-')} applies to --select-by predicted-accept only; add it, or "
-                f"leave the flag out"
-            )
-    stop = None
-    try:  # with --json on stdout, the run's own lines go to stderr
-        with (
-            interruptible("train") as stop,
-            contextlib.redirect_stdout(sys.stderr if a.json == "-" else sys.stdout),
-            library_output(a.verbose, bars=True),
-        ):
-            result = train_draft(options_from_args(a))
-    except (Exception, KeyboardInterrupt) as e:
-        if not (stop and stop.received) and not isinstance(e, KeyboardInterrupt):
-            if not isinstance(e, TrainDraftError):
-                raise
-            if getattr(e, "echo", True):  # a refusal every rank shares is printed by rank 0 only
-                print(cli_common.error_line("train", str(e)), file=sys.stderr)
-            return getattr(e, "exit_code", cli_common.EXIT_BAD_INPUT)
-        if launched_rank() == 0:  # whatever the training made of it
-            print(interrupted_line("train", what_out_holds(a.out)), file=sys.stderr)
-        return cli_common.EXIT_INTERRUPTED
-    if a.dry_run:
-        from ..training.plan import plan_lines
-
-        if a.json != "-":
-            print("\n".join(plan_lines(result)))
-    if a.json and launched_rank() == 0:
-        write_json(a.json, result)
-    return 0
+    check_score_flags(parser, a)
+    first = launched_rank() == 0  # under torchrun rank 0 says the interrupt and writes the summary
+    return run_command(
+        "train",
+        lambda: _train(a),
+        (lambda plan: "\n".join(plan_lines(plan))) if a.dry_run else None,
+        json=a.json,
+        stopped=lambda: what_out_holds(a.out) if first else None,
+        verbose=a.verbose,
+        bars=True,
+        errors=(TrainDraftError,),
+        as_json=(lambda rep: rep) if first else None,
+        json_check=None,
+    )
 
 
 if __name__ == "__main__":

@@ -134,11 +134,12 @@ def _train_plan(o: BuildOptions):
     """train's dry-run plan for this build's training (on --gpus ranks)."""
 
     def plan(fields: dict) -> dict:
-        from ..training import TrainOptions, train_draft
+        from ..acceptance.select import train_options
+        from ..training import train_draft
 
         world = fields.get("world_size") or o.gpus
-        opts = TrainOptions(
-            **{**fields, "data": None, "target": o.target, "out": None, "dry_run": True, "world_size": world}
+        opts = train_options(
+            {**fields, "data": None, "target": o.target, "out": None, "dry_run": True, "world_size": world}
         )
         return train_draft(opts)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..acceptance.evaluate import EvalOptions
 from ..acceptance.evaluate import evaluate as predict
+from ..acceptance.select import train_options
 from ..boundary import Refused
 from ..draft.check import check_draft, report_dict
 from ..draft.convert import convert as convert_draft
@@ -171,10 +172,10 @@ def train(run) -> dict:
     fields = train_fields(run, resume=resume)
     if run.o.gpus > 1:
         return _torchrun(run, fields)
-    from ..training import TrainOptions, train_draft
+    from ..training import train_draft
 
     try:
-        summary = train_draft(TrainOptions(**fields))
+        summary = train_draft(train_options(fields))
     except TrainDraftError as e:
         if "did not learn" in str(e):  # report.require_learned: the run finished, its verdict is negative
             raise NegativeVerdict(str(e)) from None
@@ -183,7 +184,7 @@ def train(run) -> dict:
 
 
 def summary_record(summary: dict) -> dict:
-    keep = ("steps", "epochs", "first_loss", "final_loss", "train_acc", "val", "tokens_per_s", "saved")
+    keep = ("steps", "epochs", "first_loss", "final_loss", "train_acc", "val", "tokens_per_s", "saved", "selection")
     return {**{k: summary.get(k) for k in keep if k in summary}, "curve": epoch_curve(summary.get("history") or [])}
 
 

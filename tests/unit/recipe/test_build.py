@@ -238,3 +238,49 @@ def test_a_real_interrupt_during_train_exits_130_naming_the_stage_and_a_rerun_re
     assert again.returncode == 0, again.stderr[-3000:]
     assert "stage export: complete, skipped" in again.stderr and "stage train: resumed" in again.stderr
     assert (out / "report.json").is_file()
+
+
+def test_select_by_predicted_accept_keeps_the_epoch_its_scores_rank_best(world, tmp_path):
+    """build --select-by predicted-accept: every epoch scored with the --select-* settings, train/ holds the draft of
+    the epoch the scores rank best (a tie keeps the earlier one), and the later stages use it."""
+    import torch
+    from safetensors.torch import load_file
+
+    out = tmp_path / "out"
+    i = CPU_TRAIN.index("--steps")
+    flags = [*CPU_TRAIN[:i], *CPU_TRAIN[i + 2 :], "--epochs", "2", "--keep-checkpoints"]
+    select = ["--select-by", "predicted-accept", "--select-steps", "2", "--select-samples", "1"]
+    assert build(["--dump-dir", world["dump"], "--target", world["target"], "--out", out, *flags, *select]) == 0
+    sel = json.loads((out / ".build" / "train.json").read_text())["result"]["selection"]
+    assert sel["select_by"] == "predicted-accept", sel
+    assert (sel["criterion"]["steps"], sel["criterion"]["samples"]) == (2, 1), sel
+    scores = [s["score"] for s in sel["scores"]]
+    assert [s["epoch"] for s in sel["scores"]] == [1, 2] and all(s["steps"] == 2 for s in sel["scores"]), sel
+    assert sel["kept_epoch"] == scores.index(max(scores)) + 1 and sel["kept_score"] == max(scores), sel
+    kept = load_file(str(out / "train" / "model.safetensors"))
+
+    def same(epoch: int) -> bool:  # the epoch's checkpoint (float32) as the draft stores it
+        ckpt = load_file(str(out / "train" / "checkpoint" / str(epoch - 1) / "model.safetensors"))
+        return all(torch.equal(v.to(kept[k].dtype), kept[k]) for k, v in ckpt.items())
+
+    assert same(sel["kept_epoch"]) and not same(3 - sel["kept_epoch"])
+    assert (out / "report.json").is_file()
+
+
+def test_the_epoch_score_flags_need_predicted_accept_and_a_plan_takes_them(world, tmp_path, capsys):
+    common = ["--dump-dir", world["dump"], "--target", world["target"], "--out", tmp_path / "out"]
+    for extra in (["--select-steps", "2"], ["--select-by", "last", "--select-samples", "1"]):
+        assert build([*common, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert f"error: {extra[-2]} applies to --select-by predicted-accept only; add it" in err[-1], err
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text("select-samples: 1\n")
+    assert build([*common, "--config", cfg]) == 2
+    assert "--select-samples applies to --select-by predicted-accept only" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+    plan = ["--dry-run", *common, "--select-by", "predicted-accept", "--select-steps", "2"]
+    assert build([*plan, "--json", tmp_path / "plan.json"]) == 0
+    assert json.loads((tmp_path / "plan.json").read_text())["train"]
+    assert build([*plan, "--train-ratio", "1"]) == 2  # nothing held out to score on: refused, as train refuses it
+    assert "--train-ratio 1" in capsys.readouterr().err
