@@ -56,7 +56,7 @@ poll)
   nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu --format=csv,noheader 2>/dev/null
   states newest
   if [ -n "${OUT:-}" ]; then
-    (cd "$ROOT" && ls -d */out/*.json 2>/dev/null | tar czf "$OUT/results.tgz" -T - 2>/dev/null)
+    (cd "$ROOT" && ls -d */out/*.json */out/ledger/*.json 2>/dev/null | tar czf "$OUT/results.tgz" -T - 2>/dev/null)
     for d in "$ROOT"/*/; do tr -d '\000' < "$d/log" | tail -c 20000 > "$OUT/$(basename "$d").log.txt"; done
   fi
   true ;;
