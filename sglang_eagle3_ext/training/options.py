@@ -67,11 +67,11 @@ _LEGACY_OUTPUT = {"config.json", "model.safetensors", RUN_DIR, "train_summary.js
 @dataclasses.dataclass
 class TrainOptions(TrainFlags):
     """One training run: the inputs, the output folder, the draft layout and the trainer's settings (each a
-    flag of `train`, declared once in train_flags.py), and the command's epoch scorer."""
+    flag of `train`, declared once in train_flags.py), and the commands' epoch scorer."""
 
     epoch_scorer: Callable[[Path], tuple] | None = dataclasses.field(  # draft folder -> (score, details);
         default=None, compare=False, repr=False
-    )  # the command's: acceptance/select.py
+    )  # the commands': acceptance/select.scored
 
     def check(self) -> None:
         """TrainDraftError naming the first setting out of its range (the command line's types already

@@ -43,9 +43,8 @@ def check_options(opts) -> None:
         )
     if opts.select_by == "predicted-accept" and scorer is None:
         raise TrainDraftError(
-            "--select-by predicted-accept: no epoch_scorer to rank the epochs with; the train "
-            "command builds it (a Python caller: epoch_scorer=sglang_eagle3_ext.acceptance.select."
-            "epoch_scorer(options))"
+            "--select-by predicted-accept: no epoch_scorer to rank the epochs with; the train and build "
+            "commands make it (a Python caller: sglang_eagle3_ext.acceptance.select.scored(options))"
         )
     if opts.select_by == "predicted-accept" and not opts.dry_run:
         _need_heldout(opts)

@@ -2,7 +2,7 @@
 `cli/train.py` derives its parser from them, `build` its train group and the keys of `--config`.
 
 The fields are in the order of `train --help`; `ScoreOptions` holds the settings of the predicted-accept score,
-which the command builds (acceptance/select.epoch_scorer), so they are no setting of the library's run."""
+which the train and build commands make (acceptance/select.scored), so they are no setting of the library's run."""
 
 from __future__ import annotations
 
@@ -185,8 +185,8 @@ class TrainFlags(DraftFlags):
 
 @dataclasses.dataclass(kw_only=True)
 class ScoreOptions:
-    """The predicted-accept score of each epoch (`--select-by predicted-accept`): what the command's
-    `acceptance.select.epoch_scorer(options, steps, samples)` is built with."""
+    """The predicted-accept score of each epoch (`--select-by predicted-accept`): what the commands'
+    `acceptance.select.scored(options, steps, samples)` makes it with."""
 
     select_steps: int | None = flag(
         None,
