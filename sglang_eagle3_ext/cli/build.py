@@ -100,10 +100,7 @@ def main(argv=None) -> int:
         lambda: build(o, run, config_text=dump_config(resolved)),
         render_text,
         json=a.json,
-        stopped=lambda: (
-            f"during stage {run.current or '(between stages)'}; run the same command again to resume "
-            "(finished stages are kept)"
-        ),
+        stopped=run.stopped,
         verbose=a.verbose,
         bars=True,
     )

@@ -159,8 +159,8 @@ def _end_now(tool: str | None) -> None:
 @contextlib.contextmanager
 def interrupted_exits(tool: str, what):
     """`interruptible(tool)` for a command with nothing of its own to say: an interrupt, whatever the library made
-    of it, prints `interrupted_line(tool, what)` and exits 130; `what` may be a function giving the text then
-    (None: no line, another process says it)."""
+    of it, prints `PROG: interrupted; WHAT` and exits 130; `what` may be a function giving the text then (None:
+    no line, another process says it)."""
     stop = None
     try:
         with interruptible(tool) as stop:
@@ -170,10 +170,5 @@ def interrupted_exits(tool: str, what):
             raise
         said = what() if callable(what) else what
         if said is not None:
-            print(interrupted_line(tool, said), file=sys.stderr)
+            print(f"{prog(tool)}: interrupted; {said}", file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED) from None
-
-
-def interrupted_line(tool: str, what: str) -> str:
-
-    return f"{prog(tool)}: interrupted; {what}"

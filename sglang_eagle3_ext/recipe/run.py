@@ -31,6 +31,13 @@ class Run:
     seconds: dict = dataclasses.field(default_factory=dict)
     current: str | None = None  # the stage running now (an interrupt names it)
 
+    def stopped(self) -> str:
+        """What an interrupt leaves: the stage it stopped and how to go on."""
+        return (
+            f"during stage {self.current or '(between stages)'}; run the same command again to resume "
+            "(finished stages are kept)"
+        )
+
 
 def check_out(out: Path) -> None:
     """--out is new, empty, or an earlier build's (it has the markers' folder): never someone else's folder."""
