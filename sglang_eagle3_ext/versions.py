@@ -124,6 +124,9 @@ class Capabilities:
     # DFlash (block-diffusion) drafts: the draft class DFlashDraftModel (models/dflash.py) and the DeepSeek
     # target's set_dflash_layers_to_capture (0.5.14+)
     HAS_DFLASH: bool = False
+    # DFlashDraftModel bounds target_layer_ids by max(ids) + 1 when its config has no num_target_layers (0.5.18+);
+    # before, by the draft's own num_hidden_layers: any id >= it is refused at start-up
+    DFLASH_IDS_BOUND_BY_MAX: bool = False
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -173,6 +176,7 @@ def capabilities_from_source(root: Path, version: str) -> Capabilities:
         and "candidate_steps" in _read(root, "srt/speculative/adaptive_spec_params.py"),
         HAS_DFLASH="class DFlashDraftModel" in _read(root, "srt/models/dflash.py")
         and "def set_dflash_layers_to_capture" in ds,
+        DFLASH_IDS_BOUND_BY_MAX="max(draft_config.target_layer_ids) + 1" in _read(root, "srt/models/dflash.py"),
     )
 
 
@@ -203,6 +207,7 @@ _FLAG_SINCE = {
     "DRAFT_SWAP": "0.5.14",
     "HAS_SPEC_ADAPTIVE": "0.5.14",
     "HAS_DFLASH": "0.5.14",
+    "DFLASH_IDS_BOUND_BY_MAX": "0.5.18",
 }
 _FLAG_UNTIL = {"HAS_MIDLAYER": "0.5.14", "CAPTURE_ALWAYS_PLUS_ONE": "0.5.14"}  # true before this release
 

@@ -30,9 +30,12 @@ def dflash_draft_config(
     mask_token_id=None,
     max_position_embeddings=8192,
     dtype="bfloat16",
+    num_target_layers=8,
     **overrides,
 ) -> dict:
-    """A DFlash draft config in SGLang's (z-lab's) layout; mask_token_id None: the vocabulary's last id."""
+    """A DFlash draft config in SGLang's (z-lab's) layout; mask_token_id None: the vocabulary's last id;
+    num_target_layers: the layer count of the target it is for (write_target_config's 8), at the top level as
+    z-lab's, None: not recorded."""
     cfg = {
         "architectures": [dflash.ARCH],
         "model_type": "qwen3",
@@ -50,6 +53,7 @@ def dflash_draft_config(
         "attention_bias": False,
         "tie_word_embeddings": False,
         "torch_dtype": dtype,
+        **({"num_target_layers": num_target_layers} if num_target_layers is not None else {}),
         dflash.DFLASH: {
             "block_size": block_size,
             "target_layer_ids": list(target_layer_ids),
@@ -113,11 +117,13 @@ def make_speculators_dflash_draft(
     mask_token_id: int | None = None,
     seed: int = 0,
     dtype=None,
+    num_target_layers: int | None = 8,
     **config_overrides,
 ) -> Path:
     """A DFlash draft as speculators saves one (DFlashSpeculatorConfig + DFlashDraftModel.save_pretrained):
     aux_ids are HF hidden_states indices; draft_vocab (None: the full vocabulary) below vocab adds its d2t/t2d
-    and reduced lm_head; mask_token_id None: the vocabulary's last id."""
+    and reduced lm_head; mask_token_id None: the vocabulary's last id; num_target_layers: the target's layer
+    count as `train --draft-arch dflash` records it (an extra field of speculators' config), None: not recorded."""
     import torch
     from speculators.models.dflash import DFlashDraftModel, DFlashSpeculatorConfig
     from transformers import Qwen3Config
@@ -140,6 +146,7 @@ def make_speculators_dflash_draft(
         aux_hidden_state_layer_ids=list(aux_ids),
         mask_token_id=vocab - 1 if mask_token_id is None else mask_token_id,
         speculators_config=speculators_config("dflash", block_size - 1),
+        **({"num_target_layers": num_target_layers} if num_target_layers is not None else {}),
         **config_overrides,
     )
     return save_random(DFlashDraftModel(cfg), out, vocab, "tiny speculators dflash draft", dtype)

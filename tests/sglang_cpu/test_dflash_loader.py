@@ -281,6 +281,36 @@ def test_a_shard_never_loaded_is_named_missing_not_nan(has_dflash, variants, tar
     assert ei.value.codes == [E.MISSING_WEIGHT] and "layers.1.self_attn.k_proj.weight" in str(ei.value)
 
 
+# --- target_layer_ids at start-up: refused by the class itself, before any weight ---------------------------
+
+
+@pytest.mark.parametrize("recorded,ids", [(None, [0]), (None, [0, 1, 2]), (8, [0, 1, 2]), (2, [0, 1, 2])])
+def test_the_start_up_bound_of_target_layer_ids_is_the_rules(has_dflash, good, tmp_path, recorded, ids):
+    """A one-layer draft: the release's own DFlashDraftModel refuses target_layer_ids past its bound (a recorded
+    num_target_layers, else what the release falls back on) as it is built; the rules of this release refuse
+    exactly those, quoting its words."""
+    from sglang_eagle3_ext.draft import keys, rules
+
+    d = shutil.copytree(good, tmp_path / "d")
+
+    def one_layer(c):
+        c.pop("num_target_layers", None)
+        c.update(num_hidden_layers=1)
+        c["dflash_config"].update(target_layer_ids=ids, **({"num_target_layers": recorded} if recorded else {}))
+
+    edit_config(d, one_layer)
+    try:
+        build_draft(d, ARCH)
+        said = None
+    except ValueError as e:
+        said = str(e)
+    cfg = json.loads((d / "config.json").read_text())
+    _, problems = rules.spec_from_config(cfg, keys.Layout.from_caps(has_dflash.caps))
+    ours = [p.message for p in problems if p.code == E.LAYER_INDEX and not p.warning]
+    assert len(ours) == (said is not None), (said, ours)
+    assert said is None or said in ours[0], (said, ours)
+
+
 # --- fc width at project_target_hidden --------------------------------------------------------------------
 
 

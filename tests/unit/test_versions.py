@@ -93,7 +93,8 @@ def test_dflash_needs_the_draft_class_and_the_targets_capture(tmp_path):
 
 @pytest.mark.parametrize("release", sorted(versions.TESTED_RELEASES))
 def test_dflash_since_matches_each_wheel(release, tmp_path):
-    """HAS_DFLASH's first release in the offline table is what each release's own sources say."""
+    """HAS_DFLASH's and DFLASH_IDS_BOUND_BY_MAX's first releases in the offline table are what each release's own
+    sources say (the latter: target_layer_ids bounded by max(ids) + 1, not the draft's layer count, from 0.5.18)."""
     import zipfile
 
     from test_compat import WHEEL_DIRS as dirs  # SGE3_TEST_WHEEL_DIRS, read in one place
@@ -106,8 +107,11 @@ def test_dflash_since_matches_each_wheel(release, tmp_path):
     files = ["sglang/srt/models/dflash.py", "sglang/srt/models/deepseek_v2.py"]
     with zipfile.ZipFile(wheel) as z:
         z.extractall(tmp_path, [n for n in files if n in z.namelist()])
-    probed = versions.capabilities_from_source(tmp_path / "sglang", release).HAS_DFLASH
-    assert probed == versions.capabilities_for_version(release).HAS_DFLASH == (release != "0.5.10")
+    probed = versions.capabilities_from_source(tmp_path / "sglang", release)
+    table = versions.capabilities_for_version(release)
+    assert probed.HAS_DFLASH == table.HAS_DFLASH == (release != "0.5.10")
+    bound = release not in ("0.5.10", "0.5.14", "0.5.16")
+    assert probed.DFLASH_IDS_BOUND_BY_MAX == table.DFLASH_IDS_BOUND_BY_MAX == bound
 
 
 def test_dflash_patch_rows_are_skipped_on_a_release_without_dflash(monkeypatch):

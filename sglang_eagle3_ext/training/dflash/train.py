@@ -15,8 +15,9 @@ reported as ``full_acc_{i-1}``, as the Llama route reports its i-th drafted toke
 summary, --min-val-acc and build's report read both routes alike.
 
 --out holds the draft in speculators' format (``DFlashSpeculator``, ``aux_hidden_state_layer_ids`` = HF
-indices); `convert` writes SGLang's layout (``DFlashDraftModel``, ``dflash_config.target_layer_ids`` = those
-indices - 1, the mask token and block size).
+indices, and ``num_target_layers``: the target's layer count, an extra field speculators' config keeps);
+`convert` writes SGLang's layout (``DFlashDraftModel``, ``dflash_config.target_layer_ids`` = those indices - 1,
+``num_target_layers``, the mask token and block size).
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ def _prepare_on_main(a, world) -> dict:
         mask=mask,
         result=result,
         state=state,
+        num_target_layers=int(tcfg["num_hidden_layers"]),
     )
 
 
@@ -171,7 +173,8 @@ def train(a, rule: dict) -> dict:
     try:
         progress = BlockProgress(a.log_every, min(positions, 4), None)
         record = {"arch": a.draft_arch, "target": str(a.target), "data": str(a.data)}
-        ctx, keep = run_context(a, world, got, rule, record, progress, opts=shown)
+        extra = {"num_target_layers": got["num_target_layers"]}  # SGLang bounds target_layer_ids by it (convert)
+        ctx, keep = run_context(a, world, got, rule, record, progress, opts=shown, config_extra=extra)
         run_speculators(spec_cli, TrainConfig, ctx, build_argv(a, got, world.device, world))
     finally:
         if world.main:

@@ -196,6 +196,7 @@ class RunContext:
     result: dict
     epochs_published: int = 0
     init_weights: Path | None = None  # --init-from's weights (speculators' names), loaded after setup_model
+    config_extra: dict = dataclasses.field(default_factory=dict)  # fields a route's saved configs add (setup_model)
 
     seed = property(lambda self: self.opts.seed)
     total_seq_len = property(lambda self: self.opts.total_seq_len)

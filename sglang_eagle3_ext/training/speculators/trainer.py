@@ -191,6 +191,8 @@ def make_trainer_class(base, ctx):
             # stock code: model.to(local_rank) with local_rank an int, i.e. an accelerator
             self.local_rank = torch.device("cpu") if ctx.device == "cpu" else self.local_rank
             expected = expected_of(self.model) if ctx.init_weights is not None else None  # names before wrapping
+            for k, v in ctx.config_extra.items():  # speculators' configs keep extra fields: every save records them
+                setattr(self.model.config, k, v)
             super().setup_model()
             if ctx.init_weights is not None and self.checkpointer.previous_epoch == -1:
                 from safetensors.torch import load_file

@@ -60,7 +60,7 @@ def _config(block: int = 4) -> dict:
         "hidden_act": "silu",
         "tie_word_embeddings": False,
         "block_size": block,
-        "dflash_config": {"target_layer_ids": [0, 1, 2], "mask_token_id": MASK},
+        "dflash_config": {"target_layer_ids": [0, 1, 2], "mask_token_id": MASK, "num_target_layers": 4},
     }
 
 

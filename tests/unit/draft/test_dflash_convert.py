@@ -55,6 +55,7 @@ def test_speculators_draft_becomes_sglangs_layout(spec_draft, target, tmp_path):
         "target_layer_ids": [1, 3, 5],
         "hf_hidden_state_indices": [2, 4, 6],
         "mask_token_id": 127,
+        "num_target_layers": 8,
     }
     assert "eagle_config" not in cfg and "speculators_model_type" not in cfg and "transformer_layer_config" not in cfg
     assert (
@@ -79,7 +80,9 @@ def test_the_mapping_inverts_speculators_own_z_lab_converter(target):
     release = keys.layout_for_version(V)
     for zlab, kept in (([1, 3, 5], [1, 3, 5]), ([0, 2, 7], [0, 2])):
         spec_cfg = DFlashConverter()._build_config(dflash_draft_config(target_layer_ids=zlab), str(target), None)
-        out, fmt, _ = convert_config(json.loads(spec_cfg.to_json_string()), release)
+        src = json.loads(spec_cfg.to_json_string())
+        assert "num_target_layers" not in src  # speculators' converter drops it: recorded as our trainer does
+        out, fmt, _ = convert_config(dict(src, num_target_layers=8), release)
         assert fmt == "speculators-dflash" and out["dflash_config"]["target_layer_ids"] == kept
 
 
@@ -92,6 +95,39 @@ def test_an_index_past_the_targets_layers_is_refused_by_check(tmp_path, target):
     assert _cfg(out)["dflash_config"]["target_layer_ids"] == [1, 3, 7]
     rep = check_draft(out, target, sglang_version=V)
     assert rep.codes == [E.LAYER_INDEX] and "id 7" in rep.errors[0].message
+
+
+def test_the_targets_layer_count_is_carried_or_the_draft_refused_where_sglang_would(tmp_path, target):
+    """SGLang 0.5.14/0.5.16 bound target_layer_ids by dflash_config.num_target_layers, else by the draft's own
+    num_hidden_layers (0.5.18+: by max(ids) + 1): a one-layer draft fed ids [0, 1, 2] starts only where the
+    target's layer count is recorded. speculators' config keeps it as an extra field; convert carries it."""
+    from sglang_eagle3_ext.tiny.dflash_draft import make_speculators_dflash_draft
+
+    src = make_speculators_dflash_draft(tmp_path / "s", n_layers=1, aux_ids=(1, 2, 3), num_target_layers=8)
+    out = convert(src, tmp_path / "o", **QUIET)
+    assert _cfg(out)["dflash_config"]["num_target_layers"] == 8
+    assert not check_draft(out, target, sglang_version=V).errors
+    bare = make_speculators_dflash_draft(tmp_path / "bare", n_layers=1, aux_ids=(1, 2, 3), num_target_layers=None)
+    for release in ("0.5.14", V):
+        with pytest.raises(E.ConversionRefused) as ei:
+            convert(bare, tmp_path / release, **{**QUIET, "sglang_version": release})
+        (p,) = ei.value.problems
+        assert p.code == E.CONFIG_MISSING and "num_hidden_layers=1" in p.message, p.message
+        assert '"num_target_layers": N' in p.message and "out-of-range layer id" in p.message, p.message
+    warned: list = []
+    late = convert(bare, tmp_path / "late", **{**QUIET, "sglang_version": "0.5.18", "log": warned.append})
+    assert "num_target_layers" not in _cfg(late)["dflash_config"]
+    assert any("before 0.5.18" in w and "num_target_layers" in w for w in warned), warned
+
+
+@pytest.mark.parametrize("value", [0, "8", 2.5, True])
+def test_a_recorded_layer_count_that_is_no_count_is_refused_by_name(tmp_path, value):
+    from sglang_eagle3_ext.tiny.dflash_draft import make_speculators_dflash_draft
+
+    src = make_speculators_dflash_draft(tmp_path / "s", num_target_layers=None)
+    cfg = dict(_cfg(src), num_target_layers=value)
+    with pytest.raises(E.ConversionRefused, match="num_target_layers"):
+        convert_config(cfg, keys.layout_for_version(V))
 
 
 def test_hf_indices_given_on_the_command_line(spec_draft, tmp_path):
@@ -182,12 +218,21 @@ _layer = st.fixed_dictionaries(
     kind=st.sampled_from(["speculators", "z-lab"]),
     fields=st.dictionaries(
         st.sampled_from(
-            ["block_size", "mask_token_id", "aux_hidden_state_layer_ids", "draft_vocab_size", "sample_from_anchor"]
+            [
+                "block_size",
+                "mask_token_id",
+                "aux_hidden_state_layer_ids",
+                "draft_vocab_size",
+                "sample_from_anchor",
+                "num_target_layers",
+            ]
         ),
         _value | st.lists(st.integers(0, 9), min_size=1, max_size=3),
         max_size=5,
     ),
-    dc=st.dictionaries(st.sampled_from(["block_size", "target_layer_ids", "mask_token_id"]), _value, max_size=3),
+    dc=st.dictionaries(
+        st.sampled_from(["block_size", "target_layer_ids", "mask_token_id", "num_target_layers"]), _value, max_size=3
+    ),
     layer=_layer,
     hf=st.none() | st.lists(st.integers(0, 9), min_size=1, max_size=3),
 )

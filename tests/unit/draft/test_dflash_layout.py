@@ -145,6 +145,62 @@ def test_default_ids_when_the_config_names_none(good, target, tmp_path):
     assert "num_hidden_layers=2" in next(p.message for p in rep.errors if p.code == E.AUX_COUNT)
 
 
+def _one_layer_draft(d, num_target_layers):
+    """The draft of a one-layer DFlash run on a 4-layer target: ids [0, 1, 2] (HF 1, 2, 3), as convert writes it."""
+    from sglang_eagle3_ext.tiny.dflash_draft import dflash_draft_config, dflash_tensors, write_draft
+
+    cfg = dflash_draft_config(vocab=4096, n_layers=1, mask_token_id=4095, num_target_layers=None)
+    cfg["dflash_config"]["hf_hidden_state_indices"] = [1, 2, 3]
+    if num_target_layers is not None:
+        cfg["dflash_config"]["num_target_layers"] = num_target_layers
+    return write_draft(d, cfg, dflash_tensors(cfg))
+
+
+def test_ids_past_the_draft_layers_without_the_targets_count_are_refused_as_sglang_refuses(tmp_path):
+    """No num_target_layers: SGLang 0.5.14/0.5.16's DFlashDraftModel bounds target_layer_ids by the draft's own
+    num_hidden_layers and refuses id 1 of a one-layer draft at start-up (0.5.18+ bound them by max(ids) + 1);
+    check says it in SGLang's words and, given the target, names the count to record."""
+    from sglang_eagle3_ext.tiny.llama_draft import write_target_config
+
+    target = write_target_config(tmp_path / "target", hidden=64, vocab=4096, layers=4)
+    d = _one_layer_draft(tmp_path / "d", None)
+    for release in ("0.5.14", V):
+        rep = check_draft(d, sglang_version=release)
+        assert rep.codes == [E.LAYER_INDEX], rep.render()
+        msg = rep.errors[0].message
+        assert "target_layer_ids[1]=1, target_num_layers=1." in msg and "num_hidden_layers=1" in msg, msg
+        assert "record dflash_config.num_target_layers" in msg, msg
+        named = check_draft(d, target, sglang_version=release)
+        assert named.codes == [E.LAYER_INDEX, E.LAYER_INDEX], named.render()
+        assert "set dflash_config.num_target_layers=4 " in named.errors[1].message, named.render()
+        _one_line(named)
+    for release in ("0.5.18", "0.5.23"):
+        assert not check_draft(d, target, sglang_version=release).errors, release
+    assert check_draft(_one_layer_draft(tmp_path / "ok", 4), target, sglang_version=V).problems == []
+    past = _one_layer_draft(tmp_path / "past", 2)
+    for release in (V, "0.5.23"):  # a recorded count bounds the ids on every release
+        rep = check_draft(past, sglang_version=release)
+        assert rep.codes == [E.LAYER_INDEX] and "target_layer_ids[2]=2, target_num_layers=2." in str(rep.errors[0])
+
+
+def test_a_recorded_target_layer_count_other_than_the_targets(good, target, tmp_path):
+    """SGLang goes by the served target's num_hidden_layers and logs a recorded num_target_layers that differs:
+    named ids are captured as they are (a warning: the trained layer numbers in another model's depth); without
+    ids, its default ids over the served target are not those over the recorded count the draft was trained on."""
+    from malformed_drafts import edit_config
+
+    d = tmp_path / "six"
+    __import__("shutil").copytree(good, d)
+    edit_config(d, lambda c: c["dflash_config"].update(num_target_layers=6))
+    rep = check_draft(d, target, sglang_version=V)
+    assert not rep.errors and [p.code for p in rep.problems] == [E.TARGET_MISMATCH], rep.render()
+    assert "num_target_layers=6" in rep.problems[0].message and "num_hidden_layers=8" in rep.problems[0].message
+    edit_config(d, lambda c: c.update(dflash_config={"block_size": 8, "mask_token_id": 127, "num_target_layers": 6}))
+    rep = check_draft(d, target, sglang_version=V)
+    said = [p.message for p in rep.errors if p.code == E.LAYER_INDEX and "num_target_layers=6" in p.message]
+    assert len(said) == 1 and "default ids [1, 5] for 8 layers, not [1, 3]" in said[0], rep.render()
+
+
 def test_layer_ids_against_the_dumps(good, target, tmp_path):
     """check --data: the layers a server feeds the draft (ids + 1) must be the ones the dump captured."""
     from sglang_eagle3_ext.cli.check import main

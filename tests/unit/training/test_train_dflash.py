@@ -65,6 +65,8 @@ def test_dflash_draft_learns_and_converts_to_sglangs_layout(world, tmp_path):
     assert cfg["speculators_model_type"] == "dflash" and cfg["aux_hidden_state_layer_ids"] == AUX
     assert cfg["block_size"] == 4 and cfg["mask_token_id"] == 0 and cfg["draft_vocab_size"] == SMALL["vocab_size"]
     assert cfg["transformer_layer_config"]["model_type"] == "qwen3"
+    n_target = json.loads((world["target"] / "config.json").read_text())["num_hidden_layers"]
+    assert cfg["num_target_layers"] == n_target  # SGLang bounds target_layer_ids by it (not the draft's 1 layer)
     saved = load_file(str(out / "model.safetensors"))
     assert set(saved) == BODY and all(v.dtype == torch.bfloat16 for v in saved.values())
 
@@ -72,6 +74,7 @@ def test_dflash_draft_learns_and_converts_to_sglangs_layout(world, tmp_path):
     sg = json.loads((draft / "config.json").read_text())
     assert sg["architectures"] == ["DFlashDraftModel"]
     assert sg["dflash_config"]["target_layer_ids"] == [i - 1 for i in AUX]  # SGLang captures id + 1
+    assert sg["dflash_config"]["num_target_layers"] == n_target
     rep = check_draft(draft, world["target"])
     assert rep.checked and not rep.errors, rep.render()
 

@@ -62,16 +62,20 @@ def config_fields(cfg: dict, release, where: str) -> tuple[dict, list[Problem]]:
     if not isinstance(bias, bool):
         P.append(Problem(E.CONFIG_INVALID, f"{where}: attention_bias is {bias!r}; expected true or false"))
     P += F.shape_problems(cfg, where)
-    return {"block_size": block, "mask_token_id": mask, "attention_bias": bias is True}, P
+    dims = {"block_size": block, "mask_token_id": mask, "attention_bias": bias is True}
+    bound = F.ids_bound(cfg, release)[0] if release.has(REQUIRES) else None
+    dims.update(num_target_layers=F.num_target_layers(cfg), ids_bound=bound)
+    return dims, P
 
 
 layer_ids = F.target_layer_ids  # (ids SGLang reads, the HF indices it captures for them, problems)
 
 
 def aux_count(cfg: dict, ids, release, where: str) -> tuple[int, list[Problem]]:
-    """K: one per target layer id, else one per draft layer (the length of SGLang's default ids)."""
+    """K: one per target layer id (which the draft class resolves, refusing one past its bound: F.bound_problems),
+    else one per draft layer (the length of SGLang's default ids)."""
     if ids:
-        return len(ids), []
+        return len(ids), F.bound_problems(cfg, ids, release, where) if release.has(REQUIRES) else []
     n = cfg.get("num_hidden_layers") if is_int(cfg.get("num_hidden_layers")) else 1
     tn = dflash_config(cfg).get("num_target_layers", cfg.get("num_target_layers"))
     if dflash_default_ids(tn if is_int(tn) else n, n) is None:
@@ -208,6 +212,7 @@ def target_problems(spec, target: dict, where: str) -> list[Problem]:
         P.append(F.mask_outside(mask, vocab, "the target's vocab_size", where))
     if not is_int(n):
         return P
+    P += F.target_count_problems(spec, n, where)
     ids = _fed_ids(spec, n)
     if ids is None:
         return P + [
@@ -303,7 +308,13 @@ def from_speculators(cfg: dict, hf_override) -> tuple[dict, list[int]]:
     th = cfg.get("target_hidden_size")
     if th is not None:
         out["target_hidden_size"] = th  # the rules refuse one that is not hidden_size
-    out[DFLASH] = {k: cfg[k] for k in ("block_size", "mask_token_id") if cfg.get(k) is not None}
+    tn = cfg.get("num_target_layers")  # the target's layer count: train --draft-arch dflash records it
+    if tn is not None and not (is_int(tn) and tn >= 1):
+        _refuse(
+            f"num_target_layers={tn!r}: expected the target's num_hidden_layers (an integer >= 1)", E.CONFIG_INVALID
+        )
+    keep = ("block_size", "mask_token_id", "num_target_layers")
+    out[DFLASH] = {k: cfg[k] for k in keep if cfg.get(k) is not None}
     return out, list(hf)
 
 
@@ -341,7 +352,7 @@ def record_layers(out: dict, hf, release) -> list[str]:
         )
     dc = out.setdefault(DFLASH, {})
     dc["target_layer_ids"], dc[HF_INDICES_FIELD] = dflash_ids(hf), list(hf)
-    return []
+    return F.convert_count_warnings(out, dc["target_layer_ids"], release) if release.has(REQUIRES) else []
 
 
 # --- train and eval ---------------------------------------------------------------------------------------

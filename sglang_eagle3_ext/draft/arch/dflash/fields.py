@@ -4,9 +4,10 @@ speculative/dflash_utils.parse_dflash_draft_config (dflash_config's value first,
 
 from __future__ import annotations
 
+from ....versions import _FLAG_SINCE
 from ... import errors as E
 from ...errors import Problem
-from ...layers import HF_INDICES_FIELD, dflash_capture
+from ...layers import HF_INDICES_FIELD, dflash_capture, dflash_default_ids
 
 ARCH = "DFlashDraftModel"
 
@@ -180,3 +181,115 @@ def target_layer_ids(cfg: dict, where: str) -> tuple[list | None, list | None, l
             )
         )
     return ids, hf, P
+
+
+# --- the target's layer count -------------------------------------------------------------------------------
+# SGLang's DFlashDraftModel resolves target_layer_ids against a target layer count at start-up
+# (resolve_target_layer_ids: every id < it, else ValueError): num_target_layers where the config records one, else
+# max(ids) + 1 where the release has BOUND_BY_MAX, else the draft's own num_hidden_layers. The target's side
+# (spec_aux_hidden_state / model_runner) takes the served target's num_hidden_layers and only logs a recorded
+# num_target_layers that differs.
+BOUND_BY_MAX = "DFLASH_IDS_BOUND_BY_MAX"
+SGLANG_REFUSAL = "DFLASH target_layer_ids contains an out-of-range layer id"
+
+
+def num_target_layers(cfg: dict) -> int | None:
+    """The recorded target layer count where SGLang reads it (dflash_config's, else the top level's); None when
+    absent or not a count (config_fields names that)."""
+    v = dflash_config(cfg).get("num_target_layers", cfg.get("num_target_layers"))
+    return v if is_int(v) and v >= 1 else None
+
+
+def ids_bound(cfg: dict, release) -> tuple[int | None, str]:
+    """(the count the draft class bounds target_layer_ids by, what it is); None where it bounds none."""
+    tn = num_target_layers(cfg)
+    if tn is not None:
+        return tn, f"{DFLASH}.num_target_layers={tn}"
+    n = cfg.get("num_hidden_layers")
+    if release.has(BOUND_BY_MAX) or not is_int(n) or n < 1:
+        return None, ""
+    return n, f"the draft's own num_hidden_layers={n}, as it does where the config records no num_target_layers"
+
+
+def bound_problems(cfg: dict, ids: list, release, where: str) -> list[Problem]:
+    """The start-up refusal of target_layer_ids at or past the count the draft class bounds them by."""
+    bound, why = ids_bound(cfg, release)
+    past = [(i, v) for i, v in enumerate(ids) if bound is not None and v >= bound]
+    if not past:
+        return []
+    i, v = past[0]
+    fix = (
+        f"record {DFLASH}.num_target_layers = the target's num_hidden_layers (`check --target DIR` names it)"
+        if num_target_layers(cfg) is None
+        else f"set it to the target's num_hidden_layers (at least {max(ids) + 2}: ids are 0..n-2 of n layers)"
+    )
+    return [
+        Problem(
+            E.LAYER_INDEX,
+            f"{where}: SGLang {release.release} refuses this draft at start-up ('{SGLANG_REFUSAL}. "
+            f"target_layer_ids[{i}]={v}, target_num_layers={bound}.'): its {ARCH} bounds {DFLASH}.target_layer_ids="
+            f"{list(ids)} by {why}; {fix}",
+        )
+    ]
+
+
+def convert_count_warnings(out: dict, ids: list[int], release) -> list[str]:
+    """convert: refused where the release's draft class would refuse the ids for want of num_target_layers, which
+    the source does not record; a warning where only releases without BOUND_BY_MAX would."""
+    n = out.get("num_hidden_layers")
+    if num_target_layers(out) is not None or not is_int(n) or max(ids) < n:
+        return []
+    add = "\"num_target_layers\": N (the target's num_hidden_layers) to the source's config.json"
+    said = f"bound {DFLASH}.target_layer_ids={ids} by the draft's num_hidden_layers={n} where the config records "
+    if ids_bound(out, release)[0] is not None:
+        raise E.conversion_refused(
+            f"SGLang {release.release}'s {ARCH} would {said}no num_target_layers, refusing them at start-up "
+            f"('{SGLANG_REFUSAL}'), and the source names no target layer count: add {add} and convert again "
+            f"(train --draft-arch dflash records it)",
+            E.CONFIG_MISSING,
+        )
+    since = _FLAG_SINCE[BOUND_BY_MAX]
+    return [f"SGLang releases before {since} {said}no num_target_layers and refuse them at start-up; add {add}"]
+
+
+def target_count_problems(spec, n: int, where: str) -> list[Problem]:
+    """The recorded target layer count against the target's `n`: named where the draft class would refuse the
+    ids without it; where another, what SGLang then captures (it goes by the served target, with a log line)."""
+    tn, bound, ids = spec.dims.get("num_target_layers"), spec.dims.get("ids_bound"), spec.aux_ids
+    if tn is None:
+        if bound is not None and ids and max(ids) >= bound:
+            return [
+                Problem(
+                    E.LAYER_INDEX,
+                    f"{where}: set {DFLASH}.num_target_layers={n} (the target's num_hidden_layers): without it "
+                    f"SGLang's {ARCH} bounds target_layer_ids={list(ids)} by {bound} and refuses them",
+                )
+            ]
+        return []
+    if tn == n:
+        return []
+    head = (
+        f"{where}: {DFLASH}.num_target_layers={tn} (the target the draft was trained against) but the target has "
+        f"num_hidden_layers={n}: SGLang logs that they differ and "
+    )
+    if ids:
+        return [
+            Problem(
+                E.TARGET_MISMATCH,
+                head + f"captures target_layer_ids={list(ids)} of this target as they are (hidden_states[id + 1]): the "
+                f"trained layer numbers in a model of another depth; serve the target it was trained on, or record "
+                f"num_target_layers={n} if this is it",
+                warning=True,
+            )
+        ]
+    served, trained = dflash_default_ids(n, spec.n_layers), dflash_default_ids(tn, spec.n_layers)
+    if served is None or trained is None:
+        return []  # aux_count and target_problems name a default SGLang cannot build
+    return [
+        Problem(
+            E.LAYER_INDEX,
+            head + f"captures its default ids {served} for {n} layers, not {trained}, the default for {tn} the draft "
+            f"was trained on; record the trained {DFLASH}.target_layer_ids={trained}",
+            warning=served == trained,
+        )
+    ]
