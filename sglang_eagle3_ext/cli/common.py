@@ -20,10 +20,11 @@ import traceback
 from .. import envs
 from ..boundary import BadInput, Refused
 from ..diagnosis import EXIT_BAD_INPUT, EXIT_INTERNAL, describe, raised_in_launched_module
+from ..interrupts import EXIT_INTERRUPTED, exit_at_once_on_interrupt
 from .commands import BY_NAME
 from .naming import prog
 
-EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130  # 2 and 3: diagnosis.describe tells them apart
+EXIT_OK, EXIT_FAILED = 0, 1  # 2 and 3: diagnosis.describe tells them apart; 130: interrupts
 ENV_DEBUG = envs.DEBUG
 
 
@@ -52,21 +53,8 @@ def run_tool(tool: str, main, argv=None) -> int:
     """Call a tool's `main(argv)`; turn any escaping error into one line on stderr and a documented exit code."""
     rc = _run_tool(tool, main, argv)
     if rc == EXIT_INTERRUPTED and argv is None:  # the process's own command line: it exits next
-        _exit_at_once_on_interrupt()
+        exit_at_once_on_interrupt()
     return rc
-
-
-def _exit_at_once_on_interrupt() -> None:
-    """The command has said its interrupted line and leaves with 130: an interrupt from now on (one still on its
-    way, or the user's next Ctrl-C while Python shuts down) ends the process at once with the same code, never
-    as a death by the signal after the line."""
-    import os
-    import signal
-    import threading
-
-    if threading.current_thread() is threading.main_thread():
-        for s in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(s, lambda signum, frame: os._exit(EXIT_INTERRUPTED))
 
 
 def _run_tool(tool: str, main, argv=None) -> int:

@@ -17,11 +17,12 @@ import sys
 from typing import Any, Callable
 
 from ..boundary import BadInput, Refused
+from ..interrupts import EXIT_INTERRUPTED, interruptible
 from ..json_file import check_json_dest, write_json
 from ..options.parser import add_options
 from .args import add_json_out, add_verbosity, doc_description, parser
 from .common import EXIT_BAD_INPUT, EXIT_OK, error_line
-from .interrupts import interrupted_exits
+from .naming import prog
 from .output import library_output
 
 
@@ -91,3 +92,21 @@ def run_command(
             print(error_line(tool, said(e)), file=sys.stderr)
         return getattr(e, "code", getattr(e, "exit_code", EXIT_BAD_INPUT))
     return EXIT_OK if code is None else code
+
+
+@contextlib.contextmanager
+def interrupted_exits(tool: str, what):
+    """`interruptible` for a command with nothing of its own to say: an interrupt, whatever the library made of
+    it, prints `PROG: interrupted; WHAT` and exits 130; `what` may be a function giving the text then (None: no
+    line, another process says it)."""
+    stop = None
+    try:
+        with interruptible(prog(tool)) as stop:
+            yield stop
+    except (Exception, KeyboardInterrupt) as e:
+        if not (isinstance(e, KeyboardInterrupt) or (stop and stop.received)):
+            raise
+        said = what() if callable(what) else what
+        if said is not None:
+            print(f"{prog(tool)}: interrupted; {said}", file=sys.stderr)
+        raise SystemExit(EXIT_INTERRUPTED) from None

@@ -21,6 +21,7 @@ ROOT_MODULES = {
     "_activate",
     "_startup_hook",
     "_log",
+    "interrupts",
     "envs",
     "env_rules",
     "versions",

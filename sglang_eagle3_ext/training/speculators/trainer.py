@@ -15,7 +15,7 @@ resume logic (epoch, global step, the scheduler), validation. Ours:
   rank 0 writes once; they load on any number of ranks (speculators' own pick their format by world size);
 * after each epoch's checkpoint and validation, `ctx.publish` writes --out (training/checkpoint.py);
 * Ctrl-C and SIGTERM: speculators' handler (it saves a checkpoint of the epoch cut short, then returns) is left
-  out, so the command's own (cli/interrupts.py) stops the run.
+  out, so the command's own (interrupts.py) stops the run.
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def make_trainer_class(base, ctx):
         def run_training(self):
             t0 = time.perf_counter()
             # speculators' own run_training catches SIGINT/SIGTERM, saves an "interrupted" checkpoint and returns
-            # as if done; here an interrupt is the command's (cli/interrupts.py: --out keeps the last epoch)
+            # as if done; here an interrupt is the command's (interrupts.py: --out keeps the last epoch)
             try:
                 getattr(base.run_training, "__wrapped__", base.run_training)(self)
             finally:  # before the working folder they read from is removed

@@ -79,7 +79,7 @@ LOADER_CHILD = r"""
 import os, signal, sys
 import torch
 from torch.utils.data import Dataset
-from sglang_eagle3_ext.cli.interrupts import interruptible
+from sglang_eagle3_ext.interrupts import interruptible
 from sglang_eagle3_ext.training.workers import QuietLoader, quiet_workers
 
 class Items(Dataset):

@@ -1,6 +1,6 @@
-"""Ctrl-C and SIGTERM during a long command: one line, exit 130, and the command's own cleanup.
+"""Ctrl-C and SIGTERM during long work in this process: the work's own cleanup runs, and no interrupt is lost.
 
-    with interruptible("train") as stop:
+    with interruptible("sglang-eagle3 train") as stop:
         ...
     if stop.received: ...      # an interrupt arrived, whatever the library turned it into
 
@@ -24,6 +24,8 @@ The rule for repeats:
   the rest of the cleanup (folders it would have removed, servers it would have stopped, may remain).
 Signals that arrive while the main thread is stuck in one C call are one signal to Python, seen when the call
 returns (a full garbage collection of a large heap is one such call: seconds on a loaded machine).
+A process that has reported its interrupt and leaves with 130 calls `exit_at_once_on_interrupt()`: a signal
+then ends it with the same code, never with a traceback and a death by the signal after its last line.
 """
 
 from __future__ import annotations
@@ -36,10 +38,9 @@ import sys
 import threading
 import time
 
-from .common import EXIT_INTERRUPTED
-from .naming import COMMAND, prog
-
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+COMMAND = "sglang-eagle3"
+EXIT_INTERRUPTED = 130  # the exit code of an interrupted command (cli/common.py lists them all)
 COALESCE_S = 1.0  # a repeat this soon after the first signal is the same request (group or forwarded delivery)
 
 
@@ -49,8 +50,8 @@ class Interrupt:
 
 
 @contextlib.contextmanager
-def interruptible(tool: str | None = None):
-    """Both signals raise KeyboardInterrupt inside; `tool` names the command in the line a second one prints."""
+def interruptible(name: str = COMMAND):
+    """Both signals raise KeyboardInterrupt inside; `name` (the command) starts the line a second one prints."""
     stop = Interrupt()
     if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
         yield stop
@@ -72,7 +73,7 @@ def interruptible(tool: str | None = None):
         elif time.monotonic() - stop.at < COALESCE_S:
             return
         else:
-            _end_now(tool)
+            _end_now(name)
         raised[0] = exc = KeyboardInterrupt()
         raise exc
 
@@ -142,33 +143,25 @@ class _Delivery:
         _thread.start_new_thread(deliver, ())
 
     def close(self) -> bool:
-        """True when an interrupt is still owed (a thread had not yet simulated it)."""
+        """True when an interrupt is still owed (a thread had not yet simulated it). Closed before the lock is
+        taken: waiting for it runs signal handlers (a thread may simulate one meanwhile), and the handler must
+        not raise into the block's cleanup, which would leave the block's handlers installed."""
+        self.closed = True
         with self.lock:
-            self.closed = True
             return self.waiting > 0
 
 
-def _end_now(tool: str | None) -> None:
+def _end_now(name: str) -> None:
     """The user's second interrupt: one line and exit 130 at once. Written to the file descriptor: the handler
     may be running inside a write to sys.stderr."""
-    name = prog(tool) if tool else COMMAND
     os.write(2, f"{name}: interrupted again; stopped at once, before its cleanup finished\n".encode())
-    os._exit(130)
+    os._exit(EXIT_INTERRUPTED)
 
 
-@contextlib.contextmanager
-def interrupted_exits(tool: str, what):
-    """`interruptible(tool)` for a command with nothing of its own to say: an interrupt, whatever the library made
-    of it, prints `PROG: interrupted; WHAT` and exits 130; `what` may be a function giving the text then (None:
-    no line, another process says it)."""
-    stop = None
-    try:
-        with interruptible(tool) as stop:
-            yield stop
-    except (Exception, KeyboardInterrupt) as e:
-        if not (isinstance(e, KeyboardInterrupt) or (stop and stop.received)):
-            raise
-        said = what() if callable(what) else what
-        if said is not None:
-            print(f"{prog(tool)}: interrupted; {said}", file=sys.stderr)
-        raise SystemExit(EXIT_INTERRUPTED) from None
+def exit_at_once_on_interrupt() -> None:
+    """For a process that has reported its interrupt and is leaving with 130: an interrupt from now on (one still
+    on its way, or the user's next Ctrl-C while Python shuts down) ends it at once with the same code. Python's
+    own handler would raise it where nothing catches it any more: a traceback, then death by the signal."""
+    if threading.current_thread() is threading.main_thread():
+        for s in _SIGNALS:
+            signal.signal(s, lambda signum, frame: os._exit(EXIT_INTERRUPTED))

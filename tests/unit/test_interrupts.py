@@ -1,7 +1,7 @@
 """`interruptible()` never loses an interrupt: one that Python swallows (a weakref callback, a `__del__`, a gc
 callback was running when the handler ran) is delivered again, whatever the delay and the machine's load;
 a repeat of the same request (group delivery, torchrun's forward) is coalesced; the user's second Ctrl-C
-ends the process at once. Each case runs in a child interpreter of its own: signals, as a terminal sends them."""
+ends the process at once. The cases with a terminal's signals run in a child interpreter of their own."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ import time
 
 import pytest
 
-from sglang_eagle3_ext.cli.interrupts import COALESCE_S
+from sglang_eagle3_ext.interrupts import COALESCE_S
 
 CHILD = r"""
 import gc, os, signal, sys, time, weakref
-from sglang_eagle3_ext.cli.interrupts import interruptible
+from sglang_eagle3_ext.interrupts import interruptible
 
 mode, marker = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
 
@@ -150,7 +150,7 @@ def test_an_interrupt_raised_where_python_ignores_exceptions_still_stops_the_com
 
 ENDS_AT_ONCE = r"""
 import os, signal, sys, time, weakref
-from sglang_eagle3_ext.cli.interrupts import interruptible
+from sglang_eagle3_ext.interrupts import interruptible
 
 def interrupt_self(*_):
     os.kill(os.getpid(), signal.SIGINT)
@@ -256,3 +256,38 @@ def test_sigterm_while_dump_run_waits_for_the_server_is_one_line_and_exit_130(tm
     said = [ln for ln in out.splitlines() if "interrupted" in ln]
     assert len(said) == 1 and "dump run: interrupted; the samples written so far" in said[0], out
     assert "Traceback" not in out, out
+
+
+def test_a_signal_while_the_block_end_waits_for_a_delivery_thread_is_not_raised_into_the_cleanup():
+    """The block's end waits for a thread that is simulating a swallowed interrupt; a real signal arriving then
+    runs the handler inside that wait. Raised there, it would cut the block's cleanup short (its handlers left
+    installed); the handler sees the block closed and returns."""
+    from sglang_eagle3_ext.interrupts import _Delivery
+
+    delivery, seen, holding = _Delivery(), [], threading.Event()
+
+    def handler(signum, frame):
+        seen.append(delivery.closed)
+        if not delivery.closed:  # as interruptible's handler does with a swallowed interrupt still owed
+            raise KeyboardInterrupt
+
+    def hold_the_lock_then_signal():
+        with delivery.lock:
+            holding.set()
+            time.sleep(0.2)  # the main thread is waiting in close() by now
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            time.sleep(0.05)
+
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        threading.Thread(target=hold_the_lock_then_signal).start()
+        holding.wait()
+        delivery.close()
+        _touch()  # a Python call: any handler still pending runs here
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert seen == [True]
+
+
+def _touch() -> None:
+    pass
