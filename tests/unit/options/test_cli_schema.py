@@ -176,8 +176,9 @@ def test_a_train_key_of_build_config_is_checked_by_its_flag(tmp_path, text, word
 
 def test_build_config_flag_over_file_over_default(tmp_path):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("select-samples: 5\nkeep-checkpoints: true\nlr: 0.003\n")
+    cfg.write_text("select-by: predicted-accept\nselect-samples: 5\nkeep-checkpoints: true\nlr: 0.003\n")
     a, resolved = build_cli.parse(["--config", str(cfg), "--lr", "0.002", "--out", "o"])
     assert (a.select_samples, a.keep_checkpoints, a.lr, a.ttt_steps) == (5, True, 0.002, 3)
     assert resolved["lr"] == 0.002 and resolved["select_samples"] == 5
-    assert build_cli.options(a).train["keep_checkpoints"] is True
+    train = build_cli.options(a).train
+    assert train["keep_checkpoints"] is True and train["select_samples"] == 5  # the epoch score's too
