@@ -101,7 +101,6 @@ def main(argv: list[str] | None = None) -> int:
         bars=True,
         errors=(TrainDraftError,),
         as_json=(lambda rep: rep) if first else None,
-        json_check=None,
     )
 
 

@@ -20,7 +20,7 @@ if not hasattr(transformers, "DeepseekV3ForCausalLM"):
 
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
-from train_world import AUX, SMALL, train_on_cpu  # noqa: E402
+from train_world import AUX, SMALL, cpu_run, train_args, train_on_cpu  # noqa: E402
 
 from sglang_eagle3_ext.tiny.deepseek_v3 import ensure_tiny_target  # noqa: E402
 from sglang_eagle3_ext.training import TrainDraftError  # noqa: E402
@@ -243,3 +243,13 @@ def test_trained_draft_converts_and_checks_clean(world, tmp_path):
     assert cfg["target_hidden_size"] == SMALL["hidden_size"]
     # SGLang's Llama layers read rope_parameters first, then rope_theta
     assert (cfg.get("rope_parameters") or {}).get("rope_theta") or cfg.get("rope_theta")
+
+
+def test_a_report_that_cannot_be_written_is_refused_before_training(world, tmp_path, capsys):
+    from sglang_eagle3_ext.cli import train as train_cli
+    from sglang_eagle3_ext.cli.common import run_tool
+
+    out = tmp_path / "draft"
+    argv = [*train_args(world["data"], world["target"], out), *cpu_run(10), "--steps", "2", "--json", str(tmp_path)]
+    assert run_tool("train", train_cli.main, argv) == 2
+    assert "--json" in capsys.readouterr().err and not out.exists()  # nothing trained, nothing written
